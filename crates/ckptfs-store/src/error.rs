@@ -1,0 +1,144 @@
+//! The store's error type and its single mapping to POSIX errno values.
+
+use std::io;
+
+/// Everything that can go wrong in the store. Every variant maps to exactly one errno
+/// ([`StoreError::errno`]) so that the C ABI, the preload shim and FUSE agree.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A path component does not exist.
+    #[error("no such file or directory: {0}")]
+    NotFound(String),
+    /// The target already exists (O_CREAT|O_EXCL, mkdir).
+    #[error("file exists: {0}")]
+    Exists(String),
+    /// A path component used as a directory is a file.
+    #[error("not a directory: {0}")]
+    NotDir(String),
+    /// A directory was used where a file is needed.
+    #[error("is a directory: {0}")]
+    IsDir(String),
+    /// rmdir or rename onto a directory that still has entries.
+    #[error("directory not empty: {0}")]
+    NotEmpty(String),
+    /// A component longer than 255 bytes or a path longer than 4095 bytes.
+    #[error("name too long: {0}")]
+    NameTooLong(String),
+    /// Memory and spill chunks are exhausted.
+    #[error("no space left in store (memory and spill chunks exhausted)")]
+    NoSpace,
+    /// The file table is full.
+    #[error("file table full ({0} files)")]
+    TooManyFiles(u32),
+    /// More distinct processes hold one file open than the lease table allows.
+    #[error("too many processes have {0} open")]
+    TooManyOpeners(String),
+    /// A handle used for an access it was not opened for.
+    #[error("bad file descriptor: {0}")]
+    BadHandle(&'static str),
+    /// An invalid argument (negative offset, bad flags, bad name).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The file would exceed the largest size the layout can address.
+    #[error("file too large")]
+    FileTooLarge,
+    /// Busy (removing the root directory, or a segment being created).
+    #[error("resource busy: {0}")]
+    Busy(String),
+    /// A chunk's data does not match its recorded CRC32C.
+    #[error(
+        "checksum mismatch in {path} chunk {logical} (stored {stored:#010x}, computed {computed:#010x})"
+    )]
+    Corrupt {
+        /// Store path of the file.
+        path: String,
+        /// Logical chunk index inside the file.
+        logical: u32,
+        /// CRC32C recorded at write time.
+        stored: u32,
+        /// CRC32C of the data now.
+        computed: u32,
+    },
+    /// The segment is not a ckptfs segment, has another format version, or is damaged.
+    #[error("segment {path}: {reason}")]
+    BadSegment {
+        /// Path of the segment file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Attaching with settings that differ from the ones the segment was created with.
+    #[error("store {name} exists with {setting} = {existing}, but {requested} was requested (destroy it or drop the setting)")]
+    ConflictingSettings {
+        /// Store name.
+        name: String,
+        /// Which setting.
+        setting: &'static str,
+        /// Value in the superblock.
+        existing: String,
+        /// Value asked for.
+        requested: String,
+    },
+    /// No store of that name exists (attach without create).
+    #[error("no store named {0} (create it with `ckptfs init`)")]
+    NoStore(String),
+    /// Permission denied.
+    #[error("permission denied: {0}")]
+    Permission(String),
+    /// An operation the store does not support.
+    #[error("operation not supported: {0}")]
+    Unsupported(&'static str),
+    /// An I/O error from the operating system (spill file, segment file).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Shorthand for results of store operations.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl StoreError {
+    /// The POSIX errno for this error. Unknown OS errors map to EIO.
+    pub fn errno(&self) -> i32 {
+        use StoreError::*;
+        match self {
+            NotFound(_) | NoStore(_) => libc::ENOENT,
+            Exists(_) => libc::EEXIST,
+            NotDir(_) => libc::ENOTDIR,
+            IsDir(_) => libc::EISDIR,
+            NotEmpty(_) => libc::ENOTEMPTY,
+            NameTooLong(_) => libc::ENAMETOOLONG,
+            NoSpace => libc::ENOSPC,
+            TooManyFiles(_) => libc::ENFILE,
+            TooManyOpeners(_) => libc::EMFILE,
+            BadHandle(_) => libc::EBADF,
+            Invalid(_) | ConflictingSettings { .. } => libc::EINVAL,
+            FileTooLarge => libc::EFBIG,
+            Busy(_) => libc::EBUSY,
+            Corrupt { .. } => libc::EIO,
+            BadSegment { .. } => libc::EINVAL,
+            Permission(_) => libc::EACCES,
+            Unsupported(_) => libc::EOPNOTSUPP,
+            Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        StoreError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl From<StoreError> for io::Error {
+    fn from(e: StoreError) -> Self {
+        let errno = e.errno();
+        io::Error::new(io::Error::from_raw_os_error(errno).kind(), e)
+    }
+}

@@ -1,0 +1,327 @@
+//! Consistency check and repair (`ckptfs fsck [--repair]`).
+//!
+//! Chunk ownership (`ChunkEntry::owner`) and the inode records are the source of truth;
+//! free stacks, the name hash and child lists are derived from them and can always be
+//! rebuilt. File data cannot be repaired: a checksum mismatch is reported with the file
+//! and chunk so that the copy on another level can be used.
+
+use crate::file::chunk_crc;
+use crate::layout::*;
+use crate::store::Store;
+use serde::Serialize;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+/// One finding.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    /// Short machine-readable kind, e.g. `leaked-chunk`, `corrupt-chunk`.
+    pub kind: &'static str,
+    /// Human description naming the file and chunk.
+    pub detail: String,
+    /// Whether `--repair` fixed it.
+    pub repaired: bool,
+}
+
+/// Result of a check.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FsckReport {
+    /// Files examined.
+    pub files: u32,
+    /// Chunks examined.
+    pub chunks: u32,
+    /// Bytes whose checksum was verified.
+    pub bytes_verified: u64,
+    /// Files left incomplete by a dead writer (listed, not a fault of the store).
+    pub incomplete: Vec<String>,
+    /// Problems found.
+    pub problems: Vec<Problem>,
+}
+
+impl FsckReport {
+    /// No problem left unrepaired.
+    pub fn is_clean(&self) -> bool {
+        self.problems.iter().all(|p| p.repaired)
+    }
+}
+
+impl Store {
+    /// Check every invariant of the store; with `repair`, fix what can be fixed.
+    pub fn fsck(&self, repair: bool) -> FsckReport {
+        let seg = &*self.seg;
+        let l = seg.layout;
+        let cs = l.chunk_size();
+        let mut rep = FsckReport::default();
+        let ns = self.ns();
+        let add = |rep: &mut FsckReport, kind, detail: String, repaired| {
+            rep.problems.push(crate::fsck::Problem {
+                kind,
+                detail,
+                repaired,
+            });
+        };
+
+        // 1. Namespace: every used inode reachable by name from a directory, free-id
+        //    stack exact.
+        let mut ns_bad = false;
+        let mut used = HashSet::new();
+        for fid in 1..l.max_files {
+            let ino = seg.inode(fid);
+            let k = ino.kind.load(Acquire);
+            if k == kind::FREE {
+                continue;
+            }
+            used.insert(fid);
+            if k != kind::FILE && k != kind::DIR {
+                add(
+                    &mut rep,
+                    "bad-inode",
+                    format!("inode {} has unknown kind {k}", fid + 1),
+                    false,
+                );
+                continue;
+            }
+            if ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
+                continue;
+            }
+            let parent = ino.parent.load(Relaxed);
+            // SAFETY: namespace lock held.
+            let name = unsafe { seg.name_of(fid) }.to_vec();
+            if parent >= l.max_files || self.lookup_child(&ns, parent, &name) != Some(fid) {
+                ns_bad = true;
+                add(
+                    &mut rep,
+                    "bad-name-index",
+                    format!(
+                        "inode {} ({}) is not found under its name",
+                        fid + 1,
+                        String::from_utf8_lossy(&name)
+                    ),
+                    repair,
+                );
+            }
+        }
+        let top = seg.sb().fid_top.load(Relaxed);
+        let mut on_stack = HashSet::new();
+        for i in 0..top.min(l.max_files) {
+            let f = seg.fid_stack(i).load(Relaxed);
+            if f == ROOT || f >= l.max_files || used.contains(&f) || !on_stack.insert(f) {
+                ns_bad = true;
+            }
+        }
+        if on_stack.len() + used.len() + 1 != l.max_files as usize {
+            ns_bad = true;
+        }
+        if ns_bad {
+            add(
+                &mut rep,
+                "bad-free-file-list",
+                "free file id stack or name index inconsistent".into(),
+                repair,
+            );
+            if repair {
+                self.rebuild_namespace(&ns);
+            }
+        }
+
+        // 2. Files: leases, checksums, chunks past the end, duplicate logical chunks.
+        let mut owned: Vec<Vec<u32>> = vec![Vec::new(); l.max_files as usize];
+        for c in 0..seg.nchunks() {
+            let o = seg.chunk(c).owner.load(Acquire);
+            if o != 0 && o <= l.max_files {
+                owned[o as usize - 1].push(c);
+            }
+        }
+        for fid in 1..l.max_files {
+            let ino = seg.inode(fid);
+            if ino.kind.load(Acquire) != kind::FILE {
+                continue;
+            }
+            rep.files += 1;
+            let _g = self.file_lock(fid);
+            self.reap_leases(fid);
+            let path = self.path_of_fid_locked(&ns, fid);
+            let orphan = ino.flags.load(Relaxed) & iflag::ORPHAN != 0;
+            let holders = ino.leases.iter().any(|x| x.pid.load(Relaxed) != 0);
+            if orphan && !holders {
+                add(
+                    &mut rep,
+                    "leaked-orphan",
+                    format!("unlinked inode {} held by no live process", fid + 1),
+                    repair,
+                );
+                if repair {
+                    drop(_g);
+                    self.release_if_unused(&ns, fid);
+                }
+                continue;
+            }
+            let writing = ino.wstate.load(Relaxed) == wstate::WRITING;
+            if ino.wstate.load(Relaxed) == wstate::INCOMPLETE {
+                rep.incomplete.push(path.clone());
+            }
+            let size = ino.size.load(Acquire);
+            let mut seen = HashSet::new();
+            let mut count = 0;
+            for &c in &owned[fid as usize] {
+                rep.chunks += 1;
+                let e = seg.chunk(c);
+                let logical = e.logical.load(Relaxed);
+                count += 1;
+                if !seen.insert(logical) {
+                    add(
+                        &mut rep,
+                        "doubly-owned",
+                        format!("{path}: two chunks claim logical chunk {logical}"),
+                        repair,
+                    );
+                    if repair {
+                        self.release_chunk(c);
+                        ino.cgen.fetch_add(1, Release);
+                        count -= 1;
+                    }
+                    continue;
+                }
+                if writing {
+                    continue; // a live writer is changing it; nothing to judge yet
+                }
+                if logical as u64 * cs >= size {
+                    add(
+                        &mut rep,
+                        "chunk-past-eof",
+                        format!("{path}: chunk {c} (logical {logical}) lies past the end ({size} bytes)"),
+                        repair,
+                    );
+                    if repair {
+                        self.release_chunk(c);
+                        ino.cgen.fetch_add(1, Release);
+                        count -= 1;
+                    }
+                    continue;
+                }
+                let (hwm, crc, stale) = unpack_sum(e.sum.load(Acquire));
+                if hwm as u64 > cs {
+                    add(
+                        &mut rep,
+                        "bad-chunk-length",
+                        format!("{path}: chunk {logical} claims {hwm} bytes"),
+                        false,
+                    );
+                    continue;
+                }
+                match chunk_crc(self, c, hwm as usize) {
+                    Ok(computed) if stale => {
+                        add(&mut rep, "stale-checksum", format!("{path}: chunk {logical} has no current checksum"), repair);
+                        if repair {
+                            e.sum.store(pack_sum(hwm, computed, false), Release);
+                        }
+                    }
+                    Ok(computed) if computed != crc => add(
+                        &mut rep,
+                        "corrupt-chunk",
+                        format!("{path}: chunk {logical} checksum mismatch (stored {crc:#010x}, data {computed:#010x})"),
+                        false,
+                    ),
+                    Ok(_) => rep.bytes_verified += hwm as u64,
+                    Err(err) => add(&mut rep, "unreadable-chunk", format!("{path}: chunk {logical}: {err}"), false),
+                }
+            }
+            if ino.nchunks.load(Relaxed) != count {
+                add(
+                    &mut rep,
+                    "bad-chunk-count",
+                    format!(
+                        "{path}: records {} chunks, owns {count}",
+                        ino.nchunks.load(Relaxed)
+                    ),
+                    repair,
+                );
+                if repair {
+                    ino.nchunks.store(count, Relaxed);
+                }
+            }
+        }
+
+        // 3. Chunks owned by nothing valid, and the free stacks.
+        let _a = self.alloc_lock();
+        let mut stacks_bad = false;
+        for c in 0..seg.nchunks() {
+            let o = seg.chunk(c).owner.load(Acquire);
+            if o != 0 && (o > l.max_files || seg.inode(o - 1).kind.load(Acquire) != kind::FILE) {
+                add(
+                    &mut rep,
+                    "leaked-chunk",
+                    format!("chunk {c} owned by inode {o}, which is not a file"),
+                    repair,
+                );
+                if repair {
+                    seg.chunk(c).owner.store(0, Release);
+                }
+                stacks_bad = true;
+            }
+        }
+        let sb = seg.sb();
+        let mut free_seen = HashSet::new();
+        let mut check_stack = |top: u32, get: &dyn Fn(u32) -> u32, rep: &mut FsckReport| {
+            for i in 0..top {
+                let c = get(i);
+                if c >= seg.nchunks() || !free_seen.insert(c) {
+                    stacks_bad = true;
+                } else if seg.chunk(c).owner.load(Acquire) != 0 {
+                    stacks_bad = true;
+                    add(
+                        rep,
+                        "doubly-owned",
+                        format!("chunk {c} is both free and owned"),
+                        repair,
+                    );
+                }
+            }
+        };
+        check_stack(
+            sb.mem_top.load(Relaxed).min(l.mem_chunks),
+            &|i| seg.mem_stack(i).load(Relaxed),
+            &mut rep,
+        );
+        check_stack(
+            sb.spill_top.load(Relaxed).min(l.spill_chunks),
+            &|i| seg.spill_stack(i).load(Relaxed),
+            &mut rep,
+        );
+        let free_by_owner = (0..seg.nchunks())
+            .filter(|&c| seg.chunk(c).owner.load(Acquire) == 0)
+            .count();
+        if free_by_owner != free_seen.len() {
+            stacks_bad = true;
+            add(
+                &mut rep,
+                "leaked-chunk",
+                format!(
+                    "{} chunks are neither free nor owned",
+                    free_by_owner.abs_diff(free_seen.len())
+                ),
+                repair,
+            );
+        }
+        if stacks_bad && repair {
+            self.rebuild_free_stacks();
+        }
+        if repair && rep.is_clean() {
+            sb.state.store(sbstate::CLEAN, Release);
+        }
+        rep
+    }
+
+    /// Give chunk `c` back to the free stacks. Caller holds the file lock of its owner.
+    fn release_chunk(&self, c: u32) {
+        let _a = self.alloc_lock();
+        let seg = &*self.seg;
+        let o = seg.chunk(c).owner.swap(0, Release);
+        if o != 0 {
+            let ino = seg.inode(o - 1);
+            let n = ino.nchunks.load(Relaxed);
+            ino.nchunks.store(n.saturating_sub(1), Relaxed);
+        }
+        self.rebuild_free_stacks();
+    }
+}

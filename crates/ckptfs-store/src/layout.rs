@@ -1,0 +1,352 @@
+//! Byte layout of a store segment. Everything is addressed by offsets from the segment
+//! base, never by pointers, so that every process may map it at a different address.
+//!
+//! ```text
+//! 0            Superblock (4 KiB): magic, version, Layout, state, locks, intents
+//! inode_off    Inode[max_files]            512 B each, index = file id (0 = root dir)
+//! chunk_off    ChunkEntry[mem + spill]     16 B each, index = chunk id
+//! mem_stack    u32[mem_chunks]             free memory chunk ids (stack)
+//! spill_stack  u32[spill_chunks]           free spill chunk ids (stack)
+//! fid_stack    u32[max_files]              free file ids (stack)
+//! hash_off     u32[hash_cap]               (parent, name) -> file id + 1, linear probing
+//! data_off     chunk data (2 MiB aligned)  mem_chunks * chunk_size
+//! ```
+//! Chunk ids `0..mem_chunks` live in the data region, ids `mem_chunks..` in the spill file
+//! at `(id - mem_chunks) * chunk_size`.
+
+use crate::lock::RobustMutex;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// First 8 bytes of every segment.
+pub const MAGIC: [u8; 8] = *b"CKPTFS\0\x01";
+/// Format version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// Size reserved for the superblock.
+pub const SUPERBLOCK_SIZE: u64 = 4096;
+/// Longest name of one path component.
+pub const NAME_MAX: usize = 255;
+/// Longest store path.
+pub const PATH_MAX: usize = 4095;
+/// Smallest and largest chunk size.
+pub const MIN_CHUNK: u64 = 64 << 10;
+/// Largest chunk size.
+pub const MAX_CHUNK: u64 = 64 << 20;
+/// Distinct processes that may hold one file open at once.
+pub const LEASES: usize = 8;
+/// "No file id" in parent/sibling links.
+pub const NONE: u32 = u32::MAX;
+/// File id of the root directory.
+pub const ROOT: u32 = 0;
+/// Alignment of the data region (huge-page and O_DIRECT friendly).
+pub const DATA_ALIGN: u64 = 2 << 20;
+
+/// Inode kinds.
+pub mod kind {
+    /// Unused slot.
+    pub const FREE: u32 = 0;
+    /// Regular file.
+    pub const FILE: u32 = 1;
+    /// Directory.
+    pub const DIR: u32 = 2;
+}
+
+/// Inode write states (files only).
+pub mod wstate {
+    /// Last writer closed normally (or never written): complete.
+    pub const COMPLETE: u32 = 0;
+    /// At least one writer holds it open.
+    pub const WRITING: u32 = 1;
+    /// A writer died while it was open: its data up to the last completed write remains.
+    pub const INCOMPLETE: u32 = 2;
+}
+
+/// Inode flags.
+pub mod iflag {
+    /// Unlinked while open: freed on last close (or by recovery once its openers died).
+    pub const ORPHAN: u32 = 1;
+}
+
+/// Superblock states.
+pub mod sbstate {
+    /// No recovery has been needed since creation or the last `fsck --repair`.
+    pub const CLEAN: u32 = 0;
+    /// A process died holding a lock or a file open for writing; `fsck` is advised.
+    pub const DIRTY: u32 = 1;
+}
+
+/// Layout parameters fixed at creation. Covered by `Superblock::layout_crc`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Size of the whole segment in bytes.
+    pub total_size: u64,
+    /// log2(chunk size).
+    pub chunk_shift: u32,
+    /// Maximum number of inodes (files + directories, root included).
+    pub max_files: u32,
+    /// Number of chunks in the memory data region.
+    pub mem_chunks: u32,
+    /// Number of chunks in the spill file (0 = no spill).
+    pub spill_chunks: u32,
+    /// Capacity of the name hash table (power of two).
+    pub hash_cap: u32,
+    /// Padding.
+    pub _pad: u32,
+    /// Offset of the inode table.
+    pub inode_off: u64,
+    /// Offset of the chunk table.
+    pub chunk_off: u64,
+    /// Offset of the free memory chunk stack.
+    pub mem_stack_off: u64,
+    /// Offset of the free spill chunk stack.
+    pub spill_stack_off: u64,
+    /// Offset of the free file id stack.
+    pub fid_stack_off: u64,
+    /// Offset of the name hash table.
+    pub hash_off: u64,
+    /// Offset of the data region.
+    pub data_off: u64,
+    /// Path of the spill file, NUL padded.
+    pub spill_path: [u8; 512],
+}
+
+impl Layout {
+    /// Compute the layout for the given parameters.
+    pub fn compute(chunk_shift: u32, mem_chunks: u32, spill_chunks: u32, max_files: u32) -> Layout {
+        fn align(x: u64, a: u64) -> u64 {
+            x.div_ceil(a) * a
+        }
+        let hash_cap = (max_files as u64 * 2).next_power_of_two().max(16) as u32;
+        let inode_off = SUPERBLOCK_SIZE;
+        let chunk_off = align(inode_off + max_files as u64 * INODE_SIZE, 64);
+        let nchunks = mem_chunks as u64 + spill_chunks as u64;
+        let mem_stack_off = align(chunk_off + nchunks * 16, 64);
+        let spill_stack_off = align(mem_stack_off + mem_chunks as u64 * 4, 64);
+        let fid_stack_off = align(spill_stack_off + spill_chunks as u64 * 4, 64);
+        let hash_off = align(fid_stack_off + max_files as u64 * 4, 64);
+        let data_off = align(hash_off + hash_cap as u64 * 4, DATA_ALIGN);
+        let total_size = data_off + ((mem_chunks as u64) << chunk_shift);
+        Layout {
+            total_size,
+            chunk_shift,
+            max_files,
+            mem_chunks,
+            spill_chunks,
+            hash_cap,
+            _pad: 0,
+            inode_off,
+            chunk_off,
+            mem_stack_off,
+            spill_stack_off,
+            fid_stack_off,
+            hash_off,
+            data_off,
+            spill_path: [0; 512],
+        }
+    }
+
+    /// Chunk size in bytes.
+    pub fn chunk_size(&self) -> u64 {
+        1 << self.chunk_shift
+    }
+
+    /// Size of the memory data region.
+    pub fn data_size(&self) -> u64 {
+        (self.mem_chunks as u64) << self.chunk_shift
+    }
+
+    /// Spill file path, if any.
+    pub fn spill_path(&self) -> Option<std::path::PathBuf> {
+        let end = self.spill_path.iter().position(|&b| b == 0).unwrap_or(512);
+        if end == 0 {
+            return None;
+        }
+        use std::os::unix::ffi::OsStrExt;
+        Some(std::ffi::OsStr::from_bytes(&self.spill_path[..end]).into())
+    }
+
+    /// The bytes covered by the layout checksum.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: Layout is repr(C), Copy, made only of integers and byte arrays with
+        // explicit padding fields, so every byte is initialised.
+        unsafe {
+            std::slice::from_raw_parts(self as *const Layout as *const u8, std::mem::size_of::<Layout>())
+        }
+    }
+
+    /// Sanity checks on a layout read from a segment of `file_size` bytes.
+    pub fn validate(&self, file_size: u64) -> Result<(), String> {
+        let cs = 1u64.checked_shl(self.chunk_shift).unwrap_or(0);
+        if !(MIN_CHUNK..=MAX_CHUNK).contains(&cs) {
+            return Err(format!("chunk size 2^{} out of range", self.chunk_shift));
+        }
+        let expect = Layout::compute(
+            self.chunk_shift,
+            self.mem_chunks,
+            self.spill_chunks,
+            self.max_files,
+        );
+        let mut mine = *self;
+        mine.spill_path = [0; 512];
+        if mine != expect {
+            return Err("layout offsets are inconsistent".into());
+        }
+        if file_size != self.total_size {
+            return Err(format!(
+                "segment is {file_size} bytes but its superblock describes {} bytes",
+                self.total_size
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A pending rename, replayed by namespace recovery if its author died mid-way.
+#[repr(C)]
+pub struct RenameIntent {
+    /// 1 while a rename is in progress.
+    pub active: AtomicU32,
+    /// File id being moved.
+    pub src: AtomicU32,
+    /// New parent directory.
+    pub dst_parent: AtomicU32,
+    /// Inode replaced by the rename, or NONE.
+    pub victim: AtomicU32,
+    /// Length of the new name.
+    pub name_len: AtomicU32,
+    /// Padding.
+    pub _pad: u32,
+    /// New name.
+    pub name: UnsafeCell<[u8; 256]>,
+}
+
+/// The superblock at offset 0.
+#[repr(C)]
+pub struct Superblock {
+    /// [`MAGIC`].
+    pub magic: [u8; 8],
+    /// [`FORMAT_VERSION`].
+    pub version: u32,
+    /// CRC32C of `layout`.
+    pub layout_crc: u32,
+    /// Layout parameters.
+    pub layout: Layout,
+    /// [`sbstate`] value.
+    pub state: AtomicU32,
+    /// Uid of the creator.
+    pub creator_uid: u32,
+    /// Creation time, ns since the epoch.
+    pub created_ns: u64,
+    /// Time the creator spent creating and pre-faulting, in ns.
+    pub create_time_ns: u64,
+    /// Number of dead-holder lock recoveries so far.
+    pub recoveries: AtomicU64,
+    /// Protects the namespace: inode allocation, names, hash, sibling lists, fid stack.
+    pub ns_lock: RobustMutex,
+    /// Protects chunk ownership and the free chunk stacks.
+    pub alloc_lock: RobustMutex,
+    /// Top of the free memory chunk stack.
+    pub mem_top: AtomicU32,
+    /// Top of the free spill chunk stack.
+    pub spill_top: AtomicU32,
+    /// Top of the free file id stack.
+    pub fid_top: AtomicU32,
+    /// Padding.
+    pub _pad: u32,
+    /// Rename in progress.
+    pub rename: RenameIntent,
+}
+
+const _: () = assert!(std::mem::size_of::<Superblock>() <= SUPERBLOCK_SIZE as usize);
+
+/// One process's hold on an open file.
+#[repr(C)]
+pub struct Lease {
+    /// Process id, 0 when the slot is free.
+    pub pid: AtomicU32,
+    /// Open handles for writing held by that process.
+    pub writers: AtomicU32,
+    /// Open handles for reading only.
+    pub readers: AtomicU32,
+    /// Padding.
+    pub _pad: u32,
+    /// Process start time (clock ticks since boot) to tell a reused pid apart.
+    pub start: AtomicU64,
+}
+
+/// Bytes per inode.
+pub const INODE_SIZE: u64 = 768;
+
+/// A file or directory. Index in the table is the file id.
+#[repr(C)]
+pub struct Inode {
+    /// Per-file lock: size, chunk list, leases, state.
+    pub lock: RobustMutex,
+    /// [`kind`] value; setting it is the commit point of creation.
+    pub kind: AtomicU32,
+    /// Permission bits.
+    pub mode: AtomicU32,
+    /// Parent directory id (NONE for orphans).
+    pub parent: AtomicU32,
+    /// Length of `name`.
+    pub name_len: AtomicU32,
+    /// First child (directories).
+    pub first_child: AtomicU32,
+    /// Next sibling in the parent's child list.
+    pub next_sib: AtomicU32,
+    /// Previous sibling.
+    pub prev_sib: AtomicU32,
+    /// [`iflag`] bits.
+    pub flags: AtomicU32,
+    /// [`wstate`] value.
+    pub wstate: AtomicU32,
+    /// Incremented each time the slot is reused (FUSE generation).
+    pub igen: AtomicU32,
+    /// Number of chunks owned.
+    pub nchunks: AtomicU32,
+    /// Pid of the last process that closed it after writing (0 = none).
+    pub last_writer_pid: AtomicU32,
+    /// Start time of that process.
+    pub last_writer_start: AtomicU64,
+    /// File size in bytes.
+    pub size: AtomicU64,
+    /// Modification time, ns since the epoch.
+    pub mtime_ns: AtomicU64,
+    /// Status change time, ns since the epoch.
+    pub ctime_ns: AtomicU64,
+    /// Chunk-list generation: bumped on every chunk allocation or release.
+    pub cgen: AtomicU64,
+    /// Open leases.
+    pub leases: [Lease; LEASES],
+    /// Name of the last path component.
+    pub name: UnsafeCell<[u8; 256]>,
+}
+
+const _: () = assert!(std::mem::size_of::<Inode>() <= INODE_SIZE as usize);
+
+/// One entry of the chunk table.
+#[repr(C)]
+pub struct ChunkEntry {
+    /// Owning file id + 1; 0 = free. Written only under the allocation lock.
+    pub owner: AtomicU32,
+    /// Logical chunk index within the owner.
+    pub logical: AtomicU32,
+    /// `hwm << 32 | crc32c` where `hwm` counts the bytes written from the chunk start
+    /// (bytes beyond it read as zeros) and the CRC covers exactly those bytes. Bit 63 set
+    /// = the CRC is stale (an overwrite happened) and is recomputed at fsync/close.
+    pub sum: AtomicU64,
+}
+
+/// `ChunkEntry::sum` flag: CRC stale.
+pub const SUM_STALE: u64 = 1 << 63;
+
+/// Pack a high-water mark and CRC.
+pub fn pack_sum(hwm: u32, crc: u32, stale: bool) -> u64 {
+    ((hwm as u64) << 32) | crc as u64 | if stale { SUM_STALE } else { 0 }
+}
+
+/// Unpack (hwm, crc, stale).
+pub fn unpack_sum(v: u64) -> (u32, u32, bool) {
+    (((v & !SUM_STALE) >> 32) as u32, v as u32, v & SUM_STALE != 0)
+}

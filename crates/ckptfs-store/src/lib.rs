@@ -1,0 +1,58 @@
+//! # ckptfs-store: the node-local checkpoint store
+//!
+//! A store is one persistent shared-memory segment per node (`/dev/shm/ckptfs.NAME`),
+//! created by the first process that opens it and attached by later ones. It outlives
+//! every process that uses it, so checkpoints survive the application's crash, and it is
+//! pre-faulted once at creation so that writing a checkpoint is a `memcpy` into memory
+//! that never page-faults (CRUISE, Rajachandrasekar et al., sections 4-5).
+//!
+//! Inside the segment (see [`layout`]): a superblock, an inode table (files and
+//! directories, addressed by file id), a chunk table (owner, logical index, checksum of
+//! every fixed-size chunk), free stacks, a name hash and the data region. Only offsets
+//! are stored, never pointers. When memory chunks run out, chunks are taken from an
+//! optional spill file on an SSD.
+//!
+//! Concurrency: many processes of a node share a store, each usually writing its own
+//! files. A namespace lock, an allocation lock and one lock per file are robust,
+//! process-shared mutexes: a holder SIGKILLed at any instruction is detected by the next
+//! locker, which rebuilds the derived structures from the source of truth (chunk owners
+//! and inode records). Files open for writing carry leases (pid + start time); a file
+//! whose writer died is reported [`WriteState::Incomplete`], readable up to its last
+//! completed write.
+//!
+//! Integrity: a CRC32C per chunk is extended as data is appended (hardware accelerated),
+//! recomputed at fsync/close after overwrites, and verified by [`Store::fsck`], by
+//! [`FileHandle::verify_all`] when copying out, and on read when the file was written by
+//! another (possibly dead) process.
+//!
+//! ```no_run
+//! use ckptfs_store::{Store, StoreOptions, OpenFlags};
+//! let store = Store::open_or_create(&StoreOptions::named("demo"))?;
+//! store.mkdir("/ckpt", 0o755)?;
+//! let mut f = store.open("/ckpt/rank0", OpenFlags::CREATE, 0o644)?;
+//! f.write_all(b"state")?;
+//! f.close()?;
+//! # Ok::<(), ckptfs_store::StoreError>(())
+//! ```
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod checksum;
+mod error;
+pub mod fault;
+mod file;
+mod fsck;
+pub mod layout;
+mod lock;
+pub mod process;
+mod segment;
+mod store;
+
+pub use error::{Result, StoreError};
+pub use file::FileHandle;
+pub use fsck::{FsckReport, Problem};
+pub use store::{
+    default_store_name, job_rank, segment_path, ChunkInfo, ChunkLocation, DataRegion, DirEntry, FileKind,
+    OpenFlags, Stat, Store, StoreInfo, StoreOptions, WriteState, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES,
+    DEFAULT_MEM_SIZE, ROOT_INO,
+};

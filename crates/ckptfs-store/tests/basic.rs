@@ -1,0 +1,270 @@
+//! Namespace and data-path behaviour of the store, through the public API.
+
+use ckptfs_store::*;
+
+/// A store with a unique name, destroyed on drop.
+pub struct TempStore {
+    pub store: Store,
+    name: String,
+}
+
+impl Drop for TempStore {
+    fn drop(&mut self) {
+        let _ = Store::destroy(&self.name);
+    }
+}
+
+pub fn temp_store(tag: &str, mem: u64, chunk: u64, spill: Option<(&std::path::Path, u64)>) -> TempStore {
+    let name = format!("t-{tag}-{}", std::process::id());
+    let _ = Store::destroy(&name);
+    let opts = StoreOptions {
+        name: name.clone(),
+        mem_size: Some(mem),
+        chunk_size: Some(chunk),
+        max_files: Some(64),
+        spill_dir: spill.map(|s| s.0.to_path_buf()),
+        spill_size: spill.map(|s| s.1),
+        private: false,
+    };
+    TempStore {
+        store: Store::create(&opts).unwrap(),
+        name,
+    }
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn write_read_back_across_chunks() {
+    let t = temp_store("rw", 8 << 20, 64 << 10, None);
+    let s = &t.store;
+    s.mkdir("/ckpt", 0o755).unwrap();
+    let data = pattern(300_000, 7);
+    let mut f = s.open("/ckpt/a", OpenFlags::CREATE, 0o644).unwrap();
+    for part in data.chunks(10_007) {
+        assert_eq!(f.write(part).unwrap(), part.len());
+    }
+    f.close().unwrap();
+    let st = s.stat("/ckpt/a").unwrap();
+    assert_eq!(st.size, data.len() as u64);
+    assert_eq!(st.state, WriteState::Complete);
+    let mut r = s.open("/ckpt/a", OpenFlags::READ, 0).unwrap();
+    let mut back = vec![0u8; data.len() + 10];
+    assert_eq!(r.read_full(&mut back).unwrap(), data.len());
+    assert_eq!(&back[..data.len()], &data[..]);
+    assert!(s.fsck(false).is_clean());
+}
+
+#[test]
+fn holes_read_as_zeros_and_truncate_frees() {
+    let t = temp_store("hole", 8 << 20, 64 << 10, None);
+    let s = &t.store;
+    let mut f = s
+        .open(
+            "/f",
+            OpenFlags {
+                read: true,
+                write: true,
+                create: true,
+                ..Default::default()
+            },
+            0o600,
+        )
+        .unwrap();
+    f.pwrite(b"abc", 200_000).unwrap();
+    assert_eq!(f.size(), 200_003);
+    let mut buf = vec![1u8; 200_003];
+    assert_eq!(f.pread(&mut buf, 0).unwrap(), 200_003);
+    assert!(buf[..200_000].iter().all(|&b| b == 0));
+    assert_eq!(&buf[200_000..], b"abc");
+    // Hole inside one chunk after the high-water mark.
+    f.pwrite(b"x", 10).unwrap();
+    f.pwrite(b"y", 100).unwrap();
+    let mut b = [9u8; 101];
+    f.pread(&mut b, 0).unwrap();
+    assert_eq!(b[10], b'x');
+    assert_eq!(b[100], b'y');
+    assert!(b[..10].iter().chain(&b[11..100]).all(|&x| x == 0));
+    let before = s.info().mem_free_chunks;
+    f.set_len(5).unwrap();
+    assert!(s.info().mem_free_chunks > before);
+    f.set_len(70_000).unwrap();
+    let mut b = vec![9u8; 70_000];
+    f.pread(&mut b, 0).unwrap();
+    assert!(b[11..].iter().all(|&x| x == 0), "shrunk bytes come back as zeros");
+    f.close().unwrap();
+    let rep = s.fsck(false);
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+}
+
+#[test]
+fn directories_and_errors() {
+    let t = temp_store("dirs", 4 << 20, 64 << 10, None);
+    let s = &t.store;
+    s.mkdir("/a", 0o755).unwrap();
+    s.mkdir("/a/b", 0o755).unwrap();
+    assert_eq!(s.mkdir("/a", 0o755).unwrap_err().errno(), libc::EEXIST);
+    s.open("/a/b/f", OpenFlags::CREATE, 0o644)
+        .unwrap()
+        .close()
+        .unwrap();
+    assert_eq!(s.rmdir("/a/b").unwrap_err().errno(), libc::ENOTEMPTY);
+    assert_eq!(
+        s.open("/a/b/f/x", OpenFlags::CREATE, 0o644).unwrap_err().errno(),
+        libc::ENOTDIR
+    );
+    assert_eq!(
+        s.open("/nope/x", OpenFlags::CREATE, 0o644).unwrap_err().errno(),
+        libc::ENOENT
+    );
+    assert_eq!(
+        s.open("/a", OpenFlags::CREATE, 0o644).unwrap_err().errno(),
+        libc::EISDIR
+    );
+    let mut d = s.open("/a", OpenFlags::READ, 0).unwrap();
+    assert_eq!(d.read(&mut [0u8; 4]).unwrap_err().errno(), libc::EISDIR);
+    assert_eq!(
+        s.open(
+            "/a/b/f",
+            OpenFlags {
+                create: true,
+                excl: true,
+                write: true,
+                ..Default::default()
+            },
+            0
+        )
+        .unwrap_err()
+        .errno(),
+        libc::EEXIST
+    );
+    let long = "x".repeat(256);
+    assert_eq!(
+        s.open(&format!("/{long}"), OpenFlags::CREATE, 0)
+            .unwrap_err()
+            .errno(),
+        libc::ENAMETOOLONG
+    );
+    let names: Vec<_> = s.read_dir("/a/b").unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["f"]);
+    s.rename("/a/b/f", "/a/g").unwrap();
+    assert_eq!(s.stat("/a/b/f").unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(s.stat("/a/g").unwrap().kind, FileKind::File);
+    s.rmdir("/a/b").unwrap();
+    assert_eq!(s.unlink("/a").unwrap_err().errno(), libc::EISDIR);
+    assert_eq!(s.rmdir("/a/g").unwrap_err().errno(), libc::ENOTDIR);
+    s.unlink("/a/g").unwrap();
+    s.rmdir("/a").unwrap();
+    assert!(s.read_dir("/").unwrap().is_empty());
+    assert!(s.fsck(false).is_clean());
+}
+
+#[test]
+fn rename_replaces_and_unlinked_open_file_keeps_data() {
+    let t = temp_store("ren", 4 << 20, 64 << 10, None);
+    let s = &t.store;
+    let mut a = s.open("/a", OpenFlags::CREATE, 0o644).unwrap();
+    a.write_all(b"new").unwrap();
+    a.close().unwrap();
+    let mut b = s.open("/b", OpenFlags::CREATE, 0o644).unwrap();
+    b.write_all(&pattern(100_000, 1)).unwrap();
+    b.close().unwrap();
+    let mut held = s.open("/b", OpenFlags::READ, 0).unwrap();
+    s.rename("/a", "/b").unwrap();
+    let mut buf = [0u8; 3];
+    s.open("/b", OpenFlags::READ, 0).unwrap().read(&mut buf).unwrap();
+    assert_eq!(&buf, b"new");
+    // The replaced file is still readable through the handle opened before.
+    let mut old = vec![0u8; 100_000];
+    assert_eq!(held.read_full(&mut old).unwrap(), 100_000);
+    assert_eq!(old, pattern(100_000, 1));
+    let used = s.info().mem_chunks - s.info().mem_free_chunks;
+    held.close().unwrap();
+    assert!(
+        s.info().mem_chunks - s.info().mem_free_chunks < used,
+        "freed at last close"
+    );
+    assert!(s.fsck(false).is_clean());
+}
+
+#[test]
+fn enospc_short_write_keeps_other_files() {
+    let t = temp_store("full", 256 << 10, 64 << 10, None);
+    let s = &t.store;
+    let keep = pattern(64 << 10, 3);
+    let mut k = s.open("/keep", OpenFlags::CREATE, 0o644).unwrap();
+    k.write_all(&keep).unwrap();
+    k.close().unwrap();
+    let mut f = s.open("/big", OpenFlags::CREATE, 0o644).unwrap();
+    let n = f.write(&vec![5u8; 1 << 20]).unwrap();
+    assert_eq!(n, 3 * (64 << 10), "short write of what fitted");
+    assert_eq!(f.write(b"more").unwrap_err().errno(), libc::ENOSPC);
+    f.close().unwrap();
+    let mut back = vec![0u8; keep.len()];
+    s.open("/keep", OpenFlags::READ, 0)
+        .unwrap()
+        .read_full(&mut back)
+        .unwrap();
+    assert_eq!(back, keep);
+    s.unlink("/big").unwrap();
+    assert_eq!(s.info().mem_free_chunks, 3);
+}
+
+#[test]
+fn spill_over_when_memory_is_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = temp_store("spill", 128 << 10, 64 << 10, Some((dir.path(), 256 << 10)));
+    let s = &t.store;
+    let data = pattern(300_000, 9);
+    let mut f = s.open("/s", OpenFlags::CREATE, 0o644).unwrap();
+    f.write_all(&data).unwrap();
+    f.close().unwrap();
+    let st = s.stat("/s").unwrap();
+    assert_eq!(st.chunks, 5);
+    assert_eq!(st.spill_chunks, 3);
+    let mut back = vec![0u8; data.len()];
+    s.open("/s", OpenFlags::READ, 0)
+        .unwrap()
+        .read_full(&mut back)
+        .unwrap();
+    assert_eq!(back, data);
+    let list = s.chunk_list("/s").unwrap();
+    assert_eq!(
+        list.iter()
+            .filter(|c| matches!(c.location, ChunkLocation::Spill(_)))
+            .count(),
+        3
+    );
+    assert!(s.fsck(false).is_clean());
+    let mut g = s.open("/t", OpenFlags::CREATE, 0o644).unwrap();
+    assert_eq!(g.write(&[1u8; 100 << 10]).unwrap(), 64 << 10);
+}
+
+#[test]
+fn attach_checks_settings_and_format() {
+    let t = temp_store("attach", 1 << 20, 64 << 10, None);
+    let name = t.store.name().to_string();
+    let again = Store::attach(&StoreOptions::named(&name)).unwrap();
+    assert_eq!(again.chunk_size(), 64 << 10);
+    let err = Store::attach(&StoreOptions {
+        chunk_size: Some(1 << 20),
+        ..StoreOptions::named(&name)
+    })
+    .err()
+    .unwrap();
+    assert!(matches!(err, StoreError::ConflictingSettings { .. }), "{err}");
+    assert!(matches!(
+        Store::attach(&StoreOptions::named("t-none-x")).err().unwrap(),
+        StoreError::NoStore(_)
+    ));
+    // A foreign file in place of a segment.
+    let fake = format!("t-foreign-{}", std::process::id());
+    std::fs::write(segment_path(&fake), vec![0x55u8; 8192]).unwrap();
+    let err = Store::attach(&StoreOptions::named(&fake)).err().unwrap();
+    assert!(err.to_string().contains("not a ckptfs segment"), "{err}");
+    std::fs::remove_file(segment_path(&fake)).unwrap();
+}
