@@ -26,6 +26,24 @@ pub struct Segment {
     spill: Option<File>,
     /// Per-chunk bit: page tables for this chunk populated in this process.
     populated: Vec<AtomicU64>,
+    /// Fork generation the `populated` bits belong to (a child has no page tables).
+    populated_gen: AtomicU64,
+}
+
+/// Incremented in every child after fork(): a child's page tables for shared mappings are
+/// empty, so its populated bits must be cleared.
+static FORK_GEN: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn after_fork_in_child() {
+    FORK_GEN.fetch_add(1, Ordering::Relaxed);
+}
+
+fn register_fork_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registering a handler that only touches an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
 }
 
 // SAFETY: the mapping is shared memory whose mutable parts are only accessed through
@@ -172,7 +190,9 @@ impl Segment {
             layout,
             spill,
             populated: Vec::new(),
+            populated_gen: AtomicU64::new(FORK_GEN.load(Ordering::Relaxed)),
         };
+        register_fork_handler();
         seg.populated = (0..(params.mem_chunks as usize).div_ceil(64))
             .map(|_| AtomicU64::new(!0))
             .collect();
@@ -260,6 +280,10 @@ impl Segment {
             populated: (0..(layout.mem_chunks as usize).div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            populated_gen: {
+                register_fork_handler();
+                AtomicU64::new(FORK_GEN.load(Ordering::Relaxed))
+            },
         })
     }
 
@@ -394,6 +418,13 @@ impl Segment {
         let cs = self.layout.chunk_size() as usize;
         // SAFETY: c < mem_chunks, so the chunk lies inside the data region.
         let p = unsafe { self.data_base().add(c as usize * cs) };
+        let gen = FORK_GEN.load(Ordering::Relaxed);
+        if self.populated_gen.load(Ordering::Relaxed) != gen {
+            for w in &self.populated {
+                w.store(0, Ordering::Relaxed);
+            }
+            self.populated_gen.store(gen, Ordering::Relaxed);
+        }
         let word = &self.populated[c as usize / 64];
         let bit = 1u64 << (c % 64);
         if word.load(Ordering::Relaxed) & bit == 0 {
