@@ -5,7 +5,7 @@
 //! Every subcommand prints a table, or JSON with `--json`.
 
 use crate::costs_file;
-use crate::decide::{try_decide, DecisionInput, Level, LevelCost, LevelCosts, Predictor, RollbackCount};
+use crate::decide::{try_decide, DecisionInput, LevelCost, LevelCosts, Predictor, RollbackCount};
 use crate::error::PolicyError;
 use crate::failure::{FailureLog, Matching};
 use crate::fig5;
@@ -206,6 +206,7 @@ pub struct SimulateArgs {
         "nodes", "procs", "mtbf", "shape", "failure_log", "soft_fraction", "matching",
         "remote_only", "precision", "recall", "segments", "tau", "costs_from", "ckpt_size",
         "ckpt_pfs", "restart_pfs", "ckpt_partner", "restart_partner", "ckpt_local", "restart_local",
+        "no_reprotect",
     ])]
     pub reproduce: Option<Preset>,
     /// Nodes in the machine.
@@ -260,6 +261,11 @@ pub struct SimulateArgs {
     /// How the adaptive policy counts a fallback's lost segments.
     #[arg(long, value_enum, default_value_t = RollbackCount::Paper)]
     pub rollback: RollbackCount,
+    /// Adaptive only: do not decide again after a restart. By default a restart from
+    /// memory starts a new segment and the restored checkpoint is copied to the PFS if the
+    /// policy now prefers it; REMEM's Algorithm 1 (and --reproduce) does not.
+    #[arg(long)]
+    pub no_reprotect: bool,
     /// Independent runs averaged [default: 1, or 10 with --reproduce].
     #[arg(long)]
     pub runs: Option<u32>,
@@ -377,7 +383,10 @@ fn interval_cmd(a: &IntervalArgs) -> Result<String, PolicyError> {
         fmt_duration(adv.cost_s),
         fmt_duration(adv.restart_s)
     );
-    s += &format!("{:<28} {:>12} {:>22}\n", "formula", "interval", "expected time lost");
+    s += &format!(
+        "{:<28} {:>12} {:>22}\n",
+        "formula", "interval", "expected time lost"
+    );
     for (name, t, w) in [
         ("Young sqrt(2CM)", adv.young_s, adv.young_waste),
         ("Daly higher-order", adv.daly_s, adv.daly_waste),
@@ -441,6 +450,7 @@ fn single_cmd(a: &SimulateArgs) -> Result<String, PolicyError> {
         tau: a.tau,
         costs,
         rollback: a.rollback,
+        reprotect: !a.no_reprotect,
         runs: a.runs.unwrap_or(1),
         seed: a.seed,
     };
@@ -481,22 +491,21 @@ fn single_cmd(a: &SimulateArgs) -> Result<String, PolicyError> {
     let c = &report.config;
     let mut s = String::new();
     let fail = match &c.failures {
-        FailureSource::Weibull { mtbf_s, shape } => format!(
-            "Weibull, node MTBF {}, shape {shape}",
-            fmt_duration(*mtbf_s)
-        ),
-        FailureSource::Log(l) => format!(
-            "log {} ({} failures)",
-            l.path.display(),
-            l.events.len()
-        ),
+        FailureSource::Weibull { mtbf_s, shape } => {
+            format!("Weibull, node MTBF {}, shape {shape}", fmt_duration(*mtbf_s))
+        }
+        FailureSource::Log(l) => format!("log {} ({} failures)", l.path.display(), l.events.len()),
     };
     s += &format!(
         "{} procs on {} nodes, {:?} matching{}; failures: {fail}, soft fraction {}\n",
         c.procs,
         c.nodes,
         c.matching,
-        if c.remote_only { ", remote-only partner copies" } else { "" },
+        if c.remote_only {
+            ", remote-only partner copies"
+        } else {
+            ""
+        },
         c.soft_fraction
     );
     s += &format!(
@@ -640,17 +649,12 @@ fn fig5_cmd(a: &SimulateArgs) -> Result<String, PolicyError> {
             .iter()
             .map(|g| {
                 (
-                    format!(
-                        "{} (PFS {:.0} s)",
-                        g.label,
-                        g.costs.pfs.checkpoint_s
-                    ),
+                    format!("{} (PFS {:.0} s)", g.label, g.costs.pfs.checkpoint_s),
                     g.results.as_slice(),
                 )
             })
             .collect();
-        let rows: Vec<(&str, &[StrategyResult])> =
-            rows.iter().map(|(l, r)| (l.as_str(), *r)).collect();
+        let rows: Vec<(&str, &[StrategyResult])> = rows.iter().map(|(l, r)| (l.as_str(), *r)).collect();
         s += &results_table(&rows);
     }
     s += &format!("\nsimulated in {sim_time:.1} s\n");
@@ -658,9 +662,4 @@ fn fig5_cmd(a: &SimulateArgs) -> Result<String, PolicyError> {
         s += &format!("plot: {}\n", p.display());
     }
     Ok(s)
-}
-
-#[allow(dead_code)]
-fn level_name(l: Level) -> &'static str {
-    l.name()
 }

@@ -57,8 +57,7 @@ pub fn parse(text: &str, path: &Path, ckpt_size: Option<f64>) -> Result<LoadedCo
     if let Some(levels) = doc.get("levels") {
         if ckpt_size.is_some() {
             return Err(err(
-                "--ckpt-size only applies to bench documents; this file gives costs in seconds"
-                    .into(),
+                "--ckpt-size only applies to bench documents; this file gives costs in seconds".into(),
             ));
         }
         own_schema(levels, &err)
@@ -74,10 +73,7 @@ pub fn parse(text: &str, path: &Path, ckpt_size: Option<f64>) -> Result<LoadedCo
     }
 }
 
-fn own_schema(
-    levels: &Value,
-    err: &dyn Fn(String) -> PolicyError,
-) -> Result<LoadedCosts, PolicyError> {
+fn own_schema(levels: &Value, err: &dyn Fn(String) -> PolicyError) -> Result<LoadedCosts, PolicyError> {
     let obj = levels
         .as_object()
         .ok_or_else(|| err("`levels` must be an object".into()))?;
@@ -101,8 +97,7 @@ fn own_schema(
                     .ok_or_else(|| err(format!("levels.{name}.{field} must be a number"))),
             }
         };
-        let c = num("checkpoint_s")?
-            .ok_or_else(|| err(format!("levels.{name}.checkpoint_s is missing")))?;
+        let c = num("checkpoint_s")?.ok_or_else(|| err(format!("levels.{name}.checkpoint_s is missing")))?;
         let r = num("restart_s")?.unwrap_or(c);
         Ok(Some(LevelCost {
             checkpoint_s: c,
@@ -198,7 +193,11 @@ fn bench(
         if w.0.is_empty() && r.0.is_empty() {
             return None;
         }
-        let wbw = if w.0.is_empty() { median(r.0.clone()) } else { median(w.0.clone()) };
+        let wbw = if w.0.is_empty() {
+            median(r.0.clone())
+        } else {
+            median(w.0.clone())
+        };
         let rbw = if r.0.is_empty() { wbw } else { median(r.0.clone()) };
         let cases: Vec<&str> = w.1.iter().chain(&r.1).map(String::as_str).collect();
         provenance.push(format!(
@@ -219,11 +218,7 @@ fn bench(
         ))
     })?;
     Ok(LoadedCosts {
-        costs: LevelCosts {
-            local,
-            partner,
-            pfs,
-        },
+        costs: LevelCosts { local, partner, pfs },
         provenance,
     })
 }
@@ -234,7 +229,8 @@ mod tests {
 
     #[test]
     fn own_schema_reads_levels_and_defaults_restart() {
-        let t = r#"{"levels": {"partner": {"checkpoint_s": 8}, "pfs": {"checkpoint_s": 130, "restart_s": 100}}}"#;
+        let t =
+            r#"{"levels": {"partner": {"checkpoint_s": 8}, "pfs": {"checkpoint_s": 130, "restart_s": 100}}}"#;
         let c = parse(t, Path::new("c.json"), None).unwrap().costs;
         assert_eq!(c.partner.unwrap().restart_s, 8.0);
         assert_eq!(c.pfs.restart_s, 100.0);

@@ -187,8 +187,8 @@ impl FailureLog {
                     format!("node {node} is out of range for --nodes {nodes}"),
                 ));
             }
-            let time = crate::units::parse_duration(fields[1])
-                .map_err(|m| err(i + 1, format!("time: {m}")))?;
+            let time =
+                crate::units::parse_duration(fields[1]).map_err(|m| err(i + 1, format!("time: {m}")))?;
             let hard = match fields.get(2).map(|s| s.to_ascii_lowercase()) {
                 None => true,
                 Some(k) if k == "hard" => true,
@@ -231,8 +231,7 @@ mod tests {
     fn weibull_sample_mean_and_variance_match_theory() {
         // 400k samples; the variance of a Weibull with k = 0.7 has heavy
         // tails, so its tolerance is wider than the mean's.
-        for &(shape, tol_mean, tol_var) in &[(0.7, 0.01, 0.06), (1.0, 0.01, 0.03), (2.0, 0.01, 0.02)]
-        {
+        for &(shape, tol_mean, tol_var) in &[(0.7, 0.01, 0.06), (1.0, 0.01, 0.03), (2.0, 0.01, 0.02)] {
             let w = Weibull::from_mean(100.0, shape).unwrap();
             let mut rng = Rng::new(12345);
             let n = 400_000;

@@ -141,6 +141,7 @@ pub fn run(seed: u64, runs: u32, rollback: RollbackCount) -> Result<Fig5Report, 
             tau: tau_h * 3600.0,
             costs: costs(procs, io),
             rollback,
+            reprotect: false,
             runs,
             seed,
         };

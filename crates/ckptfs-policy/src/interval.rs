@@ -83,12 +83,7 @@ pub struct IntervalAdvice {
 /// Computes [`IntervalAdvice`] for a job of `nodes` nodes, each with
 /// `node_mtbf` seconds MTBF (failures independent, so the job's MTBF is
 /// `node_mtbf / nodes`).
-pub fn advise(
-    node_mtbf: f64,
-    nodes: u32,
-    cost: f64,
-    restart: f64,
-) -> Result<IntervalAdvice, PolicyError> {
+pub fn advise(node_mtbf: f64, nodes: u32, cost: f64, restart: f64) -> Result<IntervalAdvice, PolicyError> {
     positive("mtbf", node_mtbf)?;
     if nodes == 0 {
         return Err(crate::error::invalid("nodes", 0, "must be at least 1"));
@@ -134,7 +129,10 @@ mod tests {
         // δ = 300, M = 86400: x = 300/172800 = 1/576, √x = 1/24
         // τ = 7200·(1 + 1/72 + 1/5184) − 300 = 7200 + 100 + 1.388… − 300
         let t = daly_interval(86_400.0, 300.0).unwrap();
-        assert!((t - (7200.0 + 100.0 + 7200.0 / 5184.0 - 300.0)).abs() < 1e-9, "{t}");
+        assert!(
+            (t - (7200.0 + 100.0 + 7200.0 / 5184.0 - 300.0)).abs() < 1e-9,
+            "{t}"
+        );
         // Large cost: τ = M
         assert_eq!(daly_interval(100.0, 250.0).unwrap(), 100.0);
     }

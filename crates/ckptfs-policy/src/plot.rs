@@ -128,14 +128,12 @@ pub(crate) fn bar_chart(
             .map_err(|e| perr(&e))?;
         v += step;
     }
-    root.draw(
-        &Text::new(
-            "cost / (S x tau)".to_string(),
-            (18, top + ph / 2),
-            TextStyle::from(font(15.0).transform(FontTransform::Rotate270))
-                .pos(Pos::new(HPos::Center, VPos::Center)),
-        ),
-    )
+    root.draw(&Text::new(
+        "cost / (S x tau)".to_string(),
+        (18, top + ph / 2),
+        TextStyle::from(font(15.0).transform(FontTransform::Rotate270))
+            .pos(Pos::new(HPos::Center, VPos::Center)),
+    ))
     .map_err(|e| perr(&e))?;
 
     let colors = [
@@ -235,10 +233,7 @@ pub(crate) fn bar_chart(
     if let Some(g) = groups.first() {
         for r in g.results {
             let desc = match r.spec {
-                Strategy::Adaptive(p) => format!(
-                    "adaptive, P={:.2} R={:.2}",
-                    p.precision, p.recall
-                ),
+                Strategy::Adaptive(p) => format!("adaptive, P={:.2} R={:.2}", p.precision, p.recall),
                 s => s.name().to_string(),
             };
             root.draw(&text(

@@ -32,7 +32,8 @@
 //!   raises false alarms per node as a Poisson process whose rate makes the
 //!   fraction of true alarms equal `precision`. Before a checkpoint the
 //!   adaptive strategy asks whether any alarm falls on a source node, and on
-//!   a backup node, within the next `tau`.
+//!   a backup node, before the next checkpoint is complete (a window of
+//!   `tau` plus twice the largest checkpoint cost).
 
 use crate::decide::{decide, DecisionInput, Level, LevelCosts, Predictor, RollbackCount};
 use crate::error::{invalid, non_negative, positive, probability, PolicyError};
@@ -111,6 +112,11 @@ pub struct SimConfig {
     pub costs: LevelCosts,
     /// How the adaptive strategy counts a fallback's lost segments.
     pub rollback: RollbackCount,
+    /// After a restart from a memory level, the adaptive strategy decides
+    /// again (fresh alarms, a new segment starts) and copies the restored
+    /// checkpoint to a more durable level if that is now cheaper. REMEM's
+    /// Algorithm 1 decides only when a checkpoint is taken (`false`).
+    pub reprotect: bool,
     /// Independent repetitions (each with its own failures); results are
     /// averaged.
     pub runs: u32,
@@ -132,11 +138,7 @@ impl SimConfig {
             ));
         }
         if self.matching == Matching::Mirror && self.nodes % 2 == 1 {
-            return Err(invalid(
-                "nodes",
-                self.nodes,
-                "must be even for --matching mirror",
-            ));
+            return Err(invalid("nodes", self.nodes, "must be even for --matching mirror"));
         }
         if self.procs == 0 || self.procs > self.nodes {
             return Err(invalid("procs", self.procs, "must be between 1 and --nodes"));
@@ -219,6 +221,10 @@ pub struct StrategyResult {
     /// Mean number of failures after which the newest checkpoint was gone and
     /// the job fell back to an older one.
     pub fallbacks: f64,
+    /// Mean number of restored checkpoints copied to a more durable level
+    /// after a restart (see [`SimConfig::reprotect`]); counted in
+    /// `checkpoints` and in the checkpoint ratio too.
+    pub reprotects: f64,
 }
 
 /// The output of [`Simulator::run`].
@@ -247,6 +253,7 @@ struct Outcome {
     counts: [u64; 3],
     failures: u64,
     fallbacks: u64,
+    reprotects: u64,
     end_time: f64,
 }
 
@@ -297,19 +304,21 @@ impl Simulator {
         let mut notes = Vec::new();
         let mut max_end: f64 = 0.0;
         for run in 0..u64::from(cfg.runs) {
-            let mut horizon = 1.5 * budget + 7.0 * 86_400.0;
+            let first = 1.5 * budget + 7.0 * 86_400.0;
+            let mut horizon = first;
             let outcomes = loop {
                 match self.one_run(&roles, strategies, run, horizon) {
                     Ok(o) => break o,
                     Err(HorizonExceeded) => {
                         horizon *= 2.0;
-                        if horizon > 200.0 * budget + 1e9 {
+                        if horizon > 16.0 * first {
                             return Err(PolicyError::Diverged(format!(
-                                "after {} s of wall time the job has not spent its {} s of \
-                                 compute: failures come faster than checkpoints and restarts \
-                                 complete (check --mtbf, --procs and the level costs)",
-                                horizon / 2.0,
-                                budget
+                                "after {} of wall time the job has not spent its {} of \
+                                 compute (overhead above 2000%): failures come faster than \
+                                 checkpoints and restarts complete (check --mtbf, --procs and \
+                                 the level costs)",
+                                crate::units::fmt_duration(horizon / 2.0),
+                                crate::units::fmt_duration(budget)
                             )));
                         }
                     }
@@ -354,14 +363,7 @@ impl Simulator {
             FailureSource::Weibull { mtbf_s, shape } => {
                 // Validated in `SimConfig::validate`.
                 let dist = Weibull::from_mean(*mtbf_s, *shape).map_err(|_| HorizonExceeded)?;
-                let ev = weibull_events(
-                    &dist,
-                    cfg.soft_fraction,
-                    &roles.relevant,
-                    cfg.seed,
-                    run,
-                    horizon,
-                );
+                let ev = weibull_events(&dist, cfg.soft_fraction, &roles.relevant, cfg.seed, run, horizon);
                 (ev, horizon, 1.0 / mtbf_s)
             }
             FailureSource::Log(log) => {
@@ -383,9 +385,9 @@ impl Simulator {
         let mut out = Vec::with_capacity(strategies.len());
         for s in strategies {
             let alarms = match s {
-                Strategy::Adaptive(p) => Some(Alarms::new(
-                    &events, roles, p, node_rate, cfg.seed, run, horizon,
-                )),
+                Strategy::Adaptive(p) => {
+                    Some(Alarms::new(&events, roles, p, node_rate, cfg.seed, run, horizon))
+                }
                 Strategy::Fixed(_) => None,
             };
             let mut walk = Walk::new(cfg, roles, &events, horizon);
@@ -404,10 +406,7 @@ fn summarise(strategy: Strategy, outs: &[Outcome], budget: f64) -> StrategyResul
     let restart = mean(&|o| o.restart / budget);
     let mean_total = mean(&total);
     let var = if outs.len() > 1 {
-        outs.iter()
-            .map(|o| (total(o) - mean_total).powi(2))
-            .sum::<f64>()
-            / (n - 1.0)
+        outs.iter().map(|o| (total(o) - mean_total).powi(2)).sum::<f64>() / (n - 1.0)
     } else {
         0.0
     };
@@ -428,6 +427,7 @@ fn summarise(strategy: Strategy, outs: &[Outcome], budget: f64) -> StrategyResul
         },
         failures: mean(&|o| o.failures as f64),
         fallbacks: mean(&|o| o.fallbacks as f64),
+        reprotects: mean(&|o| o.reprotects as f64),
     }
 }
 
@@ -459,9 +459,7 @@ impl Roles {
             backed_by[b as usize] = Some(s);
         }
         let is_relevant: Vec<bool> = (0..n).map(|i| is_source[i] || is_backup[i]).collect();
-        let relevant = (0..cfg.nodes)
-            .filter(|&i| is_relevant[i as usize])
-            .collect();
+        let relevant = (0..cfg.nodes).filter(|&i| is_relevant[i as usize]).collect();
         Roles {
             is_source,
             is_backup,
@@ -473,10 +471,15 @@ impl Roles {
     }
 }
 
-/// Sorted alarm times for the source group and the backup group.
+/// Alarm times: per node, and merged for the source group and the backup
+/// group.
 struct Alarms {
-    source: Vec<f64>,
+    /// Alarms on source nodes, sorted by time, with the node.
+    source: Vec<(f64, u32)>,
+    /// Alarms on backup nodes, sorted.
     backup: Vec<f64>,
+    /// Alarm times of each node, sorted (empty for nodes outside the job).
+    per_node: Vec<Vec<f64>>,
 }
 
 impl Alarms {
@@ -489,19 +492,10 @@ impl Alarms {
         run: u64,
         horizon: f64,
     ) -> Self {
-        let mut source = Vec::new();
-        let mut backup = Vec::new();
-        let mut push = |node: u32, t: f64| {
-            if roles.is_source[node as usize] {
-                source.push(t);
-            }
-            if roles.is_backup[node as usize] {
-                backup.push(t);
-            }
-        };
+        let mut per_node: Vec<Vec<f64>> = vec![Vec::new(); roles.is_source.len()];
         for e in events {
             if e.mark < p.recall {
-                push(e.node, e.time);
+                per_node[e.node as usize].push(e.time);
             }
         }
         // False alarms: rate r(1-p)/p per failure rate, so that true alarms are
@@ -517,29 +511,65 @@ impl Alarms {
             for &node in &roles.relevant {
                 let mut rng = Rng::stream(
                     seed,
-                    &[
-                        run,
-                        u64::from(node),
-                        3,
-                        p.precision.to_bits(),
-                        p.recall.to_bits(),
-                    ],
+                    &[run, u64::from(node), 3, p.precision.to_bits(), p.recall.to_bits()],
                 );
                 let mut t = rng.exponential(fa_mean);
                 while t <= end {
-                    push(node, t);
+                    per_node[node as usize].push(t);
                     t += rng.exponential(fa_mean);
                 }
             }
         }
-        source.sort_by(f64::total_cmp);
+        let mut source = Vec::new();
+        let mut backup = Vec::new();
+        for (node, times) in per_node.iter_mut().enumerate() {
+            times.sort_by(f64::total_cmp);
+            if roles.is_source[node] {
+                source.extend(times.iter().map(|&t| (t, node as u32)));
+            }
+            if roles.is_backup[node] {
+                backup.extend(times.iter().copied());
+            }
+        }
+        source.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         backup.sort_by(f64::total_cmp);
-        Alarms { source, backup }
+        Alarms {
+            source,
+            backup,
+            per_node,
+        }
     }
 
     fn any(v: &[f64], from: f64, to: f64) -> bool {
         let i = v.partition_point(|&x| x < from);
         i < v.len() && v[i] <= to
+    }
+
+    /// Source nodes with an alarm in `[from, to]`.
+    fn sources_in(&self, from: f64, to: f64) -> impl Iterator<Item = u32> + '_ {
+        let i = self.source.partition_point(|&(x, _)| x < from);
+        self.source[i..]
+            .iter()
+            .take_while(move |&&(x, _)| x <= to)
+            .map(|&(_, n)| n)
+    }
+
+    /// `(source alarm, backup alarm)` for the window `[from, to]`. With
+    /// remote-only partner copies any backup failure loses the checkpoint, so
+    /// the backup alarm is any alarm on a backup node (REMEM). With local
+    /// copies only a source together with its own backup loses it: when some
+    /// sources have alarms, the backup alarm is an alarm on one of *their*
+    /// backups; without a source alarm the failing source is unknown and any
+    /// backup alarm counts.
+    fn window(&self, roles: &Roles, remote_only: bool, from: f64, to: f64) -> (bool, bool) {
+        let mut sources = self.sources_in(from, to).peekable();
+        let source_alarm = sources.peek().is_some();
+        let backup_alarm = if remote_only || !source_alarm {
+            Self::any(&self.backup, from, to)
+        } else {
+            sources.any(|s| Self::any(&self.per_node[roles.backup_of[s as usize] as usize], from, to))
+        };
+        (source_alarm, backup_alarm)
     }
 }
 
@@ -552,6 +582,15 @@ struct Entry {
     /// When its write started.
     written: f64,
     broken: bool,
+}
+
+/// What the job does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Compute,
+    Checkpoint,
+    /// Just restarted from a checkpoint at this level.
+    Reprotect(Level),
 }
 
 /// One strategy walking through one failure history.
@@ -569,12 +608,7 @@ struct Walk<'a> {
 }
 
 impl<'a> Walk<'a> {
-    fn new(
-        cfg: &'a SimConfig,
-        roles: &'a Roles,
-        events: &'a [FailureEvent],
-        horizon: f64,
-    ) -> Self {
+    fn new(cfg: &'a SimConfig, roles: &'a Roles, events: &'a [FailureEvent], horizon: f64) -> Self {
         Walk {
             cfg,
             roles,
@@ -666,12 +700,24 @@ impl<'a> Walk<'a> {
                 let n_partner = self.entries[1]
                     .filter(|e| !e.broken && e.k > k_pfs)
                     .map(|e| n(e.k));
+                // The checkpoint must survive its own write, the segment and
+                // the write of the next checkpoint.
+                let c_max = self
+                    .cfg
+                    .costs
+                    .levels()
+                    .into_iter()
+                    .filter_map(|l| self.cfg.costs.get(l))
+                    .map(|c| c.checkpoint_s)
+                    .fold(0.0, f64::max);
+                let (source_alarm, backup_alarm) =
+                    a.window(self.roles, self.cfg.remote_only, t, t + tau + 2.0 * c_max);
                 let input = DecisionInput {
                     costs: self.cfg.costs,
                     tau,
                     predictor,
-                    source_alarm: Alarms::any(&a.source, t, t + tau),
-                    backup_alarm: Alarms::any(&a.backup, t, t + tau),
+                    source_alarm,
+                    backup_alarm,
                     n_pfs: n(k_pfs),
                     n_partner,
                     soft_fraction: self.cfg.soft_fraction,
@@ -684,8 +730,8 @@ impl<'a> Walk<'a> {
     }
 
     /// Rolls back after a source failure at `tf`; returns the time the job
-    /// computes again and the state it resumes from.
-    fn recover(&mut self, mut tf: f64, out: &mut Outcome) -> Result<(f64, u64), HorizonExceeded> {
+    /// computes again, the state it resumes from and the level it came from.
+    fn recover(&mut self, mut tf: f64, out: &mut Outcome) -> Result<(f64, u64, Level), HorizonExceeded> {
         out.failures += 1;
         let newest = self.entries.iter().flatten().map(|e| e.k).max().unwrap_or(0);
         let mut first = true;
@@ -717,7 +763,7 @@ impl<'a> Walk<'a> {
             match self.advance(tf + r)? {
                 None => {
                     out.restart += r;
-                    return Ok((tf + r, e.k));
+                    return Ok((tf + r, e.k, e.level));
                 }
                 Some(t2) => {
                     out.restart += t2 - tf;
@@ -725,6 +771,17 @@ impl<'a> Walk<'a> {
                     tf = t2;
                 }
             }
+        }
+    }
+
+    /// What follows a restart: with `reprotect`, the adaptive strategy decides
+    /// again for the restored checkpoint (a restart starts a new segment).
+    fn after_restart(&self, strategy: Strategy, restored: Level) -> Phase {
+        match strategy {
+            Strategy::Adaptive(_) if self.cfg.reprotect && restored != Level::Pfs => {
+                Phase::Reprotect(restored)
+            }
+            _ => Phase::Compute,
         }
     }
 
@@ -736,58 +793,73 @@ impl<'a> Walk<'a> {
         let mut k: u64 = 0;
         let mut used = 0.0;
         let mut tail = 0.0;
-        let mut checkpoint_next = false;
+        let mut phase = Phase::Compute;
         loop {
-            if !checkpoint_next {
-                let left = budget - used;
-                if left <= 1e-9 * budget {
-                    break;
-                }
-                let dur = left.min(tau);
-                match self.advance(t + dur)? {
-                    None => {
-                        used += dur;
-                        t += dur;
-                        if dur < tau {
-                            tail = dur;
-                            break;
+            match phase {
+                Phase::Compute => {
+                    let left = budget - used;
+                    if left <= 1e-9 * budget {
+                        break;
+                    }
+                    let dur = left.min(tau);
+                    match self.advance(t + dur)? {
+                        None => {
+                            used += dur;
+                            t += dur;
+                            if dur < tau {
+                                tail = dur;
+                                break;
+                            }
+                            k += 1;
+                            phase = Phase::Checkpoint;
                         }
-                        k += 1;
-                        checkpoint_next = true;
-                    }
-                    Some(tf) => {
-                        used += tf - t;
-                        (t, k) = self.recover(tf, &mut out)?;
+                        Some(tf) => {
+                            used += tf - t;
+                            let (t2, k2, restored) = self.recover(tf, &mut out)?;
+                            (t, k) = (t2, k2);
+                            phase = self.after_restart(strategy, restored);
+                        }
                     }
                 }
-            } else {
-                let level = self.choose(strategy, alarms, t, k);
-                let c = self.cost(level).checkpoint_s;
-                let start = t;
-                let backup_hard_before = self.last_backup_hard;
-                match self.advance(t + c)? {
-                    None => {
-                        out.checkpoint += c;
-                        t += c;
-                        out.counts[level.index()] += 1;
-                        // A backup that failed hard during the write took its
-                        // partial copies along (only matters without a local
-                        // copy: sources did not fail, or we would not be here).
-                        let broken = level == Level::Partner
-                            && self.cfg.remote_only
-                            && self.last_backup_hard > backup_hard_before;
-                        self.entries[level.index()] = Some(Entry {
-                            k,
-                            level,
-                            written: start,
-                            broken,
-                        });
-                        checkpoint_next = false;
+                Phase::Checkpoint | Phase::Reprotect(_) => {
+                    let level = self.choose(strategy, alarms, t, k);
+                    if let Phase::Reprotect(restored) = phase {
+                        // Only move the restored checkpoint up, never down.
+                        if level <= restored {
+                            phase = Phase::Compute;
+                            continue;
+                        }
+                        out.reprotects += 1;
                     }
-                    Some(tf) => {
-                        out.checkpoint += tf - t;
-                        (t, k) = self.recover(tf, &mut out)?;
-                        checkpoint_next = false;
+                    let c = self.cost(level).checkpoint_s;
+                    let start = t;
+                    let backup_hard_before = self.last_backup_hard;
+                    match self.advance(t + c)? {
+                        None => {
+                            out.checkpoint += c;
+                            t += c;
+                            out.counts[level.index()] += 1;
+                            // A backup that failed hard during the write took
+                            // its partial copies along (only matters without a
+                            // local copy: sources did not fail, or we would not
+                            // be here).
+                            let broken = level == Level::Partner
+                                && self.cfg.remote_only
+                                && self.last_backup_hard > backup_hard_before;
+                            self.entries[level.index()] = Some(Entry {
+                                k,
+                                level,
+                                written: start,
+                                broken,
+                            });
+                            phase = Phase::Compute;
+                        }
+                        Some(tf) => {
+                            out.checkpoint += tf - t;
+                            let (t2, k2, restored) = self.recover(tf, &mut out)?;
+                            (t, k) = (t2, k2);
+                            phase = self.after_restart(strategy, restored);
+                        }
                     }
                 }
             }
@@ -832,6 +904,7 @@ mod tests {
                 },
             },
             rollback: RollbackCount::Paper,
+            reprotect: false,
             runs: 2,
             seed: 1,
         }
@@ -901,8 +974,18 @@ mod tests {
         c.failures = FailureSource::Log(FailureLog {
             path: "two".into(),
             events: vec![
-                FailureEvent { time: t1, node: 128, hard: true, mark: 0.9 },
-                FailureEvent { time: t1 + 200.0, node: 0, hard: true, mark: 0.9 },
+                FailureEvent {
+                    time: t1,
+                    node: 128,
+                    hard: true,
+                    mark: 0.9,
+                },
+                FailureEvent {
+                    time: t1 + 200.0,
+                    node: 0,
+                    hard: true,
+                    mark: 0.9,
+                },
             ],
         });
         let r = Simulator::new(c.clone())
@@ -934,5 +1017,181 @@ mod tests {
             .run_strategies(&[Strategy::Fixed(Level::Partner)])
             .unwrap();
         assert_eq!(r.results[0].fallbacks, 0.0);
+    }
+}
+
+#[cfg(test)]
+mod property_tests {
+    use super::tests::base;
+    use super::*;
+    use crate::decide::LevelCost;
+    use proptest::prelude::*;
+
+    fn perfect_setup(seed: u64, remote_only: bool) -> SimConfig {
+        let mut c = base();
+        c.nodes = 512;
+        c.procs = 256;
+        c.segments = 4000;
+        c.runs = 3;
+        c.seed = seed;
+        c.remote_only = remote_only;
+        c.failures = FailureSource::Weibull {
+            mtbf_s: 3000.0 * 3600.0,
+            shape: 0.7,
+        };
+        c.predictor = Predictor::PERFECT;
+        c.rollback = RollbackCount::Distance;
+        c.reprotect = true;
+        c
+    }
+
+    /// A perfect predictor lets the adaptive policy do at least as well as
+    /// both fixed strategies (with the distance count and re-protection after
+    /// restarts; docs/policy.md explains why REMEM's own count and its
+    /// decide-only-at-checkpoints rule can lose to disk-only).
+    #[test]
+    fn perfect_predictor_adaptive_is_no_worse_than_fixed() {
+        for seed in 1..=3 {
+            for remote_only in [true, false] {
+                let r = Simulator::new(perfect_setup(seed, remote_only))
+                    .unwrap()
+                    .run()
+                    .unwrap();
+                let total = |name: &str| {
+                    r.results
+                        .iter()
+                        .find(|x| x.strategy.starts_with(name))
+                        .unwrap()
+                        .ratios
+                        .total
+                };
+                let (mem, disk, adaptive) = (total("memory-only"), total("disk-only"), total("adaptive"));
+                assert!(
+                    adaptive <= disk && adaptive <= mem,
+                    "seed {seed} remote_only {remote_only}: adaptive {adaptive} disk {disk} mem {mem}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn same_seed_same_report_other_seed_differs() {
+        let c = perfect_setup(7, true);
+        let a = Simulator::new(c.clone()).unwrap().run().unwrap();
+        let b = Simulator::new(c.clone()).unwrap().run().unwrap();
+        assert_eq!(a, b);
+        let mut c2 = c;
+        c2.seed = 8;
+        let d = Simulator::new(c2).unwrap().run().unwrap();
+        assert_ne!(a.results, d.results);
+    }
+
+    #[test]
+    fn bad_configurations_name_the_parameter() {
+        type Mutate = Box<dyn Fn(&mut SimConfig)>;
+        let cases: Vec<(&str, Mutate)> = vec![
+            ("nodes", Box::new(|c| c.nodes = 0)),
+            ("nodes", Box::new(|c| c.nodes = 255)),
+            ("procs", Box::new(|c| c.procs = 0)),
+            ("procs", Box::new(|c| c.procs = 1000)),
+            ("precision", Box::new(|c| c.predictor.precision = 1.1)),
+            ("recall", Box::new(|c| c.predictor.recall = -0.1)),
+            (
+                "mtbf",
+                Box::new(|c| {
+                    c.failures = FailureSource::Weibull {
+                        mtbf_s: -1.0,
+                        shape: 0.7,
+                    }
+                }),
+            ),
+            (
+                "shape",
+                Box::new(|c| {
+                    c.failures = FailureSource::Weibull {
+                        mtbf_s: 1.0,
+                        shape: 0.0,
+                    }
+                }),
+            ),
+            ("ckpt-pfs", Box::new(|c| c.costs.pfs.checkpoint_s = -5.0)),
+            (
+                "restart-partner",
+                Box::new(|c| {
+                    c.costs.partner = Some(LevelCost {
+                        checkpoint_s: 1.0,
+                        restart_s: f64::NAN,
+                    })
+                }),
+            ),
+            ("tau", Box::new(|c| c.tau = 0.0)),
+            ("segments", Box::new(|c| c.segments = 0)),
+            ("soft-fraction", Box::new(|c| c.soft_fraction = 2.0)),
+            ("runs", Box::new(|c| c.runs = 0)),
+        ];
+        for (name, f) in cases {
+            let mut c = base();
+            f(&mut c);
+            let e = Simulator::new(c).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{name}`")), "{name}: {e}");
+        }
+    }
+
+    #[test]
+    fn restarts_slower_than_failures_are_reported_not_hung() {
+        let mut c = base();
+        c.procs = 128;
+        c.segments = 50;
+        c.runs = 1;
+        c.nodes = 64;
+        c.procs = 16;
+        c.failures = FailureSource::Weibull {
+            mtbf_s: 3600.0,
+            shape: 1.0,
+        };
+        c.costs.pfs = LevelCost {
+            checkpoint_s: 1e5,
+            restart_s: 1e5,
+        };
+        let e = Simulator::new(c).unwrap().run().unwrap_err();
+        assert!(matches!(e, PolicyError::Diverged(_)), "{e}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Any valid small setup runs, and the ratios add up and are sane.
+        #[test]
+        fn ratios_are_consistent(
+            procs in 1u32..32, mtbf_h in 50.0..5000.0f64, shape in 0.5..2.0f64,
+            soft in 0.0..=1.0f64, ring: bool, remote_only: bool, reprotect: bool,
+            precision in 0.05..=1.0f64, recall in 0.0..=1.0f64, local: bool,
+            seed in 0u64..1000,
+        ) {
+            let mut c = base();
+            c.nodes = 64;
+            c.procs = procs;
+            c.segments = 300;
+            c.runs = 1;
+            c.seed = seed;
+            c.soft_fraction = soft;
+            c.matching = if ring { Matching::Ring } else { Matching::Mirror };
+            c.remote_only = remote_only;
+            c.reprotect = reprotect;
+            c.predictor = Predictor { precision, recall };
+            c.failures = FailureSource::Weibull { mtbf_s: mtbf_h * 3600.0, shape };
+            if local {
+                c.costs.local = Some(LevelCost { checkpoint_s: 1.0, restart_s: 1.0 });
+            }
+            let r = Simulator::new(c).unwrap().run().unwrap();
+            for x in &r.results {
+                let q = &x.ratios;
+                prop_assert!(q.rework >= 0.0 && q.rework <= 1.0 + 1e-9, "{x:?}");
+                prop_assert!(q.checkpoint >= 0.0 && q.restart >= 0.0);
+                prop_assert!((q.total - (q.rework + q.checkpoint + q.restart)).abs() < 1e-12);
+            }
+            // Disk-only never falls back: the PFS keeps everything.
+            let disk = r.results.iter().find(|x| x.strategy == "disk-only").unwrap();
+            prop_assert_eq!(disk.fallbacks, 0.0);
+        }
     }
 }
