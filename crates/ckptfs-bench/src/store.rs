@@ -1,0 +1,415 @@
+//! `ckptfs bench store`: the node store against memcpy and /dev/shm (CRUISE section 7).
+//!
+//! Cases, for 1..N processes each writing its own file of `--file-size` in `--block`
+//! writes:
+//! - `memcpy`: copy into a pre-faulted shared anonymous mapping (the ceiling);
+//! - `devshm-write`: write() of a new file on /dev/shm, open to close (the RAM disk);
+//! - `ckptfs-write`: native API, open to close, into a store whose earlier files were
+//!   deleted (steady-state checkpointing: chunks are recycled, never faulted);
+//! - `ckptfs-read`: reading those files back;
+//! - `chunk-sweep`: ckptfs-write with chunk sizes 64 KiB to 64 MiB (CRUISE figure 6);
+//! - `spill`: one process, a share of the file in the spill file (CRUISE table 3), next
+//!   to the harmonic formula computed from the measured 0 % and 100 % rows.
+
+use crate::procs::run_parallel;
+use crate::report::{machine, median, Measurement, Report};
+use anyhow::{Context, Result};
+use ckptfs_store::{OpenFlags, Store, StoreOptions};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Options of `ckptfs bench store`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StoreBenchArgs {
+    /// Largest number of writer processes (1..N are measured); default: number of CPUs.
+    #[arg(long)]
+    pub procs: Option<usize>,
+    /// Bytes each process writes (K/M/G suffixes).
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    pub file_size: u64,
+    /// Size of each write() call.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub block: u64,
+    /// Chunk size of the store for the main cases.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub chunk_size: u64,
+    /// Repetitions of each case (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Directory for the spill file in the spill-over case (a local disk or SSD).
+    #[arg(long, default_value = "/var/tmp")]
+    pub spill_dir: PathBuf,
+    /// Skip the chunk-size sweep.
+    #[arg(long)]
+    pub no_sweep: bool,
+    /// Skip the spill-over table.
+    #[arg(long)]
+    pub no_spill: bool,
+    /// Print a JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parse sizes like `512M`, `1G`, `64K`, `4096`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("{s:?}: unknown size suffix {c:?} (use K, M, G or T)")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64K, 512M, 1G)"))?;
+    if n < 0.0 || !n.is_finite() {
+        return Err(format!("{s:?}: a size cannot be negative"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(1))
+        .collect()
+}
+
+struct BenchStore {
+    name: String,
+}
+
+impl BenchStore {
+    fn create(
+        mem: u64,
+        chunk: u64,
+        spill: Option<(PathBuf, u64)>,
+        max_files: u32,
+    ) -> Result<(Self, Store, f64)> {
+        let name = format!("bench-{}-{}", std::process::id(), chunk);
+        let _ = Store::destroy(&name);
+        let t = Instant::now();
+        let store = Store::create(&StoreOptions {
+            name: name.clone(),
+            mem_size: Some(mem),
+            chunk_size: Some(chunk),
+            max_files: Some(max_files),
+            spill_dir: spill.as_ref().map(|s| s.0.clone()),
+            spill_size: spill.map(|s| s.1),
+            private: false,
+        })
+        .with_context(|| format!("creating a {} MiB bench store", mem >> 20))?;
+        Ok((BenchStore { name }, store, t.elapsed().as_secs_f64()))
+    }
+}
+
+impl Drop for BenchStore {
+    fn drop(&mut self) {
+        let _ = Store::destroy(&self.name);
+    }
+}
+
+fn write_file(store: &Store, path: &str, size: u64, block: &[u8]) -> Result<()> {
+    let mut f = store.open(path, OpenFlags::CREATE, 0o644)?;
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        f.write_all(&block[..n])?;
+        left -= n as u64;
+    }
+    f.close()?;
+    Ok(())
+}
+
+fn read_file(store: &Store, path: &str, buf: &mut [u8]) -> Result<u64> {
+    let mut f = store.open(path, OpenFlags::READ, 0)?;
+    let mut total = 0;
+    loop {
+        let n = f.read(buf)?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+    }
+    Ok(total)
+}
+
+/// Time `reps` repetitions of a parallel case; `between` cleans up before each.
+fn measure<T>(
+    reps: usize,
+    n: usize,
+    prep: &dyn Fn(usize) -> Result<T>,
+    work: &dyn Fn(usize, T) -> Result<()>,
+    between: &dyn Fn() -> Result<()>,
+) -> Result<Vec<f64>> {
+    let mut v = Vec::new();
+    for _ in 0..reps {
+        between()?;
+        v.push(run_parallel(n, prep, work)?);
+    }
+    between()?;
+    Ok(v)
+}
+
+/// Store write bandwidth of `n` processes with the given chunk size.
+fn store_cases(
+    a: &StoreBenchArgs,
+    n: usize,
+    chunk: u64,
+    with_read: bool,
+) -> Result<(Vec<f64>, Vec<f64>, f64)> {
+    let per = a.file_size.div_ceil(chunk) * chunk;
+    let (_guard, store, create_s) = BenchStore::create(per * n as u64 + chunk, chunk, None, 64)?;
+    let block = pattern(a.block as usize);
+    // Warm-up: write and delete once so that every chunk has been used (steady state).
+    for r in 0..n {
+        write_file(&store, &format!("/warm{r}"), a.file_size, &block)?;
+    }
+    let clean = || -> Result<()> {
+        for r in 0..n {
+            for p in [format!("/warm{r}"), format!("/ckpt{r}")] {
+                let _ = store.unlink(&p);
+            }
+        }
+        Ok(())
+    };
+    let name = store.name().to_string();
+    let attach = |_r: usize| Ok(Store::attach(&StoreOptions::named(&name))?);
+    let w = measure(
+        a.reps,
+        n,
+        &attach,
+        &|r, s: Store| write_file(&s, &format!("/ckpt{r}"), a.file_size, &block),
+        &clean,
+    )?;
+    let mut rd = Vec::new();
+    if with_read {
+        for r in 0..n {
+            write_file(&store, &format!("/ckpt{r}"), a.file_size, &block)?;
+        }
+        for _ in 0..a.reps {
+            rd.push(run_parallel(n, &attach, &|r, s: Store| {
+                let mut buf = vec![0u8; a.block as usize];
+                let got = read_file(&s, &format!("/ckpt{r}"), &mut buf)?;
+                anyhow::ensure!(got == a.file_size, "read {got} of {} bytes", a.file_size);
+                Ok(())
+            })?);
+        }
+    }
+    Ok((w, rd, create_s))
+}
+
+/// Run the benchmark and print its report.
+pub fn run(a: StoreBenchArgs) -> Result<Report> {
+    anyhow::ensure!(
+        a.block > 0 && a.file_size > 0 && a.reps > 0,
+        "sizes and --reps must be positive"
+    );
+    let nmax = a
+        .procs
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let mut results = Vec::new();
+    let mut notes = Vec::new();
+    let block = pattern(a.block as usize);
+    for n in 1..=nmax {
+        let total = a.file_size * n as u64;
+        // (a) memcpy into a pre-faulted shared mapping (the ceiling).
+        let memcpy = memcpy_ceiling(a.file_size as usize, &block, n, a.reps)?;
+        let m_memcpy = Measurement::new("memcpy", n, total, memcpy);
+        // (b) /dev/shm write() of new files.
+        let dir = tempfile::Builder::new()
+            .prefix("ckptfs-bench")
+            .tempdir_in("/dev/shm")?;
+        let dpath = dir.path().to_path_buf();
+        let shm = measure(
+            a.reps,
+            n,
+            &|_| Ok(()),
+            &|r, ()| {
+                use std::io::Write;
+                let mut f = std::fs::File::create(dpath.join(format!("f{r}")))?;
+                let mut left = a.file_size;
+                while left > 0 {
+                    let k = left.min(block.len() as u64) as usize;
+                    f.write_all(&block[..k])?;
+                    left -= k as u64;
+                }
+                Ok(())
+            },
+            &|| {
+                for r in 0..n {
+                    let _ = std::fs::remove_file(dpath.join(format!("f{r}")));
+                }
+                Ok(())
+            },
+        )?;
+        drop(dir);
+        let m_shm = Measurement::new("devshm-write", n, total, shm);
+        // (c), (d) the store.
+        let (w, rd, create_s) = store_cases(&a, n, a.chunk_size, true)?;
+        let m_w = Measurement::new("ckptfs-write", n, total, w);
+        let vs_memcpy = m_w.gbps() / m_memcpy.gbps();
+        let vs_shm = m_w.gbps() / m_shm.gbps();
+        let m_w = m_w
+            .with("vs_memcpy", vs_memcpy)
+            .with("vs_devshm", vs_shm)
+            .with("store_create_s", create_s);
+        if n == 1 {
+            notes.push(format!(
+                "1 process: ckptfs-write = {vs_memcpy:.2}x memcpy (target >= 0.9), {vs_shm:.2}x /dev/shm (target >= 2)"
+            ));
+        }
+        let m_r = Measurement::new("ckptfs-read", n, total, rd);
+        results.extend([m_memcpy, m_shm, m_w, m_r]);
+    }
+    if !a.no_sweep {
+        // (e) chunk-size sweep with all processes (CRUISE figure 6).
+        let mut cs = 64u64 << 10;
+        while cs <= 64 << 20 {
+            let (w, _, _) = store_cases(&a, nmax, cs, false)?;
+            results.push(
+                Measurement::new("chunk-sweep", nmax, a.file_size * nmax as u64, w)
+                    .with("chunk_kib", cs >> 10),
+            );
+            cs *= 4;
+        }
+    }
+    if !a.no_spill {
+        spill_table(&a, &block, &mut results, &mut notes)?;
+    }
+    let settings = serde_json::json!({
+        "file_size": a.file_size, "block": a.block, "chunk_size": a.chunk_size,
+        "reps": a.reps, "max_procs": nmax, "spill_dir": a.spill_dir, "machine": machine(),
+    });
+    Ok(Report {
+        bench: "store".into(),
+        settings,
+        results,
+        notes,
+    })
+}
+
+/// memcpy into pre-populated shared mappings: each worker maps and populates before the
+/// barrier-timed copy. Measured in-process per worker, aggregated like the others.
+fn memcpy_ceiling(len: usize, block: &[u8], n: usize, reps: usize) -> Result<Vec<f64>> {
+    // Map and populate once in the parent; forked workers share the pages (MAP_SHARED) and
+    // the page tables are set up again in the child by touching before the barrier.
+    let mut out = Vec::new();
+    let maps: Vec<usize> = (0..n)
+        .map(|_| {
+            // SAFETY: anonymous shared mapping, unmapped at the end of this function.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                    -1,
+                    0,
+                )
+            };
+            p as usize
+        })
+        .collect();
+    anyhow::ensure!(
+        maps.iter().all(|&p| p != libc::MAP_FAILED as usize),
+        "mmap failed"
+    );
+    for _ in 0..reps {
+        out.push(run_parallel(
+            n,
+            &|r| {
+                // Page tables of a fork child are empty: populate before the barrier.
+                // SAFETY: advisory call on our mapping.
+                unsafe { libc::madvise(maps[r] as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) };
+                Ok(())
+            },
+            &|r, ()| {
+                let dst = maps[r] as *mut u8;
+                let mut off = 0;
+                while off < len {
+                    let k = (len - off).min(block.len());
+                    // SAFETY: off + k <= len, inside the mapping.
+                    unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), dst.add(off), k) };
+                    off += k;
+                }
+                Ok(())
+            },
+        )?);
+    }
+    for p in maps {
+        // SAFETY: unmapping what we mapped above.
+        unsafe { libc::munmap(p as *mut libc::c_void, len) };
+    }
+    Ok(out)
+}
+
+/// (f) CRUISE table 3: share of the file in spill, measured vs harmonic formula.
+fn spill_table(
+    a: &StoreBenchArgs,
+    block: &[u8],
+    results: &mut Vec<Measurement>,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    let chunk = a.chunk_size;
+    let size = a.file_size.div_ceil(chunk) * chunk;
+    let nch = size / chunk;
+    let shares = [0.0, 3.125, 6.25, 12.5, 25.0, 50.0, 100.0];
+    let mut measured = Vec::new();
+    for &pct in &shares {
+        let spill_chunks = ((nch as f64) * pct / 100.0).round() as u64;
+        let mem_chunks = nch - spill_chunks;
+        // One extra memory chunk, held by a filler file, so the store is valid even at
+        // 100 % and the file gets exactly `mem_chunks` memory chunks.
+        let (_g, store, _) = BenchStore::create(
+            (mem_chunks + 1) * chunk,
+            chunk,
+            Some((a.spill_dir.clone(), (spill_chunks.max(1)) * chunk)),
+            64,
+        )?;
+        write_file(&store, "/filler", chunk, block)?;
+        let mut secs = Vec::new();
+        for _ in 0..a.reps {
+            let t = Instant::now();
+            write_file(&store, "/ckpt", size, block)?;
+            secs.push(t.elapsed().as_secs_f64());
+            let st = store.stat("/ckpt")?;
+            anyhow::ensure!(
+                st.spill_chunks as u64 == spill_chunks,
+                "expected {spill_chunks} spill chunks, got {}",
+                st.spill_chunks
+            );
+            store.unlink("/ckpt")?;
+        }
+        measured.push((pct, spill_chunks * chunk, median(&secs), secs));
+    }
+    let t_mem = size as f64 / measured[0].2; // bytes/s with 0 % spilled
+    let t_ssd = size as f64 / measured.last().map(|m| m.2).unwrap_or(1.0);
+    let mut worst: f64 = 0.0;
+    for (pct, spill_bytes, _med, secs) in measured {
+        let mem_bytes = size - spill_bytes;
+        let theory = size as f64 / (mem_bytes as f64 / t_mem + spill_bytes as f64 / t_ssd) / 1e9;
+        let m = Measurement::new("spill", 1, size, secs);
+        let dev = (m.gbps() - theory) / theory * 100.0;
+        worst = worst.max(dev.abs());
+        results.push(
+            m.with("spill_pct", pct)
+                .with("spill_mib", spill_bytes >> 20)
+                .with("formula_gbps", theory)
+                .with("dev_pct", dev),
+        );
+    }
+    notes.push(format!(
+        "spill rows deviate at most {worst:.1} % from the harmonic formula T = S / (S_mem/T_mem + S_spill/T_spill) (target 10 %); spill dir {}",
+        a.spill_dir.display()
+    ));
+    Ok(())
+}

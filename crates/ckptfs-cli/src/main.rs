@@ -1,0 +1,183 @@
+//! # ckptfs: the command-line front end
+//!
+//! Wires the crates together: creates and inspects node stores (`init`, `status`, `ls`,
+//! `cat`, `put`, `get`, `rm`, `mkdir`, `fsck`, `destroy`), prints the effective settings
+//! (`config`), runs the benchmarks (`bench`) and the level policy (`policy`). Store
+//! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
+
+mod config;
+mod store_cmds;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use config::{Ctx, StoreArgs};
+
+/// ckptfs: multi-level checkpoint storage for HPC and ML jobs.
+///
+/// Checkpoint files live in node memory (a persistent shared-memory store that survives
+/// the application's crash), spill to SSD when memory is short, and are drained to the
+/// parallel file system in the background. Store paths are absolute inside the store:
+/// a file written as /ckpt/a/b by a program whose mount prefix is /ckpt is /a/b here.
+#[derive(Parser, Debug)]
+#[command(name = "ckptfs", version, propagate_version = true, max_term_width = 100)]
+struct Cli {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create a store with the given sizes (fails if it exists).
+    Init,
+    /// Show capacity used and free, file counts, incomplete files and creation settings.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a directory of the store (default /).
+    Ls {
+        /// Long listing: mode, size, state, chunks in memory/spill, mtime.
+        #[arg(short, long)]
+        long: bool,
+        /// List subdirectories recursively.
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        /// Store path.
+        path: Option<String>,
+    },
+    /// Write a store file to standard output (checksums verified).
+    Cat {
+        /// Store path.
+        path: String,
+    },
+    /// Copy a local file into the store.
+    Put {
+        /// Local file ("-" for standard input).
+        src: std::path::PathBuf,
+        /// Store path (an existing store directory keeps the file name).
+        dst: String,
+        /// Create missing parent directories.
+        #[arg(short, long)]
+        parents: bool,
+    },
+    /// Copy a store file out (checksums verified first).
+    Get {
+        /// Store path.
+        src: String,
+        /// Local path ("-" for standard output; an existing directory keeps the file name).
+        dst: std::path::PathBuf,
+    },
+    /// Remove files (and with -r directories).
+    Rm {
+        /// Remove directories and their contents.
+        #[arg(short, long)]
+        recursive: bool,
+        /// Store paths.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Create a directory.
+    Mkdir {
+        /// Create parents as needed, no error if it exists.
+        #[arg(short, long)]
+        parents: bool,
+        /// Store path.
+        path: String,
+    },
+    /// Check the store's metadata and every chunk's checksum; exit 1 if problems remain.
+    Fsck {
+        /// Repair what can be repaired (leaked chunks, free lists, name index, stale checksums).
+        #[arg(long)]
+        repair: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete the store (processes still attached keep their mapping until they exit).
+    Destroy,
+    /// Print the effective settings and where each came from.
+    Config {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a benchmark; prints measured figures next to the baselines of the same run.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Checkpoint level policy: adaptive level choice, optimal intervals, failure simulator.
+    Policy {
+        #[command(subcommand)]
+        cmd: ckptfs_policy::cli::PolicyCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// The node store vs memcpy and /dev/shm; chunk-size sweep; spill-over table.
+    Store(ckptfs_bench::store::StoreBenchArgs),
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn run(cli: Cli) -> Result<i32> {
+    let ctx = Ctx::resolve(&cli.store)?;
+    match cli.cmd {
+        Command::Init => store_cmds::init(&ctx),
+        Command::Status { json } => store_cmds::status(&ctx, json),
+        Command::Ls {
+            long,
+            recursive,
+            path,
+        } => store_cmds::ls(&ctx, path.as_deref().unwrap_or("/"), long, recursive),
+        Command::Cat { path } => store_cmds::cat(&ctx, &path),
+        Command::Put { src, dst, parents } => store_cmds::put(&ctx, &src, &dst, parents),
+        Command::Get { src, dst } => store_cmds::get(&ctx, &src, &dst),
+        Command::Rm { recursive, paths } => store_cmds::rm(&ctx, &paths, recursive),
+        Command::Mkdir { parents, path } => store_cmds::mkdir(&ctx, &path, parents),
+        Command::Fsck { repair, json } => store_cmds::fsck(&ctx, repair, json),
+        Command::Destroy => store_cmds::destroy(&ctx),
+        Command::Config { json } => store_cmds::config(&ctx, json),
+        Command::Bench(b) => match b {
+            BenchCommand::Store(a) => {
+                let json = a.json;
+                ckptfs_bench::store::run(a)?.print(json);
+                Ok(0)
+            }
+        },
+        Command::Policy { cmd } => {
+            ckptfs_policy::cli::run(cmd)?;
+            Ok(0)
+        }
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ckptfs: error: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
