@@ -224,7 +224,8 @@ pub struct SimulateArgs {
     /// Read failures from FILE instead of drawing them: lines `node time [hard|soft]`.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["mtbf", "shape"])]
     pub failure_log: Option<PathBuf>,
-    /// Fraction of drawn failures that are soft (process dies, node memory survives).
+    /// Fraction of failures that are soft (process dies, node memory survives): applied to
+    /// drawn failures, and assumed by the adaptive policy (a log marks each failure itself).
     #[arg(long, default_value_t = 0.0)]
     pub soft_fraction: f64,
     /// Source/backup pairing: mirror (i <-> i+N/2) or ring (i -> i+1).
@@ -371,7 +372,7 @@ fn interval_cmd(a: &IntervalArgs) -> Result<String, PolicyError> {
     }
     let pct = |w: f64| {
         if w.is_finite() {
-            format!("{:.2}%", w * 100.0)
+            format!("{:.3}%", w * 100.0)
         } else {
             "-".into()
         }
