@@ -1,0 +1,1 @@
+//! `ckptfs bench drain` (work in progress).

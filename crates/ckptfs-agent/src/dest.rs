@@ -1,0 +1,272 @@
+//! Destination I/O behind a trait, so tests can inject faults (a full disk, failing
+//! fsync) and the engine never calls the file system directly.
+//!
+//! [`PosixDest`] is the real implementation: `pwritev` of large gathered writes, an
+//! optional second descriptor opened with `O_DIRECT` used for aligned pieces (straight
+//! from the 2 MiB-aligned chunks of the data region), `fsync`, `rename`, directory
+//! `fsync`, and `lfs setstripe -c 1 [-i OST]` on Lustre.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, IoSlice, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Alignment required for `O_DIRECT` writes (address, length and offset).
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// How to create a destination file.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CreateOpts {
+    /// Also open an `O_DIRECT` descriptor for aligned writes.
+    pub direct: bool,
+    /// Lustre: place the file on one stripe on this OST (`lfs setstripe -c 1 -i OST`).
+    pub ost: Option<u32>,
+    /// Permission bits of the new file.
+    pub mode: u32,
+}
+
+/// A destination file being written.
+pub trait DestFile: Send + Sync {
+    /// Write all of `bufs` at `off` (gathered, like `pwritev`), retrying short writes.
+    fn write_at(&self, bufs: &[IoSlice<'_>], off: u64) -> io::Result<()>;
+    /// Make the data durable (`fsync`).
+    fn sync(&self) -> io::Result<()>;
+    /// Whether aligned writes really go through `O_DIRECT`.
+    fn is_direct(&self) -> bool;
+}
+
+/// One entry of a destination directory.
+#[derive(Debug, Clone)]
+pub struct DestEntry {
+    /// File name.
+    pub name: String,
+    /// Is it a directory?
+    pub is_dir: bool,
+}
+
+/// Operations the agent performs on the destination (the PFS).
+pub trait DestIo: Send + Sync {
+    /// Create a new file (it must not exist).
+    fn create(&self, path: &Path, opts: &CreateOpts) -> io::Result<Box<dyn DestFile>>;
+    /// Open a file for reading.
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>>;
+    /// Size of a file.
+    fn len(&self, path: &Path) -> io::Result<u64>;
+    /// Rename atomically, replacing the target.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Remove a file.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Create one directory (`AlreadyExists` if it exists).
+    fn mkdir(&self, path: &Path) -> io::Result<()>;
+    /// Make a directory's entries durable (`fsync` on the directory).
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Entries of a directory.
+    fn list(&self, path: &Path) -> io::Result<Vec<DestEntry>>;
+}
+
+/// Read a whole (small) file through a [`DestIo`].
+pub fn read_all(io: &dyn DestIo, path: &Path) -> io::Result<Vec<u8>> {
+    let mut v = Vec::new();
+    io.open_read(path)?.read_to_end(&mut v)?;
+    Ok(v)
+}
+
+/// The real destination: POSIX calls on a mounted file system.
+#[derive(Debug, Clone, Default)]
+pub struct PosixDest {
+    lfs: Option<PathBuf>,
+}
+
+/// `lfs` on PATH, if any.
+pub fn find_lfs() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("lfs"))
+        .find(|p| p.is_file())
+}
+
+const LUSTRE_SUPER_MAGIC: i64 = 0x0bd0_0bd0;
+
+fn is_lustre(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes into the zeroed struct we pass; the path is NUL-terminated.
+    unsafe {
+        let mut s: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut s) == 0 && s.f_type as i64 == LUSTRE_SUPER_MAGIC
+    }
+}
+
+impl PosixDest {
+    /// A destination that uses `lfs` (if given) to set one-stripe layouts.
+    pub fn new(lfs: Option<PathBuf>) -> Self {
+        PosixDest { lfs }
+    }
+
+    fn setstripe(&self, path: &Path, ost: Option<u32>) -> io::Result<bool> {
+        let Some(lfs) = &self.lfs else {
+            return Ok(false);
+        };
+        let dir = path.parent().unwrap_or(Path::new("."));
+        if ost.is_none() && !is_lustre(dir) {
+            return Ok(false);
+        }
+        let mut cmd = Command::new(lfs);
+        cmd.args(["setstripe", "-c", "1"]);
+        if let Some(i) = ost {
+            cmd.args(["-i", &i.to_string()]);
+        }
+        let out = cmd.arg(path).output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "lfs setstripe {}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(true)
+    }
+}
+
+struct PosixFile {
+    buffered: File,
+    direct: Option<File>,
+}
+
+fn aligned(bufs: &[IoSlice<'_>], off: u64) -> bool {
+    off % DIRECT_ALIGN as u64 == 0
+        && bufs
+            .iter()
+            .all(|b| b.as_ptr() as usize % DIRECT_ALIGN == 0 && b.len() % DIRECT_ALIGN == 0)
+}
+
+/// `pwritev` until everything is written.
+fn pwritev_all(f: &File, bufs: &[IoSlice<'_>], mut off: u64) -> io::Result<()> {
+    let mut iov: Vec<libc::iovec> = bufs
+        .iter()
+        .filter(|b| !b.is_empty())
+        .map(|b| libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        })
+        .collect();
+    let mut first = 0;
+    while first < iov.len() {
+        let n = (iov.len() - first).min(libc::UIO_MAXIOV as usize);
+        // SAFETY: the iovecs point into `bufs`, which outlive this call; the kernel only
+        // reads from them.
+        let r = unsafe { libc::pwritev(f.as_raw_fd(), iov[first..].as_ptr(), n as i32, off as i64) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+        }
+        let mut r = r as usize;
+        off += r as u64;
+        while r > 0 {
+            let v = &mut iov[first];
+            if r >= v.iov_len {
+                r -= v.iov_len;
+                first += 1;
+            } else {
+                // SAFETY: advancing within the same buffer.
+                v.iov_base = unsafe { (v.iov_base as *mut u8).add(r) } as *mut libc::c_void;
+                v.iov_len -= r;
+                r = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl DestFile for PosixFile {
+    fn write_at(&self, bufs: &[IoSlice<'_>], off: u64) -> io::Result<()> {
+        match &self.direct {
+            Some(d) if aligned(bufs, off) => match pwritev_all(d, bufs, off) {
+                // Some file systems accept O_DIRECT at open and refuse it at write time.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => pwritev_all(&self.buffered, bufs, off),
+                r => r,
+            },
+            _ => pwritev_all(&self.buffered, bufs, off),
+        }
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.buffered.sync_all()
+    }
+
+    fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+}
+
+impl DestIo for PosixDest {
+    fn create(&self, path: &Path, opts: &CreateOpts) -> io::Result<Box<dyn DestFile>> {
+        let striped = self.setstripe(path, opts.ost)?;
+        let buffered = OpenOptions::new()
+            .write(true)
+            .create_new(!striped)
+            .mode(opts.mode)
+            .open(path)?;
+        let direct = if opts.direct {
+            OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)
+                .map_err(|e| tracing::warn!(path = %path.display(), error = %e, "O_DIRECT not available"))
+                .ok()
+        } else {
+            None
+        };
+        Ok(Box::new(PosixFile { buffered, direct }))
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
+        Ok(Box::new(File::open(path)?))
+    }
+
+    fn len(&self, path: &Path) -> io::Result<u64> {
+        Ok(std::fs::metadata(path)?.len())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn mkdir(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir(path)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+
+    fn list(&self, path: &Path) -> io::Result<Vec<DestEntry>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(path)? {
+            let e = e?;
+            out.push(DestEntry {
+                name: e.file_name().to_string_lossy().into_owned(),
+                is_dir: e.file_type()?.is_dir(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Read exactly `buf.len()` bytes at `off` from a plain file (spill file reads).
+pub(crate) fn pread_exact(f: &File, buf: &mut [u8], off: u64) -> io::Result<()> {
+    f.read_exact_at(buf, off)
+}

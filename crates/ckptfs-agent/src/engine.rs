@@ -1,0 +1,1068 @@
+//! The drain engine: scan the store for complete files, stage them (verify checksums in
+//! place, build the block plan), flush them to the destination with an IO thread pool,
+//! publish atomically and record them in the manifest.
+//!
+//! Staged marshaling (orchestration Algorithm 1): one stage thread and one flush
+//! thread joined by a rendezvous channel. The stage thread holds the "stage mutex"
+//! while it stages file k+1 and hands it over only when the flush thread has finished
+//! file k and takes it (the "PFS mutex"), so at most one file is flushed at a time per
+//! node and the staging of the next overlaps the flush of the current one. In ckptfs
+//! the expensive half of staging, getting the data into node memory, was done by the
+//! application when it wrote the checkpoint into the store; the agent's stage step
+//! verifies every memory chunk's CRC32C and plans the writes. With marshaling off,
+//! `io_threads` workers each stage and flush whole files independently, so several
+//! files are written to the destination at once (the uncoordinated baseline).
+
+use crate::config::{AgentConfig, Target};
+use crate::dest::{CreateOpts, DestIo, PosixDest, DIRECT_ALIGN};
+use crate::error::AgentError;
+use crate::manifest::{self, Entry, Manifest};
+use crate::region::Region;
+use crate::status::{self, AgentStatus, Drained, Failed, InFlight, Queued};
+use crate::sys::{self, AlignedBuf, FileLock};
+use crate::throttle::Throttle;
+use ckptfs_store::checksum::{crc32c, crc32c_append_zeros};
+use ckptfs_store::fault::crash_point;
+use ckptfs_store::{ChunkInfo, ChunkLocation, FileKind, Stat, Store, WriteState};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::io::{self, IoSlice};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Identity of one version of a store file: any write, truncate or replacement changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fp {
+    ino: u64,
+    generation: u32,
+    size: u64,
+    mtime_ns: u64,
+}
+
+impl Fp {
+    fn of(st: &Stat) -> Fp {
+        Fp {
+            ino: st.ino,
+            generation: st.generation,
+            size: st.size,
+            mtime_ns: st.mtime_ns,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Item {
+    path: String,
+    fp: Fp,
+}
+
+struct Failure {
+    fp: Fp,
+    report: Failed,
+    retry_at: Option<Instant>,
+}
+
+struct Flight {
+    size: u64,
+    done: Arc<AtomicU64>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Item>,
+    in_flight: BTreeMap<String, Flight>,
+    drained: HashMap<String, Fp>,
+    failed: HashMap<String, Failure>,
+    skipped: HashSet<String>,
+    changed: u64,
+    busy: f64,
+    st: AgentStatus,
+}
+
+/// Where a block's bytes come from.
+#[derive(Debug, Clone, Copy)]
+enum Src {
+    Mem { off: u64, written: usize, crc: u32 },
+    Spill { off: u64, written: usize, crc: u32 },
+    Hole,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    logical: u32,
+    len: usize,
+    src: Src,
+}
+
+/// A staged file: its identity, chunk list snapshot and block plan.
+struct Plan {
+    item: Item,
+    mode: u32,
+    chunks: Vec<ChunkInfo>,
+    blocks: Vec<Block>,
+    /// CRC32C of each block's file content (spill blocks are filled in at flush time).
+    content: Mutex<Vec<u32>>,
+    done: Arc<AtomicU64>,
+}
+
+struct Published {
+    dest: PathBuf,
+    seconds: f64,
+    evicted: bool,
+}
+
+/// What one drain pass did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct DrainSummary {
+    /// Files published.
+    pub drained_files: u64,
+    /// Bytes published.
+    pub drained_bytes: u64,
+    /// Files found already published and unchanged.
+    pub already_drained: u64,
+    /// Files that failed (with the reason).
+    pub failed: Vec<Failed>,
+    /// Wall time in seconds.
+    pub seconds: f64,
+}
+
+struct Shared {
+    cfg: AgentConfig,
+    store: Store,
+    name: String,
+    region: Region,
+    spill: Option<File>,
+    cs: u64,
+    io: Arc<dyn DestIo>,
+    target: Target,
+    throttle: Option<Throttle>,
+    stop: Arc<AtomicBool>,
+    zeros: AlignedBuf,
+    state: Mutex<State>,
+    manifests: Mutex<HashMap<PathBuf, Manifest>>,
+    dirs_ready: Mutex<HashSet<PathBuf>>,
+    _lock: FileLock,
+}
+
+/// A drain agent attached to one store. At most one per store (a lock file enforces it).
+pub struct Agent {
+    sh: Arc<Shared>,
+}
+
+/// Asks a running agent to stop; the file in flight is abandoned safely.
+#[derive(Clone)]
+pub struct StopHandle(Arc<AtomicBool>);
+
+impl StopHandle {
+    /// Request the stop.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn parent_of(path: &str) -> &str {
+    match path.rsplit_once('/') {
+        Some(("", _)) | None => "/",
+        Some((p, _)) => p,
+    }
+}
+
+fn fnv(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// CRC32C of `b` followed by `a`'s `len_b` bytes.
+pub(crate) fn crc_combine(a: u32, b: u32, len_b: u64) -> u32 {
+    crc_fast::checksum_combine(crc_fast::CrcAlgorithm::Crc32Iscsi, a as u64, b as u64, len_b) as u32
+}
+
+/// Temporary names are `.ckptfs-tmp.NODE.PID.HASH` (fixed length, so long names fit).
+fn tmp_prefix(node: &str) -> String {
+    format!(".ckptfs-tmp.{node}.")
+}
+
+/// Per-chunk content CRCs and the whole-file CRC of a store file, derived from its
+/// chunk list without reading data; None if a checksum is stale.
+pub(crate) fn crcs_from_chunks(size: u64, cs: u64, chunks: &[ChunkInfo]) -> Option<(u32, Vec<u32>)> {
+    let n = size.div_ceil(cs);
+    let by: HashMap<u32, &ChunkInfo> = chunks.iter().map(|c| (c.logical, c)).collect();
+    let mut file = 0u32;
+    let mut out = Vec::with_capacity(n as usize);
+    for l in 0..n {
+        let len = (size - l * cs).min(cs);
+        let c = match by.get(&(l as u32)) {
+            None => crc32c_append_zeros(0, len as usize),
+            Some(c) if c.written <= len => crc32c_append_zeros(c.crc?, (len - c.written) as usize),
+            Some(_) => return None,
+        };
+        file = crc_combine(file, c, len);
+        out.push(c);
+    }
+    Some((file, out))
+}
+
+struct TmpGuard<'a> {
+    io: &'a dyn DestIo,
+    path: PathBuf,
+    armed: bool,
+}
+
+impl Drop for TmpGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.io.remove(&self.path);
+        }
+    }
+}
+
+impl Agent {
+    /// An agent draining `store` to the POSIX destination of `cfg`.
+    pub fn new(store: &Store, cfg: AgentConfig) -> Result<Agent, AgentError> {
+        let io = Arc::new(PosixDest::new(cfg.lfs.clone()));
+        Self::with_dest(store, cfg, io)
+    }
+
+    /// An agent with its own destination I/O (fault injection in tests).
+    pub fn with_dest(store: &Store, cfg: AgentConfig, io: Arc<dyn DestIo>) -> Result<Agent, AgentError> {
+        let target = cfg.target()?.clone();
+        let name = store.name().to_string();
+        let lock = sys::try_lock(&status::lock_path(&name))
+            .map_err(|e| AgentError::dest("lock", status::lock_path(&name), e))?
+            .ok_or_else(|| AgentError::Busy {
+                store: name.clone(),
+                pid: status::status(&name).map(|s| s.pid).unwrap_or(0),
+            })?;
+        let info = store.info();
+        let spill = match &info.spill_path {
+            Some(p) => Some(File::open(p).map_err(|e| AgentError::dest("open spill file", p, e))?),
+            None => None,
+        };
+        let cs = info.chunk_size;
+        let mut st = AgentStatus {
+            store: name.clone(),
+            pid: std::process::id(),
+            running: true,
+            node: cfg.node_id.clone(),
+            target: target.to_string(),
+            marshal: cfg.marshal,
+            direct: cfg.direct,
+            io_threads: cfg.io_threads,
+            max_bw_mbps: cfg.max_bw.map(|b| b / 1e6),
+            started_ns: now_ns(),
+            ..Default::default()
+        };
+        // Checkpoint directory ordinals survive restarts (--every).
+        if let Some(old) = status::status(&name) {
+            st.dirs = old.dirs;
+        }
+        Ok(Agent {
+            sh: Arc::new(Shared {
+                throttle: cfg.max_bw.map(Throttle::new),
+                region: Region::new(store),
+                store: store.clone(),
+                name,
+                spill,
+                cs,
+                io,
+                target,
+                stop: Arc::new(AtomicBool::new(false)),
+                zeros: AlignedBuf::zeroed(cs as usize),
+                state: Mutex::new(State {
+                    st,
+                    ..Default::default()
+                }),
+                manifests: Mutex::new(HashMap::new()),
+                dirs_ready: Mutex::new(HashSet::new()),
+                _lock: lock,
+                cfg,
+            }),
+        })
+    }
+
+    /// A handle to stop the agent from another thread.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.sh.stop.clone())
+    }
+
+    /// The chosen destination target.
+    pub fn target(&self) -> &Target {
+        &self.sh.target
+    }
+
+    /// The current state (what `ckptfs agent status` shows).
+    pub fn status(&self) -> AgentStatus {
+        self.sh.snapshot()
+    }
+
+    /// Drain every complete file there is now, then return. Files that change during
+    /// their copy are tried again (up to 3 passes).
+    pub fn run_once(&self) -> Result<DrainSummary, AgentError> {
+        self.sh.run(true)
+    }
+
+    /// Drain continuously until stopped (StopHandle, SIGTERM/SIGINT after
+    /// [`crate::sys::stop_on_signals`]).
+    pub fn run(&self) -> Result<DrainSummary, AgentError> {
+        self.sh.run(false)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let mut s = self.sh.snapshot();
+        s.running = false;
+        s.in_flight.clear();
+        let _ = status::write_status(&s);
+    }
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst) || sys::signalled()
+    }
+
+    fn snapshot(&self) -> AgentStatus {
+        let s = lock(&self.state);
+        let mut out = s.st.clone();
+        out.updated_ns = now_ns();
+        out.queued = s
+            .queue
+            .iter()
+            .map(|i| Queued {
+                path: i.path.clone(),
+                size: i.fp.size,
+            })
+            .collect();
+        out.in_flight = s
+            .in_flight
+            .iter()
+            .map(|(p, f)| InFlight {
+                path: p.clone(),
+                size: f.size,
+                done: f.done.load(Ordering::Relaxed),
+            })
+            .collect();
+        let mut failed: Vec<Failed> = s.failed.values().map(|f| f.report.clone()).collect();
+        failed.sort_by(|a, b| a.path.cmp(&b.path));
+        out.failed = failed;
+        out.skipped_by_policy = s.skipped.len() as u64;
+        out.changed_during_copy = s.changed;
+        out.bandwidth_mbps = if s.busy > 0.0 {
+            s.st.drained_bytes as f64 / s.busy / 1e6
+        } else {
+            0.0
+        };
+        out
+    }
+
+    fn publish_status(&self) {
+        if let Err(e) = status::write_status(&self.snapshot()) {
+            tracing::warn!(error = %e, "cannot write the agent status file");
+        }
+    }
+
+    fn run(&self, once: bool) -> Result<DrainSummary, AgentError> {
+        if let Err(e) = sys::set_priority(self.cfg.priority) {
+            tracing::warn!(error = %e, "cannot lower the agent's priority");
+        }
+        lock(&self.state).st.mode = if once { "once" } else { "daemon" }.into();
+        let t0 = Instant::now();
+        let before = {
+            let s = lock(&self.state);
+            (s.st.drained_files, s.st.drained_bytes, s.st.already_drained)
+        };
+        let done = AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                while !done.load(Ordering::SeqCst) {
+                    self.publish_status();
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+            let mut pass = 0;
+            loop {
+                if self.stopping() {
+                    break;
+                }
+                self.scan();
+                let changed_before = lock(&self.state).changed;
+                let t = Instant::now();
+                if !lock(&self.state).queue.is_empty() {
+                    self.process();
+                    lock(&self.state).busy += t.elapsed().as_secs_f64();
+                }
+                pass += 1;
+                if once {
+                    let again = lock(&self.state).changed > changed_before;
+                    if !again || pass >= 3 {
+                        break;
+                    }
+                    continue;
+                }
+                let wake = Instant::now() + self.cfg.interval;
+                while Instant::now() < wake && !self.stopping() {
+                    std::thread::sleep(Duration::from_millis(20).min(self.cfg.interval));
+                }
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        // Anything still queued was not started (stop requested).
+        lock(&self.state).queue.clear();
+        self.publish_status();
+        let s = self.snapshot();
+        Ok(DrainSummary {
+            drained_files: s.drained_files - before.0,
+            drained_bytes: s.drained_bytes - before.1,
+            already_drained: s.already_drained - before.2,
+            failed: s.failed,
+            seconds: t0.elapsed().as_secs_f64(),
+        })
+    }
+
+    // ------------------------------------------------------------------ scanning
+
+    fn scan(&self) {
+        let all = self.store.list_all();
+        let now = Instant::now();
+        // Checkpoint directories (parents of files) get ordinals in creation order.
+        let dir_ctime: HashMap<&str, u64> = all
+            .iter()
+            .filter(|(_, st)| st.kind == FileKind::Dir)
+            .map(|(p, st)| (p.as_str(), st.ctime_ns))
+            .collect();
+        {
+            let mut s = lock(&self.state);
+            let mut new_dirs: Vec<(u64, String)> = all
+                .iter()
+                .filter(|(_, st)| st.kind == FileKind::File)
+                .map(|(p, _)| parent_of(p))
+                .filter(|d| !s.st.dirs.contains_key(*d))
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .map(|d| (dir_ctime.get(d).copied().unwrap_or(0), d.to_string()))
+                .collect();
+            new_dirs.sort();
+            let mut next = s.st.dirs.values().max().copied().unwrap_or(0);
+            for (_, d) in new_dirs {
+                next += 1;
+                s.st.dirs.insert(d, next);
+            }
+        }
+        let mut cands: Vec<(u64, Item)> = Vec::new();
+        for (path, st) in &all {
+            if st.kind != FileKind::File || st.state != WriteState::Complete {
+                continue;
+            }
+            let fp = Fp::of(st);
+            {
+                let mut s = lock(&self.state);
+                if s.in_flight.contains_key(path)
+                    || s.queue.iter().any(|i| &i.path == path)
+                    || s.drained.get(path) == Some(&fp)
+                {
+                    continue;
+                }
+                if let Some(f) = s.failed.get(path) {
+                    if f.fp == fp && f.retry_at.is_none_or(|t| now < t) {
+                        continue;
+                    }
+                }
+                let ord = s.st.dirs.get(parent_of(path)).copied().unwrap_or(1);
+                if ord % self.cfg.every as u64 != 0 {
+                    s.skipped.insert(path.clone());
+                    continue;
+                }
+                s.skipped.remove(path);
+            }
+            match self.already_published(path, st) {
+                Ok(true) => {
+                    let mut s = lock(&self.state);
+                    s.drained.insert(path.clone(), fp);
+                    s.failed.remove(path);
+                    s.st.already_drained += 1;
+                    continue;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(%path, error = %e, "cannot read the destination manifest"),
+            }
+            cands.push((
+                st.mtime_ns,
+                Item {
+                    path: path.clone(),
+                    fp,
+                },
+            ));
+        }
+        // FIFO: oldest completed checkpoint first.
+        cands.sort_by(|a, b| (a.0, &a.1.path).cmp(&(b.0, &b.1.path)));
+        lock(&self.state).queue.extend(cands.into_iter().map(|(_, i)| i));
+    }
+
+    fn dest_of(&self, path: &str) -> PathBuf {
+        self.target.dir.join(path.trim_start_matches('/'))
+    }
+
+    fn with_manifest<R>(&self, dir: &Path, f: impl FnOnce(&mut Manifest) -> R) -> Result<R, AgentError> {
+        let mut ms = lock(&self.manifests);
+        if !ms.contains_key(dir) {
+            let m = Manifest::load(&*self.io, &dir.join(manifest::file_name(&self.cfg.node_id)))?
+                .unwrap_or_else(|| Manifest::new(&self.cfg.node_id, &self.name));
+            ms.insert(dir.to_path_buf(), m);
+        }
+        Ok(f(ms.get_mut(dir).expect("just inserted")))
+    }
+
+    /// Is this version of the file already published (in our manifest, same size and
+    /// checksum, destination file present with that size)? Reads no data.
+    fn already_published(&self, path: &str, st: &Stat) -> Result<bool, AgentError> {
+        let dest = self.dest_of(path);
+        let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
+            return Ok(false);
+        };
+        let name = name.to_string_lossy().into_owned();
+        let entry = self.with_manifest(dir, |m| m.files.get(&name).cloned())?;
+        let Some(e) = entry else {
+            return Ok(false);
+        };
+        if e.size != st.size || e.store_path != path {
+            return Ok(false);
+        }
+        let chunks = self.store.chunk_list(path)?;
+        let Some((crc, _)) = crcs_from_chunks(st.size, self.cs, &chunks) else {
+            return Ok(false);
+        };
+        Ok(crc == e.crc32c && self.io.len(&dest).ok() == Some(st.size))
+    }
+
+    // ------------------------------------------------------------------ the queue
+
+    fn pop(&self) -> Option<(Item, Arc<AtomicU64>)> {
+        let mut s = lock(&self.state);
+        let item = s.queue.pop_front()?;
+        let done = Arc::new(AtomicU64::new(0));
+        s.in_flight.insert(
+            item.path.clone(),
+            Flight {
+                size: item.fp.size,
+                done: done.clone(),
+            },
+        );
+        Some((item, done))
+    }
+
+    fn process(&self) {
+        let threads = self.cfg.io_threads;
+        if self.cfg.marshal {
+            std::thread::scope(|sc| {
+                let (tx, rx) = sync_channel::<Plan>(0);
+                sc.spawn(move || {
+                    let _ = sys::set_priority(self.cfg.priority);
+                    // Algorithm 1: stage under the stage mutex, hand over when the flush
+                    // slot frees up (the rendezvous send), then stage the next one.
+                    while !self.stopping() {
+                        let Some((item, done)) = self.pop() else { break };
+                        match self.stage(item.clone(), done) {
+                            Ok(plan) => {
+                                if tx.send(plan).is_err() {
+                                    break;
+                                }
+                            }
+                            Err(e) => self.finish(&item, Err(e)),
+                        }
+                    }
+                });
+                for plan in rx {
+                    let item = plan.item.clone();
+                    let r = self.flush(&plan, threads);
+                    self.finish(&item, r);
+                }
+            });
+        } else {
+            std::thread::scope(|sc| {
+                for _ in 0..threads {
+                    sc.spawn(|| {
+                        let _ = sys::set_priority(self.cfg.priority);
+                        while !self.stopping() {
+                            let Some((item, done)) = self.pop() else { break };
+                            let r = self.stage(item.clone(), done).and_then(|p| self.flush(&p, 1));
+                            self.finish(&item, r);
+                        }
+                    });
+                }
+            });
+        }
+    }
+
+    fn finish(&self, item: &Item, r: Result<Published, AgentError>) {
+        let mut s = lock(&self.state);
+        s.in_flight.remove(&item.path);
+        match r {
+            Ok(p) => {
+                tracing::info!(path = %item.path, dest = %p.dest.display(), bytes = item.fp.size, "drained");
+                s.drained.insert(item.path.clone(), item.fp);
+                s.failed.remove(&item.path);
+                s.st.drained_files += 1;
+                s.st.drained_bytes += item.fp.size;
+                s.st.recent.push(Drained {
+                    path: item.path.clone(),
+                    size: item.fp.size,
+                    dest: p.dest,
+                    seconds: p.seconds,
+                    evicted: p.evicted,
+                });
+                let n = s.st.recent.len();
+                if n > 32 {
+                    s.st.recent.drain(..n - 32);
+                }
+            }
+            Err(AgentError::Stopped(_)) => {}
+            Err(AgentError::Changed(p)) => {
+                tracing::info!(path = %p, "changed during the copy; will try again");
+                s.changed += 1;
+            }
+            Err(e) => {
+                let attempts = s
+                    .failed
+                    .get(&item.path)
+                    .filter(|f| f.fp == item.fp)
+                    .map_or(0, |f| f.report.attempts)
+                    + 1;
+                let transient = e.is_transient();
+                let retry_at = transient.then(|| {
+                    let back = self.cfg.interval.as_secs_f64() * 2f64.powi(attempts.min(16) as i32 - 1);
+                    Instant::now() + Duration::from_secs_f64(back.min(self.cfg.retry_max.as_secs_f64()))
+                });
+                tracing::error!(path = %item.path, error = %e, attempts, "drain failed");
+                let chunk = match &e {
+                    AgentError::Corrupt { logical, .. } => Some(*logical),
+                    _ => None,
+                };
+                s.failed.insert(
+                    item.path.clone(),
+                    Failure {
+                        fp: item.fp,
+                        report: Failed {
+                            path: item.path.clone(),
+                            error: e.to_string(),
+                            errno: e.errno(),
+                            chunk,
+                            attempts,
+                            will_retry: transient,
+                        },
+                        retry_at,
+                    },
+                );
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ staging
+
+    fn unchanged(&self, plan: &Plan) -> bool {
+        let Ok(st) = self.store.stat(&plan.item.path) else {
+            return false;
+        };
+        if Fp::of(&st) != plan.item.fp || st.state != WriteState::Complete {
+            return false;
+        }
+        let Ok(now) = self.store.chunk_list(&plan.item.path) else {
+            return false;
+        };
+        now.len() == plan.chunks.len()
+            && now.iter().zip(&plan.chunks).all(|(a, b)| {
+                a.logical == b.logical && a.chunk_id == b.chunk_id && a.written == b.written && a.crc == b.crc
+            })
+    }
+
+    /// A CRC mismatch is corruption only if the file did not change meanwhile.
+    fn mismatch(&self, plan: &Plan, logical: u32, stored: u32, computed: u32) -> AgentError {
+        if self.unchanged(plan) {
+            tracing::error!(path = %plan.item.path, logical, stored, computed, "corrupt chunk in the store");
+            AgentError::Corrupt {
+                path: plan.item.path.clone(),
+                logical,
+                stored,
+                computed,
+            }
+        } else {
+            AgentError::Changed(plan.item.path.clone())
+        }
+    }
+
+    fn stage(&self, item: Item, done: Arc<AtomicU64>) -> Result<Plan, AgentError> {
+        let path = item.path.clone();
+        let changed = || AgentError::Changed(path.clone());
+        let st = self.store.stat(&item.path)?;
+        if Fp::of(&st) != item.fp || st.state != WriteState::Complete {
+            return Err(changed());
+        }
+        let chunks = self.store.chunk_list(&item.path)?;
+        let cs = self.cs;
+        let size = item.fp.size;
+        let by: HashMap<u32, &ChunkInfo> = chunks.iter().map(|c| (c.logical, c)).collect();
+        let mut blocks = Vec::new();
+        for l in 0..size.div_ceil(cs) {
+            let len = (size - l * cs).min(cs) as usize;
+            let src = match by.get(&(l as u32)) {
+                None => Src::Hole,
+                Some(c) => {
+                    let Some(crc) = c.crc else { return Err(changed()) };
+                    if c.written > cs {
+                        return Err(changed());
+                    }
+                    let written = c.written as usize;
+                    match c.location {
+                        ChunkLocation::Memory(off) => Src::Mem { off, written, crc },
+                        ChunkLocation::Spill(off) => Src::Spill { off, written, crc },
+                    }
+                }
+            };
+            blocks.push(Block {
+                logical: l as u32,
+                len,
+                src,
+            });
+        }
+        let plan = Plan {
+            mode: st.mode & 0o777,
+            content: Mutex::new(vec![0; blocks.len()]),
+            item,
+            chunks,
+            blocks,
+            done,
+        };
+        if !self.unchanged(&plan) {
+            return Err(changed());
+        }
+        // Verify memory chunks in place before anything is written.
+        let mut content = vec![0u32; plan.blocks.len()];
+        for (i, b) in plan.blocks.iter().enumerate() {
+            content[i] = match b.src {
+                Src::Hole => crc32c_append_zeros(0, b.len),
+                Src::Mem { off, written, crc } => {
+                    self.region.populate(off, written);
+                    let data = self.region.bytes(off, written);
+                    let got = crc32c(data);
+                    if got != crc {
+                        return Err(self.mismatch(&plan, b.logical, crc, got));
+                    }
+                    content_crc(got, data, b.len)
+                }
+                Src::Spill { .. } => 0,
+            };
+        }
+        *lock(&plan.content) = content;
+        Ok(plan)
+    }
+
+    // ------------------------------------------------------------------ flushing
+
+    /// Create `dir` and its missing parents durably; remove our node's temporary files
+    /// left there by a killed agent (once per directory per run).
+    fn prepare_dir(&self, dir: &Path) -> Result<(), AgentError> {
+        if lock(&self.dirs_ready).contains(dir) {
+            return Ok(());
+        }
+        let mut missing = Vec::new();
+        let mut cur = dir;
+        loop {
+            match self.io.len(cur) {
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    missing.push(cur.to_path_buf());
+                    match cur.parent() {
+                        Some(p) if !p.as_os_str().is_empty() => cur = p,
+                        _ => break,
+                    }
+                }
+                Err(e) => return Err(AgentError::dest("stat", cur, e)),
+            }
+        }
+        for d in missing.iter().rev() {
+            match self.io.mkdir(d) {
+                Ok(()) => {
+                    if let Some(p) = d.parent() {
+                        self.io.sync_dir(p).map_err(|e| AgentError::dest("fsync", p, e))?;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(AgentError::dest("mkdir", d, e)),
+            }
+        }
+        let prefix = tmp_prefix(&self.cfg.node_id);
+        for e in self.io.list(dir).map_err(|e| AgentError::dest("list", dir, e))? {
+            let Some(rest) = e.name.strip_prefix(&prefix) else {
+                continue;
+            };
+            let pid = rest.split('.').next().and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|p| !sys::pid_alive(p)) {
+                tracing::info!(file = %e.name, "removing a temporary file left by a killed agent");
+                let _ = self.io.remove(&dir.join(&e.name));
+            }
+        }
+        lock(&self.dirs_ready).insert(dir.to_path_buf());
+        Ok(())
+    }
+
+    /// Group blocks into gathered writes of at most `write_size` bytes; with O_DIRECT a
+    /// block of unaligned length goes alone (it is written through the page cache).
+    fn units(&self, plan: &Plan) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let (mut start, mut bytes) = (0, 0);
+        for (i, b) in plan.blocks.iter().enumerate() {
+            let odd = self.cfg.direct && b.len % DIRECT_ALIGN != 0;
+            if i > start && (bytes + b.len > self.cfg.write_size || odd) {
+                out.push((start, i));
+                start = i;
+                bytes = 0;
+            }
+            bytes += b.len;
+        }
+        if start < plan.blocks.len() {
+            out.push((start, plan.blocks.len()));
+        }
+        out
+    }
+
+    fn write_unit(
+        &self,
+        plan: &Plan,
+        f: &dyn crate::dest::DestFile,
+        tmp: &Path,
+        range: (usize, usize),
+    ) -> Result<(), AgentError> {
+        if self.stopping() {
+            return Err(AgentError::Stopped(plan.item.path.clone()));
+        }
+        let blocks = &plan.blocks[range.0..range.1];
+        let mut bufs: Vec<AlignedBuf> = Vec::new();
+        // Read (and verify) spill chunks first: the slices below borrow the buffers.
+        for b in blocks {
+            if let Src::Spill { off, written, crc } = b.src {
+                let mut buf = AlignedBuf::zeroed(self.cs as usize);
+                let spill = self.spill.as_ref().expect("spill chunk without a spill file");
+                crate::dest::pread_exact(spill, &mut buf[..written], off)
+                    .map_err(|e| AgentError::dest("read spill file", "spill", e))?;
+                let got = crc32c(&buf[..written]);
+                if got != crc {
+                    return Err(self.mismatch(plan, b.logical, crc, got));
+                }
+                lock(&plan.content)[b.logical as usize] = content_crc(got, &buf[..written], b.len);
+                bufs.push(buf);
+            }
+        }
+        let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(blocks.len() * 2);
+        let mut spill_bufs = bufs.iter();
+        let mut total = 0;
+        for b in blocks {
+            let data: &[u8] = match b.src {
+                Src::Mem { off, written, .. } => self.region.bytes(off, written.min(b.len)),
+                Src::Spill { written, .. } => {
+                    &spill_bufs.next().expect("one buffer per spill block")[..written.min(b.len)]
+                }
+                Src::Hole => &[],
+            };
+            if !data.is_empty() {
+                iov.push(IoSlice::new(data));
+            }
+            if data.len() < b.len {
+                iov.push(IoSlice::new(&self.zeros[..b.len - data.len()]));
+            }
+            total += b.len;
+        }
+        if let Some(t) = &self.throttle {
+            t.acquire(total);
+        }
+        let off = blocks[0].logical as u64 * self.cs;
+        f.write_at(&iov, off)
+            .map_err(|e| AgentError::dest("write", tmp, e))?;
+        crash_point("agent-mid-write");
+        // The bytes written must still be the ones staged: catches a change racing
+        // the write (the stat check after fsync catches the rest).
+        for b in blocks {
+            if let Src::Mem { off, written, crc } = b.src {
+                let got = crc32c(self.region.bytes(off, written));
+                if got != crc {
+                    return Err(self.mismatch(plan, b.logical, crc, got));
+                }
+            }
+        }
+        plan.done.fetch_add(total as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn flush(&self, plan: &Plan, threads: usize) -> Result<Published, AgentError> {
+        if self.stopping() {
+            return Err(AgentError::Stopped(plan.item.path.clone()));
+        }
+        let t0 = Instant::now();
+        let path = &plan.item.path;
+        let dest = self.dest_of(path);
+        let dir = dest.parent().expect("store paths have a parent").to_path_buf();
+        let name = dest
+            .file_name()
+            .expect("store files have a name")
+            .to_string_lossy()
+            .into_owned();
+        self.prepare_dir(&dir)?;
+        let tmp = dir.join(format!(
+            "{}{}.{:016x}",
+            tmp_prefix(&self.cfg.node_id),
+            std::process::id(),
+            fnv(&name)
+        ));
+        let io = &*self.io;
+        let opts = CreateOpts {
+            direct: self.cfg.direct,
+            ost: self.target.ost,
+            mode: plan.mode | 0o200,
+        };
+        let f = match io.create(&tmp, &opts) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let _ = io.remove(&tmp);
+                io.create(&tmp, &opts)
+            }
+            r => r,
+        }
+        .map_err(|e| AgentError::dest("create", &tmp, e))?;
+        let mut guard = TmpGuard {
+            io,
+            path: tmp.clone(),
+            armed: true,
+        };
+        crash_point("agent-after-create");
+        let units = self.units(plan);
+        let next = AtomicUsize::new(0);
+        let first_err: Mutex<Option<AgentError>> = Mutex::new(None);
+        let failed = AtomicBool::new(false);
+        let work = || loop {
+            if failed.load(Ordering::Relaxed) {
+                break;
+            }
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&u) = units.get(i) else { break };
+            if let Err(e) = self.write_unit(plan, &*f, &tmp, u) {
+                failed.store(true, Ordering::Relaxed);
+                lock(&first_err).get_or_insert(e);
+                break;
+            }
+        };
+        let n = threads.min(units.len()).max(1);
+        if n == 1 {
+            work();
+        } else {
+            std::thread::scope(|sc| {
+                for _ in 0..n {
+                    sc.spawn(|| {
+                        let _ = sys::set_priority(self.cfg.priority);
+                        work()
+                    });
+                }
+            });
+        }
+        if let Some(e) = lock(&first_err).take() {
+            return Err(e);
+        }
+        f.sync().map_err(|e| AgentError::dest("fsync", &tmp, e))?;
+        drop(f);
+        crash_point("agent-after-fsync");
+        if !self.unchanged(plan) {
+            return Err(AgentError::Changed(path.clone()));
+        }
+        let content = lock(&plan.content).clone();
+        let size = plan.item.fp.size;
+        let mut crc = 0;
+        for (b, c) in plan.blocks.iter().zip(&content) {
+            crc = crc_combine(crc, *c, b.len as u64);
+        }
+        let entry = Entry {
+            store_path: path.clone(),
+            size,
+            crc32c: crc,
+            chunk_size: self.cs,
+            chunk_crc32c: content,
+            mode: plan.mode,
+            mtime_ns: plan.item.fp.mtime_ns,
+            drained_ns: 0,
+        };
+        // Replacing a published file: drop its entry first, so the manifest never
+        // describes content the file does not have.
+        let stale = self.with_manifest(&dir, |m| {
+            m.files
+                .get(&name)
+                .is_some_and(|e| e.crc32c != crc || e.size != size)
+        })?;
+        if stale {
+            self.with_manifest(&dir, |m| {
+                m.files.remove(&name);
+                m.save(io, &dir)
+            })??;
+        }
+        crash_point("agent-before-rename");
+        io.rename(&tmp, &dest)
+            .map_err(|e| AgentError::dest("rename", &dest, e))?;
+        guard.armed = false;
+        crash_point("agent-after-rename");
+        io.sync_dir(&dir)
+            .map_err(|e| AgentError::dest("fsync", &dir, e))?;
+        self.with_manifest(&dir, |m| {
+            m.files.insert(
+                name.clone(),
+                Entry {
+                    drained_ns: now_ns(),
+                    ..entry
+                },
+            );
+            let r = m.save(io, &dir);
+            if r.is_err() {
+                m.files.remove(&name);
+            }
+            r
+        })??;
+        crash_point("agent-after-manifest");
+        let mut evicted = false;
+        if self.cfg.evict {
+            match self.store.stat(path) {
+                Ok(st) if Fp::of(&st) == plan.item.fp && st.state == WriteState::Complete => {
+                    self.store.unlink(path)?;
+                    evicted = true;
+                }
+                _ => {}
+            }
+        }
+        Ok(Published {
+            dest,
+            seconds: t0.elapsed().as_secs_f64(),
+            evicted,
+        })
+    }
+}
+
+/// CRC32C of a block's file content: the checked bytes (`crc` covers `data`) followed
+/// by zeros up to `len`, or only the first `len` bytes if more were written.
+fn content_crc(crc: u32, data: &[u8], len: usize) -> u32 {
+    if data.len() <= len {
+        crc32c_append_zeros(crc, len - data.len())
+    } else {
+        crc32c(&data[..len])
+    }
+}

@@ -1,0 +1,46 @@
+//! # ckptfs-agent: background drain to the parallel file system, and restore
+//!
+//! A per-node agent attaches to the node store and copies complete files (closed by
+//! their last writer, every chunk's CRC32C valid) to a destination directory on the
+//! parallel file system, without involving the processes that wrote them: it reads the
+//! chunks straight from the shared data region ([`Store::data_region`] and
+//! [`Store::chunk_list`], CRUISE section 4.6) and spill chunks from the spill file.
+//!
+//! - **Atomic publish**: a file is written under a temporary name, fsynced, renamed to
+//!   its final name and the directory fsynced; then the node's manifest in that
+//!   directory ([`manifest`]) is replaced atomically. A killed agent never leaves a
+//!   file under a final name that is not complete, and a restarted agent skips what the
+//!   manifest shows as published and unchanged.
+//! - **Staged marshaling** (checkpoint orchestration, Algorithm 1): one file flushed at
+//!   a time per node, pipelined with staging the next ([`engine`]).
+//! - **Vertical placement**: each node's files go to one target ([`config`]).
+//! - **Low impact**: IO thread pool, large gathered writes, optional O_DIRECT from the
+//!   aligned chunks, a bandwidth cap, nice and IO priority ([`sys`]).
+//! - **Restore** ([`restore`]): multi-level read back into the store, checked against
+//!   the manifest.
+//!
+//! State is published for other processes in a JSON file next to the segment
+//! ([`status()`]).
+//!
+//! [`Store::data_region`]: ckptfs_store::Store::data_region
+//! [`Store::chunk_list`]: ckptfs_store::Store::chunk_list
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod bench;
+pub mod config;
+pub mod dest;
+pub mod engine;
+mod error;
+pub mod manifest;
+mod region;
+pub mod restore;
+pub mod status;
+pub mod sys;
+mod throttle;
+
+pub use config::{AgentConfig, Target};
+pub use engine::{Agent, DrainSummary, StopHandle};
+pub use error::AgentError;
+pub use restore::{restore, restore_path, RestoreReport};
+pub use status::{status, AgentStatus};
