@@ -84,7 +84,7 @@ pub struct CostArgs {
     #[arg(long, value_parser = duration)]
     pub ckpt_pfs: Option<f64>,
     /// Restart cost from the PFS [default: --ckpt-pfs].
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = duration, requires = "ckpt_pfs")]
     pub restart_pfs: Option<f64>,
     /// Checkpoint cost of partner (remote) memory; enables the partner level.
     #[arg(long, value_parser = duration)]
@@ -106,25 +106,30 @@ impl CostArgs {
     }
 
     fn costs(&self) -> Result<LevelCosts, PolicyError> {
-        let pfs = self.ckpt_pfs.ok_or_else(|| {
-            PolicyError::InvalidSetup(
-                "the PFS checkpoint cost is needed: pass --ckpt-pfs (or --costs-from FILE)".into(),
-            )
-        })?;
+        self.merged(None)
+    }
+
+    /// The flags' costs on top of costs read from a file (flags win, level by
+    /// level).
+    fn merged(&self, file: Option<&costs_file::LoadedCosts>) -> Result<LevelCosts, PolicyError> {
         let lc = |c: Option<f64>, r: Option<f64>| {
             c.map(|c| LevelCost {
                 checkpoint_s: c,
                 restart_s: r.unwrap_or(c),
             })
         };
-        let costs = LevelCosts {
-            local: lc(self.ckpt_local, self.restart_local),
-            partner: lc(self.ckpt_partner, self.restart_partner),
-            pfs: LevelCost {
-                checkpoint_s: pfs,
-                restart_s: self.restart_pfs.unwrap_or(pfs),
-            },
-        };
+        let local = lc(self.ckpt_local, self.restart_local).or(file.and_then(|f| f.local));
+        let partner = lc(self.ckpt_partner, self.restart_partner).or(file.and_then(|f| f.partner));
+        let pfs = lc(self.ckpt_pfs, self.restart_pfs)
+            .or(file.and_then(|f| f.pfs))
+            .ok_or_else(|| {
+                PolicyError::InvalidSetup(
+                    "the PFS checkpoint cost is needed: pass --ckpt-pfs (or --costs-from FILE \
+                     with a PFS level)"
+                        .into(),
+                )
+            })?;
+        let costs = LevelCosts { local, partner, pfs };
         costs.validate()?;
         Ok(costs)
     }
@@ -250,10 +255,8 @@ pub struct SimulateArgs {
     /// Level costs.
     pub costs: CostArgs,
     /// Read level costs from FILE: {"levels": {...}} or `ckptfs bench --json` output
-    /// (see docs/policy.md).
-    #[arg(long, value_name = "FILE", conflicts_with_all = [
-        "ckpt_pfs", "restart_pfs", "ckpt_partner", "restart_partner", "ckpt_local", "restart_local",
-    ])]
+    /// (see docs/policy.md); --ckpt-* flags add or override levels.
+    #[arg(long, value_name = "FILE")]
     pub costs_from: Option<PathBuf>,
     /// Bytes per node per checkpoint, to turn a bench document's bandwidths into costs
     /// (e.g. 4GiB, 800MB).
@@ -415,7 +418,16 @@ fn single_cmd(a: &SimulateArgs) -> Result<String, PolicyError> {
     let (costs, provenance) = match &a.costs_from {
         Some(path) => {
             let l = costs_file::load(path, a.ckpt_size)?;
-            (l.costs, l.provenance)
+            let costs = if a.costs.any() {
+                a.costs.merged(Some(&l))?
+            } else {
+                l.complete(path)?
+            };
+            let mut prov = l.provenance;
+            if a.costs.any() {
+                prov.push("command-line --ckpt-* flags override the file".into());
+            }
+            (costs, prov)
         }
         None if a.costs.any() => (a.costs.costs()?, vec!["from the command line".to_string()]),
         None => {

@@ -1,7 +1,10 @@
 //! Level costs read from a file: the crate's own schema, or the JSON output of
 //! `ckptfs bench ... --json` turned into costs with a checkpoint size.
 //!
-//! Own schema (`restart_s` defaults to `checkpoint_s`; `pfs` is required):
+//! The file may give only some levels; flags such as `--ckpt-pfs` add or
+//! override levels (the PFS must come from one of the two).
+//!
+//! Own schema (`restart_s` defaults to `checkpoint_s`):
 //!
 //! ```json
 //! {"levels": {"local":   {"checkpoint_s": 0.5, "restart_s": 0.4},
@@ -10,13 +13,17 @@
 //! ```
 //!
 //! Bench document: `{"bench": "...", "results": [{"case": "...",
-//! "bandwidth_gbps": 2.5, ...}, ...]}`. Each result gives a bandwidth in GB/s
-//! (10⁹ bytes per second). Its level is the result's `"level"` field if
+//! "gbps": 2.5, ...}, ...]}` as printed by `ckptfs bench ... --json`. Each
+//! result gives a bandwidth in GB/s (10⁹ bytes per second) in `gbps` or
+//! `bandwidth_gbps`. Its level is the result's `"level"` field if
 //! present, else the first keyword found among the words of the lower-cased
 //! case name (words are split at any non-alphanumeric character, so `tmpfs`
 //! is not `pfs`):
-//! `pfs`, `disk`, `parallel` → PFS; `partner`, `remote`, `replica` → partner;
-//! `local`, `memory`, `mem`, `shm`, `store`, `node` → node memory. Its
+//! `pfs`, `disk`, `parallel`, `drain` → PFS; `partner`, `remote`, `replica`
+//! → partner; `local`, `memory`, `mem`, `shm`, `store`, `node`, `ckptfs` →
+//! node memory (so the store bench's `ckptfs-write` and `ckptfs-read` give
+//! the node-memory level, and its baselines `memcpy` and `devshm-write` are
+//! ignored). Its
 //! direction is the `"op"` field if present, else `read` or `restart` in the
 //! case name means restart, anything else checkpoint. Several results for
 //! the same level and direction: the median bandwidth. Cost = checkpoint size
@@ -28,13 +35,35 @@ use crate::error::PolicyError;
 use serde_json::Value;
 use std::path::Path;
 
-/// Costs read from a file, with one line per level saying where they came from.
+/// Costs read from a file (any level may be missing), with one line per
+/// level saying where they came from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoadedCosts {
-    /// The costs.
-    pub costs: LevelCosts,
+    /// Node memory, if the file gives it.
+    pub local: Option<LevelCost>,
+    /// Partner memory, if the file gives it.
+    pub partner: Option<LevelCost>,
+    /// PFS, if the file gives it.
+    pub pfs: Option<LevelCost>,
     /// Human-readable provenance, one line per level.
     pub provenance: Vec<String>,
+}
+
+impl LoadedCosts {
+    /// Complete costs, or an error when the PFS is missing.
+    pub fn complete(&self, path: &Path) -> Result<LevelCosts, PolicyError> {
+        let pfs = self.pfs.ok_or_else(|| PolicyError::CostsFile {
+            path: path.to_path_buf(),
+            message: "no PFS cost in the file (a result whose case names pfs/disk/parallel/drain, \
+                      \"level\": \"pfs\", or levels.pfs); add --ckpt-pfs"
+                .into(),
+        })?;
+        Ok(LevelCosts {
+            local: self.local,
+            partner: self.partner,
+            pfs,
+        })
+    }
 }
 
 /// Reads a costs file (see the module docs). `ckpt_size` (bytes) is required
@@ -104,30 +133,39 @@ fn own_schema(levels: &Value, err: &dyn Fn(String) -> PolicyError) -> Result<Loa
             restart_s: r,
         }))
     };
-    let pfs = get("pfs")?.ok_or_else(|| err("levels.pfs is missing".into()))?;
-    let costs = LevelCosts {
-        local: get("local")?,
-        partner: get("partner")?,
-        pfs,
-    };
-    costs.validate()?;
-    let provenance = costs
-        .levels()
-        .into_iter()
-        .map(|l| format!("{l}: from levels.{l}"))
+    let (local, partner, pfs) = (get("local")?, get("partner")?, get("pfs")?);
+    // Validate with a placeholder PFS when the file has none.
+    LevelCosts {
+        local,
+        partner,
+        pfs: pfs.unwrap_or(LevelCost {
+            checkpoint_s: 0.0,
+            restart_s: 0.0,
+        }),
+    }
+    .validate()?;
+    let provenance = [("local", local), ("partner", partner), ("pfs", pfs)]
+        .iter()
+        .filter(|(_, c)| c.is_some())
+        .map(|(l, _)| format!("{l}: from levels.{l}"))
         .collect();
-    Ok(LoadedCosts { costs, provenance })
+    Ok(LoadedCosts {
+        local,
+        partner,
+        pfs,
+        provenance,
+    })
 }
 
 fn classify(case: &str) -> Option<Level> {
     let c = case.to_ascii_lowercase();
     let tokens: Vec<&str> = c.split(|ch: char| !ch.is_ascii_alphanumeric()).collect();
     let has = |words: &[&str]| words.iter().any(|w| tokens.contains(w));
-    if has(&["pfs", "disk", "parallel"]) {
+    if has(&["pfs", "disk", "parallel", "drain"]) {
         Some(Level::Pfs)
     } else if has(&["partner", "remote", "replica"]) {
         Some(Level::Partner)
-    } else if has(&["local", "memory", "mem", "shm", "store", "node"]) {
+    } else if has(&["local", "memory", "mem", "shm", "store", "node", "ckptfs"]) {
         Some(Level::Local)
     } else {
         None
@@ -170,13 +208,16 @@ fn bench(
             None => classify(case),
         };
         let Some(level) = level else { continue };
-        let Some(gbps) = r.get("bandwidth_gbps") else {
+        let Some((field, gbps)) = ["gbps", "bandwidth_gbps"]
+            .iter()
+            .find_map(|f| r.get(*f).map(|v| (*f, v)))
+        else {
             continue;
         };
         let gbps = gbps
             .as_f64()
             .filter(|g| g.is_finite() && *g > 0.0)
-            .ok_or_else(|| err(format!("results[{i}].bandwidth_gbps must be a number > 0")))?;
+            .ok_or_else(|| err(format!("results[{i}].{field} must be a number > 0")))?;
         let op = r
             .get("op")
             .and_then(Value::as_str)
@@ -211,14 +252,17 @@ fn bench(
     };
     let local = cost(Level::Local);
     let partner = cost(Level::Partner);
-    let pfs = cost(Level::Pfs).ok_or_else(|| {
-        err(format!(
-            "no result for the PFS level (a case naming pfs/disk/parallel, or \"level\": \"pfs\"); cases: {}",
+    let pfs = cost(Level::Pfs);
+    if local.is_none() && partner.is_none() && pfs.is_none() {
+        return Err(err(format!(
+            "no result maps to a level (see docs/policy.md); cases: {}",
             seen.join(", ")
-        ))
-    })?;
+        )));
+    }
     Ok(LoadedCosts {
-        costs: LevelCosts { local, partner, pfs },
+        local,
+        partner,
+        pfs,
         provenance,
     })
 }
@@ -231,7 +275,10 @@ mod tests {
     fn own_schema_reads_levels_and_defaults_restart() {
         let t =
             r#"{"levels": {"partner": {"checkpoint_s": 8}, "pfs": {"checkpoint_s": 130, "restart_s": 100}}}"#;
-        let c = parse(t, Path::new("c.json"), None).unwrap().costs;
+        let c = parse(t, Path::new("c.json"), None)
+            .unwrap()
+            .complete(Path::new("c.json"))
+            .unwrap();
         assert_eq!(c.partner.unwrap().restart_s, 8.0);
         assert_eq!(c.pfs.restart_s, 100.0);
         assert!(c.local.is_none());
@@ -257,7 +304,7 @@ mod tests {
             {"case": "remote-memory", "level": "partner", "op": "read", "bandwidth_gbps": 7.0}
         ]}"#;
         let l = parse(t, Path::new("b.json"), Some(7e9)).unwrap();
-        let c = l.costs;
+        let c = l.complete(Path::new("b.json")).unwrap();
         assert_eq!(c.local.unwrap().checkpoint_s, 1.0); // median 7 GB/s
         assert_eq!(c.partner.unwrap().checkpoint_s, 7.0);
         assert_eq!(c.partner.unwrap().restart_s, 1.0);
@@ -267,11 +314,31 @@ mod tests {
         let e = parse(t, Path::new("b.json"), None).unwrap_err();
         assert!(e.to_string().contains("--ckpt-size"), "{e}");
         let e = parse(
-            r#"{"bench": "x", "results": [{"case": "shm", "bandwidth_gbps": 1}]}"#,
+            r#"{"bench": "x", "results": [{"case": "memcpy", "gbps": 1}]}"#,
             Path::new("b.json"),
             Some(1.0),
         )
         .unwrap_err();
-        assert!(e.to_string().contains("no result for the PFS"), "{e}");
+        assert!(e.to_string().contains("no result maps"), "{e}");
+    }
+
+    /// The document `ckptfs bench store --json` prints (crates/ckptfs-bench).
+    #[test]
+    fn store_bench_output_gives_the_node_memory_level() {
+        let t = r#"{"bench": "store", "settings": {"size": 1}, "notes": [],
+            "results": [
+              {"case": "memcpy", "procs": 1, "bytes": 100, "seconds": [1.0], "seconds_median": 1.0, "gbps": 8.0},
+              {"case": "devshm-write", "procs": 1, "bytes": 100, "seconds": [1.0], "seconds_median": 1.0, "gbps": 2.5},
+              {"case": "ckptfs-write", "procs": 1, "bytes": 100, "seconds": [1.0], "seconds_median": 1.0, "gbps": 4.0},
+              {"case": "ckptfs-read", "procs": 1, "bytes": 100, "seconds": [1.0], "seconds_median": 1.0, "gbps": 8.0},
+              {"case": "chunk-sweep", "procs": 2, "bytes": 100, "seconds": [1.0], "seconds_median": 1.0, "gbps": 3.0}
+            ]}"#;
+        let p = Path::new("store.json");
+        let l = parse(t, p, Some(4e9)).unwrap();
+        let local = l.local.unwrap();
+        assert_eq!((local.checkpoint_s, local.restart_s), (1.0, 0.5));
+        assert!(l.partner.is_none() && l.pfs.is_none());
+        let e = l.complete(p).unwrap_err();
+        assert!(e.to_string().contains("--ckpt-pfs"), "{e}");
     }
 }

@@ -199,6 +199,34 @@ fn simulate_reads_costs_from_a_bench_document_and_a_failure_log() {
     ])
     .unwrap_err();
     assert!(e.contains("--ckpt-size"), "{e}");
+    // A file without the PFS level, completed by a flag; a flag overrides a level.
+    let store = dir.path().join("store.json");
+    std::fs::write(
+        &store,
+        r#"{"bench": "store", "results": [
+            {"case": "ckptfs-write", "gbps": 4.0}, {"case": "ckptfs-read", "gbps": 8.0}]}"#,
+    )
+    .unwrap();
+    let base = [
+        "simulate",
+        "--nodes",
+        "16",
+        "--procs",
+        "8",
+        "--segments",
+        "50",
+        "--costs-from",
+        store.to_str().unwrap(),
+        "--ckpt-size",
+        "4GB",
+    ];
+    let e = run(&base).unwrap_err();
+    assert!(e.contains("no PFS cost") && e.contains("--ckpt-pfs"), "{e}");
+    let mut args = base.to_vec();
+    args.extend(["--ckpt-pfs", "60s", "--ckpt-local", "2s"]);
+    let out = run(&args).unwrap();
+    assert!(out.contains("checkpoint      2.0 s"), "{out}");
+    assert!(out.contains("restart      2.0 s"), "{out}");
 }
 
 #[test]
