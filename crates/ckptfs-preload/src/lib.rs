@@ -1,0 +1,40 @@
+//! # ckptfs-preload: transparent interception with `LD_PRELOAD`
+//!
+//! `libckptfs_preload.so` exports the libc file calls (the open family, read/write and
+//! their vector, positional, 64-bit and fortified forms, the stat family, directory and
+//! stdio streams, namespace calls, mmap, fork/exec/exit hooks). A call whose path lies
+//! under a mount prefix (`CKPTFS_MOUNT`, default `/ckpt`) or whose descriptor is a store
+//! descriptor is served by the node store ([`ckptfs_store`]); every other call goes to
+//! the next definition (libc) unchanged, after a lock-free bitmap test or a prefix
+//! comparison.
+//!
+//! Store descriptors are real kernel descriptors (`O_PATH` opens of `/dev/null`), so
+//! their numbers never collide with the program's, and any call that bypasses the shim
+//! (a raw syscall) fails with EBADF instead of touching a real file. The open file
+//! description (offset, status flags) lives in shared anonymous memory so that a fork
+//! child shares it with its parent exactly as with the kernel. See `docs/preload.md`.
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod dir;
+#[cfg(not(test))]
+pub mod hooks;
+pub mod lock;
+pub mod ops;
+pub mod paths;
+pub mod state;
+pub mod stdio;
+pub mod sys;
+
+#[cfg(test)]
+mod hooks {
+    //! Stand-in for the hooks in unit tests (the real ones would interpose on the test
+    //! binary itself).
+    use crate::state::{self, R};
+    /// Close store descriptor `fd`.
+    pub fn close_store(fd: i32) -> Option<R<i32>> {
+        let d = state::remove(fd)?;
+        state::raw_close(fd);
+        Some(state::release(d).map(|_| 0))
+    }
+}

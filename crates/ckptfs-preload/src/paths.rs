@@ -1,0 +1,125 @@
+//! Which paths belong to the store: the mount prefixes from `CKPTFS_MOUNT`, lexical
+//! normalisation (`.`, `..`, repeated slashes) and translation of `/ckpt/a/b` to the store
+//! path `/a/b`. Pure functions, unit-tested without the shim loaded.
+
+/// Parse `CKPTFS_MOUNT` (colon-separated absolute prefixes); empty or unset means `/ckpt`.
+pub fn parse_mounts(v: Option<&str>) -> Vec<String> {
+    let mut out: Vec<String> = v
+        .unwrap_or("")
+        .split(':')
+        .filter(|s| s.starts_with('/'))
+        .map(normalize)
+        .filter(|s| s != "/")
+        .collect();
+    if out.is_empty() {
+        out.push("/ckpt".to_string());
+    }
+    out.dedup();
+    out
+}
+
+/// Lexically normalise an absolute path: no `.`, no empty components, `..` removes the
+/// previous component (and stays at `/` at the root). Always starts with `/`, never ends
+/// with one (except `/` itself).
+pub fn normalize(p: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    let mut s = String::with_capacity(p.len() + 1);
+    for c in &parts {
+        s.push('/');
+        s.push_str(c);
+    }
+    if s.is_empty() {
+        s.push('/');
+    }
+    s
+}
+
+/// Does this absolute path need normalising before a prefix comparison?
+#[inline]
+pub fn needs_normalize(p: &[u8]) -> bool {
+    // "//", "/." (covers "/./" and "/../") or a trailing "/".
+    p.windows(2).any(|w| w[0] == b'/' && (w[1] == b'/' || w[1] == b'.')) || p.len() > 1 && p.ends_with(b"/")
+}
+
+/// If the normalised absolute path `p` is under a mount, (mount index, store path).
+pub fn match_mount(mounts: &[String], p: &str) -> Option<(usize, String)> {
+    for (i, m) in mounts.iter().enumerate() {
+        if p == m {
+            return Some((i, "/".to_string()));
+        }
+        if p.len() > m.len() && p.starts_with(m.as_str()) && p.as_bytes()[m.len()] == b'/' {
+            return Some((i, p[m.len()..].to_string()));
+        }
+    }
+    None
+}
+
+/// Quick test on raw absolute path bytes that are already normal: could it be under a mount?
+#[inline]
+pub fn quick_prefix(mounts: &[String], p: &[u8]) -> bool {
+    mounts.iter().any(|m| {
+        let m = m.as_bytes();
+        p.len() >= m.len() && &p[..m.len()] == m && (p.len() == m.len() || p[m.len()] == b'/')
+    })
+}
+
+/// Join a base directory and a relative path, then normalise.
+pub fn join(base: &str, rel: &str) -> String {
+    let mut s = String::with_capacity(base.len() + rel.len() + 1);
+    s.push_str(base);
+    s.push('/');
+    s.push_str(rel);
+    normalize(&s)
+}
+
+/// The full (virtual) path of a store path under mount `m`.
+pub fn full_path(mount: &str, store_path: &str) -> String {
+    if store_path == "/" {
+        mount.to_string()
+    } else {
+        format!("{mount}{store_path}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_resolves_dots() {
+        assert_eq!(normalize("/a/./b//c/../d/"), "/a/b/d");
+        assert_eq!(normalize("/../.."), "/");
+        assert_eq!(normalize("/ckpt/.."), "/");
+    }
+
+    #[test]
+    fn mounts_match_on_component_boundaries() {
+        let m = parse_mounts(Some("/ckpt:/scratch/ck/"));
+        assert_eq!(m, vec!["/ckpt", "/scratch/ck"]);
+        assert_eq!(match_mount(&m, "/ckpt"), Some((0, "/".into())));
+        assert_eq!(match_mount(&m, "/ckpt/a/b"), Some((0, "/a/b".into())));
+        assert_eq!(match_mount(&m, "/ckptx/a"), None);
+        assert_eq!(match_mount(&m, "/scratch/ck/x"), Some((1, "/x".into())));
+        assert!(quick_prefix(&m, b"/ckpt/x"));
+        assert!(!quick_prefix(&m, b"/ckptx"));
+        assert_eq!(parse_mounts(None), vec!["/ckpt"]);
+    }
+
+    #[test]
+    fn relative_paths_join_the_cwd() {
+        assert_eq!(join("/ckpt/a", "../b/./c"), "/ckpt/b/c");
+        assert_eq!(join("/", "ckpt/x"), "/ckpt/x");
+        assert!(needs_normalize(b"/tmp/../ckpt/x"));
+        assert!(needs_normalize(b"/ckpt//x"));
+        assert!(!needs_normalize(b"/ckpt/x.y"));
+    }
+}
