@@ -383,6 +383,13 @@ impl FileHandle {
                 }
                 hwm_us = within;
             }
+            if within < hwm_us && !stale {
+                // Overwriting checksummed bytes: mark the CRC stale *before* the copy, so
+                // that a writer killed mid-copy leaves "stale", never a false mismatch.
+                entry.sum.store(pack_sum(hwm, crc, true), Release);
+                // Keep the copy below from being reordered before the flag.
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            }
             self.put(c, within, Some(src), k)?;
             if within == hwm_us && !stale {
                 crc = crc32c_append(crc, src);
