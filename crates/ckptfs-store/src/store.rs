@@ -1089,6 +1089,11 @@ impl Store {
         }
         let who = process::me();
         let g = self.file_lock(fid);
+        if ino.wstate.load(Relaxed) == wstate::WRITING {
+            // A writer that died since anyone looked must not count as writing: its
+            // file is incomplete and, below, read with checksum verification.
+            self.reap_leases(fid);
+        }
         self.add_lease(fid, who, flags.write)?;
         if flags.write {
             ino.wstate.store(wstate::WRITING, Release);
