@@ -1,0 +1,307 @@
+/*
+ * ckptfs.h - C ABI of the ckptfs node store (libckptfs.so / libckptfs.a).
+ *
+ * ckptfs keeps checkpoint files in a persistent shared-memory segment per node
+ * (/dev/shm/ckptfs.NAME). A program mounts a store under a path prefix and then uses
+ * full paths under it: with prefix "/ckpt", "/ckpt/rank0.dat" is the store's
+ * "/rank0.dat". Nothing here touches the kernel's file system namespace.
+ *
+ * Conventions (see docs/capi.md):
+ *  - Every function returns >= 0 on success (0, a descriptor, a byte count or a file
+ *    position) and -errno on failure (e.g. -ENOENT); errno itself is not set.
+ *    ckptfs_last_error() gives a message for the last failure of the calling thread.
+ *  - Descriptors are small non-negative ints in a table of this library, independent
+ *    of kernel file descriptors: never pass them to read(2)/close(2). The lowest free
+ *    number is used. The table is thread-safe; calls on one descriptor are serialized.
+ *  - NULL where a pointer is required: -EFAULT. Strings must be UTF-8.
+ *  - Relative paths start at the process's working directory. A path outside every
+ *    mounted prefix: -ENOENT (rename to a path outside the source's store: -EXDEV).
+ *  - Paths longer than CKPTFS_PATH_MAX or names longer than CKPTFS_NAME_MAX bytes:
+ *    -ENAMETOOLONG.
+ *  - No call panics or aborts: an internal error is -EIO.
+ *
+ * Link: cc prog.c -I include -L target/release -lckptfs
+ *       (run with LD_LIBRARY_PATH=target/release, or link libckptfs.a statically with
+ *        -lpthread -ldl -lm -lgcc_s).
+ */
+#ifndef CKPTFS_H
+#define CKPTFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of this header; ckptfs_version() returns the library's. */
+#define CKPTFS_VERSION_MAJOR 0
+#define CKPTFS_VERSION_MINOR 1
+#define CKPTFS_VERSION_PATCH 0
+#define CKPTFS_VERSION "0.1.0"
+
+/* Longest name (one path component) and path, in bytes, without the NUL. */
+#define CKPTFS_NAME_MAX 255
+#define CKPTFS_PATH_MAX 4095
+
+/* ------------------------------------------------------------------ mounting */
+
+/* ckptfs_options.flags */
+#define CKPTFS_MOUNT_ATTACH 1u  /* attach to an existing store only (-ENOENT if none) */
+#define CKPTFS_MOUNT_EXCL 2u    /* create a new store only (-EEXIST if it exists) */
+#define CKPTFS_MOUNT_PRIVATE 4u /* one segment per process: NAME.RANK (rank from
+                                   CKPTFS_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK,
+                                   SLURM_PROCID or RANK; else the pid) */
+
+/*
+ * How ckptfs_mount finds or creates its store. Initialize with CKPTFS_OPTIONS_INIT and
+ * set the fields you need. A zero or NULL field takes the existing segment's setting,
+ * or the default when creating (1 GiB memory, 1 MiB chunks, 4096 files, no spill).
+ * A non-zero field that differs from an existing segment's is -EINVAL.
+ */
+typedef struct ckptfs_options {
+    uint32_t size;         /* must be sizeof(ckptfs_options) */
+    uint32_t flags;        /* CKPTFS_MOUNT_* */
+    const char *store;     /* store name [A-Za-z0-9._-]{1,64}; NULL/"" = "u<UID>" */
+    uint64_t mem_size;     /* memory data region in bytes (whole chunks) */
+    uint64_t chunk_size;   /* power of two, 64 KiB .. 64 MiB */
+    const char *spill_dir; /* directory of the spill file (with spill_size) */
+    uint64_t spill_size;   /* spill file size in bytes */
+    uint32_t max_files;    /* files and directories, root included (2 .. 4194304) */
+} ckptfs_options;
+
+#define CKPTFS_OPTIONS_INIT { (uint32_t)sizeof(ckptfs_options), 0, NULL, 0, 0, NULL, 0, 0 }
+
+/*
+ * Attach to (or create) a store and make it visible under the absolute path `prefix`
+ * ("/" is allowed; nested prefixes resolve to the longest match). With opts == NULL the
+ * settings come from the environment: CKPTFS_STORE, CKPTFS_MEM_SIZE, CKPTFS_CHUNK_SIZE,
+ * CKPTFS_MAX_FILES, CKPTFS_SPILL_DIR, CKPTFS_SPILL_SIZE (sizes take K/M/G/T suffixes,
+ * binary) and CKPTFS_PRIVATE (1/0, true/false, yes/no, on/off); the store is attached
+ * or created. With opts, only opts is used.
+ * Errors: -EBUSY prefix already mounted; -EINVAL bad option, setting differing from the
+ * existing segment, or a segment that is not a ckptfs segment, has another format
+ * version or is damaged (the message names the segment file; nothing is attached);
+ * -ENOENT no store (CKPTFS_MOUNT_ATTACH) or spill directory missing; -EEXIST
+ * (CKPTFS_MOUNT_EXCL); -EACCES; -ENOSPC/-ENOMEM creating the segment; -EFAULT.
+ */
+int ckptfs_mount(const char *prefix, const ckptfs_options *opts);
+
+/*
+ * Remove the mount of `prefix`. Pointers from ckptfs_get_data_region for it become
+ * invalid. The store itself stays (see ckptfs_destroy_store).
+ * Errors: -EINVAL not mounted; -EBUSY descriptors still open under it.
+ */
+int ckptfs_unmount(const char *prefix);
+
+/*
+ * Remove store `name`: its segment /dev/shm/ckptfs.NAME and its spill file. Processes
+ * still attached keep their mapping; the name is free for a new store at once.
+ * Errors: -ENOENT no such store; -EACCES.
+ */
+int ckptfs_destroy_store(const char *name);
+
+/* ------------------------------------------------------------------ files */
+
+/*
+ * Open a file (or a directory, read-only) like open(2). flags: O_RDONLY, O_WRONLY or
+ * O_RDWR, plus O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_DIRECTORY; other bits are ignored.
+ * `mode` (with O_CREAT) is stored as given (& 07777): no umask is applied.
+ * Returns a ckptfs descriptor >= 0.
+ * Errors: -ENOENT; -EEXIST (O_CREAT|O_EXCL); -EISDIR (directory opened for writing);
+ * -ENOTDIR; -ENAMETOOLONG; -ENFILE store file table full; -EMFILE 65536 descriptors
+ * open in this process, or too many processes have the file open; -EINVAL bad access
+ * mode or non-UTF-8 path; -EFAULT.
+ */
+int ckptfs_open(const char *path, int flags, mode_t mode);
+
+/*
+ * Close a descriptor (file or directory). The last writer's close finishes checksums
+ * and marks the file complete. The descriptor is released even when an error (-EIO:
+ * flushing the spill file failed) is returned. A file still open for writing when the
+ * process exits is reported incomplete, as after a crash.
+ * Errors: -EBADF.
+ */
+int ckptfs_close(int fd);
+
+/*
+ * Read up to `count` bytes at the position / at `offset`. Returns the bytes read (0 at
+ * end of file). Holes read as zeros. ckptfs_pread does not move the position.
+ * Errors: -EBADF bad descriptor or not open for reading; -EISDIR; -EINVAL negative
+ * offset; -EIO checksum mismatch (the message names file and chunk); -EFAULT.
+ */
+ssize_t ckptfs_read(int fd, void *buf, size_t count);
+ssize_t ckptfs_pread(int fd, void *buf, size_t count, int64_t offset);
+
+/*
+ * Write `count` bytes at the position (with O_APPEND: at the end) / at `offset`.
+ * Writing past the end leaves a hole that reads as zeros. Returns the bytes written,
+ * fewer than `count` when the store ran out of space part-way.
+ * ckptfs_pwrite does not move the position.
+ * Errors: -EBADF bad descriptor or not open for writing; -EISDIR; -EINVAL negative
+ * offset; -ENOSPC nothing could be written; -EFBIG; -EIO spill file error; -EFAULT.
+ */
+ssize_t ckptfs_write(int fd, const void *buf, size_t count);
+ssize_t ckptfs_pwrite(int fd, const void *buf, size_t count, int64_t offset);
+
+/*
+ * Set the position: whence SEEK_SET, SEEK_CUR or SEEK_END (from <stdio.h>/<unistd.h>).
+ * Returns the new position. Seeking past the end is allowed. On a directory descriptor
+ * only ckptfs_lseek(fd, 0, SEEK_SET) (rewind the listing) is allowed.
+ * Errors: -EBADF; -EINVAL negative result or unknown whence.
+ */
+int64_t ckptfs_lseek(int fd, int64_t offset, int whence);
+
+/*
+ * Set the size of a file open for writing: growing adds zeros, shrinking frees chunks.
+ * Errors: -EBADF; -EINVAL negative length or not open for writing; -EISDIR; -EFBIG.
+ */
+int ckptfs_ftruncate(int fd, int64_t length);
+
+/*
+ * Recompute stale checksums and flush spilled data to the device. Memory-resident data
+ * needs no flush: it survives the process (not a node reboot).
+ * Errors: -EBADF; -EIO.
+ */
+int ckptfs_fsync(int fd);
+
+/* ------------------------------------------------------------------ attributes */
+
+#define CKPTFS_KIND_FILE 1
+#define CKPTFS_KIND_DIR 2
+
+#define CKPTFS_STATE_COMPLETE 0   /* the last writer closed it */
+#define CKPTFS_STATE_WRITING 1    /* a live process has it open for writing */
+#define CKPTFS_STATE_INCOMPLETE 2 /* a writer died with it open: readable up to its
+                                     last completed write */
+
+/* Attributes (a struct tag only, like POSIX struct stat, since ckptfs_stat is a
+ * function). */
+struct ckptfs_stat {
+    uint64_t ino;          /* inode number; a mount's root is 1 */
+    uint64_t size;         /* bytes (directories: 0) */
+    uint64_t allocated;    /* chunks * chunk size */
+    uint64_t mtime_ns;     /* modification time, ns since the epoch */
+    uint64_t ctime_ns;     /* status change time, ns since the epoch */
+    uint32_t mode;         /* S_IFREG or S_IFDIR | permission bits, as st_mode */
+    uint32_t kind;         /* CKPTFS_KIND_* */
+    uint32_t state;        /* CKPTFS_STATE_* (directories: complete) */
+    uint32_t chunks;       /* chunks allocated */
+    uint32_t spill_chunks; /* of those, chunks in the spill file */
+    uint32_t generation;   /* bumped each time an inode number is reused */
+};
+
+/* Errors: -ENOENT; -ENOTDIR; -ENAMETOOLONG; -EFAULT. */
+int ckptfs_stat(const char *path, struct ckptfs_stat *st);
+/* Errors: -EBADF; -EFAULT. */
+int ckptfs_fstat(int fd, struct ckptfs_stat *st);
+
+/* ------------------------------------------------------------------ namespace */
+
+/*
+ * Remove a file. Descriptors open on it keep reading and writing it; its chunks are
+ * freed at the last close.
+ * Errors: -ENOENT; -EISDIR; -ENOTDIR; -ENAMETOOLONG.
+ */
+int ckptfs_unlink(const char *path);
+
+/*
+ * Rename atomically (also across a crash), replacing the target: a file, or an empty
+ * directory when `from` is a directory.
+ * Errors: -ENOENT; -EXDEV `to` not in the store of `from`; -EISDIR file onto directory;
+ * -ENOTDIR directory onto file; -ENOTEMPTY; -EINVAL directory into itself;
+ * -ENAMETOOLONG.
+ */
+int ckptfs_rename(const char *from, const char *to);
+
+/* Errors: -EEXIST; -ENOENT parent missing; -ENOTDIR; -ENFILE; -ENAMETOOLONG. */
+int ckptfs_mkdir(const char *path, mode_t mode);
+
+/* Errors: -ENOENT; -ENOTDIR; -ENOTEMPTY; -EBUSY the mount's root. */
+int ckptfs_rmdir(const char *path);
+
+/* One directory entry ("." and ".." are not listed). */
+typedef struct ckptfs_dirent {
+    uint64_t ino;
+    uint32_t kind;                     /* CKPTFS_KIND_* */
+    uint32_t namelen;                  /* strlen(name) */
+    char name[CKPTFS_NAME_MAX + 1];    /* NUL-terminated */
+} ckptfs_dirent;
+
+/*
+ * Open a directory for listing; returns a descriptor (release it with ckptfs_close).
+ * Errors: as ckptfs_open; -ENOTDIR not a directory.
+ */
+int ckptfs_opendir(const char *path);
+
+/*
+ * Next entry: returns 1 and fills *ent, or 0 at the end. The listing is a snapshot
+ * taken at the first call (and again after ckptfs_lseek(fd, 0, SEEK_SET)).
+ * Errors: -EBADF; -ENOTDIR not a directory descriptor; -EFAULT.
+ */
+int ckptfs_readdir(int fd, ckptfs_dirent *ent);
+
+/* ------------------------------------------------------------------ data region
+ * (CRUISE section 4.6): copy a file out without the writer's involvement.
+ * See docs/capi.md, "Data-region protocol".
+ */
+
+/*
+ * The memory data region of the store holding `path` (any path under the mount, e.g.
+ * the prefix), as mapped in this process: its base address, size in bytes and chunk
+ * size. Valid until the mount is removed. Output pointers may be NULL.
+ * Errors: -ENOENT; -EFAULT path NULL.
+ */
+int ckptfs_get_data_region(const char *path, void **base, size_t *size, size_t *chunk_size);
+
+#define CKPTFS_CHUNK_MEMORY 0 /* offset is from the data region base */
+#define CKPTFS_CHUNK_SPILL 1  /* offset is in the spill file (ckptfs_get_spill_path) */
+
+/* One chunk of a file. */
+typedef struct ckptfs_chunk_meta {
+    uint32_t logical;   /* logical index: holds file bytes from logical * chunk_size */
+    uint32_t location;  /* CKPTFS_CHUNK_MEMORY or CKPTFS_CHUNK_SPILL */
+    uint64_t offset;    /* byte offset of the chunk in the data region or spill file */
+    uint64_t length;    /* bytes of file data in this chunk (up to the file size) */
+    uint64_t written;   /* bytes from the chunk start covered by crc32c; bytes of
+                           length beyond it read as zeros */
+    uint32_t crc32c;    /* CRC32C (Castagnoli) of the first `written` bytes */
+    uint32_t crc_valid; /* 1 if crc32c is current, 0 while being overwritten */
+    uint32_t chunk_id;  /* physical chunk number */
+} ckptfs_chunk_meta;
+
+/*
+ * The chunks of the file `path`, sorted by logical index; logical indices that are
+ * missing are holes (zeros). Returns the number of chunks. With out == NULL and
+ * max == 0 only counts them.
+ * Errors: -ERANGE more than `max` chunks (count again and retry); -EISDIR; -ENOENT;
+ * -EFAULT out NULL with max > 0.
+ */
+ssize_t ckptfs_get_chunk_list(const char *path, ckptfs_chunk_meta *out, size_t max);
+
+/*
+ * The spill file of the store holding `path`: copies its path with a NUL into `buf`
+ * and returns its length; 0 (and "") if the store has no spill file. With buf == NULL
+ * and len == 0 only returns the length.
+ * Errors: -ERANGE len <= length; -ENOENT; -EFAULT.
+ */
+ssize_t ckptfs_get_spill_path(const char *path, char *buf, size_t len);
+
+/* ------------------------------------------------------------------ misc */
+
+/* The library version, e.g. "0.1.0" (the header's is CKPTFS_VERSION). */
+const char *ckptfs_version(void);
+
+/*
+ * Message of the calling thread's last failed call ("" if none), e.g.
+ * "mount /ckpt: segment /dev/shm/ckptfs.job: not a ckptfs segment (bad magic)".
+ * Valid until the next failing call on the same thread; never NULL.
+ */
+const char *ckptfs_last_error(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CKPTFS_H */
