@@ -568,6 +568,14 @@ impl Store {
             tracing::warn!(store = %self.seg.name, fid, "a process died holding a file lock");
             self.seg.sb().recoveries.fetch_add(1, Relaxed);
             self.mark_dirty();
+            // It may have died between changing a chunk's owner and the chunk count:
+            // recount from the owners (only this file's lock holder changes them), or a
+            // later unlink trusting a count of 0 would leak the chunk.
+            let fid1 = fid + 1;
+            let n = (0..self.seg.nchunks())
+                .filter(|&c| self.seg.chunk(c).owner.load(Acquire) == fid1)
+                .count();
+            ino.nchunks.store(n as u32, Relaxed);
             // Its chunk list may have changed under every cached copy.
             ino.cgen.fetch_add(1, Release);
         }
