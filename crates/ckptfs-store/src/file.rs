@@ -390,14 +390,22 @@ impl FileHandle {
                 // Keep the copy below from being reordered before the flag.
                 std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             }
-            self.put(c, within, Some(src), k)?;
-            if within == hwm_us && !stale {
-                crc = crc32c_append(crc, src);
+            // Appending at the high-water mark extends the checksum; rewriting a whole
+            // chunk from its start restarts it; other overwrites leave it stale until
+            // fsync/close recompute it.
+            let mode = if within == hwm_us && !stale {
+                Some(crc)
             } else if within == 0 && k >= hwm_us {
-                crc = crc32c(src);
-                stale = false;
+                Some(0)
             } else {
-                stale = true;
+                None
+            };
+            match self.put_data(c, within, src, mode)? {
+                Some(new) => {
+                    crc = new;
+                    stale = false;
+                }
+                None => stale = true,
             }
             hwm = hwm_us.max(within + k) as u32;
             entry.sum.store(pack_sum(hwm, crc, stale), Release);
@@ -411,6 +419,17 @@ impl FileHandle {
         }
         ino.mtime_ns.store(now(), Relaxed);
         Ok((done, off + done as u64))
+    }
+
+    /// Copy `src` into chunk `c` at `at`, extending `crc` if given.
+    fn put_data(&mut self, c: u32, at: usize, src: &[u8], crc: Option<u32>) -> Result<Option<u32>> {
+        let seg = &*self.store.seg;
+        if seg.is_mem(c) {
+            // SAFETY: we hold the file lock and own chunk c; the range is inside the chunk.
+            return Ok(unsafe { crate::copy::copy_with_crc(seg.chunk_ptr(c).add(at), src, crc) });
+        }
+        self.put(c, at, Some(src), src.len())?;
+        Ok(crc.map(|c| crc32c_append(c, src)))
     }
 
     /// Copy `src` (or zeros) into chunk `c` at `at`.

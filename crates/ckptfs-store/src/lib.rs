@@ -38,6 +38,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod checksum;
+mod copy;
 mod error;
 pub mod fault;
 mod file;
