@@ -978,12 +978,38 @@ impl Store {
             }
         }
         if dead_writer || (ino.wstate.load(Relaxed) == wstate::WRITING && !self.has_writer(fid)) {
-            ino.wstate.store(wstate::INCOMPLETE, Release);
             if dead_writer {
                 tracing::warn!(store = %self.seg.name, fid, "a writer died with the file open: marked incomplete");
+                self.trim_to_size(fid);
             }
+            ino.wstate.store(wstate::INCOMPLETE, Release);
         }
         dead_writer
+    }
+
+    /// Forget what a dead writer left past the file size (the write it did not finish):
+    /// chunks wholly past it, and bytes past it in the last chunk. Otherwise growing the
+    /// file later (ftruncate, pwrite past the end) would show them instead of zeros.
+    /// Caller holds the file lock.
+    fn trim_to_size(&self, fid: u32) {
+        let seg = &*self.seg;
+        let size = seg.inode(fid).size.load(Acquire);
+        let shift = seg.layout.chunk_shift;
+        self.free_chunks_from(fid, size.div_ceil(1 << shift) as u32);
+        let within = (size & ((1 << shift) - 1)) as u32;
+        let last = (size >> shift) as u32;
+        let found = (0..seg.nchunks()).find(|&c| {
+            let e = seg.chunk(c);
+            e.owner.load(Acquire) == fid + 1 && e.logical.load(Relaxed) == last
+        });
+        if let Some(c) = found.filter(|_| within > 0) {
+            let e = seg.chunk(c);
+            if unpack_sum(e.sum.load(Acquire)).0 > within {
+                if let Ok(crc) = crate::file::chunk_crc(self, c, within as usize) {
+                    e.sum.store(pack_sum(within, crc, false), Release);
+                }
+            }
+        }
     }
 
     pub(crate) fn has_writer(&self, fid: u32) -> bool {
