@@ -1,0 +1,749 @@
+//! Crash semantics of the node store: writer processes are SIGKILLed at random times and
+//! at the store's named crash points (`CKPTFS_CRASH_AT`), then a process that attaches
+//! afterwards checks that (a) every file closed before the kill reads back byte-identical,
+//! (b) a file open for writing at the kill is incomplete and readable up to its last
+//! completed write, (c) fsck finds nothing but the expected leftovers of a dead writer and
+//! repairs them; and that checksums catch a flipped byte.
+
+mod support;
+
+use ckptfs_store::{ChunkLocation, FileKind, FsckReport, OpenFlags, Store, WriteState};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+use support::*;
+
+/// Runs the writer when this executable is spawned as a child (see `support`).
+#[test]
+fn child_entry() {
+    support::child_entry();
+}
+
+const CHUNK: u64 = 64 << 10;
+
+/// Problems a SIGKILLed writer may legitimately leave behind in the file it had open:
+/// a chunk allocated for a write that never reached the size, a chunk count updated after
+/// the allocation, a checksum not yet recomputed after an overwrite.
+const DEAD_WRITER_LEFTOVERS: &[&str] = &["chunk-past-eof", "bad-chunk-count", "stale-checksum"];
+
+/// Assert that `rep` only lists leftovers of dead writers, each about a file it also
+/// lists as incomplete.
+fn assert_only_dead_writer_leftovers(rep: &FsckReport) {
+    for p in &rep.problems {
+        assert!(
+            DEAD_WRITER_LEFTOVERS.contains(&p.kind),
+            "unexpected fsck problem after SIGKILL: {p:?}"
+        );
+        assert!(
+            rep.incomplete
+                .iter()
+                .any(|f| p.detail.starts_with(&format!("{f}:"))),
+            "fsck problem {p:?} is not about a file left incomplete ({:?})",
+            rep.incomplete
+        );
+    }
+}
+
+/// fsck(true) repairs everything fsck(false) reported; afterwards the store is clean.
+fn repair_and_assert_clean(store: &Store) -> FsckReport {
+    let before = store.fsck(false);
+    let rep = store.fsck(true);
+    assert!(rep.is_clean(), "fsck --repair left problems: {:?}", rep.problems);
+    assert_eq!(
+        rep.problems.iter().map(|p| p.kind).collect::<Vec<_>>(),
+        before.problems.iter().map(|p| p.kind).collect::<Vec<_>>(),
+        "repair saw other problems than the check"
+    );
+    let after = store.fsck(false);
+    assert!(
+        after.problems.is_empty(),
+        "problems after repair: {:?}",
+        after.problems
+    );
+    assert_eq!(store.info().state, "clean");
+    before
+}
+
+// ------------------------------------------------------------------ random SIGKILLs
+
+/// What a writer child reported before it was killed.
+struct Tracked {
+    spec: Spec,
+    /// Files reported closed (under their current name) with their size.
+    closed: HashMap<String, u64>,
+    /// Files reported unlinked.
+    unlinked: HashSet<String>,
+    /// Size of the held file after its last reported write.
+    held: u64,
+    /// The file whose unlink may have been under way at the kill (it may be gone).
+    pending_unlink: Option<String>,
+    /// Its last lines, for failure messages.
+    tail: Vec<String>,
+}
+
+impl Tracked {
+    fn new(spec: Spec, lines: &[String]) -> Tracked {
+        let mut t = Tracked {
+            spec,
+            closed: HashMap::new(),
+            unlinked: HashSet::new(),
+            held: 0,
+            pending_unlink: None,
+            tail: lines.iter().rev().take(6).rev().cloned().collect(),
+        };
+        // After file i reaches its final name, the writer unlinks file i - keep.
+        let unlink_next = |t: &mut Tracked, fin: &str| {
+            let i: u64 = fin.rsplit("/f").next().unwrap().parse().unwrap();
+            if t.spec.keep > 0 && i >= t.spec.keep {
+                t.pending_unlink = Some(t.spec.file_path(i - t.spec.keep));
+            }
+        };
+        for l in lines {
+            let w: Vec<&str> = l.split(' ').collect();
+            match w[0] {
+                "closed" => {
+                    t.closed.insert(w[1].into(), w[2].parse().unwrap());
+                    if !w[1].ends_with(".tmp") && !w[1].ends_with("/held") {
+                        unlink_next(&mut t, w[1]);
+                    }
+                }
+                "renamed" => {
+                    let s = t.closed.remove(w[1]).expect("renamed a file never closed");
+                    t.closed.insert(w[2].into(), s);
+                    unlink_next(&mut t, w[2]);
+                }
+                "unlinked" => {
+                    t.closed.remove(w[1]);
+                    t.unlinked.insert(w[1].into());
+                    t.pending_unlink = None;
+                }
+                "held" => t.held = w[2].parse().unwrap(),
+                "error" => panic!("writer for {} failed: {l}", t.spec.dir),
+                _ => {} // test-harness chatter
+            }
+        }
+        t
+    }
+
+    /// Check the writer's directory after its death; returns its incomplete files.
+    fn check(&self, store: &Store) -> Vec<String> {
+        let spec = &self.spec;
+        let mut incomplete = Vec::new();
+        let entries = match store.read_dir(&spec.dir) {
+            Ok(e) => e,
+            Err(e) => {
+                // Killed before its mkdir returned.
+                assert!(self.closed.is_empty(), "{}: {e}", spec.dir);
+                return incomplete;
+            }
+        };
+        let names: HashSet<String> = entries.iter().map(|e| e.name.clone()).collect();
+        for e in &entries {
+            let path = format!("{}/{}", spec.dir, e.name);
+            assert_eq!(e.kind, FileKind::File, "{path}");
+            let st = store.stat(&path).unwrap();
+            if e.name == "held" {
+                if st.state == WriteState::Incomplete {
+                    let n = assert_prefix_is(store, &path, spec.held_seed(), spec.hold);
+                    assert!(
+                        n >= self.held,
+                        "{path}: {n} bytes, but {} were written",
+                        self.held
+                    );
+                    incomplete.push(path);
+                } else {
+                    // Killed inside open() before it registered as a writer.
+                    assert_eq!(
+                        (st.state, st.size, self.held),
+                        (WriteState::Complete, 0, 0),
+                        "{path}"
+                    );
+                }
+                continue;
+            }
+            let i: u64 = e.name[1..]
+                .trim_end_matches(".tmp")
+                .parse()
+                .unwrap_or_else(|_| panic!("unexpected file {path}"));
+            let (seed, size) = (spec.file_seed(i), spec.file_size(i));
+            assert!(!self.unlinked.contains(&path), "{path} was unlinked but exists");
+            if let Some(&s) = self.closed.get(&path) {
+                assert_eq!(s, size);
+                assert_file_is(store, &path, seed, size);
+            } else if st.state == WriteState::Complete {
+                // Closed (or renamed) without having reported it, or created empty.
+                if st.size != 0 {
+                    assert_file_is(store, &path, seed, size);
+                }
+            } else {
+                assert_eq!(st.state, WriteState::Incomplete, "{path}");
+                assert_prefix_is(store, &path, seed, size);
+                incomplete.push(path);
+            }
+        }
+        for p in self.closed.keys() {
+            let name = p.rsplit('/').next().unwrap();
+            if let Some(fin) = name.strip_suffix(".tmp") {
+                // A rename not reported is either not done or done completely.
+                assert!(
+                    names.contains(name) ^ names.contains(fin),
+                    "{p}: exactly one of it and its final name must exist ({names:?})"
+                );
+            } else {
+                assert!(
+                    names.contains(name) || self.pending_unlink.as_ref() == Some(p),
+                    "{p} was closed but is gone; dir has {names:?}; writer's last lines {:?}",
+                    self.tail
+                );
+            }
+        }
+        incomplete
+    }
+}
+
+fn random_writer_spec(store: &str, dir: String, rng: &mut Rng) -> Spec {
+    let mut s = Spec::new(store, "files");
+    s.dir = dir;
+    s.count = 0; // until killed
+    s.size = 300_000;
+    s.blocks = vec![512, 4096, 65536, 100_000];
+    s.seed = rng.next();
+    s.tmp = rng.next() % 2 == 0;
+    s.keep = rng.range(1, 4);
+    s.hold = if rng.next() % 3 == 0 { 0 } else { 1 << 20 };
+    s
+}
+
+#[test]
+fn sigkilled_writers_keep_closed_files_intact_and_open_files_incomplete() {
+    const ROUNDS: usize = 14;
+    const WRITERS: usize = 3;
+    let t = TempStore::new("crash-random", 32 << 20, CHUNK, 512, None);
+    let mut rng = Rng::from_env(0xc4a5_4f5);
+    let start = Instant::now();
+    let mut previous: Vec<Tracked> = Vec::new();
+    let mut kills = 0;
+    for round in 0..ROUNDS {
+        let specs: Vec<Spec> = (0..WRITERS)
+            .map(|k| random_writer_spec(&t.name, format!("/r{round}w{k}"), &mut rng))
+            .collect();
+        let mut procs: Vec<Proc> = specs.iter().map(|s| Proc::spawn(s, &[])).collect();
+        let spawned = Instant::now();
+        let mut delays: Vec<(u64, usize)> = (0..WRITERS).map(|k| (rng.range(15, 300), k)).collect();
+        delays.sort();
+        for (ms, k) in delays {
+            let at = spawned + Duration::from_millis(ms);
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            let st = procs[k].kill();
+            assert_eq!(
+                st.signal(),
+                Some(libc::SIGKILL),
+                "writer {k} exited by itself: {st}"
+            );
+            kills += 1;
+        }
+        let tracked: Vec<Tracked> = specs
+            .into_iter()
+            .zip(&procs)
+            .map(|(s, p)| Tracked::new(s, &p.lines()))
+            .collect();
+        let name = t.name.clone();
+        previous = with_timeout(60, "checking the store after SIGKILL", move || {
+            let store = Store::attach(&ckptfs_store::StoreOptions::named(&name)).unwrap();
+            let mut incomplete = BTreeSet::new();
+            // Earlier rounds' files again: later crashes must not have touched them.
+            for tr in previous.iter().chain(&tracked) {
+                incomplete.extend(tr.check(&store));
+            }
+            assert_eq!(store.info().incomplete as usize, incomplete.len());
+            let rep = store.fsck(false);
+            assert_eq!(
+                rep.incomplete.iter().cloned().collect::<BTreeSet<_>>(),
+                incomplete
+            );
+            assert_only_dead_writer_leftovers(&rep);
+            repair_and_assert_clean(&store);
+            assert_chunk_accounting(&store);
+            // Keep one round of history; free the space of older rounds.
+            for tr in &previous {
+                remove_tree(&store, &tr.spec.dir);
+            }
+            assert!(store.fsck(false).problems.is_empty());
+            assert_chunk_accounting(&store);
+            tracked
+        });
+    }
+    let store = t.attach();
+    for tr in &previous {
+        remove_tree(&store, &tr.spec.dir);
+    }
+    let info = store.info();
+    assert_eq!(
+        (info.files, info.mem_free_chunks),
+        (0, info.mem_chunks),
+        "{info:?}"
+    );
+    eprintln!(
+        "{kills} writers SIGKILLed in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+}
+
+// ------------------------------------------------------------------ named crash points
+
+/// Write files with a child process (so that later reads verify checksums).
+fn setup_files(store: &str, dir: &str, count: u64, size: u64, seed: u64) -> Spec {
+    let mut s = Spec::new(store, "files");
+    s.dir = dir.into();
+    s.count = count;
+    s.min = size;
+    s.size = size;
+    s.blocks = vec![40_000];
+    s.seed = seed;
+    let mut p = Proc::spawn(&s, &[]);
+    let st = p
+        .wait_timeout(Duration::from_secs(30))
+        .expect("setup writer hangs");
+    p.assert_no_error();
+    assert!(st.success(), "setup writer: {st}");
+    s
+}
+
+/// Run `op` in a child with `CKPTFS_CRASH_AT=point` and assert it died there.
+fn crash_at(point: &str, store: &str, op: &str, path: &str, to: &str, size: u64, seed: u64) {
+    let mut s = Spec::new(store, "op");
+    s.op = op.into();
+    s.path = path.into();
+    s.to = to.into();
+    s.size = size;
+    s.seed = seed;
+    let mut p = Proc::spawn(&s, &[("CKPTFS_CRASH_AT", point)]);
+    let st = p
+        .wait_timeout(Duration::from_secs(30))
+        .expect("crashing child hangs");
+    p.assert_no_error();
+    assert_eq!(
+        st.signal(),
+        Some(libc::SIGKILL),
+        "child should have SIGKILLed itself at {point}: {st}, {:?}",
+        p.lines()
+    );
+}
+
+/// The scenario of one crash point: two files written and closed first (`/keep`), a
+/// victim file `/v/f0` of `victim_size` bytes; `op` on the victim dies at `point`. Then a
+/// fresh attach must not block, `/keep` must be intact, `check` holds, fsck(true) repairs
+/// what fsck(false) reports (only `allowed` kinds), and the store allocates again.
+fn crash_point_case(
+    point: &'static str,
+    victim_size: u64,
+    op: &str,
+    to: &str,
+    op_size: u64,
+    allowed: &'static [&'static str],
+    check: impl FnOnce(&Store, &Spec) + Send + 'static,
+) {
+    let t = TempStore::new(&format!("cp-{point}-{op}"), 16 << 20, CHUNK, 64, None);
+    let keep = setup_files(&t.name, "/keep", 2, 150_000, 11);
+    let victim = setup_files(&t.name, "/v", 2, victim_size, 22);
+    let target = if to.is_empty() {
+        String::new()
+    } else {
+        victim.file_path(1)
+    };
+    let path = if op == "create" {
+        format!("{}/new", victim.dir)
+    } else {
+        victim.file_path(0)
+    };
+    crash_at(point, &t.name, op, &path, &target, op_size, victim.file_seed(0));
+    let name = t.name.clone();
+    with_timeout(30, &format!("attaching after a crash at {point}"), move || {
+        let store = Store::attach(&ckptfs_store::StoreOptions::named(&name)).unwrap();
+        assert!(store.info().recoveries > 0 || store.info().state == "dirty");
+        for i in 0..2 {
+            assert_file_is(&store, &keep.file_path(i), keep.file_seed(i), 150_000);
+        }
+        check(&store, &victim);
+        let rep = store.fsck(false);
+        for p in &rep.problems {
+            assert!(allowed.contains(&p.kind), "crash at {point}: unexpected {p:?}");
+        }
+        repair_and_assert_clean(&store);
+        assert_chunk_accounting(&store);
+        // Allocation and naming work again, and new files do not disturb old ones.
+        store.mkdir("/after", 0o755).unwrap();
+        let mut inos = HashSet::new();
+        for i in 0..4 {
+            let p = format!("/after/n{i}");
+            let mut f = store.open(&p, OpenFlags::CREATE, 0o644).unwrap();
+            f.write_all(&pattern(i, 0, 100_000)).unwrap();
+            f.close().unwrap();
+            assert!(inos.insert(store.stat(&p).unwrap().ino));
+            assert_eq!(read_all(&store, &p).unwrap(), pattern(i, 0, 100_000));
+        }
+        for i in 0..2 {
+            assert_file_is(&store, &keep.file_path(i), keep.file_seed(i), 150_000);
+        }
+        assert!(store.fsck(false).problems.is_empty());
+        assert_chunk_accounting(&store);
+    });
+}
+
+#[test]
+fn crash_at_alloc_before_owner_leaves_victim_incomplete_up_to_last_write() {
+    // Appending 100_000 bytes to a 100_000-byte file: the first piece fills chunk 1 up to
+    // 131072 (size updated), the allocation of chunk 2 dies.
+    crash_point_case(
+        "alloc-before-owner",
+        100_000,
+        "append",
+        "",
+        100_000,
+        &[],
+        |s, v| {
+            let st = s.stat(&v.file_path(0)).unwrap();
+            assert_eq!(st.state, WriteState::Incomplete);
+            assert_eq!(
+                assert_prefix_is(s, &v.file_path(0), v.file_seed(0), 200_000),
+                131_072
+            );
+            assert_eq!(s.info().incomplete, 1);
+        },
+    );
+}
+
+#[test]
+fn crash_at_alloc_after_owner_leaves_victim_incomplete_and_fsck_repairs_its_chunk() {
+    crash_point_case(
+        "alloc-after-owner",
+        100_000,
+        "append",
+        "",
+        100_000,
+        &["chunk-past-eof", "bad-chunk-count"],
+        |s, v| {
+            let st = s.stat(&v.file_path(0)).unwrap();
+            assert_eq!(st.state, WriteState::Incomplete);
+            assert_eq!(
+                assert_prefix_is(s, &v.file_path(0), v.file_seed(0), 200_000),
+                131_072
+            );
+            assert_eq!(s.fsck(false).incomplete, vec![v.file_path(0)]);
+        },
+    );
+}
+
+#[test]
+fn crash_at_free_after_owner_during_unlink_completes_the_unlink() {
+    crash_point_case("free-after-owner", 300_000, "unlink", "", 0, &[], |s, v| {
+        assert_eq!(s.stat(&v.file_path(0)).unwrap_err().errno(), libc::ENOENT);
+        assert_file_is(s, &v.file_path(1), v.file_seed(1), 300_000);
+        let names: Vec<String> = s.read_dir("/v").unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(names, vec!["f1"]);
+    });
+}
+
+#[test]
+fn crash_at_free_after_owner_during_truncate_keeps_data_below_new_size() {
+    crash_point_case(
+        "free-after-owner",
+        300_000,
+        "truncate",
+        "",
+        70_000,
+        &["bad-chunk-count", "chunk-past-eof"],
+        |s, v| {
+            let p = v.file_path(0);
+            let st = s.stat(&p).unwrap();
+            assert_eq!(
+                st.state,
+                WriteState::Incomplete,
+                "truncate holds the file open for writing"
+            );
+            let data = read_all(s, &p).unwrap();
+            assert!(data.len() >= 70_000);
+            assert_eq!(first_mismatch(v.file_seed(0), 0, &data[..70_000]), None);
+        },
+    );
+}
+
+#[test]
+fn crash_at_inode_after_kind_keeps_namespace_consistent() {
+    crash_point_case("inode-after-kind", 50_000, "create", "", 0, &[], |s, v| {
+        // The creation committed (kind set): the file exists, empty, under its name.
+        let mut names: Vec<String> = s.read_dir("/v").unwrap().into_iter().map(|e| e.name).collect();
+        names.sort();
+        assert_eq!(names, vec!["f0", "f1", "new"]);
+        let st = s.stat("/v/new").unwrap();
+        assert_eq!((st.size, st.state), (0, WriteState::Complete));
+        for i in 0..2 {
+            assert_file_is(s, &v.file_path(i), v.file_seed(i), 50_000);
+        }
+    });
+}
+
+fn check_rename_completed(s: &Store, v: &Spec) {
+    assert_eq!(s.stat(&v.file_path(0)).unwrap_err().errno(), libc::ENOENT);
+    // The target now has the source's data.
+    assert_file_is(s, &v.file_path(1), v.file_seed(0), 120_000);
+    let names: Vec<String> = s.read_dir("/v").unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["f1"]);
+    assert_eq!(s.info().files, 2 + 1);
+}
+
+#[test]
+fn crash_at_rename_after_intent_is_completed_by_recovery() {
+    crash_point_case(
+        "rename-after-intent",
+        120_000,
+        "rename",
+        "x",
+        0,
+        &[],
+        check_rename_completed,
+    );
+}
+
+#[test]
+fn crash_at_rename_after_victim_is_completed_by_recovery() {
+    crash_point_case(
+        "rename-after-victim",
+        120_000,
+        "rename",
+        "x",
+        0,
+        &[],
+        check_rename_completed,
+    );
+}
+
+#[test]
+fn crash_at_write_before_size_keeps_size_at_last_completed_write() {
+    crash_point_case(
+        "write-before-size",
+        100_000,
+        "append",
+        "",
+        100_000,
+        &[],
+        |s, v| {
+            let st = s.stat(&v.file_path(0)).unwrap();
+            assert_eq!(st.state, WriteState::Incomplete);
+            assert_eq!(
+                assert_prefix_is(s, &v.file_path(0), v.file_seed(0), 200_000),
+                100_000
+            );
+        },
+    );
+}
+
+// ------------------------------------------------------------------ overwrites, checksums
+
+#[test]
+fn sigkill_during_overwrite_never_leaves_a_checksum_mismatch() {
+    let t = TempStore::new("crash-ow", 16 << 20, CHUNK, 64, None);
+    let mut rng = Rng::from_env(77);
+    let size = 4 * CHUNK;
+    for round in 0..10 {
+        let mut s = Spec::new(&t.name, "overwrite");
+        s.dir = format!("/ow{round}");
+        s.size = size;
+        let mut p = Proc::spawn(&s, &[]);
+        assert!(
+            p.wait_for(|l| l == "ready", Duration::from_secs(20)),
+            "{:?}",
+            p.lines()
+        );
+        std::thread::sleep(Duration::from_millis(rng.range(1, 40)));
+        p.kill();
+        let store = t.attach();
+        let path = format!("{}/ow", s.dir);
+        assert_eq!(store.stat(&path).unwrap().state, WriteState::Incomplete);
+        // A torn overwrite may mix generations, but must never read as corrupt.
+        let data = read_all(&store, &path).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(data.len() as u64, size);
+        assert!(data.iter().all(|&b| b == 0xaa || b == 0x55));
+        let rep = store.fsck(false);
+        for p in &rep.problems {
+            assert_eq!(p.kind, "stale-checksum", "round {round}: {p:?}");
+        }
+        repair_and_assert_clean(&store);
+    }
+}
+
+/// Flip one byte of a chunk in place (memory region or spill file).
+fn flip(store: &Store, loc: ChunkLocation, at: u64) {
+    match loc {
+        ChunkLocation::Memory(off) => {
+            let r = store.data_region();
+            assert!(off + at < r.len);
+            // SAFETY: the offset lies inside the mapped data region; this test is the only
+            // process touching the store at this point.
+            unsafe {
+                let p = (r.base as *mut u8).add((off + at) as usize);
+                p.write_volatile(p.read_volatile() ^ 0x40);
+            }
+        }
+        ChunkLocation::Spill(off) => {
+            use std::os::unix::fs::FileExt;
+            let path = store.info().spill_path.unwrap();
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
+                .unwrap();
+            let mut b = [0u8];
+            f.read_exact_at(&mut b, off + at).unwrap();
+            b[0] ^= 0x40;
+            f.write_all_at(&b, off + at).unwrap();
+        }
+    }
+}
+
+#[test]
+fn flipped_byte_is_detected_by_fsck_verify_all_and_readers_in_memory_and_spill() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2 memory chunks, then spill: the 4-chunk file has chunks 0-1 in memory, 2-3 in spill.
+    let t = TempStore::new("crash-flip", 2 * CHUNK, CHUNK, 64, Some((dir.path(), 8 * CHUNK)));
+    let spec = setup_files(&t.name, "/c", 1, 4 * CHUNK - 1000, 5);
+    let path = spec.file_path(0);
+    let store = t.attach();
+    assert!(store.fsck(false).problems.is_empty());
+    let chunks = store.chunk_list(&path).unwrap();
+    assert_eq!(chunks.len(), 4);
+    assert!(matches!(chunks[1].location, ChunkLocation::Memory(_)));
+    assert!(matches!(chunks[3].location, ChunkLocation::Spill(_)));
+    flip(&store, chunks[1].location, 1234);
+    flip(&store, chunks[3].location, 7);
+
+    let rep = store.fsck(false);
+    let corrupt: Vec<_> = rep
+        .problems
+        .iter()
+        .filter(|p| p.kind == "corrupt-chunk")
+        .collect();
+    assert_eq!(corrupt.len(), 2, "{:?}", rep.problems);
+    assert!(
+        corrupt[0].detail.contains(&path) && corrupt[0].detail.contains("chunk 1"),
+        "{corrupt:?}"
+    );
+    assert!(corrupt[1].detail.contains("chunk 3"), "{corrupt:?}");
+    assert!(
+        !store.fsck(true).is_clean(),
+        "data damage cannot be repaired, only reported"
+    );
+
+    let mut f = store.open(&path, OpenFlags::READ, 0).unwrap();
+    assert_eq!(f.verify_all().unwrap_err().errno(), libc::EIO);
+    // Reading in this process (not the writer): chunk 0 is fine, chunk 1 is EIO.
+    let mut f = store.open(&path, OpenFlags::READ, 0).unwrap();
+    let mut buf = vec![0u8; CHUNK as usize];
+    assert_eq!(f.pread(&mut buf, 0).unwrap(), CHUNK as usize);
+    assert_eq!(first_mismatch(spec.file_seed(0), 0, &buf), None);
+    assert_eq!(f.pread(&mut buf, CHUNK + 5).unwrap_err().errno(), libc::EIO);
+    assert_eq!(f.pread(&mut buf, 3 * CHUNK).unwrap_err().errno(), libc::EIO);
+    assert_eq!(read_all(&store, &path).unwrap_err().errno(), libc::EIO);
+
+    // Undo the damage: everything verifies again (detection is exact, not sticky).
+    flip(&store, chunks[1].location, 1234);
+    flip(&store, chunks[3].location, 7);
+    assert!(store.fsck(false).problems.is_empty());
+    assert_file_is(&store, &path, spec.file_seed(0), 4 * CHUNK - 1000);
+}
+
+#[test]
+fn reader_attached_before_writer_died_verifies_its_checksums() {
+    let t = TempStore::new("crash-deadread", 8 << 20, CHUNK, 64, None);
+    // This process stays attached while the writer dies, and never stats the file first.
+    let store = t.attach();
+    let mut s = Spec::new(&t.name, "files");
+    s.dir = "/d".into();
+    s.count = 0;
+    s.keep = 1;
+    s.size = 10_000;
+    s.hold = 200_000;
+    s.blocks = vec![100_000];
+    let mut p = Proc::spawn(&s, &[]);
+    assert!(p.wait_for(|l| l == "held /d/held 200000", Duration::from_secs(20)));
+    // Located while the writer lives (stat would reap its lease after its death).
+    let chunks = store.chunk_list(&s.held_path()).unwrap();
+    p.kill();
+    flip(&store, chunks[0].location, 99);
+    let mut f = store.open(&s.held_path(), OpenFlags::READ, 0).unwrap();
+    let mut buf = vec![0u8; 1000];
+    let r = f.pread(&mut buf, 0);
+    assert_eq!(
+        r.map_err(|e| e.errno()),
+        Err(libc::EIO),
+        "a file whose writer died must be verified on read"
+    );
+}
+
+#[test]
+fn unlinking_file_whose_writer_died_in_alloc_frees_every_chunk() {
+    let t = TempStore::new("crash-unlink-dead", 8 << 20, CHUNK, 64, None);
+    // An empty file: the writer dies allocating its very first chunk.
+    let v = setup_files(&t.name, "/v", 1, 0, 3);
+    crash_at(
+        "alloc-after-owner",
+        &t.name,
+        "append",
+        &v.file_path(0),
+        "",
+        100_000,
+        v.file_seed(0),
+    );
+    let name = t.name.clone();
+    with_timeout(30, "unlink after crash", move || {
+        let store = Store::attach(&ckptfs_store::StoreOptions::named(&name)).unwrap();
+        // An application deletes its incomplete checkpoint without running fsck first.
+        store.unlink(&v.file_path(0)).unwrap();
+        let info = store.info();
+        assert_eq!(info.mem_free_chunks, info.mem_chunks, "chunks leaked: {info:?}");
+        let rep = store.fsck(false);
+        assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    });
+}
+
+#[test]
+fn growing_a_file_after_its_writer_died_mid_write_reads_zeros_past_old_end() {
+    let t = TempStore::new("crash-grow", 8 << 20, CHUNK, 64, None);
+    let v = setup_files(&t.name, "/v", 1, 100_000, 4);
+    crash_at(
+        "write-before-size",
+        &t.name,
+        "append",
+        &v.file_path(0),
+        "",
+        100_000,
+        v.file_seed(0),
+    );
+    let store = t.attach();
+    let p = v.file_path(0);
+    assert_eq!(store.stat(&p).unwrap().size, 100_000);
+    // ftruncate() to grow, and a pwrite past the end: the gap must read as zeros, not as
+    // the bytes of the write that never completed.
+    store.truncate(&p, 120_000).unwrap();
+    let mut f = store
+        .open(
+            &p,
+            OpenFlags {
+                write: true,
+                ..Default::default()
+            },
+            0,
+        )
+        .unwrap();
+    f.pwrite(b"end", 125_000).unwrap();
+    f.close().unwrap();
+    let data = read_all(&store, &p).unwrap();
+    assert_eq!(data.len(), 125_003);
+    assert_eq!(first_mismatch(v.file_seed(0), 0, &data[..100_000]), None);
+    assert!(
+        data[100_000..125_000].iter().all(|&b| b == 0),
+        "gap shows dead write's bytes"
+    );
+    assert_eq!(&data[125_000..], b"end");
+    assert!(store.fsck(true).is_clean());
+}
