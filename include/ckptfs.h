@@ -22,7 +22,7 @@
  *
  * Link: cc prog.c -I include -L target/release -lckptfs
  *       (run with LD_LIBRARY_PATH=target/release, or link libckptfs.a statically with
- *        -lpthread -ldl -lm -lgcc_s).
+ *        -lgcc_s -lutil -lrt -lpthread -lm -ldl).
  */
 #ifndef CKPTFS_H
 #define CKPTFS_H

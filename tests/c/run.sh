@@ -38,7 +38,7 @@ cp "$out/h.c" "$out/h.cpp"
 "$cc" -std=c99 -O1 "${warn[@]}" -I "$root/include" "$here/capi_test.c" \
     -L "$libdir" -lckptfs -o "$out/capi_test"
 "$cc" -std=c99 -O1 "${warn[@]}" -I "$root/include" "$here/capi_test.c" \
-    "$libdir/libckptfs.a" -lpthread -ldl -lm -lgcc_s -o "$out/capi_test_static"
+    "$libdir/libckptfs.a" -lgcc_s -lutil -lrt -lpthread -lm -ldl -o "$out/capi_test_static"
 "$cxx" -std=c++11 -O1 "${warn[@]}" -pthread -I "$root/include" "$here/capi_test.cpp" \
     -L "$libdir" -lckptfs -o "$out/capi_test_cpp"
 

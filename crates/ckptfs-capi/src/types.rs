@@ -118,3 +118,182 @@ pub struct CkptfsDirent {
     /// NUL-terminated name.
     pub name: [c_char; 256],
 }
+
+#[cfg(test)]
+mod header_sync {
+    //! The header must describe the same ABI as the Rust: compile it (pedantic C99 and
+    //! C++11), print every struct size, field offset and constant from C, and compare;
+    //! and declare exactly the functions this crate exports.
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::mem::{offset_of, size_of};
+    use std::path::Path;
+    use std::process::Command;
+
+    macro_rules! layout {
+        ($out:ident, $c:literal, $t:ty, [$($f:ident),*]) => {
+            $out.insert(format!("sizeof {}", $c), size_of::<$t>() as i64);
+            $( $out.insert(format!("offsetof {}.{}", $c, stringify!($f)), offset_of!($t, $f) as i64); )*
+        };
+    }
+
+    fn rust_side() -> BTreeMap<String, i64> {
+        let mut m = BTreeMap::new();
+        layout!(
+            m,
+            "ckptfs_options",
+            CkptfsOptions,
+            [size, flags, store, mem_size, chunk_size, spill_dir, spill_size, max_files]
+        );
+        layout!(
+            m,
+            "struct ckptfs_stat",
+            CkptfsStat,
+            [
+                ino,
+                size,
+                allocated,
+                mtime_ns,
+                ctime_ns,
+                mode,
+                kind,
+                state,
+                chunks,
+                spill_chunks,
+                generation
+            ]
+        );
+        layout!(
+            m,
+            "ckptfs_chunk_meta",
+            CkptfsChunkMeta,
+            [logical, location, offset, length, written, crc32c, crc_valid, chunk_id]
+        );
+        layout!(m, "ckptfs_dirent", CkptfsDirent, [ino, kind, namelen, name]);
+        for (k, v) in [
+            ("CKPTFS_MOUNT_ATTACH", MOUNT_ATTACH),
+            ("CKPTFS_MOUNT_EXCL", MOUNT_EXCL),
+            ("CKPTFS_MOUNT_PRIVATE", MOUNT_PRIVATE),
+            ("CKPTFS_KIND_FILE", KIND_FILE),
+            ("CKPTFS_KIND_DIR", KIND_DIR),
+            ("CKPTFS_STATE_COMPLETE", STATE_COMPLETE),
+            ("CKPTFS_STATE_WRITING", STATE_WRITING),
+            ("CKPTFS_STATE_INCOMPLETE", STATE_INCOMPLETE),
+            ("CKPTFS_CHUNK_MEMORY", CHUNK_MEMORY),
+            ("CKPTFS_CHUNK_SPILL", CHUNK_SPILL),
+            ("CKPTFS_NAME_MAX", ckptfs_store::layout::NAME_MAX as u32),
+            ("CKPTFS_PATH_MAX", ckptfs_store::layout::PATH_MAX as u32),
+        ] {
+            m.insert(format!("const {k}"), v as i64);
+        }
+        m
+    }
+
+    fn include_dir() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include")
+    }
+
+    fn c_program(rust: &BTreeMap<String, i64>) -> String {
+        let mut body = String::new();
+        for k in rust.keys() {
+            let (kind, what) = k.split_once(' ').unwrap();
+            let expr = match kind {
+                "sizeof" => format!("(long long)sizeof({what})"),
+                "offsetof" => {
+                    let (t, f) = what.rsplit_once('.').unwrap();
+                    format!("(long long)offsetof({t}, {f})")
+                }
+                _ => format!("(long long)({what})"),
+            };
+            body += &format!("    printf(\"%s=%lld\\n\", \"{k}\", {expr});\n");
+        }
+        format!(
+            "#include \"ckptfs.h\"\n#include <stddef.h>\n#include <stdio.h>\n\
+             int main(void) {{\n{body}    printf(\"version=%s\\n\", CKPTFS_VERSION);\n    return 0;\n}}\n"
+        )
+    }
+
+    fn compile_and_run(compiler: &str, std: &str, src: &Path, dir: &Path) -> BTreeMap<String, String> {
+        let exe = dir.join(format!("sync-{compiler}"));
+        let out = Command::new(compiler)
+            .args([std, "-pedantic", "-Wall", "-Wextra", "-Werror", "-I"])
+            .arg(include_dir())
+            .arg(src)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {compiler} (the C ABI tests need a C compiler): {e}"));
+        assert!(
+            out.status.success(),
+            "{compiler} {std} rejected include/ckptfs.h:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run = Command::new(&exe).output().unwrap();
+        String::from_utf8(run.stdout)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn header_layout_and_constants_match() {
+        let rust = rust_side();
+        let dir = tempfile::tempdir().unwrap();
+        let prog = c_program(&rust);
+        for (compiler, std, file) in [("cc", "-std=c99", "sync.c"), ("c++", "-std=c++11", "sync.cpp")] {
+            let src = dir.path().join(file);
+            std::fs::write(&src, &prog).unwrap();
+            let c = compile_and_run(compiler, std, &src, dir.path());
+            for (k, v) in &rust {
+                assert_eq!(
+                    c.get(k).map(String::as_str),
+                    Some(v.to_string().as_str()),
+                    "{compiler}: {k}"
+                );
+            }
+            assert_eq!(c["version"], env!("CARGO_PKG_VERSION"), "CKPTFS_VERSION");
+        }
+    }
+
+    #[test]
+    fn header_declares_exactly_the_exported_functions() {
+        let header = std::fs::read_to_string(include_dir().join("ckptfs.h")).unwrap();
+        // Drop comments, which mention calls like ckptfs_lseek(fd, 0, SEEK_SET).
+        let mut code = String::new();
+        let mut rest = header.as_str();
+        while let Some(i) = rest.find("/*") {
+            code += &rest[..i];
+            rest = &rest[i + 2..];
+            rest = &rest[rest.find("*/").map_or(rest.len(), |j| j + 2)..];
+        }
+        code += rest;
+        let declared = names_before_paren(&code, "ckptfs_");
+        let src = include_str!("ffi.rs");
+        let exported: BTreeSet<String> = src
+            .split("extern \"C\" fn ")
+            .skip(1)
+            .filter_map(|s| s.split('(').next())
+            .map(str::to_string)
+            .collect();
+        assert_eq!(declared, exported);
+    }
+
+    /// Identifiers starting with `prefix` directly followed by `(`.
+    fn names_before_paren(code: &str, prefix: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        let mut s = code;
+        while let Some(i) = s.find(prefix) {
+            let tail = &s[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            if tail[end..].starts_with('(') {
+                out.insert(tail[..end].to_string());
+            }
+            s = &tail[end..];
+        }
+        out
+    }
+}
