@@ -38,7 +38,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod checksum;
-mod copy;
+pub mod copy;
 mod error;
 pub mod fault;
 mod file;
