@@ -125,6 +125,12 @@ impl Store {
         }
 
         // 2. Files: leases, checksums, chunks past the end, duplicate logical chunks.
+        // Chunk-list generations before the ownership scan: a file whose generation has
+        // moved by the time we hold its lock (a live writer allocated, a dead writer's
+        // leftovers were trimmed) is rescanned rather than judged from a stale snapshot.
+        let gens: Vec<u64> = (0..l.max_files)
+            .map(|f| seg.inode(f).cgen.load(Acquire))
+            .collect();
         let mut owned: Vec<Vec<u32>> = vec![Vec::new(); l.max_files as usize];
         for c in 0..seg.nchunks() {
             let o = seg.chunk(c).owner.load(Acquire);
@@ -140,6 +146,11 @@ impl Store {
             rep.files += 1;
             let _g = self.file_lock(fid);
             self.reap_leases(fid);
+            if ino.cgen.load(Acquire) != gens[fid as usize] {
+                owned[fid as usize] = (0..seg.nchunks())
+                    .filter(|&c| seg.chunk(c).owner.load(Acquire) == fid + 1)
+                    .collect();
+            }
             let path = self.path_of_fid_locked(&ns, fid);
             let orphan = ino.flags.load(Relaxed) & iflag::ORPHAN != 0;
             let holders = ino.leases.iter().any(|x| x.pid.load(Relaxed) != 0);
