@@ -126,6 +126,10 @@ impl Segment {
         }
         // Build under a temporary name and publish with link(2), which never replaces:
         // nobody can attach a half-initialised segment, and of two racing creators one wins.
+        // Unique per creation attempt, not just per process: two threads of one process
+        // racing to create the store must not share (and delete) each other's files.
+        static ATTEMPTS: AtomicU64 = AtomicU64::new(0);
+        let uniq = format!("{}.{}", std::process::id(), ATTEMPTS.fetch_add(1, Ordering::Relaxed));
         let dir = params.path.parent().unwrap_or(Path::new("/dev/shm"));
         let tmp = dir.join(format!(
             ".{}.tmp.{}",
@@ -134,7 +138,7 @@ impl Segment {
                 .file_name()
                 .and_then(|s| s.to_str())
                 .unwrap_or("ckptfs"),
-            std::process::id()
+            uniq
         ));
         let _ = std::fs::remove_file(&tmp);
         let file = std::fs::OpenOptions::new()
@@ -162,7 +166,7 @@ impl Segment {
         // after this process has won the race to publish the segment.
         let spill_tmp = params.spill_path.map(|sp| {
             let mut t = sp.as_os_str().to_owned();
-            t.push(format!(".tmp.{}", std::process::id()));
+            t.push(format!(".tmp.{uniq}"));
             PathBuf::from(t)
         });
         let spill = match &spill_tmp {
