@@ -17,6 +17,7 @@ pub use ckptfs_bench::store::parse_size;
 
 /// Store flags accepted by every subcommand.
 #[derive(clap::Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Store settings (any subcommand)")]
 pub struct StoreArgs {
     /// Store name: the segment is /dev/shm/ckptfs.NAME [env CKPTFS_STORE; default u<UID>]
     #[arg(long, global = true, value_name = "NAME")]

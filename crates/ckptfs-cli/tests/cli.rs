@@ -1,0 +1,153 @@
+//! The `ckptfs` binary end to end: store commands, settings, crash visibility, errors.
+
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ckptfs"))
+}
+
+struct Store(String);
+
+impl Store {
+    fn new(tag: &str) -> Store {
+        let s = Store(format!("cli-{tag}-{}", std::process::id()));
+        let _ = s.run(&["destroy"]);
+        s
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = bin();
+        c.env_remove("CKPTFS_CONFIG").env("CKPTFS_STORE", &self.0).args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(o.status.success(), "ckptfs {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.run(&["destroy"]);
+    }
+}
+
+#[test]
+fn init_put_get_ls_rm_round_trip() {
+    let s = Store::new("rt");
+    let out = s.ok(&["init", "--mem-size", "32M", "--chunk-size", "64K"]);
+    assert!(out.contains("pre-faulted"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("in.bin");
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+    s.ok(&["put", "--parents", src.to_str().unwrap(), "/run1/rank0.ckpt"]);
+    let ls = s.ok(&["ls", "-l", "/run1"]);
+    assert!(ls.contains("rank0.ckpt") && ls.contains("complete") && ls.contains("1000000"), "{ls}");
+    let back = dir.path().join("out.bin");
+    s.ok(&["get", "/run1/rank0.ckpt", back.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&back).unwrap(), data);
+    let cat = s.cmd(&["cat", "/run1/rank0.ckpt"]).output().unwrap();
+    assert_eq!(cat.stdout, data);
+    let st = s.ok(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&st).unwrap();
+    assert_eq!(v["files"], 1);
+    assert_eq!(v["chunk_size"], 65536);
+    let o = s.run(&["rm", "/run1"]);
+    assert!(!o.status.success(), "rm of a directory without -r must fail");
+    s.ok(&["rm", "-r", "/run1"]);
+    assert_eq!(s.ok(&["ls"]).trim(), "");
+    assert!(s.ok(&["fsck"]).contains("no problems"));
+}
+
+#[test]
+fn errors_are_clear_and_nonzero() {
+    let s = Store::new("err");
+    let o = s.run(&["ls"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no store named"), "{:?}", o);
+    s.ok(&["init", "--mem-size", "8M", "--chunk-size", "64K"]);
+    let o = s.run(&["init"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("already exists"));
+    let o = s.run(&["status", "--chunk-size", "1M"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("chunk size"), "{:?}", o);
+    let o = s.run(&["get", "/missing", "/tmp/x"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no such file"), "{:?}", o);
+    let o = s.run(&["init", "--chunk-size", "3000"]);
+    assert!(!o.status.success());
+    let o = bin().args(["--mem-size", "12Q", "config"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown size suffix"));
+}
+
+#[test]
+fn config_reports_sources_with_precedence() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c.toml");
+    std::fs::write(&f, "store = \"fromfile\"\nchunk_size = \"256K\"\nmem_size = \"2G\"\n").unwrap();
+    let o = bin()
+        .env("CKPTFS_CONFIG", &f)
+        .env("CKPTFS_MEM_SIZE", "64M")
+        .args(["--store", "fromflag", "config", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let get = |k: &str| v["settings"].as_array().unwrap().iter().find(|r| r["key"] == k).unwrap().clone();
+    assert_eq!(get("store")["value"], "fromflag");
+    assert_eq!(get("store")["source"], "flag");
+    assert_eq!(get("mem_size")["value"], "64M");
+    assert_eq!(get("mem_size")["source"], "env");
+    assert_eq!(get("chunk_size")["source"], "file");
+    assert_eq!(get("max_files")["source"], "default");
+}
+
+/// A writer SIGKILLed with a file open: `status` and `ls -l` list it as incomplete, its
+/// readable prefix is intact, fsck is clean.
+#[test]
+fn killed_writer_is_listed_incomplete() {
+    let s = Store::new("kill");
+    s.ok(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+    // `put` from a pipe that never closes keeps the file open for writing.
+    let mut child = s
+        .cmd(&["put", "-", "/open.ckpt"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().unwrap();
+        stdin.write_all(&vec![b'x'; 8 << 20]).unwrap();
+        stdin.flush().unwrap();
+    }
+    // Wait until the store holds all the bytes sent, then kill.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let ls = s.ok(&["ls", "-l", "/"]);
+        if ls.contains(&(8u64 << 20).to_string()) {
+            assert!(ls.contains("writing"), "{ls}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "writer made no progress: {ls}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let status = s.ok(&["status"]);
+    assert!(status.contains("1 incomplete"), "{status}");
+    assert!(s.ok(&["ls", "-l"]).contains("INCOMPLETE"));
+    let o = s.cmd(&["cat", "/open.ckpt"]).output().unwrap();
+    assert_eq!(o.stdout.len(), 8 << 20);
+    assert!(o.stdout.iter().all(|&b| b == b'x'));
+    let fsck = s.ok(&["fsck"]);
+    assert!(fsck.contains("incomplete file"), "{fsck}");
+}
