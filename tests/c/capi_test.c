@@ -445,6 +445,28 @@ static void t_fork(void) {
     CHECK_EQ(ckptfs_unlink("/ckpt/forked"), 0);
 }
 
+/* The descriptor table is bounded: EMFILE, with no side effect on the store. */
+static void t_emfile(void) {
+    static int fds[70000];
+    struct ckptfs_stat st;
+    int n = 0, r = 0, i;
+    CHECK_EQ(put_file("/ckpt/many", "m", 1), 0);
+    while (n < 70000 && (r = ckptfs_open("/ckpt/many", O_RDONLY, 0)) >= 0)
+        fds[n++] = r;
+    CHECK_EQ(r, -EMFILE);
+    CHECK(n > 60000 && n <= 65536);
+    CHECK_EQ(ckptfs_open("/ckpt/not-created", O_CREAT | O_WRONLY, 0644), -EMFILE);
+    CHECK_EQ(ckptfs_stat("/ckpt/not-created", &st), -ENOENT);
+    r = 0;
+    for (i = 0; i < n; i++)
+        r |= ckptfs_close(fds[i]);
+    CHECK_EQ(r, 0);
+    r = ckptfs_open("/ckpt/many", O_RDONLY, 0);
+    CHECK(r >= 0 && r < 16); /* the lowest free number again */
+    CHECK_EQ(ckptfs_close(r), 0);
+    CHECK_EQ(ckptfs_unlink("/ckpt/many"), 0);
+}
+
 static void t_names(void) {
     char name[400], path[5200];
     struct ckptfs_stat st;
@@ -871,6 +893,7 @@ int main(int argc, char **argv) {
     t_mount(s_main);
     t_files();
     t_fork();
+    t_emfile();
     t_names();
     t_dirs();
     t_enospc(s_small);

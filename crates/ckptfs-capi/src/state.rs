@@ -10,6 +10,8 @@ use crate::error::{CapiError, Result};
 use crate::types::MAX_DESCRIPTORS;
 use ckptfs_store::layout::{NAME_MAX, PATH_MAX};
 use ckptfs_store::{DirEntry, FileHandle, OpenFlags, Store, StoreOptions};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -46,8 +48,45 @@ struct Slot {
     desc: DescCell,
 }
 
+/// The descriptor table: `slots[fd]`, and the free numbers below `slots.len()` in a
+/// min-heap so that open takes the lowest free number in O(log n).
+struct Table {
+    slots: Vec<Option<Slot>>,
+    free: BinaryHeap<Reverse<usize>>,
+}
+
+impl Table {
+    fn get(&self, fd: i32) -> Option<&Slot> {
+        usize::try_from(fd).ok().and_then(|i| self.slots.get(i))?.as_ref()
+    }
+
+    fn take(&mut self, fd: i32) -> Option<Slot> {
+        let i = usize::try_from(fd).ok()?;
+        let slot = self.slots.get_mut(i)?.take()?;
+        self.free.push(Reverse(i));
+        Some(slot)
+    }
+
+    /// The lowest free number, occupied by `slot`.
+    fn insert(&mut self, slot: Slot) -> Option<usize> {
+        let i = match self.free.pop() {
+            Some(Reverse(i)) => i,
+            None if self.slots.len() < MAX_DESCRIPTORS => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+            None => return None,
+        };
+        self.slots[i] = Some(slot);
+        Some(i)
+    }
+}
+
 static MOUNTS: RwLock<Vec<Mount>> = RwLock::new(Vec::new());
-static TABLE: Mutex<Vec<Option<Slot>>> = Mutex::new(Vec::new());
+static TABLE: Mutex<Table> = Mutex::new(Table {
+    slots: Vec::new(),
+    free: BinaryHeap::new(),
+});
 static NEXT_MOUNT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Lock, ignoring poisoning: a panic is caught at the ABI boundary and the tables stay
@@ -172,16 +211,24 @@ pub fn resolve_pair(from: &str, to: &str) -> Result<(Store, String, String)> {
 /// Mount `prefix` on the store described by `opts`.
 pub fn mount(prefix: &str, opts: &StoreOptions, how: Attach) -> Result<()> {
     let prefix = normalize(prefix)?;
-    // Write lock first: a concurrent mount of the same prefix must see this one.
-    let mut ms = MOUNTS.write().unwrap_or_else(|e| e.into_inner());
-    if ms.iter().any(|m| m.prefix == prefix) {
-        return Err(CapiError::new(libc::EBUSY, "already mounted"));
+    let taken = |ms: &[Mount]| {
+        ms.iter()
+            .any(|m| m.prefix == prefix)
+            .then(|| CapiError::new(libc::EBUSY, "already mounted"))
+    };
+    if let Some(e) = taken(&mounts()) {
+        return Err(e);
     }
+    // Attach or create (pre-faulting can take a while) without blocking path calls.
     let store = match how {
         Attach::OpenOrCreate => Store::open_or_create(opts),
         Attach::Existing => Store::attach(opts),
         Attach::New => Store::create(opts),
     }?;
+    let mut ms = MOUNTS.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = taken(&ms) {
+        return Err(e);
+    }
     ms.push(Mount {
         id: NEXT_MOUNT_ID.fetch_add(1, Ordering::Relaxed),
         prefix,
@@ -199,7 +246,12 @@ pub fn unmount(prefix: &str) -> Result<()> {
         .position(|m| m.prefix == prefix)
         .ok_or_else(|| CapiError::new(libc::EINVAL, "not mounted"))?;
     let id = ms[i].id;
-    let open = lock(&TABLE).iter().flatten().filter(|s| s.mount_id == id).count();
+    let open = lock(&TABLE)
+        .slots
+        .iter()
+        .flatten()
+        .filter(|s| s.mount_id == id)
+        .count();
     if open > 0 {
         return Err(CapiError::new(
             libc::EBUSY,
@@ -216,26 +268,33 @@ pub fn open(path: &str, flags: OpenFlags, mode: u32) -> Result<i32> {
     // Hold the mount table so that the mount cannot go away before the descriptor exists.
     let ms = mounts();
     let (m, p) = find(&ms, &norm).ok_or_else(enoent)?;
-    let mut table = lock(&TABLE);
-    let fd = match table.iter().position(Option::is_none) {
-        Some(i) => i,
-        None if table.len() < MAX_DESCRIPTORS => {
-            table.push(None);
-            table.len() - 1
-        }
-        None => {
-            return Err(CapiError::new(
-                libc::EMFILE,
-                format!("{MAX_DESCRIPTORS} ckptfs descriptors already open"),
-            ))
-        }
-    };
-    let fh = m.store.open(&p, flags, mode)?;
-    table[fd] = Some(Slot {
+    // Reserve the descriptor first (EMFILE must not create or truncate anything), then
+    // open without holding the table: store.open can wait for the store's namespace
+    // lock, and every descriptor lookup needs the table. Until filled, the reserved slot
+    // reads as closed (EBADF).
+    let cell: DescCell = Arc::new(Mutex::new(None));
+    let slot = Slot {
         mount_id: m.id,
-        desc: Arc::new(Mutex::new(Some(Desc { fh, dir: None }))),
-    });
-    Ok(fd as i32)
+        desc: cell.clone(),
+    };
+    let fd = lock(&TABLE).insert(slot).ok_or_else(|| {
+        CapiError::new(
+            libc::EMFILE,
+            format!("{MAX_DESCRIPTORS} ckptfs descriptors already open"),
+        )
+    })? as i32;
+    match m.store.open(&p, flags, mode) {
+        Ok(fh) => *lock(&cell) = Some(Desc { fh, dir: None }),
+        Err(e) => {
+            let mut table = lock(&TABLE);
+            // Unless a stray close already released it (and it was reused).
+            if table.get(fd).is_some_and(|s| Arc::ptr_eq(&s.desc, &cell)) {
+                table.take(fd);
+            }
+            return Err(e.into());
+        }
+    }
+    Ok(fd)
 }
 
 fn bad_fd(fd: i32) -> CapiError {
@@ -243,11 +302,8 @@ fn bad_fd(fd: i32) -> CapiError {
 }
 
 fn cell(fd: i32) -> Result<DescCell> {
-    let table = lock(&TABLE);
-    usize::try_from(fd)
-        .ok()
-        .and_then(|i| table.get(i))
-        .and_then(|s| s.as_ref())
+    lock(&TABLE)
+        .get(fd)
         .map(|s| s.desc.clone())
         .ok_or_else(|| bad_fd(fd))
 }
@@ -265,18 +321,15 @@ pub fn with_desc<R>(fd: i32, f: impl FnOnce(&mut Desc) -> Result<R>) -> Result<R
 
 /// Close descriptor `fd`. The descriptor is freed even if closing reports an error.
 pub fn close(fd: i32) -> Result<()> {
-    let slot = {
-        let mut table = lock(&TABLE);
-        usize::try_from(fd)
-            .ok()
-            .and_then(|i| table.get_mut(i))
-            .and_then(Option::take)
-            .ok_or_else(|| bad_fd(fd))?
-    };
+    let slot = lock(&TABLE).take(fd).ok_or_else(|| bad_fd(fd))?;
     let desc = lock(&slot.desc).take();
     match desc {
         Some(mut d) => {
-            d.fh.adopt_after_fork()?;
+            if let Err(e) = d.fh.adopt_after_fork() {
+                // Closing without our own lease would end the parent's: leave it be.
+                std::mem::forget(d);
+                return Err(e.into());
+            }
             Ok(d.fh.close()?)
         }
         None => Err(bad_fd(fd)),
