@@ -142,15 +142,16 @@ static ssize_t get_file(const char *path, void *buf, size_t cap) {
  * Returns 0, or a non-zero step number on failure.
  */
 static int copy_out(const char *path, const char *out) {
-    struct ckptfs_stat st, st2;
+    struct ckptfs_stat st, now;
     char *base;
     size_t region, cs;
-    ckptfs_chunk_meta *chunks;
+    ckptfs_chunk_meta *chunks = NULL;
     ssize_t n, i;
     char spill[CKPTFS_PATH_MAX + 1];
-    int spill_fd = -1, out_fd, attempt;
+    int spill_fd = -1, out_fd, fd = -1, attempt, rc = 10;
     unsigned char *tmp;
 
+    /* 1. The region as mapped here, and the spill file if any. */
     if (ckptfs_get_data_region("/agent", (void **)&base, &region, &cs) != 0)
         return 1;
     if (ckptfs_get_spill_path("/agent", spill, sizeof spill) > 0)
@@ -159,54 +160,76 @@ static int copy_out(const char *path, const char *out) {
     out_fd = open(out, O_CREAT | O_WRONLY | O_TRUNC, 0644);
     if (!tmp || out_fd < 0)
         return 2;
-    for (attempt = 0; attempt < 5; attempt++) {
+    for (attempt = 0; attempt < 5 && rc == 10; attempt++) {
         int retry = 0;
-        if (ckptfs_stat(path, &st) != 0)
-            return 3;
-        if (st.state != CKPTFS_STATE_COMPLETE)
-            return 4; /* a real agent would wait for the writer's close */
+        free(chunks);
+        chunks = NULL;
+        if (fd >= 0)
+            ckptfs_close(fd);
+        /* 2. Hold the file open: an unlink or rename-over cannot recycle its chunks. */
+        fd = ckptfs_open(path, O_RDONLY, 0);
+        if (fd < 0 || ckptfs_fstat(fd, &st) != 0) {
+            rc = 3;
+            break;
+        }
+        if (st.state != CKPTFS_STATE_COMPLETE) {
+            rc = 4; /* a real agent waits for the writer's close */
+            break;
+        }
+        /* 3. The chunk list, for the inode we hold (not one renamed over it since). */
         n = ckptfs_get_chunk_list(path, NULL, 0);
-        if (n < 0)
-            return 5;
+        if (n < 0) {
+            rc = 5;
+            break;
+        }
         chunks = (ckptfs_chunk_meta *)calloc((size_t)n + 1, sizeof *chunks);
         n = ckptfs_get_chunk_list(path, chunks, (size_t)n + 1);
-        if (n < 0) {
-            free(chunks);
-            continue; /* grew in between: count again */
-        }
+        if (n < 0 || ckptfs_stat(path, &now) != 0 || now.ino != st.ino || now.generation != st.generation)
+            continue;
+        /* 4. Copy each chunk; holes (missing logical indices) stay zero in the output. */
         for (i = 0; i < n && !retry; i++) {
             const ckptfs_chunk_meta *c = &chunks[i];
             size_t have = c->written < c->length ? c->written : c->length;
-            if (c->location == CKPTFS_CHUNK_MEMORY) {
-                if (c->offset + cs > region)
-                    return 6;
-                memcpy(tmp, base + c->offset, c->written <= cs ? c->written : cs);
-            } else if (spill_fd < 0 || pread(spill_fd, tmp, c->written, (off_t)c->offset) != (ssize_t)c->written) {
-                return 7;
+            if (c->written > cs || c->written > c->length || !c->crc_valid) {
+                retry = 1; /* being written or overwritten right now */
+                break;
             }
-            /* Verify before trusting: a concurrent overwrite shows as a mismatch. */
-            if (!c->crc_valid || c->written > c->length || crc32c(tmp, c->written) != c->crc32c) {
+            if (c->location == CKPTFS_CHUNK_MEMORY) {
+                if (c->offset + cs > region) {
+                    rc = 6;
+                    break;
+                }
+                memcpy(tmp, base + c->offset, c->written);
+            } else if (spill_fd < 0 ||
+                       pread(spill_fd, tmp, c->written, (off_t)c->offset) != (ssize_t)c->written) {
+                rc = 7;
+                break;
+            }
+            /* 5. Verify what was copied: a concurrent overwrite shows as a mismatch. */
+            if (crc32c(tmp, c->written) != c->crc32c) {
                 retry = 1;
                 break;
             }
             memset(tmp + have, 0, (size_t)(c->length - have));
-            if (pwrite(out_fd, tmp, (size_t)c->length, (off_t)((uint64_t)c->logical * cs)) != (ssize_t)c->length)
-                return 8;
+            if (pwrite(out_fd, tmp, (size_t)c->length, (off_t)((uint64_t)c->logical * cs)) != (ssize_t)c->length) {
+                rc = 8;
+                break;
+            }
         }
-        free(chunks);
-        /* Unchanged meanwhile? Then the copy is the file. */
-        if (!retry && ckptfs_stat(path, &st2) == 0 && st2.mtime_ns == st.mtime_ns && st2.size == st.size &&
-            st2.generation == st.generation && st2.ino == st.ino) {
-            if (ftruncate(out_fd, (off_t)st.size) != 0)
-                return 9;
-            close(out_fd);
-            if (spill_fd >= 0)
-                close(spill_fd);
-            free(tmp);
-            return 0;
-        }
+        if (rc != 10 || retry)
+            continue;
+        /* 6. Unchanged meanwhile? Then the copy is the file. */
+        if (ckptfs_fstat(fd, &now) == 0 && now.mtime_ns == st.mtime_ns && now.size == st.size)
+            rc = ftruncate(out_fd, (off_t)st.size) == 0 ? 0 : 9;
     }
-    return 10;
+    free(chunks);
+    if (fd >= 0)
+        ckptfs_close(fd);
+    close(out_fd);
+    if (spill_fd >= 0)
+        close(spill_fd);
+    free(tmp);
+    return rc;
 }
 
 static int agent_main(const char *store, const char *path, const char *out) {
@@ -598,6 +621,35 @@ static void t_rename(void) {
     CHECK_EQ(ckptfs_rmdir("/ckpt/rd2"), 0);
 }
 
+/* Run `self agent STORE PATH OUT` as a separate process and compare OUT with `want`. */
+static void run_agent(const char *self, const char *store, const char *path, const unsigned char *want,
+                      size_t len) {
+    char out[512];
+    unsigned char *copy = (unsigned char *)malloc(len + 1);
+    int status = -1;
+    size_t got = 0;
+    FILE *f;
+    pid_t child;
+    snprintf(out, sizeof out, "%s/copied.bin", tmpdir);
+    child = fork();
+    if (child == 0) {
+        execl(self, self, "agent", store, path, out, (char *)NULL);
+        _exit(127);
+    }
+    CHECK(child > 0 && waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    f = fopen(out, "rb");
+    CHECK(f != NULL);
+    if (f) {
+        got = fread(copy, 1, len + 1, f);
+        fclose(f);
+    }
+    CHECK_EQ(got, len);
+    CHECK(got == len && memcmp(copy, want, len) == 0);
+    unlink(out);
+    free(copy);
+}
+
 /* Copy a file out through the data region in this process and in another one. */
 static void t_data_region(const char *self, const char *main_store) {
     const size_t cs = 64 << 10;
@@ -609,10 +661,7 @@ static void t_data_region(const char *self, const char *main_store) {
     void *base = NULL;
     size_t size = 0, chunk = 0;
     ssize_t n, i;
-    int fd, ok, status;
-    char out[512];
-    FILE *f;
-    pid_t child;
+    int fd, ok;
 
     pattern(data, head, 1);
     pattern(data + tail_off, tail, 2);
@@ -656,30 +705,14 @@ static void t_data_region(const char *self, const char *main_store) {
     CHECK(memcmp(back, data, tail_off + tail) == 0);
 
     /* Another process (exec'd, nothing inherited) copies it out without us. */
-    snprintf(out, sizeof out, "%s/copied.bin", tmpdir);
-    child = fork();
-    if (child == 0) {
-        execl(self, self, "agent", main_store, "/agent/dr.bin", out, (char *)NULL);
-        _exit(127);
-    }
-    CHECK(child > 0 && waitpid(child, &status, 0) == child);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    memset(copy, 0xEE, tail_off + tail);
-    f = fopen(out, "rb");
-    CHECK(f != NULL);
-    if (f) {
-        CHECK_EQ(fread(copy, 1, tail_off + tail + 1, f), tail_off + tail);
-        fclose(f);
-    }
-    CHECK(memcmp(copy, data, tail_off + tail) == 0);
-    unlink(out);
+    run_agent(self, main_store, "/agent/dr.bin", data, tail_off + tail);
     free(data);
     free(copy);
     free(back);
 }
 
 /* Spill-over: chunks beyond memory go to the spill file; the chunk list says so. */
-static void t_spill(const char *store) {
+static void t_spill(const char *self, const char *store) {
     const size_t cs = 64 << 10, len = 6 * cs + 123;
     unsigned char *data = (unsigned char *)malloc(len), *chunk = (unsigned char *)malloc(cs);
     char spill[CKPTFS_PATH_MAX + 1], small[4];
@@ -727,6 +760,7 @@ static void t_spill(const char *store) {
         CHECK(memcmp(back, data, len) == 0);
         free(back);
     }
+    run_agent(self, store, "/agent/big", data, len);
     free(data);
     free(chunk);
     CHECK_EQ(ckptfs_unmount("/spill"), 0);
@@ -899,7 +933,7 @@ int main(int argc, char **argv) {
     t_enospc(s_small);
     t_rename();
     t_data_region(argv[0], s_main);
-    t_spill(s_spill);
+    t_spill(argv[0], s_spill);
     t_enfile(s_few);
     t_env(s_env);
     t_bad_segments();
