@@ -1,0 +1,375 @@
+//! `ckptfs agent`: the per-node drain daemon, `ckptfs agent status`, and `ckptfs
+//! restore`.
+//!
+//! The agent runs in the foreground (start it in the job script with `&`, one per
+//! node, and stop it with SIGTERM: the file in flight is abandoned safely and drained
+//! by the next run). `--once` drains what is complete now and exits: 0 if everything
+//! was published, 1 if some file failed. On a terminal the foreground agent and
+//! `agent status --watch` draw a progress bar per file in flight.
+
+use crate::config::Ctx;
+use anyhow::{bail, Context, Result};
+use ckptfs_agent::config::targets;
+use ckptfs_agent::dest::PosixDest;
+use ckptfs_agent::sys::Priority;
+use ckptfs_agent::{Agent, AgentConfig, AgentStatus};
+use ckptfs_store::Store;
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where drained files go and how this node picks its target.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DestArgs {
+    /// Destination directories (e.g. one per I/O server), comma-separated. A store file
+    /// /a/b is published as DIR/a/b.
+    #[arg(long, value_name = "DIR[,DIR...]", value_delimiter = ',', env = "CKPTFS_DEST")]
+    pub dest: Vec<PathBuf>,
+    /// Lustre: the targets are these OSTs of each destination directory; files get one
+    /// stripe on the chosen OST (needs `lfs`).
+    #[arg(long, value_name = "I[,I...]", value_delimiter = ',')]
+    pub ost: Vec<u32>,
+    /// This node's id for placement and manifest names [default: the host name].
+    #[arg(long, value_name = "ID", env = "CKPTFS_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Mapping file of `NODE TARGET` lines (TARGET: 0-based index or a --dest DIR;
+    /// `*` = default); unlisted nodes get a balanced assignment by node number.
+    #[arg(long, value_name = "FILE")]
+    pub map: Option<PathBuf>,
+}
+
+impl DestArgs {
+    fn config(&self) -> Result<AgentConfig> {
+        if self.dest.is_empty() {
+            bail!("--dest DIR[,DIR...] is required");
+        }
+        let mut c = AgentConfig::new(&self.dest);
+        c.targets = targets(&self.dest, &self.ost);
+        if let Some(n) = &self.node_id {
+            c.node_id = n.clone();
+        }
+        c.map_file = self.map.clone();
+        Ok(c)
+    }
+}
+
+/// Staged marshaling switch.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnOff {
+    /// Enabled.
+    On,
+    /// Disabled.
+    Off,
+}
+
+/// CPU and IO priority of the agent.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PriorityArg {
+    /// nice 10, best-effort IO at level 7.
+    Low,
+    /// nice 19, idle IO class.
+    Idle,
+    /// Unchanged.
+    Normal,
+}
+
+/// `ckptfs agent ...`: drain complete files to the parallel file system.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct AgentArgs {
+    /// `status`.
+    #[command(subcommand)]
+    pub cmd: Option<AgentCmd>,
+    /// Destination.
+    #[command(flatten)]
+    pub dest: DestArgs,
+    /// Drain what is complete now, then exit (exit 1 if a file failed).
+    #[arg(long)]
+    pub once: bool,
+    /// IO threads writing to the destination.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub io_threads: usize,
+    /// Bytes per write call (K/M/G).
+    #[arg(long, value_name = "SIZE", default_value = "8M", value_parser = crate::config::parse_size)]
+    pub write_size: u64,
+    /// Write aligned blocks with O_DIRECT straight from the store's chunks.
+    #[arg(long)]
+    pub direct: bool,
+    /// Bandwidth cap in MB/s.
+    #[arg(long, value_name = "MB/S")]
+    pub max_bw: Option<f64>,
+    /// CPU and IO priority.
+    #[arg(long, value_enum, default_value = "low")]
+    pub priority: PriorityArg,
+    /// Staged marshaling: one file flushed at a time per node, pipelined with staging
+    /// the next (off: IO threads flush files concurrently).
+    #[arg(long, value_enum, default_value = "on")]
+    pub marshal: OnOff,
+    /// Drain only every Nth checkpoint directory (in creation order).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub every: u32,
+    /// Free the memory copy after a verified drain.
+    #[arg(long)]
+    pub evict: bool,
+    /// Seconds between scans for new complete files.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.5)]
+    pub interval: f64,
+    /// Print the summary (with --once) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Subcommands of `ckptfs agent`.
+#[derive(clap::Subcommand, Debug)]
+pub enum AgentCmd {
+    /// Show queued, in-flight, drained and failed files of the store's agent.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Keep refreshing (progress bars) until the agent exits.
+        #[arg(long)]
+        watch: bool,
+    },
+}
+
+/// `ckptfs restore [PATH]`: bring drained files back into the store.
+#[derive(clap::Args, Debug)]
+pub struct RestoreArgs {
+    /// Store path (file or directory) to restore [default: everything].
+    pub path: Option<String>,
+    /// Destination the files were drained to.
+    #[command(flatten)]
+    pub dest: DestArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Entry point of `ckptfs agent`.
+pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
+    let name = ctx.store.effective_name()?;
+    if let Some(AgentCmd::Status { json, watch }) = args.cmd {
+        return show_status(&name, json, watch);
+    }
+    let mut c = args.dest.config()?;
+    c.io_threads = args.io_threads;
+    c.write_size = args.write_size as usize;
+    c.direct = args.direct;
+    c.max_bw = args.max_bw.map(|m| m * 1e6);
+    c.priority = match args.priority {
+        PriorityArg::Low => Priority::Low,
+        PriorityArg::Idle => Priority::Idle,
+        PriorityArg::Normal => Priority::Normal,
+    };
+    c.marshal = args.marshal == OnOff::On;
+    c.every = args.every;
+    c.evict = args.evict;
+    c.interval = Duration::from_secs_f64(args.interval.max(0.01));
+    ckptfs_agent::sys::stop_on_signals()?;
+    let store = loop {
+        match Store::attach(&ctx.store) {
+            Ok(s) => break s,
+            Err(e) if args.once => return Err(e).context("attach the store"),
+            Err(_) if ckptfs_agent::sys::signalled() => return Ok(0),
+            // A daemon may start before the application creates the store.
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    };
+    let agent = Agent::new(&store, c)?;
+    eprintln!(
+        "ckptfs agent: store {name} -> {} (pid {})",
+        agent.target(),
+        std::process::id()
+    );
+    let sum = if std::io::stderr().is_terminal() && !args.json {
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                progress(&|| Some(agent.status()), &|| {
+                    done.load(std::sync::atomic::Ordering::SeqCst)
+                })
+            });
+            let r = if args.once { agent.run_once() } else { agent.run() };
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        })?
+    } else if args.once {
+        agent.run_once()?
+    } else {
+        agent.run()?
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&sum)?);
+    } else {
+        eprintln!(
+            "ckptfs agent: drained {} files ({}), {} already published, {} failed, {:.1} s",
+            sum.drained_files,
+            human(sum.drained_bytes),
+            sum.already_drained,
+            sum.failed.len(),
+            sum.seconds
+        );
+        for f in &sum.failed {
+            eprintln!("  failed {}: {}", f.path, f.error);
+        }
+    }
+    Ok(if sum.failed.is_empty() { 0 } else { 1 })
+}
+
+/// Entry point of `ckptfs restore`.
+pub fn restore_main(args: RestoreArgs, ctx: &Ctx) -> Result<i32> {
+    let c = args.dest.config()?;
+    let store = Store::open_or_create(&ctx.store).context("open the store")?;
+    // This node's target first, then the others.
+    let mine = c.target()?.clone();
+    let mut order = vec![mine.clone()];
+    order.extend(c.targets.iter().filter(|t| **t != mine).cloned());
+    let prefix = args.path.unwrap_or_else(|| "/".into());
+    let rep = ckptfs_agent::restore(&store, &PosixDest::default(), &order, &prefix)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        for r in &rep.restored {
+            println!(
+                "restored {} ({}) from {}",
+                r.path,
+                human(r.size),
+                r.from.display()
+            );
+        }
+        for f in &rep.failed {
+            eprintln!("FAILED {}: {}", f.path, f.error);
+        }
+        println!(
+            "{} restored, {} already in the store, {} failed",
+            rep.restored.len(),
+            rep.present.len(),
+            rep.failed.len()
+        );
+    }
+    Ok(if rep.failed.is_empty() { 0 } else { 1 })
+}
+
+fn human(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+/// The text form of an agent's status (also used by `ckptfs status`).
+pub fn print_status(s: &AgentStatus) {
+    let state = if s.running { "running" } else { "not running" };
+    println!(
+        "agent: {state} (pid {}, {}), node {} -> {}",
+        s.pid, s.mode, s.node, s.target
+    );
+    println!(
+        "  marshal {}, {} IO threads{}{}",
+        if s.marshal { "on" } else { "off" },
+        s.io_threads,
+        if s.direct { ", O_DIRECT" } else { "" },
+        s.max_bw_mbps
+            .map(|m| format!(", cap {m} MB/s"))
+            .unwrap_or_default()
+    );
+    println!(
+        "  drained: {} files, {} ({:.0} MB/s); already published at start: {}",
+        s.drained_files,
+        human(s.drained_bytes),
+        s.bandwidth_mbps,
+        s.already_drained
+    );
+    println!(
+        "  queued: {}   in flight: {}   failed: {}   skipped by --every: {}",
+        s.queued.len(),
+        s.in_flight.len(),
+        s.failed.len(),
+        s.skipped_by_policy
+    );
+    for q in &s.queued {
+        println!("    queued     {} ({})", q.path, human(q.size));
+    }
+    for f in &s.in_flight {
+        let pct = if f.size > 0 { f.done * 100 / f.size } else { 100 };
+        println!("    in flight  {} ({}, {pct}%)", f.path, human(f.size));
+    }
+    for f in &s.failed {
+        let retry = if f.will_retry { ", will retry" } else { "" };
+        println!(
+            "    FAILED     {} (attempts {}{retry}): {}",
+            f.path, f.attempts, f.error
+        );
+    }
+}
+
+fn show_status(name: &str, json: bool, watch: bool) -> Result<i32> {
+    let Some(s) = ckptfs_agent::status(name) else {
+        if json {
+            println!("null");
+        } else {
+            println!("no agent has run for store {name}");
+        }
+        return Ok(1);
+    };
+    if watch && std::io::stdout().is_terminal() && !json {
+        progress(&|| ckptfs_agent::status(name), &|| {
+            !ckptfs_agent::status(name).is_some_and(|s| s.running)
+        });
+    }
+    let s = ckptfs_agent::status(name).unwrap_or(s);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        print_status(&s);
+    }
+    Ok(0)
+}
+
+/// Progress bars per in-flight file, refreshed until `stop()`.
+fn progress(get: &dyn Fn() -> Option<AgentStatus>, stop: &dyn Fn() -> bool) {
+    use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+    let mp = MultiProgress::new();
+    let style = ProgressStyle::with_template("{msg:40!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    let total = mp.add(ProgressBar::new_spinner());
+    let mut bars: HashMap<String, ProgressBar> = HashMap::new();
+    while !stop() {
+        if let Some(s) = get() {
+            total.set_message(format!(
+                "drained {} ({}), queued {}, failed {}",
+                s.drained_files,
+                human(s.drained_bytes),
+                s.queued.len(),
+                s.failed.len()
+            ));
+            total.tick();
+            for f in &s.in_flight {
+                let b = bars.entry(f.path.clone()).or_insert_with(|| {
+                    let b = mp.add(ProgressBar::new(f.size));
+                    b.set_style(style.clone());
+                    b.set_message(f.path.clone());
+                    b
+                });
+                b.set_position(f.done);
+            }
+            bars.retain(|p, b| {
+                let keep = s.in_flight.iter().any(|f| &f.path == p);
+                if !keep {
+                    b.finish_and_clear();
+                }
+                keep
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for b in bars.values() {
+        b.finish_and_clear();
+    }
+    total.finish_and_clear();
+}
