@@ -1,0 +1,199 @@
+//! `ckptfs mount` and `ckptfs umount`: the node store (or a CRFS aggregation mirror of a
+//! backend directory) as a FUSE file system.
+//!
+//! Without `--foreground` the command starts itself again as the daemon (own process
+//! group, stdin closed, stdout/stderr appended to the log file), waits until the daemon
+//! has written its pid file after the kernel accepted the mount (or has exited with an
+//! error, whose log tail it prints) and returns. The pid file also lets `ckptfs
+//! umount` wait for it to finish writing buffered chunks and exit.
+
+use crate::config::Ctx;
+use anyhow::{bail, Context, Result};
+use ckptfs_fuse::mount::{self, MountConfig};
+use ckptfs_fuse::{CrfsConfig, IoMode, Mode};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `ckptfs mount MOUNTPOINT`: serve the store (or `--backend DIR` in CRFS mode).
+#[derive(clap::Args, Debug)]
+pub struct MountArgs {
+    /// Directory to mount on (must exist).
+    pub mountpoint: PathBuf,
+    /// CRFS mode: mirror DIR and aggregate writes into large chunks written by IO
+    /// threads. `--chunk-size` is then the aggregation chunk size (default 4M).
+    #[arg(long, value_name = "DIR")]
+    pub backend: Option<PathBuf>,
+    /// CRFS buffer pool size (K/M/G).
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = crate::config::parse_size)]
+    pub pool_size: u64,
+    /// CRFS IO threads writing chunks to the backend.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub io_threads: usize,
+    /// Page cache or direct I/O: auto (direct for write-only opens), cached, direct.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub io_mode: IoMode,
+    /// Threads serving FUSE requests.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub threads: usize,
+    /// Stay in the foreground and log to stderr (debugging).
+    #[arg(long)]
+    pub foreground: bool,
+    /// Daemon log file [default: /tmp/ckptfs-fuse-UID/MOUNTPOINT.log].
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+}
+
+/// `ckptfs umount MOUNTPOINT`.
+#[derive(clap::Args, Debug)]
+pub struct UmountArgs {
+    /// The mount point.
+    pub mountpoint: PathBuf,
+    /// Detach even if files are open there; the daemon exits when they are closed.
+    #[arg(short = 'z', long)]
+    pub lazy: bool,
+    /// Seconds to wait for the daemon to write its buffered chunks and exit.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub wait: u64,
+}
+
+const DEFAULT_CRFS_CHUNK: u64 = 4 << 20;
+
+fn run_dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    std::env::temp_dir().join(format!("ckptfs-fuse-{uid}"))
+}
+
+fn key_of(mp: &Path) -> String {
+    let abs = mp.canonicalize().unwrap_or_else(|_| mp.to_path_buf());
+    abs.to_string_lossy().trim_start_matches('/').replace('/', "_")
+}
+
+fn pid_file(mp: &Path) -> PathBuf {
+    run_dir().join(format!("{}.pid", key_of(mp)))
+}
+
+/// Run `ckptfs mount`.
+pub fn main(args: MountArgs, ctx: &Ctx) -> Result<i32> {
+    if !args.mountpoint.is_dir() && !mount::is_stale(&args.mountpoint) {
+        bail!("mount point {} is not a directory", args.mountpoint.display());
+    }
+    if args.foreground {
+        return serve(&args, ctx);
+    }
+    std::fs::create_dir_all(run_dir()).with_context(|| format!("create {}", run_dir().display()))?;
+    let log = args
+        .log_file
+        .clone()
+        .unwrap_or_else(|| run_dir().join(format!("{}.log", key_of(&args.mountpoint))));
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .with_context(|| format!("open log file {}", log.display()))?;
+    let start_len = out.metadata().map(|m| m.len()).unwrap_or(0);
+    // The daemon writes its pid file once the kernel accepted the mount: that (not the
+    // mount table, which may still list a stale mount) tells us it is ready.
+    let pid = pid_file(&args.mountpoint);
+    let _ = std::fs::remove_file(&pid);
+    let exe = std::env::current_exe().context("find the ckptfs executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.args(std::env::args_os().skip(1))
+        .arg("--foreground")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    if std::env::var_os("RUST_LOG").is_none() {
+        cmd.env("RUST_LOG", "info");
+    }
+    cmd.env("NO_COLOR", "1");
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd.spawn().context("start the mount daemon")?;
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let text = std::fs::read(&log).unwrap_or_default();
+            let tail = String::from_utf8_lossy(&text[(start_len as usize).min(text.len())..]).into_owned();
+            eprint!("{tail}");
+            bail!("the mount daemon exited ({status}); log: {}", log.display());
+        }
+        let ready = std::fs::read_to_string(&pid).is_ok_and(|s| s.trim() == child.id().to_string());
+        if ready {
+            println!(
+                "mounted {} (daemon pid {}, log {})",
+                args.mountpoint.display(),
+                child.id(),
+                log.display()
+            );
+            return Ok(0);
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            bail!("the mount did not appear within 30 s; see {}", log.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn serve(args: &MountArgs, ctx: &Ctx) -> Result<i32> {
+    let mode = match &args.backend {
+        Some(dir) => Mode::Crfs(CrfsConfig {
+            backend: dir.clone(),
+            pool_size: args.pool_size as usize,
+            chunk_size: ctx.store.chunk_size.unwrap_or(DEFAULT_CRFS_CHUNK) as usize,
+            io_threads: args.io_threads,
+        }),
+        None => Mode::Store(ctx.store.clone()),
+    };
+    if args.backend.is_some() {
+        // The backend gets exactly the modes the application asked for.
+        // SAFETY: umask has no preconditions.
+        unsafe { libc::umask(0) };
+    }
+    let cfg = MountConfig {
+        mountpoint: args.mountpoint.clone(),
+        mode,
+        io: args.io_mode,
+        threads: args.threads,
+    };
+    let pid = pid_file(&args.mountpoint);
+    let _ = std::fs::create_dir_all(run_dir());
+    mount::run(&cfg, || {
+        if let Err(e) = std::fs::write(&pid, format!("{}\n", std::process::id())) {
+            tracing::warn!(error = %e, file = %pid.display(), "cannot write pid file");
+        }
+    })
+    .with_context(|| format!("mount {}", args.mountpoint.display()))?;
+    let _ = std::fs::remove_file(&pid);
+    Ok(0)
+}
+
+/// Run `ckptfs umount`.
+pub fn umount(args: UmountArgs, _ctx: &Ctx) -> Result<i32> {
+    let mp = &args.mountpoint;
+    let pid = std::fs::read_to_string(pid_file(mp))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
+    if mount::is_stale(mp) {
+        mount::unmount(mp, true).context("remove the stale mount")?;
+        println!("removed stale mount {} (its daemon had died)", mp.display());
+        return Ok(0);
+    }
+    match mount::mount_entry(mp) {
+        Some(m) if m.is_ckptfs() => {}
+        Some(m) => bail!("{} is a {} mount, not a ckptfs one", mp.display(), m.fstype),
+        None => bail!("{} is not mounted", mp.display()),
+    }
+    mount::unmount(mp, args.lazy).with_context(|| format!("unmount {}", mp.display()))?;
+    if let Some(pid) = pid {
+        let t0 = Instant::now();
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        while unsafe { libc::kill(pid, 0) } == 0 {
+            if t0.elapsed() > Duration::from_secs(args.wait) {
+                bail!("daemon {pid} still running after {} s", args.wait);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(0)
+}

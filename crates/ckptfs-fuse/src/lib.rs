@@ -1,0 +1,150 @@
+//! # ckptfs-fuse: the node store and the CRFS aggregation mode as FUSE mounts
+//!
+//! Two file systems built on the [`fuser`] crate:
+//!
+//! * [`StoreFs`] (store mode) serves a ckptfs node store, the same shared-memory segment
+//!   the preload shim and the C API use, so common tools (cp, tar, rsync, mmap...) work on
+//!   checkpoints and a file written under `ckptfs run` reads back through the mount.
+//!   The daemon keeps no data of its own: if it is SIGKILLed, the store keeps every byte
+//!   and a new mount attaches again.
+//! * [`CrfsFs`] (CRFS mode, Ouyang et al., "CRFS: a lightweight user-level filesystem for
+//!   generic checkpoint/restart", section IV) mirrors a backend directory. Writes are
+//!   copied into chunks taken from a fixed buffer pool, coalesced per file, queued, and
+//!   written by a pool of IO threads with one large write each; close() waits for the
+//!   file's outstanding chunks and reports any backend error.
+//!
+//! [`mount::run`] mounts either one, handles SIGTERM/SIGINT by unmounting, cleans a stale
+//! mount left by a killed daemon, and returns when the file system is unmounted.
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod crfs;
+pub mod mount;
+mod store_fs;
+
+pub use crfs::{BackendSink, CrfsConfig, CrfsFs, DiscardSink, FileSink};
+pub use mount::{Mode, MountConfig, MountError};
+pub use store_fs::StoreFs;
+
+use fuser::{Errno, FopenFlags, InitFlags, KernelConfig};
+use std::cell::RefCell;
+use std::ffi::OsStr;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime};
+
+/// Largest FUSE write and read request we ask the kernel for (FUSE_MAX_PAGES).
+pub const MAX_WRITE: u32 = 1 << 20;
+
+/// How file data moves between the kernel and the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoMode {
+    /// Write-only opens use direct I/O (no page cache copy, 1 MiB requests, parallel
+    /// writers); opens that can read use the page cache, so read-ahead and shared
+    /// writable mmap work as on a local file system.
+    #[default]
+    Auto,
+    /// Every open through the page cache (write-through: each write is still a request).
+    Cached,
+    /// Every open with direct I/O; mmap is still allowed (FUSE_DIRECT_IO_ALLOW_MMAP).
+    Direct,
+}
+
+impl std::str::FromStr for IoMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(IoMode::Auto),
+            "cached" => Ok(IoMode::Cached),
+            "direct" => Ok(IoMode::Direct),
+            _ => Err(format!("io mode {s:?}: expected auto, cached or direct")),
+        }
+    }
+}
+
+impl IoMode {
+    pub(crate) fn fopen_flags(self, posix_flags: i32) -> FopenFlags {
+        let direct = match self {
+            IoMode::Auto => posix_flags & libc::O_ACCMODE == libc::O_WRONLY,
+            IoMode::Cached => false,
+            IoMode::Direct => true,
+        };
+        if direct {
+            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+        } else {
+            FopenFlags::empty()
+        }
+    }
+}
+
+/// Request counters, logged when the file system is unmounted.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Read requests.
+    pub reads: AtomicU64,
+    /// Write requests.
+    pub writes: AtomicU64,
+    /// Bytes read.
+    pub read_bytes: AtomicU64,
+    /// Bytes written.
+    pub write_bytes: AtomicU64,
+    /// Metadata requests (lookup, getattr, create, mkdir, ...).
+    pub meta: AtomicU64,
+}
+
+pub(crate) fn configure_kernel(config: &mut KernelConfig, io: IoMode) {
+    if let Err(max) = config.set_max_write(MAX_WRITE) {
+        let _ = config.set_max_write(max);
+    }
+    if let Err(max) = config.set_max_readahead(MAX_WRITE) {
+        let _ = config.set_max_readahead(max);
+    }
+    let _ = config.set_max_background(64);
+    let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+    if io != IoMode::Cached {
+        // mmap of a direct-I/O open (kernel >= 6.6); without it mmap there is ENODEV.
+        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+    }
+    tracing::info!(caps = ?config.capabilities(), "FUSE connection initialised");
+}
+
+pub(crate) fn errno_of(e: &ckptfs_store::StoreError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+pub(crate) fn io_errno(e: &std::io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+pub(crate) fn split_name(name: &OsStr) -> Result<&str, Errno> {
+    let s = name.to_str().ok_or(Errno::EINVAL)?;
+    if s.len() > 255 {
+        return Err(Errno::from_i32(libc::ENAMETOOLONG));
+    }
+    Ok(s)
+}
+
+pub(crate) fn system_time(ns: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
+}
+
+pub(crate) fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+thread_local! {
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Run `f` with a per-thread buffer of `len` bytes (reads reuse it instead of allocating).
+pub(crate) fn with_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    READ_BUF.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.len() < len {
+            b.resize(len, 0);
+        }
+        f(&mut b[..len])
+    })
+}

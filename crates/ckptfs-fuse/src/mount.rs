@@ -1,0 +1,308 @@
+//! Mounting, signal handling, stale-mount cleanup and unmounting.
+//!
+//! [`run`] routes SIGTERM, SIGINT and SIGHUP through a self-pipe to a dedicated thread
+//! that turns them into an unmount; the session
+//! loop then sees the connection end, the file system is destroyed (CRFS mode writes its
+//! remaining chunks first) and `run` returns.
+
+use crate::crfs::{CrfsConfig, CrfsFs};
+use crate::{IoMode, StoreFs};
+use ckptfs_store::{Store, StoreError, StoreOptions};
+use fuser::{Config, MountOption, SessionACL};
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::FromRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+
+/// Which file system to serve.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// The node store (attached, or created with these options).
+    Store(StoreOptions),
+    /// CRFS aggregation over a backend directory.
+    Crfs(CrfsConfig),
+}
+
+/// Everything `ckptfs mount` decides.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Store or CRFS mode.
+    pub mode: Mode,
+    /// Page cache or direct I/O per open.
+    pub io: IoMode,
+    /// FUSE request threads (CRFS close() blocks one while chunks drain).
+    pub threads: usize,
+}
+
+/// Errors of mounting and unmounting.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Something is already mounted there.
+    #[error("{0} is already a mount point (unmount it first: ckptfs umount {0})")]
+    AlreadyMounted(String),
+    /// Not a FUSE mount of ours.
+    #[error("{0} is not mounted")]
+    NotMounted(String),
+    /// An operating-system error.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl MountError {
+    /// The POSIX errno for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            MountError::Store(e) => e.errno(),
+            MountError::AlreadyMounted(_) => libc::EBUSY,
+            MountError::NotMounted(_) => libc::EINVAL,
+            MountError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> MountError {
+    let context = context.into();
+    move |source| MountError::Io { context, source }
+}
+
+/// One line of /proc/self/mountinfo.
+#[derive(Debug, Clone)]
+pub struct MountEntry {
+    /// Mount point.
+    pub target: PathBuf,
+    /// File system type (`fuse.ckptfs` for ours).
+    pub fstype: String,
+    /// Source (`ckptfs:STORE` or `crfs:DIR` for ours).
+    pub source: String,
+}
+
+impl MountEntry {
+    /// Is it a ckptfs mount (store or CRFS mode)?
+    pub fn is_ckptfs(&self) -> bool {
+        self.fstype.starts_with("fuse")
+            && (self.source.starts_with("ckptfs:") || self.source.starts_with("crfs:"))
+    }
+}
+
+/// The mount at exactly `path`, if any (the last one wins when stacked).
+pub fn mount_entry(path: &Path) -> Option<MountEntry> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = absolute(path);
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|&x| x == "-")?;
+            Some(MountEntry {
+                target: PathBuf::from(unescape(f.get(4)?)),
+                fstype: f.get(sep + 1)?.to_string(),
+                source: unescape(f.get(sep + 2)?),
+            })
+        })
+        .rfind(|m| m.target == want)
+}
+
+fn unescape(s: &str) -> String {
+    // mountinfo escapes space, tab, newline and backslash as \ooo.
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    // canonicalize fails on a dead FUSE mount (ENOTCONN): canonicalize the parent instead.
+    if let Ok(c) = p.canonicalize() {
+        return c;
+    }
+    match (p.parent(), p.file_name()) {
+        (Some(dir), Some(name)) => absolute(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        })
+        .join(name),
+        _ => p.to_path_buf(),
+    }
+}
+
+/// Is `path` a FUSE mount whose daemon is gone ("Transport endpoint is not connected")?
+pub fn is_stale(path: &Path) -> bool {
+    matches!(std::fs::metadata(path), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+/// Unmount `path`: umount2 as root, else `fusermount3 -u`. `lazy` detaches it even while
+/// files are open (MNT_DETACH / `-z`); the daemon exits when the last one is closed.
+pub fn unmount(path: &Path, lazy: bool) -> Result<(), MountError> {
+    let target = absolute(path);
+    let c = CString::new(target.as_os_str().as_bytes())
+        .map_err(|_| MountError::NotMounted(target.display().to_string()))?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: c is a valid NUL-terminated path that outlives the call.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINVAL) => return Err(MountError::NotMounted(target.display().to_string())),
+        Some(libc::EPERM) => {}
+        _ => return Err(io_err(format!("unmount {}", target.display()))(e)),
+    }
+    let out = std::process::Command::new("fusermount3")
+        .arg(if lazy { "-uz" } else { "-u" })
+        .arg(&target)
+        .output()
+        .map_err(io_err(
+            "run fusermount3 (install Debian's fuse3: scripts/setup-fuse.sh)",
+        ))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(MountError::Io {
+            context: format!("fusermount3 -u {}", target.display()),
+            source: io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        })
+    }
+}
+
+static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    let fd = SIGNAL_PIPE.load(Relaxed);
+    let b = sig as u8;
+    // SAFETY: write(2) is async-signal-safe; b lives for the call.
+    unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+}
+
+/// Route SIGTERM, SIGINT and SIGHUP to a pipe (self-pipe trick: works whichever thread
+/// the kernel picks) and return its read end.
+fn catch_signals() -> Result<File, MountError> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io_err("create signal pipe")(io::Error::last_os_error()));
+    }
+    let old = SIGNAL_PIPE.swap(fds[1], Relaxed);
+    for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SAFETY: sigaction is plain data; the handler only calls write(2).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(s, &sa, std::ptr::null_mut());
+        }
+    }
+    if old >= 0 {
+        // SAFETY: old is the write end of an earlier pipe that nothing else uses now.
+        unsafe { libc::close(old) };
+    }
+    // SAFETY: fds[0] is a fresh descriptor owned by nothing else.
+    Ok(unsafe { File::from_raw_fd(fds[0]) })
+}
+
+/// Mount and serve until unmounted (by `ckptfs umount`, fusermount3 -u, or a signal).
+/// `on_ready` runs once the kernel has accepted the mount.
+pub fn run(cfg: &MountConfig, on_ready: impl FnOnce()) -> Result<(), MountError> {
+    let sigs = catch_signals()?;
+    let mp = &cfg.mountpoint;
+    if is_stale(mp) {
+        tracing::warn!(mountpoint = %mp.display(), "removing a stale mount left by a dead daemon");
+        unmount(mp, true)?;
+    }
+    if !mp.is_dir() {
+        return Err(MountError::Io {
+            context: format!("mount point {}", mp.display()),
+            source: io::Error::from_raw_os_error(libc::ENOTDIR),
+        });
+    }
+    if mount_entry(mp).is_some_and(|m| m.fstype.starts_with("fuse")) {
+        return Err(MountError::AlreadyMounted(mp.display().to_string()));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut options = vec![
+        MountOption::Subtype("ckptfs".into()),
+        MountOption::DefaultPermissions,
+    ];
+    let mut config = Config::default();
+    config.n_threads = Some(cfg.threads.max(2));
+    config.clone_fd = true;
+    // As root, let every user's job use the mount (permissions are still checked).
+    config.acl = if root { SessionACL::All } else { SessionACL::Owner };
+    match &cfg.mode {
+        Mode::Store(opts) => {
+            let store = Store::open_or_create(opts)?;
+            options.push(MountOption::FSName(format!("ckptfs:{}", store.name())));
+            config.mount_options = options;
+            let fs = StoreFs::new(store, cfg.io);
+            serve(fs, mp, &config, sigs, on_ready)
+        }
+        Mode::Crfs(c) => {
+            let fs =
+                CrfsFs::new(c.clone(), cfg.io).map_err(io_err(format!("backend {}", c.backend.display())))?;
+            options.push(MountOption::FSName(format!("crfs:{}", c.backend.display())));
+            config.mount_options = options;
+            serve(fs, mp, &config, sigs, on_ready)
+        }
+    }
+}
+
+fn serve<FS: fuser::Filesystem>(
+    fs: FS,
+    mp: &Path,
+    config: &Config,
+    mut sigs: File,
+    on_ready: impl FnOnce(),
+) -> Result<(), MountError> {
+    let mut session =
+        fuser::Session::new(fs, mp, config).map_err(io_err(format!("mount {}", mp.display())))?;
+    let mut unmounter = session.unmount_callable();
+    let target = mp.to_path_buf();
+    std::thread::Builder::new()
+        .name("ckptfs-signals".into())
+        .spawn(move || {
+            let mut b = [0u8; 1];
+            if sigs.read_exact(&mut b).is_err() {
+                return;
+            }
+            let sig = b[0];
+            tracing::info!(signal = sig, "unmounting on signal");
+            if let Err(e) = unmounter.unmount() {
+                // Busy (a process has its cwd or a file there): detach now; the kernel
+                // ends the session when the last user goes away.
+                tracing::warn!(error = %e, "unmount failed; detaching lazily");
+                if let Err(e) = unmount(&target, true) {
+                    tracing::error!(error = %e, "lazy unmount failed");
+                }
+            }
+        })
+        .map_err(io_err("spawn signal thread"))?;
+    tracing::info!(mountpoint = %mp.display(), "mounted");
+    on_ready();
+    session.run().map_err(io_err("FUSE session"))?;
+    tracing::info!(mountpoint = %mp.display(), "unmounted");
+    Ok(())
+}

@@ -1,0 +1,617 @@
+//! Store mode: the node store served through FUSE.
+//!
+//! FUSE inode numbers are the store's inode numbers (root = [`ROOT_INO`]), so the kernel's
+//! view and the preload shim's view are the same files. Path-based store calls take the
+//! path from [`Store::path_of`]; open files live in a handle table keyed by the FUSE file
+//! handle. Attributes and entries are never cached by the kernel (TTL 0) because other
+//! processes write the same store through the preload shim behind the kernel's back.
+
+use crate::{errno_of, now_ns, split_name, system_time, Counters, IoMode};
+use ckptfs_store::{FileHandle, FileKind, OpenFlags, Stat, Store, StoreError, ROOT_INO};
+use fuser::{
+    Errno, FileAttr, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    Request, TimeOrNow,
+};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+const TTL: Duration = Duration::ZERO;
+
+/// A directory listing snapshot taken at opendir: (inode, type, name).
+type Listing = Vec<(u64, FileType, String)>;
+
+/// The store as a FUSE file system.
+pub struct StoreFs {
+    store: Store,
+    io: IoMode,
+    files: Mutex<HashMap<u64, Arc<Mutex<FileHandle>>>>,
+    dirs: Mutex<HashMap<u64, Listing>>,
+    next_fh: AtomicU64,
+    uid: u32,
+    gid: u32,
+    counters: Arc<Counters>,
+}
+
+impl StoreFs {
+    /// Serve `store`; `io` decides page cache vs direct I/O per open.
+    pub fn new(store: Store, io: IoMode) -> StoreFs {
+        // SAFETY: getuid/getgid cannot fail and touch no memory.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        StoreFs {
+            store,
+            io,
+            files: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            uid,
+            gid,
+            counters: Arc::new(Counters::default()),
+        }
+    }
+
+    /// Request counters (shared with the daemon's status log).
+    pub fn counters(&self) -> Arc<Counters> {
+        self.counters.clone()
+    }
+
+    fn attr(&self, st: &Stat) -> FileAttr {
+        let (kind, nlink) = match st.kind {
+            FileKind::Dir => (FileType::Directory, 2),
+            FileKind::File => (FileType::RegularFile, 1),
+        };
+        let perm = (st.mode & 0o7777) as u16;
+        let mtime = system_time(st.mtime_ns);
+        FileAttr {
+            ino: INodeNo(st.ino),
+            size: st.size,
+            // du shows what the file really occupies: whole chunks.
+            blocks: st.allocated / 512,
+            atime: mtime,
+            mtime,
+            ctime: system_time(st.ctime_ns),
+            crtime: system_time(st.ctime_ns),
+            kind,
+            perm,
+            nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: 1 << 20,
+            flags: 0,
+        }
+    }
+
+    fn child_path(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
+        let name = split_name(name)?;
+        let dir = self.store.path_of(parent.0).map_err(|e| errno_of(&e))?;
+        if dir.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        Ok(if dir == "/" {
+            format!("/{name}")
+        } else {
+            format!("{dir}/{name}")
+        })
+    }
+
+    fn path(&self, ino: INodeNo) -> Result<String, Errno> {
+        let p = self.store.path_of(ino.0).map_err(|e| errno_of(&e))?;
+        if p.is_empty() {
+            return Err(Errno::ENOENT); // unlinked, only reachable through an open handle
+        }
+        Ok(p)
+    }
+
+    fn handle(&self, fh: u64) -> Result<Arc<Mutex<FileHandle>>, Errno> {
+        self.files.lock().unwrap().get(&fh).cloned().ok_or(Errno::EBADF)
+    }
+
+    fn insert(&self, h: FileHandle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Relaxed);
+        self.files.lock().unwrap().insert(fh, Arc::new(Mutex::new(h)));
+        fh
+    }
+
+    fn open_flags(&self, posix: i32) -> FopenFlags {
+        self.io.fopen_flags(posix)
+    }
+}
+
+fn store_err(e: StoreError) -> Errno {
+    errno_of(&e)
+}
+
+impl Filesystem for StoreFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        crate::configure_kernel(config, self.io);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        let files: Vec<_> = self.files.lock().unwrap().drain().collect();
+        for (_, h) in files {
+            if let Ok(m) = Arc::try_unwrap(h) {
+                if let Err(e) = m.into_inner().unwrap().close() {
+                    tracing::warn!(error = %e, "closing a store file at unmount");
+                }
+            }
+        }
+        tracing::info!("store file system destroyed");
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        let name = match split_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        match self.store.lookup(parent.0, name) {
+            Ok(st) => reply.entry(&TTL, &self.attr(&st), Generation(st.generation as u64)),
+            Err(e) => reply.error(store_err(e)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<fuser::FileHandle>, reply: ReplyAttr) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        if let Some(fh) = fh {
+            if let Ok(h) = self.handle(fh.0) {
+                let st = h.lock().unwrap().stat();
+                return reply.attr(&TTL, &self.attr(&st));
+            }
+        }
+        match self.store.stat_ino(ino.0) {
+            Ok(st) => reply.attr(&TTL, &self.attr(&st)),
+            Err(e) => reply.error(store_err(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<fuser::FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        let r = (|| -> Result<Stat, Errno> {
+            // The store keeps no owners: accept only a no-op chown (cp -p, tar, rsync -a).
+            if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
+                return Err(Errno::EPERM);
+            }
+            if let Some(len) = size {
+                match fh.and_then(|f| self.handle(f.0).ok()) {
+                    Some(h) if h.lock().unwrap().flags().write => {
+                        h.lock().unwrap().set_len(len).map_err(store_err)?
+                    }
+                    _ => self.store.truncate(&self.path(ino)?, len).map_err(store_err)?,
+                }
+            }
+            if let Some(m) = mode {
+                self.store.chmod(&self.path(ino)?, m).map_err(store_err)?;
+            }
+            if let Some(t) = mtime {
+                let ns = match t {
+                    TimeOrNow::Now => now_ns(),
+                    TimeOrNow::SpecificTime(t) => t
+                        .duration_since(SystemTime::UNIX_EPOCH)
+                        .map(|d| d.as_nanos() as u64)
+                        .unwrap_or(0),
+                };
+                self.store.set_mtime(&self.path(ino)?, ns).map_err(store_err)?;
+            }
+            self.store.stat_ino(ino.0).map_err(store_err)
+        })();
+        match r {
+            Ok(st) => reply.attr(&TTL, &self.attr(&st)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        // Only regular files exist in the store.
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return reply.error(Errno::EPERM);
+        }
+        let r = (|| {
+            let path = self.child_path(parent, name)?;
+            let flags = OpenFlags {
+                write: true,
+                create: true,
+                excl: true,
+                ..Default::default()
+            };
+            let h = self
+                .store
+                .open(&path, flags, mode & !umask & 0o7777)
+                .map_err(store_err)?;
+            let st = h.stat();
+            h.close().map_err(store_err)?;
+            Ok::<_, Errno>(st)
+        })();
+        match r {
+            Ok(st) => reply.entry(&TTL, &self.attr(&st), Generation(st.generation as u64)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        let r = self
+            .child_path(parent, name)
+            .and_then(|p| self.store.mkdir(&p, mode & !umask & 0o7777).map_err(store_err));
+        match r {
+            Ok(st) => reply.entry(&TTL, &self.attr(&st), Generation(st.generation as u64)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        match self
+            .child_path(parent, name)
+            .and_then(|p| self.store.unlink(&p).map_err(store_err))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        match self
+            .child_path(parent, name)
+            .and_then(|p| self.store.rmdir(&p).map_err(store_err))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &std::path::Path, reply: ReplyEntry) {
+        // The store has no symbolic links (documented; same errno as vfat).
+        reply.error(Errno::EPERM);
+    }
+
+    fn link(&self, _req: &Request, _i: INodeNo, _p: INodeNo, _n: &OsStr, reply: ReplyEntry) {
+        // No hard links: every store inode has exactly one name.
+        reply.error(Errno::EPERM);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        let r = (|| {
+            let from = self.child_path(parent, name)?;
+            let to = self.child_path(newparent, newname)?;
+            if flags.contains(fuser::RenameFlags::RENAME_EXCHANGE) {
+                return Err(Errno::EINVAL);
+            }
+            if flags.contains(fuser::RenameFlags::RENAME_NOREPLACE) {
+                self.store.stat(&from).map_err(store_err)?;
+                if self.store.stat(&to).is_ok() {
+                    return Err(Errno::EEXIST);
+                }
+            }
+            self.store.rename(&from, &to).map_err(store_err)
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        let r = (|| {
+            let mut of = OpenFlags::from_posix(flags.0).map_err(store_err)?;
+            of.create = false;
+            of.excl = false;
+            let path = self.path(ino)?;
+            let h = self.store.open(&path, of, 0).map_err(store_err)?;
+            Ok::<_, Errno>(self.insert(h))
+        })();
+        match r {
+            Ok(fh) => reply.opened(fuser::FileHandle(fh), self.open_flags(flags.0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        let r = (|| {
+            let path = self.child_path(parent, name)?;
+            let mut of = OpenFlags::from_posix(flags).map_err(store_err)?;
+            of.create = true;
+            let h = self
+                .store
+                .open(&path, of, mode & !umask & 0o7777)
+                .map_err(store_err)?;
+            let st = h.stat();
+            Ok::<_, Errno>((self.insert(h), st))
+        })();
+        match r {
+            Ok((fh, st)) => reply.created(
+                &TTL,
+                &self.attr(&st),
+                Generation(st.generation as u64),
+                fuser::FileHandle(fh),
+                self.open_flags(flags),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.counters.reads.fetch_add(1, Relaxed);
+        let h = match self.handle(fh.0) {
+            Ok(h) => h,
+            Err(e) => return reply.error(e),
+        };
+        crate::with_buffer(size as usize, |buf| {
+            let r = h.lock().unwrap().pread(buf, offset);
+            match r {
+                Ok(n) => {
+                    self.counters.read_bytes.fetch_add(n as u64, Relaxed);
+                    reply.data(&buf[..n])
+                }
+                Err(e) => reply.error(store_err(e)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: fuser::WriteFlags,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.counters.writes.fetch_add(1, Relaxed);
+        let h = match self.handle(fh.0) {
+            Ok(h) => h,
+            Err(e) => return reply.error(e),
+        };
+        let r = h.lock().unwrap().pwrite(data, offset);
+        match r {
+            Ok(n) => {
+                self.counters.write_bytes.fetch_add(n as u64, Relaxed);
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(store_err(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: fuser::FileHandle,
+        _lock_owner: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Data is in the store as soon as write() returns; nothing is buffered here.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let h = self.files.lock().unwrap().remove(&fh.0);
+        let Some(h) = h else {
+            return reply.error(Errno::EBADF);
+        };
+        // Another request may still hold the Arc for a moment; the last holder closes.
+        match Arc::try_unwrap(h) {
+            Ok(m) => match m.into_inner().unwrap().close() {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(store_err(e)),
+            },
+            Err(_) => reply.ok(),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.handle(fh.0) {
+            Ok(h) => match h.lock().unwrap().sync() {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(store_err(e)),
+            },
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        // Snapshot the listing so that readdir offsets stay valid while entries change.
+        let r = (|| {
+            let st = self.store.stat_ino(ino.0).map_err(store_err)?;
+            if st.kind != FileKind::Dir {
+                return Err(Errno::ENOTDIR);
+            }
+            let parent = match self.store.lookup(ino.0, "..") {
+                Ok(p) => p.ino,
+                Err(_) => ROOT_INO,
+            };
+            let mut list = vec![
+                (ino.0, FileType::Directory, ".".to_string()),
+                (parent, FileType::Directory, "..".to_string()),
+            ];
+            for e in self.store.read_dir_ino(ino.0).map_err(store_err)? {
+                let k = match e.kind {
+                    FileKind::Dir => FileType::Directory,
+                    FileKind::File => FileType::RegularFile,
+                };
+                list.push((e.ino, k, e.name));
+            }
+            let fh = self.next_fh.fetch_add(1, Relaxed);
+            self.dirs.lock().unwrap().insert(fh, list);
+            Ok(fh)
+        })();
+        match r {
+            Ok(fh) => reply.opened(fuser::FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dirs = self.dirs.lock().unwrap();
+        let Some(list) = dirs.get(&fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (ino, kind, name)) in list.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _f: fuser::OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.lock().unwrap().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: fuser::FileHandle, _d: bool, reply: ReplyEmpty) {
+        // Namespace changes are in the store (shared memory) as soon as they return.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let i = self.store.info();
+        let per = i.chunk_size / 4096;
+        let total = (i.mem_chunks as u64 + i.spill_chunks as u64) * per;
+        let free = (i.mem_free_chunks as u64 + i.spill_free_chunks as u64) * per;
+        let used_files = (i.files + i.dirs + i.orphans) as u64;
+        reply.statfs(
+            total,
+            free,
+            free,
+            i.max_files as u64,
+            (i.max_files as u64).saturating_sub(used_files),
+            4096,
+            255,
+            4096,
+        );
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        // Permission checks are the kernel's (default_permissions); this only checks existence.
+        match self.store.stat_ino(ino.0) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(store_err(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // Plain allocation only: grow the size (the new range reads as zeros).
+        if mode != 0 {
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
+        let r = self.handle(fh.0).and_then(|h| {
+            let mut h = h.lock().unwrap();
+            let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+            if end > h.size() {
+                h.set_len(end).map_err(store_err)?;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install what the FUSE mount and its tests need: fusermount3 (Debian's fuse3) and the
+# tools the real-program comparison tests run (rsync, tar, gzip). Idempotent and quiet.
+set -euo pipefail
+
+need=()
+command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+command -v rsync >/dev/null 2>&1 || need+=(rsync)
+command -v tar >/dev/null 2>&1 || need+=(tar)
+command -v gzip >/dev/null 2>&1 || need+=(gzip)
+command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
+
+if [ ${#need[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq >/dev/null
+    $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# /dev/fuse is usually there; create the node if the kernel has the module but no node.
+if [ ! -e /dev/fuse ] && [ "$(id -u)" -eq 0 ]; then
+    modprobe fuse 2>/dev/null || true
+    [ -e /dev/fuse ] || mknod -m 0666 /dev/fuse c 10 229 || true
+fi
+# Let non-root mounts use allow_other if ever needed (harmless as root).
+if [ -w /etc/fuse.conf ] && ! grep -q '^user_allow_other' /etc/fuse.conf; then
+    echo user_allow_other >>/etc/fuse.conf
+fi
