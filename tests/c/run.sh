@@ -2,7 +2,8 @@
 # Build libckptfs and the C/C++ test programs with cc/c++, run them, exit non-zero on
 # any failure.
 #
-#   tests/c/run.sh
+#   tests/c/run.sh              build and run the tests
+#   tests/c/run.sh bench [MiB [reps]]   build and run capi_bench (prints a table)
 #
 # Library location: $CKPTFS_BIN_DIR if set (must already hold libckptfs.so and
 # libckptfs.a), else ${CARGO_TARGET_DIR:-<repo>/target}/release after
@@ -42,8 +43,15 @@ cp "$out/h.c" "$out/h.cpp"
 "$cxx" -std=c++11 -O1 "${warn[@]}" -pthread -I "$root/include" "$here/capi_test.cpp" \
     -L "$libdir" -lckptfs -o "$out/capi_test_cpp"
 
-status=0
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [[ "${1:-}" == bench ]]; then
+    "$cc" -std=c99 -O2 "${warn[@]}" -I "$root/include" "$here/capi_bench.c" -L "$libdir" -lckptfs \
+        -o "$out/capi_bench"
+    "$out/capi_bench" "${@:2}"
+    exit
+fi
+
+status=0
 for prog in capi_test capi_test_static capi_test_cpp; do
     echo "== $prog"
     "$out/$prog" || { echo "run.sh: $prog FAILED" >&2; status=1; }
