@@ -149,8 +149,17 @@ fn absolute(p: &Path) -> PathBuf {
 }
 
 /// Is `path` a FUSE mount whose daemon is gone ("Transport endpoint is not connected")?
+/// statfs always reaches the file system (stat may be answered from the attribute cache).
 pub fn is_stale(path: &Path) -> bool {
-    matches!(std::fs::metadata(path), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs is plain data; c is a valid path; both outlive the call.
+    let r = unsafe {
+        let mut s: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut s)
+    };
+    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
 }
 
 /// Unmount `path`: umount2 as root, else `fusermount3 -u`. `lazy` detaches it even while
