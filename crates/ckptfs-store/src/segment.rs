@@ -129,7 +129,11 @@ impl Segment {
         // Unique per creation attempt, not just per process: two threads of one process
         // racing to create the store must not share (and delete) each other's files.
         static ATTEMPTS: AtomicU64 = AtomicU64::new(0);
-        let uniq = format!("{}.{}", std::process::id(), ATTEMPTS.fetch_add(1, Ordering::Relaxed));
+        let uniq = format!(
+            "{}.{}",
+            std::process::id(),
+            ATTEMPTS.fetch_add(1, Ordering::Relaxed)
+        );
         let dir = params.path.parent().unwrap_or(Path::new("/dev/shm"));
         let tmp = dir.join(format!(
             ".{}.tmp.{}",

@@ -219,7 +219,7 @@ fn sigkilled_writers_keep_closed_files_intact_and_open_files_incomplete() {
     const ROUNDS: usize = 14;
     const WRITERS: usize = 3;
     let t = TempStore::new("crash-random", 32 << 20, CHUNK, 512, None);
-    let mut rng = Rng::from_env(0xc4a5_4f5);
+    let mut rng = Rng::from_env(0x0c4a_54f5);
     let start = Instant::now();
     let mut previous: Vec<Tracked> = Vec::new();
     let mut kills = 0;

@@ -96,7 +96,11 @@ impl Model {
     }
 
     fn children(&self, dir: &str) -> Vec<(String, Node)> {
-        let prefix = if dir == "/" { "/".to_string() } else { format!("{dir}/") };
+        let prefix = if dir == "/" {
+            "/".to_string()
+        } else {
+            format!("{dir}/")
+        };
         self.names
             .iter()
             .filter(|(k, _)| k.starts_with(&prefix) && !k[prefix.len()..].contains('/'))
@@ -181,14 +185,25 @@ impl Model {
 #[derive(Clone, Debug)]
 enum Op {
     Create(String),
-    Write { p: String, off: u64, len: usize, seed: u8, append: bool },
+    Write {
+        p: String,
+        off: u64,
+        len: usize,
+        seed: u8,
+        append: bool,
+    },
     Truncate(String, u64),
     Rename(String, String),
     Unlink(String),
     Mkdir(String),
     Rmdir(String),
     Hold(String),
-    HWrite { h: usize, off: u64, len: usize, seed: u8 },
+    HWrite {
+        h: usize,
+        off: u64,
+        len: usize,
+        seed: u8,
+    },
     HTruncate(usize, u64),
     HRead(usize),
     HClose(usize),
@@ -285,7 +300,11 @@ static CASES: AtomicU32 = AtomicU32::new(0);
 
 impl Case {
     fn new(mem_chunks: u64, max_files: u32) -> Case {
-        let name = format!("t-props-{}-{}", std::process::id(), CASES.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "t-props-{}-{}",
+            std::process::id(),
+            CASES.fetch_add(1, Ordering::Relaxed)
+        );
         let _ = Store::destroy(&name);
         let store = Store::create(&StoreOptions {
             mem_size: Some(mem_chunks * CS),
@@ -327,7 +346,13 @@ impl Case {
                 };
                 prop_assert_eq!(got, want, "{:?}", op);
             }
-            Op::Write { p, off, len, seed, append } => {
+            Op::Write {
+                p,
+                off,
+                len,
+                seed,
+                append,
+            } => {
                 let buf = data(*seed, *off, *len);
                 let flags = OpenFlags {
                     write: true,
@@ -355,7 +380,11 @@ impl Case {
                     Ok(Node::File(id)) => Ok(id),
                 };
                 let want = file.and_then(|id| {
-                    let at = if *append { m.inodes[&id].data.len() as u64 } else { *off };
+                    let at = if *append {
+                        m.inodes[&id].data.len() as u64
+                    } else {
+                        *off
+                    };
                     m.write(id, at, &buf)
                 });
                 prop_assert_eq!(got, want, "{:?}", op);
@@ -507,13 +536,26 @@ impl Case {
                 self.check_file(p, *id)?;
             }
         }
-        let mut dirs: Vec<&str> = m.names.iter().filter(|(_, n)| **n == Node::Dir).map(|(p, _)| p.as_str()).collect();
+        let mut dirs: Vec<&str> = m
+            .names
+            .iter()
+            .filter(|(_, n)| **n == Node::Dir)
+            .map(|(p, _)| p.as_str())
+            .collect();
         dirs.push("/");
         for d in dirs {
-            let mut got: Vec<(String, bool)> =
-                s.read_dir(d).unwrap().into_iter().map(|e| (e.name, e.kind == FileKind::Dir)).collect();
+            let mut got: Vec<(String, bool)> = s
+                .read_dir(d)
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.name, e.kind == FileKind::Dir))
+                .collect();
             got.sort();
-            let want: Vec<(String, bool)> = m.children(d).into_iter().map(|(n, k)| (n, k == Node::Dir)).collect();
+            let want: Vec<(String, bool)> = m
+                .children(d)
+                .into_iter()
+                .map(|(n, k)| (n, k == Node::Dir))
+                .collect();
             prop_assert_eq!(got, want, "listing of {}", d);
         }
         let all: Vec<String> = s.list_all().into_iter().map(|(p, _)| p).collect();
@@ -523,10 +565,21 @@ impl Case {
         let files = m.names.values().filter(|n| matches!(n, Node::File(_))).count();
         prop_assert_eq!(info.files as usize, files);
         prop_assert_eq!(info.dirs as usize, m.names.len() - files + 1);
-        prop_assert_eq!(info.orphans as usize, m.inodes.values().filter(|i| !i.named).count());
-        prop_assert_eq!((info.mem_chunks - info.mem_free_chunks) as usize, m.used_chunks(), "used chunks");
+        prop_assert_eq!(
+            info.orphans as usize,
+            m.inodes.values().filter(|i| !i.named).count()
+        );
+        prop_assert_eq!(
+            (info.mem_chunks - info.mem_free_chunks) as usize,
+            m.used_chunks(),
+            "used chunks"
+        );
         let rep = s.fsck(false);
-        prop_assert!(rep.problems.is_empty() && rep.incomplete.is_empty(), "fsck: {:?}", rep.problems);
+        prop_assert!(
+            rep.problems.is_empty() && rep.incomplete.is_empty(),
+            "fsck: {:?}",
+            rep.problems
+        );
         Ok(())
     }
 }
@@ -620,7 +673,11 @@ fn hash_probing_survives_many_creates_and_deletes() {
         .flat_map(|round| {
             let names: Vec<String> = (0..15).map(|i| format!("/n{}", (i * 7 + round) % 15)).collect();
             let creates = names.iter().map(|p| Op::Create(p.clone())).collect::<Vec<_>>();
-            let unlinks = names.iter().rev().step_by(1 + round % 3).map(|p| Op::Unlink(p.clone()));
+            let unlinks = names
+                .iter()
+                .rev()
+                .step_by(1 + round % 3)
+                .map(|p| Op::Unlink(p.clone()));
             creates.into_iter().chain(unlinks).collect::<Vec<_>>()
         })
         .collect();
