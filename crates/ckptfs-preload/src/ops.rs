@@ -244,6 +244,21 @@ pub fn mode_of(st: &Stat) -> u32 {
     t | (st.mode & 0o7777)
 }
 
+/// Directories report 4096 bytes, as ext4 and xfs do for small ones (du, ls -l agree).
+fn size_of(st: &Stat) -> u64 {
+    match st.kind {
+        FileKind::Dir => 4096,
+        FileKind::File => st.size,
+    }
+}
+
+fn blocks_of(st: &Stat) -> u64 {
+    match st.kind {
+        FileKind::Dir => 8,
+        FileKind::File => st.allocated / 512,
+    }
+}
+
 /// Fill a `struct stat` (same layout as stat64 on 64-bit Linux).
 pub fn fill_stat(st: &Stat, nlink: u64, out: &mut libc::stat) {
     // SAFETY: geteuid/getegid have no preconditions.
@@ -257,9 +272,9 @@ pub fn fill_stat(st: &Stat, nlink: u64, out: &mut libc::stat) {
     out.st_mode = mode_of(st);
     out.st_uid = uid;
     out.st_gid = gid;
-    out.st_size = st.size as i64;
+    out.st_size = size_of(st) as i64;
     out.st_blksize = chunk as _;
-    out.st_blocks = (st.allocated / 512) as i64;
+    out.st_blocks = (blocks_of(st)) as i64;
     let (ms, mn) = ((st.mtime_ns / 1_000_000_000) as i64, (st.mtime_ns % 1_000_000_000) as i64);
     let (cs, cn) = ((st.ctime_ns / 1_000_000_000) as i64, (st.ctime_ns % 1_000_000_000) as i64);
     out.st_atime = ms;
@@ -284,8 +299,8 @@ pub fn fill_statx(st: &Stat, nlink: u64, out: &mut libc::statx) {
     out.stx_gid = gid;
     out.stx_mode = mode_of(st) as u16;
     out.stx_ino = st.ino;
-    out.stx_size = st.size;
-    out.stx_blocks = st.allocated / 512;
+    out.stx_size = size_of(st);
+    out.stx_blocks = blocks_of(st);
     let ts = |ns: u64| {
         // SAFETY: plain old data.
         let mut t: libc::statx_timestamp = unsafe { std::mem::zeroed() };
