@@ -296,7 +296,8 @@ const char *ckptfs_version(void);
 /*
  * Message of the calling thread's last failed call ("" if none), e.g.
  * "mount /ckpt: segment /dev/shm/ckptfs.job: not a ckptfs segment (bad magic)".
- * Valid until the next failing call on the same thread; never NULL.
+ * Never NULL. The pointer stays valid for the calling thread's lifetime; the next
+ * failing call on that thread replaces the text (messages over 8191 bytes are cut).
  */
 const char *ckptfs_last_error(void);
 
