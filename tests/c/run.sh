@@ -54,7 +54,11 @@ fi
 status=0
 for prog in capi_test capi_test_static capi_test_cpp; do
     echo "== $prog"
-    "$out/$prog" || { echo "run.sh: $prog FAILED" >&2; status=1; }
+    "$out/$prog" &
+    pid=$!
+    wait "$pid" || { echo "run.sh: $prog FAILED" >&2; status=1; }
+    # A program that crashed leaves its stores (named capi-*-PID) and temp dir behind.
+    rm -rf /dev/shm/ckptfs.capi-*-"$pid" "/tmp/capi-test-$pid"
 done
 [[ $status == 0 ]] && echo "run.sh: all C/C++ tests passed"
 exit $status
