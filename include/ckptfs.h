@@ -112,7 +112,7 @@ int ckptfs_destroy_store(const char *name);
  * Errors: -ENOENT; -EEXIST (O_CREAT|O_EXCL); -EISDIR (directory opened for writing);
  * -ENOTDIR; -ENAMETOOLONG; -ENFILE store file table full; -EMFILE 65536 descriptors
  * open in this process, or too many processes have the file open; -EINVAL bad access
- * mode or non-UTF-8 path; -EFAULT.
+ * mode or non-UTF-8 path; -EOPNOTSUPP O_TMPFILE; -EFAULT.
  */
 int ckptfs_open(const char *path, int flags, mode_t mode);
 

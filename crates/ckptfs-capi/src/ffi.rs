@@ -266,6 +266,13 @@ pub unsafe extern "C" fn ckptfs_open(path: *const c_char, flags: c_int, mode: li
     call(|| {
         // SAFETY: forwarded contract.
         let path = unsafe { cstr(path, "path") }?;
+        // O_TMPFILE includes the O_DIRECTORY bit: refuse it before it reads as a directory.
+        if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+            return Err(CapiError::new(
+                libc::EOPNOTSUPP,
+                format!("open {path}: O_TMPFILE is not supported"),
+            ));
+        }
         let fl = OpenFlags::from_posix(flags)?;
         let fd = state::open(path, fl, mode & 0o7777).map_err(|e| e.context(format_args!("open {path}")))?;
         Ok(fd as i64)
@@ -848,6 +855,10 @@ mod tests {
             assert_eq!(&buf[..6], b"abcdef");
             assert!(buf[6..100_000].iter().all(|&b| b == 0));
             assert_eq!(buf[100_000], b'Z');
+            assert_eq!(
+                ckptfs_open(p.as_ptr(), libc::O_TMPFILE | libc::O_WRONLY, 0o600),
+                -libc::EOPNOTSUPP
+            );
             let einval = -(libc::EINVAL as isize);
             assert_eq!(ckptfs_pread(fd, buf.as_mut_ptr().cast(), 1, -1), einval);
             assert_eq!(ckptfs_pwrite(fd, buf.as_ptr().cast(), 1, i64::MIN), einval);
