@@ -60,5 +60,7 @@ for prog in capi_test capi_test_static capi_test_cpp; do
     # A program that crashed leaves its stores (named capi-*-PID) and temp dir behind.
     rm -rf /dev/shm/ckptfs.capi-*-"$pid" "/tmp/capi-test-$pid"
 done
-[[ $status == 0 ]] && echo "run.sh: all C/C++ tests passed"
+echo "== capi_smoke.py"
+python3 "$here/capi_smoke.py" "$libdir/libckptfs.so" || { echo "run.sh: capi_smoke.py FAILED" >&2; status=1; }
+[[ $status == 0 ]] && echo "run.sh: all C/C++/Python tests passed"
 exit $status
