@@ -201,8 +201,8 @@ pub extern "C" fn ckptfs_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
 }
 
-/// The message of this thread's last failed call ("" if none). Valid until the next
-/// failing call on the same thread.
+/// The message of this thread's last failed call ("" if none). The pointer stays valid
+/// for the thread's lifetime; the next failing call replaces the text.
 #[no_mangle]
 pub extern "C" fn ckptfs_last_error() -> *const c_char {
     last_error_ptr()
@@ -273,8 +273,10 @@ pub unsafe extern "C" fn ckptfs_open(path: *const c_char, flags: c_int, mode: li
                 format!("open {path}: O_TMPFILE is not supported"),
             ));
         }
-        let fl = OpenFlags::from_posix(flags)?;
-        let fd = state::open(path, fl, mode & 0o7777).map_err(|e| e.context(format_args!("open {path}")))?;
+        let fd = OpenFlags::from_posix(flags)
+            .map_err(CapiError::from)
+            .and_then(|fl| state::open(path, fl, mode & 0o7777))
+            .map_err(|e| e.context(format_args!("open {path}")))?;
         Ok(fd as i64)
     }) as c_int
 }
