@@ -116,6 +116,12 @@ impl FileHandle {
         self.store.stat_fid(self.fid)
     }
 
+    /// The chunks of this open file in logical order (see [`Store::chunk_list`]); unlike
+    /// the path-based call it cannot race with a rename or unlink.
+    pub fn chunk_list(&self) -> Vec<crate::store::ChunkInfo> {
+        self.store.chunk_list_fid(self.fid)
+    }
+
     /// Entries of this directory.
     pub fn read_dir(&self) -> Result<Vec<DirEntry>> {
         self.store.read_dir_ino(self.ino())

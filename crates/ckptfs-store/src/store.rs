@@ -1553,6 +1553,11 @@ impl Store {
         }
     }
 
+    /// Path of the spill file, if the store has one.
+    pub fn spill_path(&self) -> Option<PathBuf> {
+        self.seg.layout.spill_path()
+    }
+
     /// The memory data region as mapped in this process (CRUISE `get_data_region`).
     pub fn data_region(&self) -> DataRegion {
         DataRegion {
