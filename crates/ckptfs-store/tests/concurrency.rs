@@ -97,24 +97,104 @@ fn threads_and_processes_write_distinct_files_into_one_store() {
 }
 
 #[test]
-fn fsck_while_writers_run_reports_no_problems() {
+fn fsck_and_repair_while_writers_run_find_nothing_and_change_nothing() {
     let t = TempStore::new("conc-fsck", 32 << 20, CHUNK, 256, None);
     let specs: Vec<Spec> = (0..2)
         .map(|k| {
-            let mut s = files_spec(&t.name, &format!("/p{k}"), 0, 7 + k);
-            s.keep = 2;
+            let mut s = files_spec(&t.name, &format!("/p{k}"), 30, 7 + k);
             s.blocks = vec![3000, 70_000];
             s
         })
         .collect();
-    let _procs: Vec<Proc> = specs.iter().map(|s| Proc::spawn(s, &[])).collect();
+    let mut procs: Vec<Proc> = specs.iter().map(|s| Proc::spawn(s, &[])).collect();
     let store = t.attach();
-    std::thread::sleep(Duration::from_millis(50));
-    for round in 0..40 {
-        let rep = store.fsck(false);
+    let mut round = 0;
+    while !procs.iter().all(|p| p.lines().iter().any(|l| l == "done")) {
+        // A check must not mistake a live writer's allocations for damage, and a repair
+        // must not "fix" them.
+        let rep = store.fsck(round % 2 == 1);
         assert!(rep.problems.is_empty(), "round {round}: {:?}", rep.problems);
-        std::thread::sleep(Duration::from_millis(10));
+        round += 1;
+        assert!(round < 100_000, "writers do not finish");
     }
+    for (k, p) in procs.iter_mut().enumerate() {
+        wait_done(p, &format!("writer {k}"));
+    }
+    assert!(round > 3, "fsck ran only {round} times while the writers ran");
+    for s in &specs {
+        check_files(&store, s);
+    }
+    assert_chunk_accounting(&store);
+}
+
+#[test]
+fn survivors_finish_while_peers_are_sigkilled_at_random() {
+    let t = TempStore::new("conc-random", 32 << 20, CHUNK, 512, None);
+    let mut rng = Rng::from_env(0x5eed);
+    let survivors: Vec<Spec> = (0..2)
+        .map(|k| {
+            let mut s = files_spec(&t.name, &format!("/s{k}"), 800, 70 + k);
+            s.size = 100_000;
+            s.blocks = vec![512, 4096];
+            s.tmp = true;
+            s.keep = 3;
+            s
+        })
+        .collect();
+    let mut procs: Vec<Proc> = survivors.iter().map(|s| Proc::spawn(s, &[])).collect();
+    // Victims churning (create, write, rename, unlink) in the same store, SIGKILLed at
+    // random moments, generation after generation until the survivors are done.
+    let running = |procs: &[Proc]| procs.iter().any(|p| !p.lines().iter().any(|l| l == "done"));
+    let (mut gen, mut killed_meanwhile) = (0, 0);
+    while running(&procs) {
+        let mut victims: Vec<Proc> = (0..2)
+            .map(|k| {
+                let mut s = files_spec(&t.name, &format!("/v{gen}-{k}"), 0, rng.next());
+                s.size = 100_000;
+                s.blocks = vec![512, 4096, 65536];
+                s.keep = 1;
+                s.tmp = true;
+                Proc::spawn(&s, &[])
+            })
+            .collect();
+        for v in victims.iter_mut() {
+            std::thread::sleep(Duration::from_millis(rng.range(5, 50)));
+            v.kill();
+            v.assert_no_error();
+            killed_meanwhile += running(&procs) as u32;
+        }
+        gen += 1;
+    }
+    eprintln!("{killed_meanwhile} peers SIGKILLed while the survivors wrote");
+    assert!(
+        killed_meanwhile >= 2,
+        "only {killed_meanwhile} peers died while the survivors wrote"
+    );
+    for (k, p) in procs.iter_mut().enumerate() {
+        wait_done(p, &format!("surviving writer {k}"));
+    }
+    let name = t.name.clone();
+    with_timeout(30, "checking after peers were killed", move || {
+        let store = Store::attach(&StoreOptions::named(&name)).unwrap();
+        for s in &survivors {
+            // The last `keep` files remain; the writer unlinked the others.
+            let mut names: Vec<String> = store
+                .read_dir(&s.dir)
+                .unwrap()
+                .into_iter()
+                .map(|e| e.name)
+                .collect();
+            names.sort();
+            assert_eq!(names, vec!["f797", "f798", "f799"]);
+            for i in 797..800 {
+                assert_file_is(&store, &s.file_path(i), s.file_seed(i), s.file_size(i));
+            }
+        }
+        let rep = store.fsck(true);
+        assert!(rep.is_clean(), "{:?}", rep.problems);
+        assert!(store.fsck(false).problems.is_empty());
+        assert_chunk_accounting(&store);
+    });
 }
 
 #[test]

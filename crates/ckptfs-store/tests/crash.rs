@@ -216,14 +216,32 @@ fn random_writer_spec(store: &str, dir: String, rng: &mut Rng) -> Spec {
 
 #[test]
 fn sigkilled_writers_keep_closed_files_intact_and_open_files_incomplete() {
-    const ROUNDS: usize = 14;
-    const WRITERS: usize = 3;
     let t = TempStore::new("crash-random", 32 << 20, CHUNK, 512, None);
-    let mut rng = Rng::from_env(0x0c4a_54f5);
+    random_kills(&t, 14, 0x0c4a_54f5);
+}
+
+#[test]
+fn sigkilled_writers_keep_spilled_files_intact_and_open_files_incomplete() {
+    // 4 MiB of memory, 32 MiB of spill: most chunks of most files live in the spill file.
+    let dir = tempfile::tempdir().unwrap();
+    let t = TempStore::new(
+        "crash-random-spill",
+        4 << 20,
+        CHUNK,
+        512,
+        Some((dir.path(), 32 << 20)),
+    );
+    random_kills(&t, 6, 0x5b111);
+}
+
+/// Rounds of three writers SIGKILLed at random times, each followed by a full check.
+fn random_kills(t: &TempStore, rounds: usize, seed: u64) {
+    const WRITERS: usize = 3;
+    let mut rng = Rng::from_env(seed);
     let start = Instant::now();
     let mut previous: Vec<Tracked> = Vec::new();
     let mut kills = 0;
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         let specs: Vec<Spec> = (0..WRITERS)
             .map(|k| random_writer_spec(&t.name, format!("/r{round}w{k}"), &mut rng))
             .collect();
@@ -279,8 +297,8 @@ fn sigkilled_writers_keep_closed_files_intact_and_open_files_incomplete() {
     }
     let info = store.info();
     assert_eq!(
-        (info.files, info.mem_free_chunks),
-        (0, info.mem_chunks),
+        (info.files, info.mem_free_chunks, info.spill_free_chunks),
+        (0, info.mem_chunks, info.spill_chunks),
         "{info:?}"
     );
     eprintln!(
