@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod bench;
 pub mod crfs;
 pub mod mount;
 mod store_fs;
@@ -47,6 +48,10 @@ pub enum IoMode {
     Cached,
     /// Every open with direct I/O; mmap is still allowed (FUSE_DIRECT_IO_ALLOW_MMAP).
     Direct,
+    /// The kernel's writeback cache (FUSE_WRITEBACK_CACHE): small writes gather in the
+    /// page cache and reach the daemon as large writes; close() and fsync() write the
+    /// dirty pages back first, so their errors still reach the application.
+    Writeback,
 }
 
 impl std::str::FromStr for IoMode {
@@ -56,7 +61,10 @@ impl std::str::FromStr for IoMode {
             "auto" => Ok(IoMode::Auto),
             "cached" => Ok(IoMode::Cached),
             "direct" => Ok(IoMode::Direct),
-            _ => Err(format!("io mode {s:?}: expected auto, cached or direct")),
+            "writeback" => Ok(IoMode::Writeback),
+            _ => Err(format!(
+                "io mode {s:?}: expected auto, cached, direct or writeback"
+            )),
         }
     }
 }
@@ -65,7 +73,7 @@ impl IoMode {
     pub(crate) fn fopen_flags(self, posix_flags: i32) -> FopenFlags {
         let direct = match self {
             IoMode::Auto => posix_flags & libc::O_ACCMODE == libc::O_WRONLY,
-            IoMode::Cached => false,
+            IoMode::Cached | IoMode::Writeback => false,
             IoMode::Direct => true,
         };
         if direct {
@@ -100,7 +108,10 @@ pub(crate) fn configure_kernel(config: &mut KernelConfig, io: IoMode) {
     }
     let _ = config.set_max_background(64);
     let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
-    if io != IoMode::Cached {
+    if io == IoMode::Writeback {
+        let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+    }
+    if matches!(io, IoMode::Auto | IoMode::Direct) {
         // mmap of a direct-I/O open (kernel >= 6.6); without it mmap there is ENODEV.
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
     }

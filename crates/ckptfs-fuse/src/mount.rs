@@ -262,6 +262,12 @@ pub fn run(cfg: &MountConfig, on_ready: impl FnOnce()) -> Result<(), MountError>
     // As root, let every user's job use the mount (permissions are still checked).
     config.acl = if root { SessionACL::All } else { SessionACL::Owner };
     match &cfg.mode {
+        Mode::Store(_) if cfg.io == IoMode::Writeback => Err(MountError::Io {
+            context:
+                "--io-mode writeback in store mode (the kernel would hold data the preload shim cannot see)"
+                    .into(),
+            source: io::Error::from_raw_os_error(libc::EINVAL),
+        }),
         Mode::Store(opts) => {
             let store = Store::open_or_create(opts)?;
             options.push(MountOption::FSName(format!("ckptfs:{}", store.name())));
@@ -314,4 +320,23 @@ fn serve<FS: fuser::Filesystem>(
     session.run().map_err(io_err("FUSE session"))?;
     tracing::info!(mountpoint = %mp.display(), "unmounted");
     Ok(())
+}
+
+/// Mount `fs` at `mp` served by background threads (benchmarks and tests in one
+/// process); unmount with [`fuser::BackgroundSession::umount_and_join`].
+pub fn spawn<FS: fuser::Filesystem>(
+    fs: FS,
+    mp: &Path,
+    fsname: &str,
+    threads: usize,
+) -> io::Result<fuser::BackgroundSession> {
+    let mut config = Config::default();
+    config.n_threads = Some(threads.max(2));
+    config.clone_fd = true;
+    config.mount_options = vec![
+        MountOption::FSName(fsname.into()),
+        MountOption::Subtype("ckptfs".into()),
+        MountOption::DefaultPermissions,
+    ];
+    fuser::spawn_mount(fs, mp, &config)
 }
