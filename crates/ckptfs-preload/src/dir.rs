@@ -38,12 +38,22 @@ fn snapshot(fd: i32) -> R<Vec<(Vec<u8>, u64, u8)>> {
         let parent = if d.path == "/" {
             me
         } else {
-            let pp = std::path::Path::new(&d.path).parent().and_then(|p| p.to_str()).unwrap_or("/");
+            let pp = std::path::Path::new(&d.path)
+                .parent()
+                .and_then(|p| p.to_str())
+                .unwrap_or("/");
             store.stat(pp).map(|s| s.ino).unwrap_or(me)
         };
-        let mut v = vec![(b".".to_vec(), me, libc::DT_DIR), (b"..".to_vec(), parent, libc::DT_DIR)];
+        let mut v = vec![
+            (b".".to_vec(), me, libc::DT_DIR),
+            (b"..".to_vec(), parent, libc::DT_DIR),
+        ];
         for e in h.read_dir().map_err(se)? {
-            let t = if e.kind == FileKind::Dir { libc::DT_DIR } else { libc::DT_REG };
+            let t = if e.kind == FileKind::Dir {
+                libc::DT_DIR
+            } else {
+                libc::DT_REG
+            };
             v.push((e.name.into_bytes(), e.ino, t));
         }
         Ok(v)

@@ -120,7 +120,9 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: Mode) -
         on_path(
             dirfd,
             path,
-            |d, p| fresh_fd(real!(openat: fn(c_int, *const c_char, c_int, Mode) -> c_int; -1; d, p, flags, mode)),
+            |d, p| {
+                fresh_fd(real!(openat: fn(c_int, *const c_char, c_int, Mode) -> c_int; -1; d, p, flags, mode))
+            },
             |m, p| ops::open(m, p, flags, mode),
         )
     }
@@ -149,12 +151,26 @@ pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_in
 #[no_mangle]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: Mode) -> c_int {
     // SAFETY: same contract as creat(2).
-    unsafe { open_at(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, mode) }
+    unsafe {
+        open_at(
+            libc::AT_FDCWD,
+            path,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            mode,
+        )
+    }
 }
 #[no_mangle]
 pub unsafe extern "C" fn creat64(path: *const c_char, mode: Mode) -> c_int {
     // SAFETY: same contract as creat(2).
-    unsafe { open_at(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, mode) }
+    unsafe {
+        open_at(
+            libc::AT_FDCWD,
+            path,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            mode,
+        )
+    }
 }
 #[no_mangle]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
@@ -197,14 +213,18 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, b: *mut c_void, n: usize, buflen:
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: usize) -> isize {
     // SAFETY: b has n readable bytes per write(2).
-    on_fd(fd, |d| ops::writev(d, &[unsafe { buf(b, n) }]).map(|n| n as isize))
-        .unwrap_or_else(|| real!(write: fn(c_int, *const c_void, usize) -> isize; -1; fd, b, n))
+    on_fd(fd, |d| {
+        ops::writev(d, &[unsafe { buf(b, n) }]).map(|n| n as isize)
+    })
+    .unwrap_or_else(|| real!(write: fn(c_int, *const c_void, usize) -> isize; -1; fd, b, n))
 }
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, b: *mut c_void, n: usize, off: Off) -> isize {
     // SAFETY: as read.
-    on_fd(fd, |d| ops::preadv(d, &mut [unsafe { buf_mut(b, n) }], off).map(|n| n as isize))
-        .unwrap_or_else(|| real!(pread64: fn(c_int, *mut c_void, usize, Off) -> isize; -1; fd, b, n, off))
+    on_fd(fd, |d| {
+        ops::preadv(d, &mut [unsafe { buf_mut(b, n) }], off).map(|n| n as isize)
+    })
+    .unwrap_or_else(|| real!(pread64: fn(c_int, *mut c_void, usize, Off) -> isize; -1; fd, b, n, off))
 }
 #[no_mangle]
 pub unsafe extern "C" fn pread64(fd: c_int, b: *mut c_void, n: usize, off: Off) -> isize {
@@ -221,15 +241,23 @@ pub unsafe extern "C" fn __pread_chk(fd: c_int, b: *mut c_void, n: usize, off: O
     unsafe { pread(fd, b, n, off) }
 }
 #[no_mangle]
-pub unsafe extern "C" fn __pread64_chk(fd: c_int, b: *mut c_void, n: usize, off: Off, buflen: usize) -> isize {
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    b: *mut c_void,
+    n: usize,
+    off: Off,
+    buflen: usize,
+) -> isize {
     // SAFETY: as above.
     unsafe { __pread_chk(fd, b, n, off, buflen) }
 }
 #[no_mangle]
 pub unsafe extern "C" fn pwrite(fd: c_int, b: *const c_void, n: usize, off: Off) -> isize {
     // SAFETY: as write.
-    on_fd(fd, |d| ops::pwritev(d, &[unsafe { buf(b, n) }], off).map(|n| n as isize))
-        .unwrap_or_else(|| real!(pwrite64: fn(c_int, *const c_void, usize, Off) -> isize; -1; fd, b, n, off))
+    on_fd(fd, |d| {
+        ops::pwritev(d, &[unsafe { buf(b, n) }], off).map(|n| n as isize)
+    })
+    .unwrap_or_else(|| real!(pwrite64: fn(c_int, *const c_void, usize, Off) -> isize; -1; fd, b, n, off))
 }
 #[no_mangle]
 pub unsafe extern "C" fn pwrite64(fd: c_int, b: *const c_void, n: usize, off: Off) -> isize {
@@ -274,8 +302,16 @@ fn pwritev_store(d: &Desc, v: *const libc::iovec, cnt: c_int, off: Off) -> R<isi
 }
 #[no_mangle]
 pub unsafe extern "C" fn preadv(fd: c_int, v: *const libc::iovec, cnt: c_int, off: Off) -> isize {
-    on_fd(fd, |d| if off < 0 { Err(libc::EINVAL) } else { preadv_store(d, v, cnt, off) })
-        .unwrap_or_else(|| real!(preadv64: fn(c_int, *const libc::iovec, c_int, Off) -> isize; -1; fd, v, cnt, off))
+    on_fd(fd, |d| {
+        if off < 0 {
+            Err(libc::EINVAL)
+        } else {
+            preadv_store(d, v, cnt, off)
+        }
+    })
+    .unwrap_or_else(
+        || real!(preadv64: fn(c_int, *const libc::iovec, c_int, Off) -> isize; -1; fd, v, cnt, off),
+    )
 }
 #[no_mangle]
 pub unsafe extern "C" fn preadv64(fd: c_int, v: *const libc::iovec, cnt: c_int, off: Off) -> isize {
@@ -284,8 +320,16 @@ pub unsafe extern "C" fn preadv64(fd: c_int, v: *const libc::iovec, cnt: c_int, 
 }
 #[no_mangle]
 pub unsafe extern "C" fn pwritev(fd: c_int, v: *const libc::iovec, cnt: c_int, off: Off) -> isize {
-    on_fd(fd, |d| if off < 0 { Err(libc::EINVAL) } else { pwritev_store(d, v, cnt, off) })
-        .unwrap_or_else(|| real!(pwritev64: fn(c_int, *const libc::iovec, c_int, Off) -> isize; -1; fd, v, cnt, off))
+    on_fd(fd, |d| {
+        if off < 0 {
+            Err(libc::EINVAL)
+        } else {
+            pwritev_store(d, v, cnt, off)
+        }
+    })
+    .unwrap_or_else(
+        || real!(pwritev64: fn(c_int, *const libc::iovec, c_int, Off) -> isize; -1; fd, v, cnt, off),
+    )
 }
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, v: *const libc::iovec, cnt: c_int, off: Off) -> isize {
@@ -299,18 +343,36 @@ pub unsafe extern "C" fn preadv2(fd: c_int, v: *const libc::iovec, cnt: c_int, o
     )
 }
 #[no_mangle]
-pub unsafe extern "C" fn preadv64v2(fd: c_int, v: *const libc::iovec, cnt: c_int, off: Off, fl: c_int) -> isize {
+pub unsafe extern "C" fn preadv64v2(
+    fd: c_int,
+    v: *const libc::iovec,
+    cnt: c_int,
+    off: Off,
+    fl: c_int,
+) -> isize {
     // SAFETY: as preadv2.
     unsafe { preadv2(fd, v, cnt, off, fl) }
 }
 #[no_mangle]
-pub unsafe extern "C" fn pwritev2(fd: c_int, v: *const libc::iovec, cnt: c_int, off: Off, fl: c_int) -> isize {
+pub unsafe extern "C" fn pwritev2(
+    fd: c_int,
+    v: *const libc::iovec,
+    cnt: c_int,
+    off: Off,
+    fl: c_int,
+) -> isize {
     on_fd(fd, |d| pwritev_store(d, v, cnt, off)).unwrap_or_else(
         || real!(pwritev64v2: fn(c_int, *const libc::iovec, c_int, Off, c_int) -> isize; -1; fd, v, cnt, off, fl),
     )
 }
 #[no_mangle]
-pub unsafe extern "C" fn pwritev64v2(fd: c_int, v: *const libc::iovec, cnt: c_int, off: Off, fl: c_int) -> isize {
+pub unsafe extern "C" fn pwritev64v2(
+    fd: c_int,
+    v: *const libc::iovec,
+    cnt: c_int,
+    off: Off,
+    fl: c_int,
+) -> isize {
     // SAFETY: as pwritev2.
     unsafe { pwritev2(fd, v, cnt, off, fl) }
 }
@@ -330,6 +392,10 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: Off, whence: c_int) -> Off {
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if fd == state::slots_fd() && fd >= 0 {
+        // The shim's own descriptor (a program closing every descriptor it did not open).
+        return 0;
+    }
     if maybe_store_fd(fd) && !in_shim() {
         if let Ok(Some(r)) = guarded(|| Ok(close_store(fd))) {
             return ret(r);
@@ -343,7 +409,27 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     if in_shim() || flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 || first > last {
         return real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, last, flags);
     }
-    let r = real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, last, flags);
+    // The description region's memfd is the shim's, not the program's: keep it open.
+    let sfd = state::slots_fd();
+    let r = if sfd >= 0 && (first..=last).contains(&(sfd as c_uint)) {
+        let a = if sfd as c_uint > first {
+            real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, sfd as c_uint - 1, flags)
+        } else {
+            0
+        };
+        let b = if (sfd as c_uint) < last {
+            real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; sfd as c_uint + 1, last, flags)
+        } else {
+            0
+        };
+        if a < 0 {
+            a
+        } else {
+            b
+        }
+    } else {
+        real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, last, flags)
+    };
     if r == 0 {
         let e = sys::errno();
         let _ = guarded(|| {
@@ -398,6 +484,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 }
 
 unsafe fn dup_to(old: c_int, new: c_int, flags: c_int, three: bool) -> c_int {
+    state::protect_fd(new);
     let r = if three {
         real!(dup3: fn(c_int, c_int, c_int) -> c_int; -1; old, new, flags)
     } else {
@@ -411,7 +498,9 @@ unsafe fn dup_to(old: c_int, new: c_int, flags: c_int, three: bool) -> c_int {
             let _ = state::release(d);
         }
         if state::desc_of(old).is_some() {
-            install_dup(old, new)
+            let r = install_dup(old, new);
+            crate::stdio::install_std(new);
+            r
         } else {
             Ok(new)
         }
@@ -462,7 +551,8 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c
 
 #[no_mangle]
 pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
-    on_fd(fd, |_| Err::<c_int, _>(libc::ENOLCK)).unwrap_or_else(|| real!(flock: fn(c_int, c_int) -> c_int; -1; fd, op))
+    on_fd(fd, |_| Err::<c_int, _>(libc::ENOLCK))
+        .unwrap_or_else(|| real!(flock: fn(c_int, c_int) -> c_int; -1; fd, op))
 }
 
 #[no_mangle]
@@ -591,12 +681,22 @@ pub unsafe extern "C" fn lstat64(path: *const c_char, out: *mut libc::stat) -> c
     unsafe { stat_at(libc::AT_FDCWD, path, out, libc::AT_SYMLINK_NOFOLLOW) }
 }
 #[no_mangle]
-pub unsafe extern "C" fn fstatat(dirfd: c_int, path: *const c_char, out: *mut libc::stat, fl: c_int) -> c_int {
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    out: *mut libc::stat,
+    fl: c_int,
+) -> c_int {
     // SAFETY: as fstatat(2).
     unsafe { stat_at(dirfd, path, out, fl) }
 }
 #[no_mangle]
-pub unsafe extern "C" fn fstatat64(dirfd: c_int, path: *const c_char, out: *mut libc::stat, fl: c_int) -> c_int {
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: *const c_char,
+    out: *mut libc::stat,
+    fl: c_int,
+) -> c_int {
     // SAFETY: as fstatat(2).
     unsafe { stat_at(dirfd, path, out, fl) }
 }
@@ -647,12 +747,24 @@ pub unsafe extern "C" fn __fxstat64(_ver: c_int, fd: c_int, out: *mut libc::stat
     unsafe { fstat(fd, out) }
 }
 #[no_mangle]
-pub unsafe extern "C" fn __fxstatat(_v: c_int, dirfd: c_int, p: *const c_char, out: *mut libc::stat, fl: c_int) -> c_int {
+pub unsafe extern "C" fn __fxstatat(
+    _v: c_int,
+    dirfd: c_int,
+    p: *const c_char,
+    out: *mut libc::stat,
+    fl: c_int,
+) -> c_int {
     // SAFETY: as fstatat.
     unsafe { stat_at(dirfd, p, out, fl) }
 }
 #[no_mangle]
-pub unsafe extern "C" fn __fxstatat64(_v: c_int, dirfd: c_int, p: *const c_char, out: *mut libc::stat, fl: c_int) -> c_int {
+pub unsafe extern "C" fn __fxstatat64(
+    _v: c_int,
+    dirfd: c_int,
+    p: *const c_char,
+    out: *mut libc::stat,
+    fl: c_int,
+) -> c_int {
     // SAFETY: as fstatat.
     unsafe { stat_at(dirfd, p, out, fl) }
 }
@@ -683,9 +795,7 @@ pub unsafe extern "C" fn statx(
         on_path(
             dirfd,
             path,
-            |d, p| {
-                real!(statx: fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int; -1; d, p, flags, mask, out)
-            },
+            |d, p| real!(statx: fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int; -1; d, p, flags, mask, out),
             |_, p| {
                 let (st, nl) = ops::stat(p)?;
                 ops::fill_statx(&st, nl, &mut *out);
@@ -786,9 +896,7 @@ pub unsafe extern "C" fn renameat2(
     p2: *const c_char,
     flags: c_uint,
 ) -> c_int {
-    let fwd = |a: c_int, b: *const c_char, c: c_int, d: *const c_char| {
-        real!(renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int; -1; a, b, c, d, flags)
-    };
+    let fwd = |a: c_int, b: *const c_char, c: c_int, d: *const c_char| real!(renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int; -1; a, b, c, d, flags);
     if in_shim() {
         return fwd(d1, p1, d2, p2);
     }
@@ -824,7 +932,13 @@ pub unsafe extern "C" fn rename(p1: *const c_char, p2: *const c_char) -> c_int {
     unsafe { renameat2(libc::AT_FDCWD, p1, libc::AT_FDCWD, p2, 0) }
 }
 
-unsafe fn link_like(d1: c_int, p1: *const c_char, d2: c_int, p2: *const c_char, fwd: impl FnOnce() -> c_int) -> c_int {
+unsafe fn link_like(
+    d1: c_int,
+    p1: *const c_char,
+    d2: c_int,
+    p2: *const c_char,
+    fwd: impl FnOnce() -> c_int,
+) -> c_int {
     if in_shim() {
         return fwd();
     }
@@ -842,18 +956,32 @@ unsafe fn link_like(d1: c_int, p1: *const c_char, d2: c_int, p2: *const c_char, 
 pub unsafe extern "C" fn link(p1: *const c_char, p2: *const c_char) -> c_int {
     // SAFETY: links into the store are not supported (EPERM, like a FAT file system).
     unsafe {
-        link_like(libc::AT_FDCWD, p1, libc::AT_FDCWD, p2, || {
-            real!(link: fn(*const c_char, *const c_char) -> c_int; -1; p1, p2)
-        })
+        link_like(
+            libc::AT_FDCWD,
+            p1,
+            libc::AT_FDCWD,
+            p2,
+            || real!(link: fn(*const c_char, *const c_char) -> c_int; -1; p1, p2),
+        )
     }
 }
 #[no_mangle]
-pub unsafe extern "C" fn linkat(d1: c_int, p1: *const c_char, d2: c_int, p2: *const c_char, fl: c_int) -> c_int {
+pub unsafe extern "C" fn linkat(
+    d1: c_int,
+    p1: *const c_char,
+    d2: c_int,
+    p2: *const c_char,
+    fl: c_int,
+) -> c_int {
     // SAFETY: as link.
     unsafe {
-        link_like(d1, p1, d2, p2, || {
-            real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int; -1; d1, p1, d2, p2, fl)
-        })
+        link_like(
+            d1,
+            p1,
+            d2,
+            p2,
+            || real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int; -1; d1, p1, d2, p2, fl),
+        )
     }
 }
 #[no_mangle]
@@ -976,7 +1104,13 @@ pub unsafe extern "C" fn lchown(p: *const c_char, u: libc::uid_t, g: libc::gid_t
     unsafe { chown_at(libc::AT_FDCWD, p, u, g, libc::AT_SYMLINK_NOFOLLOW) }
 }
 #[no_mangle]
-pub unsafe extern "C" fn fchownat(dirfd: c_int, p: *const c_char, u: libc::uid_t, g: libc::gid_t, fl: c_int) -> c_int {
+pub unsafe extern "C" fn fchownat(
+    dirfd: c_int,
+    p: *const c_char,
+    u: libc::uid_t,
+    g: libc::gid_t,
+    fl: c_int,
+) -> c_int {
     // SAFETY: as fchownat(2).
     unsafe { chown_at(dirfd, p, u, g, fl) }
 }
@@ -990,7 +1124,12 @@ unsafe fn times_of(t: *const libc::timespec) -> Option<[libc::timespec; 2]> {
     (!t.is_null()).then(|| unsafe { [*t, *t.add(1)] })
 }
 #[no_mangle]
-pub unsafe extern "C" fn utimensat(dirfd: c_int, p: *const c_char, t: *const libc::timespec, fl: c_int) -> c_int {
+pub unsafe extern "C" fn utimensat(
+    dirfd: c_int,
+    p: *const c_char,
+    t: *const libc::timespec,
+    fl: c_int,
+) -> c_int {
     if p.is_null() {
         // Linux: utimensat(fd, NULL, ...) acts on fd itself (futimens).
         // SAFETY: as futimens.
@@ -1022,7 +1161,10 @@ pub unsafe extern "C" fn utimes(p: *const c_char, tv: *const libc::timeval) -> c
             |_, p| real!(utimes: fn(*const c_char, *const libc::timeval) -> c_int; -1; p, tv),
             |_, p| {
                 let t = (!tv.is_null()).then(|| {
-                    let c = |v: libc::timeval| libc::timespec { tv_sec: v.tv_sec, tv_nsec: v.tv_usec * 1000 };
+                    let c = |v: libc::timeval| libc::timespec {
+                        tv_sec: v.tv_sec,
+                        tv_nsec: v.tv_usec * 1000,
+                    };
                     [c(*tv), c(*tv.add(1))]
                 });
                 ops::utimens(p, t).map(|_| 0)
@@ -1040,7 +1182,10 @@ pub unsafe extern "C" fn utime(p: *const c_char, ut: *const libc::utimbuf) -> c_
             |_, p| real!(utime: fn(*const c_char, *const libc::utimbuf) -> c_int; -1; p, ut),
             |_, p| {
                 let t = (!ut.is_null()).then(|| {
-                    let s = |sec| libc::timespec { tv_sec: sec, tv_nsec: 0 };
+                    let s = |sec| libc::timespec {
+                        tv_sec: sec,
+                        tv_nsec: 0,
+                    };
                     [s((*ut).actime), s((*ut).modtime)]
                 });
                 ops::utimens(p, t).map(|_| 0)
@@ -1329,15 +1474,17 @@ pub unsafe extern "C" fn fopen64(p: *const c_char, mode: *const c_char) -> *mut 
 }
 
 unsafe fn freopen_impl(p: *const c_char, mode: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE {
-    let fwd = |p: *const c_char| {
-        real!(freopen64: fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE; std::ptr::null_mut(); p, mode, f)
-    };
+    let fwd = |p: *const c_char| real!(freopen64: fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE; std::ptr::null_mut(); p, mode, f);
     if in_shim() {
         return fwd(p);
     }
     let ours = stdio::fd_of(f).is_some();
     // SAFETY: caller C string or null.
-    let loc = if p.is_null() { Ok(Loc::Real) } else { unsafe { state::classify(libc::AT_FDCWD, p) } };
+    let loc = if p.is_null() {
+        Ok(Loc::Real)
+    } else {
+        unsafe { state::classify(libc::AT_FDCWD, p) }
+    };
     let fail = |e| {
         set_errno(e);
         std::ptr::null_mut()
@@ -1368,12 +1515,20 @@ unsafe fn freopen_impl(p: *const c_char, mode: *const c_char, f: *mut libc::FILE
     }
 }
 #[no_mangle]
-pub unsafe extern "C" fn freopen(p: *const c_char, mode: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE {
+pub unsafe extern "C" fn freopen(
+    p: *const c_char,
+    mode: *const c_char,
+    f: *mut libc::FILE,
+) -> *mut libc::FILE {
     // SAFETY: as freopen(3).
     unsafe { freopen_impl(p, mode, f) }
 }
 #[no_mangle]
-pub unsafe extern "C" fn freopen64(p: *const c_char, mode: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE {
+pub unsafe extern "C" fn freopen64(
+    p: *const c_char,
+    mode: *const c_char,
+    f: *mut libc::FILE,
+) -> *mut libc::FILE {
     // SAFETY: as freopen(3).
     unsafe { freopen_impl(p, mode, f) }
 }
@@ -1425,13 +1580,22 @@ pub unsafe extern "C" fn fclose(f: *mut libc::FILE) -> c_int {
 
 // ------------------------------------------------------------------ mmap, copies
 
-unsafe fn mmap_impl(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: Off) -> *mut c_void {
+unsafe fn mmap_impl(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: Off,
+) -> *mut c_void {
     let fwd = || real!(mmap64: fn(*mut c_void, usize, c_int, c_int, c_int, Off) -> *mut c_void; libc::MAP_FAILED; addr, len, prot, flags, fd, off);
     if flags & libc::MAP_ANONYMOUS != 0 || !maybe_store_fd(fd) || in_shim() {
         return fwd();
     }
     let r = guarded(|| {
-        let Some(d) = state::desc_of(fd) else { return Ok(None) };
+        let Some(d) = state::desc_of(fd) else {
+            return Ok(None);
+        };
         // A snapshot copy in anonymous memory: read-only or private mappings only.
         if flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0 && prot & libc::PROT_WRITE != 0 {
             return Err(libc::ENODEV);
@@ -1447,7 +1611,8 @@ unsafe fn mmap_impl(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd
         if len == 0 || off < 0 || off % page != 0 {
             return Err(libc::EINVAL);
         }
-        let keep = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_POPULATE | libc::MAP_NORESERVE);
+        let keep =
+            flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_POPULATE | libc::MAP_NORESERVE);
         let p = real!(mmap64: fn(*mut c_void, usize, c_int, c_int, c_int, Off) -> *mut c_void; libc::MAP_FAILED;
             addr, len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | keep, -1, 0);
         if p == libc::MAP_FAILED {
@@ -1477,12 +1642,26 @@ unsafe fn mmap_impl(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd
     }
 }
 #[no_mangle]
-pub unsafe extern "C" fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: Off) -> *mut c_void {
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: Off,
+) -> *mut c_void {
     // SAFETY: as mmap(2).
     unsafe { mmap_impl(addr, len, prot, flags, fd, off) }
 }
 #[no_mangle]
-pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: Off) -> *mut c_void {
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: Off,
+) -> *mut c_void {
     // SAFETY: as mmap(2).
     unsafe { mmap_impl(addr, len, prot, flags, fd, off) }
 }
@@ -1514,7 +1693,11 @@ unsafe fn sendfile_impl(out: c_int, fin: c_int, off: *mut Off, count: usize) -> 
         let mut buf = vec![0u8; count.min(1 << 20)];
         let mut total = 0usize;
         // SAFETY: off is null or a valid offset per sendfile(2).
-        let mut pos = if off.is_null() { None } else { Some(unsafe { *off }) };
+        let mut pos = if off.is_null() {
+            None
+        } else {
+            Some(unsafe { *off })
+        };
         while total < count {
             let want = (count - total).min(buf.len());
             let b = &mut buf[..want];
@@ -1523,11 +1706,19 @@ unsafe fn sendfile_impl(out: c_int, fin: c_int, off: *mut Off, count: usize) -> 
                 (Some(d), None) => ops::read(d, b)?,
                 (None, Some(p)) => {
                     let n = real!(pread64: fn(c_int, *mut c_void, usize, Off) -> isize; -1; fin, b.as_mut_ptr() as *mut c_void, want, p);
-                    if n < 0 { return Err(sys::errno()) } else { n as usize }
+                    if n < 0 {
+                        return Err(sys::errno());
+                    } else {
+                        n as usize
+                    }
                 }
                 (None, None) => {
                     let n = real!(read: fn(c_int, *mut c_void, usize) -> isize; -1; fin, b.as_mut_ptr() as *mut c_void, want);
-                    if n < 0 { return Err(sys::errno()) } else { n as usize }
+                    if n < 0 {
+                        return Err(sys::errno());
+                    } else {
+                        n as usize
+                    }
                 }
             };
             if n == 0 {
@@ -1539,7 +1730,11 @@ unsafe fn sendfile_impl(out: c_int, fin: c_int, off: *mut Off, count: usize) -> 
                     Some(d) => ops::writev(d, &[&buf[w..n]])?,
                     None => {
                         let k = real!(write: fn(c_int, *const c_void, usize) -> isize; -1; out, buf[w..].as_ptr() as *const c_void, n - w);
-                        if k < 0 { return Err(sys::errno()) } else { k as usize }
+                        if k < 0 {
+                            return Err(sys::errno());
+                        } else {
+                            k as usize
+                        }
                     }
                 };
                 w += k;
@@ -1570,34 +1765,109 @@ pub unsafe extern "C" fn sendfile64(out: c_int, fin: c_int, off: *mut Off, count
 
 // ------------------------------------------------------------------ exec and exit
 
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// `envp` with our inheritance entry in place of any old one.
+unsafe fn env_with(envp: *const *const c_char, entry: &std::ffi::CString) -> Vec<*const c_char> {
+    let mut v = Vec::new();
+    let mut p = envp;
+    // SAFETY: envp is a NULL-terminated array of C strings (or null).
+    unsafe {
+        while !p.is_null() && !(*p).is_null() {
+            if !CStr::from_ptr(*p).to_bytes().starts_with(b"CKPTFS_INHERIT=") {
+                v.push(*p);
+            }
+            p = p.add(1);
+        }
+    }
+    v.push(entry.as_ptr());
+    v.push(std::ptr::null());
+    v
+}
+
+/// Run an exec: release store files, pass inherited descriptors on in the
+/// environment, and take them back if exec fails.
+unsafe fn exec_with(envp: *const *const c_char, f: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
+    if in_shim() {
+        return f(envp);
+    }
+    let prep = guarded(|| Ok(state::prepare_exec())).ok().flatten();
+    let Some((inh, entry)) = prep else { return f(envp) };
+    // SAFETY: envp per the exec contract.
+    let env = unsafe { env_with(envp, &entry) };
+    let r = f(env.as_ptr());
+    let e = sys::errno();
+    let _ = guarded(|| {
+        state::exec_failed(inh);
+        Ok(())
+    });
+    set_errno(e);
+    r
+}
+
 #[no_mangle]
-pub unsafe extern "C" fn execve(p: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    state::before_exec_or_exit();
-    real!(execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, envp)
+pub unsafe extern "C" fn execve(
+    p: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: as execve(2).
+    unsafe {
+        exec_with(
+            envp,
+            |env| real!(execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
+        )
+    }
 }
 #[no_mangle]
 pub unsafe extern "C" fn execv(p: *const c_char, argv: *const *const c_char) -> c_int {
-    state::before_exec_or_exit();
-    real!(execv: fn(*const c_char, *const *const c_char) -> c_int; -1; p, argv)
+    // SAFETY: as execv(3): execve with the current environment.
+    unsafe {
+        exec_with(
+            environ,
+            |env| real!(execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
+        )
+    }
 }
 #[no_mangle]
 pub unsafe extern "C" fn execvp(p: *const c_char, argv: *const *const c_char) -> c_int {
-    state::before_exec_or_exit();
-    real!(execvp: fn(*const c_char, *const *const c_char) -> c_int; -1; p, argv)
+    // SAFETY: as execvp(3): execvpe with the current environment.
+    unsafe {
+        exec_with(
+            environ,
+            |env| real!(execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
+        )
+    }
 }
 #[no_mangle]
-pub unsafe extern "C" fn execvpe(p: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    state::before_exec_or_exit();
-    real!(execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, envp)
+pub unsafe extern "C" fn execvpe(
+    p: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: as execvpe(3).
+    unsafe {
+        exec_with(
+            envp,
+            |env| real!(execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
+        )
+    }
 }
 #[no_mangle]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    state::before_exec_or_exit();
-    real!(fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int; -1; fd, argv, envp)
+    // SAFETY: as fexecve(3).
+    unsafe {
+        exec_with(
+            envp,
+            |env| real!(fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int; -1; fd, argv, env),
+        )
+    }
 }
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    state::before_exec_or_exit();
+    state::before_exit();
     // SAFETY: the raw exit_group syscall never returns.
     unsafe { libc::syscall(libc::SYS_exit_group, status) };
     unreachable!()

@@ -26,6 +26,20 @@ pub mod state;
 pub mod stdio;
 pub mod sys;
 
+/// Library constructor: adopt store descriptors inherited across exec.
+#[cfg(not(test))]
+extern "C" fn init() {
+    let _ = sys::guarded(|| {
+        state::adopt_inherited();
+        Ok(())
+    });
+}
+
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
 #[cfg(test)]
 mod hooks {
     //! Stand-in for the hooks in unit tests (the real ones would interpose on the test

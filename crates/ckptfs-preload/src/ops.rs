@@ -33,11 +33,17 @@ pub fn open(mount: usize, path: &str, flags: i32, mode: u32) -> R<i32> {
     }
     // O_TRUNC without write access: Linux truncates only writable opens.
     of.trunc &= of.write;
-    let h = store.open(path, of, mode & 0o7777 & !state::umask()).map_err(se)?;
+    let h = store
+        .open(path, of, mode & 0o7777 & !state::umask())
+        .map_err(se)?;
     if h.is_dir() && of.create {
         return Err(libc::EISDIR);
     }
-    let acc = if opath { libc::O_RDONLY } else { flags & libc::O_ACCMODE };
+    let acc = if opath {
+        libc::O_RDONLY
+    } else {
+        flags & libc::O_ACCMODE
+    };
     let fl = (flags & (SETFL_MASK | libc::O_PATH)) as u32;
     let d = Desc::new(h, mount, normalize_store(path), acc, fl)?;
     let fd = state::reserve_fd(flags & libc::O_CLOEXEC != 0)?;
@@ -231,7 +237,9 @@ pub fn stat(path: &str) -> R<(Stat, u64)> {
 fn nlink(_s: &Store, st: &Stat, entries: impl FnOnce() -> Option<Vec<ckptfs_store::DirEntry>>) -> u64 {
     match st.kind {
         FileKind::File => 1,
-        FileKind::Dir => 2 + entries().map_or(0, |v| v.iter().filter(|e| e.kind == FileKind::Dir).count() as u64),
+        FileKind::Dir => {
+            2 + entries().map_or(0, |v| v.iter().filter(|e| e.kind == FileKind::Dir).count() as u64)
+        }
     }
 }
 
@@ -275,8 +283,14 @@ pub fn fill_stat(st: &Stat, nlink: u64, out: &mut libc::stat) {
     out.st_size = size_of(st) as i64;
     out.st_blksize = chunk as _;
     out.st_blocks = (blocks_of(st)) as i64;
-    let (ms, mn) = ((st.mtime_ns / 1_000_000_000) as i64, (st.mtime_ns % 1_000_000_000) as i64);
-    let (cs, cn) = ((st.ctime_ns / 1_000_000_000) as i64, (st.ctime_ns % 1_000_000_000) as i64);
+    let (ms, mn) = (
+        (st.mtime_ns / 1_000_000_000) as i64,
+        (st.mtime_ns % 1_000_000_000) as i64,
+    );
+    let (cs, cn) = (
+        (st.ctime_ns / 1_000_000_000) as i64,
+        (st.ctime_ns % 1_000_000_000) as i64,
+    );
     out.st_atime = ms;
     out.st_atime_nsec = mn;
     out.st_mtime = ms;
@@ -378,16 +392,23 @@ pub fn fcntl(d: &Desc, cmd: i32, arg: u64) -> R<i32> {
     match cmd {
         libc::F_GETFL => {
             let f = d.slot.flags.load(Ordering::Relaxed) as i32;
-            Ok(d.acc | f | libc::O_LARGEFILE)
+            // O_LARGEFILE as the 64-bit kernel reports it (glibc's header defines it as 0).
+            Ok(d.acc | f | 0o100000)
         }
         libc::F_SETFL => {
             let keep = d.slot.flags.load(Ordering::Relaxed) as i32 & !SETFL_MASK;
-            d.slot.flags.store((keep | (arg as i32 & SETFL_MASK)) as u32, Ordering::Relaxed);
+            d.slot
+                .flags
+                .store((keep | (arg as i32 & SETFL_MASK)) as u32, Ordering::Relaxed);
             Ok(0)
         }
         // Record locks are not implemented on store files: ENOLCK, as a file system
         // without a lock manager answers.
-        libc::F_GETLK | libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_GETLK | libc::F_OFD_SETLK
+        libc::F_GETLK
+        | libc::F_SETLK
+        | libc::F_SETLKW
+        | libc::F_OFD_GETLK
+        | libc::F_OFD_SETLK
         | libc::F_OFD_SETLKW => Err(libc::ENOLCK),
         _ => Err(libc::EINVAL),
     }

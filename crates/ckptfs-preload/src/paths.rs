@@ -47,7 +47,9 @@ pub fn normalize(p: &str) -> String {
 #[inline]
 pub fn needs_normalize(p: &[u8]) -> bool {
     // "//", "/." (covers "/./" and "/../") or a trailing "/".
-    p.windows(2).any(|w| w[0] == b'/' && (w[1] == b'/' || w[1] == b'.')) || p.len() > 1 && p.ends_with(b"/")
+    p.windows(2)
+        .any(|w| w[0] == b'/' && (w[1] == b'/' || w[1] == b'.'))
+        || p.len() > 1 && p.ends_with(b"/")
 }
 
 /// If the normalised absolute path `p` is under a mount, (mount index, store path).

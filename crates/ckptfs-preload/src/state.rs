@@ -15,7 +15,7 @@ use ckptfs_store::{FileHandle, Store, StoreOptions};
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Errno-valued result of shim operations.
@@ -98,6 +98,8 @@ const NSLOTS: usize = 1 << 16;
 
 struct Slots {
     base: *const Slot,
+    /// The memfd behind the region (passed on across exec), or -1.
+    fd: AtomicI32,
     hint: AtomicUsize,
 }
 // SAFETY: the region is only accessed through atomics.
@@ -106,27 +108,100 @@ unsafe impl Send for Slots {}
 unsafe impl Sync for Slots {}
 
 static SLOTS: OnceLock<Slots> = OnceLock::new();
+const SLOTS_LEN: usize = NSLOTS * std::mem::size_of::<Slot>();
 
+fn map_slots(fd: i32) -> *const Slot {
+    // SAFETY: mapping a memfd of SLOTS_LEN bytes; zeroed memory is an array of free slots.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            SLOTS_LEN,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_NORESERVE,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null()
+    } else {
+        p as *const Slot
+    }
+}
+
+/// The shared-description region: a memfd mapped MAP_SHARED, so fork shares it and exec
+/// can pass it on (its descriptor is close-on-exec except across an exec that inherits
+/// store descriptors).
 fn slots() -> &'static Slots {
     SLOTS.get_or_init(|| {
-        let len = NSLOTS * std::mem::size_of::<Slot>();
-        // SAFETY: fresh anonymous shared mapping; zeroed memory is a valid array of free slots.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
+        // SAFETY: raw memfd_create/ftruncate with a static name.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_memfd_create,
+                c"ckptfs-slots".as_ptr(),
+                libc::MFD_CLOEXEC,
             )
-        };
-        let base = if p == libc::MAP_FAILED { std::ptr::null() } else { p as *const Slot };
+        } as i32;
+        let fd = move_high(fd);
+        // SAFETY: as above.
+        let ok = fd >= 0 && unsafe { libc::syscall(libc::SYS_ftruncate, fd, SLOTS_LEN) } == 0;
         Slots {
-            base,
+            base: if ok { map_slots(fd) } else { std::ptr::null() },
+            fd: AtomicI32::new(fd),
             hint: AtomicUsize::new(0),
         }
     })
+}
+
+/// Move a descriptor of the shim's to a high number, out of the way of programs that
+/// pick their own numbers (shells use 3-9 for redirections and dup2 onto them).
+fn move_high(fd: i32) -> i32 {
+    if fd < 0 {
+        return fd;
+    }
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: raw getrlimit into a local struct.
+    unsafe { libc::syscall(libc::SYS_getrlimit, libc::RLIMIT_NOFILE, &mut rl) };
+    let start = (rl.rlim_cur.min(1 << 20) as i64 - 64).max(100);
+    // SAFETY: raw fcntl/close on descriptor numbers.
+    let n = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, start) } as i32;
+    if n < 0 {
+        return fd;
+    }
+    raw_close(fd);
+    n
+}
+
+/// The program is about to dup2 onto `fd`: if that is the shim's memfd, move it first.
+pub fn protect_fd(fd: i32) {
+    if let Some(s) = SLOTS.get() {
+        let cur = s.fd.load(Ordering::Relaxed);
+        if cur == fd && cur >= 0 {
+            // SAFETY: raw fcntl on our own descriptor.
+            let n = unsafe { libc::syscall(libc::SYS_fcntl, cur, libc::F_DUPFD_CLOEXEC, 100) } as i32;
+            if n >= 0 {
+                s.fd.store(n, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The memfd of the slot region (close_range must not close it behind our back).
+pub fn slots_fd() -> i32 {
+    SLOTS.get().map_or(-1, |s| s.fd.load(Ordering::Relaxed))
+}
+
+fn slot_at(i: usize) -> Option<&'static Slot> {
+    let s = slots();
+    // SAFETY: i < NSLOTS, inside the mapping, which lives for the whole process.
+    (i < NSLOTS && !s.base.is_null()).then(|| unsafe { &*s.base.add(i) })
+}
+
+fn slot_index(slot: &Slot) -> usize {
+    (slot as *const Slot as usize - slots().base as usize) / std::mem::size_of::<Slot>()
 }
 
 fn alloc_slot(flags: u32) -> R<&'static Slot> {
@@ -139,7 +214,11 @@ fn alloc_slot(flags: u32) -> R<&'static Slot> {
         let i = (start + k) % NSLOTS;
         // SAFETY: i < NSLOTS, inside the mapping, which lives for the whole process.
         let slot = unsafe { &*s.base.add(i) };
-        if slot.refs.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        if slot
+            .refs
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
             slot.off.store(0, Ordering::Relaxed);
             slot.flags.store(flags, Ordering::Relaxed);
             slot.lock.store(0, Ordering::Relaxed);
@@ -158,7 +237,10 @@ impl Slot {
         let me = unsafe { libc::getpid() } as u32;
         let mut i = 0u32;
         loop {
-            match self.lock.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed) {
+            match self
+                .lock
+                .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
+            {
                 Ok(_) => return SlotGuard(self),
                 Err(owner) => {
                     i += 1;
@@ -166,7 +248,9 @@ impl Slot {
                         // SAFETY: kill with signal 0 only checks existence.
                         let dead = unsafe { libc::kill(owner as i32, 0) } != 0 && sys::errno() == libc::ESRCH;
                         if dead {
-                            let _ = self.lock.compare_exchange(owner, 0, Ordering::AcqRel, Ordering::Relaxed);
+                            let _ = self
+                                .lock
+                                .compare_exchange(owner, 0, Ordering::AcqRel, Ordering::Relaxed);
                         }
                     }
                     if i < 64 {
@@ -206,13 +290,18 @@ pub struct Desc {
     /// O_RDONLY / O_WRONLY / O_RDWR (O_PATH descriptors count as O_RDONLY).
     pub acc: i32,
     gen: AtomicU64,
+    /// Its slot reference passes to the next program image (exec): do not drop it.
+    keep_slot: AtomicBool,
 }
 
 impl Desc {
     /// A new description for `h`.
     pub fn new(h: FileHandle, mount: usize, path: String, acc: i32, flags: u32) -> R<Desc> {
-        let slot = alloc_slot(flags)?;
-        Ok(Desc {
+        Ok(Self::with_slot(h, mount, path, acc, alloc_slot(flags)?))
+    }
+
+    fn with_slot(h: FileHandle, mount: usize, path: String, acc: i32, slot: &'static Slot) -> Desc {
+        Desc {
             slot,
             is_dir: h.is_dir(),
             handle: Mutex::new(Some(h)),
@@ -220,7 +309,8 @@ impl Desc {
             path,
             acc,
             gen: AtomicU64::new(FORK_GEN.load(Ordering::Relaxed)),
-        })
+            keep_slot: AtomicBool::new(false),
+        }
     }
 
     /// The store handle, adopted for this process after a fork on first use.
@@ -260,7 +350,9 @@ impl Desc {
 impl Drop for Desc {
     fn drop(&mut self) {
         let _ = self.finish();
-        self.slot.refs.fetch_sub(1, Ordering::AcqRel);
+        if !self.keep_slot.load(Ordering::Relaxed) {
+            self.slot.refs.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -416,7 +508,11 @@ pub fn remove(fd: i32) -> Option<Arc<Desc>> {
 pub fn remove_range(lo: u32, hi: u32) -> Vec<(i32, Arc<Desc>)> {
     let w = WriteHold::new();
     let m = w.map();
-    let keys: Vec<i32> = m.range(lo.min(i32::MAX as u32) as i32..).map(|(k, _)| *k).filter(|k| *k as u32 <= hi).collect();
+    let keys: Vec<i32> = m
+        .range(lo.min(i32::MAX as u32) as i32..)
+        .map(|(k, _)| *k)
+        .filter(|k| *k as u32 <= hi)
+        .collect();
     keys.into_iter()
         .filter_map(|k| {
             set_bit(k, false);
@@ -537,7 +633,9 @@ pub unsafe fn classify(dirfd: i32, path: *const libc::c_char) -> R<Loc> {
                 None => Loc::Real,
             });
         }
-        let Ok(s) = std::str::from_utf8(b) else { return Ok(Loc::Real) };
+        let Ok(s) = std::str::from_utf8(b) else {
+            return Ok(Loc::Real);
+        };
         let n = paths::normalize(s);
         return Ok(match paths::match_mount(ms, &n) {
             Some((m, p)) => Loc::Store(m, p),
@@ -546,7 +644,9 @@ pub unsafe fn classify(dirfd: i32, path: *const libc::c_char) -> R<Loc> {
             None => Loc::Real,
         });
     }
-    let Ok(s) = std::str::from_utf8(b) else { return Ok(Loc::Real) };
+    let Ok(s) = std::str::from_utf8(b) else {
+        return Ok(Loc::Real);
+    };
     if dirfd == libc::AT_FDCWD {
         if let Some(v) = vcwd() {
             return Ok(classify_full(paths::join(&v, s)));
@@ -590,6 +690,8 @@ extern "C" fn after_fork_child() {
         l.reset();
     }
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: getpid has no preconditions.
+    OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     // SAFETY: only this thread exists in the child and the lock is free.
     let m = unsafe { &*TABLE.map.get() };
     let mut seen: Vec<*const Desc> = Vec::new();
@@ -609,7 +711,12 @@ extern "C" fn at_exit() {
     });
 }
 
+/// The process whose memory this is (a vfork child shares it but has another pid).
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+
 fn register_handlers() {
+    // SAFETY: getpid has no preconditions.
+    OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     // SAFETY: registering plain extern "C" handlers.
     unsafe {
         libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
@@ -617,11 +724,182 @@ fn register_handlers() {
     }
 }
 
-/// Before exec or _exit: release every store file (they do not survive exec).
-pub fn before_exec_or_exit() {
+/// Before _exit: release every store file.
+pub fn before_exit() {
     if STORE.get().is_some() {
         at_exit();
     }
+}
+
+// ------------------------------------------------------------------ exec
+
+/// Environment variable describing the store descriptors a new program image inherits:
+/// `SLOTSFD;MODE` then one record per descriptor `FD,SLOT,ACC,DIR,MOUNT,PATH`, records
+/// separated by 0x1e. MODE `T`: the slot references pass to the new image (exec in the
+/// owning process); `A`: the new image adds its own (exec in a vfork child, whose parent
+/// keeps its descriptors).
+pub const INHERIT_ENV: &str = "CKPTFS_INHERIT";
+
+/// One inherited descriptor.
+#[derive(Debug, Clone)]
+pub struct Inherit {
+    fd: i32,
+    slot: usize,
+    acc: i32,
+    dir: bool,
+    mount: usize,
+    path: String,
+}
+
+fn kernel_cloexec(fd: i32) -> bool {
+    // SAFETY: raw fcntl on a descriptor number.
+    let f = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_GETFD) };
+    f < 0 || f as i32 & libc::FD_CLOEXEC != 0
+}
+
+fn set_cloexec(fd: i32, on: bool) {
+    // SAFETY: raw fcntl on a descriptor number.
+    unsafe {
+        libc::syscall(
+            libc::SYS_fcntl,
+            fd,
+            libc::F_SETFD,
+            if on { libc::FD_CLOEXEC } else { 0 },
+        )
+    };
+}
+
+/// Before exec: which store descriptors survive it, and the environment entry that
+/// tells the new image about them. In the owning process (not a vfork child) every
+/// store file is released (leases dropped, streams flushed); the slots of inherited
+/// descriptors are kept for the new image. Returns None when nothing is inherited.
+pub fn prepare_exec() -> Option<(Vec<Inherit>, CString)> {
+    STORE.get()?;
+    // SAFETY: getpid has no preconditions.
+    let owner = unsafe { libc::getpid() } == OWNER_PID.load(Ordering::Relaxed);
+    let mut inh = Vec::new();
+    {
+        let _h = ReadHold::new();
+        // SAFETY: shared hold.
+        for (fd, d) in unsafe { &*TABLE.map.get() } {
+            if !kernel_cloexec(*fd) {
+                inh.push(Inherit {
+                    fd: *fd,
+                    slot: slot_index(d.slot),
+                    acc: d.acc,
+                    dir: d.is_dir,
+                    mount: d.mount,
+                    path: d.path.clone(),
+                });
+                if owner {
+                    d.keep_slot.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    if owner {
+        close_all();
+    }
+    if inh.is_empty() {
+        return None;
+    }
+    let sfd = slots_fd();
+    set_cloexec(sfd, false);
+    let mut v = format!("{INHERIT_ENV}={sfd};{}", if owner { 'T' } else { 'A' });
+    for i in &inh {
+        v.push('\x1e');
+        v.push_str(&format!(
+            "{},{},{},{},{},{}",
+            i.fd, i.slot, i.acc, i.dir as u8, i.mount, i.path
+        ));
+    }
+    CString::new(v).ok().map(|c| (inh, c))
+}
+
+/// exec failed: take the descriptors back.
+pub fn exec_failed(inh: Vec<Inherit>) {
+    set_cloexec(slots_fd(), true);
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } == OWNER_PID.load(Ordering::Relaxed) {
+        adopt(inh, false);
+    }
+}
+
+/// Open the store files of inherited descriptors and enter them in the table.
+fn adopt(inh: Vec<Inherit>, add_ref: bool) {
+    let Ok(store) = store() else { return };
+    let mut by_slot: BTreeMap<usize, Arc<Desc>> = BTreeMap::new();
+    for i in inh {
+        if let Some(d) = by_slot.get(&i.slot) {
+            // Another descriptor of the same description (dup): share it.
+            install(i.fd, d.clone());
+            crate::stdio::install_std(i.fd);
+            continue;
+        }
+        let Some(slot) = slot_at(i.slot) else { continue };
+        if add_ref {
+            slot.refs.fetch_add(1, Ordering::AcqRel);
+        }
+        let flags = ckptfs_store::OpenFlags {
+            read: i.acc != libc::O_WRONLY,
+            write: i.acc != libc::O_RDONLY,
+            directory: i.dir,
+            ..Default::default()
+        };
+        match store.open(&i.path, flags, 0) {
+            Ok(h) => {
+                let d = Arc::new(Desc::with_slot(h, i.mount, i.path, i.acc, slot));
+                by_slot.insert(i.slot, d.clone());
+                install(i.fd, d);
+                crate::stdio::install_std(i.fd);
+            }
+            Err(e) => {
+                eprintln!("ckptfs-preload: inherited descriptor {} ({}): {e}", i.fd, i.path);
+                slot.refs.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+/// At load: adopt the store descriptors inherited across exec, if any.
+pub fn adopt_inherited() {
+    let Some(v) = std::env::var_os(INHERIT_ENV) else {
+        return;
+    };
+    // SAFETY: removing our own variable while single-threaded (library constructor).
+    unsafe { libc::unsetenv(c"CKPTFS_INHERIT".as_ptr()) };
+    let v = v.to_string_lossy().to_string();
+    let mut recs = v.split('\x1e');
+    let head = recs.next().unwrap_or("");
+    let (sfd, mode) = head.split_once(';').unwrap_or(("", ""));
+    let Ok(sfd) = sfd.parse::<i32>() else { return };
+    let base = map_slots(sfd);
+    set_cloexec(sfd, true);
+    if base.is_null()
+        || SLOTS
+            .set(Slots {
+                base,
+                fd: AtomicI32::new(sfd),
+                hint: AtomicUsize::new(0),
+            })
+            .is_err()
+    {
+        return;
+    }
+    let inh: Vec<Inherit> = recs
+        .filter_map(|r| {
+            let mut f = r.splitn(6, ',');
+            Some(Inherit {
+                fd: f.next()?.parse().ok()?,
+                slot: f.next()?.parse().ok()?,
+                acc: f.next()?.parse().ok()?,
+                dir: f.next()? == "1",
+                mount: f.next()?.parse().ok().filter(|m| *m < mounts().len())?,
+                path: f.next()?.to_string(),
+            })
+        })
+        .collect();
+    adopt(inh, mode == "A");
 }
 
 /// umask of the process (two raw syscalls; no hooks involved).
@@ -633,4 +911,3 @@ pub fn umask() -> u32 {
         m as u32
     }
 }
-

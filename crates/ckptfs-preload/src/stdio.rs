@@ -5,7 +5,7 @@
 use crate::lock::RwSpin;
 use crate::ops;
 use crate::state::{self, R};
-use crate::sys;
+use crate::sys::{self, real};
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
@@ -44,28 +44,51 @@ fn cookie_fd(c: *mut c_void) -> i32 {
     unsafe { &*(c as *const AtomicI32) }.load(Ordering::Relaxed)
 }
 
-fn on_cookie<T>(c: *mut c_void, f: impl FnOnce(&state::Desc) -> R<T>) -> R<T> {
+/// Run `f` if the cookie's descriptor is a store descriptor; otherwise None (the
+/// descriptor was re-pointed at a kernel file, e.g. stdout after a shell's dup2).
+fn on_cookie<T>(c: *mut c_void, f: impl FnOnce(&state::Desc) -> R<T>) -> Option<R<T>> {
     let fd = cookie_fd(c);
-    sys::guarded(|| state::with_fd(fd, |d| f(d)).unwrap_or(Err(libc::EBADF)))
+    match sys::guarded(|| Ok(state::with_fd(fd, |d| f(d)))) {
+        Ok(r) => r,
+        Err(e) => Some(Err(e)),
+    }
 }
 
 unsafe extern "C" fn ck_read(c: *mut c_void, buf: *mut c_char, n: usize) -> isize {
     // SAFETY: glibc passes a writable buffer of n bytes.
     let b = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, n) };
-    sys::ret(on_cookie(c, |d| ops::read(d, b).map(|n| n as isize)))
+    match on_cookie(c, |d| ops::read(d, b).map(|n| n as isize)) {
+        Some(r) => sys::ret(r),
+        None => real!(read: fn(c_int, *mut c_void, usize) -> isize; -1; cookie_fd(c), buf as *mut c_void, n),
+    }
 }
 
 unsafe extern "C" fn ck_write(c: *mut c_void, buf: *const c_char, n: usize) -> isize {
     // SAFETY: glibc passes a readable buffer of n bytes.
     let b = unsafe { std::slice::from_raw_parts(buf as *const u8, n) };
-    // glibc treats 0 as an error for cookie writes; an error sets the stream's error flag.
-    sys::ret(on_cookie(c, |d| ops::writev(d, &[b]).map(|n| n as isize)))
+    match on_cookie(c, |d| ops::writev(d, &[b]).map(|n| n as isize)) {
+        Some(r) => sys::ret(r),
+        None => {
+            real!(write: fn(c_int, *const c_void, usize) -> isize; -1; cookie_fd(c), buf as *const c_void, n)
+        }
+    }
 }
 
 unsafe extern "C" fn ck_seek(c: *mut c_void, pos: *mut i64, whence: c_int) -> c_int {
     // SAFETY: glibc passes a valid in/out offset.
     let p = unsafe { &mut *pos };
-    match on_cookie(c, |d| ops::lseek(d, *p, whence)) {
+    let r = match on_cookie(c, |d| ops::lseek(d, *p, whence)) {
+        Some(r) => r,
+        None => {
+            let n = real!(lseek64: fn(c_int, i64, c_int) -> i64; -1; cookie_fd(c), *p, whence);
+            if n < 0 {
+                Err(sys::errno())
+            } else {
+                Ok(n)
+            }
+        }
+    };
+    match r {
         Ok(n) => {
             *p = n;
             0
@@ -81,7 +104,9 @@ unsafe extern "C" fn ck_close(c: *mut c_void) -> c_int {
     let fd = cookie_fd(c);
     // SAFETY: the cookie was created by Box::into_raw in open_stream and is freed once here.
     drop(unsafe { Box::from_raw(c as *mut AtomicI32) });
-    sys::ret(sys::guarded(|| crate::hooks::close_store(fd).unwrap_or(Err(libc::EBADF))))
+    sys::ret(sys::guarded(|| {
+        crate::hooks::close_store(fd).unwrap_or(Err(libc::EBADF))
+    }))
 }
 
 /// open(2) flags for an fopen mode string, or None if it is invalid.
@@ -188,10 +213,58 @@ mod tests {
     #[test]
     fn fopen_modes_map_to_open_flags() {
         assert_eq!(mode_flags(b"r"), Some(libc::O_RDONLY));
-        assert_eq!(mode_flags(b"wb"), Some(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC));
-        assert_eq!(mode_flags(b"a+"), Some(libc::O_RDWR | libc::O_CREAT | libc::O_APPEND));
+        assert_eq!(
+            mode_flags(b"wb"),
+            Some(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC)
+        );
+        assert_eq!(
+            mode_flags(b"a+"),
+            Some(libc::O_RDWR | libc::O_CREAT | libc::O_APPEND)
+        );
         assert_eq!(mode_flags(b"r+e"), Some(libc::O_RDWR | libc::O_CLOEXEC));
-        assert_eq!(mode_flags(b"wx"), Some(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL));
+        assert_eq!(
+            mode_flags(b"wx"),
+            Some(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL)
+        );
         assert_eq!(mode_flags(b"z"), None);
+    }
+}
+
+extern "C" {
+    static mut stdin: *mut libc::FILE;
+    static mut stdout: *mut libc::FILE;
+    static mut stderr: *mut libc::FILE;
+}
+
+static STD_DONE: [std::sync::atomic::AtomicBool; 3] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 3];
+
+/// Store descriptor `fd` became 0, 1 or 2 (inherited across exec, or dup2): glibc's
+/// stdin/stdout/stderr would write with internal calls the shim cannot see, so replace
+/// the stream by a cookie stream on the same descriptor (which falls back to the kernel
+/// if the descriptor is later pointed at a kernel file again).
+pub fn install_std(fd: i32) {
+    if !(0..=2).contains(&fd) || STD_DONE[fd as usize].swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let mode = if fd == 0 { c"r" } else { c"w" };
+    let Ok(f) = open_stream(fd, mode.as_ptr()) else {
+        return;
+    };
+    // SAFETY: replacing the C library's standard stream pointers, as freopen-style code
+    // does; the old stream is flushed first and left open (it owns no other resource).
+    unsafe {
+        let slot = match fd {
+            0 => &raw mut stdin,
+            1 => &raw mut stdout,
+            _ => &raw mut stderr,
+        };
+        if fd != 0 {
+            libc::fflush(*slot);
+        }
+        if fd == 2 {
+            libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
+        }
+        *slot = f;
     }
 }

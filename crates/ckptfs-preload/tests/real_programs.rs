@@ -16,7 +16,10 @@ use std::sync::OnceLock;
 const MOUNT: &str = "/ckpt";
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// The shim library, built if missing.
@@ -28,7 +31,9 @@ fn lib() -> &'static Path {
         if let Some(d) = std::env::var_os("CKPTFS_BIN_DIR") {
             dirs.push(d.into());
         }
-        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or(workspace().join("target"));
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or(workspace().join("target"));
         dirs.push(target.join("release"));
         if let Some(p) = dirs.iter().map(|d| d.join(name)).find(|p| p.is_file()) {
             return p;
@@ -61,7 +66,11 @@ struct TestStore {
 impl TestStore {
     fn new() -> TestStore {
         static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!("preload-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "preload-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
         let _ = Store::destroy(&name);
         TestStore { name }
     }
@@ -87,7 +96,10 @@ struct Outcome {
 
 fn run(cmd: &[&str], root: &str, envs: &[(&str, String)]) -> Outcome {
     let mut c = Command::new(cmd[0]);
-    c.args(&cmd[1..]).env("ROOT", root).env("LC_ALL", "C").env("TZ", "UTC");
+    c.args(&cmd[1..])
+        .env("ROOT", root)
+        .env("LC_ALL", "C")
+        .env("TZ", "UTC");
     for (k, v) in envs {
         c.env(k, v);
     }
@@ -129,7 +141,9 @@ fn store_tree(s: &Store, under: &str) -> Tree {
     let mut t = Tree::new();
     let prefix = format!("{under}/");
     for (path, st) in s.list_all() {
-        let Some(rel) = path.strip_prefix(&prefix) else { continue };
+        let Some(rel) = path.strip_prefix(&prefix) else {
+            continue;
+        };
         if st.kind == FileKind::Dir {
             t.insert(rel.to_string(), ("dir".into(), st.mode & 0o7777, Vec::new()));
         } else {
@@ -177,7 +191,9 @@ fn program(src: &str) -> PathBuf {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _g = LOCK.lock().unwrap();
     if !out.exists() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs").join(src);
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/progs")
+            .join(src);
         let cc = if src.ends_with(".cpp") { "g++" } else { "gcc" };
         let st = Command::new(cc)
             .args(["-O2", "-Wall", "-pthread", "-o"])
@@ -203,7 +219,11 @@ fn compare(cmd: &[&str]) -> Outcome {
         ("SRC", source_dir().display().to_string()),
     ];
     let sroot = format!("{MOUNT}/t");
-    let pre = Command::new("mkdir").arg(&sroot).envs(env.iter().map(|(k, v)| (*k, v))).status().unwrap();
+    let pre = Command::new("mkdir")
+        .arg(&sroot)
+        .envs(env.iter().map(|(k, v)| (*k, v)))
+        .status()
+        .unwrap();
     assert!(pre.success(), "mkdir {sroot} under the shim");
     let on_store = run(cmd, &sroot, &env);
 
@@ -213,14 +233,24 @@ fn compare(cmd: &[&str]) -> Outcome {
     let plain_env = vec![("SRC", source_dir().display().to_string())];
     let on_plain = run(cmd, proot.to_str().unwrap(), &plain_env);
 
-    assert_eq!(on_store, on_plain, "{cmd:?}: store run (left) differs from plain run (right)");
+    assert_eq!(
+        on_store, on_plain,
+        "{cmd:?}: store run (left) differs from plain run (right)"
+    );
     let st = store_tree(&ts.store(), "/t");
     let pt = plain_tree(&proot);
-    let names = |t: &Tree| t.iter().map(|(k, v)| format!("{k} {} {:o} {}", v.0, v.1, v.2.len())).collect::<Vec<_>>();
+    let names = |t: &Tree| {
+        t.iter()
+            .map(|(k, v)| format!("{k} {} {:o} {}", v.0, v.1, v.2.len()))
+            .collect::<Vec<_>>()
+    };
     let (sn, pn) = (names(&st), names(&pt));
     let only_store: Vec<_> = sn.iter().filter(|n| !pn.contains(n)).collect();
     let only_plain: Vec<_> = pn.iter().filter(|n| !sn.contains(n)).collect();
-    assert!(sn == pn, "{cmd:?}: file trees differ: only on the store {only_store:?}, only plain {only_plain:?}");
+    assert!(
+        sn == pn,
+        "{cmd:?}: file trees differ: only on the store {only_store:?}, only plain {only_plain:?}"
+    );
     for (k, v) in &st {
         assert!(v.2 == pt[k].2, "{cmd:?}: content of {k} differs");
     }
@@ -356,7 +386,11 @@ fn cpp_fstreams() {
 #[test]
 fn fork_shares_offsets_with_children() {
     let o = prog("forks.c");
-    assert!(o.stdout.contains("parent1\nchild0\nchild1\nchild2\nparent2\n"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("parent1\nchild0\nchild1\nchild2\nparent2\n"),
+        "{}",
+        o.stdout
+    );
 }
 
 #[test]
@@ -375,4 +409,26 @@ fn errno_matches_the_kernel() {
 fn descriptor_collisions_and_close_range() {
     let o = prog("fds.c");
     assert!(o.stdout.contains("300 files ok=1"), "{}", o.stdout);
+}
+
+#[test]
+fn exec_inherits_store_descriptors_shell_redirections() {
+    let o = sh(r#"set -e
+echo one > "$ROOT/a"
+(echo two; cat "$ROOT/a"; /bin/echo three) > "$ROOT/b"
+ls "$ROOT" >> "$ROOT/b"
+/bin/sh -c 'echo nested' >> "$ROOT/b"
+bash -c 'exec 3>>"$ROOT/b"; echo fd3 >&3; /bin/echo fd3-child >&3'
+cat "$ROOT/b"
+wc -c < "$ROOT/b"
+exec 4< "$ROOT/a"
+head -c 2 <&4; echo
+"#);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert!(
+        o.stdout
+            .contains("two\none\nthree\na\nb\nnested\nfd3\nfd3-child\n"),
+        "{}",
+        o.stdout
+    );
 }
