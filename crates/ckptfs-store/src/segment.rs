@@ -145,6 +145,12 @@ impl Segment {
             uniq
         ));
         let _ = std::fs::remove_file(&tmp);
+        remove_stale_tmps(&tmp, &uniq);
+        if let Some(sp) = params.spill_path {
+            let mut t = sp.as_os_str().to_owned();
+            t.push(format!(".tmp.{uniq}"));
+            remove_stale_tmps(Path::new(&t), &uniq);
+        }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -505,6 +511,33 @@ impl Segment {
     pub unsafe fn intent_name(&self) -> &mut [u8; 256] {
         // SAFETY: exclusive under the namespace lock held by the caller.
         unsafe { &mut *self.sb().rename.name.get() }
+    }
+}
+
+/// Remove the temporary files of earlier creators that died before publishing (SIGKILLed
+/// while pre-faulting, say): each holds a whole segment's memory or spill space, and
+/// nobody else would ever remove it. `tmp` is our own temporary path, ending in `uniq`
+/// (`PID.N`); theirs differ only in that part.
+fn remove_stale_tmps(tmp: &Path, uniq: &str) {
+    let (Some(dir), Some(name)) = (tmp.parent(), tmp.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let prefix = &name[..name.len() - uniq.len()];
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let n = e.file_name();
+        let Some(rest) = n.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        // Our own process may be creating on another thread; a live pid may be creating.
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 
