@@ -765,3 +765,52 @@ fn growing_a_file_after_its_writer_died_mid_write_reads_zeros_past_old_end() {
     assert_eq!(&data[125_000..], b"end");
     assert!(store.fsck(true).is_clean());
 }
+
+#[test]
+fn creator_killed_while_prefaulting_leaves_no_temporary_segment_behind() {
+    let name = format!("t-crash-creator-{}", std::process::id());
+    let _ = Store::destroy(&name);
+    let spill_dir = tempfile::tempdir().unwrap();
+    let tmp_prefix = format!(".ckptfs.{name}.tmp.");
+    let leftovers = |dir: &std::path::Path, prefix: &str| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(prefix))
+            .collect()
+    };
+    let mut s = Spec::new(&name, "files");
+    s.mem = Some(256 << 20);
+    s.chunk = Some(CHUNK);
+    s.count = 1;
+    let mut p = Proc::spawn(&s, &[]);
+    // Kill it while it reserves and pre-faults its (still unpublished) segment.
+    let t0 = Instant::now();
+    let reserved = || {
+        leftovers(std::path::Path::new("/dev/shm"), &tmp_prefix)
+            .iter()
+            .any(|n| std::fs::metadata(format!("/dev/shm/{n}")).is_ok_and(|m| m.len() > 0))
+    };
+    while !reserved() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "creator never started");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    p.kill();
+    assert!(!support::segment_exists(&name), "killed before publishing");
+    // The next creator cleans up after the dead one (the file holds 256 MiB of memory).
+    let store = Store::open_or_create(&ckptfs_store::StoreOptions {
+        mem_size: Some(4 << 20),
+        chunk_size: Some(CHUNK),
+        spill_dir: Some(spill_dir.path().to_path_buf()),
+        spill_size: Some(1 << 20),
+        ..ckptfs_store::StoreOptions::named(&name)
+    })
+    .unwrap();
+    drop(store);
+    Store::destroy(&name).unwrap();
+    assert_eq!(
+        leftovers(std::path::Path::new("/dev/shm"), &tmp_prefix),
+        Vec::<String>::new()
+    );
+}

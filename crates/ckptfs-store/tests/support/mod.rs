@@ -323,3 +323,8 @@ impl Rng {
         lo + self.next() % (hi - lo)
     }
 }
+
+/// Is there a published segment of that name?
+pub fn segment_exists(name: &str) -> bool {
+    ckptfs_store::segment_path(name).exists()
+}
