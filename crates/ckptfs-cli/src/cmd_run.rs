@@ -16,7 +16,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub preload_lib: Option<PathBuf>,
     /// The command and its arguments (after `--`).
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     pub cmd: Vec<OsString>,
 }
 
@@ -44,7 +49,10 @@ pub fn find_preload_lib(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("CKPTFS_PRELOAD_LIB").filter(|v| !v.is_empty()) {
         cands.push(p.into());
     }
-    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
         cands.push(dir.join(NAME));
     }
     if let Some(d) = std::env::var_os("CKPTFS_BIN_DIR").filter(|v| !v.is_empty()) {
@@ -84,7 +92,11 @@ pub fn main(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     cmd.env("CKPTFS_MOUNT", mounts.join(":"));
     let mut preload = OsString::from(&lib);
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        if !old.to_string_lossy().split([':', ' ']).any(|p| Path::new(p) == lib) {
+        if !old
+            .to_string_lossy()
+            .split([':', ' '])
+            .any(|p| Path::new(p) == lib)
+        {
             preload.push(":");
             preload.push(old);
         }
@@ -97,56 +109,313 @@ pub fn main(args: RunArgs, ctx: &Ctx) -> Result<i32> {
 /// libc calls that take a path or a descriptor of a file (what the shim would have to
 /// intercept). Stdio calls on a `FILE*` are listed in [`VIA_STDIO`].
 const FILE_CALLS: &[&str] = &[
-    "open", "open64", "openat", "openat64", "creat", "creat64", "__open_2", "__open64_2", "__openat_2",
-    "__openat64_2", "openat2", "name_to_handle_at", "open_by_handle_at", "read", "write", "pread", "pread64",
-    "pwrite", "pwrite64", "readv", "writev", "preadv", "preadv64", "pwritev", "pwritev64", "preadv2",
-    "pwritev2", "preadv64v2", "pwritev64v2", "__read_chk", "__pread_chk", "__pread64_chk", "lseek",
-    "lseek64", "close", "close_range", "closefrom", "dup", "dup2", "dup3", "fcntl", "fcntl64", "flock",
-    "lockf", "lockf64", "fsync", "fdatasync", "syncfs", "sync_file_range", "ftruncate", "ftruncate64",
-    "truncate", "truncate64", "fallocate", "fallocate64", "posix_fallocate", "posix_fallocate64",
-    "posix_fadvise", "posix_fadvise64", "readahead", "stat", "stat64", "lstat", "lstat64", "fstat",
-    "fstat64", "fstatat", "fstatat64", "statx", "__xstat", "__xstat64", "__lxstat", "__lxstat64",
-    "__fxstat", "__fxstat64", "__fxstatat", "__fxstatat64", "statfs", "statfs64", "fstatfs", "fstatfs64",
-    "statvfs", "statvfs64", "fstatvfs", "fstatvfs64", "access", "faccessat", "euidaccess", "eaccess",
-    "unlink", "unlinkat", "remove", "rename", "renameat", "renameat2", "mkdir", "mkdirat", "rmdir", "link",
-    "linkat", "symlink", "symlinkat", "readlink", "readlinkat", "__readlink_chk", "__readlinkat_chk",
-    "mknod", "mknodat", "mkfifo", "mkfifoat", "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown",
-    "fchownat", "utime", "utimes", "lutimes", "futimes", "futimesat", "utimensat", "futimens", "chdir",
-    "fchdir", "getcwd", "__getcwd_chk", "get_current_dir_name", "getwd", "realpath", "__realpath_chk",
-    "canonicalize_file_name", "opendir", "fdopendir", "readdir", "readdir64", "readdir_r", "readdir64_r",
-    "rewinddir", "closedir", "dirfd", "telldir", "seekdir", "scandir", "scandir64", "scandirat",
-    "scandirat64", "getdents64", "ftw", "ftw64", "nftw", "nftw64", "glob", "glob64", "fts_open",
-    "fts_read", "mkstemp", "mkstemp64", "mkostemp", "mkostemp64", "mkstemps", "mkostemps", "mkdtemp",
-    "tmpfile", "tmpfile64", "fopen", "fopen64", "freopen", "freopen64", "fdopen", "fileno",
-    "fileno_unlocked", "fclose", "fcloseall", "popen", "mmap", "mmap64", "copy_file_range", "sendfile",
-    "sendfile64", "splice", "tee", "vmsplice", "ioctl", "listxattr", "llistxattr", "flistxattr",
-    "getxattr", "lgetxattr", "fgetxattr", "setxattr", "lsetxattr", "fsetxattr", "removexattr",
-    "lremovexattr", "fremovexattr", "aio_read", "aio_write", "aio_read64", "aio_write64", "lio_listio",
-    "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve", "posix_spawn",
-    "posix_spawnp", "_exit", "_Exit", "inotify_add_watch", "fanotify_mark", "chroot", "truncate",
+    "open",
+    "open64",
+    "openat",
+    "openat64",
+    "creat",
+    "creat64",
+    "__open_2",
+    "__open64_2",
+    "__openat_2",
+    "__openat64_2",
+    "openat2",
+    "name_to_handle_at",
+    "open_by_handle_at",
+    "read",
+    "write",
+    "pread",
+    "pread64",
+    "pwrite",
+    "pwrite64",
+    "readv",
+    "writev",
+    "preadv",
+    "preadv64",
+    "pwritev",
+    "pwritev64",
+    "preadv2",
+    "pwritev2",
+    "preadv64v2",
+    "pwritev64v2",
+    "__read_chk",
+    "__pread_chk",
+    "__pread64_chk",
+    "lseek",
+    "lseek64",
+    "close",
+    "close_range",
+    "closefrom",
+    "dup",
+    "dup2",
+    "dup3",
+    "fcntl",
+    "fcntl64",
+    "flock",
+    "lockf",
+    "lockf64",
+    "fsync",
+    "fdatasync",
+    "syncfs",
+    "sync_file_range",
+    "ftruncate",
+    "ftruncate64",
+    "truncate",
+    "truncate64",
+    "fallocate",
+    "fallocate64",
+    "posix_fallocate",
+    "posix_fallocate64",
+    "posix_fadvise",
+    "posix_fadvise64",
+    "readahead",
+    "stat",
+    "stat64",
+    "lstat",
+    "lstat64",
+    "fstat",
+    "fstat64",
+    "fstatat",
+    "fstatat64",
+    "statx",
+    "__xstat",
+    "__xstat64",
+    "__lxstat",
+    "__lxstat64",
+    "__fxstat",
+    "__fxstat64",
+    "__fxstatat",
+    "__fxstatat64",
+    "statfs",
+    "statfs64",
+    "fstatfs",
+    "fstatfs64",
+    "statvfs",
+    "statvfs64",
+    "fstatvfs",
+    "fstatvfs64",
+    "access",
+    "faccessat",
+    "euidaccess",
+    "eaccess",
+    "unlink",
+    "unlinkat",
+    "remove",
+    "rename",
+    "renameat",
+    "renameat2",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+    "link",
+    "linkat",
+    "symlink",
+    "symlinkat",
+    "readlink",
+    "readlinkat",
+    "__readlink_chk",
+    "__readlinkat_chk",
+    "mknod",
+    "mknodat",
+    "mkfifo",
+    "mkfifoat",
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "chown",
+    "fchown",
+    "lchown",
+    "fchownat",
+    "utime",
+    "utimes",
+    "lutimes",
+    "futimes",
+    "futimesat",
+    "utimensat",
+    "futimens",
+    "chdir",
+    "fchdir",
+    "getcwd",
+    "__getcwd_chk",
+    "get_current_dir_name",
+    "getwd",
+    "realpath",
+    "__realpath_chk",
+    "canonicalize_file_name",
+    "opendir",
+    "fdopendir",
+    "readdir",
+    "readdir64",
+    "readdir_r",
+    "readdir64_r",
+    "rewinddir",
+    "closedir",
+    "dirfd",
+    "telldir",
+    "seekdir",
+    "scandir",
+    "scandir64",
+    "scandirat",
+    "scandirat64",
+    "getdents64",
+    "ftw",
+    "ftw64",
+    "nftw",
+    "nftw64",
+    "glob",
+    "glob64",
+    "fts_open",
+    "fts_read",
+    "mkstemp",
+    "mkstemp64",
+    "mkostemp",
+    "mkostemp64",
+    "mkstemps",
+    "mkostemps",
+    "mkdtemp",
+    "tmpfile",
+    "tmpfile64",
+    "fopen",
+    "fopen64",
+    "freopen",
+    "freopen64",
+    "fdopen",
+    "fileno",
+    "fileno_unlocked",
+    "fclose",
+    "fcloseall",
+    "popen",
+    "mmap",
+    "mmap64",
+    "copy_file_range",
+    "sendfile",
+    "sendfile64",
+    "splice",
+    "tee",
+    "vmsplice",
+    "ioctl",
+    "listxattr",
+    "llistxattr",
+    "flistxattr",
+    "getxattr",
+    "lgetxattr",
+    "fgetxattr",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+    "aio_read",
+    "aio_write",
+    "aio_read64",
+    "aio_write64",
+    "lio_listio",
+    "execve",
+    "execv",
+    "execvp",
+    "execvpe",
+    "execl",
+    "execlp",
+    "execle",
+    "fexecve",
+    "posix_spawn",
+    "posix_spawnp",
+    "_exit",
+    "_Exit",
+    "inotify_add_watch",
+    "fanotify_mark",
+    "chroot",
+    "truncate",
 ];
 
 /// Stdio calls that work on store streams without their own hook: glibc drives the
 /// `fopencookie` stream of a store file through the shim's callbacks.
 const VIA_STDIO: &[&str] = &[
-    "fread", "fwrite", "fread_unlocked", "fwrite_unlocked", "fgets", "fgets_unlocked", "fputs",
-    "fputs_unlocked", "fgetc", "fputc", "getc", "putc", "_IO_getc", "_IO_putc", "getc_unlocked",
-    "putc_unlocked", "fgetc_unlocked", "fputc_unlocked", "ungetc", "getline", "getdelim", "__getdelim",
-    "fprintf", "vfprintf", "__fprintf_chk", "__vfprintf_chk", "fscanf", "vfscanf", "__isoc99_fscanf",
-    "__isoc99_vfscanf", "__isoc23_fscanf", "fseek", "fseeko", "fseeko64", "ftell", "ftello", "ftello64",
-    "rewind", "fgetpos", "fgetpos64", "fsetpos", "fsetpos64", "fflush", "fflush_unlocked", "feof",
-    "ferror", "clearerr", "feof_unlocked", "ferror_unlocked", "clearerr_unlocked", "setvbuf", "setbuf",
-    "setbuffer", "setlinebuf", "__fread_chk", "__fgets_chk", "__fread_unlocked_chk", "fputws", "fgetws",
-    "fwprintf", "fwide", "__uflow", "__overflow", "flockfile", "funlockfile", "ftrylockfile",
+    "fread",
+    "fwrite",
+    "fread_unlocked",
+    "fwrite_unlocked",
+    "fgets",
+    "fgets_unlocked",
+    "fputs",
+    "fputs_unlocked",
+    "fgetc",
+    "fputc",
+    "getc",
+    "putc",
+    "_IO_getc",
+    "_IO_putc",
+    "getc_unlocked",
+    "putc_unlocked",
+    "fgetc_unlocked",
+    "fputc_unlocked",
+    "ungetc",
+    "getline",
+    "getdelim",
+    "__getdelim",
+    "fprintf",
+    "vfprintf",
+    "__fprintf_chk",
+    "__vfprintf_chk",
+    "fscanf",
+    "vfscanf",
+    "__isoc99_fscanf",
+    "__isoc99_vfscanf",
+    "__isoc23_fscanf",
+    "fseek",
+    "fseeko",
+    "fseeko64",
+    "ftell",
+    "ftello",
+    "ftello64",
+    "rewind",
+    "fgetpos",
+    "fgetpos64",
+    "fsetpos",
+    "fsetpos64",
+    "fflush",
+    "fflush_unlocked",
+    "feof",
+    "ferror",
+    "clearerr",
+    "feof_unlocked",
+    "ferror_unlocked",
+    "clearerr_unlocked",
+    "setvbuf",
+    "setbuf",
+    "setbuffer",
+    "setlinebuf",
+    "__fread_chk",
+    "__fgets_chk",
+    "__fread_unlocked_chk",
+    "fputws",
+    "fgetws",
+    "fwprintf",
+    "fwide",
+    "__uflow",
+    "__overflow",
+    "flockfile",
+    "funlockfile",
+    "ftrylockfile",
 ];
 
 /// Calls deliberately not intercepted, with what they do on a store path or descriptor.
 const DOCUMENTED: &[(&str, &str)] = &[
-    ("statfs", "ENOENT: the mount prefix does not exist in the kernel's namespace"),
+    (
+        "statfs",
+        "ENOENT: the mount prefix does not exist in the kernel's namespace",
+    ),
     ("statvfs", "ENOENT (as statfs)"),
-    ("fstatfs", "reports /dev/null's file system (the reserved descriptor)"),
+    (
+        "fstatfs",
+        "reports /dev/null's file system (the reserved descriptor)",
+    ),
     ("realpath", "ENOENT: glibc resolves with internal calls"),
-    ("scandir", "ENOENT: glibc opens the directory internally (use opendir/readdir)"),
+    (
+        "scandir",
+        "ENOENT: glibc opens the directory internally (use opendir/readdir)",
+    ),
     ("nftw", "ENOENT: glibc walks with internal calls"),
     ("ftw", "ENOENT: glibc walks with internal calls"),
     ("mkstemp", "ENOENT: glibc opens internally"),
@@ -154,8 +423,14 @@ const DOCUMENTED: &[(&str, &str)] = &[
     ("getdents64", "EBADF: store descriptors are O_PATH descriptors"),
     ("splice", "EBADF: store descriptors are O_PATH descriptors"),
     ("ioctl", "EBADF: store descriptors are O_PATH descriptors"),
-    ("execl", "store files stay leased until exit (exec via execve/execv/execvp is hooked)"),
-    ("posix_spawn", "the child does not inherit store descriptors (they are released at exec)"),
+    (
+        "execl",
+        "store files stay leased until exit (exec via execve/execv/execvp is hooked)",
+    ),
+    (
+        "posix_spawn",
+        "the child does not inherit store descriptors (they are released at exec)",
+    ),
 ];
 
 /// The dynamic symbols of an ELF64 little-endian file: (imported, defined).
@@ -165,34 +440,58 @@ pub fn elf_dynamic_symbols(path: &Path) -> Result<(BTreeSet<String>, BTreeSet<St
     if data.len() < 64 || &data[..4] != b"\x7fELF" || data[4] != 2 || data[5] != 1 {
         return Err(bad());
     }
-    let u16_at = |o: usize| data.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
-    let u32_at = |o: usize| data.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize);
-    let u64_at = |o: usize| data.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize);
+    let u16_at = |o: usize| {
+        data.get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    };
+    let u32_at = |o: usize| {
+        data.get(o..o + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize)
+    };
+    let u64_at = |o: usize| {
+        data.get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
+    };
     let shoff = u64_at(0x28).ok_or_else(bad)?;
     let shentsize = u16_at(0x3a).ok_or_else(bad)?;
     let shnum = u16_at(0x3c).ok_or_else(bad)?;
     let sect = |i: usize| -> Option<(u32, usize, usize, usize, usize)> {
         let b = shoff + i * shentsize;
         // (type, offset, size, link, entsize)
-        Some((u32_at(b + 4)? as u32, u64_at(b + 0x18)?, u64_at(b + 0x20)?, u32_at(b + 0x28)?, u64_at(b + 0x38)?))
+        Some((
+            u32_at(b + 4)? as u32,
+            u64_at(b + 0x18)?,
+            u64_at(b + 0x20)?,
+            u32_at(b + 0x28)?,
+            u64_at(b + 0x38)?,
+        ))
     };
     let mut imported = BTreeSet::new();
     let mut defined = BTreeSet::new();
     for i in 0..shnum {
-        let Some((ty, off, size, link, ent)) = sect(i) else { continue };
+        let Some((ty, off, size, link, ent)) = sect(i) else {
+            continue;
+        };
         if ty != 11 || ent == 0 {
             continue; // SHT_DYNSYM only
         }
-        let Some((_, stroff, strsize, _, _)) = sect(link) else { continue };
+        let Some((_, stroff, strsize, _, _)) = sect(link) else {
+            continue;
+        };
         let strtab = data.get(stroff..stroff + strsize).ok_or_else(bad)?;
         for k in 1..size / ent {
             let s = off + k * ent;
-            let (Some(name), Some(shndx)) = (u32_at(s), u16_at(s + 6)) else { break };
+            let (Some(name), Some(shndx)) = (u32_at(s), u16_at(s + 6)) else {
+                break;
+            };
             let info = data.get(s + 4).copied().unwrap_or(0);
             if info >> 4 == 0 && shndx != 0 {
                 continue; // local
             }
-            let end = strtab[name.min(strtab.len())..].iter().position(|&c| c == 0).unwrap_or(0);
+            let end = strtab[name.min(strtab.len())..]
+                .iter()
+                .position(|&c| c == 0)
+                .unwrap_or(0);
             let n = String::from_utf8_lossy(&strtab[name..name + end]).to_string();
             if n.is_empty() {
                 continue;
@@ -211,8 +510,11 @@ fn which(p: &Path) -> Option<PathBuf> {
     if p.components().count() > 1 || p.exists() {
         return Some(p.to_path_buf());
     }
-    std::env::var_os("PATH")
-        .and_then(|path| std::env::split_paths(&path).map(|d| d.join(p)).find(|c| c.is_file()))
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(p))
+            .find(|c| c.is_file())
+    })
 }
 
 /// `ckptfs check-binary`: list the libc file calls PROGRAM imports that the shim does not
@@ -235,7 +537,12 @@ pub fn check_binary(args: CheckBinaryArgs, _ctx: &Ctx) -> Result<i32> {
             missing.push(base.to_string());
         }
     }
-    println!("{}: {} file calls imported, {} not covered by the shim", prog.display(), covered.len() + missing.len(), missing.len());
+    println!(
+        "{}: {} file calls imported, {} not covered by the shim",
+        prog.display(),
+        covered.len() + missing.len(),
+        missing.len()
+    );
     for m in &missing {
         let why = DOCUMENTED.iter().find(|d| d.0 == m.as_str()).map_or("not intercepted: on a store path it fails with the kernel's ENOENT; on a store descriptor with EBADF", |d| d.1);
         println!("  NOT COVERED  {m:<24} {why}");

@@ -1,0 +1,341 @@
+//! `ckptfs bench preload`: the LD_PRELOAD shim against its baselines, in one run.
+//!
+//! 1..N worker processes (a small C program compiled at run time, so this crate never
+//! links the shim) each: (a) write() a new file through the shim into the store;
+//! (b) memcpy into pre-faulted shared memory; (c) write() a new file on /dev/shm;
+//! (d) read the store file back through the shim. Then (e) one process loops
+//! open/fstat/close of a non-store file with and without the shim loaded.
+//! Workers start together (each reports its CLOCK_MONOTONIC start and end; the aggregate
+//! time is last end - first start); every case is repeated and the median reported.
+
+use crate::report::{machine, median, Measurement, Report};
+use crate::store::parse_size;
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Arguments of `ckptfs bench preload`.
+#[derive(clap::Args, Debug)]
+pub struct PreloadBenchArgs {
+    /// Largest number of processes (1..N are measured); default: number of CPUs.
+    #[arg(long)]
+    pub procs: Option<usize>,
+    /// Bytes each process writes (K/M/G suffixes).
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    pub file_size: u64,
+    /// Size of each write() and memcpy.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub block: u64,
+    /// Repetitions of each case (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    /// open/fstat/close iterations of the pass-through case.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub passthrough_ops: u64,
+    /// The shim library [default: libckptfs_preload.so next to this binary, then
+    /// $CKPTFS_BIN_DIR, $CKPTFS_PRELOAD_LIB].
+    #[arg(long, value_name = "FILE")]
+    pub preload_lib: Option<PathBuf>,
+    /// Print a JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The worker: `w PATH SIZE BLOCK` (write a new file), `r PATH BLOCK` (read it),
+/// `m SIZE BLOCK` (memcpy into pre-faulted shared memory), `p N PATH` (open/fstat/close).
+/// Prints "ready", waits for a byte on stdin, runs, prints "T0 T1".
+const WORKER_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static void ready(void) { char c; printf("ready\n"); fflush(stdout); if (read(0, &c, 1) != 1) exit(3); }
+int main(int argc, char **argv) {
+    char m = argv[1][0];
+    double t0, t1;
+    if (m == 'p') {
+        long n = atol(argv[2]);
+        struct stat st;
+        ready();
+        t0 = now();
+        for (long i = 0; i < n; i++) {
+            int fd = open(argv[3], O_RDONLY);
+            if (fd < 0 || fstat(fd, &st) != 0) return 1;
+            close(fd);
+        }
+        t1 = now();
+    } else if (m == 'm') {
+        size_t size = atoll(argv[2]), block = atoll(argv[3]);
+        char *src = malloc(block), *dst = mmap(0, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        memset(src, 7, block);
+        memset(dst, 0, size);
+        ready();
+        t0 = now();
+        for (size_t o = 0; o < size; o += block) memcpy(dst + o, src, size - o < block ? size - o : block);
+        t1 = now();
+    } else if (m == 'w') {
+        size_t size = atoll(argv[3]), block = atoll(argv[4]);
+        char *src = malloc(block);
+        memset(src, 7, block);
+        unlink(argv[2]);
+        ready();
+        t0 = now();
+        int fd = open(argv[2], O_CREAT | O_TRUNC | O_WRONLY, 0644);
+        if (fd < 0) { perror(argv[2]); return 1; }
+        for (size_t o = 0; o < size; o += block) {
+            size_t k = size - o < block ? size - o : block;
+            if (write(fd, src, k) != (ssize_t)k) { perror("write"); return 1; }
+        }
+        if (close(fd)) return 1;
+        t1 = now();
+    } else {
+        size_t block = atoll(argv[3]);
+        char *dst = malloc(block);
+        memset(dst, 0, block);
+        ready();
+        t0 = now();
+        int fd = open(argv[2], O_RDONLY);
+        if (fd < 0) { perror(argv[2]); return 1; }
+        ssize_t k;
+        while ((k = read(fd, dst, block)) > 0) {}
+        if (k < 0 || close(fd)) return 1;
+        t1 = now();
+    }
+    printf("%.9f %.9f\n", t0, t1);
+    return 0;
+}
+"#;
+
+fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
+    let name = "libckptfs_preload.so";
+    let mut c: Vec<PathBuf> = explicit.map(Path::to_path_buf).into_iter().collect();
+    if let Some(d) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        c.push(d.join(name));
+    }
+    for v in ["CKPTFS_BIN_DIR", "CKPTFS_PRELOAD_LIB"] {
+        if let Some(p) = std::env::var_os(v).filter(|p| !p.is_empty()) {
+            let p = PathBuf::from(p);
+            c.push(if v == "CKPTFS_BIN_DIR" { p.join(name) } else { p });
+        }
+    }
+    c.into_iter()
+        .find(|p| p.is_file())
+        .with_context(|| format!("{name} not found; build it with `cargo build --release -p ckptfs-preload`"))
+}
+
+/// Run the same worker command in `n` processes released together; aggregate seconds.
+fn parallel(n: usize, argv: &dyn Fn(usize) -> Vec<String>, env: &[(String, String)]) -> Result<f64> {
+    let mut kids = Vec::new();
+    for rank in 0..n {
+        let a = argv(rank);
+        let mut c = Command::new(&a[0]);
+        c.args(&a[1..]).stdin(Stdio::piped()).stdout(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().with_context(|| format!("spawning {}", a[0]))?;
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        if line.trim() != "ready" {
+            bail!("worker {rank} did not start: {line:?}");
+        }
+        kids.push((child, out));
+    }
+    for (c, _) in kids.iter_mut() {
+        c.stdin.as_mut().unwrap().write_all(b"g")?;
+    }
+    let (mut t0, mut t1) = (f64::MAX, 0f64);
+    for (mut c, mut out) in kids {
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        let st = c.wait()?;
+        let v: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        if !st.success() || v.len() != 2 {
+            bail!("worker failed ({st}): {line:?}");
+        }
+        t0 = t0.min(v[0]);
+        t1 = t1.max(v[1]);
+    }
+    Ok(t1 - t0)
+}
+
+/// Run the benchmark.
+pub fn run(a: PreloadBenchArgs) -> Result<Report> {
+    let lib = find_lib(a.preload_lib.as_deref())?;
+    let nmax = a
+        .procs
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let tmp = tempfile::tempdir()?;
+    let src = tmp.path().join("worker.c");
+    std::fs::write(&src, WORKER_C)?;
+    let worker = tmp.path().join("worker");
+    let st = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&worker)
+        .arg(&src)
+        .status()
+        .context("running cc")?;
+    if !st.success() {
+        bail!("compiling the benchmark worker failed");
+    }
+    let w = worker.display().to_string();
+    let store = format!("bench-preload-{}", std::process::id());
+    let chunk = 1u64 << 20;
+    let mem = (a.file_size.div_ceil(chunk) * chunk) * nmax as u64 + (64 << 20);
+    let opts = ckptfs_store::StoreOptions {
+        mem_size: Some(mem),
+        ..ckptfs_store::StoreOptions::named(&store)
+    };
+    let _ = ckptfs_store::Store::destroy(&store);
+    ckptfs_store::Store::create(&opts).context("creating the benchmark store")?;
+    struct Destroy(String);
+    impl Drop for Destroy {
+        fn drop(&mut self) {
+            let _ = ckptfs_store::Store::destroy(&self.0);
+        }
+    }
+    let _guard = Destroy(store.clone());
+    let shim_env = vec![
+        ("LD_PRELOAD".to_string(), lib.display().to_string()),
+        ("CKPTFS_STORE".to_string(), store.clone()),
+        ("CKPTFS_MOUNT".to_string(), "/ckpt".to_string()),
+    ];
+    let shm = PathBuf::from(format!("/dev/shm/ckptfs-bench-preload-{}", std::process::id()));
+    std::fs::create_dir_all(&shm)?;
+    struct Rm(PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _rm = Rm(shm.clone());
+    let (size, block) = (a.file_size.to_string(), a.block.to_string());
+    let mut results = Vec::new();
+    let mut notes = Vec::new();
+    for n in 1..=nmax {
+        let bytes = a.file_size * n as u64;
+        let mut cases: Vec<(&str, Vec<f64>)> = vec![
+            ("a shim write", vec![]),
+            ("b memcpy shm", vec![]),
+            ("c write /dev/shm", vec![]),
+            ("d shim read", vec![]),
+        ];
+        // Interleave the cases so that machine noise hits all of them alike.
+        for _ in 0..a.reps {
+            let s = parallel(
+                n,
+                &|r| {
+                    vec![
+                        w.clone(),
+                        "w".into(),
+                        format!("/ckpt/f{r}"),
+                        size.clone(),
+                        block.clone(),
+                    ]
+                },
+                &shim_env,
+            )?;
+            cases[0].1.push(s);
+            let s = parallel(
+                n,
+                &|_| vec![w.clone(), "m".into(), size.clone(), block.clone()],
+                &[],
+            )?;
+            cases[1].1.push(s);
+            let s = parallel(
+                n,
+                &|r| {
+                    vec![
+                        w.clone(),
+                        "w".into(),
+                        shm.join(format!("f{r}")).display().to_string(),
+                        size.clone(),
+                        block.clone(),
+                    ]
+                },
+                &[],
+            )?;
+            cases[2].1.push(s);
+            for r in 0..n {
+                let _ = std::fs::remove_file(shm.join(format!("f{r}")));
+            }
+            let s = parallel(
+                n,
+                &|r| vec![w.clone(), "r".into(), format!("/ckpt/f{r}"), block.clone()],
+                &shim_env,
+            )?;
+            cases[3].1.push(s);
+        }
+        let gbps = |v: &[f64]| bytes as f64 / median(v) / 1e9;
+        let (sa, sb, sc) = (gbps(&cases[0].1), gbps(&cases[1].1), gbps(&cases[2].1));
+        for (i, (name, secs)) in cases.into_iter().enumerate() {
+            let mut m = Measurement::new(name, n, bytes, secs);
+            if i == 0 {
+                m = m.with("vs memcpy", sa / sb).with("vs /dev/shm", sa / sc);
+            }
+            results.push(m);
+        }
+        notes.push(format!(
+            "{n} proc: shim write = {:.2}x memcpy (target >= 0.85), {:.2}x /dev/shm write (target >= 2); {}",
+            sa / sb,
+            sa / sc,
+            if sa / sb >= 0.85 && sa / sc >= 2.0 {
+                "targets met"
+            } else {
+                "target missed"
+            }
+        ));
+    }
+    // (e) pass-through cost on a non-store path.
+    let target = tmp.path().join("plain-file");
+    std::fs::write(&target, b"x")?;
+    let ops = a.passthrough_ops.to_string();
+    let tgt = target.display().to_string();
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..a.reps {
+        without.push(parallel(
+            1,
+            &|_| vec![w.clone(), "p".into(), ops.clone(), tgt.clone()],
+            &[],
+        )?);
+        with.push(parallel(
+            1,
+            &|_| vec![w.clone(), "p".into(), ops.clone(), tgt.clone()],
+            &shim_env,
+        )?);
+    }
+    let per = |v: &[f64]| median(v) / a.passthrough_ops as f64 * 1e9;
+    let overhead = (median(&with) / median(&without) - 1.0) * 100.0;
+    results.push(
+        Measurement::new("e open/fstat/close, no shim", 1, 0, without.clone()).with("ns/iter", per(&without)),
+    );
+    results.push(
+        Measurement::new("e open/fstat/close, shim", 1, 0, with.clone())
+            .with("ns/iter", per(&with))
+            .with("overhead %", overhead),
+    );
+    notes.push(format!(
+        "pass-through overhead {overhead:.1} % (target <= 5 %): {}",
+        if overhead <= 5.0 { "met" } else { "missed" }
+    ));
+    Ok(Report {
+        bench: "preload".into(),
+        settings: serde_json::json!({
+            "procs": nmax, "file_size": a.file_size, "block": a.block, "reps": a.reps,
+            "passthrough_ops": a.passthrough_ops, "chunk_size": chunk, "machine": machine(),
+        }),
+        results,
+        notes,
+    })
+}
