@@ -551,7 +551,6 @@ impl FileHandle {
         let store = self.store.clone();
         let seg = &*store.seg;
         let ino = seg.inode(self.fid);
-        let ns = store.ns();
         let g = store.file_lock(self.fid);
         let mut result = Ok(());
         if self.flags.write && !self.is_dir {
@@ -572,7 +571,11 @@ impl FileHandle {
             store.drop_lease(self.fid, self.owner, false);
         }
         drop(g);
-        if ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
+        // Only an unlinked file needs the namespace lock (to free its inode); checking the
+        // flag after dropping our lease is race-free: an unlink that sets it later sees
+        // our lease gone and frees the file itself.
+        if ino.flags.load(Acquire) & iflag::ORPHAN != 0 {
+            let ns = store.ns();
             store.release_if_unused(&ns, self.fid);
         }
         result

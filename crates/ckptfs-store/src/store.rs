@@ -772,7 +772,9 @@ impl Store {
     }
 
     /// Take an inode from the free stack and give it a name in `parent`.
-    fn alloc_inode(&self, ns: &Ns, k: u32, parent: u32, name: &[u8], mode: u32) -> Result<u32> {
+    /// A file created for writing starts out `writing`, so that a creator killed before it
+    /// registered its lease leaves an `incomplete` file, not a complete empty one.
+    fn alloc_inode(&self, ns: &Ns, k: u32, parent: u32, name: &[u8], mode: u32, writing: bool) -> Result<u32> {
         let seg = &*self.seg;
         let sb = seg.sb();
         let top = sb.fid_top.load(Relaxed);
@@ -788,7 +790,7 @@ impl Store {
         unsafe { seg.set_name(fid, name) };
         ino.first_child.store(NONE, Relaxed);
         ino.flags.store(0, Relaxed);
-        ino.wstate.store(wstate::COMPLETE, Relaxed);
+        ino.wstate.store(if writing { wstate::WRITING } else { wstate::COMPLETE }, Relaxed);
         ino.nchunks.store(0, Relaxed);
         ino.size.store(0, Relaxed);
         ino.mtime_ns.store(t, Relaxed);
@@ -847,7 +849,10 @@ impl Store {
         let ino = self.seg.inode(fid);
         let _g = self.file_lock(fid);
         self.reap_leases(fid);
-        if ino.flags.load(Relaxed) & iflag::ORPHAN != 0 && ino.leases.iter().all(|l| l.pid.load(Relaxed) == 0)
+        // kind check: a close and an unlink may both try to free the same orphan.
+        if ino.kind.load(Acquire) != kind::FREE
+            && ino.flags.load(Relaxed) & iflag::ORPHAN != 0
+            && ino.leases.iter().all(|l| l.pid.load(Relaxed) == 0)
         {
             self.free_inode(ns, fid);
         }
@@ -1096,6 +1101,7 @@ impl Store {
         let comps = components(path)?;
         let ns = self.ns();
         let seg = &*self.seg;
+        let mut created = false;
         let fid = if comps.is_empty() {
             ROOT
         } else {
@@ -1108,7 +1114,8 @@ impl Store {
                     fid
                 }
                 None if flags.create && !flags.directory => {
-                    self.alloc_inode(&ns, kind::FILE, parent, name.as_bytes(), mode)?
+                    created = true;
+                    self.alloc_inode(&ns, kind::FILE, parent, name.as_bytes(), mode, flags.write)?
                 }
                 None => return Err(StoreError::NotFound(path.into())),
             }
@@ -1123,7 +1130,7 @@ impl Store {
         }
         let who = process::me();
         let g = self.file_lock(fid);
-        if ino.wstate.load(Relaxed) == wstate::WRITING {
+        if !created && ino.wstate.load(Relaxed) == wstate::WRITING {
             // A writer that died since anyone looked must not count as writing: its
             // file is incomplete and, below, read with checksum verification.
             self.reap_leases(fid);
@@ -1358,7 +1365,7 @@ impl Store {
         if self.lookup_child(&ns, parent, name.as_bytes()).is_some() {
             return Err(StoreError::Exists(path.into()));
         }
-        let fid = self.alloc_inode(&ns, kind::DIR, parent, name.as_bytes(), mode)?;
+        let fid = self.alloc_inode(&ns, kind::DIR, parent, name.as_bytes(), mode, false)?;
         drop(ns);
         Ok(self.stat_fid(fid))
     }

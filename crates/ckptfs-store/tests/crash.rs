@@ -489,12 +489,13 @@ fn crash_at_free_after_owner_during_truncate_keeps_data_below_new_size() {
 #[test]
 fn crash_at_inode_after_kind_keeps_namespace_consistent() {
     crash_point_case("inode-after-kind", 50_000, "create", "", 0, &[], |s, v| {
-        // The creation committed (kind set): the file exists, empty, under its name.
+        // The creation committed (kind set): the file exists, empty, under its name, and
+        // is incomplete: its creator died before it could write or close it.
         let mut names: Vec<String> = s.read_dir("/v").unwrap().into_iter().map(|e| e.name).collect();
         names.sort();
         assert_eq!(names, vec!["f0", "f1", "new"]);
         let st = s.stat("/v/new").unwrap();
-        assert_eq!((st.size, st.state), (0, WriteState::Complete));
+        assert_eq!((st.size, st.state), (0, WriteState::Incomplete));
         for i in 0..2 {
             assert_file_is(s, &v.file_path(i), v.file_seed(i), 50_000);
         }
