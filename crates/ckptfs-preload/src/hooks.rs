@@ -42,12 +42,12 @@ unsafe fn on_path<T: From<i8>>(
     real: impl FnOnce(c_int, *const c_char) -> T,
     store: impl FnOnce(usize, &str) -> R<T>,
 ) -> T {
-    if in_shim() {
-        return real(dirfd, path);
-    }
     // SAFETY: path is the caller's C string (or null, which classify passes through).
+    // The re-entrancy test (a TLS access) comes after the cheap prefix test, so that
+    // pass-through calls never pay for it.
     match unsafe { state::classify(dirfd, path) } {
         Ok(Loc::Real) => real(dirfd, path),
+        _ if in_shim() => real(dirfd, path),
         Ok(Loc::RealAbs(p)) => real(libc::AT_FDCWD, p.as_ptr()),
         Ok(Loc::Store(m, p)) => ret(guarded(|| store(m, &p))),
         Err(e) => ret(Err(e)),
