@@ -46,10 +46,21 @@ pub fn normalize(p: &str) -> String {
 /// Does this absolute path need normalising before a prefix comparison?
 #[inline]
 pub fn needs_normalize(p: &[u8]) -> bool {
-    // "//", "/." (covers "/./" and "/../") or a trailing "/".
-    p.windows(2)
-        .any(|w| w[0] == b'/' && (w[1] == b'/' || w[1] == b'.'))
-        || p.len() > 1 && p.ends_with(b"/")
+    // "//", a "." or ".." component, or a trailing "/" (hidden names like ".x" are fine).
+    let n = p.len();
+    let dot_component = |i: usize| {
+        // p[i] == b'.' right after a slash: "." or ".." up to the next slash or the end.
+        let end = |k: usize| k == n || p[k] == b'/';
+        end(i + 1) || p.get(i + 1) == Some(&b'.') && end(i + 2)
+    };
+    let mut i = 0;
+    while i + 1 < n {
+        if p[i] == b'/' && (p[i + 1] == b'/' || p[i + 1] == b'.' && dot_component(i + 1)) {
+            return true;
+        }
+        i += 1;
+    }
+    n > 1 && p[n - 1] == b'/'
 }
 
 /// If the normalised absolute path `p` is under a mount, (mount index, store path).
@@ -123,5 +134,8 @@ mod tests {
         assert!(needs_normalize(b"/tmp/../ckpt/x"));
         assert!(needs_normalize(b"/ckpt//x"));
         assert!(!needs_normalize(b"/ckpt/x.y"));
+        assert!(!needs_normalize(b"/tmp/.hidden/..x"));
+        assert!(needs_normalize(b"/ckpt/a/.."));
+        assert!(needs_normalize(b"/ckpt/./a"));
     }
 }
