@@ -14,8 +14,14 @@ if [ ${#need[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get update -qq >/dev/null
-    $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    log=$(mktemp)
+    if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"; } >"$log" 2>&1; then
+        cat "$log" >&2
+        rm -f "$log"
+        echo "setup-fuse.sh: installing ${need[*]} failed" >&2
+        exit 1
+    fi
+    rm -f "$log"
 fi
 
 # /dev/fuse is usually there; create the node if the kernel has the module but no node.
