@@ -69,6 +69,7 @@ fn cli_mount_umount_sigkill_remount() {
     let mp = tmp.path().join("mnt");
     std::fs::create_dir(&mp).unwrap();
     let mps = mp.to_str().unwrap();
+    let _guard = UnmountGuard(mp.clone());
     let log = tmp.path().join("daemon.log");
     let store = ["--store", name.as_str(), "--mem-size", "64M"];
     let mount_args: Vec<&str> = store

@@ -223,6 +223,7 @@ fn crfs_daemon_sigkilled_then_remounted_keeps_closed_files() {
     for d in [&mp, &be] {
         std::fs::create_dir(d).unwrap();
     }
+    let _guard = UnmountGuard(mp.clone());
     let d = Daemon::crfs(&be, &mp, 16 << 20, 4 << 20, 4);
     let data = pattern(12, (9 << 20) + 77);
     std::fs::create_dir(mp.join("ckpt")).unwrap();

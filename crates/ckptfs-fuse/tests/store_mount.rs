@@ -233,6 +233,7 @@ fn store_daemon_sigkilled_then_remounted_loses_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let mp = tmp.path().join("mnt");
     std::fs::create_dir(&mp).unwrap();
+    let _guard = UnmountGuard(mp.clone());
     let d = Daemon::store(&g.0, &mp);
     std::fs::create_dir_all(mp.join("run/step1")).unwrap();
     let data = pattern(9, (6 << 20) + 123);

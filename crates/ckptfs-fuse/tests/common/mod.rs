@@ -528,3 +528,15 @@ pub fn diff_suites(a: &[(String, Result<isize, i32>)], b: &[(String, Result<isiz
         .map(|(x, y)| format!("{}: mount {:?} vs plain {:?}", x.0, x.1, y.1))
         .collect()
 }
+
+/// Detaches a (possibly stale) ckptfs mount at `0` when dropped, so a failing test does
+/// not leave a dead mount behind.
+pub struct UnmountGuard(pub PathBuf);
+
+impl Drop for UnmountGuard {
+    fn drop(&mut self) {
+        if mount::mount_entry(&self.0).is_some_and(|m| m.is_ckptfs()) {
+            let _ = mount::unmount(&self.0, true);
+        }
+    }
+}
