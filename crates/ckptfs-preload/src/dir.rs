@@ -102,7 +102,7 @@ pub unsafe fn get<'a>(d: *mut libc::DIR) -> &'a mut ShimDir {
 
 impl ShimDir {
     /// Next entry, or None at the end.
-    pub fn next(&mut self) -> Option<*mut libc::dirent64> {
+    pub fn next_entry(&mut self) -> Option<*mut libc::dirent64> {
         let (name, ino, t) = self.entries.get(self.pos)?;
         self.pos += 1;
         let e = &mut self.ent;

@@ -531,7 +531,7 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_i
                 return ret(guarded(|| install_dup(fd, n)));
             }
             _ => {
-                if let Some(r) = on_fd(fd, |d| ops::fcntl(d, cmd, arg as u64)) {
+                if let Some(r) = on_fd(fd, |d| ops::fcntl(d, cmd, arg)) {
                     return r;
                 }
             }
@@ -1362,7 +1362,9 @@ pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut libc::DIR {
 pub unsafe extern "C" fn readdir64(d: *mut libc::DIR) -> *mut libc::dirent64 {
     if dir::is_ours(d) {
         // SAFETY: ours, and DIR streams are not shared between threads without locking.
-        return unsafe { dir::get(d) }.next().unwrap_or(std::ptr::null_mut());
+        return unsafe { dir::get(d) }
+            .next_entry()
+            .unwrap_or(std::ptr::null_mut());
     }
     real!(readdir64: fn(*mut libc::DIR) -> *mut libc::dirent64; std::ptr::null_mut(); d)
 }
@@ -1370,7 +1372,9 @@ pub unsafe extern "C" fn readdir64(d: *mut libc::DIR) -> *mut libc::dirent64 {
 pub unsafe extern "C" fn readdir(d: *mut libc::DIR) -> *mut libc::dirent64 {
     if dir::is_ours(d) {
         // SAFETY: as readdir64; struct dirent and dirent64 are the same on 64-bit Linux.
-        return unsafe { dir::get(d) }.next().unwrap_or(std::ptr::null_mut());
+        return unsafe { dir::get(d) }
+            .next_entry()
+            .unwrap_or(std::ptr::null_mut());
     }
     real!(readdir: fn(*mut libc::DIR) -> *mut libc::dirent64; std::ptr::null_mut(); d)
 }
@@ -1440,11 +1444,11 @@ unsafe fn fopen_impl(p: *const c_char, mode: *const c_char, sixty_four: bool) ->
         Ok(Loc::RealAbs(c)) => fwd(c.as_ptr()),
         Ok(Loc::Store(m, sp)) => {
             // SAFETY: caller C string.
-            let mb = unsafe { CStr::from_ptr(mode) }.to_bytes();
+            let mc = unsafe { CStr::from_ptr(mode) };
             let r = guarded(|| {
-                let fl = stdio::mode_flags(mb).ok_or(libc::EINVAL)?;
+                let fl = stdio::mode_flags(mc.to_bytes()).ok_or(libc::EINVAL)?;
                 let fd = ops::open(m, &sp, fl, 0o666)?;
-                stdio::open_stream(fd, mode).inspect_err(|_| {
+                stdio::open_stream(fd, mc).inspect_err(|_| {
                     let _ = close_store(fd);
                 })
             });
@@ -1545,7 +1549,8 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FI
                 if want_w && d.acc == libc::O_RDONLY || want_r && d.acc == libc::O_WRONLY {
                     return Err(libc::EINVAL);
                 }
-                stdio::open_stream(fd, mode)
+                // SAFETY: checked non-null above; the caller's C string.
+                stdio::open_stream(fd, unsafe { CStr::from_ptr(mode) })
             });
             return match r {
                 Ok(f) => f,

@@ -21,6 +21,12 @@ fn pause(i: &mut u32) {
     }
 }
 
+impl Default for RwSpin {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl RwSpin {
     /// An unlocked lock.
     pub const fn new() -> RwSpin {

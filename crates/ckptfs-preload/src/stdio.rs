@@ -130,7 +130,7 @@ pub fn mode_flags(mode: &[u8]) -> Option<i32> {
 }
 
 /// Wrap store descriptor `fd` in a stream. On failure the descriptor stays open.
-pub fn open_stream(fd: i32, mode: *const c_char) -> R<*mut libc::FILE> {
+pub fn open_stream(fd: i32, mode: &std::ffi::CStr) -> R<*mut libc::FILE> {
     let cookie = Box::into_raw(Box::new(AtomicI32::new(fd))) as *mut c_void;
     let io = CookieIo {
         read: Some(ck_read),
@@ -139,7 +139,7 @@ pub fn open_stream(fd: i32, mode: *const c_char) -> R<*mut libc::FILE> {
         close: Some(ck_close),
     };
     // SAFETY: valid mode string from the caller, callbacks of the right types.
-    let f = unsafe { fopencookie(cookie, mode, io) };
+    let f = unsafe { fopencookie(cookie, mode.as_ptr(), io) };
     if f.is_null() {
         // SAFETY: not handed to glibc.
         drop(unsafe { Box::from_raw(cookie as *mut AtomicI32) });
@@ -206,6 +206,45 @@ pub fn flush_all() {
     }
 }
 
+extern "C" {
+    static mut stdin: *mut libc::FILE;
+    static mut stdout: *mut libc::FILE;
+    static mut stderr: *mut libc::FILE;
+}
+
+static STD_DONE: [std::sync::atomic::AtomicBool; 3] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 3];
+
+/// Store descriptor `fd` became 0, 1 or 2 (inherited across exec, or dup2): glibc's
+/// stdin/stdout/stderr would write with internal calls the shim cannot see, so replace
+/// the stream by a cookie stream on the same descriptor (which falls back to the kernel
+/// if the descriptor is later pointed at a kernel file again).
+pub fn install_std(fd: i32) {
+    if !(0..=2).contains(&fd) || STD_DONE[fd as usize].swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let mode = if fd == 0 { c"r" } else { c"w" };
+    let Ok(f) = open_stream(fd, mode) else {
+        return;
+    };
+    // SAFETY: replacing the C library's standard stream pointers, as freopen-style code
+    // does; the old stream is flushed first and left open (it owns no other resource).
+    unsafe {
+        let slot = match fd {
+            0 => &raw mut stdin,
+            1 => &raw mut stdout,
+            _ => &raw mut stderr,
+        };
+        if fd != 0 {
+            libc::fflush(*slot);
+        }
+        if fd == 2 {
+            libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
+        }
+        *slot = f;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::mode_flags;
@@ -227,44 +266,5 @@ mod tests {
             Some(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL)
         );
         assert_eq!(mode_flags(b"z"), None);
-    }
-}
-
-extern "C" {
-    static mut stdin: *mut libc::FILE;
-    static mut stdout: *mut libc::FILE;
-    static mut stderr: *mut libc::FILE;
-}
-
-static STD_DONE: [std::sync::atomic::AtomicBool; 3] =
-    [const { std::sync::atomic::AtomicBool::new(false) }; 3];
-
-/// Store descriptor `fd` became 0, 1 or 2 (inherited across exec, or dup2): glibc's
-/// stdin/stdout/stderr would write with internal calls the shim cannot see, so replace
-/// the stream by a cookie stream on the same descriptor (which falls back to the kernel
-/// if the descriptor is later pointed at a kernel file again).
-pub fn install_std(fd: i32) {
-    if !(0..=2).contains(&fd) || STD_DONE[fd as usize].swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let mode = if fd == 0 { c"r" } else { c"w" };
-    let Ok(f) = open_stream(fd, mode.as_ptr()) else {
-        return;
-    };
-    // SAFETY: replacing the C library's standard stream pointers, as freopen-style code
-    // does; the old stream is flushed first and left open (it owns no other resource).
-    unsafe {
-        let slot = match fd {
-            0 => &raw mut stdin,
-            1 => &raw mut stdout,
-            _ => &raw mut stderr,
-        };
-        if fd != 0 {
-            libc::fflush(*slot);
-        }
-        if fd == 2 {
-            libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
-        }
-        *slot = f;
     }
 }

@@ -432,3 +432,43 @@ head -c 2 <&4; echo
         o.stdout
     );
 }
+
+/// `ckptfs run`: files stay in the store after the command exits, `ckptfs ls` shows
+/// them, a second run reads them back, and the exit code is the command's. Needs the
+/// `ckptfs` binary next to the library with the `run` subcommand wired.
+#[test]
+fn ckptfs_run_keeps_files_between_runs() {
+    let ckptfs = lib().with_file_name("ckptfs");
+    let has_run = ckptfs.is_file()
+        && Command::new(&ckptfs)
+            .args(["run", "--help"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !has_run {
+        eprintln!(
+            "SKIPPED: {} has no `run` subcommand in this build",
+            ckptfs.display()
+        );
+        return;
+    }
+    let ts = TestStore::new();
+    let base = |args: &[&str]| {
+        let mut c = Command::new(&ckptfs);
+        c.args(["--store", &ts.name, "--mem-size", "64M", "--chunk-size", "256K"])
+            .args(args);
+        c.output().unwrap()
+    };
+    let o = base(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p /ckpt/r && echo persisted > /ckpt/r/f && exit 7",
+    ]);
+    assert_eq!(o.status.code(), Some(7), "{o:?}");
+    let ls = base(&["ls", "/r"]);
+    assert_eq!(String::from_utf8_lossy(&ls.stdout).trim(), "f", "{ls:?}");
+    let o = base(&["run", "--", "cat", "/ckpt/r/f"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "persisted\n", "{o:?}");
+    assert!(o.status.success());
+}

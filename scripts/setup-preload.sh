@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Packages the preload tests and the demo need: C and C++ compilers (test programs,
+# examples/heat, the bench worker), tar, gzip, coreutils, bash, Debian's python3.
+set -euo pipefail
+need=()
+for p in gcc:gcc g++:g++ tar:tar gzip:gzip bash:bash /usr/bin/python3:python3; do
+    cmd=${p%%:*} pkg=${p##*:}
+    command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
