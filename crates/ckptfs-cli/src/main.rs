@@ -5,6 +5,8 @@
 //! (`config`), runs the benchmarks (`bench`) and the level policy (`policy`). Store
 //! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
 
+mod cmd_mount;
+mod cmd_run;
 mod config;
 mod store_cmds;
 
@@ -107,6 +109,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a program with its file calls under the mount prefixes served by the store.
+    Run(cmd_run::RunArgs),
+    /// List the libc file calls a program imports that the preload shim does not cover.
+    CheckBinary(cmd_run::CheckBinaryArgs),
+    /// Serve the store through FUSE, or aggregate writes into a backend directory (CRFS).
+    Mount(cmd_mount::MountArgs),
+    /// Unmount a `ckptfs mount` and wait for its daemon to finish.
+    Umount(cmd_mount::UmountArgs),
     /// Run a benchmark; prints measured figures next to the baselines of the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -121,6 +131,10 @@ enum Command {
 enum BenchCommand {
     /// The node store vs memcpy and /dev/shm; chunk-size sweep; spill-over table.
     Store(ckptfs_bench::store::StoreBenchArgs),
+    /// Writes through the LD_PRELOAD shim vs memcpy and /dev/shm; pass-through overhead.
+    Preload(ckptfs_bench::preload::PreloadBenchArgs),
+    /// CRFS aggregation throughput, the checkpoint write profile, mount vs preload vs /dev/shm.
+    Fuse(ckptfs_fuse::bench::BenchArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -155,10 +169,24 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Fsck { repair, json } => store_cmds::fsck(&ctx, repair, json),
         Command::Destroy => store_cmds::destroy(&ctx),
         Command::Config { json } => store_cmds::config(&ctx, json),
+        Command::Run(a) => cmd_run::main(a, &ctx),
+        Command::CheckBinary(a) => cmd_run::check_binary(a, &ctx),
+        Command::Mount(a) => cmd_mount::main(a, &ctx),
+        Command::Umount(a) => cmd_mount::umount(a, &ctx),
         Command::Bench(b) => match b {
             BenchCommand::Store(a) => {
                 let json = a.json;
                 ckptfs_bench::store::run(a)?.print(json);
+                Ok(0)
+            }
+            BenchCommand::Preload(a) => {
+                let json = a.json;
+                ckptfs_bench::preload::run(a)?.print(json);
+                Ok(0)
+            }
+            BenchCommand::Fuse(a) => {
+                let json = a.json;
+                ckptfs_fuse::bench::run(a)?.print(json);
                 Ok(0)
             }
         },
