@@ -443,7 +443,11 @@ impl Segment {
         let bit = 1u64 << (c % 64);
         if word.load(Ordering::Relaxed) & bit == 0 {
             // SAFETY: advisory call on a range inside our mapping.
-            unsafe { libc::madvise(p as *mut libc::c_void, cs, libc::MADV_POPULATE_WRITE) };
+            // The pages exist (pre-faulted at creation); only this process's page tables
+            // are missing. POPULATE_READ maps them (writable: a shared tmpfs mapping needs
+            // no write fault for dirty tracking) 7x faster than POPULATE_WRITE on this VM:
+            // 36 ms vs 245 ms per 512 MiB.
+            unsafe { libc::madvise(p as *mut libc::c_void, cs, libc::MADV_POPULATE_READ) };
             word.fetch_or(bit, Ordering::Relaxed);
         }
         p
