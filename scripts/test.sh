@@ -9,7 +9,7 @@ echo "== build (release)"
 cargo build --release --workspace --all-targets
 export CKPTFS_BIN_DIR="${CKPTFS_BIN_DIR:-$PWD/target/release}"
 echo "== cargo test (release)"
-cargo test --release --workspace
+cargo test --release --workspace --no-fail-fast
 for t in tests/*/run.sh; do
   [ -e "$t" ] || continue
   echo "== $t"
