@@ -11,8 +11,8 @@ use crate::checksum::crc32c_append;
 
 /// Below this size a plain copy is faster than streaming stores.
 const STREAM_MIN: usize = 16 << 10;
-/// Piece size for interleaving copy and checksum (stays in L1/L2).
-const PIECE: usize = 64 << 10;
+/// Piece size for interleaving checksum and copy: fits L1 (measured best of 16/64 KiB).
+const PIECE: usize = 16 << 10;
 
 /// Copy `src` to `dst` and, if `crc` is given, extend it with `src`.
 ///
@@ -28,11 +28,12 @@ pub unsafe fn copy_with_crc(dst: *mut u8, src: &[u8], mut crc: Option<u32>) -> O
     while off < src.len() {
         let k = PIECE.min(src.len() - off);
         let piece = &src[off..off + k];
-        // SAFETY: off + k <= src.len(), so the destination range is inside the caller's.
-        unsafe { stream_copy(dst.add(off), piece) };
+        // Checksum first: it pulls the piece into L1, where the streaming copy reads it.
         if let Some(c) = crc.as_mut() {
             *c = crc32c_append(*c, piece);
         }
+        // SAFETY: off + k <= src.len(), so the destination range is inside the caller's.
+        unsafe { stream_copy(dst.add(off), piece) };
         off += k;
     }
     // Streaming stores are weakly ordered: fence before the caller publishes the new
