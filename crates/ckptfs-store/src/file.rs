@@ -458,6 +458,23 @@ impl FileHandle {
         };
         r.map_err(|e| StoreError::io("write spill file", e))?;
         self.spill_dirty = true;
+        if at + len == seg.layout.chunk_size() as usize {
+            // A filled spill chunk starts its writeback now, so the device works while the
+            // application goes on writing and fsync/close only wait for the tail. Without
+            // this, small spills paid the whole device latency at close and large ones
+            // overlapped with background writeback: the cost was not linear in the spilled
+            // bytes (CRUISE table 3 rows off the formula by up to 41 %).
+            use std::os::fd::AsRawFd;
+            // SAFETY: advisory call on our spill file descriptor and a range inside it.
+            unsafe {
+                libc::sync_file_range(
+                    f.as_raw_fd(),
+                    seg.spill_offset(c) as libc::off64_t,
+                    seg.layout.chunk_size() as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                )
+            };
+        }
         Ok(())
     }
 
