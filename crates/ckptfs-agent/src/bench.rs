@@ -10,7 +10,8 @@
 //!   agent publishing those files (`--once`, with and without staged marshaling), from
 //!   the first write to the last manifest fsync;
 //! - `dest-seq`: the destination's own sequential bandwidth: one file of the same
-//!   total size written with the agent's write size, then fsync.
+//!   total size written with the agent's write size (O_DIRECT if the agent uses
+//!   it), then fsync.
 //!
 //! Ratios `vs_direct` (OAB / direct) and `vs_seq` (ASB / sequential) are computed from
 //! the medians. This module is a binary-support module: it uses anyhow.
@@ -43,8 +44,8 @@ pub struct BenchArgs {
     /// Agent write size, also the block size of the sequential baseline.
     #[arg(long, default_value = "8M", value_parser = ckptfs_bench::store::parse_size)]
     pub write_size: u64,
-    /// Agent IO threads.
-    #[arg(long, default_value_t = 2)]
+    /// Agent IO threads (marshaling on).
+    #[arg(long, default_value_t = 1)]
     pub io_threads: usize,
     /// Agent writes with O_DIRECT.
     #[arg(long)]
@@ -53,8 +54,12 @@ pub struct BenchArgs {
     #[arg(long, default_value = "/var/tmp")]
     pub dest: PathBuf,
     /// Repetitions (medians are reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     pub reps: usize,
+    /// Pause after `sync()` before each timed case (ms), so that block discards and
+    /// writeback from the previous case do not land in the next one.
+    #[arg(long, default_value_t = 1000)]
+    pub settle_ms: u64,
     /// Print a JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -80,6 +85,29 @@ fn write_store(s: &Store, path: &str, size: u64, block: &[u8]) -> Result<()> {
 
 fn write_direct(path: &Path, size: u64, block: &[u8]) -> Result<()> {
     let mut f = std::fs::File::create(path)?;
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        f.write_all(&block[..n])?;
+        left -= n as u64;
+    }
+    f.sync_all()?;
+    Ok(())
+}
+
+/// Sequential O_DIRECT writes of `block` (aligned) up to `size`, then fsync.
+fn write_o_direct(path: &Path, size: u64, block: &[u8]) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    ensure!(
+        size % crate::dest::DIRECT_ALIGN as u64 == 0,
+        "--size must be a multiple of 4 KiB with --direct"
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)?;
     let mut left = size;
     while left > 0 {
         let n = left.min(block.len() as u64) as usize;
@@ -129,6 +157,8 @@ pub fn run(a: BenchArgs) -> Result<Report> {
     store.mkdir("/ckpt", 0o755)?;
     let block = pattern(a.block as usize);
     let big = pattern(a.write_size as usize);
+    let mut big_aligned = crate::sys::AlignedBuf::zeroed(a.write_size as usize);
+    big_aligned[..big.len()].copy_from_slice(&big);
     // Steady state: every chunk written once before measuring.
     for r in 0..a.procs {
         write_store(&store, &format!("/ckpt/r{r}"), a.size, &block)?;
@@ -139,57 +169,92 @@ pub fn run(a: BenchArgs) -> Result<Report> {
         }
     };
     clean_store(a.procs);
-    let attach = |_r: usize| Ok(Store::attach(&StoreOptions::named(&name))?);
+    // Workers attach and map the data region before the barrier: a long-running
+    // application has its page tables populated after its first checkpoint.
+    let attach = |_r: usize| {
+        let s = Store::attach(&StoreOptions::named(&name))?;
+        crate::region::Region::new(&s).populate_write_all();
+        Ok(s)
+    };
+    // Each timed case starts with no dirty data or block discards of an earlier one in
+    // flight (the test machine's root file system is mounted with `discard`).
+    let settle = || {
+        // SAFETY: sync(2) has no preconditions.
+        unsafe { libc::sync() };
+        std::thread::sleep(std::time::Duration::from_millis(a.settle_ms));
+    };
+    let drain = |n: usize, case: &str, marshal: bool| -> Result<f64> {
+        let dest = root.join(case);
+        std::fs::create_dir_all(&dest)?;
+        let mut c = AgentConfig::new(std::slice::from_ref(&dest));
+        c.node_id = "bench".into();
+        c.marshal = marshal;
+        c.io_threads = a.io_threads;
+        c.write_size = a.write_size as usize;
+        c.direct = a.direct;
+        c.priority = crate::sys::Priority::Normal;
+        let agent = Agent::new(&store, c)?;
+        settle();
+        let t0 = Instant::now();
+        let sum = agent.run_once()?;
+        let t = t0.elapsed().as_secs_f64();
+        ensure!(
+            sum.failed.is_empty() && sum.drained_files == n as u64,
+            "drain failed: {:?}",
+            sum.failed
+        );
+        drop(agent);
+        std::fs::remove_dir_all(&dest)?;
+        Ok(t)
+    };
+    const DISK_CASES: [&str; 4] = ["direct-write", "drain-marshal", "drain-nomarshal", "dest-seq"];
     let mut secs: BTreeMap<(&str, usize), Vec<f64>> = BTreeMap::new();
-    for _rep in 0..a.reps {
+    for rep in 0..a.reps {
         for n in 1..=a.procs {
             let total = a.size * n as u64;
+            settle();
             // Application: into the store, open to close.
             let t = run_parallel(n, &attach, &|r, s: Store| {
                 write_store(&s, &format!("/ckpt/r{r}"), a.size, &block)
             })?;
             secs.entry(("store-write", n)).or_default().push(t);
-            // Application without ckptfs: straight to the destination with fsync.
-            let ddir = root.join("direct");
-            std::fs::create_dir_all(&ddir)?;
-            let t = run_parallel(n, &|_| Ok(()), &|r, ()| {
-                write_direct(&ddir.join(format!("r{r}")), a.size, &block)
-            })?;
-            secs.entry(("direct-write", n)).or_default().push(t);
-            std::fs::remove_dir_all(&ddir)?;
-            // The drain, with and without staged marshaling.
-            for (case, marshal) in [("drain-marshal", true), ("drain-nomarshal", false)] {
-                let dest = root.join(case);
-                std::fs::create_dir_all(&dest)?;
-                let mut c = AgentConfig::new(std::slice::from_ref(&dest));
-                c.node_id = "bench".into();
-                c.marshal = marshal;
-                c.io_threads = a.io_threads;
-                c.write_size = a.write_size as usize;
-                c.direct = a.direct;
-                c.priority = crate::sys::Priority::Normal;
-                let agent = Agent::new(&store, c)?;
-                let t0 = Instant::now();
-                let sum = agent.run_once()?;
-                let t = t0.elapsed().as_secs_f64();
-                ensure!(
-                    sum.failed.is_empty() && sum.drained_files == n as u64,
-                    "drain failed: {:?}",
-                    sum.failed
-                );
-                drop(agent);
+            // The disk-bound cases in an order rotated every repetition, so that no case
+            // always comes first after the application's writes.
+            for k in 0..DISK_CASES.len() {
+                let case = DISK_CASES[(k + rep) % DISK_CASES.len()];
+                let t = match case {
+                    // Application without ckptfs: straight to the destination, fsync.
+                    "direct-write" => {
+                        let ddir = root.join("direct");
+                        std::fs::create_dir_all(&ddir)?;
+                        settle();
+                        let t = run_parallel(n, &|_| Ok(()), &|r, ()| {
+                            write_direct(&ddir.join(format!("r{r}")), a.size, &block)
+                        })?;
+                        std::fs::remove_dir_all(&ddir)?;
+                        t
+                    }
+                    "drain-marshal" => drain(n, case, true)?,
+                    "drain-nomarshal" => drain(n, case, false)?,
+                    // The destination's own sequential bandwidth for the same bytes
+                    // (with O_DIRECT too when the agent uses it).
+                    _ => {
+                        let seq = root.join("seq");
+                        settle();
+                        let t0 = Instant::now();
+                        if a.direct {
+                            write_o_direct(&seq, total, &big_aligned)?;
+                        } else {
+                            write_direct(&seq, total, &big)?;
+                        }
+                        let t = t0.elapsed().as_secs_f64();
+                        std::fs::remove_file(&seq)?;
+                        t
+                    }
+                };
                 secs.entry((case, n)).or_default().push(t);
-                std::fs::remove_dir_all(&dest)?;
             }
             clean_store(n);
-            // The destination's own sequential bandwidth for the same bytes.
-            let seq = root.join("seq");
-            let t0 = Instant::now();
-            write_direct(&seq, total, &big)?;
-            secs.entry(("dest-seq", n))
-                .or_default()
-                .push(t0.elapsed().as_secs_f64());
-            std::fs::remove_file(&seq)?;
         }
     }
     let gbps = |case: &str, n: usize| {
@@ -229,7 +294,7 @@ pub fn run(a: BenchArgs) -> Result<Report> {
         bench: "drain".into(),
         settings: serde_json::json!({
             "size": a.size, "block": a.block, "store_chunk": a.chunk, "write_size": a.write_size,
-            "io_threads": a.io_threads, "direct": a.direct, "dest": a.dest, "reps": a.reps,
+            "io_threads": a.io_threads, "direct": a.direct, "dest": a.dest, "reps": a.reps, "settle_ms": a.settle_ms,
             "procs": a.procs, "machine": machine(),
         }),
         results,

@@ -1,5 +1,6 @@
-//! The drain engine: scan the store for complete files, stage them (verify checksums in
-//! place, build the block plan), flush them to the destination with an IO thread pool,
+//! The drain engine: scan the store for complete files, stage them (check that the
+//! file is complete and stable, build the block plan), flush them to the destination
+//! with an IO thread pool (each block's CRC32C verified just before it is written),
 //! publish atomically and record them in the manifest.
 //!
 //! Staged marshaling (orchestration Algorithm 1): one stage thread and one flush
@@ -9,9 +10,11 @@
 //! node and the staging of the next overlaps the flush of the current one. In ckptfs
 //! the expensive half of staging, getting the data into node memory, was done by the
 //! application when it wrote the checkpoint into the store; the agent's stage step
-//! verifies every memory chunk's CRC32C and plans the writes. With marshaling off,
-//! `io_threads` workers each stage and flush whole files independently, so several
-//! files are written to the destination at once (the uncoordinated baseline).
+//! checks the file's state and chunk list and plans the writes. The flush of file k
+//! is split in two: the writes (one file at a time) and the commit (fsync, re-check,
+//! rename, manifest), which overlaps the writes of file k+1. With marshaling off,
+//! every queued file (up to 16) is staged and flushed by its own thread at once, each
+//! with one writer (the uncoordinated baseline: every process writes its own file).
 
 use crate::config::{AgentConfig, Target};
 use crate::dest::{CreateOpts, DestIo, PosixDest, DIRECT_ALIGN};
@@ -195,6 +198,9 @@ pub(crate) fn crc_combine(a: u32, b: u32, len_b: u64) -> u32 {
     crc_fast::checksum_combine(crc_fast::CrcAlgorithm::Crc32Iscsi, a as u64, b as u64, len_b) as u32
 }
 
+/// With marshaling off, at most this many files are flushed at once.
+const UNMARSHALED_MAX_FILES: usize = 16;
+
 /// Temporary names are `.ckptfs-tmp.NODE.PID.HASH` (fixed length, so long names fit).
 fn tmp_prefix(node: &str) -> String {
     format!(".ckptfs-tmp.{node}.")
@@ -218,6 +224,16 @@ pub(crate) fn crcs_from_chunks(size: u64, cs: u64, chunks: &[ChunkInfo]) -> Opti
         out.push(c);
     }
     Some((file, out))
+}
+
+/// A file written but not yet committed.
+struct Written<'a> {
+    f: Box<dyn crate::dest::DestFile>,
+    guard: TmpGuard<'a>,
+    dest: PathBuf,
+    dir: PathBuf,
+    name: String,
+    t0: Instant,
 }
 
 struct TmpGuard<'a> {
@@ -390,12 +406,16 @@ impl Shared {
             let s = lock(&self.state);
             (s.st.drained_files, s.st.drained_bytes, s.st.already_drained)
         };
-        let done = AtomicBool::new(false);
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|sc| {
-            sc.spawn(|| {
-                while !done.load(Ordering::SeqCst) {
-                    self.publish_status();
-                    std::thread::sleep(Duration::from_millis(200));
+            sc.spawn(move || loop {
+                self.publish_status();
+                // Wakes at once when the pass ends (the sender is dropped).
+                if !matches!(
+                    done_rx.recv_timeout(Duration::from_millis(200)),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                ) {
+                    break;
                 }
             });
             let mut pass = 0;
@@ -423,7 +443,7 @@ impl Shared {
                     std::thread::sleep(Duration::from_millis(20).min(self.cfg.interval));
                 }
             }
-            done.store(true, Ordering::SeqCst);
+            drop(done_tx);
         });
         // Anything still queued was not started (stop requested).
         lock(&self.state).queue.clear();
@@ -590,15 +610,34 @@ impl Shared {
                         }
                     }
                 });
+                // The fsync and publication of file k overlap the writes of file k+1
+                // (one commit thread, so files are still published in FIFO order).
+                let (ctx, crx) = sync_channel::<(Plan, Written<'_>)>(0);
+                sc.spawn(move || {
+                    for (plan, w) in crx {
+                        let r = self.commit_phase(&plan, w);
+                        self.finish(&plan.item, r);
+                    }
+                });
                 for plan in rx {
-                    let item = plan.item.clone();
-                    let r = self.flush(&plan, threads);
-                    self.finish(&item, r);
+                    match self.write_phase(&plan, threads) {
+                        Ok(w) => {
+                            if let Err(e) = ctx.send((plan, w)) {
+                                let (plan, _) = e.0;
+                                self.finish(&plan.item, Err(AgentError::Stopped(plan.item.path.clone())));
+                            }
+                        }
+                        Err(e) => self.finish(&plan.item, Err(e)),
+                    }
                 }
+                drop(ctx);
             });
         } else {
+            // Uncoordinated: every queued file is flushed at once by its own thread, as
+            // when each process writes its own checkpoint to the PFS.
+            let files = lock(&self.state).queue.len().clamp(1, UNMARSHALED_MAX_FILES);
             std::thread::scope(|sc| {
-                for _ in 0..threads {
+                for _ in 0..files {
                     sc.spawn(|| {
                         let _ = sys::set_priority(self.cfg.priority);
                         while !self.stopping() {
@@ -753,23 +792,15 @@ impl Shared {
         if !self.unchanged(&plan) {
             return Err(changed());
         }
-        // Verify memory chunks in place before anything is written.
-        let mut content = vec![0u32; plan.blocks.len()];
-        for (i, b) in plan.blocks.iter().enumerate() {
-            content[i] = match b.src {
+        // Holes are known now; data chunks get their CRC when verified in write_unit.
+        let content: Vec<u32> = plan
+            .blocks
+            .iter()
+            .map(|b| match b.src {
                 Src::Hole => crc32c_append_zeros(0, b.len),
-                Src::Mem { off, written, crc } => {
-                    self.region.populate(off, written);
-                    let data = self.region.bytes(off, written);
-                    let got = crc32c(data);
-                    if got != crc {
-                        return Err(self.mismatch(&plan, b.logical, crc, got));
-                    }
-                    content_crc(got, data, b.len)
-                }
-                Src::Spill { .. } => 0,
-            };
-        }
+                _ => 0,
+            })
+            .collect();
         *lock(&plan.content) = content;
         Ok(plan)
     }
@@ -870,6 +901,20 @@ impl Shared {
                 bufs.push(buf);
             }
         }
+        // Verify memory chunks in place just before writing them: the check of block
+        // k+1 overlaps the I/O of block k in the other IO threads, and nothing is
+        // published unless every block passed.
+        for b in blocks {
+            if let Src::Mem { off, written, crc } = b.src {
+                self.region.populate(off, written);
+                let data = self.region.bytes(off, written);
+                let got = crc32c(data);
+                if got != crc {
+                    return Err(self.mismatch(plan, b.logical, crc, got));
+                }
+                lock(&plan.content)[b.logical as usize] = content_crc(got, data, b.len);
+            }
+        }
         let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(blocks.len() * 2);
         let mut spill_bufs = bufs.iter();
         let mut total = 0;
@@ -896,21 +941,21 @@ impl Shared {
         f.write_at(&iov, off)
             .map_err(|e| AgentError::dest("write", tmp, e))?;
         crash_point("agent-mid-write");
-        // The bytes written must still be the ones staged: catches a change racing
-        // the write (the stat check after fsync catches the rest).
-        for b in blocks {
-            if let Src::Mem { off, written, crc } = b.src {
-                let got = crc32c(self.region.bytes(off, written));
-                if got != crc {
-                    return Err(self.mismatch(plan, b.logical, crc, got));
-                }
-            }
-        }
+        // No second CRC pass over memory chunks here: a legitimate writer cannot
+        // change a file without changing what `unchanged` checks after the fsync, and
+        // a stray corruption inside this window is caught at restore, where every
+        // chunk is checked against the manifest (docs/agent.md, failure case 9).
         plan.done.fetch_add(total as u64, Ordering::Relaxed);
         Ok(())
     }
 
     fn flush(&self, plan: &Plan, threads: usize) -> Result<Published, AgentError> {
+        let w = self.write_phase(plan, threads)?;
+        self.commit_phase(plan, w)
+    }
+
+    /// Create the temporary file and write every block into it (not yet durable).
+    fn write_phase(&self, plan: &Plan, threads: usize) -> Result<Written<'_>, AgentError> {
         if self.stopping() {
             return Err(AgentError::Stopped(plan.item.path.clone()));
         }
@@ -944,7 +989,8 @@ impl Shared {
             r => r,
         }
         .map_err(|e| AgentError::dest("create", &tmp, e))?;
-        let mut guard = TmpGuard {
+        // Removes the temporary file if writing fails; handed on to the commit.
+        let early = TmpGuard {
             io,
             path: tmp.clone(),
             armed: true,
@@ -982,6 +1028,29 @@ impl Shared {
         if let Some(e) = lock(&first_err).take() {
             return Err(e);
         }
+        Ok(Written {
+            f,
+            guard: early,
+            dest,
+            dir,
+            name,
+            t0,
+        })
+    }
+
+    /// Make the temporary file durable, re-check the store file, publish it.
+    fn commit_phase(&self, plan: &Plan, w: Written<'_>) -> Result<Published, AgentError> {
+        let Written {
+            f,
+            mut guard,
+            dest,
+            dir,
+            name,
+            t0,
+        } = w;
+        let io = &*self.io;
+        let tmp = guard.path.clone();
+        let path = &plan.item.path;
         f.sync().map_err(|e| AgentError::dest("fsync", &tmp, e))?;
         drop(f);
         crash_point("agent-after-fsync");

@@ -49,4 +49,17 @@ impl Region {
             )
         };
     }
+
+    /// Map the whole region writable into this process's page tables (benchmark
+    /// workers: a long-running application has done this by its first checkpoint).
+    pub(crate) fn populate_write_all(&self) {
+        // SAFETY: advisory call on our own mapping; failure is harmless.
+        unsafe {
+            libc::madvise(
+                self.base as *mut libc::c_void,
+                self.len as usize,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+    }
 }

@@ -139,3 +139,60 @@ fn sigkill_at_random_times_during_a_throttled_drain() {
     }
     assert!(no_temporaries(dest.path()));
 }
+
+/// Child: the daemon, stopped by SIGTERM.
+#[test]
+fn daemon_child() {
+    let Ok(name) = std::env::var("CKPTFS_AGENT_TEST_DAEMON") else {
+        return;
+    };
+    let dest = std::env::var("CKPTFS_AGENT_TEST_DEST").unwrap();
+    let s = Store::attach(&StoreOptions::named(name)).unwrap();
+    let mut c = cfg(Path::new(&dest));
+    c.write_size = CS;
+    c.max_bw = Some(2e6);
+    ckptfs_agent::sys::stop_on_signals().unwrap();
+    let agent = Agent::new(&s, c).unwrap();
+    agent.run().unwrap();
+}
+
+#[test]
+fn sigterm_stops_the_daemon_cleanly_mid_file() {
+    let ts = store("sigterm", |_| {});
+    let s = &ts.store;
+    put(s, "/t/a", &data(1, 16 * CS));
+    let dest = tempfile::tempdir().unwrap();
+    let mut ch = child(
+        "daemon_child",
+        &[
+            ("CKPTFS_AGENT_TEST_DAEMON", ts.name.clone()),
+            ("CKPTFS_AGENT_TEST_DEST", dest.path().display().to_string()),
+        ],
+    );
+    let t0 = std::time::Instant::now();
+    loop {
+        let st = ckptfs_agent::status(&ts.name).unwrap_or_default();
+        if st.in_flight.iter().any(|f| f.done > 0) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the daemon never started copying"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(ch.id() as i32, libc::SIGTERM) };
+    let st = ch.wait().unwrap();
+    assert!(st.success(), "clean exit on SIGTERM: {st:?}");
+    let status = ckptfs_agent::status(&ts.name).unwrap();
+    assert!(!status.running && status.in_flight.is_empty());
+    assert!(
+        !dest.path().join("t/a").exists(),
+        "the abandoned file is not published"
+    );
+    assert!(no_temporaries(dest.path()), "{:?}", walk(dest.path()));
+    let agent = Agent::new(s, cfg(dest.path())).unwrap();
+    assert_eq!(agent.run_once().unwrap().drained_files, 1);
+    assert_eq!(std::fs::read(dest.path().join("t/a")).unwrap(), data(1, 16 * CS));
+}

@@ -396,7 +396,7 @@ fn vertical_placement_by_mapping_file_and_lfs_one_stripe_on_the_chosen_ost() {
     assert_eq!(std::fs::read(lustre.join("p/r1")).unwrap(), data(2, 1000));
     // Without lfs, OST targets are refused.
     let mut c2 = cfg(&lustre);
-    c2.targets = ckptfs_agent::config::targets(&[lustre.clone()], &[1]);
+    c2.targets = ckptfs_agent::config::targets(std::slice::from_ref(&lustre), &[1]);
     c2.lfs = None;
     drop(agent);
     assert!(matches!(Agent::new(s, c2), Err(AgentError::Config(_))));

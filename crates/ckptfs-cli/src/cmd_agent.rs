@@ -87,8 +87,9 @@ pub struct AgentArgs {
     /// Drain what is complete now, then exit (exit 1 if a file failed).
     #[arg(long)]
     pub once: bool,
-    /// IO threads writing to the destination.
-    #[arg(long, value_name = "N", default_value_t = 2)]
+    /// IO threads writing one file's blocks in parallel (1 = one sequential stream;
+    /// more for O_DIRECT or a PFS).
+    #[arg(long, value_name = "N", default_value_t = 1)]
     pub io_threads: usize,
     /// Bytes per write call (K/M/G).
     #[arg(long, value_name = "SIZE", default_value = "8M", value_parser = crate::config::parse_size)]
@@ -103,7 +104,7 @@ pub struct AgentArgs {
     #[arg(long, value_enum, default_value = "low")]
     pub priority: PriorityArg,
     /// Staged marshaling: one file flushed at a time per node, pipelined with staging
-    /// the next (off: IO threads flush files concurrently).
+    /// the next (off: every queued file is flushed at once, one thread each).
     #[arg(long, value_enum, default_value = "on")]
     pub marshal: OnOff,
     /// Drain only every Nth checkpoint directory (in creation order).
@@ -295,7 +296,7 @@ pub fn print_status(s: &AgentStatus) {
         println!("    queued     {} ({})", q.path, human(q.size));
     }
     for f in &s.in_flight {
-        let pct = if f.size > 0 { f.done * 100 / f.size } else { 100 };
+        let pct = (f.done * 100).checked_div(f.size).unwrap_or(100);
         println!("    in flight  {} ({}, {pct}%)", f.path, human(f.size));
     }
     for f in &s.failed {
