@@ -160,7 +160,7 @@ fn daemon_child() {
 fn sigterm_stops_the_daemon_cleanly_mid_file() {
     let ts = store("sigterm", |_| {});
     let s = &ts.store;
-    put(s, "/t/a", &data(1, 16 * CS));
+    put(s, "/t/a", &data(1, 64 * CS)); // 4 MiB at 2 MB/s: ~2 s
     let dest = tempfile::tempdir().unwrap();
     let mut ch = child(
         "daemon_child",
@@ -194,5 +194,5 @@ fn sigterm_stops_the_daemon_cleanly_mid_file() {
     assert!(no_temporaries(dest.path()), "{:?}", walk(dest.path()));
     let agent = Agent::new(s, cfg(dest.path())).unwrap();
     assert_eq!(agent.run_once().unwrap().drained_files, 1);
-    assert_eq!(std::fs::read(dest.path().join("t/a")).unwrap(), data(1, 16 * CS));
+    assert_eq!(std::fs::read(dest.path().join("t/a")).unwrap(), data(1, 64 * CS));
 }
