@@ -988,7 +988,13 @@ impl Shared {
             }
             r => r,
         }
-        .map_err(|e| AgentError::dest("create", &tmp, e))?;
+        .map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                // The directory was removed behind our back: create it again next time.
+                lock(&self.dirs_ready).remove(&dir);
+            }
+            AgentError::dest("create", &tmp, e)
+        })?;
         // Removes the temporary file if writing fails; handed on to the commit.
         let early = TmpGuard {
             io,

@@ -486,3 +486,23 @@ fn one_agent_per_store_and_status_visible_to_other_processes() {
     assert!(!status::status(&ts.name).unwrap().running);
     assert!(Agent::new(s, cfg(dest.path())).is_ok());
 }
+
+#[test]
+fn destination_directory_removed_while_the_daemon_runs_is_recreated() {
+    let ts = store("rmdir", |_| {});
+    let s = &ts.store;
+    put(s, "/q/a", &data(1, 1000));
+    let dest = tempfile::tempdir().unwrap();
+    let agent = Agent::new(s, cfg(dest.path())).unwrap();
+    assert_eq!(agent.run_once().unwrap().drained_files, 1);
+    std::fs::remove_dir_all(dest.path().join("q")).unwrap();
+    put(s, "/q/b", &data(2, 1000));
+    // The first attempt fails (ENOENT: the directory is gone) and is reported.
+    let sum = agent.run_once().unwrap();
+    assert_eq!(sum.failed.len(), 1);
+    assert_eq!(sum.failed[0].errno, libc::ENOENT);
+    // The retry (after the backoff) creates the directory again and publishes it.
+    std::thread::sleep(Duration::from_millis(250));
+    assert!(agent.run_once().unwrap().failed.is_empty());
+    assert_eq!(std::fs::read(dest.path().join("q/b")).unwrap(), data(2, 1000));
+}
