@@ -226,6 +226,16 @@ pub(crate) fn crcs_from_chunks(size: u64, cs: u64, chunks: &[ChunkInfo]) -> Opti
     Some((file, out))
 }
 
+/// A file renamed into place but not yet in the manifest.
+struct Renamed {
+    item: Item,
+    dest: PathBuf,
+    dir: PathBuf,
+    name: String,
+    entry: Entry,
+    t0: Instant,
+}
+
 /// A file written but not yet committed.
 struct Written<'a> {
     f: Box<dyn crate::dest::DestFile>,
@@ -614,10 +624,34 @@ impl Shared {
                 // (one commit thread, so files are still published in FIFO order).
                 let (ctx, crx) = sync_channel::<(Plan, Written<'_>)>(0);
                 sc.spawn(move || {
-                    for (plan, w) in crx {
-                        let r = self.commit_phase(&plan, w);
-                        self.finish(&plan.item, r);
+                    // Files of one directory whose commits queue up behind each other
+                    // share one manifest save.
+                    let mut batch: Vec<Renamed> = Vec::new();
+                    loop {
+                        let msg = if batch.is_empty() {
+                            crx.recv().ok()
+                        } else {
+                            match crx.try_recv() {
+                                Ok(m) => Some(m),
+                                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                                    self.finish_batch(std::mem::take(&mut batch));
+                                    continue;
+                                }
+                                Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
+                            }
+                        };
+                        let Some((plan, w)) = msg else { break };
+                        match self.publish_phase(&plan, w) {
+                            Ok(r) => {
+                                if batch.first().is_some_and(|b| b.dir != r.dir) {
+                                    self.finish_batch(std::mem::take(&mut batch));
+                                }
+                                batch.push(r);
+                            }
+                            Err(e) => self.finish(&plan.item, Err(e)),
+                        }
                     }
+                    self.finish_batch(batch);
                 });
                 for plan in rx {
                     match self.write_phase(&plan, threads) {
@@ -1044,8 +1078,15 @@ impl Shared {
         })
     }
 
-    /// Make the temporary file durable, re-check the store file, publish it.
+    /// Make the temporary file durable, re-check, publish it and record it.
     fn commit_phase(&self, plan: &Plan, w: Written<'_>) -> Result<Published, AgentError> {
+        let r = self.publish_phase(plan, w)?;
+        let (_, res) = self.record(vec![r]).pop().expect("one file recorded");
+        res
+    }
+
+    /// Make the temporary file durable, re-check the store file, rename it into place.
+    fn publish_phase(&self, plan: &Plan, w: Written<'_>) -> Result<Renamed, AgentError> {
         let Written {
             f,
             mut guard,
@@ -1099,36 +1140,82 @@ impl Shared {
         crash_point("agent-after-rename");
         io.sync_dir(&dir)
             .map_err(|e| AgentError::dest("fsync", &dir, e))?;
-        self.with_manifest(&dir, |m| {
-            m.files.insert(
-                name.clone(),
-                Entry {
-                    drained_ns: now_ns(),
-                    ..entry
-                },
-            );
-            let r = m.save(io, &dir);
-            if r.is_err() {
-                m.files.remove(&name);
-            }
-            r
-        })??;
-        crash_point("agent-after-manifest");
-        let mut evicted = false;
-        if self.cfg.evict {
-            match self.store.stat(path) {
-                Ok(st) if Fp::of(&st) == plan.item.fp && st.state == WriteState::Complete => {
-                    self.store.unlink(path)?;
-                    evicted = true;
-                }
-                _ => {}
-            }
-        }
-        Ok(Published {
+        Ok(Renamed {
+            item: plan.item.clone(),
             dest,
-            seconds: t0.elapsed().as_secs_f64(),
-            evicted,
+            dir,
+            name,
+            entry,
+            t0,
         })
+    }
+
+    /// Add renamed files of one directory to its manifest with one atomic save, then
+    /// evict them if asked. Returns each file's outcome.
+    fn record(&self, batch: Vec<Renamed>) -> Vec<(Item, Result<Published, AgentError>)> {
+        let Some(dir) = batch.first().map(|b| b.dir.clone()) else {
+            return Vec::new();
+        };
+        let io = &*self.io;
+        let saved = self
+            .with_manifest(&dir, |m| {
+                let now = now_ns();
+                for b in &batch {
+                    m.files.insert(
+                        b.name.clone(),
+                        Entry {
+                            drained_ns: now,
+                            ..b.entry.clone()
+                        },
+                    );
+                }
+                let r = m.save(io, &dir);
+                if r.is_err() {
+                    for b in &batch {
+                        m.files.remove(&b.name);
+                    }
+                }
+                r
+            })
+            .and_then(|r| r);
+        crash_point("agent-after-manifest");
+        let mut first_err = saved.err();
+        let errno = first_err.as_ref().map(|e| e.errno());
+        batch
+            .into_iter()
+            .map(|b| {
+                if let Some(errno) = errno {
+                    let e = first_err.take().unwrap_or_else(|| {
+                        AgentError::dest("save manifest in", &dir, io::Error::from_raw_os_error(errno))
+                    });
+                    return (b.item, Err(e));
+                }
+                let mut evicted = false;
+                if self.cfg.evict {
+                    match self.store.stat(&b.item.path) {
+                        Ok(st) if Fp::of(&st) == b.item.fp && st.state == WriteState::Complete => {
+                            match self.store.unlink(&b.item.path) {
+                                Ok(()) => evicted = true,
+                                Err(e) => return (b.item, Err(e.into())),
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let p = Published {
+                    dest: b.dest,
+                    seconds: b.t0.elapsed().as_secs_f64(),
+                    evicted,
+                };
+                (b.item, Ok(p))
+            })
+            .collect()
+    }
+
+    fn finish_batch(&self, batch: Vec<Renamed>) {
+        for (item, r) in self.record(batch) {
+            self.finish(&item, r);
+        }
     }
 }
 
