@@ -17,7 +17,9 @@ impl Store {
 
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = bin();
-        c.env_remove("CKPTFS_CONFIG").env("CKPTFS_STORE", &self.0).args(args);
+        c.env_remove("CKPTFS_CONFIG")
+            .env("CKPTFS_STORE", &self.0)
+            .args(args);
         c
     }
 
@@ -27,7 +29,11 @@ impl Store {
 
     fn ok(&self, args: &[&str]) -> String {
         let o = self.run(args);
-        assert!(o.status.success(), "ckptfs {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "ckptfs {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8(o.stdout).unwrap()
     }
 }
@@ -49,7 +55,10 @@ fn init_put_get_ls_rm_round_trip() {
     std::fs::write(&src, &data).unwrap();
     s.ok(&["put", "--parents", src.to_str().unwrap(), "/run1/rank0.ckpt"]);
     let ls = s.ok(&["ls", "-l", "/run1"]);
-    assert!(ls.contains("rank0.ckpt") && ls.contains("complete") && ls.contains("1000000"), "{ls}");
+    assert!(
+        ls.contains("rank0.ckpt") && ls.contains("complete") && ls.contains("1000000"),
+        "{ls}"
+    );
     let back = dir.path().join("out.bin");
     s.ok(&["get", "/run1/rank0.ckpt", back.to_str().unwrap()]);
     assert_eq!(std::fs::read(&back).unwrap(), data);
@@ -71,15 +80,27 @@ fn errors_are_clear_and_nonzero() {
     let s = Store::new("err");
     let o = s.run(&["ls"]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("no store named"), "{:?}", o);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no store named"),
+        "{:?}",
+        o
+    );
     s.ok(&["init", "--mem-size", "8M", "--chunk-size", "64K"]);
     let o = s.run(&["init"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("already exists"));
     let o = s.run(&["status", "--chunk-size", "1M"]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("chunk size"), "{:?}", o);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("chunk size"),
+        "{:?}",
+        o
+    );
     let o = s.run(&["get", "/missing", "/tmp/x"]);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("no such file"), "{:?}", o);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no such file"),
+        "{:?}",
+        o
+    );
     let o = s.run(&["init", "--chunk-size", "3000"]);
     assert!(!o.status.success());
     let o = bin().args(["--mem-size", "12Q", "config"]).output().unwrap();
@@ -91,7 +112,11 @@ fn errors_are_clear_and_nonzero() {
 fn config_reports_sources_with_precedence() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("c.toml");
-    std::fs::write(&f, "store = \"fromfile\"\nchunk_size = \"256K\"\nmem_size = \"2G\"\n").unwrap();
+    std::fs::write(
+        &f,
+        "store = \"fromfile\"\nchunk_size = \"256K\"\nmem_size = \"2G\"\n",
+    )
+    .unwrap();
     let o = bin()
         .env("CKPTFS_CONFIG", &f)
         .env("CKPTFS_MEM_SIZE", "64M")
@@ -100,7 +125,15 @@ fn config_reports_sources_with_precedence() {
         .unwrap();
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let get = |k: &str| v["settings"].as_array().unwrap().iter().find(|r| r["key"] == k).unwrap().clone();
+    let get = |k: &str| {
+        v["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == k)
+            .unwrap()
+            .clone()
+    };
     assert_eq!(get("store")["value"], "fromflag");
     assert_eq!(get("store")["source"], "flag");
     assert_eq!(get("mem_size")["value"], "64M");
@@ -137,7 +170,10 @@ fn killed_writer_is_listed_incomplete() {
             assert!(ls.contains("writing"), "{ls}");
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "writer made no progress: {ls}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "writer made no progress: {ls}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     child.kill().unwrap();

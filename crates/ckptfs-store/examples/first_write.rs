@@ -27,7 +27,10 @@ fn main() {
     let block = vec![7u8; 1 << 20];
     let s = Store::attach(&StoreOptions::named(&name)).unwrap();
     for i in 0..4 {
-        println!("checkpoint {i} of a new process: {:.2} GB/s", write(&s, "/c", &block, mib as usize));
+        println!(
+            "checkpoint {i} of a new process: {:.2} GB/s",
+            write(&s, "/c", &block, mib as usize)
+        );
         s.unlink("/c").unwrap();
     }
     Store::destroy(&name).unwrap();

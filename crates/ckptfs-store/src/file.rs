@@ -471,7 +471,9 @@ impl FileHandle {
                     f.as_raw_fd(),
                     seg.spill_offset(c) as libc::off64_t,
                     seg.layout.chunk_size() as libc::off64_t,
-                    libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                    libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                        | libc::SYNC_FILE_RANGE_WRITE
+                        | libc::SYNC_FILE_RANGE_WAIT_AFTER,
                 )
             };
         }

@@ -774,7 +774,15 @@ impl Store {
     /// Take an inode from the free stack and give it a name in `parent`.
     /// A file created for writing starts out `writing`, so that a creator killed before it
     /// registered its lease leaves an `incomplete` file, not a complete empty one.
-    fn alloc_inode(&self, ns: &Ns, k: u32, parent: u32, name: &[u8], mode: u32, writing: bool) -> Result<u32> {
+    fn alloc_inode(
+        &self,
+        ns: &Ns,
+        k: u32,
+        parent: u32,
+        name: &[u8],
+        mode: u32,
+        writing: bool,
+    ) -> Result<u32> {
         let seg = &*self.seg;
         let sb = seg.sb();
         let top = sb.fid_top.load(Relaxed);
@@ -790,7 +798,14 @@ impl Store {
         unsafe { seg.set_name(fid, name) };
         ino.first_child.store(NONE, Relaxed);
         ino.flags.store(0, Relaxed);
-        ino.wstate.store(if writing { wstate::WRITING } else { wstate::COMPLETE }, Relaxed);
+        ino.wstate.store(
+            if writing {
+                wstate::WRITING
+            } else {
+                wstate::COMPLETE
+            },
+            Relaxed,
+        );
         ino.nchunks.store(0, Relaxed);
         ino.size.store(0, Relaxed);
         ino.mtime_ns.store(t, Relaxed);
