@@ -68,7 +68,7 @@ pub struct BenchArgs {
 }
 
 fn fmt_size(b: u64) -> String {
-    if b >= 1 << 20 && b % (1 << 20) == 0 {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{}M", b >> 20)
     } else {
         format!("{}K", b >> 10)

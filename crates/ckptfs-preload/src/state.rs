@@ -244,7 +244,7 @@ impl Slot {
                 Ok(_) => return SlotGuard(self),
                 Err(owner) => {
                     i += 1;
-                    if i % 1024 == 0 && owner != 0 && owner != me {
+                    if i.is_multiple_of(1024) && owner != 0 && owner != me {
                         // SAFETY: kill with signal 0 only checks existence.
                         let dead = unsafe { libc::kill(owner as i32, 0) } != 0 && sys::errno() == libc::ESRCH;
                         if dead {

@@ -252,7 +252,7 @@ pub fn first_mismatch(seed: u64, off: u64, data: &[u8]) -> Option<u64> {
 
 /// Byte of generation `g` in overwrite mode (two values, so that a torn write shows).
 pub fn gen_byte(g: u64) -> u8 {
-    if g % 2 == 0 {
+    if g.is_multiple_of(2) {
         0xaa
     } else {
         0x55

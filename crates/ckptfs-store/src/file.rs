@@ -504,7 +504,7 @@ impl FileHandle {
             store.free_chunks_from(self.fid, keep);
             self.refresh_map();
             // The chunk holding the new end keeps only bytes below it.
-            if len % cs != 0 {
+            if !len.is_multiple_of(cs) {
                 let c = self.chunk_of((len >> shift) as u32);
                 if c != NONE {
                     let e = seg.chunk(c);

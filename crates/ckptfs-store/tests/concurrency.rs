@@ -309,7 +309,7 @@ fn enospc_when_memory_and_spill_are_full_gives_short_write_and_keeps_files() {
         let enospc: Vec<&String> = lines.iter().filter(|l| l.starts_with("enospc")).collect();
         assert_eq!(enospc.len(), 1, "{lines:?}");
         let size: u64 = enospc[0].rsplit(' ').next().unwrap().parse().unwrap();
-        if size % CHUNK != 0 {
+        if !size.is_multiple_of(CHUNK) {
             assert!(lines.iter().any(|l| l.starts_with("short")), "{lines:?}");
         }
         sizes.push(size);

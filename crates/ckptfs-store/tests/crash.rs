@@ -208,9 +208,9 @@ fn random_writer_spec(store: &str, dir: String, rng: &mut Rng) -> Spec {
     s.size = 300_000;
     s.blocks = vec![512, 4096, 65536, 100_000];
     s.seed = rng.next();
-    s.tmp = rng.next() % 2 == 0;
+    s.tmp = rng.next().is_multiple_of(2);
     s.keep = rng.range(1, 4);
-    s.hold = if rng.next() % 3 == 0 { 0 } else { 1 << 20 };
+    s.hold = if rng.next().is_multiple_of(3) { 0 } else { 1 << 20 };
     s
 }
 
