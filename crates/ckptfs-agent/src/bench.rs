@@ -99,7 +99,7 @@ fn write_direct(path: &Path, size: u64, block: &[u8]) -> Result<()> {
 fn write_o_direct(path: &Path, size: u64, block: &[u8]) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     ensure!(
-        size % crate::dest::DIRECT_ALIGN as u64 == 0,
+        size.is_multiple_of(crate::dest::DIRECT_ALIGN as u64),
         "--size must be a multiple of 4 KiB with --direct"
     );
     let mut f = std::fs::OpenOptions::new()

@@ -137,10 +137,10 @@ struct PosixFile {
 }
 
 fn aligned(bufs: &[IoSlice<'_>], off: u64) -> bool {
-    off % DIRECT_ALIGN as u64 == 0
-        && bufs
-            .iter()
-            .all(|b| b.as_ptr() as usize % DIRECT_ALIGN == 0 && b.len() % DIRECT_ALIGN == 0)
+    off.is_multiple_of(DIRECT_ALIGN as u64)
+        && bufs.iter().all(|b| {
+            (b.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN) && b.len().is_multiple_of(DIRECT_ALIGN)
+        })
 }
 
 /// `pwritev` until everything is written.

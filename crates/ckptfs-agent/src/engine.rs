@@ -894,7 +894,7 @@ impl Shared {
         let mut out = Vec::new();
         let (mut start, mut bytes) = (0, 0);
         for (i, b) in plan.blocks.iter().enumerate() {
-            let odd = self.cfg.direct && b.len % DIRECT_ALIGN != 0;
+            let odd = self.cfg.direct && !b.len.is_multiple_of(DIRECT_ALIGN);
             if i > start && (bytes + b.len > self.cfg.write_size || odd) {
                 out.push((start, i));
                 start = i;
