@@ -5,6 +5,7 @@
 //! (`config`), runs the benchmarks (`bench`) and the level policy (`policy`). Store
 //! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
 
+mod cmd_agent;
 mod cmd_mount;
 mod cmd_run;
 mod config;
@@ -117,6 +118,10 @@ enum Command {
     Mount(cmd_mount::MountArgs),
     /// Unmount a `ckptfs mount` and wait for its daemon to finish.
     Umount(cmd_mount::UmountArgs),
+    /// Drain complete checkpoints to the parallel file system in the background.
+    Agent(cmd_agent::AgentArgs),
+    /// Bring drained files back from the destination into the store (checksums verified).
+    Restore(cmd_agent::RestoreArgs),
     /// Run a benchmark; prints measured figures next to the baselines of the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -135,6 +140,8 @@ enum BenchCommand {
     Preload(ckptfs_bench::preload::PreloadBenchArgs),
     /// CRFS aggregation throughput, the checkpoint write profile, mount vs preload vs /dev/shm.
     Fuse(ckptfs_fuse::bench::BenchArgs),
+    /// Application-observed write bandwidth (OAB) and drain bandwidth (ASB) vs direct writes.
+    Drain(ckptfs_agent::bench::BenchArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -171,6 +178,8 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Config { json } => store_cmds::config(&ctx, json),
         Command::Run(a) => cmd_run::main(a, &ctx),
         Command::CheckBinary(a) => cmd_run::check_binary(a, &ctx),
+        Command::Agent(a) => cmd_agent::main(a, &ctx),
+        Command::Restore(a) => cmd_agent::restore_main(a, &ctx),
         Command::Mount(a) => cmd_mount::main(a, &ctx),
         Command::Umount(a) => cmd_mount::umount(a, &ctx),
         Command::Bench(b) => match b {
@@ -182,6 +191,11 @@ fn run(cli: Cli) -> Result<i32> {
             BenchCommand::Preload(a) => {
                 let json = a.json;
                 ckptfs_bench::preload::run(a)?.print(json);
+                Ok(0)
+            }
+            BenchCommand::Drain(a) => {
+                let json = a.json;
+                ckptfs_agent::bench::run(a)?.print(json);
                 Ok(0)
             }
             BenchCommand::Fuse(a) => {

@@ -114,8 +114,11 @@ pub fn init(ctx: &Ctx) -> Result<i32> {
 pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
     let store = attach(ctx)?;
     let i = store.info();
+    let agent = ckptfs_agent::status(&i.name);
     if json {
-        println!("{}", serde_json::to_string_pretty(&i)?);
+        let mut v = serde_json::to_value(&i)?;
+        v["agent"] = serde_json::to_value(&agent)?;
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
     let used = (i.mem_chunks - i.mem_free_chunks) as u64 * i.chunk_size;
@@ -155,6 +158,10 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
         i.create_seconds,
         i.recoveries
     );
+    match &agent {
+        Some(a) => crate::cmd_agent::print_status(a),
+        None => println!("agent       none has run on this store"),
+    }
     if i.incomplete > 0 {
         for (p, st) in store.list_all() {
             if st.state == WriteState::Incomplete {
@@ -460,6 +467,8 @@ pub fn fsck(ctx: &Ctx, repair: bool, json: bool) -> Result<i32> {
 pub fn destroy(ctx: &Ctx) -> Result<i32> {
     let name = ctx.store.effective_name()?;
     Store::destroy(&name)?;
+    // The drain agent's state file lives next to the segment.
+    ckptfs_agent::status::remove_status(&name);
     println!("destroyed store {name}");
     Ok(0)
 }
