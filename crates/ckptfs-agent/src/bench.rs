@@ -20,7 +20,7 @@ use crate::{Agent, AgentConfig};
 use anyhow::{ensure, Context, Result};
 use ckptfs_bench::procs::run_parallel;
 use ckptfs_bench::report::{machine, median, Measurement, Report};
-use ckptfs_store::{OpenFlags, Store, StoreOptions};
+use ckptfs_store::{Store, StoreOptions};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -65,23 +65,7 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(7))
-        .collect()
-}
-
-fn write_store(s: &Store, path: &str, size: u64, block: &[u8]) -> Result<()> {
-    let mut f = s.open(path, OpenFlags::CREATE, 0o644)?;
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(block.len() as u64) as usize;
-        f.write_all(&block[..n])?;
-        left -= n as u64;
-    }
-    f.close()?;
-    Ok(())
-}
+use ckptfs_bench::store::{pattern, write_file as write_store};
 
 fn write_direct(path: &Path, size: u64, block: &[u8]) -> Result<()> {
     let mut f = std::fs::File::create(path)?;

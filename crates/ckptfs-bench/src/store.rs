@@ -77,7 +77,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok((n * mult as f64) as u64)
 }
 
-fn pattern(len: usize) -> Vec<u8> {
+/// A deterministic, non-constant data block for benchmark writes.
+pub fn pattern(len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(7).wrapping_add(1))
         .collect()
@@ -117,7 +118,8 @@ impl Drop for BenchStore {
     }
 }
 
-fn write_file(store: &Store, path: &str, size: u64, block: &[u8]) -> Result<()> {
+/// Write a new store file of `size` bytes in `block`-sized writes, open to close.
+pub fn write_file(store: &Store, path: &str, size: u64, block: &[u8]) -> Result<()> {
     let mut f = store.open(path, OpenFlags::CREATE, 0o644)?;
     let mut left = size;
     while left > 0 {
