@@ -12,9 +12,8 @@
 use crate::report::{machine, median, Measurement, Report};
 use crate::store::parse_size;
 use anyhow::{bail, Context, Result};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// Arguments of `ckptfs bench preload`.
 #[derive(clap::Args, Debug)]
@@ -144,43 +143,6 @@ fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
         .with_context(|| format!("{name} not found; build it with `cargo build --release -p ckptfs-preload`"))
 }
 
-/// Run the same worker command in `n` processes released together; aggregate seconds.
-fn parallel(n: usize, argv: &dyn Fn(usize) -> Vec<String>, env: &[(String, String)]) -> Result<f64> {
-    let mut kids = Vec::new();
-    for rank in 0..n {
-        let a = argv(rank);
-        let mut c = Command::new(&a[0]);
-        c.args(&a[1..]).stdin(Stdio::piped()).stdout(Stdio::piped());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let mut child = c.spawn().with_context(|| format!("spawning {}", a[0]))?;
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line)?;
-        if line.trim() != "ready" {
-            bail!("worker {rank} did not start: {line:?}");
-        }
-        kids.push((child, out));
-    }
-    for (c, _) in kids.iter_mut() {
-        c.stdin.as_mut().unwrap().write_all(b"g")?;
-    }
-    let (mut t0, mut t1) = (f64::MAX, 0f64);
-    for (mut c, mut out) in kids {
-        let mut line = String::new();
-        out.read_line(&mut line)?;
-        let st = c.wait()?;
-        let v: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-        if !st.success() || v.len() != 2 {
-            bail!("worker failed ({st}): {line:?}");
-        }
-        t0 = t0.min(v[0]);
-        t1 = t1.max(v[1]);
-    }
-    Ok(t1 - t0)
-}
-
 /// Run the benchmark.
 pub fn run(a: PreloadBenchArgs) -> Result<Report> {
     let lib = find_lib(a.preload_lib.as_deref())?;
@@ -244,7 +206,7 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
         ];
         // Interleave the cases so that machine noise hits all of them alike.
         for _ in 0..a.reps {
-            let s = parallel(
+            let s = crate::procs::run_commands(
                 n,
                 &|r| {
                     vec![
@@ -258,13 +220,13 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
                 &shim_env,
             )?;
             cases[0].1.push(s);
-            let s = parallel(
+            let s = crate::procs::run_commands(
                 n,
                 &|_| vec![w.clone(), "m".into(), size.clone(), block.clone()],
                 &[],
             )?;
             cases[1].1.push(s);
-            let s = parallel(
+            let s = crate::procs::run_commands(
                 n,
                 &|r| {
                     vec![
@@ -281,7 +243,7 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
             for r in 0..n {
                 let _ = std::fs::remove_file(shm.join(format!("f{r}")));
             }
-            let s = parallel(
+            let s = crate::procs::run_commands(
                 n,
                 &|r| vec![w.clone(), "r".into(), format!("/ckpt/f{r}"), block.clone()],
                 &shim_env,
@@ -315,12 +277,12 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
     let tgt = target.display().to_string();
     let (mut with, mut without) = (Vec::new(), Vec::new());
     for _ in 0..a.reps {
-        without.push(parallel(
+        without.push(crate::procs::run_commands(
             1,
             &|_| vec![w.clone(), "p".into(), ops.clone(), tgt.clone()],
             &[],
         )?);
-        with.push(parallel(
+        with.push(crate::procs::run_commands(
             1,
             &|_| vec![w.clone(), "p".into(), ops.clone(), tgt.clone()],
             &shim_env,

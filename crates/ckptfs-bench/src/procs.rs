@@ -3,7 +3,9 @@
 //! Workers wait on a pipe barrier, run, and write their (start, end) CLOCK_MONOTONIC
 //! times to a result pipe. The parent must be single-threaded when it forks.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn mono() -> f64 {
@@ -115,4 +117,48 @@ pub fn run_parallel<T>(
         bail!("a worker process failed");
     }
     Ok(last - first)
+}
+
+/// Run the same worker command in `n` exec'd processes released together. Each worker
+/// prints `ready`, waits for a byte on stdin, runs, and prints `T0 T1` (CLOCK_MONOTONIC
+/// seconds). Returns the aggregate seconds (last end - first start).
+pub fn run_commands(n: usize, argv: &dyn Fn(usize) -> Vec<String>, env: &[(String, String)]) -> Result<f64> {
+    let mut kids = Vec::new();
+    for rank in 0..n {
+        let a = argv(rank);
+        let mut c = Command::new(&a[0]);
+        c.args(&a[1..]).stdin(Stdio::piped()).stdout(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().with_context(|| format!("spawning {}", a[0]))?;
+        let mut out = BufReader::new(child.stdout.take().context("worker stdout")?);
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        if line.trim() != "ready" {
+            bail!("worker {rank} did not start: {line:?}");
+        }
+        kids.push((child, out));
+    }
+    for (c, _) in kids.iter_mut() {
+        c.stdin.as_mut().context("worker stdin")?.write_all(b"g")?;
+    }
+    let (mut t0, mut t1) = (f64::MAX, 0f64);
+    for (mut c, mut out) in kids {
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        let st = c.wait()?;
+        let v: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        if !st.success() || v.len() != 2 {
+            bail!("worker failed ({st}): {line:?}");
+        }
+        t0 = t0.min(v[0]);
+        t1 = t1.max(v[1]);
+    }
+    Ok(t1 - t0)
+}
+
+/// Monotonic clock in seconds (the same clock in every process).
+pub fn monotonic() -> f64 {
+    mono()
 }

@@ -136,6 +136,9 @@ enum Command {
 enum BenchCommand {
     /// The node store vs memcpy and /dev/shm; chunk-size sweep; spill-over table.
     Store(ckptfs_bench::store::StoreBenchArgs),
+    /// One worker process of `bench store` (internal).
+    #[command(hide = true)]
+    StoreWorker(ckptfs_bench::store::WorkerArgs),
     /// Writes through the LD_PRELOAD shim vs memcpy and /dev/shm; pass-through overhead.
     Preload(ckptfs_bench::preload::PreloadBenchArgs),
     /// CRFS aggregation throughput, the checkpoint write profile, mount vs preload vs /dev/shm.
@@ -186,6 +189,10 @@ fn run(cli: Cli) -> Result<i32> {
             BenchCommand::Store(a) => {
                 let json = a.json;
                 ckptfs_bench::store::run(a)?.print(json);
+                Ok(0)
+            }
+            BenchCommand::StoreWorker(a) => {
+                ckptfs_bench::store::worker(a)?;
                 Ok(0)
             }
             BenchCommand::Preload(a) => {
