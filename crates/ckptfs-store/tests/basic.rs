@@ -268,3 +268,47 @@ fn attach_checks_settings_and_format() {
     assert!(err.to_string().contains("not a ckptfs segment"), "{err}");
     std::fs::remove_file(segment_path(&fake)).unwrap();
 }
+
+/// A segment of another format version, a damaged superblock and a truncated segment
+/// are refused with a message naming the segment, and nothing is attached.
+#[test]
+fn other_version_damaged_and_truncated_segments_are_refused() {
+    let t = temp_store("badseg", 1 << 20, 64 << 10, None);
+    let name = t.store.name().to_string();
+    let path = segment_path(&name);
+    let original = std::fs::read(&path).unwrap();
+    let attach_err = || {
+        Store::attach(&StoreOptions::named(&name))
+            .err()
+            .expect("attach must fail")
+            .to_string()
+    };
+
+    let mut v = original.clone();
+    v[8..12].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&path, &v).unwrap();
+    let e = attach_err();
+    assert!(
+        e.contains("format version 2") && e.contains(&path.display().to_string()),
+        "{e}"
+    );
+
+    let mut d = original.clone();
+    d[40] ^= 0xff; // inside the layout block
+    std::fs::write(&path, &d).unwrap();
+    let e = attach_err();
+    assert!(e.contains("damaged"), "{e}");
+
+    std::fs::write(&path, &original[..original.len() / 2]).unwrap();
+    let e = attach_err();
+    assert!(e.contains("bytes"), "{e}");
+
+    std::fs::write(&path, b"short").unwrap();
+    let e = attach_err();
+    assert!(e.contains("too small"), "{e}");
+
+    // Put it back: the store attaches again and is intact.
+    std::fs::write(&path, &original).unwrap();
+    let s = Store::attach(&StoreOptions::named(&name)).unwrap();
+    assert!(s.fsck(false).is_clean());
+}
