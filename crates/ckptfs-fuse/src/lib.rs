@@ -20,6 +20,7 @@
 
 pub mod bench;
 pub mod crfs;
+mod dirs;
 pub mod mount;
 mod store_fs;
 
@@ -27,7 +28,7 @@ pub use crfs::{BackendSink, CrfsConfig, CrfsFs, DiscardSink, FileSink};
 pub use mount::{Mode, MountConfig, MountError};
 pub use store_fs::StoreFs;
 
-use fuser::{Errno, FopenFlags, InitFlags, KernelConfig};
+use fuser::{Errno, FopenFlags, InitFlags, KernelConfig, ReplyEmpty};
 use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::sync::atomic::AtomicU64;
@@ -124,6 +125,14 @@ pub(crate) fn errno_of(e: &ckptfs_store::StoreError) -> Errno {
 
 pub(crate) fn io_errno(e: &std::io::Error) -> Errno {
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Reply to a request that returns no data: success, or the error.
+pub(crate) fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
 }
 
 pub(crate) fn split_name(name: &OsStr) -> Result<&str, Errno> {

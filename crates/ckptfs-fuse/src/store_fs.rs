@@ -6,7 +6,8 @@
 //! handle. Attributes and entries are never cached by the kernel (TTL 0) because other
 //! processes write the same store through the preload shim behind the kernel's back.
 
-use crate::{errno_of, now_ns, split_name, system_time, Counters, IoMode};
+use crate::dirs::{dot_entries, DirTable, Listing};
+use crate::{errno_of, now_ns, reply_empty, split_name, system_time, Counters, IoMode};
 use ckptfs_store::{FileHandle, FileKind, OpenFlags, Stat, Store, StoreError, ROOT_INO};
 use fuser::{
     Errno, FileAttr, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, ReplyAttr,
@@ -21,15 +22,12 @@ use std::time::{Duration, SystemTime};
 
 const TTL: Duration = Duration::ZERO;
 
-/// A directory listing snapshot taken at opendir: (inode, type, name).
-type Listing = Vec<(u64, FileType, String)>;
-
 /// The store as a FUSE file system.
 pub struct StoreFs {
     store: Store,
     io: IoMode,
     files: Mutex<HashMap<u64, Arc<Mutex<FileHandle>>>>,
-    dirs: Mutex<HashMap<u64, Listing>>,
+    dirs: DirTable<String>,
     next_fh: AtomicU64,
     uid: u32,
     gid: u32,
@@ -45,7 +43,7 @@ impl StoreFs {
             store,
             io,
             files: Mutex::new(HashMap::new()),
-            dirs: Mutex::new(HashMap::new()),
+            dirs: DirTable::new(),
             next_fh: AtomicU64::new(1),
             uid,
             gid,
@@ -59,10 +57,11 @@ impl StoreFs {
     }
 
     fn attr(&self, st: &Stat) -> FileAttr {
-        let (kind, nlink) = match st.kind {
-            FileKind::Dir => (FileType::Directory, 2),
-            FileKind::File => (FileType::RegularFile, 1),
+        let nlink = match st.kind {
+            FileKind::Dir => 2,
+            FileKind::File => 1,
         };
+        let kind = file_type(st.kind);
         let perm = (st.mode & 0o7777) as u16;
         let mtime = system_time(st.mtime_ns);
         FileAttr {
@@ -82,6 +81,20 @@ impl StoreFs {
             rdev: 0,
             blksize: 1 << 20,
             flags: 0,
+        }
+    }
+
+    fn reply_attr(&self, reply: ReplyAttr, r: Result<Stat, Errno>) {
+        match r {
+            Ok(st) => reply.attr(&TTL, &self.attr(&st)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, r: Result<Stat, Errno>) {
+        match r {
+            Ok(st) => reply.entry(&TTL, &self.attr(&st), Generation(st.generation as u64)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -125,6 +138,13 @@ fn store_err(e: StoreError) -> Errno {
     errno_of(&e)
 }
 
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::Dir => FileType::Directory,
+        FileKind::File => FileType::RegularFile,
+    }
+}
+
 impl Filesystem for StoreFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         crate::configure_kernel(config, self.io);
@@ -149,10 +169,7 @@ impl Filesystem for StoreFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        match self.store.lookup(parent.0, name) {
-            Ok(st) => reply.entry(&TTL, &self.attr(&st), Generation(st.generation as u64)),
-            Err(e) => reply.error(store_err(e)),
-        }
+        self.reply_entry(reply, self.store.lookup(parent.0, name).map_err(store_err));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<fuser::FileHandle>, reply: ReplyAttr) {
@@ -163,10 +180,7 @@ impl Filesystem for StoreFs {
                 return reply.attr(&TTL, &self.attr(&st));
             }
         }
-        match self.store.stat_ino(ino.0) {
-            Ok(st) => reply.attr(&TTL, &self.attr(&st)),
-            Err(e) => reply.error(store_err(e)),
-        }
+        self.reply_attr(reply, self.store.stat_ino(ino.0).map_err(store_err));
     }
 
     fn setattr(
@@ -216,10 +230,7 @@ impl Filesystem for StoreFs {
             }
             self.store.stat_ino(ino.0).map_err(store_err)
         })();
-        match r {
-            Ok(st) => reply.attr(&TTL, &self.attr(&st)),
-            Err(e) => reply.error(e),
-        }
+        self.reply_attr(reply, r);
     }
 
     fn mknod(
@@ -253,10 +264,7 @@ impl Filesystem for StoreFs {
             h.close().map_err(store_err)?;
             Ok::<_, Errno>(st)
         })();
-        match r {
-            Ok(st) => reply.entry(&TTL, &self.attr(&st), Generation(st.generation as u64)),
-            Err(e) => reply.error(e),
-        }
+        self.reply_entry(reply, r);
     }
 
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
@@ -264,32 +272,25 @@ impl Filesystem for StoreFs {
         let r = self
             .child_path(parent, name)
             .and_then(|p| self.store.mkdir(&p, mode & !umask & 0o7777).map_err(store_err));
-        match r {
-            Ok(st) => reply.entry(&TTL, &self.attr(&st), Generation(st.generation as u64)),
-            Err(e) => reply.error(e),
-        }
+        self.reply_entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
-        match self
-            .child_path(parent, name)
-            .and_then(|p| self.store.unlink(&p).map_err(store_err))
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(
+            reply,
+            self.child_path(parent, name)
+                .and_then(|p| self.store.unlink(&p).map_err(store_err)),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
-        match self
-            .child_path(parent, name)
-            .and_then(|p| self.store.rmdir(&p).map_err(store_err))
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(
+            reply,
+            self.child_path(parent, name)
+                .and_then(|p| self.store.rmdir(&p).map_err(store_err)),
+        );
     }
 
     fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &std::path::Path, reply: ReplyEntry) {
@@ -327,10 +328,7 @@ impl Filesystem for StoreFs {
             }
             self.store.rename(&from, &to).map_err(store_err)
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
@@ -482,13 +480,10 @@ impl Filesystem for StoreFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.handle(fh.0) {
-            Ok(h) => match h.lock().unwrap().sync() {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(store_err(e)),
-            },
-            Err(e) => reply.error(e),
-        }
+        let r = self
+            .handle(fh.0)
+            .and_then(|h| h.lock().unwrap().sync().map_err(store_err));
+        reply_empty(reply, r);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
@@ -503,25 +498,13 @@ impl Filesystem for StoreFs {
                 Ok(p) => p.ino,
                 Err(_) => ROOT_INO,
             };
-            let mut list = vec![
-                (ino.0, FileType::Directory, ".".to_string()),
-                (parent, FileType::Directory, "..".to_string()),
-            ];
+            let mut list: Listing<String> = dot_entries(ino.0, parent);
             for e in self.store.read_dir_ino(ino.0).map_err(store_err)? {
-                let k = match e.kind {
-                    FileKind::Dir => FileType::Directory,
-                    FileKind::File => FileType::RegularFile,
-                };
-                list.push((e.ino, k, e.name));
+                list.push((e.ino, file_type(e.kind), e.name));
             }
-            let fh = self.next_fh.fetch_add(1, Relaxed);
-            self.dirs.lock().unwrap().insert(fh, list);
-            Ok(fh)
+            Ok(list)
         })();
-        match r {
-            Ok(fh) => reply.opened(fuser::FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(e),
-        }
+        self.dirs.open(&self.next_fh, r, reply);
     }
 
     fn readdir(
@@ -530,18 +513,9 @@ impl Filesystem for StoreFs {
         _ino: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let dirs = self.dirs.lock().unwrap();
-        let Some(list) = dirs.get(&fh.0) else {
-            return reply.error(Errno::EBADF);
-        };
-        for (i, (ino, kind, name)) in list.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
-                break;
-            }
-        }
-        reply.ok();
+        self.dirs.readdir(fh, offset, reply);
     }
 
     fn releasedir(
@@ -552,8 +526,7 @@ impl Filesystem for StoreFs {
         _f: fuser::OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.dirs.lock().unwrap().remove(&fh.0);
-        reply.ok();
+        self.dirs.release(fh, reply);
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: fuser::FileHandle, _d: bool, reply: ReplyEmpty) {
@@ -581,10 +554,7 @@ impl Filesystem for StoreFs {
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
         // Permission checks are the kernel's (default_permissions); this only checks existence.
-        match self.store.stat_ino(ino.0) {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(store_err(e)),
-        }
+        reply_empty(reply, self.store.stat_ino(ino.0).map(|_| ()).map_err(store_err));
     }
 
     fn fallocate(
@@ -609,9 +579,6 @@ impl Filesystem for StoreFs {
             }
             Ok(())
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 }

@@ -336,14 +336,7 @@ impl Engine {
     }
 
     fn evict_one(&self) {
-        let files: Vec<Arc<AggFile>> = self
-            .shared
-            .files
-            .lock()
-            .unwrap()
-            .values()
-            .filter_map(Weak::upgrade)
-            .collect();
+        let files = self.live_files();
         for f in files {
             if let Ok(mut st) = f.state.try_lock() {
                 if st.cur.is_some() {
@@ -354,6 +347,17 @@ impl Engine {
         }
     }
 
+    /// The files still attached (or still referenced by queued chunks).
+    fn live_files(&self) -> Vec<Arc<AggFile>> {
+        self.shared
+            .files
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
     fn give_back(&self, buf: Vec<u8>) {
         self.shared.free.lock().unwrap().push(buf);
         self.shared.free_cv.notify_one();
@@ -361,14 +365,7 @@ impl Engine {
 
     /// Write every file's remaining chunk and stop the IO threads.
     pub fn shutdown(&self) {
-        let files: Vec<Arc<AggFile>> = self
-            .shared
-            .files
-            .lock()
-            .unwrap()
-            .values()
-            .filter_map(Weak::upgrade)
-            .collect();
+        let files = self.live_files();
         for f in &files {
             if let Err(e) = self.flush(f) {
                 tracing::error!(errno = e, "backend error while flushing at unmount");

@@ -11,12 +11,13 @@ pub mod engine;
 
 pub use engine::{BackendSink, DiscardSink, Engine, EngineStats, FileSink};
 
-use crate::{io_errno, split_name, Counters, IoMode};
+use crate::dirs::{dot_entries, DirTable, Listing};
+use crate::{io_errno, reply_empty, split_name, Counters, IoMode};
 use engine::AggFile;
 use fuser::{
-    Errno, FileAttr, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    Request, TimeOrNow,
+    Errno, FileAttr, FileType, Filesystem, Generation, INodeNo, KernelConfig, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    TimeOrNow,
 };
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
@@ -58,9 +59,6 @@ impl CrfsConfig {
 // through this mount.
 const TTL: Duration = Duration::from_secs(1);
 
-/// A directory listing snapshot taken at opendir: (inode, type, name).
-type Listing = Vec<(u64, FileType, std::ffi::OsString)>;
-
 struct Node {
     path: PathBuf,
     lookups: u64,
@@ -80,7 +78,7 @@ pub struct CrfsFs {
     engine: Engine,
     nodes: Mutex<HashMap<u64, Node>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
-    dirs: Mutex<HashMap<u64, Listing>>,
+    dirs: DirTable<std::ffi::OsString>,
     next_fh: AtomicU64,
     counters: Arc<Counters>,
 }
@@ -98,6 +96,13 @@ fn check(r: libc::c_int) -> Result<(), Errno> {
         Err(errno_io(io::Error::last_os_error()))
     } else {
         Ok(())
+    }
+}
+
+fn reply_entry(reply: ReplyEntry, r: Result<FileAttr, Errno>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+        Err(e) => reply.error(e),
     }
 }
 
@@ -148,7 +153,7 @@ impl CrfsFs {
             io,
             nodes: Mutex::new(nodes),
             handles: Mutex::new(HashMap::new()),
-            dirs: Mutex::new(HashMap::new()),
+            dirs: DirTable::new(),
             next_fh: AtomicU64::new(1),
             counters: Arc::new(Counters::default()),
         })
@@ -309,9 +314,9 @@ impl CrfsFs {
         }
     }
 
-    fn ok_or(reply: ReplyEmpty, r: Result<(), Errno>) {
+    fn reply_attr(&self, reply: ReplyAttr, r: Result<Metadata, Errno>) {
         match r {
-            Ok(()) => reply.ok(),
+            Ok(m) => reply.attr(&TTL, &self.attr(&m)),
             Err(e) => reply.error(e),
         }
     }
@@ -337,10 +342,7 @@ impl Filesystem for CrfsFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.counters.meta.fetch_add(1, Relaxed);
-        match self.child(parent, name).and_then(|p| self.remember(p)) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, self.child(parent, name).and_then(|p| self.remember(p)));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -362,10 +364,7 @@ impl Filesystem for CrfsFs {
             Some(h) => h.fd.metadata().map_err(errno_io),
             None => self.stat_ino(ino),
         };
-        match r {
-            Ok(m) => reply.attr(&TTL, &self.attr(&m)),
-            Err(e) => reply.error(e),
-        }
+        self.reply_attr(reply, r);
     }
 
     fn setattr(
@@ -443,10 +442,7 @@ impl Filesystem for CrfsFs {
             }
             std::fs::symlink_metadata(&path).map_err(errno_io)
         })();
-        match r {
-            Ok(m) => reply.attr(&TTL, &self.attr(&m)),
-            Err(e) => reply.error(e),
-        }
+        self.reply_attr(reply, r);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -475,10 +471,7 @@ impl Filesystem for CrfsFs {
             check(unsafe { libc::mknod(c.as_ptr(), mode & !umask, rdev as libc::dev_t) })?;
             self.remember(p)
         });
-        match r {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r);
     }
 
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
@@ -489,15 +482,12 @@ impl Filesystem for CrfsFs {
             check(unsafe { libc::mkdir(c.as_ptr(), (mode & !umask & 0o7777) as libc::mode_t) })?;
             self.remember(p)
         });
-        match r {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
-        Self::ok_or(
+        reply_empty(
             reply,
             self.child(parent, name)
                 .and_then(|p| std::fs::remove_file(p).map_err(errno_io)),
@@ -506,7 +496,7 @@ impl Filesystem for CrfsFs {
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
-        Self::ok_or(
+        reply_empty(
             reply,
             self.child(parent, name)
                 .and_then(|p| std::fs::remove_dir(p).map_err(errno_io)),
@@ -518,10 +508,7 @@ impl Filesystem for CrfsFs {
             std::os::unix::fs::symlink(target, &p).map_err(errno_io)?;
             self.remember(p)
         });
-        match r {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r);
     }
 
     fn rename(
@@ -559,7 +546,7 @@ impl Filesystem for CrfsFs {
             }
             Ok(())
         })();
-        Self::ok_or(reply, r);
+        reply_empty(reply, r);
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
@@ -574,10 +561,7 @@ impl Filesystem for CrfsFs {
             }
             Ok(attr)
         })();
-        match r {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
@@ -702,7 +686,7 @@ impl Filesystem for CrfsFs {
             Some(f) => self.engine.flush(f).map_err(Errno::from_i32),
             None => Ok(()),
         });
-        Self::ok_or(reply, r);
+        reply_empty(reply, r);
     }
 
     fn release(
@@ -732,7 +716,7 @@ impl Filesystem for CrfsFs {
             drop(h);
             self.engine.detach(&f);
         }
-        Self::ok_or(reply, r);
+        reply_empty(reply, r);
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: fuser::FileHandle, datasync: bool, reply: ReplyEmpty) {
@@ -746,17 +730,14 @@ impl Filesystem for CrfsFs {
             };
             if datasync { fd.sync_data() } else { fd.sync_all() }.map_err(errno_io)
         });
-        Self::ok_or(reply, r);
+        reply_empty(reply, r);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
         self.counters.meta.fetch_add(1, Relaxed);
         let r = (|| {
             let path = self.path(ino)?;
-            let mut list = vec![
-                (ino.0, FileType::Directory, OsStr::new(".").to_owned()),
-                (1, FileType::Directory, OsStr::new("..").to_owned()),
-            ];
+            let mut list: Listing<std::ffi::OsString> = dot_entries(ino.0, 1);
             for e in std::fs::read_dir(&path).map_err(errno_io)? {
                 let e = e.map_err(errno_io)?;
                 let kind = e
@@ -767,14 +748,9 @@ impl Filesystem for CrfsFs {
                 use std::os::unix::fs::DirEntryExt;
                 list.push((self.fuse_ino(e.ino()), kind, e.file_name()));
             }
-            let fh = self.next_fh.fetch_add(1, Relaxed);
-            self.dirs.lock().unwrap().insert(fh, list);
-            Ok(fh)
+            Ok(list)
         })();
-        match r {
-            Ok(fh) => reply.opened(fuser::FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(e),
-        }
+        self.dirs.open(&self.next_fh, r, reply);
     }
 
     fn readdir(
@@ -783,18 +759,9 @@ impl Filesystem for CrfsFs {
         _ino: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let dirs = self.dirs.lock().unwrap();
-        let Some(list) = dirs.get(&fh.0) else {
-            return reply.error(Errno::EBADF);
-        };
-        for (i, (ino, kind, name)) in list.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
-                break;
-            }
-        }
-        reply.ok();
+        self.dirs.readdir(fh, offset, reply);
     }
 
     fn releasedir(
@@ -805,8 +772,7 @@ impl Filesystem for CrfsFs {
         _f: fuser::OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.dirs.lock().unwrap().remove(&fh.0);
-        reply.ok();
+        self.dirs.release(fh, reply);
     }
 
     fn fsyncdir(
@@ -820,7 +786,7 @@ impl Filesystem for CrfsFs {
         let r = self
             .path(ino)
             .and_then(|p| File::open(p).and_then(|d| d.sync_all()).map_err(errno_io));
-        Self::ok_or(reply, r);
+        reply_empty(reply, r);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -846,7 +812,7 @@ impl Filesystem for CrfsFs {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
-        Self::ok_or(reply, self.stat_ino(ino).map(|_| ()));
+        reply_empty(reply, self.stat_ino(ino).map(|_| ()));
     }
 
     fn fallocate(
@@ -878,6 +844,6 @@ impl Filesystem for CrfsFs {
             }
             Ok(())
         });
-        Self::ok_or(reply, r);
+        reply_empty(reply, r);
     }
 }
