@@ -19,21 +19,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== build"
+echo "== setup and build"
+bash scripts/setup.sh
 cargo build --release --workspace --quiet
 cc -O2 -Wall -o "$WORK/heat" examples/heat/heat.c
 HEAT="$WORK/heat"
 CK=("$BIN/ckptfs" --store "$STORE" --mem-size 512M)
 
-# `ckptfs run` execs the program with the shim; fall back to LD_PRELOAD by hand if this
-# build's CLI lacks the subcommand.
-if "${CK[@]}" run --help >/dev/null 2>&1; then
-    RUN=("${CK[@]}" run --)
-else
-    echo "(ckptfs run not available in this build: using LD_PRELOAD directly)"
-    "${CK[@]}" init >/dev/null 2>&1 || true
-    RUN=(env LD_PRELOAD="$BIN/libckptfs_preload.so" CKPTFS_STORE="$STORE" CKPTFS_MOUNT=/ckpt)
-fi
+# `ckptfs run` creates the store if needed and execs the program with the shim.
+RUN=("${CK[@]}" run --)
 
 bw() { sed -n 's/.*= \([0-9.]*\) GB\/s/\1/p' "$1"; }
 
