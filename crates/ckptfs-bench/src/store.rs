@@ -406,13 +406,15 @@ fn spill_table(
     let size = a.file_size.div_ceil(chunk) * chunk;
     let nch = size / chunk;
     let shares = [0.0, 3.125, 6.25, 12.5, 25.0, 50.0, 100.0];
-    let mut measured = Vec::new();
+    // All rows' stores exist at once and the repetitions go round the rows, so that a
+    // slow spell of the (noisy) device hits every row alike instead of one row's block.
+    let mut rows = Vec::new();
     for &pct in &shares {
         let spill_chunks = ((nch as f64) * pct / 100.0).round() as u64;
         let mem_chunks = nch - spill_chunks;
         // One extra memory chunk, held by a filler file, so the store is valid even at
         // 100 % and the file gets exactly `mem_chunks` memory chunks.
-        let (_g, store, _) = BenchStore::create(
+        let (guard, store, _) = BenchStore::create(
             (mem_chunks + 1) * chunk,
             chunk,
             Some((a.spill_dir.clone(), (spill_chunks.max(1)) * chunk)),
@@ -423,22 +425,27 @@ fn spill_table(
         // are written once, as in a job's second and later checkpoints).
         write_file(&store, "/ckpt", size, block)?;
         store.unlink("/ckpt")?;
-        let mut secs = Vec::new();
-        // The device is noisier than memory: at least 9 repetitions per row.
-        for _ in 0..a.reps.max(9) {
+        rows.push((pct, spill_chunks, guard, store, Vec::new()));
+    }
+    // The device is noisier than memory: at least 9 repetitions per row.
+    for _ in 0..a.reps.max(9) {
+        for (_, spill_chunks, _, store, secs) in rows.iter_mut() {
             let t = Instant::now();
-            write_file(&store, "/ckpt", size, block)?;
+            write_file(store, "/ckpt", size, block)?;
             secs.push(t.elapsed().as_secs_f64());
             let st = store.stat("/ckpt")?;
             anyhow::ensure!(
-                st.spill_chunks as u64 == spill_chunks,
+                st.spill_chunks as u64 == *spill_chunks,
                 "expected {spill_chunks} spill chunks, got {}",
                 st.spill_chunks
             );
             store.unlink("/ckpt")?;
         }
-        measured.push((pct, spill_chunks * chunk, median(&secs), secs));
     }
+    let measured: Vec<(f64, u64, f64, Vec<f64>)> = rows
+        .into_iter()
+        .map(|(pct, sc, _guard, _store, secs)| (pct, sc * chunk, median(&secs), secs))
+        .collect();
     let t_mem = size as f64 / measured[0].2; // bytes/s with 0 % spilled
     let t_ssd = size as f64 / measured.last().map(|m| m.2).unwrap_or(1.0);
     let mut worst: f64 = 0.0;
