@@ -971,6 +971,15 @@ impl Store {
         Ok((parent, last))
     }
 
+    /// Resolve an existing entry other than the root; returns (parent id, its id).
+    pub(crate) fn resolve_entry(&self, ns: &Ns, comps: &[&str], path: &str) -> Result<(u32, u32)> {
+        let (parent, name) = self.resolve_parent(ns, comps, path)?;
+        let fid = self
+            .lookup_child(ns, parent, name.as_bytes())
+            .ok_or_else(|| StoreError::NotFound(path.into()))?;
+        Ok((parent, fid))
+    }
+
     // ---------------------------------------------------------------- leases
 
     /// Drop leases of processes that no longer run. Returns true if a dead writer was
@@ -1389,10 +1398,7 @@ impl Store {
     pub fn rmdir(&self, path: &str) -> Result<()> {
         let comps = components(path)?;
         let ns = self.ns();
-        let (parent, name) = self.resolve_parent(&ns, &comps, path)?;
-        let fid = self
-            .lookup_child(&ns, parent, name.as_bytes())
-            .ok_or_else(|| StoreError::NotFound(path.into()))?;
+        let (_, fid) = self.resolve_entry(&ns, &comps, path)?;
         let ino = self.seg.inode(fid);
         if ino.kind.load(Relaxed) != kind::DIR {
             return Err(StoreError::NotDir(path.into()));
@@ -1409,10 +1415,7 @@ impl Store {
     pub fn unlink(&self, path: &str) -> Result<()> {
         let comps = components(path)?;
         let ns = self.ns();
-        let (parent, name) = self.resolve_parent(&ns, &comps, path)?;
-        let fid = self
-            .lookup_child(&ns, parent, name.as_bytes())
-            .ok_or_else(|| StoreError::NotFound(path.into()))?;
+        let (_, fid) = self.resolve_entry(&ns, &comps, path)?;
         if self.seg.inode(fid).kind.load(Relaxed) == kind::DIR {
             return Err(StoreError::IsDir(path.into()));
         }
@@ -1428,10 +1431,7 @@ impl Store {
         let fc = components(from)?;
         let tc = components(to)?;
         let ns = self.ns();
-        let (sp, sname) = self.resolve_parent(&ns, &fc, from)?;
-        let src = self
-            .lookup_child(&ns, sp, sname.as_bytes())
-            .ok_or_else(|| StoreError::NotFound(from.into()))?;
+        let (sp, src) = self.resolve_entry(&ns, &fc, from)?;
         let (dp, dname) = self.resolve_parent(&ns, &tc, to)?;
         let src_dir = seg.inode(src).kind.load(Relaxed) == kind::DIR;
         if src_dir {
