@@ -67,16 +67,9 @@ pub struct BenchArgs {
 
 use ckptfs_bench::store::{pattern, write_file as write_store};
 
+/// Straight to the destination, then fsync (the application without ckptfs).
 fn write_direct(path: &Path, size: u64, block: &[u8]) -> Result<()> {
-    let mut f = std::fs::File::create(path)?;
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(block.len() as u64) as usize;
-        f.write_all(&block[..n])?;
-        left -= n as u64;
-    }
-    f.sync_all()?;
-    Ok(())
+    ckptfs_bench::store::write_local_file(path, size, block, true)
 }
 
 /// Sequential O_DIRECT writes of `block` (aligned) up to `size`, then fsync.

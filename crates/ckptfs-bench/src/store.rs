@@ -131,6 +131,23 @@ pub fn write_file(store: &Store, path: &str, size: u64, block: &[u8]) -> Result<
     Ok(())
 }
 
+/// Write a new local file of `size` bytes in `block`-sized write() calls; with `fsync`,
+/// sync it before returning (the direct-to-disk baselines).
+pub fn write_local_file(path: &std::path::Path, size: u64, block: &[u8], fsync: bool) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)?;
+    let mut left = size;
+    while left > 0 {
+        let k = left.min(block.len() as u64) as usize;
+        f.write_all(&block[..k])?;
+        left -= k as u64;
+    }
+    if fsync {
+        f.sync_all()?;
+    }
+    Ok(())
+}
+
 fn read_file(store: &Store, path: &str, buf: &mut [u8]) -> Result<u64> {
     let mut f = store.open(path, OpenFlags::READ, 0)?;
     let mut total = 0;
@@ -255,17 +272,7 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
             a.reps,
             n,
             &|_| Ok(()),
-            &|r, ()| {
-                use std::io::Write;
-                let mut f = std::fs::File::create(dpath.join(format!("f{r}")))?;
-                let mut left = a.file_size;
-                while left > 0 {
-                    let k = left.min(block.len() as u64) as usize;
-                    f.write_all(&block[..k])?;
-                    left -= k as u64;
-                }
-                Ok(())
-            },
+            &|r, ()| write_local_file(&dpath.join(format!("f{r}")), a.file_size, &block, false),
             &|| {
                 for r in 0..n {
                     let _ = std::fs::remove_file(dpath.join(format!("f{r}")));
