@@ -162,7 +162,7 @@ fn part_a(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<String>) ->
                 })?;
                 secs.push(t0.elapsed().as_secs_f64());
             }
-            session.umount_and_join().context("unmount")?;
+            mount::unmount_spawned(session, &mp).context("unmount")?;
             let m = Measurement::new("crfs-raw", a.raw_writers, bytes, secs)
                 .with("pool", fmt_size(pool))
                 .with("chunk", fmt_size(chunk));
@@ -341,9 +341,9 @@ fn part_b(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<String>) ->
         }
         ratios.push((n, pair[0] / pair[1], pair[0] / pair[2]));
     }
-    session.umount_and_join().context("unmount")?;
-    session_wb.umount_and_join().context("unmount")?;
-    session_null.umount_and_join().context("unmount")?;
+    mount::unmount_spawned(session, &mp).context("unmount")?;
+    mount::unmount_spawned(session_wb, &mp_wb).context("unmount")?;
+    mount::unmount_spawned(session_null, &mp_null).context("unmount")?;
     let faster: Vec<String> = ratios
         .iter()
         .filter(|(n, _, _)| *n >= 4)
@@ -436,7 +436,7 @@ fn part_c(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<String>) ->
             secs.push(dd(&mp.join("f"), bytes, &[])?);
         }
         let _ = std::fs::remove_file(mp.join("f"));
-        session.umount_and_join().context("unmount")?;
+        mount::unmount_spawned(session, &mp).context("unmount")?;
         table.push(Measurement::new(case, 1, bytes, secs));
     }
 

@@ -317,13 +317,38 @@ fn serve<FS: fuser::Filesystem>(
         .map_err(io_err("spawn signal thread"))?;
     tracing::info!(mountpoint = %mp.display(), "mounted");
     on_ready();
-    session.run().map_err(io_err("FUSE session"))?;
+    match session.run() {
+        Ok(()) => {}
+        // When the kernel tears the connection down at unmount while a reader thread has
+        // just taken a request (a FORGET or RELEASE sent by the last close), that thread
+        // reads ECONNABORTED instead of ENODEV. Once our mount is gone this is an
+        // ordinary end; with the mount still in place the connection was aborted from
+        // outside (/sys/fs/fuse/connections/N/abort), which is an error.
+        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) && !still_mounted(mp) => {
+            tracing::debug!("connection ended with ECONNABORTED after unmount");
+        }
+        Err(e) => return Err(io_err("FUSE session")(e)),
+    }
     tracing::info!(mountpoint = %mp.display(), "unmounted");
     Ok(())
 }
 
+/// Unmount a [`spawn`]ed session and wait for its threads, treating the kernel's
+/// ECONNABORTED shutdown race (see [`serve`]) as the ordinary end it is.
+pub fn unmount_spawned(session: fuser::BackgroundSession, mp: &Path) -> io::Result<()> {
+    match session.umount_and_join() {
+        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) && !still_mounted(mp) => Ok(()),
+        r => r,
+    }
+}
+
+/// Whether a ckptfs or CRFS mount is still attached at `mp`.
+fn still_mounted(mp: &Path) -> bool {
+    mount_entry(mp).is_some_and(|m| m.is_ckptfs())
+}
+
 /// Mount `fs` at `mp` served by background threads (benchmarks and tests in one
-/// process); unmount with [`fuser::BackgroundSession::umount_and_join`].
+/// process); unmount with [`unmount_spawned`].
 pub fn spawn<FS: fuser::Filesystem>(
     fs: FS,
     mp: &Path,
