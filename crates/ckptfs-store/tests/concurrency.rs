@@ -99,32 +99,48 @@ fn threads_and_processes_write_distinct_files_into_one_store() {
 #[test]
 fn fsck_and_repair_while_writers_run_find_nothing_and_change_nothing() {
     let t = TempStore::new("conc-fsck", 32 << 20, CHUNK, 256, None);
-    let specs: Vec<Spec> = (0..2)
-        .map(|k| {
-            let mut s = files_spec(&t.name, &format!("/p{k}"), 30, 7 + k);
-            s.blocks = vec![3000, 70_000];
-            s
-        })
-        .collect();
-    let mut procs: Vec<Proc> = specs.iter().map(|s| Proc::spawn(s, &[])).collect();
     let store = t.attach();
     let mut round = 0;
-    while !procs.iter().all(|p| p.lines().iter().any(|l| l == "done")) {
-        // A check must not mistake a live writer's allocations for damage, and a repair
-        // must not "fix" them.
-        let rep = store.fsck(round % 2 == 1);
-        assert!(rep.problems.is_empty(), "round {round}: {:?}", rep.problems);
-        round += 1;
-        assert!(round < 100_000, "writers do not finish");
+    // On a loaded machine the writers may finish before many checks ran: then another
+    // batch of writers starts, until at least 4 checks overlapped live writers.
+    for batch in 0..20 {
+        let these: Vec<Spec> = (0..2)
+            .map(|k| {
+                let mut s = files_spec(&t.name, &format!("/b{batch}/p{k}"), 30, 7 + k + 2 * batch);
+                s.blocks = vec![3000, 70_000];
+                s
+            })
+            .collect();
+        let mut procs: Vec<Proc> = these.iter().map(|s| Proc::spawn(s, &[])).collect();
+        while !procs.iter().all(|p| p.lines().iter().any(|l| l == "done")) {
+            // A check must not mistake a live writer's allocations for damage, and a
+            // repair must not "fix" them.
+            let rep = store.fsck(round % 2 == 1);
+            assert!(rep.problems.is_empty(), "round {round}: {:?}", rep.problems);
+            round += 1;
+            assert!(round < 100_000, "writers do not finish");
+        }
+        for (k, p) in procs.iter_mut().enumerate() {
+            wait_done(p, &format!("batch {batch} writer {k}"));
+        }
+        for s in &these {
+            check_files(&store, s);
+        }
+        assert_chunk_accounting(&store);
+        if round > 3 {
+            break;
+        }
+        // Make room for the next batch.
+        for s in &these {
+            for i in 0..s.count {
+                store.unlink(&s.file_path(i)).unwrap();
+            }
+        }
     }
-    for (k, p) in procs.iter_mut().enumerate() {
-        wait_done(p, &format!("writer {k}"));
-    }
-    assert!(round > 3, "fsck ran only {round} times while the writers ran");
-    for s in &specs {
-        check_files(&store, s);
-    }
-    assert_chunk_accounting(&store);
+    assert!(
+        round > 3,
+        "fsck ran only {round} times while 20 batches of writers ran"
+    );
 }
 
 #[test]
