@@ -1101,6 +1101,8 @@ impl Shared {
             path: tmp.clone(),
             armed: true,
         };
+        f.preallocate(plan.item.fp.size)
+            .map_err(|e| AgentError::dest("allocate space for", &tmp, e))?;
         crash_point("agent-after-create");
         let units = self.units(plan);
         // One verifier thread checks the memory chunks of unit i+1.. while the IO
