@@ -947,24 +947,16 @@ impl Shared {
         Ok(())
     }
 
-    /// Group blocks into gathered writes of at most `write_size` bytes; with O_DIRECT a
-    /// block of unaligned length goes alone (it is written through the page cache).
+    /// The gathered writes of `plan` (see [`split_units`]).
     fn units(&self, plan: &Plan) -> Vec<(usize, usize)> {
-        let mut out = Vec::new();
-        let (mut start, mut bytes) = (0, 0);
-        for (i, b) in plan.blocks.iter().enumerate() {
-            let odd = self.cfg.direct && !b.len.is_multiple_of(DIRECT_ALIGN);
-            if i > start && (bytes + b.len > self.cfg.write_size || odd) {
-                out.push((start, i));
-                start = i;
-                bytes = 0;
-            }
-            bytes += b.len;
-        }
-        if start < plan.blocks.len() {
-            out.push((start, plan.blocks.len()));
-        }
-        out
+        let lens: Vec<usize> = plan.blocks.iter().map(|b| b.len).collect();
+        split_units(
+            &lens,
+            self.cs as usize,
+            self.cfg.write_size,
+            self.cfg.io_threads,
+            self.cfg.direct,
+        )
     }
 
     /// Verify a unit's memory chunks in place (the verifier thread, ahead of the writers).
@@ -1316,6 +1308,48 @@ impl Shared {
     }
 }
 
+/// Group blocks of lengths `lens` into gathered writes (ranges of block indices) of at
+/// most `write_size` bytes; with O_DIRECT a block of unaligned length goes alone (it is
+/// written through the page cache).
+///
+/// The writes ramp up and down: the first ones double from one chunk, so the first IO
+/// thread starts once one chunk is verified (not a whole `write_size`), and near the end
+/// each takes at most 1/`threads` of what is left, so the IO threads finish together
+/// instead of leaving the last write alone on the device.
+fn split_units(
+    lens: &[usize],
+    cs: usize,
+    write_size: usize,
+    threads: usize,
+    direct: bool,
+) -> Vec<(usize, usize)> {
+    let threads = threads.max(1);
+    let total: usize = lens.iter().sum();
+    let limit = |done: usize| {
+        write_size
+            .min(done.max(cs))
+            .min(((total - done) / threads).max(cs))
+    };
+    let mut out = Vec::new();
+    let (mut start, mut bytes, mut done) = (0, 0, 0);
+    let mut lim = limit(0);
+    for (i, &len) in lens.iter().enumerate() {
+        let odd = direct && !len.is_multiple_of(DIRECT_ALIGN);
+        if i > start && (bytes + len > lim || odd) {
+            out.push((start, i));
+            start = i;
+            done += bytes;
+            bytes = 0;
+            lim = limit(done);
+        }
+        bytes += len;
+    }
+    if start < lens.len() {
+        out.push((start, lens.len()));
+    }
+    out
+}
+
 /// CRC32C of a block's file content: the checked bytes (`crc` covers `data`) followed
 /// by zeros up to `len`, or only the first `len` bytes if more were written.
 fn content_crc(crc: u32, data: &[u8], len: usize) -> u32 {
@@ -1349,5 +1383,38 @@ mod tests {
             crc_fast::checksum_combine(crc_fast::CrcAlgorithm::Crc32Iscsi, 0x1234_5678, 0x9abc_def0, big)
                 as u32
         );
+    }
+
+    /// Sizes in chunks of each unit.
+    fn sizes(lens: &[usize], cs: usize, ws: usize, threads: usize, direct: bool) -> Vec<usize> {
+        let units = split_units(lens, cs, ws, threads, direct);
+        // The units cover every block once, in order.
+        assert_eq!(units.first().map(|u| u.0), Some(0));
+        assert!(units.windows(2).all(|w| w[0].1 == w[1].0));
+        assert_eq!(units.last().map(|u| u.1), Some(lens.len()));
+        units
+            .iter()
+            .map(|u| lens[u.0..u.1].iter().sum::<usize>() / cs)
+            .collect()
+    }
+
+    #[test]
+    fn writes_ramp_up_from_one_chunk_and_down_so_the_io_threads_end_together() {
+        let mb = 1 << 20;
+        let lens = vec![mb; 64];
+        assert_eq!(
+            sizes(&lens, mb, 16 * mb, 2, true),
+            [1, 1, 2, 4, 8, 16, 16, 8, 4, 2, 1, 1]
+        );
+        // One IO thread: nothing to balance at the end.
+        assert_eq!(sizes(&lens, mb, 16 * mb, 1, true), [1, 1, 2, 4, 8, 16, 16, 16]);
+        // Chunks as large as a write: one chunk per write.
+        assert_eq!(sizes(&lens[..4], mb, mb, 2, false), [1, 1, 1, 1]);
+        // O_DIRECT: the unaligned last block goes alone.
+        let mut odd = vec![mb; 40];
+        odd.push(100);
+        let u = split_units(&odd, mb, 8 * mb, 2, true);
+        assert_eq!(u.last(), Some(&(40, 41)));
+        assert!(u.iter().all(|r| odd[r.0..r.1].iter().sum::<usize>() <= 8 * mb));
     }
 }
