@@ -40,7 +40,7 @@ pub struct DestArgs {
 }
 
 impl DestArgs {
-    fn config(&self) -> Result<AgentConfig> {
+    pub(crate) fn config(&self) -> Result<AgentConfig> {
         if self.dest.is_empty() {
             bail!("--dest DIR[,DIR...] is required");
         }
@@ -223,12 +223,7 @@ pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
 pub fn restore_main(args: RestoreArgs, ctx: &Ctx) -> Result<i32> {
     let c = args.dest.config()?;
     let store = Store::open_or_create(&ctx.store).context("open the store")?;
-    // This node's target first, then the others.
-    let mine = c.target()?.clone();
-    let mut order = vec![mine.clone()];
-    order.extend(c.targets.iter().filter(|t| **t != mine).cloned());
-    let prefix = args.path.unwrap_or_else(|| "/".into());
-    let rep = ckptfs_agent::restore(&store, &PosixDest::default(), &order, &prefix)?;
+    let rep = restore_into(&store, &c, args.path.as_deref().unwrap_or("/"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
     } else {
@@ -253,7 +248,25 @@ pub fn restore_main(args: RestoreArgs, ctx: &Ctx) -> Result<i32> {
     Ok(if rep.failed.is_empty() { 0 } else { 1 })
 }
 
-fn human(b: u64) -> String {
+/// Restore the drained files under `prefix` into `store`, searching this node's target
+/// first, then the others (`ckptfs restore`, `ckptfs run --restore`).
+pub(crate) fn restore_into(
+    store: &Store,
+    c: &AgentConfig,
+    prefix: &str,
+) -> Result<ckptfs_agent::RestoreReport> {
+    let mine = c.target()?.clone();
+    let mut order = vec![mine.clone()];
+    order.extend(c.targets.iter().filter(|t| **t != mine).cloned());
+    Ok(ckptfs_agent::restore(
+        store,
+        &PosixDest::default(),
+        &order,
+        prefix,
+    )?)
+}
+
+pub(crate) fn human(b: u64) -> String {
     match b {
         b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
         b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),

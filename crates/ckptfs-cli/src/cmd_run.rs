@@ -15,6 +15,16 @@ pub struct RunArgs {
     /// the ckptfs binary, then $CKPTFS_BIN_DIR]
     #[arg(long, value_name = "FILE")]
     pub preload_lib: Option<PathBuf>,
+    /// Before starting the command, bring back from the drain destination (--dest,
+    /// $CKPTFS_DEST) every drained file under PATH [default: /] that the store does not
+    /// hold, checking the manifest checksums: the restart after a reboot or
+    /// `ckptfs destroy` then finds its checkpoints in memory. Files that fail the check
+    /// are reported and left out; the command still runs.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "/", value_parser = store_path)]
+    pub restore: Option<String>,
+    /// Where drained files are (used with --restore).
+    #[command(flatten)]
+    pub dest: crate::cmd_agent::DestArgs,
     /// The command and its arguments (after `--`).
     #[arg(
         required = true,
@@ -76,11 +86,20 @@ pub fn find_preload_lib(explicit: Option<&Path>) -> Result<PathBuf> {
 /// its exit status (or the signal that killed it) is the status of `ckptfs run`.
 pub fn main(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     let lib = find_preload_lib(args.preload_lib.as_deref())?;
+    let restore = match &args.restore {
+        Some(prefix) => Some((prefix, args.dest.config().context("--restore")?)),
+        None => None,
+    };
     if !ctx.store.private {
         // Create it here with the requested sizes, so that a bad setting is reported
         // before the program starts, and the program's first open attaches at once.
-        ckptfs_store::Store::open_or_create(&ctx.store)
+        let store = ckptfs_store::Store::open_or_create(&ctx.store)
             .with_context(|| format!("creating or attaching store {}", ctx.store.name))?;
+        if let Some((prefix, c)) = &restore {
+            restore_before_run(&store, c, prefix)?;
+        }
+    } else if args.restore.is_some() {
+        bail!("--restore needs a shared store (with --private each rank restores its own files: use the native API)");
     }
     let mut cmd = std::process::Command::new(&args.cmd[0]);
     cmd.args(&args.cmd[1..]);
@@ -104,6 +123,43 @@ pub fn main(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     cmd.env("LD_PRELOAD", preload);
     let err = cmd.exec();
     bail!("cannot run {}: {err}", Path::new(&args.cmd[0]).display())
+}
+
+/// A store path for `--restore` (so that `--restore ./app` is an error, not a path).
+fn store_path(s: &str) -> Result<String, String> {
+    if s.starts_with('/') {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "a store path starts with / (got {s:?}; put the command after --)"
+        ))
+    }
+}
+
+/// `ckptfs run --restore`: the multi-level read at job start (as SCR fetches the last
+/// checkpoint from the parallel file system when the cache does not have it).
+fn restore_before_run(
+    store: &ckptfs_store::Store,
+    c: &ckptfs_agent::AgentConfig,
+    prefix: &str,
+) -> Result<()> {
+    use crate::cmd_agent::human;
+    let t0 = std::time::Instant::now();
+    let rep = crate::cmd_agent::restore_into(store, c, prefix)
+        .with_context(|| format!("restore {prefix} before running the command"))?;
+    let bytes: u64 = rep.restored.iter().map(|r| r.size).sum();
+    eprintln!(
+        "ckptfs run: restored {} files ({}) in {:.1} s, {} already in the store, {} failed",
+        rep.restored.len(),
+        human(bytes),
+        t0.elapsed().as_secs_f64(),
+        rep.present.len(),
+        rep.failed.len()
+    );
+    for f in &rep.failed {
+        eprintln!("ckptfs run: NOT restored {}: {}", f.path, f.error);
+    }
+    Ok(())
 }
 
 /// libc calls that take a path or a descriptor of a file (what the shim would have to

@@ -187,3 +187,79 @@ fn killed_writer_is_listed_incomplete() {
     let fsck = s.ok(&["fsck"]);
     assert!(fsck.contains("incomplete file"), "{fsck}");
 }
+
+/// `libckptfs_preload.so` next to the `ckptfs` binary under test (where `ckptfs run`
+/// looks first), built with the same profile if missing.
+fn ensure_preload_lib() {
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ckptfs"));
+    let dir = bin.parent().unwrap();
+    if dir.join("libckptfs_preload.so").is_file() {
+        return;
+    }
+    let mut c = Command::new(env!("CARGO"));
+    c.args(["build", "-p", "ckptfs-preload"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if dir.file_name().is_some_and(|n| n == "release") {
+        c.arg("--release");
+    }
+    assert!(c.status().unwrap().success(), "building ckptfs-preload failed");
+}
+
+/// `ckptfs run --restore`: after the store is destroyed, the drained checkpoint is back
+/// in memory before the command starts; a second run finds it present; a destination
+/// file that no longer matches its manifest is reported and left out, so the program
+/// sees ENOENT (never wrong bytes); without a destination it is an error before
+/// anything runs.
+#[test]
+fn run_restore_brings_drained_checkpoints_back_before_the_command_starts() {
+    ensure_preload_lib();
+    let s = Store::new("runrestore");
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("pfs");
+    std::fs::create_dir(&dest).unwrap();
+    let src = tmp.path().join("r0.bin");
+    let data: Vec<u8> = (0..700_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    let dest_s = dest.to_str().unwrap();
+    let src_s = src.to_str().unwrap();
+    s.ok(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+    s.ok(&["mkdir", "/ck"]);
+    s.ok(&["put", src_s, "/ck/r0"]);
+    s.ok(&["agent", "--once", "--dest", dest_s]);
+    s.ok(&["destroy"]);
+    let run = |args: &[&str]| {
+        let mut all = vec!["run", "--restore", "--dest", dest_s, "--"];
+        all.extend_from_slice(args);
+        s.cmd(&all).env_remove("CKPTFS_DEST").output().unwrap()
+    };
+    let o = run(&["cat", "/ckpt/ck/r0"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(o.stdout, data);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("restored 1 files"), "{err}");
+    let o = run(&["true"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1 already in the store"));
+    // A damaged destination copy is not restored.
+    s.ok(&["destroy"]);
+    let mut bad = data.clone();
+    bad[1000] ^= 0x40;
+    std::fs::write(dest.join("ck/r0"), &bad).unwrap();
+    let o = run(&["cat", "/ckpt/ck/r0"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("NOT restored /ck/r0"), "{err}");
+    assert!(err.contains("No such file or directory"), "{err}");
+    assert_eq!(o.status.code(), Some(1), "cat's exit code");
+    assert!(o.stdout.is_empty());
+    // No destination: refused before the store is even created.
+    s.ok(&["destroy"]);
+    let o = s
+        .cmd(&["run", "--restore", "--", "true"])
+        .env_remove("CKPTFS_DEST")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--dest"), "{o:?}");
+    assert!(!s.run(&["status"]).status.success(), "the store was not created");
+}
