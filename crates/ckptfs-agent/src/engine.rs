@@ -336,6 +336,8 @@ impl Agent {
                 store: name.clone(),
                 pid: status::status(&name).map(|s| s.pid).unwrap_or(0),
             })?;
+        // A killed predecessor may have left its temporary status file behind.
+        status::remove_stale_tmp(&name);
         let info = store.info();
         let spill = match &info.spill_path {
             Some(p) => Some(File::open(p).map_err(|e| AgentError::dest("open spill file", p, e))?),

@@ -140,6 +140,38 @@ pub fn status(store_name: &str) -> Option<AgentStatus> {
 pub fn remove_status(store_name: &str) {
     let _ = std::fs::remove_file(status_path(store_name));
     let _ = std::fs::remove_file(lock_path(store_name));
+    remove_stale_tmp(store_name);
+}
+
+/// Temporary status files (`NAME.agent.json.PID.tmp`) of store `name` whose writer was
+/// killed between the write and the rename. Only the agent holding the lock writes
+/// status files, so whoever holds it (or destroys the store) may remove them all.
+pub fn stale_tmp_files(store_name: &str) -> Vec<PathBuf> {
+    let path = status_path(store_name);
+    let (Some(dir), Some(base)) = (path.parent(), path.file_name().and_then(|b| b.to_str())) else {
+        return Vec::new();
+    };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter(|e| {
+            let n = e.file_name();
+            let Some(n) = n.to_str() else { return false };
+            n.strip_prefix(base)
+                .and_then(|r| r.strip_prefix('.'))
+                .and_then(|r| r.strip_suffix(".tmp"))
+                .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Remove [`stale_tmp_files`].
+pub(crate) fn remove_stale_tmp(store_name: &str) {
+    for p in stale_tmp_files(store_name) {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 pub(crate) fn write_status(s: &AgentStatus) -> std::io::Result<()> {

@@ -133,11 +133,42 @@ fn sigkill_at_random_times_during_a_throttled_drain() {
         );
     }
     let agent = Agent::new(s, cfg(dest.path())).unwrap();
+    // The new agent removed any status file a killed one left half-written.
+    assert_eq!(
+        ckptfs_agent::status::stale_tmp_files(&ts.name),
+        Vec::<std::path::PathBuf>::new()
+    );
     assert!(agent.run_once().unwrap().failed.is_empty());
     for (p, d) in &versions {
         assert_eq!(&std::fs::read(dest.path().join(&p[1..])).unwrap(), d, "{p}");
     }
     assert!(no_temporaries(dest.path()));
+}
+
+/// A temporary status file left by an agent killed mid-update goes away when the next
+/// agent starts, and when the store's agent files are removed.
+#[test]
+fn stale_temporary_status_files_are_removed() {
+    let ts = store("stalestatus", |_| {});
+    let stale = std::path::PathBuf::from(format!(
+        "{}.999999.tmp",
+        ckptfs_agent::status::status_path(&ts.name).display()
+    ));
+    let other = std::path::PathBuf::from(format!(
+        "{}.notapid.tmp",
+        ckptfs_agent::status::status_path(&ts.name).display()
+    ));
+    std::fs::write(&stale, b"{").unwrap();
+    std::fs::write(&other, b"x").unwrap();
+    assert_eq!(ckptfs_agent::status::stale_tmp_files(&ts.name), [stale.clone()]);
+    let dest = tempfile::tempdir().unwrap();
+    drop(Agent::new(&ts.store, cfg(dest.path())).unwrap());
+    assert!(!stale.exists());
+    assert!(other.exists(), "only NAME.agent.json.PID.tmp files are ours");
+    std::fs::remove_file(&other).unwrap();
+    std::fs::write(&stale, b"{").unwrap();
+    ckptfs_agent::status::remove_status(&ts.name);
+    assert!(!stale.exists());
 }
 
 /// Child: the daemon, stopped by SIGTERM.
