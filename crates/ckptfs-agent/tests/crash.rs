@@ -160,7 +160,10 @@ fn stale_temporary_status_files_are_removed() {
     ));
     std::fs::write(&stale, b"{").unwrap();
     std::fs::write(&other, b"x").unwrap();
-    assert_eq!(ckptfs_agent::status::stale_tmp_files(&ts.name), [stale.clone()]);
+    assert_eq!(
+        ckptfs_agent::status::stale_tmp_files(&ts.name),
+        std::slice::from_ref(&stale)
+    );
     let dest = tempfile::tempdir().unwrap();
     drop(Agent::new(&ts.store, cfg(dest.path())).unwrap());
     assert!(!stale.exists());
