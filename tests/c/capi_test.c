@@ -869,6 +869,26 @@ static void t_bad_segments(void) {
     size_t i;
     FILE *f;
     ckptfs_options o = CKPTFS_OPTIONS_INIT;
+    unsigned char ver[4] = {0, 0, 0, 0};
+    {
+        /* The format version this build writes, read from a real segment, so that the
+         * "damaged" case fails on its checksum and not on its version. */
+        ckptfs_options r = CKPTFS_OPTIONS_INIT;
+        char rname[128], rpath[256];
+        snprintf(rname, sizeof rname, "capi-bad-ref-%d", pid);
+        snprintf(rpath, sizeof rpath, "/dev/shm/ckptfs.%s", rname);
+        r.store = rname;
+        r.mem_size = 1 << 20;
+        r.chunk_size = 64 << 10;
+        r.max_files = 16;
+        CHECK_EQ(ckptfs_mount("/badref", &r), 0);
+        CHECK_EQ(ckptfs_unmount("/badref"), 0);
+        f = fopen(rpath, "rb");
+        CHECK(f != NULL && fseek(f, 8, SEEK_SET) == 0 && fread(ver, 1, 4, f) == 4);
+        if (f)
+            fclose(f);
+        CHECK_EQ(ckptfs_destroy_store(rname), 0);
+    }
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t len = sizeof head;
         snprintf(name, sizeof name, "capi-bad-%s-%d", cases[i].tag, pid);
@@ -878,8 +898,12 @@ static void t_bad_segments(void) {
             len = 100;
         if (cases[i].kind >= 2) {
             memcpy(head, "CKPTFS\0\x01", 8);
-            head[8] = cases[i].kind == 2 ? 99 : 1;
-            head[9] = head[10] = head[11] = 0;
+            if (cases[i].kind == 2) {
+                head[8] = 99;
+                head[9] = head[10] = head[11] = 0;
+            } else {
+                memcpy(head + 8, ver, 4);
+            }
         }
         f = fopen(path, "wb");
         CHECK(f != NULL);

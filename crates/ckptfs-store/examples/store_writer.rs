@@ -13,6 +13,7 @@
 //! short /w3/fill 65536         write() wrote fewer bytes than asked (store full); size now
 //! enospc /w3/fill 131072       write() failed with ENOSPC; the file has that size
 //! ready                        (overwrite mode) the endless overwrite loop starts
+//! opened                       (op=hold) the file is open for reading; waits to be killed
 //! done                         everything asked for is finished
 //! error <message>              an unexpected error (exit status 2)
 //! ```
@@ -58,7 +59,8 @@ pub struct Spec {
     /// Keep `DIR/held` open for writing and append one block per file up to this size
     /// (`hold=`); 0 = no held file.
     pub hold: u64,
-    /// `op` mode: `create`, `append`, `unlink`, `rename`, `truncate` (`op=`).
+    /// `op` mode: `create`, `append`, `unlink`, `rename`, `truncate`, or `hold` (open
+    /// for reading, print `opened`, wait to be killed) (`op=`).
     pub op: String,
     /// `op` mode: the path operated on (`path=`).
     pub path: String,
@@ -431,6 +433,14 @@ fn run_op(store: &Store, spec: &Spec) -> Result<(), StoreError> {
         "unlink" => store.unlink(&spec.path)?,
         "rename" => store.rename(&spec.path, &spec.to)?,
         "truncate" => store.truncate(&spec.path, spec.size)?,
+        // Keep the file open for reading until killed.
+        "hold" => {
+            let _f = store.open(&spec.path, OpenFlags::READ, 0)?;
+            say("opened");
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
         o => return Err(StoreError::Invalid(format!("unknown op {o}"))),
     }
     say("done");

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// First 8 bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"CKPTFS\0\x01";
-/// Format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version this build reads and writes (2: 64 leases per inode, 2 KiB inodes).
+pub const FORMAT_VERSION: u32 = 2;
 /// Size reserved for the superblock.
 pub const SUPERBLOCK_SIZE: u64 = 4096;
 /// Longest name of one path component.
@@ -32,8 +32,9 @@ pub const PATH_MAX: usize = 4095;
 pub const MIN_CHUNK: u64 = 64 << 10;
 /// Largest chunk size.
 pub const MAX_CHUNK: u64 = 64 << 20;
-/// Distinct processes that may hold one file open at once.
-pub const LEASES: usize = 8;
+/// Distinct processes that may hold one file open at once (one node's ranks of an N-1
+/// checkpoint, or of a shared restart file, each open it).
+pub const LEASES: usize = 64;
 /// "No file id" in parent/sibling links.
 pub const NONE: u32 = u32::MAX;
 /// File id of the root directory.
@@ -276,7 +277,7 @@ pub struct Lease {
 }
 
 /// Bytes per inode.
-pub const INODE_SIZE: u64 = 768;
+pub const INODE_SIZE: u64 = 2048;
 
 /// A file or directory. Index in the table is the file id.
 #[repr(C)]

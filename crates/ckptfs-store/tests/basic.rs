@@ -284,12 +284,13 @@ fn other_version_damaged_and_truncated_segments_are_refused() {
             .to_string()
     };
 
+    let other = ckptfs_store::layout::FORMAT_VERSION + 1;
     let mut v = original.clone();
-    v[8..12].copy_from_slice(&2u32.to_le_bytes());
+    v[8..12].copy_from_slice(&other.to_le_bytes());
     std::fs::write(&path, &v).unwrap();
     let e = attach_err();
     assert!(
-        e.contains("format version 2") && e.contains(&path.display().to_string()),
+        e.contains(&format!("format version {other}")) && e.contains(&path.display().to_string()),
         "{e}"
     );
 

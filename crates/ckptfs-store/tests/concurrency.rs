@@ -444,3 +444,53 @@ fn threads_racing_to_create_one_store_all_get_it() {
         assert_eq!(store.unwrap().info().files, 4, "round {round}");
     }
 }
+
+/// The lease table: LEASES distinct processes may hold one file open at once (a node's
+/// ranks reading a shared restart file); the next one gets EMFILE without side effects,
+/// and a killed holder's slot is reaped by the next open.
+#[test]
+fn lease_table_full_gives_emfile_until_a_holder_dies() {
+    let t = TempStore::new("conc-leases", 8 << 20, CHUNK, 64, None);
+    let store = t.attach();
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let mut f = store.open("/shared", OpenFlags::CREATE, 0o644).unwrap();
+    f.write_all(&data).unwrap();
+    f.close().unwrap();
+    let mut spec = Spec::new(&t.name, "op");
+    spec.op = "hold".into();
+    spec.path = "/shared".into();
+    let mut holders: Vec<Proc> = Vec::new();
+    for i in 0..ckptfs_store::layout::LEASES {
+        let p = Proc::spawn(&spec, &[]);
+        assert!(
+            p.wait_for(
+                |l| l == "opened" || l.starts_with("error"),
+                Duration::from_secs(60)
+            ),
+            "holder {i} did not start"
+        );
+        p.assert_no_error();
+        holders.push(p);
+    }
+    // One more process: EMFILE, and the file is untouched.
+    let extra = Proc::spawn(&spec, &[]);
+    assert!(extra.wait_for(|l| l.starts_with("error"), Duration::from_secs(60)));
+    let err = extra
+        .lines()
+        .into_iter()
+        .find(|l| l.starts_with("error"))
+        .unwrap();
+    assert!(err.contains("errno 24"), "{err}");
+    let e = store.open("/shared", OpenFlags::READ, 0).err().map(|e| e.errno());
+    assert_eq!(e, Some(libc::EMFILE), "this process is one more opener");
+    assert_eq!(
+        read_all(&store, "/shared").err().map(|e| e.errno()),
+        Some(libc::EMFILE)
+    );
+    // A holder dies: its lease is reaped at the next open, which then succeeds.
+    holders[7].kill();
+    assert_eq!(read_all(&store, "/shared").unwrap(), data);
+    for mut p in holders {
+        p.kill();
+    }
+}
