@@ -22,7 +22,6 @@ use ckptfs_bench::procs::run_parallel;
 use ckptfs_bench::report::{machine, median, Measurement, Report};
 use ckptfs_store::{Store, StoreOptions};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -74,25 +73,11 @@ fn write_direct(path: &Path, size: u64, block: &[u8]) -> Result<()> {
 
 /// Sequential O_DIRECT writes of `block` (aligned) up to `size`, then fsync.
 fn write_o_direct(path: &Path, size: u64, block: &[u8]) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     ensure!(
         size.is_multiple_of(crate::dest::DIRECT_ALIGN as u64),
         "--size must be a multiple of 4 KiB with --direct"
     );
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)?;
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(block.len() as u64) as usize;
-        f.write_all(&block[..n])?;
-        left -= n as u64;
-    }
-    f.sync_all()?;
-    Ok(())
+    ckptfs_bench::store::write_local_file_o_direct(path, size, block)
 }
 
 struct Cleanup {

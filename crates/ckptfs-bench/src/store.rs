@@ -84,6 +84,19 @@ pub fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Deterministic pseudo-random bytes for `seed` (xorshift; the tests' reference data).
+pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 struct BenchStore {
     name: String,
 }
@@ -134,8 +147,24 @@ pub fn write_file(store: &Store, path: &str, size: u64, block: &[u8]) -> Result<
 /// Write a new local file of `size` bytes in `block`-sized write() calls; with `fsync`,
 /// sync it before returning (the direct-to-disk baselines).
 pub fn write_local_file(path: &std::path::Path, size: u64, block: &[u8], fsync: bool) -> Result<()> {
+    write_local(path, size, block, fsync, 0)
+}
+
+/// [`write_local_file`] through `O_DIRECT` (then fsync): `block` must be aligned for
+/// it, and every write but the last a multiple of the alignment.
+pub fn write_local_file_o_direct(path: &std::path::Path, size: u64, block: &[u8]) -> Result<()> {
+    write_local(path, size, block, true, libc::O_DIRECT)
+}
+
+fn write_local(path: &std::path::Path, size: u64, block: &[u8], fsync: bool, flags: i32) -> Result<()> {
     use std::io::Write;
-    let mut f = std::fs::File::create(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(flags)
+        .open(path)?;
     let mut left = size;
     while left > 0 {
         let k = left.min(block.len() as u64) as usize;

@@ -86,6 +86,9 @@ pub fn find_preload_lib(explicit: Option<&Path>) -> Result<PathBuf> {
 /// its exit status (or the signal that killed it) is the status of `ckptfs run`.
 pub fn main(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     let lib = find_preload_lib(args.preload_lib.as_deref())?;
+    if ctx.store.private && args.restore.is_some() {
+        bail!("--restore needs a shared store (with --private each rank restores its own files: use the native API)");
+    }
     let restore = match &args.restore {
         Some(prefix) => Some((prefix, args.dest.config().context("--restore")?)),
         None => None,
@@ -98,8 +101,6 @@ pub fn main(args: RunArgs, ctx: &Ctx) -> Result<i32> {
         if let Some((prefix, c)) = &restore {
             restore_before_run(&store, c, prefix)?;
         }
-    } else if args.restore.is_some() {
-        bail!("--restore needs a shared store (with --private each rank restores its own files: use the native API)");
     }
     let mut cmd = std::process::Command::new(&args.cmd[0]);
     cmd.args(&args.cmd[1..]);

@@ -324,7 +324,7 @@ fn serve<FS: fuser::Filesystem>(
         // reads ECONNABORTED instead of ENODEV. Once our mount is gone this is an
         // ordinary end; with the mount still in place the connection was aborted from
         // outside (/sys/fs/fuse/connections/N/abort), which is an error.
-        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) && !still_mounted(mp) => {
+        Err(e) if ended_by_unmount(&e, mp) => {
             tracing::debug!("connection ended with ECONNABORTED after unmount");
         }
         Err(e) => return Err(io_err("FUSE session")(e)),
@@ -337,14 +337,15 @@ fn serve<FS: fuser::Filesystem>(
 /// ECONNABORTED shutdown race (see [`serve`]) as the ordinary end it is.
 pub fn unmount_spawned(session: fuser::BackgroundSession, mp: &Path) -> io::Result<()> {
     match session.umount_and_join() {
-        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) && !still_mounted(mp) => Ok(()),
+        Err(e) if ended_by_unmount(&e, mp) => Ok(()),
         r => r,
     }
 }
 
-/// Whether a ckptfs or CRFS mount is still attached at `mp`.
-fn still_mounted(mp: &Path) -> bool {
-    mount_entry(mp).is_some_and(|m| m.is_ckptfs())
+/// `e` ended a session whose mount at `mp` is gone: the kernel's ECONNABORTED race at
+/// unmount (see [`serve`]), an ordinary end.
+fn ended_by_unmount(e: &io::Error, mp: &Path) -> bool {
+    e.raw_os_error() == Some(libc::ECONNABORTED) && !mount_entry(mp).is_some_and(|m| m.is_ckptfs())
 }
 
 /// Mount `fs` at `mp` served by background threads (benchmarks and tests in one

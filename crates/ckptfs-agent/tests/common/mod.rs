@@ -39,15 +39,7 @@ pub fn store(tag: &str, opts: impl FnOnce(&mut StoreOptions)) -> TestStore {
 
 /// Deterministic content for (seed, size).
 pub fn data(seed: u64, size: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..size)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    ckptfs_bench::store::seeded_bytes(seed, size)
 }
 
 pub fn mkdirs(s: &Store, path: &str) {

@@ -215,15 +215,7 @@ pub fn sh(dir: &Path, cmd: &str) -> (i32, String, String) {
 
 /// Deterministic pseudo-random bytes.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    ckptfs_bench::store::seeded_bytes(seed, len)
 }
 
 /// A source tree for the real-program tests.
