@@ -3,7 +3,6 @@
 //! before the restore; a destination file that no longer matches its manifest.
 
 mod common;
-use ckptfs_agent::dest::PosixDest;
 use ckptfs_agent::{restore, restore_path, Agent};
 use ckptfs_store::{OpenFlags, Store, StoreOptions};
 use common::*;
@@ -95,7 +94,7 @@ fn writer_process_drain_destroy_restore_byte_identical() {
     let ts = store("e2e", |_| {});
     assert_eq!(ts.name, name);
     let targets = ckptfs_agent::config::targets(&[dest.path().to_path_buf()], &[]);
-    let rep = restore(&ts.store, &PosixDest::default(), &targets, "/").unwrap();
+    let rep = restore(&ts.store, &targets, "/").unwrap();
     assert!(rep.failed.is_empty(), "{:?}", rep.failed);
     assert_eq!(rep.restored.len(), files.len());
     for (p, d) in &files {
@@ -110,7 +109,7 @@ fn writer_process_drain_destroy_restore_byte_identical() {
         .iter()
         .all(|(p, _)| !p.contains("ckptfs-restore")));
     // Restoring again changes nothing, and the agent sees everything as drained.
-    let rep = restore(&ts.store, &PosixDest::default(), &targets, "/ckpt/step10").unwrap();
+    let rep = restore(&ts.store, &targets, "/ckpt/step10").unwrap();
     assert_eq!((rep.restored.len(), rep.present.len()), (0, 3));
     let agent = Agent::new(&ts.store, cfg(dest.path())).unwrap();
     let sum = agent.run_once().unwrap();
@@ -187,7 +186,7 @@ fn destination_file_that_does_not_match_its_manifest_is_not_restored() {
     bytes[CS + 10] ^= 1;
     std::fs::write(&p, bytes).unwrap();
     let targets = ckptfs_agent::config::targets(&[dest.path().to_path_buf()], &[]);
-    let rep = restore(&ts.store, &PosixDest::default(), &targets, "/x").unwrap();
+    let rep = restore(&ts.store, &targets, "/x").unwrap();
     assert_eq!(rep.restored.len(), 1);
     assert_eq!(rep.failed.len(), 1);
     assert_eq!(rep.failed[0].path, "/x/a");
