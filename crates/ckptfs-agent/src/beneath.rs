@@ -139,7 +139,13 @@ impl Dir {
         // SAFETY: fstatat writes into the zeroed struct we own; `c` is NUL-terminated.
         let st = unsafe {
             let mut st: libc::stat = std::mem::zeroed();
-            if libc::fstatat(self.fd.as_raw_fd(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) != 0 {
+            if libc::fstatat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            ) != 0
+            {
                 return Err(io::Error::last_os_error());
             }
             st
@@ -208,11 +214,20 @@ impl Dir {
             let ent = unsafe { libc::readdir64(dirp) };
             if ent.is_null() {
                 let e = io::Error::last_os_error();
-                break if e.raw_os_error().unwrap_or(0) == 0 { Ok(()) } else { Err(e) };
+                break if e.raw_os_error().unwrap_or(0) == 0 {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
             }
             // SAFETY: readdir returned a valid entry whose d_name is NUL-terminated; it
             // stays valid until the next readdir call, and we copy it out now.
-            let (name, dtype) = unsafe { (CStr::from_ptr((*ent).d_name.as_ptr()).to_bytes().to_vec(), (*ent).d_type) };
+            let (name, dtype) = unsafe {
+                (
+                    CStr::from_ptr((*ent).d_name.as_ptr()).to_bytes().to_vec(),
+                    (*ent).d_type,
+                )
+            };
             if name == b"." || name == b".." {
                 continue;
             }

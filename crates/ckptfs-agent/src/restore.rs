@@ -213,10 +213,8 @@ impl Walk<'_> {
                 Ok(e) => e,
                 Err(e) => {
                     let p = self.root.join(rel.join("/"));
-                    self.failed.push((
-                        store_path_of(&rel.join("/"), ""),
-                        AgentError::dest("list", &p, e),
-                    ));
+                    self.failed
+                        .push((store_path_of(&rel.join("/"), ""), AgentError::dest("list", &p, e)));
                     continue;
                 }
             };
@@ -298,7 +296,8 @@ fn collect(root: &Path, prefix: &str, comps: &[String]) -> Collected {
         Ok(d) => d,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return (w.found, w.failed),
         Err(e) => {
-            w.failed.push((prefix.to_string(), AgentError::dest("open", root, e)));
+            w.failed
+                .push((prefix.to_string(), AgentError::dest("open", root, e)));
             return (w.found, w.failed);
         }
     };
@@ -449,7 +448,11 @@ fn restore_one(store: &Store, f: &Found) -> Result<(), AgentError> {
             out.write_all(&buf[..n])?;
         }
         let mut one = [0u8; 1];
-        if src.read(&mut one).map_err(|err| AgentError::dest("read", &file, err))? != 0 {
+        if src
+            .read(&mut one)
+            .map_err(|err| AgentError::dest("read", &file, err))?
+            != 0
+        {
             return Err(AgentError::Refused {
                 path: file.clone(),
                 reason: Refusal::Size {
@@ -517,6 +520,7 @@ pub fn restore(store: &Store, targets: &[Target], prefix: &str) -> Result<Restor
             Err(err) => rep.failed.push(failure(path, err)),
         }
     }
+    rep.failed.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(rep)
 }
 
