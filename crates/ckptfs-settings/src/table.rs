@@ -350,7 +350,9 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
             Kind::Size => {
                 let n = parse_size(v).map_err(bad)?;
                 if n > MAX_SIZE {
-                    return Err(bad(format!("{v:?} is out of range (at most 64T)")));
+                    return Err(bad(format!(
+                        "{v:?} ({n} bytes) is out of range (at most 64T = {MAX_SIZE} bytes)"
+                    )));
                 }
                 match s.key {
                     "mem_size" => st.mem_size = explicit.then_some(n),
