@@ -478,12 +478,13 @@ pub fn config(ctx: &Ctx, json: bool) -> Result<i32> {
         let rows: Vec<_> = ctx
             .table
             .iter()
-            .map(|(k, v, s)| serde_json::json!({"key": k, "value": v, "source": s}))
+            .map(|(k, v, s)| serde_json::json!({"key": k, "value": v, "source": s.as_str()}))
             .collect();
+        let resolved: serde_json::Value = serde_json::from_str(&ctx.settings.to_json())?;
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({"config_file": ctx.config_file, "settings": rows})
+                &serde_json::json!({"config_file": ctx.config_file, "settings": rows, "resolved": resolved})
             )?
         );
         return Ok(0);
@@ -500,7 +501,7 @@ pub fn config(ctx: &Ctx, json: bool) -> Result<i32> {
         "setting", "value", "source", "env", "flag"
     );
     for (s, (k, v, src)) in crate::config::SETTINGS.iter().zip(&ctx.table) {
-        let src = serde_json::to_value(src)?.as_str().unwrap_or("").to_string();
+        let src = src.as_str();
         let v = if v.is_empty() { "-" } else { v };
         println!(
             "{:<12} {:<24} {:<8} {:<18} {:<14} {}",

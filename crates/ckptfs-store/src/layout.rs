@@ -29,9 +29,9 @@ pub const NAME_MAX: usize = 255;
 /// Longest store path.
 pub const PATH_MAX: usize = 4095;
 /// Smallest and largest chunk size.
-pub const MIN_CHUNK: u64 = 64 << 10;
+pub const MIN_CHUNK: u64 = ckptfs_settings::MIN_CHUNK_SIZE;
 /// Largest chunk size.
-pub const MAX_CHUNK: u64 = 64 << 20;
+pub const MAX_CHUNK: u64 = ckptfs_settings::MAX_CHUNK_SIZE;
 /// Distinct processes that may hold one file open at once (one node's ranks of an N-1
 /// checkpoint, or of a shared restart file, each open it).
 pub const LEASES: usize = 64;

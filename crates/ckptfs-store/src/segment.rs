@@ -77,12 +77,7 @@ pub struct CreateParams<'a> {
     pub spill_path: Option<&'a Path>,
 }
 
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
+use ckptfs_settings::now_ns;
 
 fn map(file: &File, len: usize, path: &Path) -> Result<*mut u8> {
     // SAFETY: mapping a file we opened read-write, shared, at a kernel-chosen address.

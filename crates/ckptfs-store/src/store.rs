@@ -12,12 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
 
-/// Default size of the memory data region: 1 GiB.
-pub const DEFAULT_MEM_SIZE: u64 = 1 << 30;
-/// Default chunk size: 1 MiB.
-pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
-/// Default maximum number of files and directories.
-pub const DEFAULT_MAX_FILES: u32 = 4096;
+pub use ckptfs_settings::{default_store_name, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE};
 /// Inode number of the root directory (FUSE convention). Inode numbers are file id + 1.
 pub const ROOT_INO: u64 = 1;
 
@@ -40,12 +35,6 @@ pub struct StoreOptions {
     /// One private segment per process (`NAME.RANK`, rank from the MPI/Slurm
     /// environment) instead of one shared by all processes of the node.
     pub private: bool,
-}
-
-/// The default store name, derived from the user id: `u<UID>`.
-pub fn default_store_name() -> String {
-    // SAFETY: getuid has no preconditions.
-    format!("u{}", unsafe { libc::getuid() })
 }
 
 /// Path of the segment file of store `name`.
@@ -89,17 +78,22 @@ impl StoreOptions {
         } else {
             base
         };
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        {
-            return Err(StoreError::Invalid(format!(
-                "store name {name:?}: use 1-64 characters from A-Z a-z 0-9 . _ -"
-            )));
-        }
+        ckptfs_settings::check_store_name(&name).map_err(StoreError::Invalid)?;
         Ok(name)
+    }
+}
+
+impl From<ckptfs_settings::StoreSettings> for StoreOptions {
+    fn from(s: ckptfs_settings::StoreSettings) -> StoreOptions {
+        StoreOptions {
+            name: s.name,
+            mem_size: s.mem_size,
+            chunk_size: s.chunk_size,
+            max_files: s.max_files,
+            spill_dir: s.spill_dir,
+            spill_size: s.spill_size,
+            private: s.private,
+        }
     }
 }
 
@@ -376,6 +370,7 @@ impl Store {
     /// Remove the segment (and its spill file). Processes still attached keep their
     /// mapping until they exit; the name is free for a new store at once.
     pub fn destroy(name: &str) -> Result<()> {
+        ckptfs_settings::check_store_name(name).map_err(StoreError::Invalid)?;
         let path = segment_path(name);
         let seg = Segment::attach(name, &path);
         let spill = seg.as_ref().ok().and_then(|s| s.layout.spill_path());
