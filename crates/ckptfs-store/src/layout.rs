@@ -60,12 +60,23 @@ pub mod wstate {
     pub const WRITING: u32 = 1;
     /// A writer died while it was open: its data up to the last completed write remains.
     pub const INCOMPLETE: u32 = 2;
+    /// Its writers closed it, but a write (or truncation, or flush) to it failed since it
+    /// was last truncated to zero (ENOSPC, an I/O error of the spill file): its content is
+    /// not what the application meant to write. Never drained or restored as complete.
+    pub const FAILED: u32 = 3;
 }
 
 /// Inode flags.
 pub mod iflag {
     /// Unlinked while open: freed on last close (or by recovery once its openers died).
     pub const ORPHAN: u32 = 1;
+    /// A process that had written to the file died holding it open, in the current
+    /// writing session (cleared when a writer opens it while no live writer holds it).
+    /// The last normal close then leaves it `incomplete`, not `complete`.
+    pub const DEAD_WRITER: u32 = 2;
+    /// A write, truncation or flush to the file failed since it was last emptied
+    /// (`O_TRUNC`, `set_len(0)`): the last close leaves it `failed`.
+    pub const FAILED: u32 = 4;
 }
 
 /// Superblock states.
@@ -270,8 +281,9 @@ pub struct Lease {
     pub writers: AtomicU32,
     /// Open handles for reading only.
     pub readers: AtomicU32,
-    /// Padding.
-    pub _pad: u32,
+    /// 1 once that process changed the file's data through this lease (write, truncate):
+    /// only such a holder's death makes the file incomplete.
+    pub wrote: AtomicU32,
     /// Process start time (clock ticks since boot) to tell a reused pid apart.
     pub start: AtomicU64,
 }

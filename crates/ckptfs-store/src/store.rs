@@ -123,6 +123,9 @@ pub enum WriteState {
     Writing,
     /// A writer died with it open: data up to its last completed write is readable.
     Incomplete,
+    /// Its writers closed it, but a write to it failed (ENOSPC, an I/O error): its
+    /// content is not what was meant to be written. Never drained or restored.
+    Failed,
 }
 
 /// Attributes of a file or directory.
@@ -198,6 +201,8 @@ pub struct StoreInfo {
     pub writing: u32,
     /// Files whose writer died.
     pub incomplete: u32,
+    /// Files closed after a failed write (ENOSPC, I/O error).
+    pub failed: u32,
     /// Unlinked files still held open.
     pub orphans: u32,
     /// "clean" or "dirty" (a process died holding a lock or a file open for writing).
@@ -982,8 +987,14 @@ impl Store {
 
     // ---------------------------------------------------------------- leases
 
-    /// Drop leases of processes that no longer run. Returns true if a dead writer was
-    /// found. Caller holds the file lock.
+    /// Drop leases of processes that no longer run. Returns true if a dead writer that
+    /// had changed the file was found. Caller holds the file lock.
+    ///
+    /// A dead holder that opened the file for writing but never changed it (a forked
+    /// child that inherited the descriptor, say) leaves the file as it was: the other
+    /// writers' normal last close still makes it complete. A dead holder that changed it
+    /// marks it [`iflag::DEAD_WRITER`] for the rest of the writing session, so the last
+    /// close leaves it incomplete whoever closes it and whenever the death is noticed.
     pub(crate) fn reap_leases(&self, fid: u32) -> bool {
         let ino = self.seg.inode(fid);
         let mut dead_writer = false;
@@ -997,23 +1008,65 @@ impl Store {
                 start: l.start.load(Relaxed),
             };
             if !process::alive(p) {
-                if l.writers.load(Relaxed) > 0 {
+                if l.writers.load(Relaxed) > 0 && l.wrote.load(Relaxed) != 0 {
                     dead_writer = true;
                 }
                 l.writers.store(0, Relaxed);
                 l.readers.store(0, Relaxed);
+                l.wrote.store(0, Relaxed);
                 l.pid.store(0, Release);
                 self.mark_dirty();
             }
         }
-        if dead_writer || (ino.wstate.load(Relaxed) == wstate::WRITING && !self.has_writer(fid)) {
-            if dead_writer {
-                tracing::warn!(store = %self.seg.name, fid, "a writer died with the file open: marked incomplete");
-                self.trim_to_size(fid);
-            }
+        if dead_writer {
+            tracing::warn!(store = %self.seg.name, fid, "a writer died with the file open: marked incomplete");
+            ino.flags.fetch_or(iflag::DEAD_WRITER, Release);
+            self.trim_to_size(fid);
+            self.recompute_stale(fid);
+        }
+        let live_writer = self.has_writer(fid);
+        if !live_writer && (dead_writer || ino.wstate.load(Relaxed) == wstate::WRITING) {
             ino.wstate.store(wstate::INCOMPLETE, Release);
         }
         dead_writer
+    }
+
+    /// Recompute every stale checksum of `fid` (after its writer died mid-overwrite): the
+    /// bytes up to each chunk's high-water mark are what the file now holds, and from
+    /// here on a reader verifies them like any others instead of getting them unchecked.
+    /// A chunk that cannot be read (spill I/O error) stays stale, which readers treat as
+    /// EIO once no live writer explains it. Caller holds the file lock.
+    pub(crate) fn recompute_stale(&self, fid: u32) {
+        let seg = &*self.seg;
+        if seg.inode(fid).nchunks.load(Relaxed) == 0 {
+            return;
+        }
+        for c in 0..seg.nchunks() {
+            let e = seg.chunk(c);
+            if e.owner.load(Acquire) != fid + 1 {
+                continue;
+            }
+            let (hwm, _, stale) = unpack_sum(e.sum.load(Acquire));
+            if stale && (hwm as u64) <= seg.layout.chunk_size() {
+                if let Ok(crc) = crate::file::chunk_crc(self, c, hwm as usize) {
+                    e.sum.store(pack_sum(hwm, crc, false), Release);
+                }
+            }
+        }
+    }
+
+    /// Record that `who` changed the file's data (see [`Lease::wrote`]). Caller holds the
+    /// file lock.
+    pub(crate) fn mark_wrote(&self, fid: u32, who: ProcId) {
+        if let Some(l) = self
+            .seg
+            .inode(fid)
+            .leases
+            .iter()
+            .find(|l| l.pid.load(Relaxed) == who.pid && l.start.load(Relaxed) == who.start)
+        {
+            l.wrote.store(1, Release);
+        }
     }
 
     /// Forget what a dead writer left past the file size (the write it did not finish):
@@ -1062,6 +1115,7 @@ impl Store {
                 if l.pid.load(Relaxed) == 0 {
                     l.writers.store(0, Relaxed);
                     l.readers.store(0, Relaxed);
+                    l.wrote.store(0, Relaxed);
                     l.start.store(who.start, Relaxed);
                 }
                 if write {
@@ -1091,6 +1145,7 @@ impl Store {
             let v = c.load(Relaxed);
             c.store(v.saturating_sub(1), Relaxed);
             if l.writers.load(Relaxed) == 0 && l.readers.load(Relaxed) == 0 {
+                l.wrote.store(0, Relaxed);
                 l.pid.store(0, Release);
             }
         }
@@ -1159,21 +1214,33 @@ impl Store {
             // file is incomplete and, below, read with checksum verification.
             self.reap_leases(fid);
         }
+        let new_session = flags.write && !self.has_writer(fid);
         self.add_lease(fid, who, flags.write)?;
         if flags.write {
+            if new_session {
+                // A new writing session: an earlier session's dead writer is history (its
+                // file was incomplete until now; what this session writes decides).
+                ino.flags.fetch_and(!iflag::DEAD_WRITER, Release);
+            }
             ino.wstate.store(wstate::WRITING, Release);
-            if flags.trunc && ino.size.load(Relaxed) > 0 {
-                self.free_chunks_from(fid, 0);
-                ino.size.store(0, Release);
-                ino.mtime_ns.store(now(), Relaxed);
+            if flags.trunc {
+                // Emptied: an earlier failed write no longer matters.
+                ino.flags.fetch_and(!iflag::FAILED, Release);
+                if ino.size.load(Relaxed) > 0 {
+                    self.mark_wrote(fid, who);
+                    // Size first, then the chunks: a truncation killed half-way leaves an
+                    // empty file with chunks past its end (trimmed when its death is
+                    // noticed), never the old size over freed (zero) chunks.
+                    ino.size.store(0, Release);
+                    crate::fault::crash_point("otrunc-after-size");
+                    self.free_chunks_from(fid, 0);
+                    ino.mtime_ns.store(now(), Relaxed);
+                }
             }
         }
-        // Verify checksums on read unless this very process wrote it last or someone is
-        // writing it right now.
-        let verify = !flags.write
-            && ino.wstate.load(Relaxed) != wstate::WRITING
-            && !(ino.last_writer_pid.load(Relaxed) == who.pid
-                && ino.last_writer_start.load(Relaxed) == who.start);
+        // Every handle that can read verifies each chunk's checksum once before serving
+        // it, except chunks the handle wrote itself (see `FileHandle::verify_chunk`).
+        let verify = flags.read;
         drop(g);
         drop(ns);
         Ok(FileHandle::new(
@@ -1251,6 +1318,7 @@ impl Store {
         let mut state = match ino.wstate.load(Acquire) {
             wstate::WRITING => WriteState::Writing,
             wstate::INCOMPLETE => WriteState::Incomplete,
+            wstate::FAILED => WriteState::Failed,
             _ => WriteState::Complete,
         };
         if state == WriteState::Writing {
@@ -1526,6 +1594,7 @@ impl Store {
         let l = &seg.layout;
         let sb = seg.sb();
         let (mut files, mut dirs, mut writing, mut incomplete, mut orphans) = (0, 0, 0, 0, 0);
+        let mut failed = 0;
         for fid in 0..l.max_files {
             let ino = seg.inode(fid);
             match ino.kind.load(Acquire) {
@@ -1539,6 +1608,7 @@ impl Store {
                     match self.stat_fid(fid).state {
                         WriteState::Writing => writing += 1,
                         WriteState::Incomplete => incomplete += 1,
+                        WriteState::Failed => failed += 1,
                         WriteState::Complete => {}
                     }
                 }
@@ -1562,6 +1632,7 @@ impl Store {
             dirs,
             writing,
             incomplete,
+            failed,
             orphans,
             state: if sb.state.load(Relaxed) == sbstate::CLEAN {
                 "clean"
