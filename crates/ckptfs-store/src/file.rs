@@ -197,28 +197,60 @@ impl FileHandle {
         Ok(())
     }
 
-    /// Make the cached chunk map current. Caller holds the file lock.
-    fn refresh_map(&mut self) {
+    /// Make the cached chunk map current, checking the file's data record, each owned
+    /// chunk entry's checksum and that the chunks found are as many as the inode records
+    /// (a chunk whose owner was changed away would otherwise read as a hole of zeros).
+    /// Caller holds the file lock.
+    fn refresh_map(&mut self) -> Result<()> {
         let seg = &*self.store.seg;
         let ino = seg.inode(self.fid);
+        self.store.check_data(self.fid, &self.path)?;
         let gen = ino.cgen.load(Acquire);
         if gen == self.map_gen {
-            return;
+            return Ok(());
         }
         self.map.clear();
-        if ino.nchunks.load(Relaxed) > 0 {
+        let want = ino.nchunks.load(Relaxed);
+        let mut found = 0u32;
+        if want > 0 {
             for c in 0..seg.nchunks() {
                 let e = seg.chunk(c);
                 if e.owner.load(Acquire) == self.fid + 1 {
+                    if !crate::integrity::chunk_ok(seg, c) {
+                        self.map_gen = u64::MAX;
+                        return Err(self.store.damaged(
+                            self.fid,
+                            &self.path,
+                            &format!("chunk table entry {c} checksum mismatch"),
+                        ));
+                    }
                     let l = e.logical.load(Relaxed) as usize;
                     if self.map.len() <= l {
                         self.map.resize(l + 1, NONE);
                     }
+                    if self.map[l] != NONE {
+                        self.map_gen = u64::MAX;
+                        return Err(self.store.damaged(
+                            self.fid,
+                            &self.path,
+                            &format!("two chunks claim logical chunk {l}"),
+                        ));
+                    }
                     self.map[l] = c;
+                    found += 1;
                 }
             }
         }
+        if found != want {
+            self.map_gen = u64::MAX;
+            return Err(self.store.damaged(
+                self.fid,
+                &self.path,
+                &format!("the inode records {want} chunks but {found} are owned by it"),
+            ));
+        }
         self.map_gen = gen;
+        Ok(())
     }
 
     fn chunk_of(&self, logical: u32) -> u32 {
@@ -244,7 +276,7 @@ impl FileHandle {
             return Ok(0);
         }
         let n = (buf.len() as u64).min(size - off) as usize;
-        self.refresh_map();
+        self.refresh_map()?;
         let shift = seg.layout.chunk_shift;
         let cs = 1usize << shift;
         let mut done = 0;
@@ -355,7 +387,7 @@ impl FileHandle {
     pub fn verify_all(&mut self) -> Result<()> {
         let store = self.store.clone();
         let _g = store.file_lock(self.fid);
-        self.refresh_map();
+        self.refresh_map()?;
         for (l, &c) in self.map.clone().iter().enumerate() {
             if c != NONE {
                 self.verified.clear();
@@ -411,7 +443,7 @@ impl FileHandle {
             return Err(StoreError::FileTooLarge);
         }
         let len = (buf.len() as u64).min(max_size - off) as usize;
-        self.refresh_map();
+        self.refresh_map()?;
         self.note_wrote();
         let cs = 1usize << shift;
         let mut done = 0;
@@ -428,6 +460,7 @@ impl FileHandle {
                     Err(e) => return Err(e),
                 }
                 ino.nchunks.fetch_add(1, Relaxed);
+                crate::integrity::seal_data(seg, self.fid);
                 let g = ino.cgen.fetch_add(1, Release);
                 if self.map.len() <= logical as usize {
                     self.map.resize(logical as usize + 1, NONE);
@@ -483,6 +516,8 @@ impl FileHandle {
             // write completed.
             if p + k as u64 > ino.size.load(Relaxed) {
                 ino.size.store(p + k as u64, Release);
+                // Once per chunk-sized piece, not per 16 KiB: a 16-byte CRC.
+                crate::integrity::seal_data(seg, self.fid);
             }
         }
         ino.mtime_ns.store(now(), Relaxed);
@@ -560,6 +595,7 @@ impl FileHandle {
         let _g = store.file_lock(self.fid);
         let ino = seg.inode(self.fid);
         let size = ino.size.load(Relaxed);
+        self.refresh_map()?;
         self.note_wrote();
         if len == 0 {
             ino.flags.fetch_and(!iflag::FAILED, Release);
@@ -568,13 +604,14 @@ impl FileHandle {
         // leaves the new size with chunks or bytes past it, which the dead writer's
         // reaping trims, never the old size over freed chunks that read as zeros.
         ino.size.store(len, Release);
+        crate::integrity::seal_data(seg, self.fid);
         ino.mtime_ns.store(now(), Relaxed);
         if len < size {
             crate::fault::crash_point("trunc-after-size");
             let cs = 1u64 << shift;
             let keep = len.div_ceil(cs) as u32;
             store.free_chunks_from(self.fid, keep);
-            self.refresh_map();
+            self.refresh_map()?;
             crate::fault::crash_point("trunc-after-free");
             // The chunk holding the new end keeps only bytes below it.
             if !len.is_multiple_of(cs) {
@@ -611,7 +648,7 @@ impl FileHandle {
     }
 
     fn finalize_locked(&mut self) -> Result<()> {
-        self.refresh_map();
+        self.refresh_map()?;
         let store = self.store.clone();
         let seg = &*store.seg;
         for &c in &self.map {
@@ -695,6 +732,12 @@ impl Drop for FileHandle {
 /// CRC32C of the first `len` bytes of chunk `c`.
 pub(crate) fn chunk_crc(store: &Store, c: u32, len: usize) -> Result<u32> {
     let seg = &*store.seg;
+    if len as u64 > seg.layout.chunk_size() || c >= seg.nchunks() {
+        return Err(StoreError::Damaged {
+            path: format!("chunk {c}"),
+            what: format!("length {len} out of range"),
+        });
+    }
     if seg.is_mem(c) {
         // SAFETY: callers hold the owning file's lock (or the fsck locks).
         return Ok(crc32c(unsafe { seg.chunk_slice(c, 0, len) }));

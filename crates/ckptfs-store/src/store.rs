@@ -3,6 +3,7 @@
 
 use crate::error::{Result, StoreError};
 use crate::file::FileHandle;
+use crate::integrity::{fid_ok, seal_data, seal_ns};
 use crate::layout::*;
 use crate::lock::{Acquired, Guard};
 use crate::process::{self, ProcId};
@@ -151,6 +152,12 @@ pub struct Stat {
     pub mtime_ns: u64,
     /// Status change time, ns since the epoch.
     pub ctime_ns: u64,
+    /// Access time, ns since the epoch (only set by [`Store::set_times`]).
+    pub atime_ns: u64,
+    /// Owner user id (the creator's effective uid, or [`Store::chown`]).
+    pub uid: u32,
+    /// Owner group id.
+    pub gid: u32,
     /// Write state (directories: always complete).
     pub state: WriteState,
 }
@@ -581,6 +588,8 @@ impl Store {
                 .filter(|&c| self.seg.chunk(c).owner.load(Acquire) == fid1)
                 .count();
             ino.nchunks.store(n as u32, Relaxed);
+            // It may have died between changing the size or count and its checksum.
+            seal_data(&self.seg, fid);
             // Its chunk list may have changed under every cached copy.
             ino.cgen.fetch_add(1, Release);
         }
@@ -603,10 +612,25 @@ impl Store {
                 return Err(StoreError::NoSpace);
             };
         let t = top.load(Relaxed);
-        let c = stack(t - 1);
+        let cap = if std::ptr::eq(top, &sb.mem_top) {
+            seg.layout.mem_chunks
+        } else {
+            seg.layout.spill_chunks
+        };
+        let c = if t <= cap { stack(t - 1) } else { u32::MAX };
+        if c >= seg.nchunks() || seg.chunk(c).owner.load(Acquire) != 0 {
+            // A damaged stack top or entry (the stacks are derived: rebuild them).
+            tracing::warn!(store = %seg.name, top = t, id = c, "free chunk stack damaged; rebuilding it");
+            self.mark_dirty();
+            self.rebuild_free_stacks();
+            drop(_g);
+            return self.alloc_chunk(fid, logical);
+        }
         let e = seg.chunk(c);
         e.logical.store(logical, Relaxed);
         e.sum.store(0, Relaxed);
+        e.meta
+            .store(crate::integrity::chunk_meta(c, fid + 1, logical), Relaxed);
         crate::fault::crash_point("alloc-before-owner");
         // Commit point: from here the chunk belongs to the file. A crash before the pop
         // below leaves it also on the stack; recovery rebuilds stacks from owners.
@@ -636,6 +660,7 @@ impl Store {
             }
         }
         ino.nchunks.fetch_sub(n.min(ino.nchunks.load(Relaxed)), Relaxed);
+        seal_data(seg, fid);
         ino.cgen.fetch_add(1, Release);
         n
     }
@@ -643,15 +668,25 @@ impl Store {
     fn push_free(&self, c: u32) {
         let seg = &*self.seg;
         let sb = seg.sb();
-        if seg.is_mem(c) {
-            let t = sb.mem_top.load(Relaxed);
-            seg.mem_stack(t).store(c, Relaxed);
-            sb.mem_top.store(t + 1, Release);
+        let (top, cap) = if seg.is_mem(c) {
+            (&sb.mem_top, seg.layout.mem_chunks)
         } else {
-            let t = sb.spill_top.load(Relaxed);
-            seg.spill_stack(t).store(c, Relaxed);
-            sb.spill_top.store(t + 1, Release);
+            (&sb.spill_top, seg.layout.spill_chunks)
+        };
+        let t = top.load(Relaxed);
+        if t >= cap {
+            // A damaged top: the stacks are derived from the owners, rebuild them.
+            tracing::warn!(store = %seg.name, top = t, "free chunk stack top damaged; rebuilding it");
+            self.mark_dirty();
+            self.rebuild_free_stacks();
+            return;
         }
+        if seg.is_mem(c) {
+            seg.mem_stack(t).store(c, Relaxed);
+        } else {
+            seg.spill_stack(t).store(c, Relaxed);
+        }
+        top.store(t + 1, Release);
     }
 
     /// Rebuild both free stacks from chunk ownership (the source of truth). Caller holds
@@ -682,18 +717,25 @@ impl Store {
         let seg = &*self.seg;
         let mask = seg.layout.hash_cap - 1;
         let mut i = name_hash(parent, name) & mask;
-        loop {
+        // Bounded: a damaged table with no empty slot must not loop forever.
+        for _ in 0..seg.layout.hash_cap {
             let v = seg.hash_slot(i).load(Relaxed);
             if v == 0 {
                 return None;
             }
             let fid = v - 1;
+            // A damaged slot naming no valid file is skipped (fsck rebuilds the table).
             // SAFETY: namespace lock held (the `Ns` proof).
-            if seg.inode(fid).parent.load(Relaxed) == parent && unsafe { seg.name_of(fid) } == name {
+            if fid_ok(seg, fid)
+                && seg.inode(fid).kind.load(Relaxed) != kind::FREE
+                && seg.inode(fid).parent.load(Relaxed) == parent
+                && unsafe { seg.name_of(fid) } == name
+            {
                 return Some(fid);
             }
             i = (i + 1) & mask;
         }
+        None
     }
 
     fn hash_insert(&self, _ns: &Ns, fid: u32) {
@@ -701,39 +743,51 @@ impl Store {
         let mask = seg.layout.hash_cap - 1;
         // SAFETY: namespace lock held.
         let mut i = name_hash(seg.inode(fid).parent.load(Relaxed), unsafe { seg.name_of(fid) }) & mask;
-        while seg.hash_slot(i).load(Relaxed) != 0 {
+        for _ in 0..seg.layout.hash_cap {
+            if seg.hash_slot(i).load(Relaxed) == 0 {
+                seg.hash_slot(i).store(fid + 1, Relaxed);
+                return;
+            }
             i = (i + 1) & mask;
         }
-        seg.hash_slot(i).store(fid + 1, Relaxed);
+        // Full of damaged entries (it holds at most half live ones): rebuilt by fsck.
+        tracing::warn!(store = %seg.name, "name hash table has no free slot (damaged)");
     }
 
     fn hash_remove(&self, _ns: &Ns, fid: u32) {
         let seg = &*self.seg;
         let mask = seg.layout.hash_cap - 1;
         let home = |f: u32| {
+            if !fid_ok(seg, f) {
+                return None;
+            }
             // SAFETY: namespace lock held.
-            name_hash(seg.inode(f).parent.load(Relaxed), unsafe { seg.name_of(f) }) & mask
+            Some(name_hash(seg.inode(f).parent.load(Relaxed), unsafe { seg.name_of(f) }) & mask)
         };
-        let mut i = home(fid);
+        let Some(mut i) = home(fid) else { return };
+        let mut probes = 0;
         loop {
             let v = seg.hash_slot(i).load(Relaxed);
-            if v == 0 {
+            if v == 0 || probes > seg.layout.hash_cap {
                 return; // not present
             }
             if v == fid + 1 {
                 break;
             }
             i = (i + 1) & mask;
+            probes += 1;
         }
         // Backward-shift deletion keeps probe chains intact without tombstones.
         let mut j = i;
-        loop {
+        for _ in 0..seg.layout.hash_cap {
             j = (j + 1) & mask;
             let v = seg.hash_slot(j).load(Relaxed);
             if v == 0 {
                 break;
             }
-            let k = home(v - 1);
+            let Some(k) = home(v - 1) else {
+                continue; // a damaged slot: left for fsck's rebuild
+            };
             let between = if i <= j { i < k && k <= j } else { i < k || k <= j };
             if between {
                 continue;
@@ -748,7 +802,10 @@ impl Store {
         let seg = &*self.seg;
         let p = seg.inode(parent);
         let me = seg.inode(fid);
-        let head = p.first_child.load(Relaxed);
+        let mut head = p.first_child.load(Relaxed);
+        if !fid_ok(seg, head) {
+            head = NONE; // damaged link: the namespace rebuild restores the list
+        }
         me.prev_sib.store(NONE, Relaxed);
         me.next_sib.store(head, Relaxed);
         if head != NONE {
@@ -761,14 +818,14 @@ impl Store {
         let seg = &*self.seg;
         let me = seg.inode(fid);
         let (prev, next) = (me.prev_sib.load(Relaxed), me.next_sib.load(Relaxed));
-        if next != NONE {
+        if fid_ok(seg, next) {
             seg.inode(next).prev_sib.store(prev, Relaxed);
         }
-        if prev != NONE {
+        if fid_ok(seg, prev) {
             seg.inode(prev).next_sib.store(next, Relaxed);
         } else {
             let parent = me.parent.load(Relaxed);
-            if parent != NONE {
+            if fid_ok(seg, parent) {
                 seg.inode(parent).first_child.store(next, Relaxed);
             }
         }
@@ -794,9 +851,27 @@ impl Store {
         if top == 0 {
             return Err(StoreError::TooManyFiles(seg.layout.max_files));
         }
-        let fid = seg.fid_stack(top - 1).load(Relaxed);
+        let fid = if top <= seg.layout.max_files {
+            seg.fid_stack(top - 1).load(Relaxed)
+        } else {
+            NONE
+        };
+        if fid == ROOT || !fid_ok(seg, fid) || seg.inode(fid).kind.load(Acquire) != kind::FREE {
+            // A damaged top or entry: the stack is derived from the inodes, rebuild it.
+            tracing::warn!(store = %seg.name, top, fid, "free file id stack damaged; rebuilding the namespace");
+            self.mark_dirty();
+            self.rebuild_namespace(ns);
+            if sb.fid_top.load(Relaxed) == 0 {
+                return Err(StoreError::TooManyFiles(seg.layout.max_files));
+            }
+            return self.alloc_inode(ns, k, parent, name, mode, writing);
+        }
         let ino = seg.inode(fid);
         let t = now();
+        let (uid, gid) = crate::integrity::caller_ids();
+        ino.uid.store(uid, Relaxed);
+        ino.gid.store(gid, Relaxed);
+        ino.atime_ns.store(t, Relaxed);
         ino.mode.store(mode & 0o7777, Relaxed);
         ino.parent.store(parent, Relaxed);
         // SAFETY: namespace lock held.
@@ -823,6 +898,9 @@ impl Store {
         }
         ino.igen.fetch_add(1, Relaxed);
         ino.cgen.fetch_add(1, Relaxed);
+        ino.ns_crc
+            .store(crate::integrity::ns_crc_with_kind(seg, fid, k), Relaxed);
+        seal_data(seg, fid);
         // Commit point; a crash before the pop leaves it on the stack too, which the
         // namespace rebuild corrects.
         ino.kind.store(k, Release);
@@ -861,6 +939,7 @@ impl Store {
         self.unlink_child(ns, fid);
         ino.flags.fetch_or(iflag::ORPHAN, Release);
         ino.parent.store(NONE, Relaxed);
+        seal_ns(seg, fid);
         self.release_if_unused(ns, fid);
     }
 
@@ -891,13 +970,17 @@ impl Store {
             let n = (ri.name_len.load(Relaxed) as usize).min(NAME_MAX);
             // SAFETY: namespace lock held.
             let name = unsafe { seg.intent_name()[..n].to_vec() };
-            if victim != NONE && victim != src && seg.inode(victim).kind.load(Relaxed) != kind::FREE {
+            if fid_ok(seg, victim) && victim != src && seg.inode(victim).kind.load(Relaxed) != kind::FREE {
                 seg.inode(victim).flags.fetch_or(iflag::ORPHAN, Relaxed);
                 seg.inode(victim).parent.store(NONE, Relaxed);
             }
-            seg.inode(src).parent.store(dst_parent, Relaxed);
-            // SAFETY: namespace lock held.
-            unsafe { seg.set_name(src, &name) };
+            if fid_ok(seg, src) && fid_ok(seg, dst_parent) {
+                seg.inode(src).parent.store(dst_parent, Relaxed);
+                // SAFETY: namespace lock held.
+                unsafe { seg.set_name(src, &name) };
+            } else {
+                tracing::warn!(store = %seg.name, src, dst_parent, "rename intent names no valid inode (damaged); dropped");
+            }
             ri.active.store(0, Release);
         }
         for i in 0..seg.layout.hash_cap {
@@ -939,6 +1022,8 @@ impl Store {
             self.hash_insert(ns, fid);
             self.link_child(ns, parent, fid);
         }
+        // Any record may have been half-changed by the dead holder (or just orphaned).
+        self.reseal_all_ns();
         for fid in orphans {
             self.release_if_unused(ns, fid);
         }
@@ -1086,7 +1171,8 @@ impl Store {
         });
         if let Some(c) = found.filter(|_| within > 0) {
             let e = seg.chunk(c);
-            if unpack_sum(e.sum.load(Acquire)).0 > within {
+            let hwm = unpack_sum(e.sum.load(Acquire)).0;
+            if hwm > within && hwm as u64 <= seg.layout.chunk_size() {
                 if let Ok(crc) = crate::file::chunk_crc(self, c, within as usize) {
                     e.sum.store(pack_sum(within, crc, false), Release);
                 }
@@ -1199,6 +1285,9 @@ impl Store {
                 None => return Err(StoreError::NotFound(path.into())),
             }
         };
+        if !created {
+            self.check_inode(fid, path)?;
+        }
         let ino = seg.inode(fid);
         let is_dir = ino.kind.load(Relaxed) == kind::DIR;
         if is_dir && (flags.write || flags.trunc) {
@@ -1232,6 +1321,7 @@ impl Store {
                     // empty file with chunks past its end (trimmed when its death is
                     // noticed), never the old size over freed (zero) chunks.
                     ino.size.store(0, Release);
+                    seal_data(seg, fid);
                     crate::fault::crash_point("otrunc-after-size");
                     self.free_chunks_from(fid, 0);
                     ino.mtime_ns.store(now(), Relaxed);
@@ -1259,12 +1349,17 @@ impl Store {
         let comps = components(path)?;
         let ns = self.ns();
         let fid = self.resolve(&ns, &comps, path)?;
+        self.check_inode(fid, path)?;
         Ok(self.stat_fid(fid))
     }
 
     /// Attributes by inode number.
     pub fn stat_ino(&self, ino: u64) -> Result<Stat> {
         let fid = self.fid_of_ino(ino)?;
+        {
+            let _ns = self.ns();
+            self.check_inode(fid, "")?;
+        }
         Ok(self.stat_fid(fid))
     }
 
@@ -1292,6 +1387,7 @@ impl Store {
                 .lookup_child(&ns, pfid, name.as_bytes())
                 .ok_or_else(|| StoreError::NotFound(name.into()))?,
         };
+        self.check_inode(fid, name)?;
         drop(ns);
         Ok(self.stat_fid(fid))
     }
@@ -1351,6 +1447,9 @@ impl Store {
             allocated: (chunks as u64) << seg.layout.chunk_shift,
             mtime_ns: ino.mtime_ns.load(Relaxed),
             ctime_ns: ino.ctime_ns.load(Relaxed),
+            atime_ns: ino.atime_ns.load(Relaxed),
+            uid: ino.uid.load(Relaxed),
+            gid: ino.gid.load(Relaxed),
             state,
         }
     }
@@ -1378,6 +1477,10 @@ impl Store {
         let mut out = Vec::new();
         let mut c = seg.inode(fid).first_child.load(Relaxed);
         while c != NONE {
+            // A damaged link (out of range, or a cycle) ends the listing with EIO.
+            if !fid_ok(seg, c) || out.len() >= seg.layout.max_files as usize {
+                return Err(self.damaged(fid, path, "directory child list is damaged"));
+            }
             let ino = seg.inode(c);
             out.push(DirEntry {
                 // SAFETY: namespace lock held.
@@ -1433,14 +1536,14 @@ impl Store {
         let mut parts = Vec::new();
         let mut cur = fid;
         let mut guard = 0;
-        while cur != ROOT && cur != NONE && guard < 4096 {
+        while cur != ROOT && fid_ok(seg, cur) && guard < 4096 {
             // SAFETY: namespace lock held.
             parts.push(String::from_utf8_lossy(unsafe { seg.name_of(cur) }).into_owned());
             cur = seg.inode(cur).parent.load(Relaxed);
             guard += 1;
         }
-        if cur == NONE {
-            return String::new(); // orphan
+        if cur != ROOT {
+            return String::new(); // orphan (or a damaged parent link)
         }
         parts.reverse();
         format!("/{}", parts.join("/"))
@@ -1547,6 +1650,7 @@ impl Store {
         seg.inode(src).parent.store(dp, Relaxed);
         // SAFETY: namespace lock held.
         unsafe { seg.set_name(src, dname.as_bytes()) };
+        seal_ns(seg, src);
         self.hash_insert(&ns, src);
         self.link_child(&ns, dp, src);
         seg.inode(src).ctime_ns.store(now(), Relaxed);
@@ -1571,10 +1675,15 @@ impl Store {
 
     /// Change permission bits.
     pub fn chmod(&self, path: &str, mode: u32) -> Result<()> {
-        let st = self.stat(path)?;
-        let ino = self.seg.inode((st.ino - 1) as u32);
+        let comps = components(path)?;
+        let ns = self.ns();
+        let fid = self.resolve(&ns, &comps, path)?;
+        self.check_inode(fid, path)?;
+        let ino = self.seg.inode(fid);
         ino.mode.store(mode & 0o7777, Relaxed);
+        seal_ns(&self.seg, fid);
         ino.ctime_ns.store(now(), Relaxed);
+        drop(ns);
         Ok(())
     }
 
