@@ -571,10 +571,14 @@ pub fn vcwd() -> Option<String> {
     VCWD.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Set or clear the virtual working directory.
+/// Set or clear the virtual working directory (and its `CKPTFS_CWD` environment entry).
 pub fn set_vcwd(p: Option<String>) {
     let mut g = VCWD.lock().unwrap_or_else(|e| e.into_inner());
-    VCWD_SET.store(p.is_some(), Ordering::Release);
+    let was = VCWD_SET.swap(p.is_some(), Ordering::AcqRel);
+    if was || p.is_some() {
+        // Children (exec, posix_spawn, system, popen) inherit it through the environment.
+        crate::cwd::publish(p.as_deref());
+    }
     *g = p;
 }
 
