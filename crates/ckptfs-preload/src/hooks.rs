@@ -23,7 +23,7 @@ type Off = i64;
 
 /// Run a store operation on `fd` if it is a store descriptor.
 #[inline]
-fn on_fd<T: From<i8>>(fd: c_int, f: impl FnOnce(&Arc<Desc>) -> R<T>) -> Option<T> {
+pub(crate) fn on_fd<T: From<i8>>(fd: c_int, f: impl FnOnce(&Arc<Desc>) -> R<T>) -> Option<T> {
     if !maybe_store_fd(fd) || in_shim() {
         return None;
     }
@@ -36,7 +36,7 @@ fn on_fd<T: From<i8>>(fd: c_int, f: impl FnOnce(&Arc<Desc>) -> R<T>) -> Option<T
 
 /// Dispatch a path call: to the store, or to libc with the (possibly rewritten) path.
 #[inline]
-unsafe fn on_path<T: From<i8>>(
+pub(crate) unsafe fn on_path<T: From<i8>>(
     dirfd: c_int,
     path: *const c_char,
     real: impl FnOnce(c_int, *const c_char) -> T,

@@ -21,6 +21,8 @@ pub mod dir;
 #[cfg(not(test))]
 pub mod hooks;
 pub mod lock;
+#[cfg(not(test))]
+pub mod names;
 pub mod ops;
 pub mod paths;
 pub mod state;

@@ -88,3 +88,56 @@ cat "$ROOT/wd/out.0" "$ROOT/wd/out.1"
     assert_eq!(o.code, Some(0), "{o:?}");
     assert!(o.stdout.contains("rank 0\nrank 1\n"), "{}", o.stdout);
 }
+
+#[test]
+fn remove_from_c_deletes_files_and_empty_directories() {
+    let o = prog("removes.c");
+    assert!(
+        o.stdout.contains("remove ckpt.2 = 0 ok; exists after: 0\n")
+            && o.stdout
+                .contains("remove d = -1 Directory not empty; exists after: 1\n")
+            && o.stdout.contains("remove d/e = 0 ok; exists after: 0\n")
+            && o.stdout.contains("remove missing = -1 No such file or directory"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn cpp_filesystem_remove_all_and_relative() {
+    let o = prog("remove_all.cpp");
+    assert!(
+        o.stdout.contains("removed 12 exists 0\nremove file 1 again 0\n"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn fortran_unformatted_direct_access_and_close_delete() {
+    if !have("gfortran") {
+        panic!("gfortran missing: run scripts/setup-preload.sh");
+    }
+    let o = prog("fortran_io.f90");
+    assert!(
+        o.stdout
+            .contains(" seq ok T\n direct ok T\n scratch deleted T\n missing open fails T\n"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn realpath_readlink_f_and_python_realpath() {
+    let o = sh(r#"set -e
+mkdir -p "$ROOT/r/s"
+echo x > "$ROOT/r/s/f"
+cd "$ROOT/r"
+readlink -f s/f
+realpath ./s/../s//f
+python3 -c 'import os; print(os.path.realpath("s/f"), os.path.abspath("s"))'
+realpath missing/f 2>&1 || echo "realpath missing: $?"
+"#);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert!(o.stdout.starts_with("$ROOT/r/s/f\n$ROOT/r/s/f\n"), "{}", o.stdout);
+}
