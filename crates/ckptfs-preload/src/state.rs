@@ -21,9 +21,14 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 /// Errno-valued result of shim operations.
 pub type R<T> = Result<T, i32>;
 
-/// Map a store error to its errno.
+/// Map a store error to the errno a local file system would give: a full file table
+/// is ENOSPC (as ext4 out of inodes), not the store API's ENFILE, which programs read as
+/// "this process has too many files open" and may retry.
 pub fn se(e: ckptfs_store::StoreError) -> i32 {
-    e.errno()
+    match e {
+        ckptfs_store::StoreError::TooManyFiles(_) => libc::ENOSPC,
+        e => e.errno(),
+    }
 }
 
 // ------------------------------------------------------------------ configuration

@@ -141,3 +141,37 @@ realpath missing/f 2>&1 || echo "realpath missing: $?"
     assert_eq!(o.code, Some(0), "{o:?}");
     assert!(o.stdout.starts_with("$ROOT/r/s/f\n$ROOT/r/s/f\n"), "{}", o.stdout);
 }
+
+#[test]
+fn full_file_table_is_enospc_like_a_full_file_system() {
+    let ts = TestStore::new();
+    let script = r#"
+import os, errno
+r = os.environ["ROOT"]
+n = 0
+try:
+    for i in range(100):
+        open(f"{r}/f{i}", "w").close()
+        n += 1
+except OSError as e:
+    print("open:", errno.errorcode[e.errno], "after", n)
+try:
+    os.mkdir(f"{r}/d")
+except OSError as e:
+    print("mkdir:", errno.errorcode[e.errno])
+os.remove(f"{r}/f0")
+open(f"{r}/again", "w").close()
+print("after remove:", os.path.exists(f"{r}/again"))
+"#;
+    // 8 inodes: the root, /t, and 6 files.
+    let o = on_store(
+        &ts,
+        &["python3", "-c", script],
+        &[("CKPTFS_MAX_FILES", "8".into())],
+    );
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert_eq!(
+        o.stdout, "open: ENOSPC after 6\nmkdir: ENOSPC\nafter remove: True\n",
+        "{o:?}"
+    );
+}

@@ -221,18 +221,38 @@ pub fn program(src: &str) -> PathBuf {
     out
 }
 
-/// Run `cmd` (with `$ROOT` in its environment) on the store and on a plain directory,
-/// assert identical outcomes and trees, and return the outcome.
-pub fn compare(cmd: &[&str]) -> Outcome {
-    let ts = TestStore::new();
-    let env = vec![
+/// The environment that runs a program under the shim on store `ts`.
+pub fn shim_env(ts: &TestStore) -> Vec<(&'static str, String)> {
+    vec![
         ("LD_PRELOAD", lib().display().to_string()),
         ("CKPTFS_STORE", ts.name.clone()),
         ("CKPTFS_MOUNT", MOUNT.to_string()),
         ("CKPTFS_MEM_SIZE", "256M".to_string()),
         ("CKPTFS_CHUNK_SIZE", "256K".to_string()),
         ("SRC", source_dir().display().to_string()),
-    ];
+    ]
+}
+
+/// Run `cmd` under the shim only (cases without a plain-directory twin), with `extra`
+/// settings added to the environment; `$ROOT` is `/ckpt/t`, created first.
+pub fn on_store(ts: &TestStore, cmd: &[&str], extra: &[(&'static str, String)]) -> Outcome {
+    let mut env = shim_env(ts);
+    env.extend(extra.iter().cloned());
+    let sroot = format!("{MOUNT}/t");
+    let pre = Command::new("mkdir")
+        .arg(&sroot)
+        .envs(env.iter().map(|(k, v)| (*k, v)))
+        .status()
+        .unwrap();
+    assert!(pre.success(), "mkdir {sroot} under the shim");
+    run(cmd, &sroot, &env)
+}
+
+/// Run `cmd` (with `$ROOT` in its environment) on the store and on a plain directory,
+/// assert identical outcomes and trees, and return the outcome.
+pub fn compare(cmd: &[&str]) -> Outcome {
+    let ts = TestStore::new();
+    let env = shim_env(&ts);
     let sroot = format!("{MOUNT}/t");
     let pre = Command::new("mkdir")
         .arg(&sroot)
