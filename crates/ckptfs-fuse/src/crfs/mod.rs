@@ -7,24 +7,26 @@
 //! truncate or fallocate of a file with buffered data, its chunks are written first so
 //! the backend is current. getattr reports the size including buffered data.
 
+mod backend;
 pub mod engine;
 
 pub use engine::{BackendSink, DiscardSink, Engine, EngineStats, FileSink};
 
+use crate::creds::as_caller;
 use crate::dirs::{dot_entries, DirTable, Listing};
 use crate::{io_errno, reply_empty, split_name, Counters, IoMode};
 use engine::AggFile;
 use fuser::{
     Errno, FileAttr, FileType, Filesystem, Generation, INodeNo, KernelConfig, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow,
 };
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::{File, Metadata};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -256,29 +258,17 @@ impl CrfsFs {
     ) -> Result<(u64, Metadata), Errno> {
         let acc = flags & libc::O_ACCMODE;
         let writable = acc == libc::O_WRONLY || acc == libc::O_RDWR;
-        let mut oo = OpenOptions::new();
-        // Open write-only files read-write too when allowed, so the page cache can read them.
-        oo.read(acc != libc::O_WRONLY).write(writable);
-        let pass =
-            flags & (libc::O_TRUNC | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_DIRECTORY | libc::O_NOATIME);
-        if let Some(mode) = create_mode {
-            oo.create(true).mode(mode);
-        }
-        oo.custom_flags(pass);
-        let fd = match oo.open(path) {
-            Ok(f) => f,
-            Err(e) => return Err(errno_io(e)),
-        };
+        let fd = backend::open(path, flags, create_mode)?;
         let m = fd.metadata().map_err(errno_io)?;
         let agg = if writable && m.is_file() {
             let key = (m.dev(), m.ino());
-            let p = path.to_path_buf();
             let f = self
                 .engine
                 .attach(key, || {
-                    let w = OpenOptions::new().write(true).open(&p)?;
-                    let size = w.metadata()?.len();
-                    Ok((w, size))
+                    // The chunks go through a duplicate of this open's descriptor: a
+                    // second open by path could be refused (a new file of mode 0444).
+                    let w = fd.try_clone()?;
+                    Ok((w, m.len()))
                 })
                 .map_err(errno_io)?;
             if flags & libc::O_TRUNC != 0 {
@@ -369,7 +359,7 @@ impl Filesystem for CrfsFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -386,7 +376,7 @@ impl Filesystem for CrfsFs {
         reply: ReplyAttr,
     ) {
         self.counters.meta.fetch_add(1, Relaxed);
-        let r = (|| {
+        let r = as_caller(req, || {
             let path = self.path(ino)?;
             let c = cpath(&path)?;
             if let Some(m) = mode {
@@ -412,36 +402,17 @@ impl Filesystem for CrfsFs {
                 }
             }
             if atime.is_some() || mtime.is_some() {
-                let conv = |t: Option<TimeOrNow>| match t {
-                    None => libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: libc::UTIME_OMIT,
-                    },
-                    Some(TimeOrNow::Now) => libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: libc::UTIME_NOW,
-                    },
-                    Some(TimeOrNow::SpecificTime(t)) => {
-                        let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-                        libc::timespec {
-                            tv_sec: d.as_secs() as libc::time_t,
-                            tv_nsec: d.subsec_nanos() as libc::c_long,
-                        }
+                // Times set before close (cp -p, tar -x) win over the buffered chunks:
+                // write those out first, so their pwrite cannot move mtime afterwards.
+                if let Ok(m) = std::fs::symlink_metadata(&path) {
+                    if let Some(f) = self.engine.lookup((m.dev(), m.ino())) {
+                        self.engine.drain(&f);
                     }
-                };
-                let times = [conv(atime), conv(mtime)];
-                // SAFETY: valid path and a two-element timespec array.
-                check(unsafe {
-                    libc::utimensat(
-                        libc::AT_FDCWD,
-                        c.as_ptr(),
-                        times.as_ptr(),
-                        libc::AT_SYMLINK_NOFOLLOW,
-                    )
-                })?;
+                }
+                backend::set_times(&path, atime, mtime)?;
             }
             std::fs::symlink_metadata(&path).map_err(errno_io)
-        })();
+        });
         self.reply_attr(reply, r);
     }
 
@@ -457,7 +428,7 @@ impl Filesystem for CrfsFs {
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -468,44 +439,48 @@ impl Filesystem for CrfsFs {
         let r = self.child(parent, name).and_then(|p| {
             let c = cpath(&p)?;
             // SAFETY: valid path; mknod reads only its arguments.
-            check(unsafe { libc::mknod(c.as_ptr(), mode & !umask, rdev as libc::dev_t) })?;
+            as_caller(req, || {
+                check(unsafe { libc::mknod(c.as_ptr(), mode & !umask, rdev as libc::dev_t) })
+            })?;
             self.remember(p)
         });
         reply_entry(reply, r);
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.counters.meta.fetch_add(1, Relaxed);
         let r = self.child(parent, name).and_then(|p| {
             let c = cpath(&p)?;
             // SAFETY: valid path.
-            check(unsafe { libc::mkdir(c.as_ptr(), (mode & !umask & 0o7777) as libc::mode_t) })?;
+            as_caller(req, || {
+                check(unsafe { libc::mkdir(c.as_ptr(), (mode & !umask & 0o7777) as libc::mode_t) })
+            })?;
             self.remember(p)
         });
         reply_entry(reply, r);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
         reply_empty(
             reply,
             self.child(parent, name)
-                .and_then(|p| std::fs::remove_file(p).map_err(errno_io)),
+                .and_then(|p| as_caller(req, || std::fs::remove_file(p).map_err(errno_io))),
         );
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
         reply_empty(
             reply,
             self.child(parent, name)
-                .and_then(|p| std::fs::remove_dir(p).map_err(errno_io)),
+                .and_then(|p| as_caller(req, || std::fs::remove_dir(p).map_err(errno_io))),
         );
     }
 
-    fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let r = self.child(parent, link_name).and_then(|p| {
-            std::os::unix::fs::symlink(target, &p).map_err(errno_io)?;
+            as_caller(req, || std::os::unix::fs::symlink(target, &p).map_err(errno_io))?;
             self.remember(p)
         });
         reply_entry(reply, r);
@@ -513,7 +488,7 @@ impl Filesystem for CrfsFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -526,15 +501,17 @@ impl Filesystem for CrfsFs {
             let from = self.child(parent, name)?;
             let to = self.child(newparent, newname)?;
             let (cf, ct) = (cpath(&from)?, cpath(&to)?);
-            // SAFETY: valid paths; renameat2 with the kernel's own flags.
-            check(unsafe {
-                libc::renameat2(
-                    libc::AT_FDCWD,
-                    cf.as_ptr(),
-                    libc::AT_FDCWD,
-                    ct.as_ptr(),
-                    flags.bits(),
-                )
+            as_caller(req, || {
+                // SAFETY: valid paths; renameat2 with the kernel's own flags.
+                check(unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        cf.as_ptr(),
+                        libc::AT_FDCWD,
+                        ct.as_ptr(),
+                        flags.bits(),
+                    )
+                })
             })?;
             if flags.contains(fuser::RenameFlags::RENAME_EXCHANGE) {
                 let tmp = self.backend.join(".crfs-rename-exchange");
@@ -549,11 +526,11 @@ impl Filesystem for CrfsFs {
         reply_empty(reply, r);
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let r = (|| {
             let from = self.path(ino)?;
             let to = self.child(newparent, newname)?;
-            std::fs::hard_link(&from, &to).map_err(errno_io)?;
+            as_caller(req, || std::fs::hard_link(&from, &to).map_err(errno_io))?;
             let m = std::fs::symlink_metadata(&to).map_err(errno_io)?;
             let attr = self.attr(&m);
             if let Some(n) = self.nodes.lock().unwrap().get_mut(&ino.0) {
@@ -564,9 +541,11 @@ impl Filesystem for CrfsFs {
         reply_entry(reply, r);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
         self.counters.meta.fetch_add(1, Relaxed);
-        let r = self.path(ino).and_then(|p| self.open_backend(&p, flags.0, None));
+        let r = self
+            .path(ino)
+            .and_then(|p| as_caller(req, || self.open_backend(&p, flags.0, None)));
         match r {
             Ok((fh, _)) => reply.opened(fuser::FileHandle(fh), self.io.fopen_flags(flags.0)),
             Err(e) => reply.error(e),
@@ -575,7 +554,7 @@ impl Filesystem for CrfsFs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -585,7 +564,7 @@ impl Filesystem for CrfsFs {
     ) {
         self.counters.meta.fetch_add(1, Relaxed);
         let r = self.child(parent, name).and_then(|p| {
-            let (fh, m) = self.open_backend(&p, flags, Some(mode & !umask & 0o7777))?;
+            let (fh, m) = as_caller(req, || self.open_backend(&p, flags, Some(mode & !umask & 0o7777)))?;
             let mut nodes = self.nodes.lock().unwrap();
             let n = nodes.entry(self.fuse_ino(m.ino())).or_insert(Node {
                 path: p.clone(),
@@ -846,4 +825,49 @@ impl Filesystem for CrfsFs {
         });
         reply_empty(reply, r);
     }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self
+            .path(ino)
+            .and_then(|p| as_caller(req, || backend::setxattr(&p, name, value, flags)));
+        reply_empty(reply, r);
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.path(ino) {
+            Ok(p) => match crate::creds::AsCaller::enter(req) {
+                Ok(_g) => backend::getxattr(&p, name, size, reply),
+                Err(e) => reply.error(e),
+            },
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.path(ino) {
+            Ok(p) => match crate::creds::AsCaller::enter(req) {
+                Ok(_g) => backend::listxattr(&p, size, reply),
+                Err(e) => reply.error(e),
+            },
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self
+            .path(ino)
+            .and_then(|p| as_caller(req, || backend::removexattr(&p, name)));
+        reply_empty(reply, r);
+    }
+
+    crate::quiet_defaults!();
 }
