@@ -75,6 +75,10 @@ pub fn options_from(get: impl Fn(&str) -> Option<String>) -> Result<StoreOptions
             .map(|v| parse_bool(&v).map_err(|m| bad("CKPTFS_PRIVATE", m)))
             .transpose()?
             .unwrap_or(false),
+        allow_foreign_owner: var("CKPTFS_ALLOW_FOREIGN_OWNER")
+            .map(|v| parse_bool(&v).map_err(|m| bad("CKPTFS_ALLOW_FOREIGN_OWNER", m)))
+            .transpose()?
+            .unwrap_or(false),
     })
 }
 

@@ -40,6 +40,10 @@ pub struct StoreArgs {
     /// One private segment per process (NAME.RANK) instead of one per node [env CKPTFS_PRIVATE]
     #[arg(long, global = true)]
     pub private: bool,
+    /// Attach a store segment owned by another user (root only, explicitly; the segment
+    /// must still have mode 0600) [env CKPTFS_ALLOW_FOREIGN_OWNER]
+    #[arg(long, global = true)]
+    pub allow_foreign_owner: bool,
     /// Path prefix(es) served by the store in `ckptfs run`, colon-separated [env CKPTFS_MOUNT; default /ckpt]
     #[arg(long, global = true, value_name = "PREFIX[:PREFIX]")]
     pub mount: Option<String>,
@@ -128,6 +132,13 @@ pub const SETTINGS: &[Setting] = &[
         help: "private segment per process",
     },
     Setting {
+        key: "allow_foreign_owner",
+        env: "CKPTFS_ALLOW_FOREIGN_OWNER",
+        flag: "--allow-foreign-owner",
+        default: || "false".into(),
+        help: "attach a store owned by another user (root)",
+    },
+    Setting {
         key: "mount",
         env: "CKPTFS_MOUNT",
         flag: "--mount",
@@ -166,6 +177,7 @@ fn flag_value(a: &StoreArgs, key: &str) -> Option<String> {
         "spill_dir" => a.spill_dir.as_ref().map(|p| p.display().to_string()),
         "spill_size" => a.spill_size.map(|v| v.to_string()),
         "private" => a.private.then(|| "true".to_string()),
+        "allow_foreign_owner" => a.allow_foreign_owner.then(|| "true".to_string()),
         "mount" => a.mount.clone(),
         _ => None,
     }
@@ -239,11 +251,15 @@ impl Ctx {
                 .map(|v| parse_size(&v).map_err(|e| anyhow::anyhow!("setting {k}: {e}")))
                 .transpose()
         };
-        let private = match get("private").0.as_str() {
-            "1" | "true" | "yes" | "on" => true,
-            "0" | "false" | "no" | "off" | "" => false,
-            other => bail!("setting private: {other:?} is not a boolean (true/false)"),
+        let boolean = |k: &str| -> Result<bool> {
+            match get(k).0.as_str() {
+                "1" | "true" | "yes" | "on" => Ok(true),
+                "0" | "false" | "no" | "off" | "" => Ok(false),
+                other => bail!("setting {k}: {other:?} is not a boolean (true/false)"),
+            }
         };
+        let private = boolean("private")?;
+        let allow_foreign_owner = boolean("allow_foreign_owner")?;
         let store = StoreOptions {
             name: get("store").0,
             mem_size: size("mem_size")?,
@@ -257,6 +273,7 @@ impl Ctx {
             spill_dir: explicit("spill_dir").filter(|s| !s.is_empty()).map(PathBuf::from),
             spill_size: size("spill_size")?.filter(|&s| s > 0),
             private,
+            allow_foreign_owner,
         };
         let mounts = get("mount")
             .0

@@ -61,6 +61,8 @@ pub fn options_from_env() -> StoreOptions {
         spill_dir: var("CKPTFS_SPILL_DIR").map(Into::into),
         spill_size: var("CKPTFS_SPILL_SIZE").and_then(|v| parse_size(&v)),
         private: var("CKPTFS_PRIVATE").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true")),
+        allow_foreign_owner: var("CKPTFS_ALLOW_FOREIGN_OWNER")
+            .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true")),
     }
 }
 

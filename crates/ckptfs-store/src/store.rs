@@ -40,6 +40,10 @@ pub struct StoreOptions {
     /// One private segment per process (`NAME.RANK`, rank from the MPI/Slurm
     /// environment) instead of one shared by all processes of the node.
     pub private: bool,
+    /// Attach a segment owned by another user (for root, explicitly: `ckptfs
+    /// --allow-foreign-owner`, `CKPTFS_ALLOW_FOREIGN_OWNER=1`). Off by default: a segment
+    /// must be owned by the caller; mode 0600 and the spill file's checks always apply.
+    pub allow_foreign_owner: bool,
 }
 
 /// The default store name, derived from the user id: `u<UID>`.
@@ -377,7 +381,8 @@ impl Store {
     /// mapping until they exit; the name is free for a new store at once.
     pub fn destroy(name: &str) -> Result<()> {
         let path = segment_path(name);
-        let seg = Segment::attach(name, &path);
+        // Only a segment the caller owns (mode 0600) is trusted to name its spill file.
+        let seg = Segment::attach(name, &path, false);
         let spill = seg.as_ref().ok().and_then(|s| s.layout.spill_path());
         match std::fs::remove_file(&path) {
             Ok(()) => {}
@@ -387,7 +392,7 @@ impl Store {
             Err(e) => return Err(StoreError::io(format!("remove {}", path.display()), e)),
         }
         if let Some(sp) = spill {
-            let _ = std::fs::remove_file(sp);
+            crate::trust::remove_own_spill(&sp, name);
         }
         Ok(())
     }
@@ -396,7 +401,7 @@ impl Store {
         let name = opts.effective_name()?;
         let path = segment_path(&name);
         for _ in 0..5 {
-            match Segment::attach(&name, &path) {
+            match Segment::attach(&name, &path, opts.allow_foreign_owner) {
                 Ok(seg) => {
                     if exclusive {
                         return Err(StoreError::Exists(format!("store {name} ({})", path.display())));
@@ -443,7 +448,7 @@ impl Store {
                     let dir = dir
                         .canonicalize()
                         .map_err(|e| StoreError::io(dir.display().to_string(), e))?;
-                    (Some(dir.join(format!("ckptfs.{name}.spill"))), n as u32)
+                    (Some(dir.join(crate::trust::spill_file_name(&name))), n as u32)
                 }
                 (Some(_), _) => {
                     return Err(StoreError::Invalid("a spill directory needs a spill size".into()))
