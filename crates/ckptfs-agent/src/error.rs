@@ -81,13 +81,21 @@ pub enum AgentError {
     #[error("invalid configuration: {0}")]
     Config(String),
     /// Another agent is attached to this store.
-    #[error("another agent (pid {pid}) is already draining store {store}")]
+    #[error("another agent ({}) is already draining store {store} (lock {})", match pid {
+        Some(p) => format!("pid {p}"),
+        None => "pid not recorded yet".to_string(),
+    }, lock.display())]
     Busy {
         /// Store name.
         store: String,
-        /// Pid recorded by the running agent.
-        pid: u32,
+        /// Pid of the running agent, recorded in its lock file.
+        pid: Option<u32>,
+        /// The lock file.
+        lock: PathBuf,
     },
+    /// The runtime directory or a file in it (lock, status) is unusable or unsafe.
+    #[error(transparent)]
+    Runtime(#[from] ckptfs_runtime::RuntimeError),
     /// Asked to stop (SIGTERM) before the file was published.
     #[error("stopped before {0} was published")]
     Stopped(String),
@@ -107,6 +115,7 @@ impl AgentError {
             AgentError::Changed(_) => libc::EAGAIN,
             AgentError::Config(_) => libc::EINVAL,
             AgentError::Busy { .. } => libc::EBUSY,
+            AgentError::Runtime(e) => e.errno(),
             AgentError::Stopped(_) => libc::EINTR,
         }
     }

@@ -184,15 +184,12 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
         ("CKPTFS_STORE".to_string(), store.clone()),
         ("CKPTFS_MOUNT".to_string(), "/ckpt".to_string()),
     ];
-    let shm = PathBuf::from(format!("/dev/shm/ckptfs-bench-preload-{}", std::process::id()));
-    std::fs::create_dir_all(&shm)?;
-    struct Rm(PathBuf);
-    impl Drop for Rm {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let _rm = Rm(shm.clone());
+    // A fresh 0700 directory with a random name (mkdtemp): /dev/shm is shared with
+    // every user, so a predictable name could be planted first.
+    let shm_dir = tempfile::Builder::new()
+        .prefix("ckptfs-bench-preload-")
+        .tempdir_in("/dev/shm")?;
+    let shm = shm_dir.path().to_path_buf();
     let (size, block) = (a.file_size.to_string(), a.block.to_string());
     let mut results = Vec::new();
     let mut notes = Vec::new();

@@ -95,6 +95,7 @@ impl BenchStore {
             spill_dir: spill.as_ref().map(|s| s.0.clone()),
             spill_size: spill.map(|s| s.1),
             private: false,
+            ..Default::default()
         })
         .with_context(|| format!("creating a {} MiB bench store", mem >> 20))?;
         Ok((BenchStore { name }, store, t.elapsed().as_secs_f64()))

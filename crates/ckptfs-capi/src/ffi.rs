@@ -189,6 +189,7 @@ unsafe fn mount_options(opts: *const CkptfsOptions) -> Result<(StoreOptions, Att
             spill_dir: unsafe { opt_cstr(o.spill_dir, "ckptfs_options.spill_dir") }?.map(PathBuf::from),
             spill_size: nz(o.spill_size),
             private: o.flags & MOUNT_PRIVATE != 0,
+            ..Default::default()
         },
         how,
     ))

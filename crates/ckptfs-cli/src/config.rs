@@ -40,6 +40,10 @@ pub struct StoreArgs {
     /// One private segment per process (NAME.RANK) instead of one per node [env CKPTFS_PRIVATE]
     #[arg(long, global = true)]
     pub private: bool,
+    /// Attach a store segment owned by another user (root only, explicitly; the segment
+    /// must still have mode 0600) [env CKPTFS_ALLOW_FOREIGN_OWNER]
+    #[arg(long, global = true)]
+    pub allow_foreign_owner: bool,
     /// Path prefix(es) served by the store in `ckptfs run`, colon-separated [env CKPTFS_MOUNT; default /ckpt]
     #[arg(long, global = true, value_name = "PREFIX[:PREFIX]")]
     pub mount: Option<String>,
@@ -80,6 +84,7 @@ fn flag_value(a: &StoreArgs, key: &str) -> Option<String> {
         "spill_dir" => a.spill_dir.as_ref().map(|p| p.display().to_string()),
         "spill_size" => a.spill_size.map(|v| v.to_string()),
         "private" => a.private.then(|| "true".to_string()),
+        "allow_foreign_owner" => a.allow_foreign_owner.then(|| "true".to_string()),
         "mount" => a.mount.clone(),
         _ => None,
     }

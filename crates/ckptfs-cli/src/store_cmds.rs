@@ -5,6 +5,7 @@ use anyhow::{Context, Result};
 use ckptfs_store::{FileKind, OpenFlags, Stat, Store, StoreError, WriteState};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{IsTerminal, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Files at least this large get a progress bar on a terminal.
@@ -310,7 +311,14 @@ pub fn get(ctx: &Ctx, src: &str, dst: &Path) -> Result<i32> {
         std::process::id()
     ));
     let result = (|| -> Result<u64> {
-        let mut out = std::fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
+        // A fresh file (O_EXCL, never through a link): dst may be in a shared directory
+        // where another user could plant the temporary name first.
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .with_context(|| format!("create {}", tmp.display()))?;
         let n = copy_out(&store, src, &mut out, src)?;
         out.sync_all()?;
         std::fs::rename(&tmp, &dst).with_context(|| format!("rename to {}", dst.display()))?;

@@ -415,7 +415,9 @@ fn part_c(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<String>) ->
     std::fs::create_dir(&mp)?;
     let mut table = Vec::new();
 
-    let shm = PathBuf::from(format!("/dev/shm/ckptfs-bench-fuse-{}", std::process::id()));
+    // In a fresh 0700 directory with a random name: /dev/shm is shared with every user.
+    let shm_dir = tempdir_in(Path::new("/dev/shm"), "devshm")?;
+    let shm = shm_dir.path().join("dd");
     let mut secs = Vec::new();
     for _ in 0..a.reps {
         let _ = std::fs::remove_file(&shm);

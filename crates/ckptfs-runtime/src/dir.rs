@@ -202,9 +202,9 @@ impl RuntimeDir {
         self.open_file(name, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL)
     }
 
-    /// Open (creating if needed) the log file `name` for appending.
+    /// Open (creating if needed) the log file `name` for appending (and reading back).
     pub fn open_log(&self, name: &str) -> Result<File> {
-        self.open_file(name, libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND)
+        self.open_file(name, libc::O_RDWR | libc::O_CREAT | libc::O_APPEND)
     }
 
     /// Replace `name` atomically with `bytes`: written to `NAME.PID.tmp` in the directory,
@@ -269,11 +269,12 @@ impl RuntimeDir {
     }
 }
 
-/// Open a log file the user named (`--log-file FILE`) for appending: created with mode
-/// 0600 if missing, never through a symbolic link (`O_NOFOLLOW`), and only if it is a
-/// regular file owned by the caller.
+/// Open a log file the user named (`--log-file FILE`) for appending (and reading back):
+/// created with mode 0600 if missing, never through a symbolic link (`O_NOFOLLOW`), and
+/// only if it is a regular file owned by the caller.
 pub fn open_log_file(path: &Path) -> Result<File> {
     let f = std::fs::OpenOptions::new()
+        .read(true)
         .append(true)
         .create(true)
         .mode(FILE_MODE)

@@ -204,3 +204,45 @@ fn default_runtime_dir_is_owned_by_the_caller() {
     assert_eq!(m.uid(), unsafe { libc::geteuid() });
     assert_eq!(m.mode() & 0o777, 0o700);
 }
+
+#[test]
+fn runtime_dir_squatted_by_a_real_user_in_a_sticky_dir_is_refused_naming_them() {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root (to run as the user ckptfs-test1)");
+        return;
+    }
+    let user = "ckptfs-test1";
+    let id = || {
+        std::process::Command::new("id")
+            .args(["-u", user])
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<u32>().ok())
+    };
+    if id().is_none() {
+        let _ = std::process::Command::new("useradd")
+            .args(["--system", "--no-create-home", "--shell", "/bin/sh", user])
+            .status();
+    }
+    let Some(uid) = id() else {
+        eprintln!("SKIPPED: cannot create the user {user} with useradd");
+        return;
+    };
+    // Like /dev/shm: world-writable and sticky.
+    let t = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let p = t.path().join("ckptfs-0");
+    let st = std::process::Command::new("runuser")
+        .args(["-u", user, "--", "mkdir", "-m", "0700"])
+        .arg(&p)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let e = RuntimeDir::open(&p).unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::WrongOwner { owner, .. } if owner == uid),
+        "{e}"
+    );
+    assert!(e.to_string().contains(&p.display().to_string()), "{e}");
+    assert!(e.to_string().contains(&format!("uid {uid}")), "{e}");
+}

@@ -150,6 +150,14 @@ pub const SETTINGS: &[Setting] = &[
         kind: Kind::Bool,
     },
     Setting {
+        key: "allow_foreign_owner",
+        env: "CKPTFS_ALLOW_FOREIGN_OWNER",
+        flag: "--allow-foreign-owner",
+        default: || "false".into(),
+        help: "attach a store segment owned by another user (root, explicitly)",
+        kind: Kind::Bool,
+    },
+    Setting {
         key: "mount",
         env: "CKPTFS_MOUNT",
         flag: "--mount",
@@ -233,6 +241,8 @@ pub struct StoreSettings {
     pub spill_size: Option<u64>,
     /// One private segment per process.
     pub private: bool,
+    /// Attach a segment owned by another user (root only, explicitly).
+    pub allow_foreign_owner: bool,
 }
 
 /// Every setting resolved.
@@ -375,7 +385,13 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
             Kind::Dir => {
                 st.spill_dir = (explicit && !v.is_empty()).then(|| PathBuf::from(v));
             }
-            Kind::Bool => st.private = parse_bool(v).map_err(bad)?,
+            Kind::Bool => {
+                let b = parse_bool(v).map_err(bad)?;
+                match s.key {
+                    "allow_foreign_owner" => st.allow_foreign_owner = b,
+                    _ => st.private = b,
+                }
+            }
             Kind::Prefixes => mounts = parse_prefixes(v).map_err(bad)?,
         }
     }
@@ -422,7 +438,7 @@ impl Settings {
         let num = |v: Option<u64>| v.map_or("null".to_string(), |n| n.to_string());
         let mounts: Vec<String> = self.mounts.iter().map(|m| json_str(m)).collect();
         format!(
-            "{{\"store\":{},\"mem_size\":{},\"chunk_size\":{},\"max_files\":{},\"spill_dir\":{},\"spill_size\":{},\"private\":{},\"mount\":[{}]}}",
+            "{{\"store\":{},\"mem_size\":{},\"chunk_size\":{},\"max_files\":{},\"spill_dir\":{},\"spill_size\":{},\"private\":{},\"allow_foreign_owner\":{},\"mount\":[{}]}}",
             json_str(&st.name),
             num(st.mem_size),
             num(st.chunk_size),
@@ -432,6 +448,7 @@ impl Settings {
                 .map_or("null".to_string(), |p| json_str(&p.to_string_lossy())),
             num(st.spill_size),
             st.private,
+            st.allow_foreign_owner,
             mounts.join(",")
         )
     }
@@ -559,7 +576,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             s.to_json(),
-            r#"{"store":"j1","mem_size":null,"chunk_size":null,"max_files":100,"spill_dir":"/tmp/a\"b","spill_size":null,"private":true,"mount":["/ckpt"]}"#
+            r#"{"store":"j1","mem_size":null,"chunk_size":null,"max_files":100,"spill_dir":"/tmp/a\"b","spill_size":null,"private":true,"allow_foreign_owner":false,"mount":["/ckpt"]}"#
         );
         let env = s.child_env();
         assert!(env.contains(&("CKPTFS_PRIVATE", "yes".into())));

@@ -91,6 +91,20 @@ pub enum StoreError {
     /// No store of that name exists (attach without create).
     #[error("no store named {0} (create it with `ckptfs init`)")]
     NoStore(String),
+    /// A segment or spill file the caller must not trust: a symbolic link, not a regular
+    /// file, owned by another user, or with a mode other than 0600 (design.md, "Threat
+    /// model").
+    #[error("refusing {path} (owner uid {owner}, mode {mode:04o}): it {reason}")]
+    Untrusted {
+        /// Path of the file.
+        path: String,
+        /// Its owner (`u32::MAX` if unknown).
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// What is wrong.
+        reason: String,
+    },
     /// Permission denied.
     #[error("permission denied: {0}")]
     Permission(String),
@@ -131,7 +145,7 @@ impl StoreError {
             Busy(_) => libc::EBUSY,
             Corrupt { .. } | Damaged { .. } => libc::EIO,
             BadSegment { .. } => libc::EINVAL,
-            Permission(_) => libc::EACCES,
+            Permission(_) | Untrusted { .. } => libc::EACCES,
             Unsupported(_) => libc::EOPNOTSUPP,
             Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }

@@ -49,6 +49,7 @@ mod lock;
 pub mod process;
 mod segment;
 mod store;
+mod trust;
 
 pub use error::{Result, StoreError};
 pub use file::FileHandle;

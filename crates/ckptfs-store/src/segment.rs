@@ -6,9 +6,10 @@ use crate::checksum::crc32c;
 use crate::error::{Result, StoreError};
 use crate::layout::*;
 use crate::lock::RobustMutex;
+use crate::trust;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
@@ -150,9 +151,14 @@ impl Segment {
             .read(true)
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(trust::STORE_FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)
             .map_err(|e| StoreError::io(format!("create {}", tmp.display()), e))?;
+        if let Err(e) = set_exact_mode(&file, &tmp) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         let cleanup = |e: StoreError| {
             let _ = std::fs::remove_file(&tmp);
             e
@@ -232,18 +238,22 @@ impl Segment {
         }
     }
 
-    /// Attach to an existing segment, validating it before any use.
-    pub fn attach(name: &str, path: &Path) -> Result<Segment> {
-        let file = match std::fs::OpenOptions::new().read(true).write(true).open(path) {
+    /// Attach to an existing segment, validating it before any use: a regular file with
+    /// mode 0600 owned by the caller (or, with `allow_foreign_owner`, by anyone).
+    pub fn attach(name: &str, path: &Path, allow_foreign_owner: bool) -> Result<Segment> {
+        // Never through a link, and checked on the descriptor before anything is read.
+        let file = match trust::open_nofollow(path, "segment") {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(StoreError::NoStore(name.into()))
             }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(trust::symlink_error(path)),
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                 return Err(StoreError::Permission(path.display().to_string()))
             }
             Err(e) => return Err(StoreError::io(format!("open {}", path.display()), e)),
         };
+        let owner = trust::check_segment(&file, path, allow_foreign_owner)?;
         let bad = |reason: String| StoreError::BadSegment {
             path: path.display().to_string(),
             reason,
@@ -291,7 +301,7 @@ impl Segment {
             }
         }
         let spill = match layout.spill_path() {
-            Some(sp) => Some(open_spill(&sp)?),
+            Some(sp) => Some(trust::open_spill(&sp, name, owner)?),
             None => None,
         };
         let len = layout.total_size as usize;
@@ -559,7 +569,9 @@ fn remove_stale_tmps(tmp: &Path, uniq: &str) {
             continue;
         };
         // Our own process may be creating on another thread; a live pid may be creating.
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+        // Only our own files: in a shared directory, others' names are not ours to remove.
+        let ours = std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_file() && m.uid() == trust::euid());
+        if ours && pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -578,31 +590,17 @@ fn prefault(base: *mut u8, len: usize) {
     }
 }
 
-/// Open the spill file of an existing segment. Its creator renames it into place just
-/// after publishing the segment, so a brief ENOENT is waited out.
-fn open_spill(sp: &Path) -> Result<File> {
-    let mut tries = 0;
-    loop {
-        match std::fs::OpenOptions::new().read(true).write(true).open(sp) {
-            Ok(f) => return Ok(f),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 100 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            Err(e) => return Err(StoreError::io(format!("open spill file {}", sp.display()), e)),
-        }
-    }
-}
-
 fn create_spill(path: &Path, size: u64) -> Result<File> {
+    // A fresh name (O_EXCL, never through a link) in a directory others may share.
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
+        .create_new(true)
+        .mode(trust::STORE_FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| StoreError::io(format!("create spill file {}", path.display()), e))?;
+    set_exact_mode(&f, path)?;
     // Reserve the blocks so that spilling later cannot hit ENOSPC on the device.
     // SAFETY: fallocate on our own descriptor.
     let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) };
@@ -621,6 +619,14 @@ fn create_spill(path: &Path, size: u64) -> Result<File> {
         }
     }
     Ok(f)
+}
+
+/// Give a freshly created segment or spill file exactly mode 0600 (the umask may have
+/// narrowed it), on its descriptor.
+fn set_exact_mode(f: &File, path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(trust::STORE_FILE_MODE))
+        .map_err(|e| StoreError::io(format!("chmod {}", path.display()), e))
 }
 
 /// Current wall-clock time in ns.

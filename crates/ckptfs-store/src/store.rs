@@ -36,6 +36,10 @@ pub struct StoreOptions {
     /// One private segment per process (`NAME.RANK`, rank from the MPI/Slurm
     /// environment) instead of one shared by all processes of the node.
     pub private: bool,
+    /// Attach a segment owned by another user (for root, explicitly: `ckptfs
+    /// --allow-foreign-owner`, `CKPTFS_ALLOW_FOREIGN_OWNER=1`). Off by default: a segment
+    /// must be owned by the caller; mode 0600 and the spill file's checks always apply.
+    pub allow_foreign_owner: bool,
 }
 
 /// Path of the segment file of store `name`.
@@ -94,6 +98,7 @@ impl From<ckptfs_settings::StoreSettings> for StoreOptions {
             spill_dir: s.spill_dir,
             spill_size: s.spill_size,
             private: s.private,
+            allow_foreign_owner: s.allow_foreign_owner,
         }
     }
 }
@@ -384,7 +389,8 @@ impl Store {
     pub fn destroy(name: &str) -> Result<()> {
         ckptfs_settings::check_store_name(name).map_err(StoreError::Invalid)?;
         let path = segment_path(name);
-        let seg = Segment::attach(name, &path);
+        // Only a segment the caller owns (mode 0600) is trusted to name its spill file.
+        let seg = Segment::attach(name, &path, false);
         let spill = seg.as_ref().ok().and_then(|s| s.layout.spill_path());
         match std::fs::remove_file(&path) {
             Ok(()) => {}
@@ -394,7 +400,7 @@ impl Store {
             Err(e) => return Err(StoreError::io(format!("remove {}", path.display()), e)),
         }
         if let Some(sp) = spill {
-            let _ = std::fs::remove_file(sp);
+            crate::trust::remove_own_spill(&sp, name);
         }
         Ok(())
     }
@@ -403,7 +409,7 @@ impl Store {
         let name = opts.effective_name()?;
         let path = segment_path(&name);
         for _ in 0..5 {
-            match Segment::attach(&name, &path) {
+            match Segment::attach(&name, &path, opts.allow_foreign_owner) {
                 Ok(seg) => {
                     if exclusive {
                         return Err(StoreError::Exists(format!("store {name} ({})", path.display())));
@@ -450,7 +456,7 @@ impl Store {
                     let dir = dir
                         .canonicalize()
                         .map_err(|e| StoreError::io(dir.display().to_string(), e))?;
-                    (Some(dir.join(format!("ckptfs.{name}.spill"))), n as u32)
+                    (Some(dir.join(crate::trust::spill_file_name(&name))), n as u32)
                 }
                 (Some(_), _) => {
                     return Err(StoreError::Invalid("a spill directory needs a spill size".into()))

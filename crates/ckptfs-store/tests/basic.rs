@@ -25,6 +25,7 @@ pub fn temp_store(tag: &str, mem: u64, chunk: u64, spill: Option<(&std::path::Pa
         spill_dir: spill.map(|s| s.0.to_path_buf()),
         spill_size: spill.map(|s| s.1),
         private: false,
+        ..Default::default()
     };
     TempStore {
         store: Store::create(&opts).unwrap(),
@@ -264,6 +265,9 @@ fn attach_checks_settings_and_format() {
     // A foreign file in place of a segment.
     let fake = format!("t-foreign-{}", std::process::id());
     std::fs::write(segment_path(&fake), vec![0x55u8; 8192]).unwrap();
+    // (Mode 0600 like a real segment, so the content check is what refuses it.)
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(segment_path(&fake), std::fs::Permissions::from_mode(0o600)).unwrap();
     let err = Store::attach(&StoreOptions::named(&fake)).err().unwrap();
     assert!(err.to_string().contains("not a ckptfs segment"), "{err}");
     std::fs::remove_file(segment_path(&fake)).unwrap();
