@@ -85,7 +85,9 @@ fn under(path: &str, prefix: &str) -> bool {
 }
 
 fn failure(path: String, err: AgentError) -> RestoreFailure {
-    tracing::error!(%path, error = %err, "restore failed");
+    // The caller reports failures (the CLI prints each once); Debug formatting keeps a
+    // name with a newline on one log line.
+    tracing::info!(path = ?path, error = ?err.to_string(), "not restored");
     RestoreFailure {
         path,
         errno: err.errno(),
