@@ -169,7 +169,11 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
             if st.state == WriteState::Incomplete {
                 println!("incomplete  {} ({} bytes readable)", esc(&p), st.size);
             } else if st.state == WriteState::Failed {
-                println!("failed      {} (a write to it failed; {} bytes)", esc(&p), st.size);
+                println!(
+                    "failed      {} (a write to it failed; {} bytes)",
+                    esc(&p),
+                    st.size
+                );
             }
         }
     }

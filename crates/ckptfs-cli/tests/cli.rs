@@ -410,3 +410,39 @@ fn crc32c(b: &[u8]) -> u32 {
     }
     !crc
 }
+
+/// `status` and `fsck` name incomplete files: a newline in the name is escaped there
+/// too, so the name cannot add a line to the report.
+#[test]
+fn status_and_fsck_print_incomplete_names_escaped() {
+    let s = Store::new("incnl");
+    s.ok(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+    let mut child = s
+        .cmd(&["put", "-", "/inc\nFORGED line"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().unwrap();
+        stdin.write_all(b"partial").unwrap();
+        stdin.flush().unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !s.ok(&["ls", "-l", "/"]).contains("writing") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "writer never opened the file"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let status = s.ok(&["status"]);
+    assert!(status.contains("incomplete  /inc\\nFORGED line ("), "{status}");
+    let fsck = String::from_utf8(s.run(&["fsck"]).stdout).unwrap();
+    assert!(fsck.contains("(writer died): /inc\\nFORGED line"), "{fsck}");
+    assert!(!fsck.lines().any(|l| l == "FORGED line"), "{fsck}");
+}
