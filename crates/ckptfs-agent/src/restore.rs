@@ -18,6 +18,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 /// A file brought back.
 #[derive(Debug, Clone, Serialize)]
@@ -84,7 +85,9 @@ fn under(path: &str, prefix: &str) -> bool {
 }
 
 fn failure(path: String, err: AgentError) -> RestoreFailure {
-    tracing::error!(%path, error = %err, "restore failed");
+    // The caller reports failures (the CLI prints each once); Debug formatting keeps a
+    // name with a newline on one log line.
+    tracing::info!(path = ?path, error = ?err.to_string(), "not restored");
     RestoreFailure {
         path,
         errno: err.errno(),
@@ -207,8 +210,28 @@ impl Walk<'_> {
     /// Scan `dir` and, if `recurse`, every real directory below it (symbolic links to
     /// directories are not followed).
     fn walk(&mut self, dir: Dir, rel: Vec<String>, recurse: bool) {
-        let mut stack = vec![(dir, rel)];
-        while let Some((dir, rel)) = stack.pop() {
+        // Depth first; a subdirectory is opened only when it is its turn (through its
+        // parent's descriptor, kept alive by the pending children), so at most one
+        // directory per level is open however wide the tree is.
+        let mut stack = vec![(Pending::Open(dir), rel)];
+        while let Some((pending, rel)) = stack.pop() {
+            let dir = match pending {
+                Pending::Open(d) => Rc::new(d),
+                Pending::Sub(parent, name) => {
+                    let p = self.root.join(rel.join("/"));
+                    match open_sub(&parent, &name, &p) {
+                        Ok(Some(d)) => Rc::new(d),
+                        Ok(None) => continue,
+                        // Replaced by a symbolic link since the listing: not followed,
+                        // and nothing there belongs to the drain layout.
+                        Err(AgentError::Refused { .. }) => continue,
+                        Err(e) => {
+                            self.failed.push((store_path_of(&rel.join("/"), ""), e));
+                            continue;
+                        }
+                    }
+                }
+            };
             let entries = match dir.entries() {
                 Ok(e) => e,
                 Err(e) => {
@@ -222,24 +245,22 @@ impl Walk<'_> {
             if !recurse {
                 continue;
             }
-            for (name, kind) in entries {
-                if kind != Kind::Dir {
-                    continue;
-                }
-                let mut sub = rel.clone();
-                sub.push(name.clone());
-                let p = self.root.join(sub.join("/"));
-                match open_sub(&dir, &name, &p) {
-                    Ok(Some(d)) => stack.push((d, sub)),
-                    Ok(None) => {}
-                    // Replaced by a symbolic link since the listing: not followed, and
-                    // nothing there belongs to the drain layout.
-                    Err(AgentError::Refused { .. }) => {}
-                    Err(e) => self.failed.push((store_path_of(&sub.join("/"), ""), e)),
+            for (name, kind) in entries.into_iter().rev() {
+                if kind == Kind::Dir {
+                    let mut sub = rel.clone();
+                    sub.push(name.clone());
+                    stack.push((Pending::Sub(dir.clone(), name), sub));
                 }
             }
         }
     }
+}
+
+/// A directory still to be scanned.
+enum Pending {
+    Open(Dir),
+    /// Subdirectory `name` of an open directory.
+    Sub(Rc<Dir>, String),
 }
 
 /// Open and parse manifest `name` of `dir`: a regular file (no symbolic link, no FIFO),

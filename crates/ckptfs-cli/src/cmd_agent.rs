@@ -8,6 +8,7 @@
 //! `agent status --watch` draw a progress bar per file in flight.
 
 use crate::config::Ctx;
+use crate::text::esc;
 use anyhow::{bail, Context, Result};
 use ckptfs_agent::config::targets;
 use ckptfs_agent::sys::Priority;
@@ -212,7 +213,7 @@ pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
             sum.seconds
         );
         for f in &sum.failed {
-            eprintln!("  failed {}: {}", f.path, f.error);
+            eprintln!("  failed {}: {}", esc(&f.path), esc(&f.error));
         }
     }
     Ok(if sum.failed.is_empty() { 0 } else { 1 })
@@ -229,13 +230,13 @@ pub fn restore_main(args: RestoreArgs, ctx: &Ctx) -> Result<i32> {
         for r in &rep.restored {
             println!(
                 "restored {} ({}) from {}",
-                r.path,
+                esc(&r.path),
                 human(r.size),
-                r.from.display()
+                esc(&r.from.display().to_string())
             );
         }
         for f in &rep.failed {
-            eprintln!("FAILED {}: {}", f.path, f.error);
+            eprintln!("FAILED {}: {}", esc(&f.path), esc(&f.error));
         }
         println!(
             "{} restored, {} already in the store, {} failed",
@@ -300,17 +301,19 @@ pub fn print_status(s: &AgentStatus) {
         s.skipped_by_policy
     );
     for q in &s.queued {
-        println!("    queued     {} ({})", q.path, human(q.size));
+        println!("    queued     {} ({})", esc(&q.path), human(q.size));
     }
     for f in &s.in_flight {
         let pct = (f.done * 100).checked_div(f.size).unwrap_or(100);
-        println!("    in flight  {} ({}, {pct}%)", f.path, human(f.size));
+        println!("    in flight  {} ({}, {pct}%)", esc(&f.path), human(f.size));
     }
     for f in &s.failed {
         let retry = if f.will_retry { ", will retry" } else { "" };
         println!(
             "    FAILED     {} (attempts {}{retry}): {}",
-            f.path, f.attempts, f.error
+            esc(&f.path),
+            f.attempts,
+            esc(&f.error)
         );
     }
 }
@@ -361,7 +364,7 @@ fn progress(get: &dyn Fn() -> Option<AgentStatus>, stop: &dyn Fn() -> bool) {
                 let b = bars.entry(f.path.clone()).or_insert_with(|| {
                     let b = mp.add(ProgressBar::new(f.size));
                     b.set_style(style.clone());
-                    b.set_message(f.path.clone());
+                    b.set_message(esc(&f.path).into_owned());
                     b
                 });
                 b.set_position(f.done);

@@ -159,7 +159,11 @@ fn restore_before_run(
         rep.failed.len()
     );
     for f in &rep.failed {
-        eprintln!("ckptfs run: NOT restored {}: {}", f.path, f.error);
+        eprintln!(
+            "ckptfs run: NOT restored {}: {}",
+            crate::text::esc(&f.path),
+            crate::text::esc(&f.error)
+        );
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The store subcommands: init, status, ls, cat, put, get, rm, mkdir, fsck, destroy, config.
 
 use crate::config::Ctx;
+use crate::text::esc;
 use anyhow::{Context, Result};
 use ckptfs_store::{FileKind, OpenFlags, Stat, Store, StoreError, WriteState};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -167,9 +168,13 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
     if i.incomplete > 0 || i.failed > 0 {
         for (p, st) in store.list_all() {
             if st.state == WriteState::Incomplete {
-                println!("incomplete  {p} ({} bytes readable)", st.size);
+                println!("incomplete  {} ({} bytes readable)", esc(&p), st.size);
             } else if st.state == WriteState::Failed {
-                println!("failed      {p} (a write to it failed; {} bytes)", st.size);
+                println!(
+                    "failed      {} (a write to it failed; {} bytes)",
+                    esc(&p),
+                    st.size
+                );
             }
         }
     }
@@ -190,11 +195,11 @@ fn print_entry(name: &str, st: &Stat, long: bool) {
                 String::new()
             },
             time_str(st.mtime_ns),
-            name,
+            esc(name),
             if st.kind == FileKind::Dir { "/" } else { "" }
         );
     } else {
-        println!("{name}{}", if st.kind == FileKind::Dir { "/" } else { "" });
+        println!("{}{}", esc(name), if st.kind == FileKind::Dir { "/" } else { "" });
     }
 }
 
@@ -222,7 +227,7 @@ pub fn ls(ctx: &Ctx, path: &str, long: bool, recursive: bool) -> Result<i32> {
             if !first {
                 println!();
             }
-            println!("{dir}:");
+            println!("{}:", esc(&dir));
         }
         first = false;
         let mut sub = Vec::new();
@@ -246,9 +251,15 @@ fn copy_out(store: &Store, path: &str, out: &mut dyn Write, label: &str) -> Resu
         .open(path, OpenFlags::READ, 0)
         .with_context(|| format!("open {path}"))?;
     if f.stat().state == WriteState::Incomplete {
-        eprintln!("ckptfs: warning: {path} is incomplete (its writer died); copying the readable part");
+        eprintln!(
+            "ckptfs: warning: {} is incomplete (its writer died); copying the readable part",
+            esc(path)
+        );
     } else if f.stat().state == WriteState::Failed {
-        eprintln!("ckptfs: warning: {path} is failed (a write to it failed); copying what it holds");
+        eprintln!(
+            "ckptfs: warning: {} is failed (a write to it failed); copying what it holds",
+            esc(path)
+        );
     }
     f.verify_all().with_context(|| format!("verifying {path}"))?;
     let pb = progress(f.size(), label);
@@ -328,7 +339,12 @@ pub fn get(ctx: &Ctx, src: &str, dst: &Path) -> Result<i32> {
         let _ = std::fs::remove_file(&tmp);
     }
     let n = result?;
-    eprintln!("{src} -> {} ({})", dst.display(), human(n));
+    eprintln!(
+        "{} -> {} ({})",
+        esc(src),
+        esc(&dst.display().to_string()),
+        human(n)
+    );
     Ok(0)
 }
 
@@ -394,7 +410,12 @@ pub fn put(ctx: &Ctx, src: &Path, dst: &str, parents: bool) -> Result<i32> {
         pb.finish_and_clear();
     }
     f.close().with_context(|| format!("close {dst}"))?;
-    eprintln!("{} -> {dst} ({})", src.display(), human(total));
+    eprintln!(
+        "{} -> {} ({})",
+        esc(&src.display().to_string()),
+        esc(&dst),
+        human(total)
+    );
     Ok(0)
 }
 
@@ -422,7 +443,7 @@ pub fn rm(ctx: &Ctx, paths: &[String], recursive: bool) -> Result<i32> {
             Err(e) => Err(e.into()),
         };
         if let Err(e) = r {
-            eprintln!("ckptfs: rm {p}: {e:#}");
+            eprintln!("ckptfs: rm {}: {}", esc(p), esc(&format!("{e:#}")));
             failed = true;
         }
     }
@@ -454,13 +475,13 @@ pub fn fsck(ctx: &Ctx, repair: bool, json: bool) -> Result<i32> {
             human(rep.bytes_verified)
         );
         for p in &rep.incomplete {
-            println!("incomplete file (writer died): {p}");
+            println!("incomplete file (writer died): {}", esc(p));
         }
         for p in &rep.problems {
             println!(
                 "{}: {}{}",
                 p.kind,
-                p.detail,
+                esc(&p.detail),
                 if p.repaired { " [repaired]" } else { "" }
             );
         }
