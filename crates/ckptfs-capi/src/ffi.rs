@@ -129,6 +129,7 @@ fn to_c_stat(s: &Stat) -> CkptfsStat {
             WriteState::Complete => STATE_COMPLETE,
             WriteState::Writing => STATE_WRITING,
             WriteState::Incomplete => STATE_INCOMPLETE,
+            WriteState::Failed => STATE_FAILED,
         },
         chunks: s.chunks,
         spill_chunks: s.spill_chunks,

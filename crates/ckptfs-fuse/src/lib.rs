@@ -19,6 +19,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bench;
+mod creds;
 pub mod crfs;
 mod dirs;
 pub mod mount;
@@ -162,4 +163,81 @@ pub(crate) fn with_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
         }
         f(&mut b[..len])
     })
+}
+
+/// The `Filesystem` calls neither mode serves, answered without fuser's "[Not
+/// Implemented]" warning (which would reach a foreground daemon's or a benchmark's
+/// terminal): ioctl ENOTTY (as a plain file); poll, lseek, copy_file_range and bmap
+/// ENOSYS, after which the kernel uses its generic code (always-ready poll,
+/// generic_file_llseek, a read/write copy) and stops asking.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! quiet_defaults {
+    () => {
+        fn ioctl(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _fh: fuser::FileHandle,
+            _flags: fuser::IoctlFlags,
+            _cmd: u32,
+            _in_data: &[u8],
+            _out_size: u32,
+            reply: fuser::ReplyIoctl,
+        ) {
+            reply.error(fuser::Errno::ENOTTY);
+        }
+
+        fn poll(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _fh: fuser::FileHandle,
+            _ph: fuser::PollNotifier,
+            _events: fuser::PollEvents,
+            _flags: fuser::PollFlags,
+            reply: fuser::ReplyPoll,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn lseek(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _fh: fuser::FileHandle,
+            _offset: i64,
+            _whence: i32,
+            reply: fuser::ReplyLseek,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn copy_file_range(
+            &self,
+            _req: &fuser::Request,
+            _ino_in: fuser::INodeNo,
+            _fh_in: fuser::FileHandle,
+            _offset_in: u64,
+            _ino_out: fuser::INodeNo,
+            _fh_out: fuser::FileHandle,
+            _offset_out: u64,
+            _len: u64,
+            _flags: fuser::CopyFileRangeFlags,
+            reply: fuser::ReplyWrite,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn bmap(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _blocksize: u32,
+            _idx: u64,
+            reply: fuser::ReplyBmap,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+    };
 }

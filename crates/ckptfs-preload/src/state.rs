@@ -22,9 +22,14 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 /// Errno-valued result of shim operations.
 pub type R<T> = Result<T, i32>;
 
-/// Map a store error to its errno.
+/// Map a store error to the errno a local file system would give: a full file table
+/// is ENOSPC (as ext4 out of inodes), not the store API's ENFILE, which programs read as
+/// "this process has too many files open" and may retry.
 pub fn se(e: ckptfs_store::StoreError) -> i32 {
-    e.errno()
+    match e {
+        ckptfs_store::StoreError::TooManyFiles(_) => libc::ENOSPC,
+        e => e.errno(),
+    }
 }
 
 // ------------------------------------------------------------------ configuration
@@ -609,10 +614,14 @@ pub fn vcwd() -> Option<String> {
     VCWD.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Set or clear the virtual working directory.
+/// Set or clear the virtual working directory (and its `CKPTFS_CWD` environment entry).
 pub fn set_vcwd(p: Option<String>) {
     let mut g = VCWD.lock().unwrap_or_else(|e| e.into_inner());
-    VCWD_SET.store(p.is_some(), Ordering::Release);
+    let was = VCWD_SET.swap(p.is_some(), Ordering::AcqRel);
+    if was || p.is_some() {
+        // Children (exec, posix_spawn, system, popen) inherit it through the environment.
+        crate::cwd::publish(p.as_deref());
+    }
     *g = p;
 }
 

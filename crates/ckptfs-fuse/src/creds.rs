@@ -1,0 +1,103 @@
+//! Acting as the calling user (CRFS mode, daemon run by root for every user of a node).
+//!
+//! [`AsCaller::enter`] switches the *calling thread's* file-system credentials to the
+//! FUSE request's uid, gid and supplementary groups (read from `/proc/PID/status`) for
+//! the duration of one backend call, and [`Drop`] switches back. The backend then
+//! applies its own rules exactly as for the user's own process: new files and
+//! directories are owned by the caller (setgid directories pass their group on),
+//! permission and sticky-directory checks, chown/chmod/utimes rules, and EACCES/EPERM.
+//!
+//! `setfsuid`/`setfsgid` are per-thread in the kernel (glibc does not broadcast them);
+//! the supplementary groups are set with the raw `setgroups` system call for the same
+//! reason (glibc's wrapper would change every thread of the daemon). When the fsuid
+//! leaves 0 the kernel drops the file-system capabilities (CAP_CHOWN, CAP_DAC_OVERRIDE,
+//! CAP_FOWNER, CAP_FSETID, ...) from the thread, and restores them when it returns to 0.
+//!
+//! A daemon not run as root serves only its own user: nothing is switched.
+
+use fuser::{Errno, Request};
+
+/// Most supplementary groups taken from a caller (NGROUPS_MAX is 65536; sites use few).
+const MAX_GROUPS: usize = 1024;
+
+/// Are credentials switched per request? (daemon running as root)
+pub(crate) fn switching() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The supplementary groups of process `pid` ("Groups:" in /proc/PID/status).
+fn groups_of(pid: u32) -> Option<Vec<libc::gid_t>> {
+    if pid == 0 {
+        return None;
+    }
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find_map(|l| l.strip_prefix("Groups:"))?;
+    let g: Vec<libc::gid_t> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .take(MAX_GROUPS)
+        .collect();
+    Some(g)
+}
+
+fn set_groups(g: &[libc::gid_t]) -> Result<(), Errno> {
+    // SAFETY: a raw system call reading g.len() gids from a valid slice; per-thread
+    // (unlike glibc's setgroups, which changes every thread).
+    let r = unsafe { libc::syscall(libc::SYS_setgroups, g.len(), g.as_ptr()) };
+    if r < 0 {
+        return Err(Errno::from_i32(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EPERM),
+        ));
+    }
+    Ok(())
+}
+
+/// The calling thread runs backend calls as a FUSE caller until dropped.
+pub(crate) struct AsCaller {
+    active: bool,
+}
+
+impl AsCaller {
+    /// Switch to the credentials of `req`'s caller (no-op when the daemon is not root).
+    pub(crate) fn enter(req: &Request) -> Result<AsCaller, Errno> {
+        if !switching() {
+            return Ok(AsCaller { active: false });
+        }
+        let groups = groups_of(req.pid()).unwrap_or_else(|| vec![req.gid()]);
+        let guard = AsCaller { active: true };
+        set_groups(&groups)?;
+        // SAFETY: setfsgid/setfsuid change only this thread's file-system ids; they
+        // return the previous id and cannot fail in a way that harms memory.
+        unsafe {
+            libc::setfsgid(req.gid());
+            libc::setfsuid(req.uid());
+        }
+        Ok(guard)
+    }
+}
+
+impl Drop for AsCaller {
+    fn drop(&mut self) {
+        if !self.active {
+            return;
+        }
+        // SAFETY: back to the daemon's (root) file-system ids on this thread; fsuid 0
+        // first so the capabilities return before the groups are reset.
+        unsafe {
+            libc::setfsuid(0);
+            libc::setfsgid(0);
+        }
+        if let Err(e) = set_groups(&[]) {
+            tracing::error!(errno = e.code(), "cannot reset the daemon's groups");
+        }
+    }
+}
+
+/// Run `f` as the caller of `req`.
+pub(crate) fn as_caller<T>(req: &Request, f: impl FnOnce() -> Result<T, Errno>) -> Result<T, Errno> {
+    let _g = AsCaller::enter(req)?;
+    f()
+}
