@@ -6,14 +6,13 @@
 //! one is EINVAL naming the variable. The TOML configuration file is not read here.
 
 use crate::error::{CapiError, Result};
-use crate::ffi::{call, copy_str_out};
 use ckptfs_settings::{Settings, Source};
 use ckptfs_store::StoreOptions;
-use std::ffi::c_char;
 
 pub use ckptfs_settings::parse_size;
 
-fn settings_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Settings> {
+/// The settings from a variable lookup; EINVAL naming the variable when one is invalid.
+pub fn settings_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Settings> {
     ckptfs_settings::from_env(get).map_err(|e| CapiError::new(e.errno().get(), e.to_string()))
 }
 
@@ -32,23 +31,6 @@ pub fn options_from(get: impl Fn(&str) -> Option<String>) -> Result<StoreOptions
         o.name.clear();
     }
     Ok(o)
-}
-
-/// The settings `ckptfs_mount(prefix, NULL)` would use, resolved from the environment,
-/// as one JSON object (the text `ckptfs config --json` shows as `resolved`): copies it
-/// with a NUL into `buf` and returns its length. With `buf == NULL && len == 0` only
-/// returns the length. -EINVAL (message in `ckptfs_last_error`) when a `CKPTFS_*`
-/// variable is invalid; -ERANGE when `len` is too small.
-///
-/// # Safety
-/// `buf` is NULL or valid for writing `len` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn ckptfs_settings(buf: *mut c_char, len: usize) -> isize {
-    call(|| {
-        let json = settings_from(&|k| std::env::var(k).ok())?.to_json();
-        // SAFETY: forwarded contract.
-        unsafe { copy_str_out(&json, buf, len, "settings") }
-    }) as isize
 }
 
 #[cfg(test)]

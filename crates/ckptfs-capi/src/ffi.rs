@@ -230,6 +230,23 @@ pub unsafe extern "C" fn ckptfs_mount(prefix: *const c_char, opts: *const Ckptfs
     }) as c_int
 }
 
+/// The settings `ckptfs_mount(prefix, NULL)` would use, resolved from the environment,
+/// as one JSON object (the text `ckptfs config --json` shows as `resolved`): copies it
+/// with a NUL into `buf` and returns its length. With `buf == NULL && len == 0` only
+/// returns the length. -EINVAL (message in `ckptfs_last_error`) when a `CKPTFS_*`
+/// variable is invalid; -ERANGE when `len` is too small.
+///
+/// # Safety
+/// `buf` is NULL or valid for writing `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ckptfs_settings(buf: *mut c_char, len: usize) -> isize {
+    call(|| {
+        let json = env::settings_from(&|k| std::env::var(k).ok())?.to_json();
+        // SAFETY: forwarded contract.
+        unsafe { copy_str_out(&json, buf, len, "settings") }
+    }) as isize
+}
+
 /// Remove the mount of `prefix` (EBUSY while descriptors are open on it).
 ///
 /// # Safety

@@ -23,7 +23,7 @@ pub struct StoreArgs {
     #[arg(long, global = true, value_name = "NAME")]
     pub store: Option<String>,
     /// Memory for file data, fixed at creation (K/M/G) [env CKPTFS_MEM_SIZE; default 1G]
-    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, global = true, value_name = "SIZE", value_parser = ckptfs_settings::parse_store_size)]
     pub mem_size: Option<u64>,
     /// Chunk size, a power of two from 64K to 64M [env CKPTFS_CHUNK_SIZE; default 1M]
     #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size)]
@@ -35,7 +35,7 @@ pub struct StoreArgs {
     #[arg(long, global = true, value_name = "DIR")]
     pub spill_dir: Option<PathBuf>,
     /// Size of the spill file (K/M/G) [env CKPTFS_SPILL_SIZE; default 0 = no spill]
-    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, global = true, value_name = "SIZE", value_parser = ckptfs_settings::parse_store_size)]
     pub spill_size: Option<u64>,
     /// One private segment per process (NAME.RANK) instead of one per node [env CKPTFS_PRIVATE]
     #[arg(long, global = true)]

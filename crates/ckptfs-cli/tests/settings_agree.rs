@@ -308,6 +308,27 @@ fn private_yes_means_private_in_every_front_end() {
             assert_eq!(v["private"], true, "{who} with CKPTFS_PRIVATE={val}: {v}");
         }
     }
+    // The live bug: under `ckptfs run`, the shim attached the shared segment although
+    // the CLI had resolved a private one. A file written must land in NAME.RANK only.
+    let store = unique_store();
+    let private = format!("{store}.3");
+    let (_d, _p) = (Destroy(store.clone()), Destroy(private.clone()));
+    let mut c = clean(Command::new(ckptfs()), sc.dir.path());
+    c.args(["run", "--", "sh", "-c", "echo x > /ckpt/f && cat /ckpt/f"])
+        .env("CKPTFS_STORE", &store)
+        .env("CKPTFS_MEM_SIZE", "8M")
+        .env("CKPTFS_PRIVATE", "yes")
+        .env("CKPTFS_RANK", "3");
+    let o = run(c);
+    assert_eq!(text(&o.stdout), "x\n", "{o:?}");
+    assert!(
+        Path::new(&format!("/dev/shm/ckptfs.{private}")).exists(),
+        "no private segment"
+    );
+    assert!(
+        !Path::new(&format!("/dev/shm/ckptfs.{store}")).exists(),
+        "shared segment attached"
+    );
 }
 
 #[test]

@@ -92,6 +92,13 @@ mod tests {
     }
 
     #[test]
+    fn invalid_mount_variable_keeps_its_absolute_prefixes() {
+        assert_eq!(parse_mounts(Some("rel:/a/:/")), vec!["/a"]);
+        assert_eq!(parse_mounts(Some("rel")), vec!["/ckpt"]);
+        assert_eq!(parse_mounts(Some("/x/..:/b//c")), vec!["/b/c"]);
+    }
+
+    #[test]
     fn relative_paths_join_the_cwd() {
         assert_eq!(join("/ckpt/a", "../b/./c"), "/ckpt/b/c");
         assert_eq!(join("/", "ckpt/x"), "/ckpt/x");

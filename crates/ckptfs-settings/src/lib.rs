@@ -28,7 +28,9 @@ pub mod path;
 mod table;
 pub mod types;
 
-pub use parse::{check_store_name, parse_bool, parse_count, parse_prefixes, parse_size, MAX_SIZE};
+pub use parse::{
+    check_store_name, parse_bool, parse_count, parse_prefixes, parse_size, parse_store_size, MAX_SIZE,
+};
 pub use table::{
     default_store_name, from_env, json_str, resolve, setting, FileText, Inputs, Kind, Row, Setting, Settings,
     SettingsError, Source, StoreSettings, CONFIG_ENV, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES,

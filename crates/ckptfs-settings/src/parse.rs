@@ -56,6 +56,17 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(v as u64)
 }
 
+/// Parse a memory or spill size: [`parse_size`], at most [`MAX_SIZE`] (64 TiB).
+pub fn parse_store_size(s: &str) -> Result<u64, String> {
+    let too_big = || format!("{s:?} is out of range (at most 64T = {MAX_SIZE} bytes)");
+    match parse_size(s) {
+        Ok(n) if n <= MAX_SIZE => Ok(n),
+        Ok(_) => Err(too_big()),
+        Err(e) if e.contains("out of range") => Err(too_big()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Parse a boolean: `1`, `true`, `yes`, `on` and `0`, `false`, `no`, `off`, any case.
 /// Anything else (including the empty string) is an error.
 pub fn parse_bool(s: &str) -> Result<bool, String> {
@@ -153,6 +164,13 @@ mod tests {
             let e = parse_size(big).unwrap_err();
             assert!(e.contains("out of range"), "{big}: {e}");
         }
+    }
+
+    #[test]
+    fn store_sizes_stop_at_64t() {
+        assert_eq!(parse_store_size("64T"), Ok(64 << 40));
+        assert!(parse_store_size("65T").unwrap_err().contains("at most 64T"));
+        assert!(parse_store_size("1e30").unwrap_err().contains("out of range"));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! [`StoreSettings`] carries `None` for it, and attaching accepts whatever the segment
 //! was created with. A setting given explicitly (by any source) must match.
 
-use crate::parse::{check_store_name, parse_bool, parse_count, parse_prefixes, parse_size, MAX_SIZE};
+use crate::parse::{check_store_name, parse_bool, parse_count, parse_prefixes, parse_size, parse_store_size};
 use crate::types::Errno;
 use std::path::PathBuf;
 
@@ -61,7 +61,7 @@ impl Source {
 pub enum Kind {
     /// A store name ([`check_store_name`]).
     StoreName,
-    /// A size in bytes, at most [`MAX_SIZE`].
+    /// A size in bytes, at most [`crate::MAX_SIZE`].
     Size,
     /// A chunk size: a power of two from 64 KiB to 64 MiB.
     ChunkSize,
@@ -358,12 +358,7 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
                 st.name = v.to_string();
             }
             Kind::Size => {
-                let n = parse_size(v).map_err(bad)?;
-                if n > MAX_SIZE {
-                    return Err(bad(format!(
-                        "{v:?} ({n} bytes) is out of range (at most 64T = {MAX_SIZE} bytes)"
-                    )));
-                }
+                let n = parse_store_size(v).map_err(bad)?;
                 match s.key {
                     "mem_size" => st.mem_size = explicit.then_some(n),
                     _ => st.spill_size = (explicit && n > 0).then_some(n),

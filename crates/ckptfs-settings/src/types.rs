@@ -125,7 +125,7 @@ impl Errno {
     }
 
     /// The C ABI return value: `-errno`.
-    pub fn neg(self) -> i32 {
+    pub fn c_ret(self) -> i32 {
         -self.0
     }
 
@@ -189,7 +189,7 @@ mod tests {
         assert_eq!(Errno::from_io(&std::io::Error::other("x")), Errno::EIO);
         assert_eq!(Errno::from_ret(-(libc::EINVAL as i64)), Some(Errno::EINVAL));
         assert_eq!(Errno::from_ret(0), None);
-        assert_eq!(Errno::EINVAL.neg(), -libc::EINVAL);
+        assert_eq!(Errno::EINVAL.c_ret(), -libc::EINVAL);
         assert_eq!(
             std::io::Error::from(Errno::EACCES).raw_os_error(),
             Some(libc::EACCES)

@@ -339,18 +339,8 @@ pub(crate) fn components(path: &str) -> Result<Vec<&str>> {
     if path.contains('\0') {
         return Err(StoreError::Invalid("path contains a NUL byte".into()));
     }
-    let mut out: Vec<&str> = Vec::new();
-    for c in path.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                out.pop();
-            }
-            c if c.len() > NAME_MAX => return Err(StoreError::NameTooLong(c.to_string())),
-            c => out.push(c),
-        }
-    }
-    Ok(out)
+    ckptfs_settings::path::components_checked(path, NAME_MAX)
+        .map_err(|c| StoreError::NameTooLong(c.to_string()))
 }
 
 fn name_hash(parent: u32, name: &[u8]) -> u32 {
