@@ -36,6 +36,8 @@ pub struct FsckReport {
     pub incomplete: Vec<String>,
     /// Problems found.
     pub problems: Vec<Problem>,
+    /// What `--repair` moved into `/lost+found` (also appended to `/lost+found/REPORT`).
+    pub quarantined: Vec<String>,
 }
 
 impl FsckReport {
@@ -61,9 +63,59 @@ impl Store {
             });
         };
 
+        // 0. Inode records against their checksums. A damaged record cannot be trusted
+        //    for its name, place or size: repair moves the inode (with its data) into
+        //    /lost+found, never frees it and never gives its data to another file.
+        let mut ns_bad = false;
+        if !crate::integrity::ns_ok(seg, ROOT) || !self.root_data_ok() {
+            add(
+                &mut rep,
+                "damaged-inode",
+                "the root directory's record checksum does not match".into(),
+                repair,
+            );
+            if repair {
+                self.reset_root(&ns);
+                ns_bad = true;
+            }
+        }
+        for fid in 1..l.max_files {
+            let ino = seg.inode(fid);
+            let k = ino.kind.load(Acquire);
+            if k == kind::FREE {
+                continue;
+            }
+            let ns_ok = crate::integrity::ns_ok(seg, fid);
+            let data_ok = {
+                let _g = self.file_lock(fid);
+                crate::integrity::data_ok(seg, fid)
+            };
+            if ns_ok && data_ok && (k == kind::FILE || k == kind::DIR) {
+                continue;
+            }
+            let what = if !ns_ok {
+                "name/parent/mode record"
+            } else if !data_ok {
+                "size/chunk-count record"
+            } else {
+                "kind"
+            };
+            let mut detail = format!("inode {}: {what} damaged (checksum mismatch)", fid + 1);
+            if repair {
+                match self.quarantine_inode(&ns, fid) {
+                    Some(to) => {
+                        detail.push_str(&format!("; moved to {to}, marked incomplete"));
+                        rep.quarantined.push(detail.clone());
+                    }
+                    None => detail.push_str("; could not create /lost+found"),
+                }
+                ns_bad = true;
+            }
+            add(&mut rep, "damaged-inode", detail, repair);
+        }
+
         // 1. Namespace: every used inode reachable by name from a directory, free-id
         //    stack exact.
-        let mut ns_bad = false;
         let mut used = HashSet::new();
         for fid in 1..l.max_files {
             let ino = seg.inode(fid);
@@ -174,23 +226,39 @@ impl Store {
             let size = ino.size.load(Acquire);
             let mut seen = HashSet::new();
             let mut count = 0;
-            for &c in &owned[fid as usize] {
+            for &c in &owned[fid as usize].clone() {
                 rep.chunks += 1;
                 let e = seg.chunk(c);
                 let logical = e.logical.load(Relaxed);
                 count += 1;
-                if !seen.insert(logical) {
-                    add(
-                        &mut rep,
-                        "doubly-owned",
-                        format!("{path}: two chunks claim logical chunk {logical}"),
-                        repair,
-                    );
+                let entry_ok = crate::integrity::chunk_ok(seg, c);
+                if !entry_ok || !seen.insert(logical) {
+                    // Not attributable with certainty (its owner or index was changed,
+                    // or two chunks claim one place): never given to a file, quarantined.
+                    let mut detail = if entry_ok {
+                        format!("{path}: two chunks claim logical chunk {logical}")
+                    } else {
+                        format!(
+                            "{path}: chunk table entry {c} (logical {logical}) damaged (checksum mismatch)"
+                        )
+                    };
                     if repair {
-                        self.release_chunk(c);
-                        ino.cgen.fetch_add(1, Release);
-                        count -= 1;
+                        match self.quarantine_chunk(&ns, c) {
+                            Some(to) => {
+                                detail.push_str(&format!("; its bytes moved to {to}"));
+                                rep.quarantined.push(detail.clone());
+                                count -= 1;
+                                ino.cgen.fetch_add(1, Release);
+                            }
+                            None => detail.push_str("; could not quarantine"),
+                        }
                     }
+                    let k = if entry_ok {
+                        "doubly-owned"
+                    } else {
+                        "damaged-chunk-entry"
+                    };
+                    add(&mut rep, k, detail, repair);
                     continue;
                 }
                 if writing {
@@ -248,29 +316,41 @@ impl Store {
                     repair,
                 );
                 if repair {
+                    if count < ino.nchunks.load(Relaxed) && ino.wstate.load(Relaxed) != wstate::WRITING {
+                        // It lost chunks to damage: what remains is not the whole file.
+                        ino.wstate.store(wstate::INCOMPLETE, Release);
+                    }
                     ino.nchunks.store(count, Relaxed);
+                    crate::integrity::seal_data(seg, fid);
+                    ino.cgen.fetch_add(1, Release);
                 }
             }
         }
 
-        // 3. Chunks owned by nothing valid, and the free stacks.
-        let _a = self.alloc_lock();
+        // 3. Chunks owned by nothing valid (quarantined: their bytes may be someone's),
+        //    and the free stacks.
         let mut stacks_bad = false;
         for c in 0..seg.nchunks() {
             let o = seg.chunk(c).owner.load(Acquire);
             if o != 0 && (o > l.max_files || seg.inode(o - 1).kind.load(Acquire) != kind::FILE) {
-                add(
-                    &mut rep,
-                    "leaked-chunk",
-                    format!("chunk {c} owned by inode {o}, which is not a file"),
-                    repair,
-                );
+                let mut detail = format!("chunk {c} owned by inode {o}, which is not a file");
                 if repair {
-                    seg.chunk(c).owner.store(0, Release);
+                    match self.quarantine_chunk(&ns, c) {
+                        Some(to) => {
+                            detail.push_str(&format!("; its bytes moved to {to}"));
+                            rep.quarantined.push(detail.clone());
+                        }
+                        None => {
+                            detail.push_str("; could not quarantine, freed");
+                            seg.chunk(c).owner.store(0, Release);
+                        }
+                    }
                 }
+                add(&mut rep, "leaked-chunk", detail, repair);
                 stacks_bad = true;
             }
         }
+        let _a = self.alloc_lock();
         let sb = seg.sb();
         let mut free_seen = HashSet::new();
         let mut check_stack = |top: u32, get: &dyn Fn(u32) -> u32, rep: &mut FsckReport| {
@@ -320,7 +400,35 @@ impl Store {
         if repair && rep.is_clean() {
             sb.state.store(sbstate::CLEAN, Release);
         }
+        drop(_a);
+        drop(ns);
+        if repair && !rep.quarantined.is_empty() {
+            self.append_lost_found_report(&rep.quarantined);
+        }
         rep
+    }
+
+    /// Append what was quarantined to `/lost+found/REPORT` (best effort).
+    fn append_lost_found_report(&self, lines: &[String]) {
+        let path = format!("/{}/REPORT", crate::integrity::LOST_FOUND);
+        let flags = crate::store::OpenFlags {
+            write: true,
+            create: true,
+            append: true,
+            ..Default::default()
+        };
+        let mut text = format!("fsck --repair at {} ns:\n", crate::segment::now());
+        for l in lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        let r = self.open(&path, flags, 0o600).and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            f.close()
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "could not write {path}");
+        }
     }
 
     /// Give chunk `c` back to the free stacks. Caller holds the file lock of its owner.
@@ -332,6 +440,7 @@ impl Store {
             let ino = seg.inode(o - 1);
             let n = ino.nchunks.load(Relaxed);
             ino.nchunks.store(n.saturating_sub(1), Relaxed);
+            crate::integrity::seal_data(seg, o - 1);
         }
         self.rebuild_free_stacks();
     }

@@ -551,7 +551,7 @@ impl Store {
     }
 
     pub(crate) fn ns(&self) -> Ns<'_> {
-        let (g, how) = self.seg.sb().ns_lock.lock();
+        let (g, how) = self.seg.sb().ns_lock.lock_named("namespace");
         let ns = Ns { _g: g };
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, "a process died holding the namespace lock; rebuilding");
@@ -563,7 +563,7 @@ impl Store {
     }
 
     pub(crate) fn alloc_lock(&self) -> Guard<'_> {
-        let (g, how) = self.seg.sb().alloc_lock.lock();
+        let (g, how) = self.seg.sb().alloc_lock.lock_named("allocation");
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, "a process died holding the allocation lock; rebuilding free stacks");
             self.seg.sb().recoveries.fetch_add(1, Relaxed);
@@ -575,7 +575,7 @@ impl Store {
 
     pub(crate) fn file_lock(&self, fid: u32) -> Guard<'_> {
         let ino = self.seg.inode(fid);
-        let (g, how) = ino.lock.lock();
+        let (g, how) = ino.lock.lock_named("file");
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, fid, "a process died holding a file lock");
             self.seg.sb().recoveries.fetch_add(1, Relaxed);
@@ -738,7 +738,7 @@ impl Store {
         None
     }
 
-    fn hash_insert(&self, _ns: &Ns, fid: u32) {
+    pub(crate) fn hash_insert(&self, _ns: &Ns, fid: u32) {
         let seg = &*self.seg;
         let mask = seg.layout.hash_cap - 1;
         // SAFETY: namespace lock held.
@@ -798,7 +798,7 @@ impl Store {
         seg.hash_slot(i).store(0, Relaxed);
     }
 
-    fn link_child(&self, _ns: &Ns, parent: u32, fid: u32) {
+    pub(crate) fn link_child(&self, _ns: &Ns, parent: u32, fid: u32) {
         let seg = &*self.seg;
         let p = seg.inode(parent);
         let me = seg.inode(fid);
@@ -836,7 +836,7 @@ impl Store {
     /// Take an inode from the free stack and give it a name in `parent`.
     /// A file created for writing starts out `writing`, so that a creator killed before it
     /// registered its lease leaves an `incomplete` file, not a complete empty one.
-    fn alloc_inode(
+    pub(crate) fn alloc_inode(
         &self,
         ns: &Ns,
         k: u32,
@@ -1002,7 +1002,14 @@ impl Store {
         }
         sb.fid_top.store(top, Release);
         let mut orphans = Vec::new();
-        for fid in 1..max {
+        let mut misplaced = Vec::new();
+        // Records whose checksum holds claim their names first: a name damaged into
+        // another file's name must not push the undamaged file out.
+        let order: Vec<u32> = {
+            let (good, bad): (Vec<u32>, Vec<u32>) = (1..max).partition(|&f| crate::integrity::ns_ok(seg, f));
+            good.into_iter().chain(bad).collect()
+        };
+        for fid in order {
             let ino = seg.inode(fid);
             if ino.kind.load(Acquire) == kind::FREE {
                 continue;
@@ -1013,10 +1020,15 @@ impl Store {
                 || seg.inode(parent).kind.load(Relaxed) != kind::DIR
                 // SAFETY: namespace lock held.
                 || self.lookup_child(ns, parent, unsafe { seg.name_of(fid) }).is_some();
-            if broken || ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
-                ino.flags.fetch_or(iflag::ORPHAN, Relaxed);
+            if ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
                 ino.parent.store(NONE, Relaxed);
                 orphans.push(fid);
+                continue;
+            }
+            if broken {
+                // A named file whose parent is gone or whose name another file already
+                // has: only damage does this. Keep it (quarantined below), never free it.
+                misplaced.push(fid);
                 continue;
             }
             self.hash_insert(ns, fid);
@@ -1024,6 +1036,10 @@ impl Store {
         }
         // Any record may have been half-changed by the dead holder (or just orphaned).
         self.reseal_all_ns();
+        for fid in misplaced {
+            let to = self.quarantine_inode(ns, fid);
+            tracing::warn!(store = %seg.name, fid, ?to, "inode with a broken or duplicate name moved to lost+found");
+        }
         for fid in orphans {
             self.release_if_unused(ns, fid);
         }
