@@ -316,13 +316,12 @@ impl Store {
                     repair,
                 );
                 if repair {
-                    if count < ino.nchunks.load(Relaxed) && ino.wstate.load(Relaxed) != wstate::WRITING {
-                        // It lost chunks to damage: what remains is not the whole file.
-                        ino.wstate.store(wstate::INCOMPLETE, Release);
-                    }
                     ino.nchunks.store(count, Relaxed);
                     crate::integrity::seal_data(seg, fid);
                     ino.cgen.fetch_add(1, Release);
+                    if !writing {
+                        self.cut_at_first_hole(fid, &mut rep, &path);
+                    }
                 }
             }
         }
@@ -429,6 +428,44 @@ impl Store {
         if let Err(e) = r {
             tracing::warn!(error = %e, "could not write {path}");
         }
+    }
+
+    /// After chunks of `fid` were lost to damage: a hole where data was would read as
+    /// zeros, which the file never held. Keep the prefix up to the first missing chunk
+    /// (below the last chunk that exists), drop what lies past it, and mark the file
+    /// incomplete: the readable part is then exactly bytes that were written. File lock
+    /// held.
+    fn cut_at_first_hole(&self, fid: u32, rep: &mut FsckReport, path: &str) {
+        let seg = &*self.seg;
+        let ino = seg.inode(fid);
+        let shift = seg.layout.chunk_shift;
+        let mut have: Vec<u32> = (0..seg.nchunks())
+            .filter(|&c| seg.chunk(c).owner.load(Acquire) == fid + 1)
+            .map(|c| seg.chunk(c).logical.load(Relaxed))
+            .collect();
+        have.sort_unstable();
+        let Some(&last) = have.last() else {
+            if ino.size.load(Acquire) > 0 {
+                ino.size.store(0, Release);
+                crate::integrity::seal_data(seg, fid);
+                ino.wstate.store(wstate::INCOMPLETE, Release);
+            }
+            return;
+        };
+        let hole = (0..=last).find(|l| have.binary_search(l).is_err());
+        let Some(hole) = hole else { return };
+        let size = ino.size.load(Acquire).min((hole as u64) << shift);
+        ino.size.store(size, Release);
+        crate::integrity::seal_data(seg, fid);
+        self.free_chunks_from(fid, hole);
+        ino.wstate.store(wstate::INCOMPLETE, Release);
+        rep.problems.push(Problem {
+            kind: "lost-chunk",
+            detail: format!(
+                "{path}: chunk {hole} is missing; kept the first {size} bytes, marked incomplete"
+            ),
+            repaired: true,
+        });
     }
 
     /// Give chunk `c` back to the free stacks. Caller holds the file lock of its owner.

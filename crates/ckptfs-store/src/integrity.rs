@@ -6,7 +6,7 @@
 //!
 //! | record | fields covered | lock | checked by |
 //! |---|---|---|---|
-//! | inode namespace record (`ns_crc`) | file id, kind, parent, mode, uid, gid, name | namespace | open, stat, lookup, fsck |
+//! | inode namespace record (`ns_crc`) | file id, kind, ORPHAN flag, parent, mode, uid, gid, name | namespace | open, stat, lookup, fsck |
 //! | inode data record (`data_crc`) | file id, size, chunk count | file | open, stat, every read and write, fsck |
 //! | chunk entry (`meta`) | chunk id, owner, logical index | allocation (stored before `owner`) | every chunk-map rebuild, fsck |
 //!
@@ -35,6 +35,9 @@ pub(crate) fn ns_crc_with_kind(seg: &Segment, fid: u32, k: u32) -> u32 {
     let ino = seg.inode(fid);
     let len = ino.name_len.load(Relaxed);
     let mut b = [0u8; 28 + 256];
+    // The ORPHAN flag is part of the record (set under the namespace lock): a stray
+    // ORPHAN bit must not get a named file freed.
+    let k = k | (ino.flags.load(Relaxed) & iflag::ORPHAN) << 16;
     for (i, v) in [
         fid,
         k,

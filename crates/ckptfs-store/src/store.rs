@@ -948,10 +948,12 @@ impl Store {
         let ino = self.seg.inode(fid);
         let _g = self.file_lock(fid);
         self.reap_leases(fid);
-        // kind check: a close and an unlink may both try to free the same orphan.
+        // kind check: a close and an unlink may both try to free the same orphan. A record
+        // failing its checksum is never freed (fsck quarantines it).
         if ino.kind.load(Acquire) != kind::FREE
             && ino.flags.load(Relaxed) & iflag::ORPHAN != 0
             && ino.leases.iter().all(|l| l.pid.load(Relaxed) == 0)
+            && crate::integrity::ns_ok(&self.seg, fid)
         {
             self.free_inode(ns, fid);
         }
@@ -973,11 +975,13 @@ impl Store {
             if fid_ok(seg, victim) && victim != src && seg.inode(victim).kind.load(Relaxed) != kind::FREE {
                 seg.inode(victim).flags.fetch_or(iflag::ORPHAN, Relaxed);
                 seg.inode(victim).parent.store(NONE, Relaxed);
+                seal_ns(seg, victim);
             }
             if fid_ok(seg, src) && fid_ok(seg, dst_parent) {
                 seg.inode(src).parent.store(dst_parent, Relaxed);
                 // SAFETY: namespace lock held.
                 unsafe { seg.set_name(src, &name) };
+                seal_ns(seg, src);
             } else {
                 tracing::warn!(store = %seg.name, src, dst_parent, "rename intent names no valid inode (damaged); dropped");
             }
@@ -1021,8 +1025,13 @@ impl Store {
                 // SAFETY: namespace lock held.
                 || self.lookup_child(ns, parent, unsafe { seg.name_of(fid) }).is_some();
             if ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
-                ino.parent.store(NONE, Relaxed);
-                orphans.push(fid);
+                if crate::integrity::ns_ok(seg, fid) {
+                    ino.parent.store(NONE, Relaxed);
+                    orphans.push(fid);
+                } else {
+                    // Maybe a named file whose flag was damaged: kept, not freed.
+                    misplaced.push(fid);
+                }
                 continue;
             }
             if broken {
