@@ -127,7 +127,7 @@ impl RobustMutex {
             };
             // SAFETY: clock_gettime writes into our local timespec.
             unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-            let ns = ts.tv_nsec as i64 + SLICE.as_nanos() as i64;
+            let ns = ts.tv_nsec + SLICE.as_nanos() as libc::c_long;
             ts.tv_sec += (ns / 1_000_000_000) as libc::time_t;
             ts.tv_nsec = (ns % 1_000_000_000) as _;
             // SAFETY: the mutex was initialised by `init_in_place` when the segment was
