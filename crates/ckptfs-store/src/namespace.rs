@@ -228,7 +228,7 @@ impl Store {
         let ino = seg.inode(fid);
         let t = now();
         let parent = ino.parent.load(Relaxed);
-        if parent != NONE {
+        if fid_ok(seg, parent) {
             seg.inode(parent).mtime_ns.store(t, Relaxed);
         }
         self.hash_remove(ns, fid);

@@ -832,6 +832,8 @@ impl Store {
                 let p = self.seg.inode(pfid).parent.load(Relaxed);
                 if p == NONE {
                     ROOT
+                } else if !fid_ok(&self.seg, p) {
+                    return Err(self.damaged(pfid, name, "parent link out of range"));
                 } else {
                     p
                 }
@@ -1061,9 +1063,14 @@ impl Store {
         if src_dir {
             // A directory cannot move below itself.
             let mut cur = dp;
+            let mut steps = 0;
             while cur != ROOT && cur != NONE {
                 if cur == src {
                     return Err(StoreError::Invalid(format!("cannot move {from} into itself")));
+                }
+                steps += 1;
+                if !fid_ok(seg, cur) || steps > seg.layout.max_files {
+                    return Err(self.damaged(dp, to, "parent links are damaged"));
                 }
                 cur = seg.inode(cur).parent.load(Relaxed);
             }

@@ -163,7 +163,13 @@ fn run_case(case: &'static str, target: impl FnOnce(&Ctx) -> (u64, Edit), expect
         if expect_a_eio {
             assert_eq!(a.as_ref().map(|v| v.len()), Err(&libc::EIO), "{case}: /d/a");
         }
-        // Listing and stat never panic.
+        // Listing, lookups and directory moves never panic.
+        if let Ok(st) = store.stat("/d") {
+            let _ = store.lookup(st.ino, "..");
+        }
+        if store.mkdir("/x", 0o755).is_ok() && store.rename("/x", "/d/x").is_ok() {
+            let _ = store.rename("/d/x", "/x");
+        }
         let _ = store.list_all();
         let _ = store.read_dir("/d");
         let _ = store.info();
@@ -317,6 +323,14 @@ case!(ino_next_sib_huge, "ino.next_sib", false, |c| (
 case!(ino_prev_sib_huge, "ino.prev_sib", false, |c| (
     c.inode(c.a, offset_of!(Inode, prev_sib)),
     Edit::Set32(77_777)
+));
+case!(dir_parent_huge, "dir.parent", false, |c| (
+    c.inode(c.d, offset_of!(Inode, parent)),
+    Edit::Set32(0xffff_fff0)
+));
+case!(dir_parent_cycle, "dir.parent_cycle", false, |c| (
+    c.inode(c.d, offset_of!(Inode, parent)),
+    Edit::Set32(c.d)
 ));
 case!(dir_first_child_huge, "dir.first_child", false, |c| (
     c.inode(c.d, offset_of!(Inode, first_child)),
