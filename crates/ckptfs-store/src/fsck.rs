@@ -190,6 +190,7 @@ impl Store {
                 owned[o as usize - 1].push(c);
             }
         }
+        let mut reclaimed = false;
         for fid in 1..l.max_files {
             let ino = seg.inode(fid);
             if ino.kind.load(Acquire) != kind::FILE {
@@ -305,6 +306,34 @@ impl Store {
                     Err(err) => add(&mut rep, "unreadable-chunk", format!("{path}: chunk {logical}: {err}"), false),
                 }
             }
+            if repair && count < ino.nchunks.load(Relaxed) && !writing {
+                // A chunk whose owner was damaged to 0 looks free, but its entry's
+                // checksum still proves whose it is and where (frees clear it): give it
+                // back rather than cut the file.
+                for c in 0..seg.nchunks() {
+                    let e = seg.chunk(c);
+                    let l = e.logical.load(Relaxed);
+                    if e.owner.load(Acquire) == 0
+                        && e.meta.load(Acquire) == crate::integrity::chunk_meta(c, fid + 1, l)
+                        && !seen.contains(&l)
+                    {
+                        let _a = self.alloc_lock();
+                        if e.owner.load(Acquire) != 0 {
+                            continue;
+                        }
+                        e.owner.store(fid + 1, Release);
+                        seen.insert(l);
+                        count += 1;
+                        reclaimed = true;
+                        ino.cgen.fetch_add(1, Release);
+                        rep.problems.push(Problem {
+                            kind: "lost-chunk",
+                            detail: format!("{path}: chunk {c} (logical {l}) was marked free; its checksum proves it is this file's: given back"),
+                            repaired: true,
+                        });
+                    }
+                }
+            }
             if ino.nchunks.load(Relaxed) != count {
                 add(
                     &mut rep,
@@ -350,6 +379,7 @@ impl Store {
             }
         }
         let _a = self.alloc_lock();
+        stacks_bad |= reclaimed;
         let sb = seg.sb();
         let mut free_seen = HashSet::new();
         let mut check_stack = |top: u32, get: &dyn Fn(u32) -> u32, rep: &mut FsckReport| {
@@ -473,6 +503,7 @@ impl Store {
         let _a = self.alloc_lock();
         let seg = &*self.seg;
         let o = seg.chunk(c).owner.swap(0, Release);
+        seg.chunk(c).meta.store(0, Relaxed);
         if o != 0 {
             let ino = seg.inode(o - 1);
             let n = ino.nchunks.load(Relaxed);

@@ -654,6 +654,8 @@ impl Store {
             let e = seg.chunk(c);
             if e.owner.load(Relaxed) == fid + 1 && e.logical.load(Relaxed) >= from {
                 e.owner.store(0, Release);
+                // A free chunk keeps no proof of ownership (see fsck's reclaim).
+                e.meta.store(0, Relaxed);
                 crate::fault::crash_point("free-after-owner");
                 self.push_free(c);
                 n += 1;

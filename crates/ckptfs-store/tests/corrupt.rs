@@ -506,3 +506,30 @@ fn repair_keeps_the_undamaged_file_when_a_name_is_changed_to_its_name() {
         ckptfs_store::WriteState::Incomplete
     );
 }
+
+/// A chunk whose owner was zeroed looks free; its entry checksum still proves whose it
+/// is: reads are EIO (the file is short of a chunk), and repair gives it back, so the
+/// file reads whole again instead of being cut.
+#[test]
+fn repair_gives_back_a_chunk_whose_owner_was_zeroed() {
+    let t = TempStore::new("corrupt-repair-zeroed", MEM, CHUNK, MAX_FILES, None);
+    let ctx = setup(&t);
+    poke(
+        &t.name,
+        ctx.chunk(ctx.a_chunks[1], offset_of!(ChunkEntry, owner)),
+        &Edit::Set32(0),
+    );
+    let store = t.attach();
+    assert_eq!(read_all(&store, "/d/a").unwrap_err().errno(), libc::EIO);
+    let rep = store.fsck(true);
+    assert!(rep.is_clean(), "{rep:?}");
+    assert!(rep.quarantined.is_empty(), "{rep:?}");
+    assert_file_is(&store, "/d/a", 1, A_SIZE);
+    assert_file_is(&store, "/d/b", 2, B_SIZE);
+    assert!(store.fsck(false).problems.is_empty());
+    // The chunk is no longer on a free stack: new files do not take it.
+    let mut f = store.open("/new", OpenFlags::CREATE, 0o644).unwrap();
+    f.write_all(&pattern(3, 0, 20 * CHUNK as usize)).unwrap();
+    f.close().unwrap();
+    assert_file_is(&store, "/d/a", 1, A_SIZE);
+}
