@@ -19,6 +19,8 @@
 pub mod cwd;
 pub mod dir;
 #[cfg(not(test))]
+pub mod fsinfo;
+#[cfg(not(test))]
 pub mod hooks;
 pub mod lock;
 #[cfg(not(test))]
@@ -28,6 +30,7 @@ pub mod paths;
 pub mod state;
 pub mod stdio;
 pub mod sys;
+pub mod tmpfiles;
 
 /// Library constructor: adopt the virtual cwd and the store descriptors inherited across
 /// exec.

@@ -175,3 +175,66 @@ print("after remove:", os.path.exists(f"{r}/again"))
         "{o:?}"
     );
 }
+
+#[test]
+fn sed_in_place_mktemp_and_python_tempfile() {
+    let o = sh(r#"set -e
+printf 'one\ntwo\nthree\n' > "$ROOT/f"
+sed -i 's/two/TWO/' "$ROOT/f"
+sed -i.bak -e '1d' "$ROOT/f"
+cat "$ROOT/f" "$ROOT/f.bak"
+t=$(mktemp "$ROOT/fooXXXXXX"); echo data > "$t"; cat "$t"; rm "$t"
+d=$(mktemp -d -p "$ROOT"); test -d "$d" && stat -c %a "$d"; rmdir "$d"
+mktemp "$ROOT/bad" 2>/dev/null || echo "too few X: $?"
+python3 -c '
+import tempfile, os
+r = os.environ["ROOT"]
+fd, n = tempfile.mkstemp(dir=r, suffix=".x")
+os.write(fd, b"tmp"); os.close(fd)
+print(os.path.basename(n).startswith("tmp"), n.endswith(".x"), open(n).read(), oct(os.stat(n).st_mode & 0o777))
+os.rename(n, r + "/kept")
+with tempfile.NamedTemporaryFile(dir=r) as t:
+    t.write(b"x"); t.flush(); print(os.path.exists(t.name))
+d = tempfile.mkdtemp(dir=r); print(os.path.isdir(d)); os.rmdir(d)
+'
+ls "$ROOT"
+"#);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert!(
+        o.stdout.contains("TWO\nthree\none\nTWO\nthree\ndata\n700\ntoo few X: 1\nTrue True tmp 0o600\nTrue\nTrue\nf\nf.bak\nkept\n"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn df_and_statvfs_report_the_store_capacity_and_free_space() {
+    let ts = TestStore::new();
+    let script = r#"set -e
+df -B1 --output=size "$ROOT" | tail -1
+python3 -c '
+import os, shutil
+r = os.environ["ROOT"]
+s = os.statvfs(r)
+print("total", s.f_blocks * s.f_frsize, "bsize", s.f_frsize)
+free0 = shutil.disk_usage(r).free
+with open(r + "/ten", "wb") as f:
+    f.write(b"x" * (10 << 20))
+    os.fsync(f.fileno())
+    print("fstatvfs free drop", (free0 - os.fstatvfs(f.fileno()).f_bavail * s.f_frsize) >> 20)
+print("statvfs free drop", (free0 - shutil.disk_usage(r).free) >> 20)
+try:
+    os.statvfs(r + "/missing")
+except OSError as e:
+    print("missing", e.errno == 2)
+'
+stat -f -c '%T %l' "$ROOT"
+"#;
+    let o = on_store(&ts, &["sh", "-c", script], &[]);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert_eq!(
+        o.stdout,
+        "268435456\ntotal 268435456 bsize 262144\nfstatvfs free drop 10\nstatvfs free drop 10\nmissing True\nUNKNOWN (0x636b7074) 255\n",
+        "{o:?}"
+    );
+}
