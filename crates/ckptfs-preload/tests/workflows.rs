@@ -238,3 +238,38 @@ stat -f -c '%T %l' "$ROOT"
         "{o:?}"
     );
 }
+
+#[test]
+fn scripts_and_programs_stored_in_the_store_execute() {
+    let o = compare(&[
+        "bash",
+        "-c",
+        r#"set -e
+mkdir "$ROOT/bin"
+printf '#!/bin/sh\necho "script $# $1 $2"; echo "$0" | sed "s|$ROOT|R|"\n' > "$ROOT/bin/run.sh"
+chmod +x "$ROOT/bin/run.sh"
+"$ROOT/bin/run.sh" a b
+cd "$ROOT/bin"
+./run.sh c
+PATH="$ROOT/bin:$PATH" run.sh d
+cp /bin/echo "$ROOT/bin/myecho"
+"$ROOT/bin/myecho" an ELF program copied into the store
+PATH="$ROOT/bin:$PATH" myecho found through PATH
+printf '#!/usr/bin/env python3\nimport sys; print("py", sys.argv[1:])\n' > py
+chmod 755 py
+./py x y
+python3 -c 'import subprocess; subprocess.run(["./run.sh", "spawned"], check=True)'
+printf 'echo never\n' > noexec
+./noexec 2>/dev/null || echo "no x bit: $?"
+cd ..
+"#,
+    ]);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert_eq!(
+        o.stdout,
+        "script 2 a b\nR/bin/run.sh\nscript 1 c \n./run.sh\nscript 1 d \nR/bin/run.sh\n\
+         an ELF program copied into the store\nfound through PATH\npy ['x', 'y']\n\
+         script 1 spawned \n./run.sh\nno x bit: 126\n",
+        "{o:?}"
+    );
+}
