@@ -392,7 +392,7 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: Off, whence: c_int) -> Off {
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if fd == state::slots_fd() && fd >= 0 {
+    if fd >= 0 && (fd == state::slots_fd() || crate::locks::is_shim_fd(fd)) {
         // The shim's own descriptor (a program closing every descriptor it did not open).
         return 0;
     }
@@ -409,27 +409,30 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     if in_shim() || flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 || first > last {
         return real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, last, flags);
     }
-    // The description region's memfd is the shim's, not the program's: keep it open.
+    // The description region's memfd and the lock stand-ins are the shim's, not the
+    // program's: keep them open, closing the ranges between them.
+    let mut keep = crate::locks::shim_fds_in(first, last);
     let sfd = state::slots_fd();
-    let r = if sfd >= 0 && (first..=last).contains(&(sfd as c_uint)) {
-        let a = if sfd as c_uint > first {
-            real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, sfd as c_uint - 1, flags)
-        } else {
-            0
-        };
-        let b = if (sfd as c_uint) < last {
-            real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; sfd as c_uint + 1, last, flags)
-        } else {
-            0
-        };
-        if a < 0 {
-            a
-        } else {
-            b
+    if sfd >= 0 && (first..=last).contains(&(sfd as c_uint)) {
+        keep.push(sfd);
+    }
+    keep.sort_unstable();
+    let mut r = 0;
+    let mut lo = first;
+    for k in keep
+        .iter()
+        .map(|k| *k as c_uint)
+        .chain(std::iter::once(last.saturating_add(1)))
+    {
+        if k > lo && r == 0 {
+            let hi = (k - 1).min(last);
+            r = real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; lo, hi, flags);
         }
-    } else {
-        real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, last, flags)
-    };
+        if k >= last {
+            break;
+        }
+        lo = k + 1;
+    }
     if r == 0 {
         let e = sys::errno();
         let _ = guarded(|| {
@@ -445,16 +448,12 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 
 #[no_mangle]
 pub unsafe extern "C" fn closefrom(low: c_int) {
-    if !in_shim() {
-        let _ = guarded(|| {
-            for (fd, d) in state::remove_range(low.max(0) as u32, u32::MAX) {
-                state::raw_close(fd);
-                let _ = state::release(d);
-            }
-            Ok(())
-        });
+    // As close_range (which keeps the shim's own descriptors open); glibc's closefrom
+    // would call its internal close_range.
+    // SAFETY: close_range has no memory arguments.
+    if in_shim() || low < 0 || unsafe { close_range(low as c_uint, c_uint::MAX, 0) } != 0 {
+        real!(closefrom: fn(c_int) -> (); (); low)
     }
-    real!(closefrom: fn(c_int) -> (); (); low)
 }
 
 /// Point `newfd` at the description of store descriptor `oldfd` (after the kernel dup).
@@ -523,6 +522,21 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_i
     if maybe_store_fd(fd) && !in_shim() && state::desc_of(fd).is_some() {
         match cmd {
             libc::F_GETFD | libc::F_SETFD => {}
+            libc::F_GETLK
+            | libc::F_SETLK
+            | libc::F_SETLKW
+            | libc::F_OFD_GETLK
+            | libc::F_OFD_SETLK
+            | libc::F_OFD_SETLKW => {
+                // Not under the table lock: F_SETLKW may block for long.
+                if let Some(d) = state::desc_of(fd) {
+                    // SAFETY: for lock commands arg points to the caller's struct flock.
+                    let Some(fl) = (unsafe { (arg as *mut libc::flock).as_mut() }) else {
+                        return ret(Err(libc::EFAULT));
+                    };
+                    return ret(crate::locks::fcntl_lock(&d, cmd, fl));
+                }
+            }
             libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
                 let n = real!(fcntl: fn(c_int, c_int, libc::c_ulong) -> c_int; -1; fd, cmd, arg);
                 if n < 0 {
@@ -551,8 +565,31 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c
 
 #[no_mangle]
 pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
-    on_fd(fd, |_| Err::<c_int, _>(libc::ENOLCK))
-        .unwrap_or_else(|| real!(flock: fn(c_int, c_int) -> c_int; -1; fd, op))
+    if maybe_store_fd(fd) && !in_shim() {
+        // Not under the table lock: LOCK_EX may block for long.
+        if let Some(d) = state::desc_of(fd) {
+            return ret(crate::locks::flock(&d, op));
+        }
+    }
+    real!(flock: fn(c_int, c_int) -> c_int; -1; fd, op)
+}
+#[no_mangle]
+pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: Off) -> c_int {
+    if maybe_store_fd(fd) && !in_shim() {
+        if let Some(d) = state::desc_of(fd) {
+            return ret(crate::locks::lockf(&d, cmd, len));
+        }
+    }
+    real!(lockf: fn(c_int, c_int, Off) -> c_int; -1; fd, cmd, len)
+}
+#[no_mangle]
+pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: Off) -> c_int {
+    if maybe_store_fd(fd) && !in_shim() {
+        if let Some(d) = state::desc_of(fd) {
+            return ret(crate::locks::lockf(&d, cmd, len));
+        }
+    }
+    real!(lockf64: fn(c_int, c_int, Off) -> c_int; -1; fd, cmd, len)
 }
 
 #[no_mangle]

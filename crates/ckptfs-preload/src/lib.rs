@@ -24,6 +24,7 @@ pub mod fsinfo;
 #[cfg(not(test))]
 pub mod hooks;
 pub mod lock;
+pub mod locks;
 #[cfg(not(test))]
 pub mod names;
 pub mod ops;
