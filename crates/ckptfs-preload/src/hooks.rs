@@ -121,7 +121,15 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: Mode) -
             dirfd,
             path,
             |d, p| {
-                fresh_fd(real!(openat: fn(c_int, *const c_char, c_int, Mode) -> c_int; -1; d, p, flags, mode))
+                let fd = fresh_fd(
+                    real!(openat: fn(c_int, *const c_char, c_int, Mode) -> c_int; -1; d, p, flags, mode),
+                );
+                if fd >= 0 && !p.is_null() {
+                    // SAFETY (covered by the enclosing block): p is the C string just opened.
+                    let b = CStr::from_ptr(p).to_bytes();
+                    crate::dirfds::note_open(state::mounts(), d, b, fd);
+                }
+                fd
             },
             |m, p| ops::open(m, p, flags, mode),
         )
@@ -401,6 +409,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             return ret(r);
         }
     }
+    crate::dirfds::forget(fd);
     real!(close: fn(c_int) -> c_int; -1; fd)
 }
 
@@ -435,6 +444,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     }
     if r == 0 {
         let e = sys::errno();
+        crate::dirfds::forget_range(first, last);
         let _ = guarded(|| {
             for (_, d) in state::remove_range(first, last) {
                 let _ = state::release(d);

@@ -18,6 +18,7 @@
 
 pub mod cwd;
 pub mod dir;
+pub mod dirfds;
 pub mod exec_store;
 #[cfg(not(test))]
 pub mod fsinfo;

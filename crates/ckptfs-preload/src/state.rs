@@ -677,6 +677,10 @@ pub unsafe fn classify(dirfd: i32, path: *const libc::c_char) -> R<Loc> {
         }
         return Ok(classify_full(paths::join(&d.full_path(), s)));
     }
+    if let Some(base) = crate::dirfds::path_of(dirfd) {
+        // A kernel directory above a mount prefix (rsync walks from "/").
+        return Ok(classify_full(paths::join(&base, s)));
+    }
     Ok(Loc::Real)
 }
 

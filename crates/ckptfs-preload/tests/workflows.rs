@@ -315,3 +315,69 @@ rm "$db" # row order depends on the interleaving: not compared byte for byte
         "{o:?}"
     );
 }
+
+#[test]
+fn rsync_in_and_out_and_a_second_run_changes_nothing() {
+    if !have("rsync") {
+        panic!("rsync missing: run scripts/setup-preload.sh");
+    }
+    let o = sh(r#"set -e
+rsync -a "$SRC/tree/" "$ROOT/rs/"
+echo "second run:"; rsync -ai "$SRC/tree/" "$ROOT/rs/"
+o=$(mktemp -d)
+rsync -a "$ROOT/rs/" "$o/"
+diff -r "$SRC/tree" "$o" && echo out same
+echo "second run out:"; rsync -ai "$ROOT/rs/" "$o/"
+echo more >> "$ROOT/rs/a.txt"
+rsync -ai "$ROOT/rs/" "$o/" | cut -c1-2,12-
+cmp "$ROOT/rs/a.txt" "$o/a.txt" && echo updated
+rm -r "$o"
+cd /
+rsync -a "$ROOT/rs/sub" "$ROOT/copy/"
+ls -R "$ROOT/copy"
+"#);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert_eq!(
+        o.stdout,
+        "second run:\nout same\nsecond run out:\n>f a.txt\nupdated\n$ROOT/copy:\nsub\n\n\
+         $ROOT/copy/sub:\nb.txt\ndeeper\n\n$ROOT/copy/sub/deeper:\nc.bin\n",
+        "{o:?}"
+    );
+}
+
+#[test]
+fn directory_descriptors_at_calls_fchdir_and_o_path() {
+    let script = r#"
+import os
+r = os.environ["ROOT"]
+os.makedirs(f"{r}/d/e")
+root = os.open("/", os.O_PATH | os.O_DIRECTORY)
+# Walk from "/" one component at a time, as rsync does.
+fd = root
+for c in r.strip("/").split("/") + ["d"]:
+    nfd = os.open(c, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+    if fd != root:
+        os.close(fd)
+    fd = nfd
+print("walked", os.stat(".", dir_fd=fd).st_mode & 0o170000 == 0o040000)
+os.mkdir("m", dir_fd=fd)
+w = os.open("m/f", os.O_WRONLY | os.O_CREAT, 0o640, dir_fd=fd)
+os.write(w, b"at"); os.close(w)
+os.rename("m/f", "e/g", src_dir_fd=fd, dst_dir_fd=fd)
+print("stat at", os.stat("e/g", dir_fd=fd).st_size, os.access("e/g", os.R_OK, dir_fd=fd))
+d = os.open(f"{r}/d", os.O_RDONLY | os.O_DIRECTORY)
+os.fchdir(d)
+print("fchdir", os.getcwd() == f"{r}/d", sorted(os.listdir(".")), open("e/g").read())
+os.unlink("g", dir_fd=os.open("e", os.O_PATH))
+os.rmdir("m", dir_fd=fd)
+print("listdir fd", sorted(os.listdir(d)))
+os.chdir("/")
+print("back", os.getcwd())
+"#;
+    let o = compare(&["python3", "-c", script]);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert_eq!(
+        o.stdout, "walked True\nstat at 2 True\nfchdir True ['e', 'm'] at\nlistdir fd ['e']\nback /\n",
+        "{o:?}"
+    );
+}
