@@ -16,6 +16,8 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(not(test))]
+pub mod aio;
 pub mod cwd;
 pub mod dir;
 pub mod dirfds;

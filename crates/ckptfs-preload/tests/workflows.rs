@@ -381,3 +381,77 @@ print("back", os.getcwd())
         "{o:?}"
     );
 }
+
+#[test]
+fn posix_aio_read_write_signal_lio_listio_fsync() {
+    let o = prog("aio.c");
+    assert!(
+        o.stdout
+            .contains("signal: 1 code_asyncio=1 value_is_cb=1\nread: error=0 return=8192 bytes cc ba\n")
+            && o.stdout.contains("lio_listio: 0\n")
+            && o.stdout
+                .contains("negative offset: error=Invalid argument\nsize 12488\n"),
+        "{}",
+        o.stdout
+    );
+}
+
+fn debian_python_has(module: &str) -> bool {
+    Command::new("/usr/bin/python3")
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn h5py_with_default_locking_and_h5dump() {
+    if !debian_python_has("h5py") || !have("h5dump") {
+        panic!("python3-h5py or hdf5-tools missing: run scripts/setup-preload.sh");
+    }
+    let o = sh(r#"set -e
+/usr/bin/python3 -c '
+import h5py, numpy as np, os
+r = os.environ["ROOT"]
+with h5py.File(f"{r}/c.h5", "w") as f:
+    f.create_dataset("x", data=np.arange(1000.0), chunks=(100,), compression="gzip")
+    f.attrs["step"] = 7
+with h5py.File(f"{r}/c.h5", "r") as f, h5py.File(f"{r}/c.h5", "r") as g:
+    print(f["x"][:].sum(), g.attrs["step"], f["x"].chunks)
+with h5py.File(f"{r}/c.h5", "a") as f:
+    f["x"][10:20] = -1
+    f.create_group("g")["y"] = np.ones((4, 4), dtype="i4")
+print(h5py.File(f"{r}/c.h5", "r")["x"][8:12])
+'
+h5dump -d /g/y "$ROOT/c.h5" | sed "s|$ROOT|R|"
+"#);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert!(
+        o.stdout
+            .starts_with("499500.0 7 (100,)\n[ 8.  9. -1. -1.]\nHDF5 \"R/c.h5\" {\nDATASET \"/g/y\" {"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn sqlite_wal_needs_shared_memory_exclusive_mode_works() {
+    if !have("sqlite3") {
+        panic!("sqlite3 missing: run scripts/setup-preload.sh");
+    }
+    // WAL with the locking_mode=EXCLUSIVE wal-index in heap memory works; shared WAL
+    // needs a writable shared mapping of the -shm file (ENODEV in the store: sqlite says
+    // "disk I/O error"), documented in docs/preload.md.
+    let ts = TestStore::new();
+    let o = on_store(
+        &ts,
+        &[
+            "sh",
+            "-c",
+            r#"sqlite3 "$ROOT/x.db" 'pragma locking_mode=exclusive; pragma journal_mode=wal; create table t(a); insert into t values(1),(2); select sum(a) from t;'
+sqlite3 "$ROOT/x.db" 'pragma locking_mode=exclusive; select count(*) from t;'
+sqlite3 "$ROOT/s.db" 'pragma journal_mode=wal; create table t(a);' 2>&1 | grep -c 'disk I/O error'"#,
+        ],
+        &[],
+    );
+    assert_eq!(o.stdout, "exclusive\nwal\n3\nexclusive\n2\n1\n", "{o:?}");
+}
