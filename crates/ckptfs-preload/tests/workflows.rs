@@ -455,3 +455,35 @@ sqlite3 "$ROOT/s.db" 'pragma journal_mode=wal; create table t(a);' 2>&1 | grep -
     );
     assert_eq!(o.stdout, "exclusive\nwal\n3\nexclusive\n2\n1\n", "{o:?}");
 }
+
+#[test]
+fn fio_verify_crc32c_psync_posixaio_work_mmap_libaio_fail_as_documented() {
+    if !have("fio") {
+        eprintln!("SKIPPED: fio not installed (Debian fio)");
+        return;
+    }
+    let ts = TestStore::new();
+    let script = r#"
+for e in psync posixaio mmap libaio; do
+  fio --name=t --directory="$ROOT" --ioengine=$e --iodepth=4 --rw=randwrite --bs=16k --size=2m \
+      --verify=crc32c --do_verify=1 --output-format=terse > out.$e 2>&1
+  echo "$e exit $? err $(grep -o 'err=[0-9]*' out.$e | head -1)"
+  rm -f out.$e "$ROOT"/t.*
+done
+"#;
+    // out.* files are scratch in the real cwd: run from a directory of our own.
+    let o = on_store(
+        &ts,
+        &[
+            "sh",
+            "-c",
+            &format!("d=$(mktemp -d) && cd \"$d\" && {{ {script} }}; cd / && rmdir \"$d\""),
+        ],
+        &[],
+    );
+    assert_eq!(
+        o.stdout,
+        "psync exit 0 err \nposixaio exit 0 err \nmmap exit 1 err err=19\nlibaio exit 1 err err=9\n",
+        "{o:?}"
+    );
+}
