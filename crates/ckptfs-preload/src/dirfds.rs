@@ -38,6 +38,35 @@ pub fn path_of(fd: i32) -> Option<String> {
     table().get(&fd).cloned()
 }
 
+/// A pass-through open of C string `path` relative to `dirfd` returned kernel
+/// descriptor `fd`: track it if it names an ancestor of a mount prefix. Costs two atomic
+/// loads and a scan of at most a few bytes for the common long path (no `strlen`).
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+#[inline]
+pub unsafe fn note_open_c(mounts: &[String], dirfd: i32, path: *const libc::c_char, fd: i32) {
+    if fd < 0 || path.is_null() {
+        return;
+    }
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        // Nothing tracked: only a short absolute path can be an ancestor.
+        let longest = mounts.iter().map(|m| m.len()).max().unwrap_or(0) + 2;
+        // SAFETY: path is NUL-terminated; stop at the NUL.
+        if unsafe { *path } as u8 != b'/' {
+            return;
+        }
+        // SAFETY: reading up to the NUL or `longest` bytes, whichever is first.
+        let short = (1..=longest).any(|i| unsafe { *path.add(i) } == 0);
+        if !short {
+            return;
+        }
+    }
+    // SAFETY: as above.
+    let b = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
+    note_open(mounts, dirfd, b, fd);
+}
+
 /// A pass-through open of `path` relative to `dirfd` returned kernel descriptor `fd`:
 /// track it if it names an ancestor of a mount prefix.
 pub fn note_open(mounts: &[String], dirfd: i32, path: &[u8], fd: i32) {
@@ -51,8 +80,6 @@ pub fn note_open(mounts: &[String], dirfd: i32, path: &[u8], fd: i32) {
     }
     let longest = mounts.iter().map(|m| m.len()).max().unwrap_or(0);
     let full = if path[0] == b'/' {
-        // Quick exit for the common case: longer than every mount cannot be an ancestor
-        // (allowing for a trailing slash or a "/." form, normalised below).
         if path.len() > longest + 2 {
             return;
         }
@@ -69,11 +96,16 @@ pub fn note_open(mounts: &[String], dirfd: i32, path: &[u8], fd: i32) {
 }
 
 /// Kernel descriptor `fd` was closed (or reused): stop tracking it.
-#[inline]
+#[inline(always)]
 pub fn forget(fd: i32) {
-    if COUNT.load(Ordering::Relaxed) == 0 {
-        return;
+    if COUNT.load(Ordering::Relaxed) != 0 {
+        forget_tracked(fd);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn forget_tracked(fd: i32) {
     if table().remove(&fd).is_some() {
         COUNT.fetch_sub(1, Ordering::Relaxed);
     }

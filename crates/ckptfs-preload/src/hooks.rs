@@ -124,10 +124,11 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: Mode) -
                 let fd = fresh_fd(
                     real!(openat: fn(c_int, *const c_char, c_int, Mode) -> c_int; -1; d, p, flags, mode),
                 );
-                if fd >= 0 && !p.is_null() {
+                if flags & (libc::O_DIRECTORY | libc::O_PATH) != 0 {
                     // SAFETY (covered by the enclosing block): p is the C string just opened.
-                    let b = CStr::from_ptr(p).to_bytes();
-                    crate::dirfds::note_open(state::mounts(), d, b, fd);
+                    crate::dirfds::note_open_c(state::mounts(), d, p, fd);
+                } else {
+                    crate::dirfds::forget(fd);
                 }
                 fd
             },

@@ -66,9 +66,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Is `fd` one of the shim's stand-in descriptors?
-#[inline]
+#[inline(always)]
 pub fn is_shim_fd(fd: i32) -> bool {
-    SHIM_N.load(Ordering::Relaxed) > 0 && lock(&SHIM_FDS).contains(&fd)
+    SHIM_N.load(Ordering::Relaxed) > 0 && is_shim_fd_slow(fd)
+}
+
+#[cold]
+#[inline(never)]
+fn is_shim_fd_slow(fd: i32) -> bool {
+    lock(&SHIM_FDS).contains(&fd)
 }
 
 /// The stand-in descriptors inside `[lo, hi]`, sorted.
