@@ -121,7 +121,16 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: Mode) -
             dirfd,
             path,
             |d, p| {
-                fresh_fd(real!(openat: fn(c_int, *const c_char, c_int, Mode) -> c_int; -1; d, p, flags, mode))
+                let fd = fresh_fd(
+                    real!(openat: fn(c_int, *const c_char, c_int, Mode) -> c_int; -1; d, p, flags, mode),
+                );
+                if flags & (libc::O_DIRECTORY | libc::O_PATH) != 0 {
+                    // SAFETY (covered by the enclosing block): p is the C string just opened.
+                    crate::dirfds::note_open_c(state::mounts(), d, p, fd);
+                } else {
+                    crate::dirfds::forget(fd);
+                }
+                fd
             },
             |m, p| ops::open(m, p, flags, mode),
         )
@@ -392,7 +401,7 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: Off, whence: c_int) -> Off {
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if fd == state::slots_fd() && fd >= 0 {
+    if fd >= 0 && (fd == state::slots_fd() || crate::locks::is_shim_fd(fd)) {
         // The shim's own descriptor (a program closing every descriptor it did not open).
         return 0;
     }
@@ -401,6 +410,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             return ret(r);
         }
     }
+    crate::dirfds::forget(fd);
     real!(close: fn(c_int) -> c_int; -1; fd)
 }
 
@@ -409,29 +419,33 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     if in_shim() || flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 || first > last {
         return real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, last, flags);
     }
-    // The description region's memfd is the shim's, not the program's: keep it open.
+    // The description region's memfd and the lock stand-ins are the shim's, not the
+    // program's: keep them open, closing the ranges between them.
+    let mut keep = crate::locks::shim_fds_in(first, last);
     let sfd = state::slots_fd();
-    let r = if sfd >= 0 && (first..=last).contains(&(sfd as c_uint)) {
-        let a = if sfd as c_uint > first {
-            real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, sfd as c_uint - 1, flags)
-        } else {
-            0
-        };
-        let b = if (sfd as c_uint) < last {
-            real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; sfd as c_uint + 1, last, flags)
-        } else {
-            0
-        };
-        if a < 0 {
-            a
-        } else {
-            b
+    if sfd >= 0 && (first..=last).contains(&(sfd as c_uint)) {
+        keep.push(sfd);
+    }
+    keep.sort_unstable();
+    let mut r = 0;
+    let mut lo = first;
+    for k in keep
+        .iter()
+        .map(|k| *k as c_uint)
+        .chain(std::iter::once(last.saturating_add(1)))
+    {
+        if k > lo && r == 0 {
+            let hi = (k - 1).min(last);
+            r = real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; lo, hi, flags);
         }
-    } else {
-        real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, last, flags)
-    };
+        if k >= last {
+            break;
+        }
+        lo = k + 1;
+    }
     if r == 0 {
         let e = sys::errno();
+        crate::dirfds::forget_range(first, last);
         let _ = guarded(|| {
             for (_, d) in state::remove_range(first, last) {
                 let _ = state::release(d);
@@ -445,16 +459,12 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 
 #[no_mangle]
 pub unsafe extern "C" fn closefrom(low: c_int) {
-    if !in_shim() {
-        let _ = guarded(|| {
-            for (fd, d) in state::remove_range(low.max(0) as u32, u32::MAX) {
-                state::raw_close(fd);
-                let _ = state::release(d);
-            }
-            Ok(())
-        });
+    // As close_range (which keeps the shim's own descriptors open); glibc's closefrom
+    // would call its internal close_range.
+    // SAFETY: close_range has no memory arguments.
+    if in_shim() || low < 0 || unsafe { close_range(low as c_uint, c_uint::MAX, 0) } != 0 {
+        real!(closefrom: fn(c_int) -> (); (); low)
     }
-    real!(closefrom: fn(c_int) -> (); (); low)
 }
 
 /// Point `newfd` at the description of store descriptor `oldfd` (after the kernel dup).
@@ -523,6 +533,21 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_i
     if maybe_store_fd(fd) && !in_shim() && state::desc_of(fd).is_some() {
         match cmd {
             libc::F_GETFD | libc::F_SETFD => {}
+            libc::F_GETLK
+            | libc::F_SETLK
+            | libc::F_SETLKW
+            | libc::F_OFD_GETLK
+            | libc::F_OFD_SETLK
+            | libc::F_OFD_SETLKW => {
+                // Not under the table lock: F_SETLKW may block for long.
+                if let Some(d) = state::desc_of(fd) {
+                    // SAFETY: for lock commands arg points to the caller's struct flock.
+                    let Some(fl) = (unsafe { (arg as *mut libc::flock).as_mut() }) else {
+                        return ret(Err(libc::EFAULT));
+                    };
+                    return ret(crate::locks::fcntl_lock(&d, cmd, fl));
+                }
+            }
             libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
                 let n = real!(fcntl: fn(c_int, c_int, libc::c_ulong) -> c_int; -1; fd, cmd, arg);
                 if n < 0 {
@@ -551,8 +576,31 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c
 
 #[no_mangle]
 pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
-    on_fd(fd, |_| Err::<c_int, _>(libc::ENOLCK))
-        .unwrap_or_else(|| real!(flock: fn(c_int, c_int) -> c_int; -1; fd, op))
+    if maybe_store_fd(fd) && !in_shim() {
+        // Not under the table lock: LOCK_EX may block for long.
+        if let Some(d) = state::desc_of(fd) {
+            return ret(crate::locks::flock(&d, op));
+        }
+    }
+    real!(flock: fn(c_int, c_int) -> c_int; -1; fd, op)
+}
+#[no_mangle]
+pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: Off) -> c_int {
+    if maybe_store_fd(fd) && !in_shim() {
+        if let Some(d) = state::desc_of(fd) {
+            return ret(crate::locks::lockf(&d, cmd, len));
+        }
+    }
+    real!(lockf: fn(c_int, c_int, Off) -> c_int; -1; fd, cmd, len)
+}
+#[no_mangle]
+pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: Off) -> c_int {
+    if maybe_store_fd(fd) && !in_shim() {
+        if let Some(d) = state::desc_of(fd) {
+            return ret(crate::locks::lockf(&d, cmd, len));
+        }
+    }
+    real!(lockf64: fn(c_int, c_int, Off) -> c_int; -1; fd, cmd, len)
 }
 
 #[no_mangle]
@@ -1858,6 +1906,32 @@ unsafe fn spawn_with(envp: *const *const c_char, f: impl FnOnce(*const *const c_
     f(env.as_ptr())
 }
 
+/// posix_spawn of `path`, resolved first if it is a store file.
+unsafe fn spawn_any(
+    pid: *mut libc::pid_t,
+    path: *const c_char,
+    acts: *const c_void,
+    attr: *const c_void,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let real_spawn = |p: *const c_char, a: *const *const c_char, env: *const *const c_char| {
+        real!(posix_spawn: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void,
+            *const *const c_char, *const *const c_char) -> c_int; libc::ENOSYS; pid, p, acts, attr, a, env)
+    };
+    if in_shim() {
+        return real_spawn(path, argv, envp);
+    }
+    // SAFETY: posix_spawn contract: C string and NULL-terminated argv.
+    match unsafe { crate::exec_store::resolve(path, argv) } {
+        // SAFETY: as posix_spawn(3).
+        None => unsafe { spawn_with(envp, |env| real_spawn(path, argv, env)) },
+        Some(Err(e)) => e,
+        // SAFETY: as posix_spawn(3) with the resolved path and argv.
+        Some(Ok(r)) => unsafe { spawn_with(envp, |env| real_spawn(r.path.as_ptr(), r.argv.as_ptr(), env)) },
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn posix_spawn(
     pid: *mut libc::pid_t,
@@ -1868,12 +1942,7 @@ pub unsafe extern "C" fn posix_spawn(
     envp: *const *const c_char,
 ) -> c_int {
     // SAFETY: as posix_spawn(3).
-    unsafe {
-        spawn_with(envp, |env| {
-            real!(posix_spawn: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void,
-                *const *const c_char, *const *const c_char) -> c_int; libc::ENOSYS; pid, path, acts, attr, argv, env)
-        })
-    }
+    unsafe { spawn_any(pid, path, acts, attr, argv, envp) }
 }
 #[no_mangle]
 pub unsafe extern "C" fn posix_spawnp(
@@ -1884,6 +1953,22 @@ pub unsafe extern "C" fn posix_spawnp(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
+    if !in_shim() && !file.is_null() {
+        // SAFETY: the caller's C string.
+        let name = unsafe { CStr::from_ptr(file) };
+        let found = if name.to_bytes().contains(&b'/') {
+            None
+        } else {
+            guarded(|| Ok(crate::exec_store::search_path(name)))
+                .ok()
+                .flatten()
+        };
+        if name.to_bytes().contains(&b'/') || found.is_some() {
+            let p = found.as_deref().unwrap_or(name);
+            // SAFETY: as posix_spawn(3) with the path found.
+            return unsafe { spawn_any(pid, p.as_ptr(), acts, attr, argv, envp) };
+        }
+    }
     // SAFETY: as posix_spawnp(3).
     unsafe {
         spawn_with(envp, |env| {
@@ -1893,6 +1978,47 @@ pub unsafe extern "C" fn posix_spawnp(
     }
 }
 
+/// execve of `p`, or of what a store path resolves to (a script's interpreter, a memfd
+/// copy of a program: see `exec_store`).
+unsafe fn execve_any(p: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    let real_execve = |p: *const c_char, a: *const *const c_char, env: *const *const c_char| real!(execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, a, env);
+    if in_shim() {
+        return real_execve(p, argv, envp);
+    }
+    // SAFETY: exec contract: p and argv are C strings / a NULL-terminated array.
+    match unsafe { crate::exec_store::resolve(p, argv) } {
+        // SAFETY: as execve(2).
+        None => unsafe { exec_with(envp, |env| real_execve(p, argv, env)) },
+        Some(Err(e)) => {
+            set_errno(e);
+            -1
+        }
+        // SAFETY: as execve(2), with the resolved path and argv (alive until return).
+        Some(Ok(r)) => unsafe { exec_with(envp, |env| real_execve(r.path.as_ptr(), r.argv.as_ptr(), env)) },
+    }
+}
+
+/// execvpe: a bare name found first in a store directory of PATH, or a store path, is
+/// resolved; everything else goes to the real execvpe.
+unsafe fn execvpe_any(p: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    let real_execvpe = |p: *const c_char, a: *const *const c_char, env: *const *const c_char| real!(execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, a, env);
+    if in_shim() || p.is_null() {
+        return real_execvpe(p, argv, envp);
+    }
+    // SAFETY: the caller's C string.
+    let name = unsafe { CStr::from_ptr(p) };
+    if name.to_bytes().contains(&b'/') {
+        // SAFETY: as execve(2).
+        return unsafe { execve_any(p, argv, envp) };
+    }
+    if let Ok(Some(found)) = guarded(|| Ok(crate::exec_store::search_path(name))) {
+        // SAFETY: as execve(2) with the path found.
+        return unsafe { execve_any(found.as_ptr(), argv, envp) };
+    }
+    // SAFETY: as execvpe(3).
+    unsafe { exec_with(envp, |env| real_execvpe(p, argv, env)) }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn execve(
     p: *const c_char,
@@ -1900,32 +2026,17 @@ pub unsafe extern "C" fn execve(
     envp: *const *const c_char,
 ) -> c_int {
     // SAFETY: as execve(2).
-    unsafe {
-        exec_with(
-            envp,
-            |env| real!(execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
-        )
-    }
+    unsafe { execve_any(p, argv, envp) }
 }
 #[no_mangle]
 pub unsafe extern "C" fn execv(p: *const c_char, argv: *const *const c_char) -> c_int {
     // SAFETY: as execv(3): execve with the current environment.
-    unsafe {
-        exec_with(
-            environ,
-            |env| real!(execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
-        )
-    }
+    unsafe { execve_any(p, argv, environ) }
 }
 #[no_mangle]
 pub unsafe extern "C" fn execvp(p: *const c_char, argv: *const *const c_char) -> c_int {
     // SAFETY: as execvp(3): execvpe with the current environment.
-    unsafe {
-        exec_with(
-            environ,
-            |env| real!(execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
-        )
-    }
+    unsafe { execvpe_any(p, argv, environ) }
 }
 #[no_mangle]
 pub unsafe extern "C" fn execvpe(
@@ -1934,15 +2045,22 @@ pub unsafe extern "C" fn execvpe(
     envp: *const *const c_char,
 ) -> c_int {
     // SAFETY: as execvpe(3).
-    unsafe {
-        exec_with(
-            envp,
-            |env| real!(execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
-        )
-    }
+    unsafe { execvpe_any(p, argv, envp) }
 }
 #[no_mangle]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    if !in_shim() {
+        if let Some(d) = state::desc_of(fd) {
+            // A store descriptor: exec the file it was opened as.
+            let Ok(p) = std::ffi::CString::new(d.full_path()) else {
+                set_errno(libc::EINVAL);
+                return -1;
+            };
+            drop(d);
+            // SAFETY: as execve(2).
+            return unsafe { execve_any(p.as_ptr(), argv, envp) };
+        }
+    }
     // SAFETY: as fexecve(3).
     unsafe {
         exec_with(
