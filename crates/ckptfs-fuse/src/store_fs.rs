@@ -27,6 +27,9 @@ pub struct StoreFs {
     store: Store,
     io: IoMode,
     files: Mutex<HashMap<u64, Arc<Mutex<FileHandle>>>>,
+    /// Open handles per inode: only a file open through the mount can be unlinked and
+    /// still be stat'ed through it (fstat), so only those are checked for nlink 0.
+    open_inos: Mutex<HashMap<u64, usize>>,
     dirs: DirTable<String>,
     next_fh: AtomicU64,
     uid: u32,
@@ -43,6 +46,7 @@ impl StoreFs {
             store,
             io,
             files: Mutex::new(HashMap::new()),
+            open_inos: Mutex::new(HashMap::new()),
             dirs: DirTable::new(),
             next_fh: AtomicU64::new(1),
             uid,
@@ -56,11 +60,31 @@ impl StoreFs {
         self.counters.clone()
     }
 
+    /// The link count: a directory has 2 + one per subdirectory (their ".."); a file 1,
+    /// or 0 once unlinked while still open (the store has no hard links).
+    fn nlink(&self, st: &Stat) -> u32 {
+        match st.kind {
+            FileKind::Dir => {
+                let subdirs = self
+                    .store
+                    .read_dir_ino(st.ino)
+                    .map(|l| l.iter().filter(|e| e.kind == FileKind::Dir).count())
+                    .unwrap_or(0);
+                2 + subdirs as u32
+            }
+            FileKind::File => {
+                let open = self.open_inos.lock().unwrap().contains_key(&st.ino);
+                if open && self.store.path_of(st.ino).is_ok_and(|p| p.is_empty()) {
+                    0
+                } else {
+                    1
+                }
+            }
+        }
+    }
+
     fn attr(&self, st: &Stat) -> FileAttr {
-        let nlink = match st.kind {
-            FileKind::Dir => 2,
-            FileKind::File => 1,
-        };
+        let nlink = self.nlink(st);
         let kind = file_type(st.kind);
         let perm = (st.mode & 0o7777) as u16;
         let mtime = system_time(st.mtime_ns);
@@ -125,8 +149,19 @@ impl StoreFs {
 
     fn insert(&self, h: FileHandle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Relaxed);
+        *self.open_inos.lock().unwrap().entry(h.stat().ino).or_insert(0) += 1;
         self.files.lock().unwrap().insert(fh, Arc::new(Mutex::new(h)));
         fh
+    }
+
+    fn forget_open(&self, ino: u64) {
+        let mut m = self.open_inos.lock().unwrap();
+        if let Some(n) = m.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&ino);
+            }
+        }
     }
 
     fn open_flags(&self, posix: i32) -> FopenFlags {
@@ -462,6 +497,7 @@ impl Filesystem for StoreFs {
         let Some(h) = h else {
             return reply.error(Errno::EBADF);
         };
+        self.forget_open(h.lock().unwrap().stat().ino);
         // Another request may still hold the Arc for a moment; the last holder closes.
         match Arc::try_unwrap(h) {
             Ok(m) => match m.into_inner().unwrap().close() {
