@@ -19,6 +19,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bench;
+mod bench_store;
 mod creds;
 pub mod crfs;
 mod dirs;

@@ -61,9 +61,13 @@ impl StoreFs {
     }
 
     /// The link count: a directory has 2 + one per subdirectory (their ".."); a file 1,
-    /// or 0 once unlinked while still open (the store has no hard links).
-    fn nlink(&self, st: &Stat) -> u32 {
+    /// or 0 once unlinked while still open (the store has no hard links). Counting
+    /// subdirectories walks the directory, so only getattr/setattr replies (`exact`) do
+    /// it; entry replies of lookups, made at every step of every path walk, say 2 (the
+    /// kernel asks getattr before it shows a stat, the attributes having TTL 0).
+    fn nlink(&self, st: &Stat, exact: bool) -> u32 {
         match st.kind {
+            FileKind::Dir if !exact => 2,
             FileKind::Dir => {
                 let subdirs = self
                     .store
@@ -84,7 +88,16 @@ impl StoreFs {
     }
 
     fn attr(&self, st: &Stat) -> FileAttr {
-        let nlink = self.nlink(st);
+        self.attr_of(st, false)
+    }
+
+    /// Attributes for a getattr/setattr reply (exact directory link count).
+    fn attr_exact(&self, st: &Stat) -> FileAttr {
+        self.attr_of(st, true)
+    }
+
+    fn attr_of(&self, st: &Stat, exact: bool) -> FileAttr {
+        let nlink = self.nlink(st, exact);
         let kind = file_type(st.kind);
         let perm = (st.mode & 0o7777) as u16;
         let mtime = system_time(st.mtime_ns);
@@ -110,7 +123,7 @@ impl StoreFs {
 
     fn reply_attr(&self, reply: ReplyAttr, r: Result<Stat, Errno>) {
         match r {
-            Ok(st) => reply.attr(&TTL, &self.attr(&st)),
+            Ok(st) => reply.attr(&TTL, &self.attr_exact(&st)),
             Err(e) => reply.error(e),
         }
     }
@@ -212,7 +225,7 @@ impl Filesystem for StoreFs {
         if let Some(fh) = fh {
             if let Ok(h) = self.handle(fh.0) {
                 let st = h.lock().unwrap().stat();
-                return reply.attr(&TTL, &self.attr(&st));
+                return reply.attr(&TTL, &self.attr_exact(&st));
             }
         }
         self.reply_attr(reply, self.store.stat_ino(ino.0).map_err(store_err));
