@@ -459,7 +459,7 @@ impl Filesystem for StoreFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
@@ -474,6 +474,19 @@ impl Filesystem for StoreFs {
             Ok(h) => h,
             Err(e) => return reply.error(e),
         };
+        // FUSE_HANDLE_KILLPRIV: a write by a user other than root (without CAP_FSETID)
+        // clears set-user-ID (and set-group-ID with group execute), as a local file
+        // system does, the owner's own writes included.
+        if req.uid() != 0 {
+            let st = h.lock().unwrap().stat();
+            if let Some(mode) = crate::killed_mode(st.mode) {
+                if let Ok(p) = self.path(INodeNo(st.ino)) {
+                    if let Err(e) = self.store.chmod(&p, mode) {
+                        return reply.error(store_err(e));
+                    }
+                }
+            }
+        }
         let r = h.lock().unwrap().pwrite(data, offset);
         match r {
             Ok(n) => {

@@ -270,5 +270,22 @@ fn crfs_root_daemon_runs_each_users_calls_as_that_user() {
     let (rc, _, err) = sh(&mp, &format!("chown {u2} sgid/s1"));
     assert_eq!(rc, 0, "root chown: {err}");
     assert_eq!(owner(&be.join("sgid/s1")).0, u2);
+    // A user's write clears set-user-ID and set-group-ID (the chunks are written by the
+    // root daemon, which would keep them): direct I/O (O_WRONLY) and page-cache (O_RDWR).
+    let (rc, _, err) = sh(
+        &mp,
+        "echo a > sticky/suid1 && echo a > sticky/suid2 && chmod 6777 sticky/suid1 sticky/suid2",
+    );
+    assert_eq!(rc, 0, "{err}");
+    let (rc, err) = as_user(
+        "ckptfs-t2",
+        &mp,
+        "echo b >> sticky/suid1 && python3 -c 'f = open(\"sticky/suid2\", \"r+\"); f.write(\"b\"); f.close()'",
+    );
+    assert_eq!(rc, 0, "{err}");
+    for n in ["suid1", "suid2"] {
+        let mode = std::fs::metadata(be.join("sticky").join(n)).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o777, "{n}: set-id bits after another user's write");
+    }
     assert_eq!(d.stop(), 0);
 }

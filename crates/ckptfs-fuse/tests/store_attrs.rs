@@ -141,3 +141,36 @@ fn store_unsupported_calls_answer_their_documented_errno() {
     }
     assert_eq!(d.stop(), 0);
 }
+
+#[test]
+fn store_write_by_a_user_clears_setuid_bits() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (a root daemon and an unprivileged writer)");
+        return;
+    }
+    let (rc, _, err) = sh(
+        Path::new("/"),
+        "id -u ckptfs-t1 || useradd -M -U -r -s /usr/sbin/nologin ckptfs-t1",
+    );
+    assert_eq!(rc, 0, "{err}");
+    let (_g, tmp, mp, d) = mounted("killpriv");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for n in ["direct", "cached", "by-root"] {
+        std::fs::write(mp.join(n), b"a").unwrap();
+        std::fs::set_permissions(mp.join(n), std::fs::Permissions::from_mode(0o6777)).unwrap();
+    }
+    let (rc, _, err) = sh(
+        &mp,
+        "setpriv --reuid=ckptfs-t1 --regid=ckptfs-t1 --init-groups bash -c \
+         'echo b >> direct && python3 -c \"f = open(\\\"cached\\\", \\\"r+\\\"); f.write(\\\"b\\\")\"' && \
+         echo b >> by-root",
+    );
+    assert_eq!(rc, 0, "{err}");
+    let mode = |n: &str| std::fs::metadata(mp.join(n)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("direct"), 0o777, "O_WRONLY (direct I/O) write by a user");
+    assert_eq!(mode("cached"), 0o777, "O_RDWR (page cache) write by a user");
+    assert_eq!(mode("by-root"), 0o6777, "root (CAP_FSETID) keeps the bits");
+    assert_eq!(d.stop(), 0);
+}

@@ -140,6 +140,17 @@ pub(super) fn chmod(node: BorrowedFd, mode: u32) -> Result<(), Errno> {
     check(unsafe { libc::chmod(p.as_ptr(), (mode & 0o7777) as libc::mode_t) })
 }
 
+/// Clear set-user-ID/set-group-ID of an open file if a write by a user must.
+pub(super) fn kill_suid(f: &File) -> Result<(), Errno> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let m = f.metadata().map_err(errno_io)?;
+    if let Some(mode) = crate::killed_mode(m.mode()) {
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(errno_io)?;
+    }
+    Ok(())
+}
+
 /// chown of the inode itself (-1 keeps an id).
 pub(super) fn chown(node: BorrowedFd, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
     let (u, g) = (uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX));

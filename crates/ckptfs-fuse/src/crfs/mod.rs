@@ -603,7 +603,7 @@ impl Filesystem for CrfsFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
@@ -621,6 +621,14 @@ impl Filesystem for CrfsFs {
         let Some(f) = &h.agg else {
             return reply.error(Errno::EBADF);
         };
+        // FUSE_HANDLE_KILLPRIV: a write by a user without CAP_FSETID clears set-user-ID
+        // (and set-group-ID with group execute), as the backend would for that user;
+        // the chunks themselves are written by the daemon (root), which keeps them.
+        if crate::creds::switching() && req.uid() != 0 {
+            if let Err(e) = backend::kill_suid(&h.fd) {
+                return reply.error(e);
+            }
+        }
         let off = if h.append { f.size_hint() } else { offset };
         match self.engine.write(f, off, data) {
             Ok(n) => {
