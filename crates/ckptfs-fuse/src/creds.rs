@@ -78,10 +78,22 @@ impl AsCaller {
         let guard = AsCaller { active: true };
         set_groups(&groups)?;
         // SAFETY: setfsgid/setfsuid change only this thread's file-system ids; they
-        // return the previous id and cannot fail in a way that harms memory.
-        unsafe {
+        // return the previous id and cannot fail in a way that harms memory. Called with
+        // an invalid id (-1) they change nothing and return the current one, which
+        // checks that the switch happened (without CAP_SETUID/CAP_SETGID, in a
+        // container, it silently does not: then refuse rather than act as root).
+        let ok = unsafe {
             libc::setfsgid(req.gid());
             libc::setfsuid(req.uid());
+            libc::setfsgid(u32::MAX) as u32 == req.gid() && libc::setfsuid(u32::MAX) as u32 == req.uid()
+        };
+        if !ok {
+            tracing::error!(
+                uid = req.uid(),
+                gid = req.gid(),
+                "cannot switch to the caller's file-system ids"
+            );
+            return Err(Errno::EPERM);
         }
         Ok(guard)
     }
