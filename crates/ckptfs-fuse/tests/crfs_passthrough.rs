@@ -42,7 +42,7 @@ fn open_raw(p: &Path, flags: i32, mode: u32) -> Result<i32, i32> {
 }
 
 #[test]
-fn crfs_open_rdonly_creat_creates_the_file() {
+fn crfs_open_rdonly_creat_creates_the_file_and_names_are_bytes() {
     let (_tmp, mp, be) = dirs();
     let d = Daemon::crfs(&be, &mp, 1 << 20, 128 << 10, 2);
     // Was EIO with nothing created.
@@ -58,6 +58,13 @@ fn crfs_open_rdonly_creat_creates_the_file() {
         ),
         Err(libc::EEXIST)
     );
+    // Names are bytes: a Latin-1 name (not UTF-8) goes through as on the backend.
+    let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    std::fs::write(mp.join(latin1), b"l1").unwrap();
+    assert_eq!(std::fs::read(be.join(latin1)).unwrap(), b"l1");
+    assert!(std::fs::read_dir(&mp)
+        .unwrap()
+        .any(|e| e.unwrap().file_name() == latin1));
     // flock(1) opens its lock file O_RDONLY|O_CREAT.
     let (rc, _, err) = sh(&mp, "flock -x lockfile -c 'echo locked > held'");
     assert_eq!(rc, 0, "flock(1) on the mount: {err}");

@@ -21,7 +21,7 @@ pub use engine::{BackendSink, DiscardSink, Engine, EngineStats, FileSink};
 
 use crate::creds::{as_caller, AsCaller};
 use crate::dirs::{dot_entries, DirTable, Listing};
-use crate::{io_errno, reply_empty, split_name, Counters, IoMode};
+use crate::{io_errno, reply_empty, Counters, IoMode};
 use engine::AggFile;
 use fuser::{
     Errno, FileAttr, FileType, Filesystem, Generation, INodeNo, KernelConfig, ReplyAttr, ReplyCreate,
@@ -208,7 +208,10 @@ impl CrfsFs {
 
     /// The directory descriptor and the checked name of `name` in `parent`.
     fn child(&self, parent: INodeNo, name: &OsStr) -> Result<(Arc<OwnedFd>, CString), Errno> {
-        split_name(name)?;
+        // Any bytes but '/' and NUL, as on the backend (not only UTF-8 like the store).
+        if name.len() > 255 {
+            return Err(Errno::from_i32(libc::ENAMETOOLONG));
+        }
         if name == "." || name == ".." || name.as_bytes().contains(&b'/') {
             return Err(Errno::EINVAL);
         }
