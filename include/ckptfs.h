@@ -175,6 +175,8 @@ int ckptfs_fsync(int fd);
 #define CKPTFS_STATE_WRITING 1    /* a live process has it open for writing */
 #define CKPTFS_STATE_INCOMPLETE 2 /* a writer died with it open: readable up to its
                                      last completed write */
+#define CKPTFS_STATE_FAILED 3     /* closed after a write to it failed (ENOSPC, EIO):
+                                     not what was meant to be written */
 
 /* Attributes (a struct tag only, like POSIX struct stat, since ckptfs_stat is a
  * function). */

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Packages the preload tests and the demo need: C and C++ compilers (test programs,
-# examples/heat, the bench worker), tar, gzip, coreutils, bash, Debian's python3.
+# examples/heat, the bench worker), gfortran (Fortran test programs), tar, gzip,
+# coreutils, bash, Debian's python3, rsync, make, mpirun (openmpi-bin).
 set -euo pipefail
 need=()
-for p in gcc:gcc g++:g++ tar:tar gzip:gzip bash:bash /usr/bin/python3:python3; do
+for p in gcc:gcc g++:g++ gfortran:gfortran tar:tar gzip:gzip bash:bash /usr/bin/python3:python3 \
+    rsync:rsync make:make mpirun:openmpi-bin; do
     cmd=${p%%:*} pkg=${p##*:}
     command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done

@@ -37,25 +37,45 @@ pub enum AgentError {
     /// The file was modified, truncated, unlinked or reopened for writing during the copy.
     #[error("{0} changed during the copy; it will be drained again")]
     Changed(String),
-    /// A destination file does not match its manifest (restore).
-    #[error("{path}: chunk {chunk} does not match the manifest (crc32c expected {expected:#010x}, found {found:#010x})")]
+    /// A destination file does not match its manifest (restore). The message names the
+    /// file, the chunk and its offset, never bytes of the file or their checksum (a
+    /// checksum of a few bytes gives the bytes away).
+    #[error("{path}: chunk {chunk} (bytes {offset}..{end}) does not match the manifest's CRC32C")]
     Mismatch {
         /// Destination file.
         path: PathBuf,
         /// Chunk index (manifest chunk size).
         chunk: u64,
-        /// CRC32C in the manifest.
-        expected: u32,
-        /// CRC32C of the bytes read.
-        found: u32,
+        /// Offset of the chunk in the file.
+        offset: u64,
+        /// End of the chunk.
+        end: u64,
     },
-    /// A manifest that cannot be parsed.
+    /// A manifest that cannot be used.
     #[error("manifest {path}: {reason}")]
     Manifest {
         /// Manifest file.
         path: PathBuf,
         /// What is wrong.
-        reason: String,
+        reason: crate::manifest::ManifestError,
+    },
+    /// A manifest entry that restore refuses (its file is not restored).
+    #[error("manifest {manifest}: entry {name:?}: {reason}")]
+    BadEntry {
+        /// Manifest file.
+        manifest: PathBuf,
+        /// The entry's key.
+        name: String,
+        /// What is wrong.
+        reason: crate::manifest::EntryError,
+    },
+    /// A destination file restore will not read or use.
+    #[error("refusing to restore from {path}: {reason}")]
+    Refused {
+        /// Destination file or directory.
+        path: PathBuf,
+        /// Why.
+        reason: Refusal,
     },
     /// Invalid settings (mapping file, node id, targets).
     #[error("invalid configuration: {0}")]
@@ -79,9 +99,11 @@ impl AgentError {
         match self {
             AgentError::Store(e) => e.errno(),
             AgentError::Dest { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-            AgentError::Corrupt { .. } | AgentError::Mismatch { .. } | AgentError::Manifest { .. } => {
-                libc::EIO
-            }
+            AgentError::Corrupt { .. }
+            | AgentError::Mismatch { .. }
+            | AgentError::Manifest { .. }
+            | AgentError::BadEntry { .. } => libc::EIO,
+            AgentError::Refused { reason, .. } => reason.errno(),
             AgentError::Changed(_) => libc::EAGAIN,
             AgentError::Config(_) => libc::EINVAL,
             AgentError::Busy { .. } => libc::EBUSY,
@@ -102,6 +124,50 @@ impl AgentError {
             op,
             path: path.into(),
             source,
+        }
+    }
+}
+
+/// Why restore refuses a destination file (docs/design.md, "Threat model: restore input").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A symbolic link where a file or directory of the drain layout must be.
+    #[error("it is a symbolic link (not followed)")]
+    Symlink,
+    /// A FIFO, device, socket or directory where a data file must be.
+    #[error("not a regular file")]
+    NotRegular,
+    /// Owned by someone other than the owner of the manifest that lists it (the agent
+    /// creates both; another owner means the file was put there by someone else).
+    #[error("owned by uid {file}, but its manifest by uid {manifest}")]
+    Owner {
+        /// Owner of the data file.
+        file: u32,
+        /// Owner of the manifest.
+        manifest: u32,
+    },
+    /// Not the size the manifest gives.
+    #[error("{found} bytes, the manifest says {expected}")]
+    Size {
+        /// Size on disk.
+        found: u64,
+        /// Size in the manifest.
+        expected: u64,
+    },
+    /// The directory was replaced between finding the manifest and reading the file.
+    #[error("the directory changed during the restore")]
+    DirChanged,
+}
+
+impl Refusal {
+    /// The POSIX errno.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Refusal::Symlink => libc::ELOOP,
+            Refusal::NotRegular => libc::EINVAL,
+            Refusal::Owner { .. } => libc::EPERM,
+            Refusal::Size { .. } => libc::EIO,
+            Refusal::DirChanged => libc::EAGAIN,
         }
     }
 }

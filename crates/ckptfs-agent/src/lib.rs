@@ -28,6 +28,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bench;
+mod beneath;
 pub mod config;
 pub mod dest;
 pub mod engine;

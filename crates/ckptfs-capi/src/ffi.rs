@@ -129,6 +129,7 @@ fn to_c_stat(s: &Stat) -> CkptfsStat {
             WriteState::Complete => STATE_COMPLETE,
             WriteState::Writing => STATE_WRITING,
             WriteState::Incomplete => STATE_INCOMPLETE,
+            WriteState::Failed => STATE_FAILED,
         },
         chunks: s.chunks,
         spill_chunks: s.spill_chunks,
@@ -654,26 +655,36 @@ pub unsafe extern "C" fn ckptfs_get_spill_path(path: *const c_char, buf: *mut c_
         let path = unsafe { cstr(path, "path") }?;
         let sp = at(path, "spill path", |r| Ok(r.store.info().spill_path))?;
         let s = sp.as_ref().and_then(|p| p.to_str()).unwrap_or("");
-        if buf.is_null() {
-            return if len == 0 {
-                Ok(s.len() as i64)
-            } else {
-                Err(efault("buffer"))
-            };
-        }
-        if s.len() >= len {
-            return Err(CapiError::new(
-                libc::ERANGE,
-                format!("spill path needs {} bytes, the buffer holds {len}", s.len() + 1),
-            ));
-        }
-        // SAFETY: s.len() + 1 <= len bytes are writable per the contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
-            buf.add(s.len()).write(0);
-        }
-        Ok(s.len() as i64)
+        // SAFETY: forwarded contract.
+        unsafe { copy_str_out(s, buf, len, "spill path") }
     }) as isize
+}
+
+/// Copy `s` with a NUL into `buf` and return its length; with `buf == NULL && len == 0`
+/// only the length. ERANGE if `len` is too small, EFAULT for NULL with `len > 0`.
+///
+/// # Safety
+/// `buf` is NULL or valid for writing `len` bytes.
+pub(crate) unsafe fn copy_str_out(s: &str, buf: *mut c_char, len: usize, what: &str) -> Result<i64> {
+    if buf.is_null() {
+        return if len == 0 {
+            Ok(s.len() as i64)
+        } else {
+            Err(efault("buffer"))
+        };
+    }
+    if s.len() >= len {
+        return Err(CapiError::new(
+            libc::ERANGE,
+            format!("{what} needs {} bytes, the buffer holds {len}", s.len() + 1),
+        ));
+    }
+    // SAFETY: s.len() + 1 <= len bytes are writable per the caller's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
+        buf.add(s.len()).write(0);
+    }
+    Ok(s.len() as i64)
 }
 
 #[cfg(test)]

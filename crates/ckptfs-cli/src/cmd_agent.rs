@@ -10,7 +10,6 @@
 use crate::config::Ctx;
 use anyhow::{bail, Context, Result};
 use ckptfs_agent::config::targets;
-use ckptfs_agent::dest::PosixDest;
 use ckptfs_agent::sys::Priority;
 use ckptfs_agent::{Agent, AgentConfig, AgentStatus};
 use ckptfs_store::Store;
@@ -258,12 +257,7 @@ pub(crate) fn restore_into(
     let mine = c.target()?.clone();
     let mut order = vec![mine.clone()];
     order.extend(c.targets.iter().filter(|t| **t != mine).cloned());
-    Ok(ckptfs_agent::restore(
-        store,
-        &PosixDest::default(),
-        &order,
-        prefix,
-    )?)
+    Ok(ckptfs_agent::restore(store, &order, prefix)?)
 }
 
 pub(crate) fn human(b: u64) -> String {

@@ -9,6 +9,7 @@ mod cmd_agent;
 mod cmd_mount;
 mod cmd_run;
 mod config;
+mod elf;
 mod store_cmds;
 
 use anyhow::Result;

@@ -69,6 +69,7 @@ fn state_str(s: WriteState) -> &'static str {
         WriteState::Complete => "complete",
         WriteState::Writing => "writing",
         WriteState::Incomplete => "INCOMPLETE",
+        WriteState::Failed => "FAILED",
     }
 }
 
@@ -162,10 +163,12 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
         Some(a) => crate::cmd_agent::print_status(a),
         None => println!("agent       none has run on this store"),
     }
-    if i.incomplete > 0 {
+    if i.incomplete > 0 || i.failed > 0 {
         for (p, st) in store.list_all() {
             if st.state == WriteState::Incomplete {
                 println!("incomplete  {p} ({} bytes readable)", st.size);
+            } else if st.state == WriteState::Failed {
+                println!("failed      {p} (a write to it failed; {} bytes)", st.size);
             }
         }
     }
@@ -243,6 +246,8 @@ fn copy_out(store: &Store, path: &str, out: &mut dyn Write, label: &str) -> Resu
         .with_context(|| format!("open {path}"))?;
     if f.stat().state == WriteState::Incomplete {
         eprintln!("ckptfs: warning: {path} is incomplete (its writer died); copying the readable part");
+    } else if f.stat().state == WriteState::Failed {
+        eprintln!("ckptfs: warning: {path} is failed (a write to it failed); copying what it holds");
     }
     f.verify_all().with_context(|| format!("verifying {path}"))?;
     let pb = progress(f.size(), label);
@@ -478,12 +483,13 @@ pub fn config(ctx: &Ctx, json: bool) -> Result<i32> {
         let rows: Vec<_> = ctx
             .table
             .iter()
-            .map(|(k, v, s)| serde_json::json!({"key": k, "value": v, "source": s}))
+            .map(|(k, v, s)| serde_json::json!({"key": k, "value": v, "source": s.as_str()}))
             .collect();
+        let resolved: serde_json::Value = serde_json::from_str(&ctx.settings.to_json())?;
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({"config_file": ctx.config_file, "settings": rows})
+                &serde_json::json!({"config_file": ctx.config_file, "settings": rows, "resolved": resolved})
             )?
         );
         return Ok(0);
@@ -500,7 +506,7 @@ pub fn config(ctx: &Ctx, json: bool) -> Result<i32> {
         "setting", "value", "source", "env", "flag"
     );
     for (s, (k, v, src)) in crate::config::SETTINGS.iter().zip(&ctx.table) {
-        let src = serde_json::to_value(src)?.as_str().unwrap_or("").to_string();
+        let src = src.as_str();
         let v = if v.is_empty() { "-" } else { v };
         println!(
             "{:<12} {:<24} {:<8} {:<18} {:<14} {}",

@@ -23,7 +23,7 @@ type Off = i64;
 
 /// Run a store operation on `fd` if it is a store descriptor.
 #[inline]
-fn on_fd<T: From<i8>>(fd: c_int, f: impl FnOnce(&Arc<Desc>) -> R<T>) -> Option<T> {
+pub(crate) fn on_fd<T: From<i8>>(fd: c_int, f: impl FnOnce(&Arc<Desc>) -> R<T>) -> Option<T> {
     if !maybe_store_fd(fd) || in_shim() {
         return None;
     }
@@ -36,7 +36,7 @@ fn on_fd<T: From<i8>>(fd: c_int, f: impl FnOnce(&Arc<Desc>) -> R<T>) -> Option<T
 
 /// Dispatch a path call: to the store, or to libc with the (possibly rewritten) path.
 #[inline]
-unsafe fn on_path<T: From<i8>>(
+pub(crate) unsafe fn on_path<T: From<i8>>(
     dirfd: c_int,
     path: *const c_char,
     real: impl FnOnce(c_int, *const c_char) -> T,
@@ -1774,42 +1774,123 @@ extern "C" {
     static environ: *const *const c_char;
 }
 
-/// `envp` with our inheritance entry in place of any old one.
-unsafe fn env_with(envp: *const *const c_char, entry: &std::ffi::CString) -> Vec<*const c_char> {
+/// Does `envp` hold an entry starting with `prefix`?
+unsafe fn env_has(envp: *const *const c_char, prefix: &[u8]) -> bool {
+    let mut p = envp;
+    // SAFETY: envp is a NULL-terminated array of C strings (or null).
+    unsafe {
+        while !p.is_null() && !(*p).is_null() {
+            if CStr::from_ptr(*p).to_bytes().starts_with(prefix) {
+                return true;
+            }
+            p = p.add(1);
+        }
+    }
+    false
+}
+
+/// `envp` without any shim entry (`CKPTFS_INHERIT`, `CKPTFS_CWD`), then `entries`.
+unsafe fn env_with(envp: *const *const c_char, entries: &[&std::ffi::CString]) -> Vec<*const c_char> {
     let mut v = Vec::new();
     let mut p = envp;
     // SAFETY: envp is a NULL-terminated array of C strings (or null).
     unsafe {
         while !p.is_null() && !(*p).is_null() {
-            if !CStr::from_ptr(*p).to_bytes().starts_with(b"CKPTFS_INHERIT=") {
+            let e = CStr::from_ptr(*p).to_bytes();
+            if !e.starts_with(b"CKPTFS_INHERIT=") && !e.starts_with(b"CKPTFS_CWD=") {
                 v.push(*p);
             }
             p = p.add(1);
         }
     }
-    v.push(entry.as_ptr());
+    v.extend(entries.iter().map(|e| e.as_ptr()));
     v.push(std::ptr::null());
     v
 }
 
-/// Run an exec: release store files, pass inherited descriptors on in the
-/// environment, and take them back if exec fails.
+/// The child's virtual cwd entry (None when there is no virtual cwd).
+fn cwd_entry() -> Option<std::ffi::CString> {
+    guarded(|| Ok(crate::cwd::entry())).ok().flatten()
+}
+
+/// Run an exec: release store files, pass inherited descriptors and the virtual cwd on
+/// in the environment, and take the descriptors back if exec fails.
 unsafe fn exec_with(envp: *const *const c_char, f: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
     if in_shim() {
         return f(envp);
     }
+    let cwd = cwd_entry();
     let prep = guarded(|| Ok(state::prepare_exec())).ok().flatten();
-    let Some((inh, entry)) = prep else { return f(envp) };
     // SAFETY: envp per the exec contract.
-    let env = unsafe { env_with(envp, &entry) };
+    if prep.is_none() && cwd.is_none() && !unsafe { env_has(envp, b"CKPTFS_CWD=") } {
+        return f(envp);
+    }
+    let mut entries = Vec::new();
+    entries.extend(cwd.as_ref());
+    entries.extend(prep.as_ref().map(|p| &p.1));
+    // SAFETY: envp per the exec contract.
+    let env = unsafe { env_with(envp, &entries) };
     let r = f(env.as_ptr());
     let e = sys::errno();
-    let _ = guarded(|| {
-        state::exec_failed(inh);
-        Ok(())
-    });
+    if let Some((inh, _)) = prep {
+        let _ = guarded(|| {
+            state::exec_failed(inh);
+            Ok(())
+        });
+    }
     set_errno(e);
     r
+}
+
+/// posix_spawn(p) with the virtual cwd in the child's environment (glibc's posix_spawn
+/// execs with an internal call the exec hooks do not see).
+unsafe fn spawn_with(envp: *const *const c_char, f: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
+    if in_shim() {
+        return f(envp);
+    }
+    let cwd = cwd_entry();
+    // SAFETY: envp per the posix_spawn contract.
+    if cwd.is_none() && !unsafe { env_has(envp, b"CKPTFS_CWD=") } {
+        return f(envp);
+    }
+    // SAFETY: as above.
+    let env = unsafe { env_with(envp, &cwd.iter().collect::<Vec<_>>()) };
+    f(env.as_ptr())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const c_char,
+    acts: *const c_void,
+    attr: *const c_void,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: as posix_spawn(3).
+    unsafe {
+        spawn_with(envp, |env| {
+            real!(posix_spawn: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void,
+                *const *const c_char, *const *const c_char) -> c_int; libc::ENOSYS; pid, path, acts, attr, argv, env)
+        })
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const c_char,
+    acts: *const c_void,
+    attr: *const c_void,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: as posix_spawnp(3).
+    unsafe {
+        spawn_with(envp, |env| {
+            real!(posix_spawnp: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void,
+                *const *const c_char, *const *const c_char) -> c_int; libc::ENOSYS; pid, file, acts, attr, argv, env)
+        })
+    }
 }
 
 #[no_mangle]

@@ -16,20 +16,25 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod cwd;
 pub mod dir;
 #[cfg(not(test))]
 pub mod hooks;
 pub mod lock;
+#[cfg(not(test))]
+pub mod names;
 pub mod ops;
 pub mod paths;
 pub mod state;
 pub mod stdio;
 pub mod sys;
 
-/// Library constructor: adopt store descriptors inherited across exec.
+/// Library constructor: adopt the virtual cwd and the store descriptors inherited across
+/// exec.
 #[cfg(not(test))]
 extern "C" fn init() {
     let _ = sys::guarded(|| {
+        cwd::adopt();
         state::adopt_inherited();
         Ok(())
     });

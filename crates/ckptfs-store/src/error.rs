@@ -59,6 +59,15 @@ pub enum StoreError {
         /// CRC32C of the data now.
         computed: u32,
     },
+    /// The store's metadata about a file is damaged (a checksum of an inode or chunk entry
+    /// does not match, an index is out of range): the file's bytes cannot be trusted.
+    #[error("{path}: damaged store metadata ({what}); run `ckptfs fsck`")]
+    Damaged {
+        /// Store path of the file (or what is known of it).
+        path: String,
+        /// What is damaged.
+        what: String,
+    },
     /// The segment is not a ckptfs segment, has another format version, or is damaged.
     #[error("segment {path}: {reason}")]
     BadSegment {
@@ -120,7 +129,7 @@ impl StoreError {
             Invalid(_) | ConflictingSettings { .. } => libc::EINVAL,
             FileTooLarge => libc::EFBIG,
             Busy(_) => libc::EBUSY,
-            Corrupt { .. } => libc::EIO,
+            Corrupt { .. } | Damaged { .. } => libc::EIO,
             BadSegment { .. } => libc::EINVAL,
             Permission(_) => libc::EACCES,
             Unsupported(_) => libc::EOPNOTSUPP,

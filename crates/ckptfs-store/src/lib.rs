@@ -43,6 +43,7 @@ mod error;
 pub mod fault;
 mod file;
 mod fsck;
+mod integrity;
 pub mod layout;
 mod lock;
 pub mod process;

@@ -77,12 +77,7 @@ pub struct CreateParams<'a> {
     pub spill_path: Option<&'a Path>,
 }
 
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
+use ckptfs_settings::now_ns;
 
 fn map(file: &File, len: usize, path: &Path) -> Result<*mut u8> {
     // SAFETY: mapping a file we opened read-write, shared, at a kernel-chosen address.
@@ -211,7 +206,10 @@ impl Segment {
             .map(|_| AtomicU64::new(!0))
             .collect();
         seg.init();
-        seg.sb_mut_init(|sb| sb.create_time_ns = t0.elapsed().as_nanos() as u64);
+        seg.sb_mut_init(|sb| {
+            sb.create_time_ns = t0.elapsed().as_nanos() as u64;
+            sb.ident_crc = crate::integrity::ident_crc(sb);
+        });
         match std::fs::hard_link(&tmp, params.path) {
             Ok(()) => {
                 let _ = std::fs::remove_file(&tmp);
@@ -278,6 +276,20 @@ impl Segment {
             return Err(bad("superblock checksum mismatch (damaged segment)".into()));
         }
         layout.validate(size).map_err(bad)?;
+        {
+            use std::mem::offset_of;
+            let rd = |off: usize, n: usize| &head[off..off + n];
+            let mut ident = Vec::with_capacity(20);
+            ident.extend_from_slice(rd(offset_of!(Superblock, creator_uid), 4));
+            ident.extend_from_slice(rd(offset_of!(Superblock, created_ns), 8));
+            ident.extend_from_slice(rd(offset_of!(Superblock, create_time_ns), 8));
+            let stored = u32::from_le_bytes(rd(offset_of!(Superblock, ident_crc), 4).try_into().unwrap());
+            if crc32c(&ident) != stored {
+                return Err(bad(
+                    "superblock identity checksum mismatch (damaged segment)".into()
+                ));
+            }
+        }
         let spill = match layout.spill_path() {
             Some(sp) => Some(open_spill(&sp)?),
             None => None,
@@ -352,9 +364,17 @@ impl Segment {
         }
         sb.fid_top.store(l.max_files - 1, Ordering::Relaxed);
         let root = self.inode(ROOT);
+        let (uid, gid) = crate::integrity::caller_ids();
+        root.uid.store(uid, Ordering::Relaxed);
+        root.gid.store(gid, Ordering::Relaxed);
         root.mode.store(0o755, Ordering::Relaxed);
         root.mtime_ns.store(now_ns(), Ordering::Relaxed);
         root.ctime_ns.store(now_ns(), Ordering::Relaxed);
+        root.ns_crc.store(
+            crate::integrity::ns_crc_with_kind(self, ROOT, kind::DIR),
+            Ordering::Relaxed,
+        );
+        crate::integrity::seal_data(self, ROOT);
         root.kind.store(kind::DIR, Ordering::Release);
     }
 
@@ -382,7 +402,7 @@ impl Segment {
     /// Chunk table entry `c`.
     pub fn chunk(&self, c: u32) -> &ChunkEntry {
         assert!(c < self.nchunks(), "chunk id {c} out of range");
-        self.at(self.layout.chunk_off, c as u64, 16)
+        self.at(self.layout.chunk_off, c as u64, CHUNK_ENTRY_SIZE)
     }
 
     /// Total chunks (memory + spill).

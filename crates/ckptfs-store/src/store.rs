@@ -3,6 +3,7 @@
 
 use crate::error::{Result, StoreError};
 use crate::file::FileHandle;
+use crate::integrity::{fid_ok, seal_data, seal_ns};
 use crate::layout::*;
 use crate::lock::{Acquired, Guard};
 use crate::process::{self, ProcId};
@@ -12,12 +13,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
 
-/// Default size of the memory data region: 1 GiB.
-pub const DEFAULT_MEM_SIZE: u64 = 1 << 30;
-/// Default chunk size: 1 MiB.
-pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
-/// Default maximum number of files and directories.
-pub const DEFAULT_MAX_FILES: u32 = 4096;
+pub use ckptfs_settings::{default_store_name, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE};
 /// Inode number of the root directory (FUSE convention). Inode numbers are file id + 1.
 pub const ROOT_INO: u64 = 1;
 
@@ -40,12 +36,6 @@ pub struct StoreOptions {
     /// One private segment per process (`NAME.RANK`, rank from the MPI/Slurm
     /// environment) instead of one shared by all processes of the node.
     pub private: bool,
-}
-
-/// The default store name, derived from the user id: `u<UID>`.
-pub fn default_store_name() -> String {
-    // SAFETY: getuid has no preconditions.
-    format!("u{}", unsafe { libc::getuid() })
 }
 
 /// Path of the segment file of store `name`.
@@ -89,17 +79,22 @@ impl StoreOptions {
         } else {
             base
         };
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        {
-            return Err(StoreError::Invalid(format!(
-                "store name {name:?}: use 1-64 characters from A-Z a-z 0-9 . _ -"
-            )));
-        }
+        ckptfs_settings::check_store_name(&name).map_err(StoreError::Invalid)?;
         Ok(name)
+    }
+}
+
+impl From<ckptfs_settings::StoreSettings> for StoreOptions {
+    fn from(s: ckptfs_settings::StoreSettings) -> StoreOptions {
+        StoreOptions {
+            name: s.name,
+            mem_size: s.mem_size,
+            chunk_size: s.chunk_size,
+            max_files: s.max_files,
+            spill_dir: s.spill_dir,
+            spill_size: s.spill_size,
+            private: s.private,
+        }
     }
 }
 
@@ -123,6 +118,9 @@ pub enum WriteState {
     Writing,
     /// A writer died with it open: data up to its last completed write is readable.
     Incomplete,
+    /// Its writers closed it, but a write to it failed (ENOSPC, an I/O error): its
+    /// content is not what was meant to be written. Never drained or restored.
+    Failed,
 }
 
 /// Attributes of a file or directory.
@@ -148,6 +146,12 @@ pub struct Stat {
     pub mtime_ns: u64,
     /// Status change time, ns since the epoch.
     pub ctime_ns: u64,
+    /// Access time, ns since the epoch (only set by [`Store::set_times`]).
+    pub atime_ns: u64,
+    /// Owner user id (the creator's effective uid, or [`Store::chown`]).
+    pub uid: u32,
+    /// Owner group id.
+    pub gid: u32,
     /// Write state (directories: always complete).
     pub state: WriteState,
 }
@@ -198,6 +202,8 @@ pub struct StoreInfo {
     pub writing: u32,
     /// Files whose writer died.
     pub incomplete: u32,
+    /// Files closed after a failed write (ENOSPC, I/O error).
+    pub failed: u32,
     /// Unlinked files still held open.
     pub orphans: u32,
     /// "clean" or "dirty" (a process died holding a lock or a file open for writing).
@@ -376,6 +382,7 @@ impl Store {
     /// Remove the segment (and its spill file). Processes still attached keep their
     /// mapping until they exit; the name is free for a new store at once.
     pub fn destroy(name: &str) -> Result<()> {
+        ckptfs_settings::check_store_name(name).map_err(StoreError::Invalid)?;
         let path = segment_path(name);
         let seg = Segment::attach(name, &path);
         let spill = seg.as_ref().ok().and_then(|s| s.layout.spill_path());
@@ -576,6 +583,8 @@ impl Store {
                 .filter(|&c| self.seg.chunk(c).owner.load(Acquire) == fid1)
                 .count();
             ino.nchunks.store(n as u32, Relaxed);
+            // It may have died between changing the size or count and its checksum.
+            seal_data(&self.seg, fid);
             // Its chunk list may have changed under every cached copy.
             ino.cgen.fetch_add(1, Release);
         }
@@ -598,10 +607,25 @@ impl Store {
                 return Err(StoreError::NoSpace);
             };
         let t = top.load(Relaxed);
-        let c = stack(t - 1);
+        let cap = if std::ptr::eq(top, &sb.mem_top) {
+            seg.layout.mem_chunks
+        } else {
+            seg.layout.spill_chunks
+        };
+        let c = if t <= cap { stack(t - 1) } else { u32::MAX };
+        if c >= seg.nchunks() || seg.chunk(c).owner.load(Acquire) != 0 {
+            // A damaged stack top or entry (the stacks are derived: rebuild them).
+            tracing::warn!(store = %seg.name, top = t, id = c, "free chunk stack damaged; rebuilding it");
+            self.mark_dirty();
+            self.rebuild_free_stacks();
+            drop(_g);
+            return self.alloc_chunk(fid, logical);
+        }
         let e = seg.chunk(c);
         e.logical.store(logical, Relaxed);
         e.sum.store(0, Relaxed);
+        e.meta
+            .store(crate::integrity::chunk_meta(c, fid + 1, logical), Relaxed);
         crate::fault::crash_point("alloc-before-owner");
         // Commit point: from here the chunk belongs to the file. A crash before the pop
         // below leaves it also on the stack; recovery rebuilds stacks from owners.
@@ -631,6 +655,7 @@ impl Store {
             }
         }
         ino.nchunks.fetch_sub(n.min(ino.nchunks.load(Relaxed)), Relaxed);
+        seal_data(seg, fid);
         ino.cgen.fetch_add(1, Release);
         n
     }
@@ -638,15 +663,25 @@ impl Store {
     fn push_free(&self, c: u32) {
         let seg = &*self.seg;
         let sb = seg.sb();
-        if seg.is_mem(c) {
-            let t = sb.mem_top.load(Relaxed);
-            seg.mem_stack(t).store(c, Relaxed);
-            sb.mem_top.store(t + 1, Release);
+        let (top, cap) = if seg.is_mem(c) {
+            (&sb.mem_top, seg.layout.mem_chunks)
         } else {
-            let t = sb.spill_top.load(Relaxed);
-            seg.spill_stack(t).store(c, Relaxed);
-            sb.spill_top.store(t + 1, Release);
+            (&sb.spill_top, seg.layout.spill_chunks)
+        };
+        let t = top.load(Relaxed);
+        if t >= cap {
+            // A damaged top: the stacks are derived from the owners, rebuild them.
+            tracing::warn!(store = %seg.name, top = t, "free chunk stack top damaged; rebuilding it");
+            self.mark_dirty();
+            self.rebuild_free_stacks();
+            return;
         }
+        if seg.is_mem(c) {
+            seg.mem_stack(t).store(c, Relaxed);
+        } else {
+            seg.spill_stack(t).store(c, Relaxed);
+        }
+        top.store(t + 1, Release);
     }
 
     /// Rebuild both free stacks from chunk ownership (the source of truth). Caller holds
@@ -677,18 +712,25 @@ impl Store {
         let seg = &*self.seg;
         let mask = seg.layout.hash_cap - 1;
         let mut i = name_hash(parent, name) & mask;
-        loop {
+        // Bounded: a damaged table with no empty slot must not loop forever.
+        for _ in 0..seg.layout.hash_cap {
             let v = seg.hash_slot(i).load(Relaxed);
             if v == 0 {
                 return None;
             }
             let fid = v - 1;
+            // A damaged slot naming no valid file is skipped (fsck rebuilds the table).
             // SAFETY: namespace lock held (the `Ns` proof).
-            if seg.inode(fid).parent.load(Relaxed) == parent && unsafe { seg.name_of(fid) } == name {
+            if fid_ok(seg, fid)
+                && seg.inode(fid).kind.load(Relaxed) != kind::FREE
+                && seg.inode(fid).parent.load(Relaxed) == parent
+                && unsafe { seg.name_of(fid) } == name
+            {
                 return Some(fid);
             }
             i = (i + 1) & mask;
         }
+        None
     }
 
     fn hash_insert(&self, _ns: &Ns, fid: u32) {
@@ -696,39 +738,51 @@ impl Store {
         let mask = seg.layout.hash_cap - 1;
         // SAFETY: namespace lock held.
         let mut i = name_hash(seg.inode(fid).parent.load(Relaxed), unsafe { seg.name_of(fid) }) & mask;
-        while seg.hash_slot(i).load(Relaxed) != 0 {
+        for _ in 0..seg.layout.hash_cap {
+            if seg.hash_slot(i).load(Relaxed) == 0 {
+                seg.hash_slot(i).store(fid + 1, Relaxed);
+                return;
+            }
             i = (i + 1) & mask;
         }
-        seg.hash_slot(i).store(fid + 1, Relaxed);
+        // Full of damaged entries (it holds at most half live ones): rebuilt by fsck.
+        tracing::warn!(store = %seg.name, "name hash table has no free slot (damaged)");
     }
 
     fn hash_remove(&self, _ns: &Ns, fid: u32) {
         let seg = &*self.seg;
         let mask = seg.layout.hash_cap - 1;
         let home = |f: u32| {
+            if !fid_ok(seg, f) {
+                return None;
+            }
             // SAFETY: namespace lock held.
-            name_hash(seg.inode(f).parent.load(Relaxed), unsafe { seg.name_of(f) }) & mask
+            Some(name_hash(seg.inode(f).parent.load(Relaxed), unsafe { seg.name_of(f) }) & mask)
         };
-        let mut i = home(fid);
+        let Some(mut i) = home(fid) else { return };
+        let mut probes = 0;
         loop {
             let v = seg.hash_slot(i).load(Relaxed);
-            if v == 0 {
+            if v == 0 || probes > seg.layout.hash_cap {
                 return; // not present
             }
             if v == fid + 1 {
                 break;
             }
             i = (i + 1) & mask;
+            probes += 1;
         }
         // Backward-shift deletion keeps probe chains intact without tombstones.
         let mut j = i;
-        loop {
+        for _ in 0..seg.layout.hash_cap {
             j = (j + 1) & mask;
             let v = seg.hash_slot(j).load(Relaxed);
             if v == 0 {
                 break;
             }
-            let k = home(v - 1);
+            let Some(k) = home(v - 1) else {
+                continue; // a damaged slot: left for fsck's rebuild
+            };
             let between = if i <= j { i < k && k <= j } else { i < k || k <= j };
             if between {
                 continue;
@@ -743,7 +797,10 @@ impl Store {
         let seg = &*self.seg;
         let p = seg.inode(parent);
         let me = seg.inode(fid);
-        let head = p.first_child.load(Relaxed);
+        let mut head = p.first_child.load(Relaxed);
+        if !fid_ok(seg, head) {
+            head = NONE; // damaged link: the namespace rebuild restores the list
+        }
         me.prev_sib.store(NONE, Relaxed);
         me.next_sib.store(head, Relaxed);
         if head != NONE {
@@ -756,14 +813,14 @@ impl Store {
         let seg = &*self.seg;
         let me = seg.inode(fid);
         let (prev, next) = (me.prev_sib.load(Relaxed), me.next_sib.load(Relaxed));
-        if next != NONE {
+        if fid_ok(seg, next) {
             seg.inode(next).prev_sib.store(prev, Relaxed);
         }
-        if prev != NONE {
+        if fid_ok(seg, prev) {
             seg.inode(prev).next_sib.store(next, Relaxed);
         } else {
             let parent = me.parent.load(Relaxed);
-            if parent != NONE {
+            if fid_ok(seg, parent) {
                 seg.inode(parent).first_child.store(next, Relaxed);
             }
         }
@@ -789,9 +846,27 @@ impl Store {
         if top == 0 {
             return Err(StoreError::TooManyFiles(seg.layout.max_files));
         }
-        let fid = seg.fid_stack(top - 1).load(Relaxed);
+        let fid = if top <= seg.layout.max_files {
+            seg.fid_stack(top - 1).load(Relaxed)
+        } else {
+            NONE
+        };
+        if fid == ROOT || !fid_ok(seg, fid) || seg.inode(fid).kind.load(Acquire) != kind::FREE {
+            // A damaged top or entry: the stack is derived from the inodes, rebuild it.
+            tracing::warn!(store = %seg.name, top, fid, "free file id stack damaged; rebuilding the namespace");
+            self.mark_dirty();
+            self.rebuild_namespace(ns);
+            if sb.fid_top.load(Relaxed) == 0 {
+                return Err(StoreError::TooManyFiles(seg.layout.max_files));
+            }
+            return self.alloc_inode(ns, k, parent, name, mode, writing);
+        }
         let ino = seg.inode(fid);
         let t = now();
+        let (uid, gid) = crate::integrity::caller_ids();
+        ino.uid.store(uid, Relaxed);
+        ino.gid.store(gid, Relaxed);
+        ino.atime_ns.store(t, Relaxed);
         ino.mode.store(mode & 0o7777, Relaxed);
         ino.parent.store(parent, Relaxed);
         // SAFETY: namespace lock held.
@@ -818,6 +893,9 @@ impl Store {
         }
         ino.igen.fetch_add(1, Relaxed);
         ino.cgen.fetch_add(1, Relaxed);
+        ino.ns_crc
+            .store(crate::integrity::ns_crc_with_kind(seg, fid, k), Relaxed);
+        seal_data(seg, fid);
         // Commit point; a crash before the pop leaves it on the stack too, which the
         // namespace rebuild corrects.
         ino.kind.store(k, Release);
@@ -856,6 +934,7 @@ impl Store {
         self.unlink_child(ns, fid);
         ino.flags.fetch_or(iflag::ORPHAN, Release);
         ino.parent.store(NONE, Relaxed);
+        seal_ns(seg, fid);
         self.release_if_unused(ns, fid);
     }
 
@@ -886,13 +965,17 @@ impl Store {
             let n = (ri.name_len.load(Relaxed) as usize).min(NAME_MAX);
             // SAFETY: namespace lock held.
             let name = unsafe { seg.intent_name()[..n].to_vec() };
-            if victim != NONE && victim != src && seg.inode(victim).kind.load(Relaxed) != kind::FREE {
+            if fid_ok(seg, victim) && victim != src && seg.inode(victim).kind.load(Relaxed) != kind::FREE {
                 seg.inode(victim).flags.fetch_or(iflag::ORPHAN, Relaxed);
                 seg.inode(victim).parent.store(NONE, Relaxed);
             }
-            seg.inode(src).parent.store(dst_parent, Relaxed);
-            // SAFETY: namespace lock held.
-            unsafe { seg.set_name(src, &name) };
+            if fid_ok(seg, src) && fid_ok(seg, dst_parent) {
+                seg.inode(src).parent.store(dst_parent, Relaxed);
+                // SAFETY: namespace lock held.
+                unsafe { seg.set_name(src, &name) };
+            } else {
+                tracing::warn!(store = %seg.name, src, dst_parent, "rename intent names no valid inode (damaged); dropped");
+            }
             ri.active.store(0, Release);
         }
         for i in 0..seg.layout.hash_cap {
@@ -934,6 +1017,8 @@ impl Store {
             self.hash_insert(ns, fid);
             self.link_child(ns, parent, fid);
         }
+        // Any record may have been half-changed by the dead holder (or just orphaned).
+        self.reseal_all_ns();
         for fid in orphans {
             self.release_if_unused(ns, fid);
         }
@@ -982,8 +1067,14 @@ impl Store {
 
     // ---------------------------------------------------------------- leases
 
-    /// Drop leases of processes that no longer run. Returns true if a dead writer was
-    /// found. Caller holds the file lock.
+    /// Drop leases of processes that no longer run. Returns true if a dead writer that
+    /// had changed the file was found. Caller holds the file lock.
+    ///
+    /// A dead holder that opened the file for writing but never changed it (a forked
+    /// child that inherited the descriptor, say) leaves the file as it was: the other
+    /// writers' normal last close still makes it complete. A dead holder that changed it
+    /// marks it [`iflag::DEAD_WRITER`] for the rest of the writing session, so the last
+    /// close leaves it incomplete whoever closes it and whenever the death is noticed.
     pub(crate) fn reap_leases(&self, fid: u32) -> bool {
         let ino = self.seg.inode(fid);
         let mut dead_writer = false;
@@ -997,23 +1088,65 @@ impl Store {
                 start: l.start.load(Relaxed),
             };
             if !process::alive(p) {
-                if l.writers.load(Relaxed) > 0 {
+                if l.writers.load(Relaxed) > 0 && l.wrote.load(Relaxed) != 0 {
                     dead_writer = true;
                 }
                 l.writers.store(0, Relaxed);
                 l.readers.store(0, Relaxed);
+                l.wrote.store(0, Relaxed);
                 l.pid.store(0, Release);
                 self.mark_dirty();
             }
         }
-        if dead_writer || (ino.wstate.load(Relaxed) == wstate::WRITING && !self.has_writer(fid)) {
-            if dead_writer {
-                tracing::warn!(store = %self.seg.name, fid, "a writer died with the file open: marked incomplete");
-                self.trim_to_size(fid);
-            }
+        if dead_writer {
+            tracing::warn!(store = %self.seg.name, fid, "a writer died with the file open: marked incomplete");
+            ino.flags.fetch_or(iflag::DEAD_WRITER, Release);
+            self.trim_to_size(fid);
+            self.recompute_stale(fid);
+        }
+        let live_writer = self.has_writer(fid);
+        if !live_writer && (dead_writer || ino.wstate.load(Relaxed) == wstate::WRITING) {
             ino.wstate.store(wstate::INCOMPLETE, Release);
         }
         dead_writer
+    }
+
+    /// Recompute every stale checksum of `fid` (after its writer died mid-overwrite): the
+    /// bytes up to each chunk's high-water mark are what the file now holds, and from
+    /// here on a reader verifies them like any others instead of getting them unchecked.
+    /// A chunk that cannot be read (spill I/O error) stays stale, which readers treat as
+    /// EIO once no live writer explains it. Caller holds the file lock.
+    pub(crate) fn recompute_stale(&self, fid: u32) {
+        let seg = &*self.seg;
+        if seg.inode(fid).nchunks.load(Relaxed) == 0 {
+            return;
+        }
+        for c in 0..seg.nchunks() {
+            let e = seg.chunk(c);
+            if e.owner.load(Acquire) != fid + 1 {
+                continue;
+            }
+            let (hwm, _, stale) = unpack_sum(e.sum.load(Acquire));
+            if stale && (hwm as u64) <= seg.layout.chunk_size() {
+                if let Ok(crc) = crate::file::chunk_crc(self, c, hwm as usize) {
+                    e.sum.store(pack_sum(hwm, crc, false), Release);
+                }
+            }
+        }
+    }
+
+    /// Record that `who` changed the file's data (see [`Lease::wrote`]). Caller holds the
+    /// file lock.
+    pub(crate) fn mark_wrote(&self, fid: u32, who: ProcId) {
+        if let Some(l) = self
+            .seg
+            .inode(fid)
+            .leases
+            .iter()
+            .find(|l| l.pid.load(Relaxed) == who.pid && l.start.load(Relaxed) == who.start)
+        {
+            l.wrote.store(1, Release);
+        }
     }
 
     /// Forget what a dead writer left past the file size (the write it did not finish):
@@ -1033,7 +1166,8 @@ impl Store {
         });
         if let Some(c) = found.filter(|_| within > 0) {
             let e = seg.chunk(c);
-            if unpack_sum(e.sum.load(Acquire)).0 > within {
+            let hwm = unpack_sum(e.sum.load(Acquire)).0;
+            if hwm > within && hwm as u64 <= seg.layout.chunk_size() {
                 if let Ok(crc) = crate::file::chunk_crc(self, c, within as usize) {
                     e.sum.store(pack_sum(within, crc, false), Release);
                 }
@@ -1062,6 +1196,7 @@ impl Store {
                 if l.pid.load(Relaxed) == 0 {
                     l.writers.store(0, Relaxed);
                     l.readers.store(0, Relaxed);
+                    l.wrote.store(0, Relaxed);
                     l.start.store(who.start, Relaxed);
                 }
                 if write {
@@ -1091,6 +1226,7 @@ impl Store {
             let v = c.load(Relaxed);
             c.store(v.saturating_sub(1), Relaxed);
             if l.writers.load(Relaxed) == 0 && l.readers.load(Relaxed) == 0 {
+                l.wrote.store(0, Relaxed);
                 l.pid.store(0, Release);
             }
         }
@@ -1144,6 +1280,9 @@ impl Store {
                 None => return Err(StoreError::NotFound(path.into())),
             }
         };
+        if !created {
+            self.check_inode(fid, path)?;
+        }
         let ino = seg.inode(fid);
         let is_dir = ino.kind.load(Relaxed) == kind::DIR;
         if is_dir && (flags.write || flags.trunc) {
@@ -1159,21 +1298,34 @@ impl Store {
             // file is incomplete and, below, read with checksum verification.
             self.reap_leases(fid);
         }
+        let new_session = flags.write && !self.has_writer(fid);
         self.add_lease(fid, who, flags.write)?;
         if flags.write {
+            if new_session {
+                // A new writing session: an earlier session's dead writer is history (its
+                // file was incomplete until now; what this session writes decides).
+                ino.flags.fetch_and(!iflag::DEAD_WRITER, Release);
+            }
             ino.wstate.store(wstate::WRITING, Release);
-            if flags.trunc && ino.size.load(Relaxed) > 0 {
-                self.free_chunks_from(fid, 0);
-                ino.size.store(0, Release);
-                ino.mtime_ns.store(now(), Relaxed);
+            if flags.trunc {
+                // Emptied: an earlier failed write no longer matters.
+                ino.flags.fetch_and(!iflag::FAILED, Release);
+                if ino.size.load(Relaxed) > 0 {
+                    self.mark_wrote(fid, who);
+                    // Size first, then the chunks: a truncation killed half-way leaves an
+                    // empty file with chunks past its end (trimmed when its death is
+                    // noticed), never the old size over freed (zero) chunks.
+                    ino.size.store(0, Release);
+                    seal_data(seg, fid);
+                    crate::fault::crash_point("otrunc-after-size");
+                    self.free_chunks_from(fid, 0);
+                    ino.mtime_ns.store(now(), Relaxed);
+                }
             }
         }
-        // Verify checksums on read unless this very process wrote it last or someone is
-        // writing it right now.
-        let verify = !flags.write
-            && ino.wstate.load(Relaxed) != wstate::WRITING
-            && !(ino.last_writer_pid.load(Relaxed) == who.pid
-                && ino.last_writer_start.load(Relaxed) == who.start);
+        // Every handle that can read verifies each chunk's checksum once before serving
+        // it, except chunks the handle wrote itself (see `FileHandle::verify_chunk`).
+        let verify = flags.read;
         drop(g);
         drop(ns);
         Ok(FileHandle::new(
@@ -1192,12 +1344,17 @@ impl Store {
         let comps = components(path)?;
         let ns = self.ns();
         let fid = self.resolve(&ns, &comps, path)?;
+        self.check_inode(fid, path)?;
         Ok(self.stat_fid(fid))
     }
 
     /// Attributes by inode number.
     pub fn stat_ino(&self, ino: u64) -> Result<Stat> {
         let fid = self.fid_of_ino(ino)?;
+        {
+            let _ns = self.ns();
+            self.check_inode(fid, "")?;
+        }
         Ok(self.stat_fid(fid))
     }
 
@@ -1225,6 +1382,7 @@ impl Store {
                 .lookup_child(&ns, pfid, name.as_bytes())
                 .ok_or_else(|| StoreError::NotFound(name.into()))?,
         };
+        self.check_inode(fid, name)?;
         drop(ns);
         Ok(self.stat_fid(fid))
     }
@@ -1251,6 +1409,7 @@ impl Store {
         let mut state = match ino.wstate.load(Acquire) {
             wstate::WRITING => WriteState::Writing,
             wstate::INCOMPLETE => WriteState::Incomplete,
+            wstate::FAILED => WriteState::Failed,
             _ => WriteState::Complete,
         };
         if state == WriteState::Writing {
@@ -1283,6 +1442,9 @@ impl Store {
             allocated: (chunks as u64) << seg.layout.chunk_shift,
             mtime_ns: ino.mtime_ns.load(Relaxed),
             ctime_ns: ino.ctime_ns.load(Relaxed),
+            atime_ns: ino.atime_ns.load(Relaxed),
+            uid: ino.uid.load(Relaxed),
+            gid: ino.gid.load(Relaxed),
             state,
         }
     }
@@ -1310,6 +1472,10 @@ impl Store {
         let mut out = Vec::new();
         let mut c = seg.inode(fid).first_child.load(Relaxed);
         while c != NONE {
+            // A damaged link (out of range, or a cycle) ends the listing with EIO.
+            if !fid_ok(seg, c) || out.len() >= seg.layout.max_files as usize {
+                return Err(self.damaged(fid, path, "directory child list is damaged"));
+            }
             let ino = seg.inode(c);
             out.push(DirEntry {
                 // SAFETY: namespace lock held.
@@ -1365,14 +1531,14 @@ impl Store {
         let mut parts = Vec::new();
         let mut cur = fid;
         let mut guard = 0;
-        while cur != ROOT && cur != NONE && guard < 4096 {
+        while cur != ROOT && fid_ok(seg, cur) && guard < 4096 {
             // SAFETY: namespace lock held.
             parts.push(String::from_utf8_lossy(unsafe { seg.name_of(cur) }).into_owned());
             cur = seg.inode(cur).parent.load(Relaxed);
             guard += 1;
         }
-        if cur == NONE {
-            return String::new(); // orphan
+        if cur != ROOT {
+            return String::new(); // orphan (or a damaged parent link)
         }
         parts.reverse();
         format!("/{}", parts.join("/"))
@@ -1479,6 +1645,7 @@ impl Store {
         seg.inode(src).parent.store(dp, Relaxed);
         // SAFETY: namespace lock held.
         unsafe { seg.set_name(src, dname.as_bytes()) };
+        seal_ns(seg, src);
         self.hash_insert(&ns, src);
         self.link_child(&ns, dp, src);
         seg.inode(src).ctime_ns.store(now(), Relaxed);
@@ -1503,10 +1670,15 @@ impl Store {
 
     /// Change permission bits.
     pub fn chmod(&self, path: &str, mode: u32) -> Result<()> {
-        let st = self.stat(path)?;
-        let ino = self.seg.inode((st.ino - 1) as u32);
+        let comps = components(path)?;
+        let ns = self.ns();
+        let fid = self.resolve(&ns, &comps, path)?;
+        self.check_inode(fid, path)?;
+        let ino = self.seg.inode(fid);
         ino.mode.store(mode & 0o7777, Relaxed);
+        seal_ns(&self.seg, fid);
         ino.ctime_ns.store(now(), Relaxed);
+        drop(ns);
         Ok(())
     }
 
@@ -1526,6 +1698,7 @@ impl Store {
         let l = &seg.layout;
         let sb = seg.sb();
         let (mut files, mut dirs, mut writing, mut incomplete, mut orphans) = (0, 0, 0, 0, 0);
+        let mut failed = 0;
         for fid in 0..l.max_files {
             let ino = seg.inode(fid);
             match ino.kind.load(Acquire) {
@@ -1539,6 +1712,7 @@ impl Store {
                     match self.stat_fid(fid).state {
                         WriteState::Writing => writing += 1,
                         WriteState::Incomplete => incomplete += 1,
+                        WriteState::Failed => failed += 1,
                         WriteState::Complete => {}
                     }
                 }
@@ -1562,6 +1736,7 @@ impl Store {
             dirs,
             writing,
             incomplete,
+            failed,
             orphans,
             state: if sb.state.load(Relaxed) == sbstate::CLEAN {
                 "clean"

@@ -313,3 +313,71 @@ fn other_version_damaged_and_truncated_segments_are_refused() {
     let s = Store::attach(&StoreOptions::named(&name)).unwrap();
     assert!(s.fsck(false).is_clean());
 }
+
+/// Flip one byte of a memory chunk through this process's mapping.
+fn flip_mem(store: &Store, loc: ChunkLocation, at: u64) {
+    let ChunkLocation::Memory(off) = loc else {
+        panic!("expected a memory chunk")
+    };
+    let r = store.data_region();
+    assert!(off + at < r.len);
+    // SAFETY: inside the mapped data region; nobody else uses this store.
+    unsafe {
+        let p = (r.base as *mut u8).add((off + at) as usize);
+        p.write_volatile(p.read_volatile() ^ 0x10);
+    }
+}
+
+#[test]
+fn reader_in_the_writing_process_verifies_checksums_after_close() {
+    // The FUSE daemon (and any process that writes then reads back) is the last writer
+    // of what it wrote: a new read handle must still verify, or damage is served.
+    let t = temp_store("basic-selfverify", 4 << 20, 64 << 10, None);
+    let s = &t.store;
+    let data = pattern(200_000, 3);
+    let mut f = s.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    f.write_all(&data).unwrap();
+    f.close().unwrap();
+    let chunks = s.chunk_list("/f").unwrap();
+    flip_mem(s, chunks[1].location, 5);
+    let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+    let mut buf = vec![0u8; 1000];
+    assert_eq!(r.pread(&mut buf, 0).unwrap(), 1000);
+    assert_eq!(r.pread(&mut buf, 70_000).unwrap_err().errno(), libc::EIO);
+    flip_mem(s, chunks[1].location, 5);
+    let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+    let mut all = vec![0u8; data.len()];
+    assert_eq!(r.read_full(&mut all).unwrap(), data.len());
+    assert_eq!(all, data);
+}
+
+#[test]
+fn read_write_handle_reads_its_own_overwrites_without_false_mismatch() {
+    let t = temp_store("basic-rwself", 4 << 20, 64 << 10, None);
+    let s = &t.store;
+    let mut f = s
+        .open(
+            "/f",
+            OpenFlags {
+                read: true,
+                write: true,
+                create: true,
+                ..Default::default()
+            },
+            0o644,
+        )
+        .unwrap();
+    f.write_all(&pattern(150_000, 1)).unwrap();
+    // An overwrite in the middle leaves the chunk's CRC stale until close.
+    f.pwrite(b"xyz", 70_000).unwrap();
+    let mut buf = [0u8; 3];
+    assert_eq!(f.pread(&mut buf, 70_000).unwrap(), 3);
+    assert_eq!(&buf, b"xyz");
+    // Another handle of the same process reads it while the writer is live: no EIO.
+    let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+    assert_eq!(r.pread(&mut buf, 70_000).unwrap(), 3);
+    assert_eq!(&buf, b"xyz");
+    f.close().unwrap();
+    let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+    r.verify_all().unwrap();
+}

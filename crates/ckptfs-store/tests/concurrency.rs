@@ -4,7 +4,7 @@
 
 mod support;
 
-use ckptfs_store::{OpenFlags, Store, StoreError, StoreOptions};
+use ckptfs_store::{OpenFlags, Store, StoreError, StoreOptions, WriteState};
 use std::os::unix::process::ExitStatusExt;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -338,9 +338,15 @@ fn enospc_when_memory_and_spill_are_full_gives_short_write_and_keeps_files() {
         "store is full: {info:?}"
     );
     // Every byte that write() accepted is there; the files written before are intact.
+    // They saw a failed write, so they are `failed`, never `complete`.
     for (k, s) in fill_specs.iter().enumerate() {
-        assert_file_is(&store, &format!("{}/fill", s.dir), s.seed, sizes[2 + k]);
+        let p = format!("{}/fill", s.dir);
+        assert_eq!(store.stat(&p).unwrap().state, WriteState::Failed, "{p}");
+        let data = read_all(&store, &p).unwrap();
+        assert_eq!(data.len() as u64, sizes[2 + k]);
+        assert_eq!(first_mismatch(s.seed, 0, &data), None);
     }
+    assert_eq!(store.info().failed, 4);
     for k in 0..2u64 {
         let data = read_all(&store, &format!("/ft{k}/fill")).unwrap();
         assert_eq!(data.len() as u64, sizes[k as usize]);
