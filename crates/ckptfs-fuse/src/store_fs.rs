@@ -27,6 +27,9 @@ pub struct StoreFs {
     store: Store,
     io: IoMode,
     files: Mutex<HashMap<u64, Arc<Mutex<FileHandle>>>>,
+    /// Open handles per inode: only a file open through the mount can be unlinked and
+    /// still be stat'ed through it (fstat), so only those are checked for nlink 0.
+    open_inos: Mutex<HashMap<u64, usize>>,
     dirs: DirTable<String>,
     next_fh: AtomicU64,
     uid: u32,
@@ -43,6 +46,7 @@ impl StoreFs {
             store,
             io,
             files: Mutex::new(HashMap::new()),
+            open_inos: Mutex::new(HashMap::new()),
             dirs: DirTable::new(),
             next_fh: AtomicU64::new(1),
             uid,
@@ -56,11 +60,44 @@ impl StoreFs {
         self.counters.clone()
     }
 
+    /// The link count: a directory has 2 + one per subdirectory (their ".."); a file 1,
+    /// or 0 once unlinked while still open (the store has no hard links). Counting
+    /// subdirectories walks the directory, so only getattr/setattr replies (`exact`) do
+    /// it; entry replies of lookups, made at every step of every path walk, say 2 (the
+    /// kernel asks getattr before it shows a stat, the attributes having TTL 0).
+    fn nlink(&self, st: &Stat, exact: bool) -> u32 {
+        match st.kind {
+            FileKind::Dir if !exact => 2,
+            FileKind::Dir => {
+                let subdirs = self
+                    .store
+                    .read_dir_ino(st.ino)
+                    .map(|l| l.iter().filter(|e| e.kind == FileKind::Dir).count())
+                    .unwrap_or(0);
+                2 + subdirs as u32
+            }
+            FileKind::File => {
+                let open = self.open_inos.lock().unwrap().contains_key(&st.ino);
+                if open && self.store.path_of(st.ino).is_ok_and(|p| p.is_empty()) {
+                    0
+                } else {
+                    1
+                }
+            }
+        }
+    }
+
     fn attr(&self, st: &Stat) -> FileAttr {
-        let nlink = match st.kind {
-            FileKind::Dir => 2,
-            FileKind::File => 1,
-        };
+        self.attr_of(st, false)
+    }
+
+    /// Attributes for a getattr/setattr reply (exact directory link count).
+    fn attr_exact(&self, st: &Stat) -> FileAttr {
+        self.attr_of(st, true)
+    }
+
+    fn attr_of(&self, st: &Stat, exact: bool) -> FileAttr {
+        let nlink = self.nlink(st, exact);
         let kind = file_type(st.kind);
         let perm = (st.mode & 0o7777) as u16;
         let mtime = system_time(st.mtime_ns);
@@ -86,7 +123,7 @@ impl StoreFs {
 
     fn reply_attr(&self, reply: ReplyAttr, r: Result<Stat, Errno>) {
         match r {
-            Ok(st) => reply.attr(&TTL, &self.attr(&st)),
+            Ok(st) => reply.attr(&TTL, &self.attr_exact(&st)),
             Err(e) => reply.error(e),
         }
     }
@@ -125,8 +162,19 @@ impl StoreFs {
 
     fn insert(&self, h: FileHandle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Relaxed);
+        *self.open_inos.lock().unwrap().entry(h.stat().ino).or_insert(0) += 1;
         self.files.lock().unwrap().insert(fh, Arc::new(Mutex::new(h)));
         fh
+    }
+
+    fn forget_open(&self, ino: u64) {
+        let mut m = self.open_inos.lock().unwrap();
+        if let Some(n) = m.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&ino);
+            }
+        }
     }
 
     fn open_flags(&self, posix: i32) -> FopenFlags {
@@ -177,7 +225,7 @@ impl Filesystem for StoreFs {
         if let Some(fh) = fh {
             if let Ok(h) = self.handle(fh.0) {
                 let st = h.lock().unwrap().stat();
-                return reply.attr(&TTL, &self.attr(&st));
+                return reply.attr(&TTL, &self.attr_exact(&st));
             }
         }
         self.reply_attr(reply, self.store.stat_ino(ino.0).map_err(store_err));
@@ -411,7 +459,7 @@ impl Filesystem for StoreFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
@@ -426,6 +474,19 @@ impl Filesystem for StoreFs {
             Ok(h) => h,
             Err(e) => return reply.error(e),
         };
+        // FUSE_HANDLE_KILLPRIV: a write by a user other than root (without CAP_FSETID)
+        // clears set-user-ID (and set-group-ID with group execute), as a local file
+        // system does, the owner's own writes included.
+        if req.uid() != 0 {
+            let st = h.lock().unwrap().stat();
+            if let Some(mode) = crate::killed_mode(st.mode) {
+                if let Ok(p) = self.path(INodeNo(st.ino)) {
+                    if let Err(e) = self.store.chmod(&p, mode) {
+                        return reply.error(store_err(e));
+                    }
+                }
+            }
+        }
         let r = h.lock().unwrap().pwrite(data, offset);
         match r {
             Ok(n) => {
@@ -462,6 +523,7 @@ impl Filesystem for StoreFs {
         let Some(h) = h else {
             return reply.error(Errno::EBADF);
         };
+        self.forget_open(h.lock().unwrap().stat().ino);
         // Another request may still hold the Arc for a moment; the last holder closes.
         match Arc::try_unwrap(h) {
             Ok(m) => match m.into_inner().unwrap().close() {
