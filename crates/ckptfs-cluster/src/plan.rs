@@ -154,15 +154,20 @@ impl Cluster {
                     let lvl =
                         (0..dom.len()).find(|&l| (0..n).filter(|&j| dom[l][j] != dom[l][i]).count() >= k);
                     levels[i] = lvl;
-                    partners[i] = walk(&order, pos)
+                    // Eligible nodes in ring order; when separated below the top
+                    // level, those outside the node's domain at a more important level
+                    // first (all of them, as there are fewer than k).
+                    let mut eligible: Vec<usize> = walk(&order, pos)
                         .filter(|&j| lvl.is_none_or(|l| dom[l][j] != dom[l][i]))
-                        .take(k)
                         .collect();
+                    eligible.sort_by_key(|&j| first_difference(&dom, i, j));
+                    eligible.truncate(k);
+                    partners[i] = eligible;
                 }
                 (partners, levels)
             }
             Scheme::Mirror => {
-                if n % (k + 1) != 0 {
+                if !n.is_multiple_of(k + 1) {
                     return Err(ClusterError::Plan(format!(
                         "mirror with copies = {k} makes groups of {} nodes; the map has {n} nodes, not a multiple of {}",
                         k + 1,
@@ -194,22 +199,21 @@ impl Cluster {
                 (partners, vec![lvl; n])
             }
         };
-        for i in 0..n {
-            if partners[i].len() < k {
+        for (node, p) in self.nodes.iter().zip(&partners) {
+            if p.len() < k {
                 return Err(ClusterError::Plan(format!(
                     "node {:?} gets only {} of {k} partners",
-                    self.nodes[i].id,
-                    partners[i].len()
+                    node.id,
+                    p.len()
                 )));
             }
         }
         // Warnings: one line per node that could not be separated at the top level.
         if !self.domains.is_empty() {
-            for i in 0..n {
-                if levels[i] == Some(0) {
+            for (node, &level) in self.nodes.iter().zip(&levels) {
+                if level == Some(0) {
                     continue;
                 }
-                let node = &self.nodes[i];
                 let top = &self.domains[0];
                 let why = match self.redundancy.scheme {
                     Scheme::Ring => format!(
@@ -221,7 +225,7 @@ impl Cluster {
                         n / (k + 1)
                     ),
                 };
-                let got = match levels[i] {
+                let got = match level {
                     Some(l) => format!(
                         "partners are outside its {} {:?} only",
                         self.domains[l],
@@ -241,7 +245,9 @@ impl Cluster {
             .map(|i| {
                 let eligible = |j: usize| levels[i].is_none_or(|l| dom[l][j] != dom[l][i]);
                 let rest = walk(&order, pos_of[i]).filter(|j| !partners[i].contains(j));
-                let (mut first, second): (Vec<usize>, Vec<usize>) = rest.partition(|&j| eligible(j));
+                let (mut first, mut second): (Vec<usize>, Vec<usize>) = rest.partition(|&j| eligible(j));
+                first.sort_by_key(|&j| first_difference(&dom, i, j));
+                second.sort_by_key(|&j| first_difference(&dom, i, j));
                 first.extend(second);
                 NodePlan {
                     id: self.nodes[i].id.clone(),
@@ -252,10 +258,9 @@ impl Cluster {
                 }
             })
             .collect();
-        for i in 0..n {
-            for &j in &partners[i] {
-                let id = self.nodes[i].id.clone();
-                plans[j].holds_for.push(id);
+        for (node, p) in self.nodes.iter().zip(&partners) {
+            for &j in p {
+                plans[j].holds_for.push(node.id.clone());
             }
         }
         let mut domain_loss = Vec::new();
@@ -289,6 +294,13 @@ impl Cluster {
     }
 }
 
+/// The most important level at which nodes `i` and `j` differ (levels.len() if none).
+fn first_difference(dom: &[Vec<usize>], i: usize, j: usize) -> usize {
+    (0..dom.len())
+        .find(|&l| dom[l][i] != dom[l][j])
+        .unwrap_or(dom.len())
+}
+
 /// The nodes after position `pos` of the ring, once round, without the node itself.
 fn walk(order: &[usize], pos: usize) -> impl Iterator<Item = usize> + '_ {
     (1..order.len()).map(move |d| order[(pos + d) % order.len()])
@@ -301,8 +313,7 @@ fn ring_order(dom: &[Vec<usize>], n: usize) -> Vec<usize> {
         return (0..n).collect();
     };
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    for i in 0..n {
-        let d = top[i];
+    for (i, &d) in top.iter().enumerate().take(n) {
         if groups.len() <= d {
             groups.resize(d + 1, Vec::new());
         }

@@ -52,7 +52,7 @@ impl Secret {
     /// A secret from hexadecimal digits (surrounding whitespace ignored).
     pub fn from_hex(s: &str) -> std::result::Result<Secret, String> {
         let s = s.trim();
-        if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err("not an even number of hexadecimal digits".into());
         }
         let bytes: Vec<u8> = (0..s.len())
