@@ -216,10 +216,14 @@ impl Cluster {
                 }
                 let top = &self.domains[0];
                 let why = match self.redundancy.scheme {
-                    Scheme::Ring => format!(
-                        "fewer than {k} nodes are outside its {top} {:?}",
-                        node.domain(top).unwrap_or("")
-                    ),
+                    Scheme::Ring => {
+                        let mine = node.domain(top);
+                        let outside = self.nodes.iter().filter(|x| x.domain(top) != mine).count();
+                        format!(
+                            "{outside} node(s) outside its {top} {:?}, {k} needed",
+                            mine.unwrap_or("")
+                        )
+                    }
                     Scheme::Mirror => format!(
                         "some {top} holds more nodes than the {} mirror groups",
                         n / (k + 1)
