@@ -17,7 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
-/// Largest payload accepted before authentication is complete.
+/// Largest payload accepted before authentication is complete (an Error may carry its
+/// full reason, 1030 bytes).
 pub const HANDSHAKE_MAX: u32 = 512;
 
 /// Who this side is.
@@ -131,6 +132,11 @@ impl ConnReader {
         .await?;
         let hdr = decode_header(&hb, self.max_chunk)?;
         if let Some(limit) = self.limit {
+            // A refusal's reason may be longer than a handshake message.
+            let limit = match hdr.kind {
+                MsgType::Error => (6 + frame::MAX_REASON) as u32,
+                _ => limit,
+            };
             if hdr.kind == MsgType::Chunk || hdr.len > limit {
                 return Err(FrameError::TooLong {
                     kind: hdr.kind,

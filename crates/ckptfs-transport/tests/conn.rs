@@ -468,3 +468,26 @@ async fn a_silent_peer_times_out_and_a_closed_one_reports_closed() {
     drop(c);
     assert!(matches!(s.recv().await, Err(TransportError::Closed)));
 }
+
+#[tokio::test]
+async fn a_refusal_with_a_long_reason_reaches_the_client_during_the_handshake() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let (mut st, _) = l.accept().await.unwrap();
+        assert!(matches!(read_frame(&mut st).await, Msg::Hello(_)));
+        let reason = format!("refused: {}", "x".repeat(1000));
+        let e = Msg::Error {
+            errno: libc::EACCES,
+            reason,
+        };
+        st.write_all(&encode_frame(&e, &[]).unwrap()).await.unwrap();
+    });
+    let e = connect(&addr, &id("client"), &secret(12), &cfg())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, TransportError::Auth(ref m) if m.contains("refused: xxxx")),
+        "{e}"
+    );
+    server.await.unwrap();
+}
