@@ -179,7 +179,7 @@ impl ConnReader {
     }
 
     /// Reads the pending chunk's data into `buf` (exactly its length) and verifies its
-    /// CRC32C. On [`TransportError::ChunkCrc`] the connection is still in step (the
+    /// CRC32C. On [`FrameError::ChunkCrc`] the connection is still in step (the
     /// data was consumed): the receiver may Nack and ask for the chunk again.
     pub async fn recv_chunk_data(&mut self, buf: &mut [u8]) -> Result<()> {
         let c = self
