@@ -255,7 +255,8 @@ fn quiet_on_broken_pipe(cmd: &Command) -> bool {
         | Command::Umount(_)
         | Command::Restore(_)
         | Command::Bench(_)
-        | Command::Policy { .. } => true,
+        | Command::Policy { .. }
+        | Command::Cluster { .. } => true,
     }
 }
 
