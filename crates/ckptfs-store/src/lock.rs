@@ -10,15 +10,37 @@
 //! A lock word damaged into "held by thread T" where T does not exist (a stray write, a
 //! bad DIMM) would block every locker forever, fsck included. So a locker waits in
 //! slices of [`SLICE`]; after each it reads the owner thread id from the lock word and,
-//! if that thread does not exist, does what the kernel does for a dead robust owner:
+//! if that thread does not exist (or is a thread of a process that does not even map the
+//! segment, so cannot hold a lock inside it), does what the kernel does for a dead robust owner:
 //! it replaces the word (by compare-and-swap, so only one waiter does it) with
 //! `FUTEX_OWNER_DIED`, and the next lock attempt returns `EOWNERDEAD`, whose repair runs
 //! as usual. A live holder is waited for, with a warning naming it every minute.
 //! Assumption: every process using a store is in the same PID namespace (as for leases).
 
 use std::cell::UnsafeCell;
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+/// Does thread `tid`'s process map the segment file with inode number `segment`? (By
+/// inode, not path: the creator maps the segment under its temporary name.) Unknown (no
+/// inode, unreadable maps) counts as yes: only a positive "it does not" lets a waiter
+/// break a lock.
+fn maps_segment(tid: u32, segment: Option<u64>) -> bool {
+    let Some(ino) = segment.filter(|&i| i != 0) else {
+        return true;
+    };
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{tid}/maps")) else {
+        return true;
+    };
+    // addr perms offset dev inode [path]
+    maps.lines().any(|l| {
+        l.split_ascii_whitespace()
+            .nth(4)
+            .and_then(|f| f.parse::<u64>().ok())
+            == Some(ino)
+    })
+}
 
 /// How long one wait for a lock lasts before its holder is checked.
 pub const SLICE: Duration = Duration::from_millis(500);
@@ -83,15 +105,16 @@ impl RobustMutex {
     }
 
     /// After a timed-out wait: if the lock word names an owner thread that does not
-    /// exist, mark the owner dead as the kernel would. Returns the live owner otherwise.
-    fn recover_if_owner_gone(&self, what: &str) -> Option<u32> {
+    /// exist, or whose process does not map `segment`, mark the owner dead as the kernel
+    /// would. Returns the live owner otherwise.
+    fn recover_if_owner_gone(&self, what: &str, segment: Option<u64>) -> Option<u32> {
         let w = self.word();
         let v = w.load(Ordering::Acquire);
         let tid = v & FUTEX_TID_MASK;
         if v == 0 || v & FUTEX_OWNER_DIED != 0 && tid == 0 {
             return None; // free or already marked: the next attempt takes it
         }
-        if tid != 0 && std::path::Path::new(&format!("/proc/{tid}")).exists() {
+        if tid != 0 && Path::new(&format!("/proc/{tid}")).exists() && maps_segment(tid, segment) {
             return Some(tid);
         }
         let new = (v & FUTEX_WAITERS) | FUTEX_OWNER_DIED;
@@ -113,11 +136,12 @@ impl RobustMutex {
 
     /// Lock, reporting whether the previous holder died.
     pub fn lock(&self) -> (Guard<'_>, Acquired) {
-        self.lock_named("store")
+        self.lock_named("store", None)
     }
 
-    /// [`RobustMutex::lock`] with a name for messages.
-    pub fn lock_named(&self, what: &str) -> (Guard<'_>, Acquired) {
+    /// [`RobustMutex::lock`] with a name for messages and the path of the segment the
+    /// mutex lives in (a holder must map it).
+    pub fn lock_named(&self, what: &str, segment: Option<u64>) -> (Guard<'_>, Acquired) {
         let started = Instant::now();
         let mut warned = Duration::ZERO;
         loop {
@@ -135,7 +159,7 @@ impl RobustMutex {
             let rc = unsafe { libc::pthread_mutex_timedlock(self.raw.get(), &ts) };
             match rc {
                 libc::ETIMEDOUT => {
-                    if let Some(tid) = self.recover_if_owner_gone(what) {
+                    if let Some(tid) = self.recover_if_owner_gone(what, segment) {
                         let waited = started.elapsed();
                         if waited >= warned + Duration::from_secs(60) {
                             warned = waited;
@@ -175,7 +199,7 @@ impl RobustMutex {
                     );
                     // SAFETY: as for ENOTRECOVERABLE above.
                     unsafe { Self::init_in_place(self as *const Self as *mut Self) };
-                    let (g, _) = self.lock_named(what);
+                    let (g, _) = self.lock_named(what, segment);
                     return (g, Acquired::OwnerDied);
                 }
             }

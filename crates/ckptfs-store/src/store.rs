@@ -542,7 +542,7 @@ impl Store {
     }
 
     pub(crate) fn ns(&self) -> Ns<'_> {
-        let (g, how) = self.seg.sb().ns_lock.lock_named("namespace");
+        let (g, how) = self.seg.sb().ns_lock.lock_named("namespace", Some(self.seg.ino));
         let ns = Ns { _g: g };
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, "a process died holding the namespace lock; rebuilding");
@@ -554,7 +554,11 @@ impl Store {
     }
 
     pub(crate) fn alloc_lock(&self) -> Guard<'_> {
-        let (g, how) = self.seg.sb().alloc_lock.lock_named("allocation");
+        let (g, how) = self
+            .seg
+            .sb()
+            .alloc_lock
+            .lock_named("allocation", Some(self.seg.ino));
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, "a process died holding the allocation lock; rebuilding free stacks");
             self.seg.sb().recoveries.fetch_add(1, Relaxed);
@@ -566,7 +570,7 @@ impl Store {
 
     pub(crate) fn file_lock(&self, fid: u32) -> Guard<'_> {
         let ino = self.seg.inode(fid);
-        let (g, how) = ino.lock.lock_named("file");
+        let (g, how) = ino.lock.lock_named("file", Some(self.seg.ino));
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, fid, "a process died holding a file lock");
             self.seg.sb().recoveries.fetch_add(1, Relaxed);

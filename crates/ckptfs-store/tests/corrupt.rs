@@ -263,6 +263,30 @@ case!(sb_ns_lock_dead_owner, "sb.ns_lock", false, |c| (
     offset_of!(Superblock, ns_lock) as u64,
     Edit::Set32(DEAD_TID)
 ));
+/// A live process that does not map the segment (a `sleep` child) named as the holder
+/// of a lock: recovered too, since it cannot hold a lock inside the segment.
+fn unrelated_live_owner_case(case: &'static str, field: fn(&Ctx) -> u64) {
+    struct Sleeper(std::process::Child);
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let sleeper = Sleeper(std::process::Command::new("sleep").arg("300").spawn().unwrap());
+    let pid = sleeper.0.id();
+    run_case(case, move |c| (field(c), Edit::Set32(pid)), false);
+}
+
+#[test]
+fn sb_ns_lock_unrelated_live_owner() {
+    unrelated_live_owner_case("sb.ns_lock_live", |_| offset_of!(Superblock, ns_lock) as u64);
+}
+
+#[test]
+fn ino_lock_unrelated_live_owner() {
+    unrelated_live_owner_case("ino.lock_live", |c| c.inode(c.a, offset_of!(Inode, lock)));
+}
 case!(sb_alloc_lock_dead_owner, "sb.alloc_lock", false, |c| (
     offset_of!(Superblock, alloc_lock) as u64,
     Edit::Set32(DEAD_TID)
