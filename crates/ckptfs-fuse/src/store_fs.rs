@@ -32,16 +32,12 @@ pub struct StoreFs {
     open_inos: Mutex<HashMap<u64, usize>>,
     dirs: DirTable<String>,
     next_fh: AtomicU64,
-    uid: u32,
-    gid: u32,
     counters: Arc<Counters>,
 }
 
 impl StoreFs {
     /// Serve `store`; `io` decides page cache vs direct I/O per open.
     pub fn new(store: Store, io: IoMode) -> StoreFs {
-        // SAFETY: getuid/getgid cannot fail and touch no memory.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         StoreFs {
             store,
             io,
@@ -49,8 +45,6 @@ impl StoreFs {
             open_inos: Mutex::new(HashMap::new()),
             dirs: DirTable::new(),
             next_fh: AtomicU64::new(1),
-            uid,
-            gid,
             counters: Arc::new(Counters::default()),
         }
     }
@@ -106,18 +100,50 @@ impl StoreFs {
             size: st.size,
             // du shows what the file really occupies: whole chunks.
             blocks: st.allocated / 512,
-            atime: mtime,
+            atime: system_time(st.atime_ns),
             mtime,
             ctime: system_time(st.ctime_ns),
             crtime: system_time(st.ctime_ns),
             kind,
             perm,
             nlink,
-            uid: self.uid,
-            gid: self.gid,
+            uid: st.uid,
+            gid: st.gid,
             rdev: 0,
             blksize: 1 << 20,
             flags: 0,
+        }
+    }
+
+    /// A file or directory just created at `path` in `parent` belongs to the caller:
+    /// uid = the caller's fsuid, gid = the parent's when it is setgid (a new directory
+    /// then also gets the setgid bit), else the caller's fsgid.
+    fn give_to_caller(&self, req: &Request, parent: INodeNo, path: &str, st: Stat) -> Result<Stat, Errno> {
+        let pst = self.store.stat_ino(parent.0).map_err(store_err)?;
+        let setgid_dir = pst.mode & libc::S_ISGID != 0;
+        let gid = if setgid_dir { pst.gid } else { req.gid() };
+        let mut changed = false;
+        if (st.uid, st.gid) != (req.uid(), gid) {
+            self.store.chown(path, req.uid(), gid).map_err(store_err)?;
+            changed = true;
+        }
+        if st.kind == FileKind::Dir && setgid_dir && st.mode & libc::S_ISGID == 0 {
+            self.store
+                .chmod(path, st.mode | libc::S_ISGID)
+                .map_err(store_err)?;
+            changed = true;
+        }
+        if changed {
+            self.store.stat(path).map_err(store_err)
+        } else {
+            Ok(st)
+        }
+    }
+
+    /// After an entry of `parent` was removed: its mtime and ctime are now.
+    fn touch_dir(&self, parent: INodeNo) {
+        if let (Ok(p), Ok(st)) = (self.path(parent), self.store.stat_ino(parent.0)) {
+            let _ = self.store.set_times(&p, st.atime_ns, now_ns());
         }
     }
 
@@ -233,13 +259,13 @@ impl Filesystem for StoreFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         fh: Option<fuser::FileHandle>,
@@ -251,30 +277,53 @@ impl Filesystem for StoreFs {
     ) {
         self.counters.meta.fetch_add(1, Relaxed);
         let r = (|| -> Result<Stat, Errno> {
-            // The store keeps no owners: accept only a no-op chown (cp -p, tar, rsync -a).
-            if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
-                return Err(Errno::EPERM);
+            let path = self.path(ino)?;
+            let cur = self.store.stat_ino(ino.0).map_err(store_err)?;
+            // The kernel has checked who may chown, chmod, truncate and set times
+            // (default_permissions); the store records what it is told.
+            if uid.is_some() || gid.is_some() {
+                let (u, g) = (uid.unwrap_or(cur.uid), gid.unwrap_or(cur.gid));
+                self.store.chown(&path, u, g).map_err(store_err)?;
+                // FUSE_HANDLE_KILLPRIV: chown of a file clears its set-id bits.
+                if cur.kind == FileKind::File && mode.is_none() {
+                    if let Some(m) = crate::killed_mode(cur.mode) {
+                        self.store.chmod(&path, m).map_err(store_err)?;
+                    }
+                }
             }
             if let Some(len) = size {
                 match fh.and_then(|f| self.handle(f.0).ok()) {
                     Some(h) if h.lock().unwrap().flags().write => {
                         h.lock().unwrap().set_len(len).map_err(store_err)?
                     }
-                    _ => self.store.truncate(&self.path(ino)?, len).map_err(store_err)?,
+                    _ => self.store.truncate(&path, len).map_err(store_err)?,
+                }
+                // truncate sets mtime and ctime; a user's truncate clears set-id bits.
+                let now = now_ns();
+                self.store
+                    .set_times(&path, cur.atime_ns, now)
+                    .map_err(store_err)?;
+                if req.uid() != 0 && mode.is_none() {
+                    if let Some(m) = crate::killed_mode(cur.mode) {
+                        self.store.chmod(&path, m).map_err(store_err)?;
+                    }
                 }
             }
             if let Some(m) = mode {
-                self.store.chmod(&self.path(ino)?, m).map_err(store_err)?;
+                self.store.chmod(&path, m).map_err(store_err)?;
             }
-            if let Some(t) = mtime {
-                let ns = match t {
+            if atime.is_some() || mtime.is_some() {
+                let cur = self.store.stat_ino(ino.0).map_err(store_err)?;
+                let ns = |t: TimeOrNow| match t {
                     TimeOrNow::Now => now_ns(),
                     TimeOrNow::SpecificTime(t) => t
                         .duration_since(SystemTime::UNIX_EPOCH)
                         .map(|d| d.as_nanos() as u64)
                         .unwrap_or(0),
                 };
-                self.store.set_mtime(&self.path(ino)?, ns).map_err(store_err)?;
+                let a = atime.map(ns).unwrap_or(cur.atime_ns);
+                let m = mtime.map(ns).unwrap_or(cur.mtime_ns);
+                self.store.set_times(&path, a, m).map_err(store_err)?;
             }
             self.store.stat_ino(ino.0).map_err(store_err)
         })();
@@ -283,7 +332,7 @@ impl Filesystem for StoreFs {
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -310,35 +359,40 @@ impl Filesystem for StoreFs {
                 .map_err(store_err)?;
             let st = h.stat();
             h.close().map_err(store_err)?;
-            Ok::<_, Errno>(st)
+            self.give_to_caller(req, parent, &path, st)
         })();
         self.reply_entry(reply, r);
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.counters.meta.fetch_add(1, Relaxed);
-        let r = self
-            .child_path(parent, name)
-            .and_then(|p| self.store.mkdir(&p, mode & !umask & 0o7777).map_err(store_err));
+        let r = self.child_path(parent, name).and_then(|p| {
+            let st = self.store.mkdir(&p, mode & !umask & 0o7777).map_err(store_err)?;
+            self.give_to_caller(req, parent, &p, st)
+        });
         self.reply_entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
-        reply_empty(
-            reply,
-            self.child_path(parent, name)
-                .and_then(|p| self.store.unlink(&p).map_err(store_err)),
-        );
+        let r = self
+            .child_path(parent, name)
+            .and_then(|p| self.store.unlink(&p).map_err(store_err));
+        if r.is_ok() {
+            self.touch_dir(parent);
+        }
+        reply_empty(reply, r);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
-        reply_empty(
-            reply,
-            self.child_path(parent, name)
-                .and_then(|p| self.store.rmdir(&p).map_err(store_err)),
-        );
+        let r = self
+            .child_path(parent, name)
+            .and_then(|p| self.store.rmdir(&p).map_err(store_err));
+        if r.is_ok() {
+            self.touch_dir(parent);
+        }
+        reply_empty(reply, r);
     }
 
     fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &std::path::Path, reply: ReplyEntry) {
@@ -397,7 +451,7 @@ impl Filesystem for StoreFs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -410,11 +464,15 @@ impl Filesystem for StoreFs {
             let path = self.child_path(parent, name)?;
             let mut of = OpenFlags::from_posix(flags).map_err(store_err)?;
             of.create = true;
+            let existed = self.store.stat(&path).is_ok();
             let h = self
                 .store
                 .open(&path, of, mode & !umask & 0o7777)
                 .map_err(store_err)?;
-            let st = h.stat();
+            let mut st = h.stat();
+            if !existed {
+                st = self.give_to_caller(req, parent, &path, st)?;
+            }
             Ok::<_, Errno>((self.insert(h), st))
         })();
         match r {
@@ -638,6 +696,13 @@ impl Filesystem for StoreFs {
             let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
             if end > h.size() {
                 h.set_len(end).map_err(store_err)?;
+                // A size change sets mtime and ctime (unlinked: nothing to name).
+                let st = h.stat();
+                if let Ok(p) = self.path(INodeNo(st.ino)) {
+                    self.store
+                        .set_times(&p, st.atime_ns, now_ns())
+                        .map_err(store_err)?;
+                }
             }
             Ok(())
         });

@@ -174,3 +174,86 @@ fn store_write_by_a_user_clears_setuid_bits() {
     assert_eq!(mode("by-root"), 0o6777, "root (CAP_FSETID) keeps the bits");
     assert_eq!(d.stop(), 0);
 }
+
+/// Run `cmd` in `dir` as `user` with its groups; (exit code, stderr).
+fn as_user(user: &str, dir: &Path, cmd: &str) -> (i32, String) {
+    let (rc, _, err) = sh(
+        dir,
+        &format!("setpriv --reuid={user} --regid={user} --init-groups bash -c {cmd:?}"),
+    );
+    (rc, err)
+}
+
+fn ensure_user(name: &str) -> (u32, u32) {
+    let (rc, _, err) = sh(
+        Path::new("/"),
+        &format!("id -u {name} >/dev/null || useradd -M -U -r -s /usr/sbin/nologin {name}"),
+    );
+    assert_eq!(rc, 0, "useradd {name}: {err}");
+    let id = |f: &str| {
+        let (_, out, _) = sh(Path::new("/"), &format!("id {f} {name}"));
+        out.trim().parse::<u32>().unwrap()
+    };
+    (id("-u"), id("-g"))
+}
+
+#[test]
+fn store_root_daemon_files_belong_to_the_caller_and_sticky_rules_hold() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (a root daemon serving two unprivileged users)");
+        return;
+    }
+    let (u1, g1) = ensure_user("ckptfs-t1");
+    let (u2, _) = ensure_user("ckptfs-t2");
+    let (_g, tmp, mp, d) = mounted("owners");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (rc, _, err) = sh(
+        &mp,
+        "mkdir -m 1777 sticky && mkdir sgid && chgrp 100 sgid && chmod 2777 sgid",
+    );
+    assert_eq!(rc, 0, "{err}");
+    let owner = |p: &str| {
+        let m = std::fs::metadata(mp.join(p)).unwrap();
+        (m.uid(), m.gid())
+    };
+    // Files and directories belong to their creator (were the daemon's, root).
+    let (rc, err) = as_user("ckptfs-t1", &mp, "echo a > sticky/f1 && mkdir sticky/d1");
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(owner("sticky/f1"), (u1, g1));
+    assert_eq!(owner("sticky/d1"), (u1, g1));
+    // Sticky directory: the owner overwrites, appends and removes (were EACCES/EPERM).
+    let (rc, err) = as_user(
+        "ckptfs-t1",
+        &mp,
+        "echo b > sticky/f1 && echo c >> sticky/f1 && rm sticky/f1 && echo k > sticky/f2 && chmod 666 sticky/f2",
+    );
+    assert_eq!(rc, 0, "owner in a sticky directory: {err}");
+    let (rc, err) = as_user("ckptfs-t2", &mp, "rm -f sticky/f2");
+    assert_ne!(rc, 0, "another user removed a file in a sticky directory");
+    assert!(err.contains("not permitted"), "{err}");
+    // setgid directory: new entries get its group, new directories its setgid bit.
+    let (rc, err) = as_user("ckptfs-t1", &mp, "touch sgid/s1 && mkdir sgid/sd");
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(owner("sgid/s1"), (u1, 100));
+    assert_ne!(
+        std::fs::metadata(mp.join("sgid/sd")).unwrap().mode() & libc::S_ISGID,
+        0
+    );
+    // chown: a user may not give a file away; root may.
+    let (rc, _) = as_user("ckptfs-t1", &mp, &format!("chown {u2} sgid/s1"));
+    assert_ne!(rc, 0, "a user gave a file away");
+    let (rc, _, err) = sh(&mp, &format!("chown {u2} sgid/s1"));
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(owner("sgid/s1").0, u2);
+    // atime is kept apart from mtime (touch -a did nothing).
+    let (rc, _, err) = sh(
+        &mp,
+        "touch -m -d '2001-01-01' sgid/s1 && touch -a -d '2002-02-02' sgid/s1",
+    );
+    assert_eq!(rc, 0, "{err}");
+    let m = std::fs::metadata(mp.join("sgid/s1")).unwrap();
+    assert_eq!((m.mtime(), m.atime()), (978307200, 1012608000));
+    assert_eq!(d.stop(), 0);
+}
