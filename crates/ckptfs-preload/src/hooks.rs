@@ -1649,10 +1649,14 @@ unsafe fn mmap_impl(
         let Some(d) = state::desc_of(fd) else {
             return Ok(None);
         };
-        // A snapshot copy in anonymous memory: read-only or private mappings only.
-        if flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0 && prot & libc::PROT_WRITE != 0 {
-            return Err(libc::ENODEV);
+        // Shared and writable: the store's own pages (module shmap).
+        // (MAP_PRIVATE is 2 and MAP_SHARED_VALIDATE 3: compare the mapping type, not bits.)
+        let kind = flags & 0x0f;
+        if (kind == libc::MAP_SHARED || kind == libc::MAP_SHARED_VALIDATE) && prot & libc::PROT_WRITE != 0 {
+            // SAFETY: the caller's mmap arguments, passed on.
+            return unsafe { crate::shmap::map(&d, addr, len, prot, flags, off) }.map(Some);
         }
+        // Otherwise a snapshot copy in anonymous memory.
         if d.is_dir {
             return Err(libc::ENODEV);
         }
@@ -1693,6 +1697,27 @@ unsafe fn mmap_impl(
             libc::MAP_FAILED
         }
     }
+}
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    if crate::shmap::any() && !in_shim() {
+        let _ = guarded(|| {
+            crate::shmap::unmap(addr as usize, len);
+            Ok(())
+        });
+    }
+    real!(munmap: fn(*mut c_void, usize) -> c_int; -1; addr, len)
+}
+#[no_mangle]
+pub unsafe extern "C" fn msync(addr: *mut c_void, len: usize, flags: c_int) -> c_int {
+    if crate::shmap::any() && !in_shim() {
+        match guarded(|| crate::shmap::sync(addr as usize, len)) {
+            Ok(true) => return 0,
+            Err(e) => return ret(Err(e)),
+            Ok(false) => {}
+        }
+    }
+    real!(msync: fn(*mut c_void, usize, c_int) -> c_int; -1; addr, len, flags)
 }
 #[no_mangle]
 pub unsafe extern "C" fn mmap(

@@ -32,6 +32,7 @@ pub mod locks;
 pub mod names;
 pub mod ops;
 pub mod paths;
+pub mod shmap;
 pub mod state;
 pub mod stdio;
 pub mod sys;
