@@ -30,6 +30,32 @@ struct Map {
     /// A write handle of the file kept while the mapping lives (its lease keeps the
     /// chunks from being recycled if the file is unlinked).
     h: FileHandle,
+    /// The process whose lease `h` holds (a fork child adopts it before using it).
+    pid: i32,
+}
+
+fn getpid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// A fork child inherits the mapping (shared pages) and the handle: take its own lease
+/// before using or closing it, never the parent's.
+fn adopt(m: &mut Map) -> R<()> {
+    let me = getpid();
+    if m.pid != me {
+        m.h.adopt_after_fork().map_err(state::se)?;
+        m.pid = me;
+    }
+    Ok(())
+}
+
+fn close(mut m: Map) {
+    if adopt(&mut m).is_ok() {
+        let _ = m.h.close();
+    } else {
+        std::mem::forget(m.h);
+    }
 }
 
 static MAPS: Mutex<Vec<Map>> = Mutex::new(Vec::new());
@@ -46,6 +72,7 @@ fn page() -> usize {
 
 /// Write the mapped bytes onto themselves through the store (checksums up to date).
 fn refresh(m: &mut Map) -> R<()> {
+    adopt(m)?;
     // SAFETY: the mapping is alive and len bytes long.
     let bytes = unsafe { std::slice::from_raw_parts(m.addr as *const u8, m.len) };
     let mut done = 0;
@@ -180,6 +207,7 @@ pub unsafe fn map(
         len,
         off,
         h,
+        pid: getpid(),
     });
     COUNT.fetch_add(1, Ordering::Relaxed);
     Ok(base)
@@ -210,7 +238,7 @@ pub fn unmap(addr: usize, len: usize) {
             if addr <= m.addr && m.addr + m.len <= addr + len {
                 let m = ms.swap_remove(i);
                 COUNT.fetch_sub(1, Ordering::Relaxed);
-                let _ = m.h.close();
+                close(m);
                 continue;
             }
         }
@@ -233,6 +261,6 @@ pub fn flush_all() {
     COUNT.store(0, Ordering::Relaxed);
     for mut m in all {
         let _ = refresh(&mut m);
-        let _ = m.h.close();
+        close(m);
     }
 }

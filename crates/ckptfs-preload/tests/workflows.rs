@@ -542,11 +542,26 @@ for name, how in (("synced", "msync"), ("unmapped", "munmap"), ("exited", "exit"
     else:
         keep = m  # still mapped when the process exits
 print(open(f"{r}/synced", "rb").read()[100:105], open(f"{r}/unmapped", "rb").read()[-5:])
+# A fork child writes through the inherited mapping and exits; the parent unmaps later.
+fd = os.open(f"{r}/forked", os.O_RDWR | os.O_CREAT, 0o644)
+os.ftruncate(fd, 1 << 20)
+m = mmap.mmap(fd, 1 << 20, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+pid = os.fork()
+if pid == 0:
+    m[0:5] = b"child"
+    os._exit(0)
+os.waitpid(pid, 0)
+m[10:16] = b"parent"
+m.close()
+print(open(f"{r}/forked", "rb").read(16))
 "#;
     let o = on_store(&ts, &["/usr/bin/python3", "-c", script], &[]);
-    assert_eq!(o.stdout, "b'hello' b'world'\n", "{o:?}");
+    assert_eq!(
+        o.stdout, "b'hello' b'world'\nb'child\\x00\\x00\\x00\\x00\\x00parent'\n",
+        "{o:?}"
+    );
     let rep = ts.store().fsck(false);
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     assert!(rep.incomplete.is_empty(), "{:?}", rep.incomplete);
-    assert!(rep.bytes_verified >= 9 << 20, "{rep:?}");
+    assert!(rep.bytes_verified >= 10 << 20, "{rep:?}");
 }
