@@ -6,6 +6,7 @@
 //! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
 
 mod cmd_agent;
+mod cmd_cluster;
 mod cmd_mount;
 mod cmd_run;
 mod config;
@@ -125,6 +126,11 @@ enum Command {
     /// Run a benchmark; prints measured figures next to the baselines of the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// The cluster map: write a cluster file and secret (`init`), print the partner plan.
+    Cluster {
+        #[command(subcommand)]
+        cmd: cmd_cluster::ClusterCommand,
+    },
     /// Checkpoint level policy: adaptive level choice, optimal intervals, failure simulator.
     Policy {
         #[command(subcommand)]
@@ -211,6 +217,7 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(0)
             }
         },
+        Command::Cluster { cmd } => cmd_cluster::main(cmd),
         Command::Policy { cmd } => {
             ckptfs_policy::cli::run(cmd)?;
             Ok(0)
