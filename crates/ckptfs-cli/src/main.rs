@@ -174,6 +174,10 @@ fn init_logging(verbose: u8) {
 }
 
 fn run(cli: Cli) -> Result<i32> {
+    // `cluster init/plan` read (or write) the cluster file themselves.
+    if let Command::Cluster { cmd } = cli.cmd {
+        return cmd_cluster::main(cmd, cli.cluster.cluster);
+    }
     let ctx = Ctx::resolve(&cli.store)?.with_cluster(&cli.cluster)?;
     match cli.cmd {
         Command::Init => store_cmds::init(&ctx),
@@ -224,7 +228,7 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(0)
             }
         },
-        Command::Cluster { cmd } => cmd_cluster::main(cmd),
+        Command::Cluster { .. } => unreachable!("handled above"),
         Command::Policy { cmd } => {
             ckptfs_policy::cli::run(cmd)?;
             Ok(0)

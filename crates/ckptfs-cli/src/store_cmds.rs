@@ -229,7 +229,8 @@ pub fn ls(ctx: &Ctx, path: &str, long: bool, recursive: bool) -> Result<i32> {
     let store = attach(ctx)?;
     let st = store.stat(path).with_context(|| format!("ls {path}"))?;
     let levels = ckptfs_node::LevelsView::load(&store);
-    let lv = |p: &str| -> Option<(&ckptfs_node::LevelsView, String)> { long.then(|| (&levels, p.to_string())) };
+    let lv =
+        |p: &str| -> Option<(&ckptfs_node::LevelsView, String)> { long.then(|| (&levels, p.to_string())) };
     if st.kind == FileKind::File {
         let l = lv(path);
         print_entry(path, &st, l.as_ref().map(|(v, p)| (*v, p.as_str())));
