@@ -126,6 +126,9 @@ pub struct Conn {
     inner: tp::Conn,
     peer: String,
     me: String,
+    /// The accepting side (a copy's source node is the peer) or the connecting side (a
+    /// copy coming back by Get is this node's own file).
+    server: bool,
     /// Chunks sent or received since the last PutBegin, and its size.
     chunks: u64,
     size: u64,
@@ -133,11 +136,12 @@ pub struct Conn {
 }
 
 impl Conn {
-    fn wrap(inner: tp::Conn, me: &str) -> Conn {
+    fn wrap(inner: tp::Conn, me: &str, server: bool) -> Conn {
         Conn {
             peer: inner.peer_id().to_string(),
             inner,
             me: me.to_string(),
+            server,
             chunks: 0,
             size: 0,
             seq: 0,
@@ -153,7 +157,7 @@ impl Conn {
         let inner = tp::connect(addr, &id, secret, &ConnConfig::default())
             .await
             .map_err(|e| terr(addr, e))?;
-        Ok(Conn::wrap(inner, me))
+        Ok(Conn::wrap(inner, me, false))
     }
 
     /// Authenticate an accepted stream (the server side).
@@ -174,12 +178,22 @@ impl Conn {
         let inner = tp::accept(stream, &id, secret, &conn_config(cluster))
             .await
             .map_err(|e| terr(&addr, e))?;
-        Ok(Conn::wrap(inner, me))
+        Ok(Conn::wrap(inner, me, true))
     }
 
     /// The peer's authenticated node id.
     pub fn peer(&self) -> &str {
         &self.peer
+    }
+
+    /// Whose files the copies on this connection are: the peer's when it connected to
+    /// us, ours when we connected (a Get's answer).
+    fn file_owner(&self) -> &str {
+        if self.server {
+            &self.peer
+        } else {
+            &self.me
+        }
     }
 
     /// Send one message.
@@ -200,7 +214,7 @@ impl Conn {
                 self.chunks = 0;
                 self.size = size;
                 tp::Msg::PutBegin(tp::PutBegin {
-                    src_node: self.me.clone(),
+                    src_node: self.file_owner().to_string(),
                     path: wire(&path),
                     size,
                     chunk_size: crate::source::PIECE as u32,
@@ -284,9 +298,15 @@ impl Conn {
         Ok(Some(match m {
             tp::Msg::Heartbeat { .. } => Msg::Heartbeat,
             tp::Msg::PutBegin(b) => {
-                // A Get's answer names the asking node's own files.
-                if b.src_node != self.me {
-                    own(&b.src_node)?;
+                if b.src_node != self.file_owner() {
+                    return Err(NodeError::Protocol {
+                        peer,
+                        what: format!(
+                            "a copy of node {:?}'s file, expected {}",
+                            b.src_node,
+                            self.file_owner()
+                        ),
+                    });
                 }
                 self.chunks = 0;
                 self.size = b.size;
