@@ -287,7 +287,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     }
     let mut st = shared.status();
     st.in_flight.clear();
-    let _ = node_status::write_status(&st);
+    // Not for a store destroyed meanwhile (its status file went with it).
+    if ckptfs_store::segment_path(&name).exists() {
+        let _ = node_status::write_status(&st);
+    }
     result?;
     Ok(NodeSummary {
         copies_sent: st.copies_sent,

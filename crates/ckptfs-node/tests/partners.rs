@@ -96,10 +96,16 @@ async fn rewrite_updates_and_delete_drops_the_partner_copy() {
     let v1 = bytes(150_000, 1);
     write(&s1, "/ckpt/a", &v1);
     write(&s1, "/ckpt/b", &bytes(10, 2));
-    wait_for("first version on node2", || copy_on(&s2, "node1", "/ckpt/a") == Some(v1.clone())).await;
+    wait_for("first version on node2", || {
+        copy_on(&s2, "node1", "/ckpt/a") == Some(v1.clone())
+    })
+    .await;
     let v2 = bytes(90_000, 3);
     write(&s1, "/ckpt/a", &v2);
-    wait_for("second version on node2", || copy_on(&s2, "node1", "/ckpt/a") == Some(v2.clone())).await;
+    wait_for("second version on node2", || {
+        copy_on(&s2, "node1", "/ckpt/a") == Some(v2.clone())
+    })
+    .await;
     wait_for("copy of b", || copy_on(&s2, "node1", "/ckpt/b").is_some()).await;
     s1.unlink("/ckpt/b").unwrap();
     wait_for("b's copy dropped", || copy_on(&s2, "node1", "/ckpt/b").is_none()).await;
@@ -123,15 +129,23 @@ async fn full_partner_answers_enospc_and_the_source_records_no_copy() {
     write(&s1, "/ckpt/big", &bytes(1 << 20, 2));
     wait_for("both files decided", || {
         let l = Levels::load(&s1);
-        l.files.get("/ckpt/small").is_some_and(|f| f.partners == ["node2"])
-            && l.files.get("/ckpt/big").is_some_and(|f| f.refused.contains_key("node2"))
+        l.files
+            .get("/ckpt/small")
+            .is_some_and(|f| f.partners == ["node2"])
+            && l.files
+                .get("/ckpt/big")
+                .is_some_and(|f| f.refused.contains_key("node2"))
     })
     .await;
     let view = ckptfs_node::LevelsView::load(&s1);
     let st = s1.stat("/ckpt/big").unwrap();
     let w = view.of("/ckpt/big", &st);
     assert!(w.partners.is_empty());
-    assert!(w.refused["node2"].contains("No space") || w.refused["node2"].contains("no space"), "{:?}", w.refused);
+    assert!(
+        w.refused["node2"].contains("No space") || w.refused["node2"].contains("no space"),
+        "{:?}",
+        w.refused
+    );
     assert_eq!(w.summary(), "local, no copy on node2");
     assert!(copy_on(&tc.store("node2"), "node1", "/ckpt/big").is_none());
     d1.stop().await;
@@ -157,7 +171,12 @@ async fn whole_rack_lost_every_file_comes_back_from_the_other_rack() {
     for id in ids {
         let s = tc.store(id);
         wait_for(&format!("{id}'s copies acknowledged"), || {
-            Levels::load(&s).files.values().filter(|f| f.partners.len() == 1).count() == 2
+            Levels::load(&s)
+                .files
+                .values()
+                .filter(|f| f.partners.len() == 1)
+                .count()
+                == 2
         })
         .await;
     }
@@ -169,14 +188,23 @@ async fn whole_rack_lost_every_file_comes_back_from_the_other_rack() {
     for i in 0..2 {
         let s = tc.store(ids[i]);
         assert!(s.read_dir("/").unwrap().is_empty());
-        let rep = ckptfs_node::restore_from_peers(&tc.cluster, ids[i], &s, "/").await.unwrap();
+        let rep = ckptfs_node::restore_from_peers(&tc.cluster, ids[i], &s, "/")
+            .await
+            .unwrap();
         assert!(rep.failed.is_empty(), "{rep:?}");
         assert_eq!(rep.restored.len(), 2, "{rep:?}");
-        assert!(rep.restored.iter().all(|r| r.from == "node3" || r.from == "node4"), "{rep:?}");
+        assert!(
+            rep.restored
+                .iter()
+                .all(|r| r.from == "node3" || r.from == "node4"),
+            "{rep:?}"
+        );
         assert_eq!(read(&s, "/ckpt/s9/part").unwrap(), data[i]);
         assert_eq!(read(&s, "/ckpt/s9/meta").unwrap(), bytes(100, i as u32));
         // A second restore keeps what the store has.
-        let again = ckptfs_node::restore_from_peers(&tc.cluster, ids[i], &s, "/").await.unwrap();
+        let again = ckptfs_node::restore_from_peers(&tc.cluster, ids[i], &s, "/")
+            .await
+            .unwrap();
         assert!(again.restored.is_empty() && again.present.len() == 2, "{again:?}");
         daemons[i] = Some(Daemon::start(tc.config(ids[i])));
     }
@@ -190,7 +218,12 @@ async fn whole_rack_lost_every_file_comes_back_from_the_other_rack() {
         .await;
         let src = tc.store(ids[i]);
         wait_for("levels rebuilt", || {
-            Levels::load(&src).files.values().filter(|f| f.partners.len() == 1).count() == 2
+            Levels::load(&src)
+                .files
+                .values()
+                .filter(|f| f.partners.len() == 1)
+                .count()
+                == 2
         })
         .await;
     }
@@ -220,9 +253,15 @@ async fn partner_stopped_mid_transfer_lists_no_half_copy_and_gets_it_later() {
     d2.stop().await;
     assert!(ckptfs_node::partner_store::list(&s2, "node1").is_empty());
     assert!(s2.stat("/.ckptfs/partners/node1/ckpt/long").is_err());
-    assert!(!Levels::load(&s1).files.get("/ckpt/long").is_some_and(|f| !f.partners.is_empty()));
+    assert!(!Levels::load(&s1)
+        .files
+        .get("/ckpt/long")
+        .is_some_and(|f| !f.partners.is_empty()));
     let d2 = Daemon::start(tc.config("node2"));
-    wait_for("the copy completed", || copy_on(&s2, "node1", "/ckpt/long").is_some()).await;
+    wait_for("the copy completed", || {
+        copy_on(&s2, "node1", "/ckpt/long").is_some()
+    })
+    .await;
     assert_eq!(copy_on(&s2, "node1", "/ckpt/long").unwrap(), data);
     d1.stop().await;
     d2.stop().await;
