@@ -56,7 +56,7 @@ levels_ok() { ckptfs --cluster c.toml --node-id node1 ls -l -R /ckpt | grep -c "
 until_ok "both files to show 'local, $partner'" levels_ok
 ckptfs --cluster c.toml --node-id node1 ls -l /ckpt
 ckptfs --cluster c.toml --node-id node1 status --json | python3 -c '
-import json,sys; f=json.load(sys.stdin)["files"]
+import json,sys; f=json.load(sys.stdin)["levels"]
 assert f["/ckpt/big.dat"]["local"] and f["/ckpt/big.dat"]["partners"]==["'"$partner"'"], f'
 ckptfs cluster plan --cluster c.toml
 ckptfs cluster plan --cluster c.toml --json >/dev/null

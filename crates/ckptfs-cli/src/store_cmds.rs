@@ -131,7 +131,7 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
                 (p, w)
             })
             .collect();
-        v["files"] = serde_json::Value::Object(files);
+        v["levels"] = serde_json::Value::Object(files);
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
