@@ -136,13 +136,16 @@ impl Where {
     }
 }
 
+/// A drain manifest's files: name -> (size, mtime_ns).
+type Drained = BTreeMap<String, (u64, u64)>;
+
 /// A snapshot of the levels of a store's files, for listings.
 pub struct LevelsView {
     levels: Levels,
     /// The drain agent's target directory and node id, if an agent ran on the store.
     drain: Option<(std::path::PathBuf, String)>,
     /// Its manifests read so far, per store directory (file name -> (size, mtime_ns)).
-    manifests: std::cell::RefCell<BTreeMap<String, BTreeMap<String, (u64, u64)>>>,
+    manifests: std::cell::RefCell<BTreeMap<String, Drained>>,
 }
 
 impl LevelsView {
