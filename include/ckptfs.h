@@ -89,6 +89,17 @@ typedef struct ckptfs_options {
 int ckptfs_mount(const char *prefix, const ckptfs_options *opts);
 
 /*
+ * The settings ckptfs_mount(prefix, NULL) would use, resolved from the CKPTFS_*
+ * environment with the rules of the ckptfs command line and the preload shim, as one
+ * JSON object (what `ckptfs config --json` shows as "resolved"; settings left to the
+ * segment or the default are null). Copies it with a NUL into `buf` and returns its
+ * length; with buf == NULL and len == 0 only returns the length. Attaches nothing.
+ * Errors: -EINVAL a CKPTFS_* variable is invalid (ckptfs_last_error names it);
+ * -ERANGE len <= length; -EFAULT buf NULL with len > 0.
+ */
+ssize_t ckptfs_settings(char *buf, size_t len);
+
+/*
  * Remove the mount of `prefix`. Pointers from ckptfs_get_data_region for it become
  * invalid. The store itself stays (see ckptfs_destroy_store).
  * Errors: -EINVAL not mounted; -EBUSY descriptors still open under it.
@@ -175,6 +186,8 @@ int ckptfs_fsync(int fd);
 #define CKPTFS_STATE_WRITING 1    /* a live process has it open for writing */
 #define CKPTFS_STATE_INCOMPLETE 2 /* a writer died with it open: readable up to its
                                      last completed write */
+#define CKPTFS_STATE_FAILED 3     /* closed after a write to it failed (ENOSPC, EIO):
+                                     not what was meant to be written */
 
 /* Attributes (a struct tag only, like POSIX struct stat, since ckptfs_stat is a
  * function). */

@@ -9,6 +9,8 @@ command -v rsync >/dev/null 2>&1 || need+=(rsync)
 command -v tar >/dev/null 2>&1 || need+=(tar)
 command -v gzip >/dev/null 2>&1 || need+=(gzip)
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
+# pjdfstest (tests/fuse/pjdfstest.sh) links libacl.
+dpkg -s libacl1-dev >/dev/null 2>&1 || need+=(libacl1-dev)
 
 if [ ${#need[@]} -gt 0 ]; then
     SUDO=""
@@ -32,4 +34,18 @@ fi
 # Let non-root mounts use allow_other if ever needed (harmless as root).
 if [ -w /etc/fuse.conf ] && ! grep -q '^user_allow_other' /etc/fuse.conf; then
     echo user_allow_other >>/etc/fuse.conf
+fi
+
+# pjdfstest, the POSIX conformance suite (Rust port, crates.io) run by
+# tests/fuse/pjdfstest.sh, in the project-local .tools/ (about 1.5 min once; kept).
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -x "$root/.tools/bin/pjdfstest" ] && command -v cargo >/dev/null 2>&1; then
+    log=$(mktemp)
+    if ! cargo install --quiet --locked --root "$root/.tools" pjdfstest --version 0.2.2 >"$log" 2>&1; then
+        cat "$log" >&2
+        rm -f "$log"
+        echo "setup-fuse.sh: cargo install pjdfstest failed" >&2
+        exit 1
+    fi
+    rm -f "$log"
 fi

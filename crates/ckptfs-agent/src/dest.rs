@@ -253,8 +253,17 @@ impl DestIo for PosixDest {
         Ok(Box::new(PosixFile { buffered, direct }))
     }
 
+    /// Only the agent's own manifests are read through this: a symbolic link is not
+    /// followed (ELOOP) and a FIFO or device is refused without blocking (EINVAL).
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
-        Ok(Box::new(File::open(path)?))
+        let f = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)?;
+        if !f.metadata()?.is_file() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        Ok(Box::new(f))
     }
 
     fn len(&self, path: &Path) -> io::Result<u64> {

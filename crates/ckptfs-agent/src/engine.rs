@@ -22,8 +22,9 @@ use crate::error::AgentError;
 use crate::manifest::{self, Entry, Manifest};
 use crate::region::Region;
 use crate::status::{self, AgentStatus, Drained, Failed, InFlight, Queued};
-use crate::sys::{self, AlignedBuf, FileLock};
+use crate::sys::{self, AlignedBuf};
 use crate::throttle::Throttle;
+use ckptfs_runtime::{InstanceLock, RuntimeDir};
 use ckptfs_store::checksum::{crc32c, crc32c_append_zeros};
 use ckptfs_store::fault::crash_point;
 use ckptfs_store::{ChunkInfo, ChunkLocation, FileKind, Stat, Store, WriteState};
@@ -156,7 +157,9 @@ struct Shared {
     state: Mutex<State>,
     manifests: Mutex<HashMap<PathBuf, Manifest>>,
     dirs_ready: Mutex<HashSet<PathBuf>>,
-    _lock: FileLock,
+    _lock: InstanceLock,
+    /// The caller's runtime directory (status file).
+    rt: RuntimeDir,
 }
 
 /// A drain agent attached to one store. At most one per store (a lock file enforces it).
@@ -175,12 +178,7 @@ impl StopHandle {
     }
 }
 
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
+use ckptfs_settings::now_ns;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -330,19 +328,12 @@ impl Agent {
     pub fn with_dest(store: &Store, cfg: AgentConfig, io: Arc<dyn DestIo>) -> Result<Agent, AgentError> {
         let target = cfg.target()?.clone();
         let name = store.name().to_string();
-        let lock = sys::try_lock(&status::lock_path(&name))
-            .map_err(|e| AgentError::dest("lock", status::lock_path(&name), e))?
-            .ok_or_else(|| AgentError::Busy {
-                store: name.clone(),
-                pid: status::status(&name).map(|s| s.pid).unwrap_or(0),
-            })?;
-        // A killed predecessor may have left its temporary status file behind.
-        status::remove_stale_tmp(&name);
+        // The lock and status files live in the caller's runtime directory; a killed
+        // predecessor's temporary status file is removed with the lock taken.
+        let (rt, lock) = status::take_lock(&name)?;
         let info = store.info();
-        let spill = match &info.spill_path {
-            Some(p) => Some(File::open(p).map_err(|e| AgentError::dest("open spill file", p, e))?),
-            None => None,
-        };
+        // The store's own descriptor, checked (O_NOFOLLOW, owner, mode) when attached.
+        let spill = store.spill_file()?;
         let cs = info.chunk_size;
         let mut st = AgentStatus {
             store: name.clone(),
@@ -358,7 +349,7 @@ impl Agent {
             ..Default::default()
         };
         // Checkpoint directory ordinals survive restarts (--every).
-        if let Some(old) = status::status(&name) {
+        if let Some(old) = status::previous(&rt, &name) {
             st.dirs = old.dirs;
         }
         Ok(Agent {
@@ -380,6 +371,7 @@ impl Agent {
                 manifests: Mutex::new(HashMap::new()),
                 dirs_ready: Mutex::new(HashSet::new()),
                 _lock: lock,
+                rt,
                 cfg,
             }),
         })
@@ -418,7 +410,7 @@ impl Drop for Agent {
         let mut s = self.sh.snapshot();
         s.running = false;
         s.in_flight.clear();
-        let _ = status::write_status(&s);
+        let _ = status::write_status(&self.sh.rt, &s);
     }
 }
 
@@ -462,7 +454,7 @@ impl Shared {
     }
 
     fn publish_status(&self) {
-        if let Err(e) = status::write_status(&self.snapshot()) {
+        if let Err(e) = status::write_status(&self.rt, &self.snapshot()) {
             tracing::warn!(error = %e, "cannot write the agent status file");
         }
     }

@@ -37,37 +37,65 @@ pub enum AgentError {
     /// The file was modified, truncated, unlinked or reopened for writing during the copy.
     #[error("{0} changed during the copy; it will be drained again")]
     Changed(String),
-    /// A destination file does not match its manifest (restore).
-    #[error("{path}: chunk {chunk} does not match the manifest (crc32c expected {expected:#010x}, found {found:#010x})")]
+    /// A destination file does not match its manifest (restore). The message names the
+    /// file, the chunk and its offset, never bytes of the file or their checksum (a
+    /// checksum of a few bytes gives the bytes away).
+    #[error("{path}: chunk {chunk} (bytes {offset}..{end}) does not match the manifest's CRC32C")]
     Mismatch {
         /// Destination file.
         path: PathBuf,
         /// Chunk index (manifest chunk size).
         chunk: u64,
-        /// CRC32C in the manifest.
-        expected: u32,
-        /// CRC32C of the bytes read.
-        found: u32,
+        /// Offset of the chunk in the file.
+        offset: u64,
+        /// End of the chunk.
+        end: u64,
     },
-    /// A manifest that cannot be parsed.
+    /// A manifest that cannot be used.
     #[error("manifest {path}: {reason}")]
     Manifest {
         /// Manifest file.
         path: PathBuf,
         /// What is wrong.
-        reason: String,
+        reason: crate::manifest::ManifestError,
+    },
+    /// A manifest entry that restore refuses (its file is not restored).
+    #[error("manifest {manifest}: entry {name:?}: {reason}")]
+    BadEntry {
+        /// Manifest file.
+        manifest: PathBuf,
+        /// The entry's key.
+        name: String,
+        /// What is wrong.
+        reason: crate::manifest::EntryError,
+    },
+    /// A destination file restore will not read or use.
+    #[error("refusing to restore from {path}: {reason}")]
+    Refused {
+        /// Destination file or directory.
+        path: PathBuf,
+        /// Why.
+        reason: Refusal,
     },
     /// Invalid settings (mapping file, node id, targets).
     #[error("invalid configuration: {0}")]
     Config(String),
     /// Another agent is attached to this store.
-    #[error("another agent (pid {pid}) is already draining store {store}")]
+    #[error("another agent ({}) is already draining store {store} (lock {})", match pid {
+        Some(p) => format!("pid {p}"),
+        None => "pid not recorded yet".to_string(),
+    }, lock.display())]
     Busy {
         /// Store name.
         store: String,
-        /// Pid recorded by the running agent.
-        pid: u32,
+        /// Pid of the running agent, recorded in its lock file.
+        pid: Option<u32>,
+        /// The lock file.
+        lock: PathBuf,
     },
+    /// The runtime directory or a file in it (lock, status) is unusable or unsafe.
+    #[error(transparent)]
+    Runtime(#[from] ckptfs_runtime::RuntimeError),
     /// Asked to stop (SIGTERM) before the file was published.
     #[error("stopped before {0} was published")]
     Stopped(String),
@@ -79,12 +107,15 @@ impl AgentError {
         match self {
             AgentError::Store(e) => e.errno(),
             AgentError::Dest { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-            AgentError::Corrupt { .. } | AgentError::Mismatch { .. } | AgentError::Manifest { .. } => {
-                libc::EIO
-            }
+            AgentError::Corrupt { .. }
+            | AgentError::Mismatch { .. }
+            | AgentError::Manifest { .. }
+            | AgentError::BadEntry { .. } => libc::EIO,
+            AgentError::Refused { reason, .. } => reason.errno(),
             AgentError::Changed(_) => libc::EAGAIN,
             AgentError::Config(_) => libc::EINVAL,
             AgentError::Busy { .. } => libc::EBUSY,
+            AgentError::Runtime(e) => e.errno(),
             AgentError::Stopped(_) => libc::EINTR,
         }
     }
@@ -102,6 +133,50 @@ impl AgentError {
             op,
             path: path.into(),
             source,
+        }
+    }
+}
+
+/// Why restore refuses a destination file (docs/design.md, "Threat model: restore input").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A symbolic link where a file or directory of the drain layout must be.
+    #[error("it is a symbolic link (not followed)")]
+    Symlink,
+    /// A FIFO, device, socket or directory where a data file must be.
+    #[error("not a regular file")]
+    NotRegular,
+    /// Owned by someone other than the owner of the manifest that lists it (the agent
+    /// creates both; another owner means the file was put there by someone else).
+    #[error("owned by uid {file}, but its manifest by uid {manifest}")]
+    Owner {
+        /// Owner of the data file.
+        file: u32,
+        /// Owner of the manifest.
+        manifest: u32,
+    },
+    /// Not the size the manifest gives.
+    #[error("{found} bytes, the manifest says {expected}")]
+    Size {
+        /// Size on disk.
+        found: u64,
+        /// Size in the manifest.
+        expected: u64,
+    },
+    /// The directory was replaced between finding the manifest and reading the file.
+    #[error("the directory changed during the restore")]
+    DirChanged,
+}
+
+impl Refusal {
+    /// The POSIX errno.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Refusal::Symlink => libc::ELOOP,
+            Refusal::NotRegular => libc::EINVAL,
+            Refusal::Owner { .. } => libc::EPERM,
+            Refusal::Size { .. } => libc::EIO,
+            Refusal::DirChanged => libc::EAGAIN,
         }
     }
 }

@@ -28,6 +28,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bench;
+mod beneath;
 pub mod config;
 pub mod dest;
 pub mod engine;
@@ -41,6 +42,6 @@ mod throttle;
 
 pub use config::{AgentConfig, Target};
 pub use engine::{Agent, DrainSummary, StopHandle};
-pub use error::AgentError;
+pub use error::{AgentError, Refusal};
 pub use restore::{restore, restore_path, RestoreReport};
 pub use status::{status, AgentStatus};

@@ -7,11 +7,12 @@
 //! atomically (temporary name, fsync, rename, directory fsync), so a reader sees either
 //! the old or the new version. A file counts as drained only if it is in a manifest.
 
-use crate::dest::{read_all, CreateOpts, DestIo};
+use crate::dest::{CreateOpts, DestIo};
 use crate::error::AgentError;
+use ckptfs_store::layout::{MAX_CHUNK, MIN_CHUNK};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, Read};
 use std::path::{Path, PathBuf};
 
 /// Format tag written into every manifest.
@@ -74,24 +75,21 @@ impl Manifest {
         }
     }
 
-    /// Load a manifest; `Ok(None)` if it does not exist.
+    /// Load a manifest; `Ok(None)` if it does not exist. At most [`MAX_BYTES`] are read.
     pub fn load(io: &dyn DestIo, path: &Path) -> Result<Option<Manifest>, AgentError> {
-        let bytes = match read_all(io, path) {
-            Ok(b) => b,
+        let mut bytes = Vec::new();
+        let r = io
+            .open_read(path)
+            .and_then(|f| f.take(MAX_BYTES + 1).read_to_end(&mut bytes));
+        match r {
+            Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(AgentError::dest("read", path, e)),
-        };
-        let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| AgentError::Manifest {
-            path: path.into(),
-            reason: e.to_string(),
-        })?;
-        if m.format != FORMAT {
-            return Err(AgentError::Manifest {
-                path: path.into(),
-                reason: format!("unknown format {:?}", m.format),
-            });
         }
-        Ok(Some(m))
+        parse(&bytes).map(Some).map_err(|reason| AgentError::Manifest {
+            path: path.into(),
+            reason,
+        })
     }
 
     /// Replace the manifest in `dir` atomically and durably.
@@ -145,4 +143,167 @@ pub fn load_all(io: &dyn DestIo, dir: &Path) -> Result<Vec<Manifest>, AgentError
         }
     }
     Ok(out)
+}
+
+/// A manifest larger than this is refused before it is parsed (a node's manifest of one
+/// directory lists its files there: ~20 bytes per chunk CRC, so 512 MiB covers several
+/// TiB of checkpoints at the smallest chunk size).
+pub const MAX_BYTES: u64 = 512 << 20;
+
+/// Why a manifest file cannot be used at all. Messages never quote the file's content
+/// (a manifest planted as a link to another file must not print that file).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    /// Larger than [`MAX_BYTES`].
+    #[error("larger than {max} bytes")]
+    TooLarge {
+        /// The limit.
+        max: u64,
+    },
+    /// Not JSON (or cut short: a truncated manifest).
+    #[error("not valid JSON at line {line}, column {column}")]
+    Syntax {
+        /// Line of the first error.
+        line: usize,
+        /// Column of the first error.
+        column: usize,
+    },
+    /// Ends before the JSON document does.
+    #[error("truncated at line {line}, column {column}")]
+    Truncated {
+        /// Line where it ends.
+        line: usize,
+        /// Column where it ends.
+        column: usize,
+    },
+    /// JSON, but a field is missing or has the wrong type or range.
+    #[error("a field is missing or has the wrong type (line {line}, column {column})")]
+    Fields {
+        /// Line of the first error.
+        line: usize,
+        /// Column of the first error.
+        column: usize,
+    },
+    /// The `format` field is not [`FORMAT`].
+    #[error("unknown format (expected {FORMAT:?})")]
+    Format,
+}
+
+/// Parse a manifest's bytes. Any input gives a manifest or a [`ManifestError`], never a
+/// panic (fuzzed in tests/manifest_fuzz.rs). Entries are checked separately
+/// ([`check_entry`]) so that one bad entry spoils only itself.
+pub fn parse(bytes: &[u8]) -> Result<Manifest, ManifestError> {
+    if bytes.len() as u64 > MAX_BYTES {
+        return Err(ManifestError::TooLarge { max: MAX_BYTES });
+    }
+    let m: Manifest = serde_json::from_slice(bytes).map_err(|e| {
+        let (line, column) = (e.line(), e.column());
+        match e.classify() {
+            serde_json::error::Category::Eof => ManifestError::Truncated { line, column },
+            serde_json::error::Category::Data => ManifestError::Fields { line, column },
+            _ => ManifestError::Syntax { line, column },
+        }
+    })?;
+    if m.format != FORMAT {
+        return Err(ManifestError::Format);
+    }
+    Ok(m)
+}
+
+/// Why restore refuses one manifest entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// The key is not one file name (empty, `.`, `..`, a `/`, a NUL, over 255 bytes).
+    #[error("the name is not a single file name in the manifest's directory")]
+    Name,
+    /// The store path is not the one the manifest's directory stands for.
+    #[error("store path {found:?} does not belong to this directory (expected {expected:?})")]
+    StorePath {
+        /// The store path the entry names.
+        found: String,
+        /// The only store path a file of this name in this directory can have.
+        expected: String,
+    },
+    /// The chunk size is outside the store's legal range or not a power of two.
+    #[error("chunk size {0} is not a power of two between {min} and {max}", min = MIN_CHUNK, max = MAX_CHUNK)]
+    ChunkSize(u64),
+    /// The size does not fit a file offset.
+    #[error("size {0} is too large")]
+    Size(u64),
+    /// The number of chunk CRCs does not match the size.
+    #[error("{found} chunk checksums for {size} bytes in chunks of {chunk_size} (expected {expected})")]
+    ChunkCount {
+        /// CRCs listed.
+        found: usize,
+        /// CRCs needed.
+        expected: u64,
+        /// File size.
+        size: u64,
+        /// Chunk size.
+        chunk_size: u64,
+    },
+    /// The whole-file CRC does not agree with the chunk CRCs.
+    #[error("the whole-file checksum does not agree with the chunk checksums")]
+    FileCrc,
+    /// Mode bits outside 0o7777.
+    #[error("mode {0:#o} is not a permission mode")]
+    Mode(u32),
+}
+
+/// The store path a file named `name` in the destination directory `rel` (relative to
+/// the target, components joined by `/`, empty for the target itself) was drained
+/// from: the drain publishes store file `/a/b/c` as `TARGET/a/b/c`, listed as `c` in
+/// the manifests of `TARGET/a/b`, so the directory decides the store path.
+pub fn store_path_of(rel: &str, name: &str) -> String {
+    let rel = rel.trim_matches('/');
+    if rel.is_empty() {
+        format!("/{name}")
+    } else {
+        format!("/{rel}/{name}")
+    }
+}
+
+/// Check one entry of a manifest found in destination directory `rel` (see
+/// [`store_path_of`]) before anything is read or allocated for it: a single-component
+/// name, the store path tied to the directory, chunk size within the store's legal
+/// range, as many chunk CRCs as the size needs, the whole-file CRC consistent with them,
+/// a permission mode.
+pub fn check_entry(rel: &str, name: &str, e: &Entry) -> Result<(), EntryError> {
+    if !crate::beneath::valid_component(name) {
+        return Err(EntryError::Name);
+    }
+    let expected = store_path_of(rel, name);
+    if e.store_path != expected {
+        return Err(EntryError::StorePath {
+            found: e.store_path.clone(),
+            expected,
+        });
+    }
+    if !e.chunk_size.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&e.chunk_size) {
+        return Err(EntryError::ChunkSize(e.chunk_size));
+    }
+    if e.size > i64::MAX as u64 {
+        return Err(EntryError::Size(e.size));
+    }
+    let n = e.size.div_ceil(e.chunk_size);
+    if e.chunk_crc32c.len() as u64 != n {
+        return Err(EntryError::ChunkCount {
+            found: e.chunk_crc32c.len(),
+            expected: n,
+            size: e.size,
+            chunk_size: e.chunk_size,
+        });
+    }
+    let mut crc = 0u32;
+    for (i, c) in e.chunk_crc32c.iter().enumerate() {
+        let len = (e.size - i as u64 * e.chunk_size).min(e.chunk_size);
+        crc = crate::engine::crc_combine(crc, *c, len);
+    }
+    if crc != e.crc32c {
+        return Err(EntryError::FileCrc);
+    }
+    if e.mode & !0o7777 != 0 {
+        return Err(EntryError::Mode(e.mode));
+    }
+    Ok(())
 }

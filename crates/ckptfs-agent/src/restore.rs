@@ -7,17 +7,18 @@
 //! half-restored checkpoint. Its mode and mtime are set from the manifest, so the agent
 //! recognises it as already drained and does not copy it back.
 
+use crate::beneath::{valid_component, Dir, Kind};
 use crate::config::Target;
-use crate::dest::{DestIo, PosixDest};
 use crate::engine::crcs_from_chunks;
-use crate::error::AgentError;
-use crate::manifest::{self, Entry};
+use crate::error::{AgentError, Refusal};
+use crate::manifest::{self, store_path_of, Entry, Manifest};
 use ckptfs_store::checksum::crc32c;
 use ckptfs_store::{OpenFlags, Store, StoreError, WriteState};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 /// A file brought back.
 #[derive(Debug, Clone, Serialize)]
@@ -54,9 +55,28 @@ pub struct RestoreReport {
     pub failed: Vec<RestoreFailure>,
 }
 
+/// One manifest entry chosen for restore, with what ties it to where it was found.
 struct Found {
-    file: PathBuf,
+    /// Destination root it was found under.
+    root: PathBuf,
+    /// Directory components below the root (the store directory).
+    rel: Vec<String>,
+    /// Device and inode of that directory when the manifest was read.
+    dir_id: (u64, u64),
+    /// Owner of the manifest: the data file must have the same.
+    manifest_uid: u32,
+    /// The entry's key: the data file's name in that directory.
+    name: String,
     entry: Entry,
+}
+
+impl Found {
+    fn file(&self) -> PathBuf {
+        let mut p = self.root.clone();
+        p.extend(&self.rel);
+        p.push(&self.name);
+        p
+    }
 }
 
 fn under(path: &str, prefix: &str) -> bool {
@@ -64,60 +84,271 @@ fn under(path: &str, prefix: &str) -> bool {
     p.is_empty() || path == p || path.starts_with(&format!("{p}/"))
 }
 
-/// Collect manifest entries under `prefix` from one target, walking directories.
-fn collect(
-    io: &dyn DestIo,
-    root: &Path,
-    prefix: &str,
-    out: &mut BTreeMap<String, Found>,
-) -> Result<(), AgentError> {
-    let rel = prefix.trim_matches('/');
-    let start = root.join(rel);
-    let mut stack = vec![start.clone()];
-    // The prefix may name a file: its manifest is in the parent directory.
-    if let Some(p) = start.parent() {
-        if !rel.is_empty() {
-            stack.push(p.to_path_buf());
-        }
+fn failure(path: String, err: AgentError) -> RestoreFailure {
+    // The caller reports failures (the CLI prints each once); Debug formatting keeps a
+    // name with a newline on one log line.
+    tracing::info!(path = ?path, error = ?err.to_string(), "not restored");
+    RestoreFailure {
+        path,
+        errno: err.errno(),
+        chunk: match &err {
+            AgentError::Mismatch { chunk, .. } => Some(*chunk),
+            _ => None,
+        },
+        error: err.to_string(),
     }
-    let mut seen = std::collections::HashSet::new();
-    while let Some(dir) = stack.pop() {
-        if !seen.insert(dir.clone()) {
-            continue;
-        }
-        let entries = match io.list(&dir) {
-            Ok(e) => e,
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => continue,
-            Err(e) => return Err(AgentError::dest("list", &dir, e)),
+}
+
+/// What an open or a type check of a destination entry refused, as an error.
+fn open_error(op: &'static str, path: &Path, e: io::Error) -> AgentError {
+    let reason = match e.raw_os_error() {
+        Some(libc::ELOOP) => Some(Refusal::Symlink),
+        Some(libc::EISDIR) => Some(Refusal::NotRegular),
+        None if e.kind() == io::ErrorKind::InvalidInput => Some(Refusal::NotRegular),
+        _ => None,
+    };
+    match reason {
+        Some(reason) => AgentError::Refused {
+            path: path.into(),
+            reason,
+        },
+        None => AgentError::dest(op, path, e),
+    }
+}
+
+/// Open subdirectory `name` of `dir` without following a symbolic link. `Ok(None)`: it
+/// does not exist or is not a directory.
+fn open_sub(dir: &Dir, name: &str, path: &Path) -> Result<Option<Dir>, AgentError> {
+    match dir.open_dir(name) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(None),
+            Some(libc::ENOTDIR | libc::ELOOP) => match dir.kind(name) {
+                Ok(Kind::Symlink) => Err(AgentError::Refused {
+                    path: path.into(),
+                    reason: Refusal::Symlink,
+                }),
+                _ => Ok(None),
+            },
+            _ => Err(AgentError::dest("open", path, e)),
+        },
+    }
+}
+
+/// One destination root being searched.
+struct Walk<'a> {
+    root: &'a Path,
+    prefix: &'a str,
+    found: BTreeMap<String, Found>,
+    failed: Vec<(String, AgentError)>,
+}
+
+impl Walk<'_> {
+    /// Read the manifests of one directory (`rel` below the root) and check every entry.
+    fn scan(&mut self, dir: &Dir, rel: &[String], entries: &[(String, Kind)]) {
+        let rel_s = rel.join("/");
+        let dir_id = match dir.ident() {
+            Ok(i) => (i.dev, i.ino),
+            Err(e) => {
+                let p = self.root.join(&rel_s);
+                self.failed
+                    .push((store_path_of(&rel_s, ""), AgentError::dest("stat", &p, e)));
+                return;
+            }
         };
-        for m in manifest::load_all(io, &dir)? {
-            for (name, e) in m.files {
-                if !under(&e.store_path, prefix) {
+        for (mname, kind) in entries {
+            if manifest::node_of(mname).is_none() {
+                continue;
+            }
+            let mpath = self.root.join(&rel_s).join(mname);
+            if *kind == Kind::Dir {
+                continue;
+            }
+            // A symbolic link, FIFO or device named like a manifest is refused by `load`.
+            let (m, uid) = match load(dir, mname, &mpath) {
+                Ok(x) => x,
+                Err(e) => {
+                    self.failed.push((store_path_of(&rel_s, mname), e));
                     continue;
                 }
-                let newer = out
-                    .get(&e.store_path)
+            };
+            for (name, e) in m.files {
+                let sp = store_path_of(&rel_s, &name);
+                if !under(&sp, self.prefix) {
+                    continue;
+                }
+                if let Err(reason) = manifest::check_entry(&rel_s, &name, &e) {
+                    let err = AgentError::BadEntry {
+                        manifest: mpath.clone(),
+                        name,
+                        reason,
+                    };
+                    self.failed.push((sp, err));
+                    continue;
+                }
+                let newer = self
+                    .found
+                    .get(&sp)
                     .is_none_or(|f| f.entry.drained_ns < e.drained_ns);
                 if newer {
-                    out.insert(
-                        e.store_path.clone(),
+                    self.found.insert(
+                        sp,
                         Found {
-                            file: dir.join(&name),
+                            root: self.root.to_path_buf(),
+                            rel: rel.to_vec(),
+                            dir_id,
+                            manifest_uid: uid,
+                            name,
                             entry: e,
                         },
                     );
                 }
             }
         }
-        if dir.starts_with(&start) {
-            for e in entries {
-                if e.is_dir {
-                    stack.push(dir.join(e.name));
+    }
+
+    /// Scan `dir` and, if `recurse`, every real directory below it (symbolic links to
+    /// directories are not followed).
+    fn walk(&mut self, dir: Dir, rel: Vec<String>, recurse: bool) {
+        // Depth first; a subdirectory is opened only when it is its turn (through its
+        // parent's descriptor, kept alive by the pending children), so at most one
+        // directory per level is open however wide the tree is.
+        let mut stack = vec![(Pending::Open(dir), rel)];
+        while let Some((pending, rel)) = stack.pop() {
+            let dir = match pending {
+                Pending::Open(d) => Rc::new(d),
+                Pending::Sub(parent, name) => {
+                    let p = self.root.join(rel.join("/"));
+                    match open_sub(&parent, &name, &p) {
+                        Ok(Some(d)) => Rc::new(d),
+                        Ok(None) => continue,
+                        // Replaced by a symbolic link since the listing: not followed,
+                        // and nothing there belongs to the drain layout.
+                        Err(AgentError::Refused { .. }) => continue,
+                        Err(e) => {
+                            self.failed.push((store_path_of(&rel.join("/"), ""), e));
+                            continue;
+                        }
+                    }
+                }
+            };
+            let entries = match dir.entries() {
+                Ok(e) => e,
+                Err(e) => {
+                    let p = self.root.join(rel.join("/"));
+                    self.failed
+                        .push((store_path_of(&rel.join("/"), ""), AgentError::dest("list", &p, e)));
+                    continue;
+                }
+            };
+            self.scan(&dir, &rel, &entries);
+            if !recurse {
+                continue;
+            }
+            for (name, kind) in entries.into_iter().rev() {
+                if kind == Kind::Dir {
+                    let mut sub = rel.clone();
+                    sub.push(name.clone());
+                    stack.push((Pending::Sub(dir.clone(), name), sub));
                 }
             }
         }
     }
-    Ok(())
+}
+
+/// A directory still to be scanned.
+enum Pending {
+    Open(Dir),
+    /// Subdirectory `name` of an open directory.
+    Sub(Rc<Dir>, String),
+}
+
+/// Open and parse manifest `name` of `dir`: a regular file (no symbolic link, no FIFO),
+/// at most [`manifest::MAX_BYTES`]. Returns it with its owner.
+fn load(dir: &Dir, name: &str, path: &Path) -> Result<(Manifest, u32), AgentError> {
+    let (f, id) = dir.open_file(name).map_err(|e| open_error("open", path, e))?;
+    if id.size > manifest::MAX_BYTES {
+        return Err(AgentError::Manifest {
+            path: path.into(),
+            reason: manifest::ManifestError::TooLarge {
+                max: manifest::MAX_BYTES,
+            },
+        });
+    }
+    let mut bytes = Vec::with_capacity(id.size as usize);
+    f.take(manifest::MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| AgentError::dest("read", path, e))?;
+    let m = manifest::parse(&bytes).map_err(|reason| AgentError::Manifest {
+        path: path.into(),
+        reason,
+    })?;
+    Ok((m, id.uid))
+}
+
+/// The components of a store path prefix (`..` refused: restore stays beneath each
+/// destination root).
+fn components(prefix: &str) -> Result<Vec<String>, AgentError> {
+    let mut out = Vec::new();
+    for c in prefix.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if !valid_component(c) {
+            return Err(AgentError::Config(format!(
+                "store path {prefix:?}: {c:?} is not a file name"
+            )));
+        }
+        out.push(c.to_string());
+    }
+    Ok(out)
+}
+
+/// Collect the manifest entries under store path `prefix` (components `comps`) from
+/// one destination root: the directory the prefix names and everything below it, and
+/// the manifests of its parent (the prefix may name a file).
+type Collected = (BTreeMap<String, Found>, Vec<(String, AgentError)>);
+
+fn collect(root: &Path, prefix: &str, comps: &[String]) -> Collected {
+    let mut w = Walk {
+        root,
+        prefix,
+        found: BTreeMap::new(),
+        failed: Vec::new(),
+    };
+    let mut dir = match Dir::open_root(root) {
+        Ok(d) => d,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return (w.found, w.failed),
+        Err(e) => {
+            w.failed
+                .push((prefix.to_string(), AgentError::dest("open", root, e)));
+            return (w.found, w.failed);
+        }
+    };
+    let mut rel = Vec::new();
+    for (i, c) in comps.iter().enumerate() {
+        let p = root.join(comps[..=i].join("/"));
+        let sub = match open_sub(&dir, c, &p) {
+            Ok(s) => s,
+            Err(e) => {
+                w.failed.push((prefix.to_string(), e));
+                return (w.found, w.failed);
+            }
+        };
+        if i + 1 == comps.len() {
+            // The parent's manifests list the prefix if it names a file.
+            w.walk(dir, rel.clone(), false);
+            if let Some(d) = sub {
+                rel.push(c.clone());
+                w.walk(d, rel, true);
+            }
+            return (w.found, w.failed);
+        }
+        let Some(d) = sub else {
+            return (w.found, w.failed);
+        };
+        dir = d;
+        rel.push(c.clone());
+    }
+    w.walk(dir, rel, true);
+    (w.found, w.failed)
 }
 
 fn mkdir_p(store: &Store, dir: &str) -> Result<(), AgentError> {
@@ -148,57 +379,107 @@ fn present(store: &Store, e: &Entry) -> bool {
         .is_some_and(|(crc, _)| crc == e.crc32c)
 }
 
-fn restore_one(store: &Store, io: &dyn DestIo, f: &Found) -> Result<(), AgentError> {
+/// Open the data file of `f` beneath its destination root, one component at a time
+/// without following symbolic links, and check it is what its manifest describes:
+/// the same directory the manifest was read from, a regular file, the manifest's owner,
+/// the manifest's size.
+fn open_data(f: &Found) -> Result<(std::fs::File, PathBuf), AgentError> {
+    let mut path = f.root.clone();
+    let mut dir = Dir::open_root(&f.root).map_err(|e| AgentError::dest("open", &f.root, e))?;
+    for c in &f.rel {
+        path.push(c);
+        dir = open_sub(&dir, c, &path)?
+            .ok_or_else(|| AgentError::dest("open", &path, io::Error::from_raw_os_error(libc::ENOENT)))?;
+    }
+    let id = dir.ident().map_err(|e| AgentError::dest("stat", &path, e))?;
+    if (id.dev, id.ino) != f.dir_id {
+        return Err(AgentError::Refused {
+            path,
+            reason: Refusal::DirChanged,
+        });
+    }
+    path.push(&f.name);
+    let (file, id) = dir.open_file(&f.name).map_err(|e| open_error("open", &path, e))?;
+    if id.uid != f.manifest_uid {
+        return Err(AgentError::Refused {
+            path,
+            reason: Refusal::Owner {
+                file: id.uid,
+                manifest: f.manifest_uid,
+            },
+        });
+    }
+    if id.size != f.entry.size {
+        return Err(AgentError::Refused {
+            path,
+            reason: Refusal::Size {
+                found: id.size,
+                expected: f.entry.size,
+            },
+        });
+    }
+    Ok((file, path))
+}
+
+fn restore_one(store: &Store, f: &Found) -> Result<(), AgentError> {
     let e = &f.entry;
-    let (dir, name) = match e.store_path.rsplit_once('/') {
-        Some((d, n)) if !n.is_empty() => (if d.is_empty() { "/" } else { d }, n),
-        _ => {
-            return Err(AgentError::Config(format!(
-                "bad store path {:?} in manifest",
-                e.store_path
-            )))
-        }
+    // check_entry tied the store path to the directory: "/REL/NAME".
+    let dir = match e.store_path.rsplit_once('/') {
+        Some(("", _)) | None => "/",
+        Some((d, _)) => d,
     };
+    let (mut src, file) = open_data(f)?;
     mkdir_p(store, dir)?;
     let tmp = format!(
         "{}/.ckptfs-restore.{}.{:08x}",
         dir.trim_end_matches('/'),
         std::process::id(),
-        crc32c(name.as_bytes())
+        crc32c(f.name.as_bytes())
     );
-    let mut src = io
-        .open_read(&f.file)
-        .map_err(|err| AgentError::dest("open", &f.file, err))?;
-    let mut out = store.open(&tmp, OpenFlags::CREATE, e.mode & 0o7777)?;
+    // Permission bits only: a restored checkpoint never becomes set-id.
+    let mut out = store.open(&tmp, OpenFlags::CREATE, e.mode & 0o777)?;
     let r = (|| {
-        let cs = e.chunk_size.max(1) as usize;
-        let mut buf = vec![0u8; cs];
-        let mut left = e.size;
+        // check_entry bounded chunk_size to the store's legal range (at most 64 MiB).
+        let cs = e.chunk_size;
+        let mut buf = vec![0u8; cs.min(e.size) as usize];
         for (i, want) in e.chunk_crc32c.iter().enumerate() {
-            let n = left.min(cs as u64) as usize;
-            src.read_exact(&mut buf[..n])
-                .map_err(|err| AgentError::dest("read", &f.file, err))?;
-            let got = crc32c(&buf[..n]);
-            if got != *want {
+            let off = i as u64 * cs;
+            let n = (e.size - off).min(cs) as usize;
+            src.read_exact(&mut buf[..n]).map_err(|err| {
+                if err.kind() == io::ErrorKind::UnexpectedEof {
+                    AgentError::Refused {
+                        path: file.clone(),
+                        reason: Refusal::Size {
+                            found: off,
+                            expected: e.size,
+                        },
+                    }
+                } else {
+                    AgentError::dest("read", &file, err)
+                }
+            })?;
+            if crc32c(&buf[..n]) != *want {
                 return Err(AgentError::Mismatch {
-                    path: f.file.clone(),
+                    path: file.clone(),
                     chunk: i as u64,
-                    expected: *want,
-                    found: got,
+                    offset: off,
+                    end: off + n as u64,
                 });
             }
             out.write_all(&buf[..n])?;
-            left -= n as u64;
         }
-        if left != 0
-            || src
-                .read(&mut buf[..1])
-                .map_err(|err| AgentError::dest("read", &f.file, err))?
-                != 0
+        let mut one = [0u8; 1];
+        if src
+            .read(&mut one)
+            .map_err(|err| AgentError::dest("read", &file, err))?
+            != 0
         {
-            return Err(AgentError::Manifest {
-                path: f.file.clone(),
-                reason: format!("size differs from the manifest's {} bytes", e.size),
+            return Err(AgentError::Refused {
+                path: file.clone(),
+                reason: Refusal::Size {
+                    found: e.size + 1,
+                    expected: e.size,
+                },
             });
         }
         Ok(())
@@ -213,67 +494,76 @@ fn restore_one(store: &Store, io: &dyn DestIo, f: &Found) -> Result<(), AgentErr
     Ok(())
 }
 
+/// Find what to restore under `prefix` in `dirs` (searched in order: the first one
+/// holding a store path wins; within one, the most recently drained copy).
+fn find(dirs: &[&Path], prefix: &str) -> Result<Collected, AgentError> {
+    let comps = components(prefix)?;
+    let prefix = format!("/{}", comps.join("/"));
+    let mut found = BTreeMap::new();
+    let mut failed = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let dirs: Vec<&Path> = dirs.iter().copied().filter(|d| seen.insert(*d)).collect();
+    for d in dirs.iter().rev() {
+        let (here, bad) = collect(d, &prefix, &comps);
+        found.extend(here);
+        failed.extend(bad);
+    }
+    Ok((found, failed))
+}
+
 /// Restore every drained file under store path `prefix` (`/` for all) from `targets`
 /// into `store`. Targets are searched in order; the first one holding a file wins, and
 /// within one target the most recently drained copy.
-pub fn restore(
-    store: &Store,
-    io: &dyn DestIo,
-    targets: &[Target],
-    prefix: &str,
-) -> Result<RestoreReport, AgentError> {
-    let mut found = BTreeMap::new();
-    for t in targets.iter().rev() {
-        let mut here = BTreeMap::new();
-        collect(io, &t.dir, prefix, &mut here)?;
-        found.extend(here);
-    }
-    let mut rep = RestoreReport::default();
+///
+/// Manifests and data files are restore *input* (docs/design.md, "Threat model:
+/// restore input"): every entry is checked before use, files are read only beneath the
+/// target, and a manifest, entry or file that fails a check spoils only the files it
+/// describes: they are in [`RestoreReport::failed`] (store path and reason), the others
+/// are restored. `Err` only for a prefix that is not a store path.
+pub fn restore(store: &Store, targets: &[Target], prefix: &str) -> Result<RestoreReport, AgentError> {
+    let dirs: Vec<&Path> = targets.iter().map(|t| t.dir.as_path()).collect();
+    let (found, failed) = find(&dirs, prefix)?;
+    let mut rep = RestoreReport {
+        failed: failed.into_iter().map(|(p, e)| failure(p, e)).collect(),
+        ..Default::default()
+    };
     for (path, f) in found {
         if present(store, &f.entry) {
             rep.present.push(path);
             continue;
         }
-        match restore_one(store, io, &f) {
+        match restore_one(store, &f) {
             Ok(()) => rep.restored.push(Restored {
                 path,
                 size: f.entry.size,
-                from: f.file,
+                from: f.file(),
             }),
-            Err(err) => {
-                tracing::error!(%path, error = %err, "restore failed");
-                rep.failed.push(RestoreFailure {
-                    path,
-                    errno: err.errno(),
-                    chunk: match &err {
-                        AgentError::Mismatch { chunk, .. } => Some(*chunk),
-                        _ => None,
-                    },
-                    error: err.to_string(),
-                })
-            }
+            Err(err) => rep.failed.push(failure(path, err)),
         }
     }
+    rep.failed.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(rep)
 }
 
 /// Restore one store file from the first destination directory whose manifest has it
-/// (the hook for a read-through open in the preload shim). `Ok(false)`: no manifest
-/// lists it. `Ok(true)`: it is in the store now (restored, or already there).
+/// (the hook for a read-through open in the preload shim), with the checks of
+/// [`restore`]. `Ok(false)`: no manifest lists it. `Ok(true)`: it is in the store now
+/// (restored, or already there). A refused manifest entry, data file or content is an
+/// error.
 pub fn restore_path(store: &Store, dests: &[PathBuf], path: &str) -> Result<bool, AgentError> {
     let path = format!("/{}", path.trim_start_matches('/'));
-    let io = PosixDest::default();
-    let mut found = BTreeMap::new();
-    for d in dests.iter().rev() {
-        let mut here = BTreeMap::new();
-        collect(&io, d, &path, &mut here)?;
-        found.extend(here);
-    }
+    let dirs: Vec<&Path> = dests.iter().map(PathBuf::as_path).collect();
+    let (mut found, failed) = find(&dirs, &path)?;
     let Some(f) = found.remove(&path) else {
-        return Ok(false);
+        // A refused manifest or entry may have been the one listing it.
+        let i = failed.iter().position(|(p, _)| *p == path).unwrap_or(0);
+        return match failed.into_iter().nth(i) {
+            Some((_, e)) => Err(e),
+            None => Ok(false),
+        };
     };
     if !present(store, &f.entry) {
-        restore_one(store, &io, &f)?;
+        restore_one(store, &f)?;
     }
     Ok(true)
 }

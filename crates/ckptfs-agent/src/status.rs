@@ -1,10 +1,14 @@
 //! The agent's state as seen from other processes (`ckptfs agent status`, `ckptfs
-//! status`): a small JSON file next to the segment, `/dev/shm/ckptfs.NAME.agent.json`,
-//! replaced atomically (write a temporary file, rename) a few times per second while
-//! the agent works. Whether the agent is alive is decided by its lock file
-//! (`/dev/shm/ckptfs.NAME.agent.lock`, held with `flock` for the agent's life), not by
-//! the pid, which may be reused.
+//! status`): a small JSON file `NAME.agent.json` in the caller's runtime directory
+//! (`ckptfs_runtime`: `$XDG_RUNTIME_DIR/ckptfs`, else `/run/user/UID/ckptfs`, else
+//! `/dev/shm/ckptfs-UID`; owned by the caller, mode 0700), replaced atomically (write a
+//! temporary file, rename) a few times per second while the agent works. Whether the
+//! agent is alive is decided by its lock file (`NAME.agent.lock` in the same directory,
+//! held with `flock` for the agent's life), not by the pid, which may be reused. No other
+//! user can create, squat or redirect these files.
 
+use crate::error::AgentError;
+use ckptfs_runtime::{InstanceLock, RuntimeDir, RuntimeError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -112,71 +116,108 @@ pub struct AgentStatus {
     pub dirs: BTreeMap<String, u64>,
 }
 
-/// The status file of store `name`.
+fn status_name(store: &str) -> String {
+    format!("{store}.agent.json")
+}
+
+fn lock_name(store: &str) -> String {
+    format!("{store}.agent.lock")
+}
+
+/// The status file of store `name` (in the caller's runtime directory).
 pub fn status_path(name: &str) -> PathBuf {
-    PathBuf::from(format!(
-        "{}.agent.json",
-        ckptfs_store::segment_path(name).display()
-    ))
+    RuntimeDir::default_path().join(status_name(name))
 }
 
-/// The lock file of store `name`'s agent.
+/// The lock file of store `name`'s agent (in the caller's runtime directory).
 pub fn lock_path(name: &str) -> PathBuf {
-    PathBuf::from(format!(
-        "{}.agent.lock",
-        ckptfs_store::segment_path(name).display()
-    ))
+    RuntimeDir::default_path().join(lock_name(name))
 }
 
-/// The state of store `name`'s agent, if an agent ever ran for it.
+/// The state of store `name`'s agent, if an agent of the caller ever ran for it.
 pub fn status(store_name: &str) -> Option<AgentStatus> {
-    let text = std::fs::read(status_path(store_name)).ok()?;
+    let dir = RuntimeDir::for_caller().ok()?;
+    status_in(&dir, store_name)
+}
+
+fn status_in(dir: &RuntimeDir, store_name: &str) -> Option<AgentStatus> {
+    let text = dir.read(&status_name(store_name)).ok()??;
     let mut s: AgentStatus = serde_json::from_slice(&text).ok()?;
-    s.running = crate::sys::is_locked(&lock_path(store_name));
+    s.running = dir.is_locked(&lock_name(store_name));
     Some(s)
 }
 
 /// Remove the status and lock files of store `name` (after destroying the store).
 pub fn remove_status(store_name: &str) {
-    let _ = std::fs::remove_file(status_path(store_name));
-    let _ = std::fs::remove_file(lock_path(store_name));
-    remove_stale_tmp(store_name);
+    let Ok(dir) = RuntimeDir::for_caller() else {
+        return;
+    };
+    let _ = dir.remove(&status_name(store_name));
+    let _ = dir.remove(&lock_name(store_name));
+    remove_stale_tmp_in(&dir, store_name);
+}
+
+fn stale_tmp_names(dir: &RuntimeDir, store_name: &str) -> Vec<String> {
+    let base = status_name(store_name);
+    let mut v: Vec<String> = dir
+        .names()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| {
+            n.strip_prefix(&base)
+                .and_then(|r| r.strip_prefix('.'))
+                .and_then(|r| r.strip_suffix(".tmp"))
+                .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 /// Temporary status files (`NAME.agent.json.PID.tmp`) of store `name` whose writer was
 /// killed between the write and the rename. Only the agent holding the lock writes
 /// status files, so whoever holds it (or destroys the store) may remove them all.
 pub fn stale_tmp_files(store_name: &str) -> Vec<PathBuf> {
-    let path = status_path(store_name);
-    let (Some(dir), Some(base)) = (path.parent(), path.file_name().and_then(|b| b.to_str())) else {
+    let Ok(dir) = RuntimeDir::for_caller() else {
         return Vec::new();
     };
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    rd.filter_map(|e| e.ok())
-        .filter(|e| {
-            let n = e.file_name();
-            let Some(n) = n.to_str() else { return false };
-            n.strip_prefix(base)
-                .and_then(|r| r.strip_prefix('.'))
-                .and_then(|r| r.strip_suffix(".tmp"))
-                .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .map(|e| e.path())
+    stale_tmp_names(&dir, store_name)
+        .into_iter()
+        .map(|n| dir.file_path(&n))
         .collect()
 }
 
-/// Remove [`stale_tmp_files`].
-pub(crate) fn remove_stale_tmp(store_name: &str) {
-    for p in stale_tmp_files(store_name) {
-        let _ = std::fs::remove_file(p);
+fn remove_stale_tmp_in(dir: &RuntimeDir, store_name: &str) {
+    for n in stale_tmp_names(dir, store_name) {
+        let _ = dir.remove(&n);
     }
 }
 
-pub(crate) fn write_status(s: &AgentStatus) -> std::io::Result<()> {
-    let path = status_path(&s.store);
-    let tmp = PathBuf::from(format!("{}.{}.tmp", path.display(), std::process::id()));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(s).expect("status serializes"))?;
-    std::fs::rename(&tmp, &path)
+/// The runtime directory and single-instance lock of store `name`'s agent, with the
+/// temporary status files of a killed predecessor removed. A lock held by another agent
+/// is [`AgentError::Busy`] naming that agent's pid.
+pub(crate) fn take_lock(store_name: &str) -> Result<(RuntimeDir, InstanceLock), AgentError> {
+    let dir = RuntimeDir::for_caller()?;
+    let lock = dir.lock(&lock_name(store_name)).map_err(|e| match e {
+        RuntimeError::Held { path, pid } => AgentError::Busy {
+            store: store_name.to_string(),
+            pid,
+            lock: path,
+        },
+        e => e.into(),
+    })?;
+    remove_stale_tmp_in(&dir, store_name);
+    Ok((dir, lock))
+}
+
+/// The last status written in `dir` for store `name` (ordinals survive restarts).
+pub(crate) fn previous(dir: &RuntimeDir, store_name: &str) -> Option<AgentStatus> {
+    status_in(dir, store_name)
+}
+
+pub(crate) fn write_status(dir: &RuntimeDir, s: &AgentStatus) -> Result<(), RuntimeError> {
+    dir.write_atomic(
+        &status_name(&s.store),
+        &serde_json::to_vec_pretty(s).expect("status serializes"),
+    )
 }

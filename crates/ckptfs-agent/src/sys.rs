@@ -1,11 +1,8 @@
-//! Thin wrappers over Linux calls the agent needs: CPU and IO priority, signals, the
-//! one-agent-per-store lock, aligned buffers and page-table population.
+//! Thin wrappers over Linux calls the agent needs: CPU and IO priority, signals, aligned
+//! buffers and page-table population. (The one-agent-per-store lock is `ckptfs_runtime`'s.)
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How much the agent steps back for the application.
@@ -87,40 +84,6 @@ pub fn stop_on_signals() -> io::Result<()> {
 /// Did a stop signal arrive?
 pub fn signalled() -> bool {
     SIGNALLED.load(Ordering::SeqCst)
-}
-
-/// An exclusive `flock` on a file, held until dropped (or the process dies).
-#[derive(Debug)]
-pub struct FileLock {
-    _f: File,
-}
-
-/// Take an exclusive lock without waiting; `Ok(None)` if someone else holds it.
-pub fn try_lock(path: &Path) -> io::Result<Option<FileLock>> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Ok(None);
-        }
-        return Err(e);
-    }
-    Ok(Some(FileLock { _f: f }))
-}
-
-/// Is the lock file held by a live process?
-pub fn is_locked(path: &Path) -> bool {
-    let Ok(f) = File::open(path) else {
-        return false;
-    };
-    // SAFETY: flock on a descriptor we own; a shared lock is released when `f` closes.
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
 }
 
 /// Is process `pid` alive?

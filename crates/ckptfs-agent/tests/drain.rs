@@ -115,6 +115,28 @@ fn files_being_written_or_left_incomplete_are_not_drained() {
     assert!(!dest.path().join("c/dead").exists());
 }
 
+/// A checkpoint whose writer got ENOSPC (and closed it anyway) is `failed`: the agent
+/// never drains it as if it were a good checkpoint.
+#[test]
+fn file_closed_after_a_failed_write_is_not_drained() {
+    let ts = store("enospc", |o| o.mem_size = Some(8 << 16));
+    let s = &ts.store;
+    put(s, "/c/done", &data(1, 1000));
+    let mut f = s.open("/c/truncated", OpenFlags::CREATE, 0o644).unwrap();
+    let err = f.write_all(&data(2, 1 << 20)).unwrap_err();
+    assert_eq!(err.errno(), libc::ENOSPC);
+    f.close().unwrap();
+    assert_eq!(
+        s.stat("/c/truncated").unwrap().state,
+        ckptfs_store::WriteState::Failed
+    );
+    let dest = tempfile::tempdir().unwrap();
+    let agent = Agent::new(s, cfg(dest.path())).unwrap();
+    assert_eq!(agent.run_once().unwrap().drained_files, 1);
+    assert!(dest.path().join("c/done").exists());
+    assert!(!dest.path().join("c/truncated").exists());
+}
+
 /// Child of the test above: open a file for writing and die without closing it.
 #[test]
 fn incomplete_writer_child() {
@@ -505,4 +527,48 @@ fn destination_directory_removed_while_the_daemon_runs_is_recreated() {
     std::thread::sleep(Duration::from_millis(250));
     assert!(agent.run_once().unwrap().failed.is_empty());
     assert_eq!(std::fs::read(dest.path().join("q/b")).unwrap(), data(2, 1000));
+}
+
+/// A FIFO or a symbolic link planted under the name of the agent's own manifest is an
+/// error for the files of that directory, never a hang and never followed; the other
+/// directories drain.
+#[test]
+fn fifo_or_link_planted_as_the_agents_manifest_neither_hangs_nor_is_followed() {
+    let ts = store("mfifo", |_| {});
+    put(&ts.store, "/p/a", &data(1, 1000));
+    put(&ts.store, "/q/b", &data(2, 1000));
+    put(&ts.store, "/r/c", &data(3, 1000));
+    let dest = tempfile::tempdir().unwrap();
+    for d in ["p", "q", "r"] {
+        std::fs::create_dir(dest.path().join(d)).unwrap();
+    }
+    let fifo = dest.path().join("p").join(manifest::file_name("n0"));
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: plain libc call with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim.json");
+    std::fs::write(&victim, b"not a manifest").unwrap();
+    std::os::unix::fs::symlink(&victim, dest.path().join("q").join(manifest::file_name("n0"))).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = ts.name.clone();
+    let root = dest.path().to_path_buf();
+    std::thread::spawn(move || {
+        let s = ckptfs_store::Store::attach(&StoreOptions::named(&name)).unwrap();
+        let _ = tx.send(Agent::new(&s, cfg(&root)).unwrap().run_once().unwrap());
+    });
+    let Ok(sum) = rx.recv_timeout(Duration::from_secs(120)) else {
+        let _ = std::fs::OpenOptions::new().read(true).write(true).open(&fifo);
+        panic!("the drain hangs on a FIFO manifest");
+    };
+    let mut failed: Vec<&str> = sum.failed.iter().map(|f| f.path.as_str()).collect();
+    failed.sort();
+    assert_eq!(failed, ["/p/a", "/q/b"], "{:?}", sum.failed);
+    assert_eq!(sum.drained_files, 1);
+    assert_eq!(
+        std::fs::read(&victim).unwrap(),
+        b"not a manifest",
+        "link not followed"
+    );
+    assert_eq!(std::fs::read(dest.path().join("r/c")).unwrap(), data(3, 1000));
 }

@@ -50,32 +50,8 @@ pub struct StoreBenchArgs {
     pub json: bool,
 }
 
-/// Parse sizes like `512M`, `1G`, `64K`, `4096`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => return Err(format!("{s:?}: unknown size suffix {c:?} (use K, M, G or T)")),
-            };
-            (&t[..i], m)
-        }
-        _ => (t, 1),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64K, 512M, 1G)"))?;
-    if n < 0.0 || !n.is_finite() {
-        return Err(format!("{s:?}: a size cannot be negative"));
-    }
-    Ok((n * mult as f64) as u64)
-}
+/// Sizes are parsed as by every other ckptfs front-end.
+pub use ckptfs_settings::parse_size;
 
 /// A deterministic, non-constant data block for benchmark writes.
 pub fn pattern(len: usize) -> Vec<u8> {
@@ -119,6 +95,7 @@ impl BenchStore {
             spill_dir: spill.as_ref().map(|s| s.0.clone()),
             spill_size: spill.map(|s| s.1),
             private: false,
+            ..Default::default()
         })
         .with_context(|| format!("creating a {} MiB bench store", mem >> 20))?;
         Ok((BenchStore { name }, store, t.elapsed().as_secs_f64()))

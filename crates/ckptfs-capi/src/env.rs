@@ -1,48 +1,19 @@
-//! Store options from the `CKPTFS_*` environment (used by `ckptfs_mount(prefix, NULL)`).
-//!
-//! The same variables as the `ckptfs` command line: CKPTFS_STORE, CKPTFS_MEM_SIZE,
-//! CKPTFS_CHUNK_SIZE, CKPTFS_MAX_FILES, CKPTFS_SPILL_DIR, CKPTFS_SPILL_SIZE and
-//! CKPTFS_PRIVATE. An unset or empty variable leaves the setting to the existing segment
-//! (or the default when creating). The TOML configuration file is not read here.
+//! Store options from the `CKPTFS_*` environment (used by `ckptfs_mount(prefix, NULL)`),
+//! resolved by `ckptfs-settings` with the same rules as the `ckptfs` command line and the
+//! shim: CKPTFS_STORE, CKPTFS_MEM_SIZE, CKPTFS_CHUNK_SIZE, CKPTFS_MAX_FILES,
+//! CKPTFS_SPILL_DIR, CKPTFS_SPILL_SIZE and CKPTFS_PRIVATE. An unset or blank variable
+//! leaves the setting to the existing segment (or the default when creating); an invalid
+//! one is EINVAL naming the variable. The TOML configuration file is not read here.
 
 use crate::error::{CapiError, Result};
+use ckptfs_settings::{Settings, Source};
 use ckptfs_store::StoreOptions;
-use std::path::PathBuf;
 
-/// Parse a size: a decimal number with an optional binary suffix K, M, G or T (also
-/// KB/KiB etc., any case). `1G` = 2^30.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, suffix) = t.split_at(digits);
-    if num.is_empty() {
-        return Err(format!(
-            "size {s:?}: expected a number with an optional K/M/G/T suffix"
-        ));
-    }
-    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => {
-            return Err(format!(
-                "size {s:?}: unknown suffix {suffix:?} (use K, M, G or T)"
-            ))
-        }
-    };
-    let n: u64 = num.parse().map_err(|_| format!("size {s:?}: number too large"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size {s:?}: too large"))
-}
+pub use ckptfs_settings::parse_size;
 
-fn parse_bool(s: &str) -> Result<bool, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "" | "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(format!("{s:?}: expected 1/0, true/false, yes/no or on/off")),
-    }
+/// The settings from a variable lookup; EINVAL naming the variable when one is invalid.
+pub fn settings_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Settings> {
+    ckptfs_settings::from_env(get).map_err(|e| CapiError::new(e.errno().get(), e.to_string()))
 }
 
 /// Store options from the process environment.
@@ -52,36 +23,21 @@ pub fn options_from_env() -> Result<StoreOptions> {
 
 /// Store options from a variable lookup (the environment, or a map in tests).
 pub fn options_from(get: impl Fn(&str) -> Option<String>) -> Result<StoreOptions> {
-    let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-    let bad = |k: &str, msg: String| CapiError::new(libc::EINVAL, format!("{k}: {msg}"));
-    let size = |k: &str| -> Result<Option<u64>> {
-        var(k).map(|v| parse_size(&v).map_err(|m| bad(k, m))).transpose()
-    };
-    let max_files = var("CKPTFS_MAX_FILES")
-        .map(|v| {
-            v.trim()
-                .parse::<u32>()
-                .map_err(|_| bad("CKPTFS_MAX_FILES", format!("{v:?}: expected a file count")))
-        })
-        .transpose()?;
-    Ok(StoreOptions {
-        name: var("CKPTFS_STORE").unwrap_or_default(),
-        mem_size: size("CKPTFS_MEM_SIZE")?,
-        chunk_size: size("CKPTFS_CHUNK_SIZE")?,
-        max_files,
-        spill_dir: var("CKPTFS_SPILL_DIR").map(PathBuf::from),
-        spill_size: size("CKPTFS_SPILL_SIZE")?,
-        private: var("CKPTFS_PRIVATE")
-            .map(|v| parse_bool(&v).map_err(|m| bad("CKPTFS_PRIVATE", m)))
-            .transpose()?
-            .unwrap_or(false),
-    })
+    let s = settings_from(&get)?;
+    let default_name = s.row("store").is_some_and(|r| r.source == Source::Default);
+    let mut o = StoreOptions::from(s.store);
+    if default_name {
+        // Left to the store (which uses the same default).
+        o.name.clear();
+    }
+    Ok(o)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
+    use std::path::PathBuf;
 
     #[test]
     fn sizes_with_suffixes() {

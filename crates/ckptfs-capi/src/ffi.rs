@@ -129,6 +129,7 @@ fn to_c_stat(s: &Stat) -> CkptfsStat {
             WriteState::Complete => STATE_COMPLETE,
             WriteState::Writing => STATE_WRITING,
             WriteState::Incomplete => STATE_INCOMPLETE,
+            WriteState::Failed => STATE_FAILED,
         },
         chunks: s.chunks,
         spill_chunks: s.spill_chunks,
@@ -188,6 +189,7 @@ unsafe fn mount_options(opts: *const CkptfsOptions) -> Result<(StoreOptions, Att
             spill_dir: unsafe { opt_cstr(o.spill_dir, "ckptfs_options.spill_dir") }?.map(PathBuf::from),
             spill_size: nz(o.spill_size),
             private: o.flags & MOUNT_PRIVATE != 0,
+            ..Default::default()
         },
         how,
     ))
@@ -226,6 +228,23 @@ pub unsafe extern "C" fn ckptfs_mount(prefix: *const c_char, opts: *const Ckptfs
         r.map_err(|e| e.context(format_args!("mount {prefix}")))?;
         Ok(0)
     }) as c_int
+}
+
+/// The settings `ckptfs_mount(prefix, NULL)` would use, resolved from the environment,
+/// as one JSON object (the text `ckptfs config --json` shows as `resolved`): copies it
+/// with a NUL into `buf` and returns its length. With `buf == NULL && len == 0` only
+/// returns the length. -EINVAL (message in `ckptfs_last_error`) when a `CKPTFS_*`
+/// variable is invalid; -ERANGE when `len` is too small.
+///
+/// # Safety
+/// `buf` is NULL or valid for writing `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ckptfs_settings(buf: *mut c_char, len: usize) -> isize {
+    call(|| {
+        let json = env::settings_from(&|k| std::env::var(k).ok())?.to_json();
+        // SAFETY: forwarded contract.
+        unsafe { copy_str_out(&json, buf, len, "settings") }
+    }) as isize
 }
 
 /// Remove the mount of `prefix` (EBUSY while descriptors are open on it).
@@ -654,26 +673,36 @@ pub unsafe extern "C" fn ckptfs_get_spill_path(path: *const c_char, buf: *mut c_
         let path = unsafe { cstr(path, "path") }?;
         let sp = at(path, "spill path", |r| Ok(r.store.info().spill_path))?;
         let s = sp.as_ref().and_then(|p| p.to_str()).unwrap_or("");
-        if buf.is_null() {
-            return if len == 0 {
-                Ok(s.len() as i64)
-            } else {
-                Err(efault("buffer"))
-            };
-        }
-        if s.len() >= len {
-            return Err(CapiError::new(
-                libc::ERANGE,
-                format!("spill path needs {} bytes, the buffer holds {len}", s.len() + 1),
-            ));
-        }
-        // SAFETY: s.len() + 1 <= len bytes are writable per the contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
-            buf.add(s.len()).write(0);
-        }
-        Ok(s.len() as i64)
+        // SAFETY: forwarded contract.
+        unsafe { copy_str_out(s, buf, len, "spill path") }
     }) as isize
+}
+
+/// Copy `s` with a NUL into `buf` and return its length; with `buf == NULL && len == 0`
+/// only the length. ERANGE if `len` is too small, EFAULT for NULL with `len > 0`.
+///
+/// # Safety
+/// `buf` is NULL or valid for writing `len` bytes.
+pub(crate) unsafe fn copy_str_out(s: &str, buf: *mut c_char, len: usize, what: &str) -> Result<i64> {
+    if buf.is_null() {
+        return if len == 0 {
+            Ok(s.len() as i64)
+        } else {
+            Err(efault("buffer"))
+        };
+    }
+    if s.len() >= len {
+        return Err(CapiError::new(
+            libc::ERANGE,
+            format!("{what} needs {} bytes, the buffer holds {len}", s.len() + 1),
+        ));
+    }
+    // SAFETY: s.len() + 1 <= len bytes are writable per the caller's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
+        buf.add(s.len()).write(0);
+    }
+    Ok(s.len() as i64)
 }
 
 #[cfg(test)]

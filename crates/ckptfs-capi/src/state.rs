@@ -111,35 +111,22 @@ pub fn normalize(path: &str) -> Result<String> {
             format!("path of {} bytes (at most {PATH_MAX})", path.len()),
         ));
     }
-    let joined;
     let full = if path.starts_with('/') {
-        path
+        path.to_string()
     } else {
         let cwd = std::env::current_dir()
             .map_err(|e| CapiError::new(e.raw_os_error().unwrap_or(libc::ENOENT), format!("getcwd: {e}")))?;
         let cwd = cwd
             .to_str()
             .ok_or_else(|| CapiError::new(libc::ENOENT, "working directory is not UTF-8"))?;
-        joined = format!("{cwd}/{path}");
-        &joined
+        format!("{cwd}/{path}")
     };
-    let mut out: Vec<&str> = Vec::new();
-    for c in full.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                out.pop();
-            }
-            c if c.len() > NAME_MAX => {
-                return Err(CapiError::new(
-                    libc::ENAMETOOLONG,
-                    format!("name of {} bytes (at most {NAME_MAX})", c.len()),
-                ))
-            }
-            c => out.push(c),
-        }
-    }
-    let norm = format!("/{}", out.join("/"));
+    let norm = ckptfs_settings::path::normalize_checked(&full, NAME_MAX).map_err(|n| {
+        CapiError::new(
+            libc::ENAMETOOLONG,
+            format!("name of {n} bytes (at most {NAME_MAX})"),
+        )
+    })?;
     if norm.len() > PATH_MAX {
         return Err(CapiError::new(
             libc::ENAMETOOLONG,

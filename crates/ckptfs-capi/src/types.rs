@@ -22,6 +22,8 @@ pub const STATE_COMPLETE: u32 = 0;
 pub const STATE_WRITING: u32 = 1;
 /// `CKPTFS_STATE_INCOMPLETE`: a writer died with it open.
 pub const STATE_INCOMPLETE: u32 = 2;
+/// `CKPTFS_STATE_FAILED`: closed after a write to it failed (ENOSPC, I/O error).
+pub const STATE_FAILED: u32 = 3;
 
 /// `CKPTFS_CHUNK_MEMORY`: the chunk is in the data region, `offset` from its base.
 pub const CHUNK_MEMORY: u32 = 0;

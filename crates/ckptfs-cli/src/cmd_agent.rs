@@ -8,9 +8,9 @@
 //! `agent status --watch` draw a progress bar per file in flight.
 
 use crate::config::Ctx;
+use crate::text::esc;
 use anyhow::{bail, Context, Result};
 use ckptfs_agent::config::targets;
-use ckptfs_agent::dest::PosixDest;
 use ckptfs_agent::sys::Priority;
 use ckptfs_agent::{Agent, AgentConfig, AgentStatus};
 use ckptfs_store::Store;
@@ -216,7 +216,7 @@ pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
             sum.seconds
         );
         for f in &sum.failed {
-            eprintln!("  failed {}: {}", f.path, f.error);
+            eprintln!("  failed {}: {}", esc(&f.path), esc(&f.error));
         }
     }
     Ok(if sum.failed.is_empty() { 0 } else { 1 })
@@ -251,12 +251,7 @@ pub(crate) fn restore_into(
     let mine = c.target()?.clone();
     let mut order = vec![mine.clone()];
     order.extend(c.targets.iter().filter(|t| **t != mine).cloned());
-    Ok(ckptfs_agent::restore(
-        store,
-        &PosixDest::default(),
-        &order,
-        prefix,
-    )?)
+    Ok(ckptfs_agent::restore(store, &order, prefix)?)
 }
 
 pub(crate) fn human(b: u64) -> String {
@@ -299,17 +294,19 @@ pub fn print_status(s: &AgentStatus) {
         s.skipped_by_policy
     );
     for q in &s.queued {
-        println!("    queued     {} ({})", q.path, human(q.size));
+        println!("    queued     {} ({})", esc(&q.path), human(q.size));
     }
     for f in &s.in_flight {
         let pct = (f.done * 100).checked_div(f.size).unwrap_or(100);
-        println!("    in flight  {} ({}, {pct}%)", f.path, human(f.size));
+        println!("    in flight  {} ({}, {pct}%)", esc(&f.path), human(f.size));
     }
     for f in &s.failed {
         let retry = if f.will_retry { ", will retry" } else { "" };
         println!(
             "    FAILED     {} (attempts {}{retry}): {}",
-            f.path, f.attempts, f.error
+            esc(&f.path),
+            f.attempts,
+            esc(&f.error)
         );
     }
 }
@@ -360,7 +357,7 @@ fn progress(get: &dyn Fn() -> Option<AgentStatus>, stop: &dyn Fn() -> bool) {
                 let b = bars.entry(f.path.clone()).or_insert_with(|| {
                     let b = mp.add(ProgressBar::new(f.size));
                     b.set_style(style.clone());
-                    b.set_message(f.path.clone());
+                    b.set_message(esc(&f.path).into_owned());
                     b
                 });
                 b.set_position(f.done);

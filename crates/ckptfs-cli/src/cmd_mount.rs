@@ -6,11 +6,18 @@
 //! has written its pid file after the kernel accepted the mount (or has exited with an
 //! error, whose log tail it prints) and returns. The pid file also lets `ckptfs
 //! umount` wait for it to finish writing buffered chunks and exit.
+//!
+//! The pid file and the default log live in the caller's runtime directory
+//! (`ckptfs_runtime`: owned by the caller, mode 0700), never in a shared /tmp; a log
+//! file given with `--log-file` is opened without following symbolic links and must
+//! belong to the caller.
 
 use crate::config::Ctx;
 use anyhow::{bail, Context, Result};
 use ckptfs_fuse::mount::{self, MountConfig};
 use ckptfs_fuse::{CrfsConfig, IoMode, Mode};
+use ckptfs_runtime::RuntimeDir;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -39,7 +46,9 @@ pub struct MountArgs {
     /// Stay in the foreground and log to stderr (debugging).
     #[arg(long)]
     pub foreground: bool,
-    /// Daemon log file [default: /tmp/ckptfs-fuse-UID/MOUNTPOINT.log].
+    /// Daemon log file, opened without following links, owned by the caller [default:
+    /// RUNTIME_DIR/mount-MOUNTPOINT.log, RUNTIME_DIR = $XDG_RUNTIME_DIR/ckptfs or
+    /// /run/user/UID/ckptfs or /dev/shm/ckptfs-UID].
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
 }
@@ -59,19 +68,23 @@ pub struct UmountArgs {
 
 const DEFAULT_CRFS_CHUNK: u64 = 4 << 20;
 
-fn run_dir() -> PathBuf {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    std::env::temp_dir().join(format!("ckptfs-fuse-{uid}"))
-}
-
 fn key_of(mp: &Path) -> String {
     let abs = mp.canonicalize().unwrap_or_else(|_| mp.to_path_buf());
     abs.to_string_lossy().trim_start_matches('/').replace('/', "_")
 }
 
-fn pid_file(mp: &Path) -> PathBuf {
-    run_dir().join(format!("{}.pid", key_of(mp)))
+/// Name of the daemon's pid file in the runtime directory.
+fn pid_name(mp: &Path) -> String {
+    format!("mount-{}.pid", key_of(mp))
+}
+
+/// Name of the daemon's default log file in the runtime directory.
+fn log_name(mp: &Path) -> String {
+    format!("mount-{}.log", key_of(mp))
+}
+
+fn runtime_dir() -> Result<RuntimeDir> {
+    RuntimeDir::for_caller().context("the runtime directory for the mount daemon's pid and log files")
 }
 
 /// Run `ckptfs mount`.
@@ -82,21 +95,21 @@ pub fn main(args: MountArgs, ctx: &Ctx) -> Result<i32> {
     if args.foreground {
         return serve(&args, ctx);
     }
-    std::fs::create_dir_all(run_dir()).with_context(|| format!("create {}", run_dir().display()))?;
-    let log = args
-        .log_file
-        .clone()
-        .unwrap_or_else(|| run_dir().join(format!("{}.log", key_of(&args.mountpoint))));
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .with_context(|| format!("open log file {}", log.display()))?;
+    let rt = runtime_dir()?;
+    let (log, out) = match &args.log_file {
+        Some(p) => (p.clone(), ckptfs_runtime::open_log_file(p)?),
+        None => {
+            let name = log_name(&args.mountpoint);
+            (rt.file_path(&name), rt.open_log(&name)?)
+        }
+    };
     let start_len = out.metadata().map(|m| m.len()).unwrap_or(0);
+    // Read the daemon's error back through our own descriptor, not by path.
+    let reader = out.try_clone()?;
     // The daemon writes its pid file once the kernel accepted the mount: that (not the
     // mount table, which may still list a stale mount) tells us it is ready.
-    let pid = pid_file(&args.mountpoint);
-    let _ = std::fs::remove_file(&pid);
+    let pid = pid_name(&args.mountpoint);
+    rt.remove(&pid)?;
     let exe = std::env::current_exe().context("find the ckptfs executable")?;
     let mut cmd = Command::new(exe);
     cmd.args(std::env::args_os().skip(1))
@@ -113,12 +126,15 @@ pub fn main(args: MountArgs, ctx: &Ctx) -> Result<i32> {
     let t0 = Instant::now();
     loop {
         if let Some(status) = child.try_wait()? {
-            let text = std::fs::read(&log).unwrap_or_default();
-            let tail = String::from_utf8_lossy(&text[(start_len as usize).min(text.len())..]).into_owned();
+            let tail = read_from(&reader, start_len);
             eprint!("{tail}");
             bail!("the mount daemon exited ({status}); log: {}", log.display());
         }
-        let ready = std::fs::read_to_string(&pid).is_ok_and(|s| s.trim() == child.id().to_string());
+        let ready = rt
+            .read(&pid)
+            .ok()
+            .flatten()
+            .is_some_and(|s| String::from_utf8_lossy(&s).trim() == child.id().to_string());
         if ready {
             println!(
                 "mounted {} (daemon pid {}, log {})",
@@ -156,24 +172,36 @@ fn serve(args: &MountArgs, ctx: &Ctx) -> Result<i32> {
         io: args.io_mode,
         threads: args.threads,
     };
-    let pid = pid_file(&args.mountpoint);
-    let _ = std::fs::create_dir_all(run_dir());
+    let pid = pid_name(&args.mountpoint);
+    let rt = runtime_dir()?;
     mount::run(&cfg, || {
-        if let Err(e) = std::fs::write(&pid, format!("{}\n", std::process::id())) {
-            tracing::warn!(error = %e, file = %pid.display(), "cannot write pid file");
+        if let Err(e) = rt.write_atomic(&pid, format!("{}\n", std::process::id()).as_bytes()) {
+            tracing::warn!(error = %e, "cannot write pid file");
         }
     })
     .with_context(|| format!("mount {}", args.mountpoint.display()))?;
-    let _ = std::fs::remove_file(&pid);
+    let _ = rt.remove(&pid);
     Ok(0)
+}
+
+/// What the daemon appended to its log after offset `from` (at most the last 64 KiB).
+fn read_from(f: &std::fs::File, from: u64) -> String {
+    let end = f.metadata().map(|m| m.len()).unwrap_or(from);
+    let from = from.max(end.saturating_sub(64 << 10));
+    let mut buf = vec![0u8; end.saturating_sub(from) as usize];
+    let n = f.read_at(&mut buf, from).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
 /// Run `ckptfs umount`.
 pub fn umount(args: UmountArgs, _ctx: &Ctx) -> Result<i32> {
     let mp = &args.mountpoint;
-    let pid = std::fs::read_to_string(pid_file(mp))
+    // Best effort: without a usable runtime directory, unmount without waiting.
+    let pid = RuntimeDir::for_caller()
         .ok()
-        .and_then(|s| s.trim().parse::<i32>().ok());
+        .and_then(|rt| rt.read(&pid_name(mp)).ok().flatten())
+        .and_then(|s| String::from_utf8_lossy(&s).trim().parse::<i32>().ok())
+        .filter(|&p| p > 0);
     if mount::is_stale(mp) {
         mount::unmount(mp, true).context("remove the stale mount")?;
         println!("removed stale mount {} (its daemon had died)", mp.display());

@@ -184,6 +184,7 @@ pub struct MultiLevelReport {
 impl MultiLevelReport {
     /// Print it (stdout for `ckptfs restore`; stderr with a prefix for `ckptfs run`).
     pub fn print(&self, prefix: &str) {
+        use crate::text::esc;
         let out = |s: String| {
             if prefix.is_empty() {
                 println!("{s}");
@@ -194,9 +195,9 @@ impl MultiLevelReport {
         for r in &self.restored {
             out(format!(
                 "restored {} ({}) from {} ({})",
-                r.path,
+                esc(&r.path),
                 human(r.size),
-                r.from,
+                esc(&r.from),
                 if r.level == "partner" {
                     "partner memory"
                 } else {
@@ -205,20 +206,33 @@ impl MultiLevelReport {
             ));
         }
         for p in &self.unreachable {
-            out(format!("peer {p} unreachable"));
-        }
-        for f in &self.failed {
-            eprintln!("{prefix}NOT restored {}: {}", f.path, f.error);
+            out(format!("peer {} unreachable", esc(p)));
         }
         let bytes: u64 = self.restored.iter().map(|r| r.size).sum();
-        out(format!(
-            "restored {} files ({}) in {:.1} s, {} already in the store, {} failed",
-            self.restored.len(),
-            human(bytes),
-            self.seconds,
-            self.present.len(),
-            self.failed.len()
-        ));
+        if prefix.is_empty() {
+            // `ckptfs restore`
+            for f in &self.failed {
+                eprintln!("FAILED {}: {}", esc(&f.path), esc(&f.error));
+            }
+            println!(
+                "{} restored, {} already in the store, {} failed",
+                self.restored.len(),
+                self.present.len(),
+                self.failed.len()
+            );
+        } else {
+            for f in &self.failed {
+                eprintln!("{prefix}NOT restored {}: {}", esc(&f.path), esc(&f.error));
+            }
+            out(format!(
+                "restored {} files ({}) in {:.1} s, {} already in the store, {} failed",
+                self.restored.len(),
+                human(bytes),
+                self.seconds,
+                self.present.len(),
+                self.failed.len()
+            ));
+        }
     }
 }
 

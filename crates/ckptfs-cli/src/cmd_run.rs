@@ -2,6 +2,7 @@
 //! `ckptfs check-binary` (which libc file calls of a program the shim does not cover).
 
 use crate::config::Ctx;
+use crate::elf::elf_dynamic_symbols;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -456,23 +457,13 @@ const VIA_STDIO: &[&str] = &[
 /// Calls deliberately not intercepted, with what they do on a store path or descriptor.
 const DOCUMENTED: &[(&str, &str)] = &[
     (
-        "statfs",
-        "ENOENT: the mount prefix does not exist in the kernel's namespace",
-    ),
-    ("statvfs", "ENOENT (as statfs)"),
-    (
-        "fstatfs",
-        "reports /dev/null's file system (the reserved descriptor)",
-    ),
-    ("realpath", "ENOENT: glibc resolves with internal calls"),
-    (
         "scandir",
         "ENOENT: glibc opens the directory internally (use opendir/readdir)",
     ),
     ("nftw", "ENOENT: glibc walks with internal calls"),
     ("ftw", "ENOENT: glibc walks with internal calls"),
-    ("mkstemp", "ENOENT: glibc opens internally"),
     ("tmpfile", "never in the store (creates in /tmp)"),
+    ("tmpfile64", "never in the store (creates in /tmp)"),
     ("getdents64", "EBADF: store descriptors are O_PATH descriptors"),
     ("splice", "EBADF: store descriptors are O_PATH descriptors"),
     ("ioctl", "EBADF: store descriptors are O_PATH descriptors"),
@@ -485,79 +476,6 @@ const DOCUMENTED: &[(&str, &str)] = &[
         "the child does not inherit store descriptors (they are released at exec)",
     ),
 ];
-
-/// The dynamic symbols of an ELF64 little-endian file: (imported, defined).
-pub fn elf_dynamic_symbols(path: &Path) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
-    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let bad = || anyhow::anyhow!("{}: not a 64-bit little-endian ELF file", path.display());
-    if data.len() < 64 || &data[..4] != b"\x7fELF" || data[4] != 2 || data[5] != 1 {
-        return Err(bad());
-    }
-    let u16_at = |o: usize| {
-        data.get(o..o + 2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
-    };
-    let u32_at = |o: usize| {
-        data.get(o..o + 4)
-            .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize)
-    };
-    let u64_at = |o: usize| {
-        data.get(o..o + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
-    };
-    let shoff = u64_at(0x28).ok_or_else(bad)?;
-    let shentsize = u16_at(0x3a).ok_or_else(bad)?;
-    let shnum = u16_at(0x3c).ok_or_else(bad)?;
-    let sect = |i: usize| -> Option<(u32, usize, usize, usize, usize)> {
-        let b = shoff + i * shentsize;
-        // (type, offset, size, link, entsize)
-        Some((
-            u32_at(b + 4)? as u32,
-            u64_at(b + 0x18)?,
-            u64_at(b + 0x20)?,
-            u32_at(b + 0x28)?,
-            u64_at(b + 0x38)?,
-        ))
-    };
-    let mut imported = BTreeSet::new();
-    let mut defined = BTreeSet::new();
-    for i in 0..shnum {
-        let Some((ty, off, size, link, ent)) = sect(i) else {
-            continue;
-        };
-        if ty != 11 || ent == 0 {
-            continue; // SHT_DYNSYM only
-        }
-        let Some((_, stroff, strsize, _, _)) = sect(link) else {
-            continue;
-        };
-        let strtab = data.get(stroff..stroff + strsize).ok_or_else(bad)?;
-        for k in 1..size / ent {
-            let s = off + k * ent;
-            let (Some(name), Some(shndx)) = (u32_at(s), u16_at(s + 6)) else {
-                break;
-            };
-            let info = data.get(s + 4).copied().unwrap_or(0);
-            if info >> 4 == 0 && shndx != 0 {
-                continue; // local
-            }
-            let end = strtab[name.min(strtab.len())..]
-                .iter()
-                .position(|&c| c == 0)
-                .unwrap_or(0);
-            let n = String::from_utf8_lossy(&strtab[name..name + end]).to_string();
-            if n.is_empty() {
-                continue;
-            }
-            if shndx == 0 {
-                imported.insert(n);
-            } else {
-                defined.insert(n);
-            }
-        }
-    }
-    Ok((imported, defined))
-}
 
 fn which(p: &Path) -> Option<PathBuf> {
     if p.components().count() > 1 || p.exists() {
@@ -575,32 +493,54 @@ fn which(p: &Path) -> Option<PathBuf> {
 pub fn check_binary(args: CheckBinaryArgs, _ctx: &Ctx) -> Result<i32> {
     let prog = which(&args.program).with_context(|| format!("{} not found", args.program.display()))?;
     let lib = find_preload_lib(args.preload_lib.as_deref())?;
-    let (imports, _) = elf_dynamic_symbols(&prog)?;
     let (_, hooks) = elf_dynamic_symbols(&lib)?;
+    // The program and every shared library it loads: the shim interposes on the calls of
+    // all of them (libgfortran's remove(), libstdc++'s filesystem calls ...).
+    let (libs, unfound) = crate::elf::libraries(&prog)?;
     let file_calls: BTreeSet<&str> = FILE_CALLS.iter().copied().collect();
-    let mut covered = Vec::new();
-    let mut missing = Vec::new();
-    for s in &imports {
-        let base = s.split('@').next().unwrap_or(s);
-        if hooks.contains(base) || VIA_STDIO.contains(&base) {
-            if file_calls.contains(base) || VIA_STDIO.contains(&base) {
-                covered.push(base.to_string());
+    let mut covered: BTreeSet<String> = BTreeSet::new();
+    // name -> the objects importing it
+    let mut missing: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for obj in std::iter::once(&prog).chain(libs.iter()) {
+        let (imports, _) = elf_dynamic_symbols(obj)?;
+        let short = if obj == &prog {
+            "the program".to_string()
+        } else {
+            obj.file_name()
+                .map_or_else(|| obj.display().to_string(), |n| n.to_string_lossy().to_string())
+        };
+        for s in &imports {
+            let base = s.split('@').next().unwrap_or(s);
+            if hooks.contains(base) || VIA_STDIO.contains(&base) {
+                if file_calls.contains(base) || VIA_STDIO.contains(&base) {
+                    covered.insert(base.to_string());
+                }
+            } else if file_calls.contains(base) {
+                let v = missing.entry(base.to_string()).or_default();
+                if !v.contains(&short) {
+                    v.push(short.clone());
+                }
             }
-        } else if file_calls.contains(base) {
-            missing.push(base.to_string());
         }
     }
     println!(
-        "{}: {} file calls imported, {} not covered by the shim",
+        "{}: {} file calls imported by it and {} shared libraries, {} not covered by the shim",
         prog.display(),
         covered.len() + missing.len(),
+        libs.len(),
         missing.len()
     );
-    for m in &missing {
+    for (m, by) in &missing {
         let why = DOCUMENTED.iter().find(|d| d.0 == m.as_str()).map_or("not intercepted: on a store path it fails with the kernel's ENOENT; on a store descriptor with EBADF", |d| d.1);
-        println!("  NOT COVERED  {m:<24} {why}");
+        println!("  NOT COVERED  {m:<24} {why} (imported by {})", by.join(", "));
+    }
+    for n in &unfound {
+        println!("  warning: shared library {n} not found: its imports are not checked");
     }
     if args.all {
+        for l in &libs {
+            println!("  library      {}", l.display());
+        }
         for c in &covered {
             println!("  covered      {c}");
         }

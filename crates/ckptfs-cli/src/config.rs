@@ -1,19 +1,19 @@
-//! The settings table: every store setting is a CLI flag, an environment variable
-//! `CKPTFS_*` and a key of a TOML file, with precedence flags > env > file > defaults.
-//! `ckptfs config` prints the effective value of each and where it came from.
+//! The CLI side of the settings table (`ckptfs-settings`): every store setting is a CLI
+//! flag, an environment variable `CKPTFS_*` and a key of a TOML file, with precedence
+//! flags > env > file > defaults. `ckptfs config` prints the effective value of each and
+//! where it came from. This module only reads the file and the environment and hands
+//! them to [`ckptfs_settings::resolve`], which the C API and the shim use too.
 //!
 //! A setting left at its default is not imposed on an existing store: attaching accepts
 //! whatever the segment was created with. A setting given explicitly (by any source)
 //! must match, or attaching fails with a clear error.
 
 use anyhow::{bail, Context, Result};
-use ckptfs_store::{
-    default_store_name, StoreOptions, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE,
-};
-use std::collections::BTreeMap;
+use ckptfs_settings::{FileText, Inputs};
+use ckptfs_store::StoreOptions;
 use std::path::PathBuf;
 
-pub use ckptfs_bench::store::parse_size;
+pub use ckptfs_settings::{parse_size, Settings, Source, SETTINGS};
 
 /// Store flags accepted by every subcommand.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -23,7 +23,7 @@ pub struct StoreArgs {
     #[arg(long, global = true, value_name = "NAME")]
     pub store: Option<String>,
     /// Memory for file data, fixed at creation (K/M/G) [env CKPTFS_MEM_SIZE; default 1G]
-    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, global = true, value_name = "SIZE", value_parser = ckptfs_settings::parse_store_size)]
     pub mem_size: Option<u64>,
     /// Chunk size, a power of two from 64K to 64M [env CKPTFS_CHUNK_SIZE; default 1M]
     #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size)]
@@ -35,11 +35,15 @@ pub struct StoreArgs {
     #[arg(long, global = true, value_name = "DIR")]
     pub spill_dir: Option<PathBuf>,
     /// Size of the spill file (K/M/G) [env CKPTFS_SPILL_SIZE; default 0 = no spill]
-    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, global = true, value_name = "SIZE", value_parser = ckptfs_settings::parse_store_size)]
     pub spill_size: Option<u64>,
     /// One private segment per process (NAME.RANK) instead of one per node [env CKPTFS_PRIVATE]
     #[arg(long, global = true)]
     pub private: bool,
+    /// Attach a store segment owned by another user (root only, explicitly; the segment
+    /// must still have mode 0600) [env CKPTFS_ALLOW_FOREIGN_OWNER]
+    #[arg(long, global = true)]
+    pub allow_foreign_owner: bool,
     /// Path prefix(es) served by the store in `ckptfs run`, colon-separated [env CKPTFS_MOUNT; default /ckpt]
     #[arg(long, global = true, value_name = "PREFIX[:PREFIX]")]
     pub mount: Option<String>,
@@ -62,94 +66,6 @@ pub struct ClusterArgs {
     pub node_id: Option<String>,
 }
 
-/// Where a setting's value came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Source {
-    /// Built-in default.
-    Default,
-    /// The TOML file.
-    File,
-    /// An environment variable.
-    Env,
-    /// A command-line flag.
-    Flag,
-}
-
-/// One row of the settings table.
-pub struct Setting {
-    /// Key in the TOML file.
-    pub key: &'static str,
-    /// Environment variable.
-    pub env: &'static str,
-    /// Command-line flag.
-    pub flag: &'static str,
-    /// Default value, as text.
-    pub default: fn() -> String,
-    /// What it does.
-    pub help: &'static str,
-}
-
-/// The table. Keep in sync with `StoreArgs` (tested).
-pub const SETTINGS: &[Setting] = &[
-    Setting {
-        key: "store",
-        env: "CKPTFS_STORE",
-        flag: "--store",
-        default: default_store_name,
-        help: "store name",
-    },
-    Setting {
-        key: "mem_size",
-        env: "CKPTFS_MEM_SIZE",
-        flag: "--mem-size",
-        default: || DEFAULT_MEM_SIZE.to_string(),
-        help: "memory for file data (bytes)",
-    },
-    Setting {
-        key: "chunk_size",
-        env: "CKPTFS_CHUNK_SIZE",
-        flag: "--chunk-size",
-        default: || DEFAULT_CHUNK_SIZE.to_string(),
-        help: "chunk size (bytes)",
-    },
-    Setting {
-        key: "max_files",
-        env: "CKPTFS_MAX_FILES",
-        flag: "--max-files",
-        default: || DEFAULT_MAX_FILES.to_string(),
-        help: "maximum files and directories",
-    },
-    Setting {
-        key: "spill_dir",
-        env: "CKPTFS_SPILL_DIR",
-        flag: "--spill-dir",
-        default: String::new,
-        help: "spill file directory",
-    },
-    Setting {
-        key: "spill_size",
-        env: "CKPTFS_SPILL_SIZE",
-        flag: "--spill-size",
-        default: || "0".into(),
-        help: "spill file size (bytes)",
-    },
-    Setting {
-        key: "private",
-        env: "CKPTFS_PRIVATE",
-        flag: "--private",
-        default: || "false".into(),
-        help: "private segment per process",
-    },
-    Setting {
-        key: "mount",
-        env: "CKPTFS_MOUNT",
-        flag: "--mount",
-        default: || "/ckpt".into(),
-        help: "path prefixes served by `ckptfs run`",
-    },
-];
-
 /// Resolved settings handed to every command.
 #[derive(Debug, Clone)]
 pub struct Ctx {
@@ -161,6 +77,8 @@ pub struct Ctx {
     pub config_file: Option<PathBuf>,
     /// Every setting: (key, value, source).
     pub table: Vec<(&'static str, String, Source)>,
+    /// The resolution itself (for `child_env` and the JSON summary).
+    pub settings: Settings,
     /// The cluster file, if given.
     pub cluster: Option<ckptfs_cluster::Cluster>,
     /// This node's id, if given.
@@ -184,15 +102,9 @@ fn flag_value(a: &StoreArgs, key: &str) -> Option<String> {
         "spill_dir" => a.spill_dir.as_ref().map(|p| p.display().to_string()),
         "spill_size" => a.spill_size.map(|v| v.to_string()),
         "private" => a.private.then(|| "true".to_string()),
+        "allow_foreign_owner" => a.allow_foreign_owner.then(|| "true".to_string()),
         "mount" => a.mount.clone(),
         _ => None,
-    }
-}
-
-fn toml_text(v: &toml::Value) -> String {
-    match v {
-        toml::Value::String(s) => s.clone(),
-        other => other.to_string(),
     }
 }
 
@@ -207,91 +119,39 @@ impl Ctx {
         let config_file = args
             .config
             .clone()
-            .or_else(|| env("CKPTFS_CONFIG").filter(|s| !s.is_empty()).map(PathBuf::from))
-            .or_else(default_config_file);
-        let mut file: BTreeMap<String, String> = BTreeMap::new();
-        if let Some(p) = &config_file {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("reading settings file {}", p.display()))?;
-            let doc: toml::Table = text
-                .parse()
-                .with_context(|| format!("parsing settings file {}", p.display()))?;
-            for (k, v) in doc {
-                if !SETTINGS.iter().any(|s| s.key == k) {
-                    let keys: Vec<_> = SETTINGS.iter().map(|s| s.key).collect();
-                    bail!(
-                        "{}: unknown setting {k:?} (known: {})",
-                        p.display(),
-                        keys.join(", ")
-                    );
-                }
-                file.insert(k, toml_text(&v));
-            }
-        }
-        let mut table = Vec::new();
-        for s in SETTINGS {
-            let (v, src) = if let Some(v) = flag_value(args, s.key) {
-                (v, Source::Flag)
-            } else if let Some(v) = env(s.env).filter(|v| !v.is_empty()) {
-                (v, Source::Env)
-            } else if let Some(v) = file.get(s.key) {
-                (v.clone(), Source::File)
-            } else {
-                ((s.default)(), Source::Default)
-            };
-            table.push((s.key, v, src));
-        }
-        let get = |k: &str| {
-            table
-                .iter()
-                .find(|r| r.0 == k)
-                .map(|r| (r.1.clone(), r.2))
-                .unwrap()
-        };
-        let explicit = |k: &str| {
-            let (v, src) = get(k);
-            (src != Source::Default).then_some(v)
-        };
-        let size = |k: &str| -> Result<Option<u64>> {
-            explicit(k)
-                .map(|v| parse_size(&v).map_err(|e| anyhow::anyhow!("setting {k}: {e}")))
-                .transpose()
-        };
-        let private = match get("private").0.as_str() {
-            "1" | "true" | "yes" | "on" => true,
-            "0" | "false" | "no" | "off" | "" => false,
-            other => bail!("setting private: {other:?} is not a boolean (true/false)"),
-        };
-        let store = StoreOptions {
-            name: get("store").0,
-            mem_size: size("mem_size")?,
-            chunk_size: size("chunk_size")?,
-            max_files: explicit("max_files")
-                .map(|v| {
-                    v.parse()
-                        .map_err(|_| anyhow::anyhow!("setting max_files: {v:?} is not a number"))
-                })
-                .transpose()?,
-            spill_dir: explicit("spill_dir").filter(|s| !s.is_empty()).map(PathBuf::from),
-            spill_size: size("spill_size")?.filter(|&s| s > 0),
-            private,
-        };
-        let mounts = get("mount")
-            .0
-            .split(':')
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                if !s.starts_with('/') {
-                    bail!("setting mount: prefix {s:?} must be an absolute path");
-                }
-                Ok(PathBuf::from(s.trim_end_matches('/')))
+            .or_else(|| {
+                env(ckptfs_settings::CONFIG_ENV)
+                    .filter(|s| !s.is_empty())
+                    .map(PathBuf::from)
             })
-            .collect::<Result<Vec<_>>>()?;
+            .or_else(default_config_file);
+        let text = match &config_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("reading settings file {}", p.display()))?,
+            ),
+            None => None,
+        };
+        let name = config_file.as_ref().map(|p| p.display().to_string());
+        let file = match (&name, &text) {
+            (Some(name), Some(text)) => Some(FileText { name, text }),
+            _ => None,
+        };
+        let settings = ckptfs_settings::resolve(&Inputs {
+            flags: &|k| flag_value(args, k),
+            env,
+            file,
+        })?;
         Ok(Ctx {
-            store,
-            mounts,
+            store: settings.store.clone().into(),
+            mounts: settings.mounts.iter().map(PathBuf::from).collect(),
             config_file,
-            table,
+            table: settings
+                .rows
+                .iter()
+                .map(|r| (r.key, r.value.clone(), r.source))
+                .collect(),
+            settings,
             cluster: None,
             node_id: None,
         })
@@ -337,12 +197,7 @@ impl Ctx {
 
     /// Environment variables that pass these settings on to a child (e.g. the preload shim).
     pub fn child_env(&self) -> Vec<(&'static str, String)> {
-        SETTINGS
-            .iter()
-            .zip(&self.table)
-            .filter(|(s, row)| row.2 != Source::Default || s.key == "store" || s.key == "mount")
-            .map(|(s, row)| (s.env, row.1.clone()))
-            .collect()
+        self.settings.child_env()
     }
 }
 

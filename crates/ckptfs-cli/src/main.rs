@@ -11,7 +11,9 @@ mod cmd_mount;
 mod cmd_node;
 mod cmd_run;
 mod config;
+mod elf;
 mod store_cmds;
+mod text;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -161,7 +163,9 @@ enum BenchCommand {
 
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        // fuser's own warnings (a foreground mount, `bench fuse`) stay off the terminal
+        // unless asked for (-v, RUST_LOG); the mount daemon's log runs with RUST_LOG=info.
+        0 => "warn,fuser=error",
         1 => "info",
         _ => "debug",
     };
@@ -236,13 +240,50 @@ fn run(cli: Cli) -> Result<i32> {
     }
 }
 
+/// Does this command print for a reader that may go away (`ckptfs ls | head`)? Those
+/// get the default SIGPIPE action, so a closed pipe ends them quietly as it ends
+/// coreutils (Rust ignores SIGPIPE, and `println!` then panics on EPIPE). The daemons
+/// (`agent` draining, `mount`) keep SIGPIPE ignored: a reader of their log going away
+/// must not kill them in the middle of a copy. Exhaustive on purpose: a new command
+/// must choose.
+fn quiet_on_broken_pipe(cmd: &Command) -> bool {
+    match cmd {
+        Command::Agent(a) => a.cmd.is_some(),
+        Command::Node(a) => a.cmd.is_some(),
+        Command::Mount(_) => false,
+        Command::Init
+        | Command::Status { .. }
+        | Command::Ls { .. }
+        | Command::Cat { .. }
+        | Command::Put { .. }
+        | Command::Get { .. }
+        | Command::Rm { .. }
+        | Command::Mkdir { .. }
+        | Command::Fsck { .. }
+        | Command::Destroy
+        | Command::Config { .. }
+        | Command::Run(_)
+        | Command::CheckBinary(_)
+        | Command::Umount(_)
+        | Command::Restore(_)
+        | Command::Bench(_)
+        | Command::Policy { .. }
+        | Command::Cluster { .. } => true,
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
+    if quiet_on_broken_pipe(&cli.cmd) {
+        // SAFETY: called before any other thread exists; SIG_DFL installs no handler.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     init_logging(cli.verbose);
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("ckptfs: error: {e:#}");
+            // Errors name store paths: no raw newline or escape sequence from a name.
+            eprintln!("ckptfs: error: {}", text::esc(&format!("{e:#}")));
             1
         }
     };

@@ -1,10 +1,12 @@
 //! The store subcommands: init, status, ls, cat, put, get, rm, mkdir, fsck, destroy, config.
 
 use crate::config::Ctx;
+use crate::text::esc;
 use anyhow::{Context, Result};
 use ckptfs_store::{FileKind, OpenFlags, Stat, Store, StoreError, WriteState};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{IsTerminal, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Files at least this large get a progress bar on a terminal.
@@ -69,6 +71,7 @@ fn state_str(s: WriteState) -> &'static str {
         WriteState::Complete => "complete",
         WriteState::Writing => "writing",
         WriteState::Incomplete => "INCOMPLETE",
+        WriteState::Failed => "FAILED",
     }
 }
 
@@ -179,10 +182,16 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
     if let Some(n) = &node {
         crate::cmd_node::print_status(n);
     }
-    if i.incomplete > 0 {
+    if i.incomplete > 0 || i.failed > 0 {
         for (p, st) in store.list_all() {
             if st.state == WriteState::Incomplete {
-                println!("incomplete  {p} ({} bytes readable)", st.size);
+                println!("incomplete  {} ({} bytes readable)", esc(&p), st.size);
+            } else if st.state == WriteState::Failed {
+                println!(
+                    "failed      {} (a write to it failed; {} bytes)",
+                    esc(&p),
+                    st.size
+                );
             }
         }
     }
@@ -193,7 +202,7 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
 fn print_entry(name: &str, st: &Stat, long: Option<(&ckptfs_node::LevelsView, &str)>) {
     if let Some((levels, path)) = long {
         println!(
-            "{} {:>10} {:>12} {:>5} chunks{} {} {}{}{}",
+            "{} {:>10} {:>12} {:>5} chunks{} {} {} {}{}",
             mode_str(st),
             state_str(st.state),
             st.size,
@@ -204,16 +213,17 @@ fn print_entry(name: &str, st: &Stat, long: Option<(&ckptfs_node::LevelsView, &s
                 String::new()
             },
             time_str(st.mtime_ns),
-            name,
-            if st.kind == FileKind::Dir { "/" } else { "" },
+            // The levels holding the file, before the name (which ends the line).
             if st.kind == FileKind::File {
-                format!("  [{}]", levels.of(path, st).summary())
+                format!("[{}]", esc(&levels.of(path, st).summary()))
             } else {
-                String::new()
-            }
+                "-".to_string()
+            },
+            esc(name),
+            if st.kind == FileKind::Dir { "/" } else { "" },
         );
     } else {
-        println!("{name}{}", if st.kind == FileKind::Dir { "/" } else { "" });
+        println!("{}{}", esc(name), if st.kind == FileKind::Dir { "/" } else { "" });
     }
 }
 
@@ -245,7 +255,7 @@ pub fn ls(ctx: &Ctx, path: &str, long: bool, recursive: bool) -> Result<i32> {
             if !first {
                 println!();
             }
-            println!("{dir}:");
+            println!("{}:", esc(&dir));
         }
         first = false;
         let mut sub = Vec::new();
@@ -270,7 +280,15 @@ fn copy_out(store: &Store, path: &str, out: &mut dyn Write, label: &str) -> Resu
         .open(path, OpenFlags::READ, 0)
         .with_context(|| format!("open {path}"))?;
     if f.stat().state == WriteState::Incomplete {
-        eprintln!("ckptfs: warning: {path} is incomplete (its writer died); copying the readable part");
+        eprintln!(
+            "ckptfs: warning: {} is incomplete (its writer died); copying the readable part",
+            esc(path)
+        );
+    } else if f.stat().state == WriteState::Failed {
+        eprintln!(
+            "ckptfs: warning: {} is failed (a write to it failed); copying what it holds",
+            esc(path)
+        );
     }
     f.verify_all().with_context(|| format!("verifying {path}"))?;
     let pb = progress(f.size(), label);
@@ -333,7 +351,14 @@ pub fn get(ctx: &Ctx, src: &str, dst: &Path) -> Result<i32> {
         std::process::id()
     ));
     let result = (|| -> Result<u64> {
-        let mut out = std::fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
+        // A fresh file (O_EXCL, never through a link): dst may be in a shared directory
+        // where another user could plant the temporary name first.
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .with_context(|| format!("create {}", tmp.display()))?;
         let n = copy_out(&store, src, &mut out, src)?;
         out.sync_all()?;
         std::fs::rename(&tmp, &dst).with_context(|| format!("rename to {}", dst.display()))?;
@@ -343,7 +368,12 @@ pub fn get(ctx: &Ctx, src: &str, dst: &Path) -> Result<i32> {
         let _ = std::fs::remove_file(&tmp);
     }
     let n = result?;
-    eprintln!("{src} -> {} ({})", dst.display(), human(n));
+    eprintln!(
+        "{} -> {} ({})",
+        esc(src),
+        esc(&dst.display().to_string()),
+        human(n)
+    );
     Ok(0)
 }
 
@@ -409,7 +439,12 @@ pub fn put(ctx: &Ctx, src: &Path, dst: &str, parents: bool) -> Result<i32> {
         pb.finish_and_clear();
     }
     f.close().with_context(|| format!("close {dst}"))?;
-    eprintln!("{} -> {dst} ({})", src.display(), human(total));
+    eprintln!(
+        "{} -> {} ({})",
+        esc(&src.display().to_string()),
+        esc(&dst),
+        human(total)
+    );
     Ok(0)
 }
 
@@ -437,7 +472,7 @@ pub fn rm(ctx: &Ctx, paths: &[String], recursive: bool) -> Result<i32> {
             Err(e) => Err(e.into()),
         };
         if let Err(e) = r {
-            eprintln!("ckptfs: rm {p}: {e:#}");
+            eprintln!("ckptfs: rm {}: {}", esc(p), esc(&format!("{e:#}")));
             failed = true;
         }
     }
@@ -469,13 +504,13 @@ pub fn fsck(ctx: &Ctx, repair: bool, json: bool) -> Result<i32> {
             human(rep.bytes_verified)
         );
         for p in &rep.incomplete {
-            println!("incomplete file (writer died): {p}");
+            println!("incomplete file (writer died): {}", esc(p));
         }
         for p in &rep.problems {
             println!(
                 "{}: {}{}",
                 p.kind,
-                p.detail,
+                esc(&p.detail),
                 if p.repaired { " [repaired]" } else { "" }
             );
         }
@@ -507,12 +542,13 @@ pub fn config(ctx: &Ctx, json: bool) -> Result<i32> {
         let rows: Vec<_> = ctx
             .table
             .iter()
-            .map(|(k, v, s)| serde_json::json!({"key": k, "value": v, "source": s}))
+            .map(|(k, v, s)| serde_json::json!({"key": k, "value": v, "source": s.as_str()}))
             .collect();
+        let resolved: serde_json::Value = serde_json::from_str(&ctx.settings.to_json())?;
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({"config_file": ctx.config_file, "settings": rows})
+                &serde_json::json!({"config_file": ctx.config_file, "settings": rows, "resolved": resolved})
             )?
         );
         return Ok(0);
@@ -529,7 +565,7 @@ pub fn config(ctx: &Ctx, json: bool) -> Result<i32> {
         "setting", "value", "source", "env", "flag"
     );
     for (s, (k, v, src)) in crate::config::SETTINGS.iter().zip(&ctx.table) {
-        let src = serde_json::to_value(src)?.as_str().unwrap_or("").to_string();
+        let src = src.as_str();
         let v = if v.is_empty() { "-" } else { v };
         println!(
             "{:<12} {:<24} {:<8} {:<18} {:<14} {}",

@@ -263,3 +263,322 @@ fn run_restore_brings_drained_checkpoints_back_before_the_command_starts() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--dest"), "{o:?}");
     assert!(!s.run(&["status"]).status.success(), "the store was not created");
 }
+
+/// A store name with a newline cannot forge a line of `ls`, `ls -l`, `ls -R` or an
+/// error message: it is printed escaped, as `ls -b` does.
+#[test]
+fn ls_prints_names_with_newlines_escaped_so_they_cannot_forge_lines() {
+    let s = Store::new("lsnl");
+    s.ok(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("f");
+    std::fs::write(&src, b"x").unwrap();
+    let evil = "/d/evil\nrank0.bin";
+    s.ok(&["put", "--parents", src.to_str().unwrap(), evil]);
+    s.ok(&["put", src.to_str().unwrap(), "/d/back\\slash"]);
+    let ls = s.ok(&["ls", "/d"]);
+    assert_eq!(ls, "back\\\\slash\nevil\\nrank0.bin\n");
+    let long = s.ok(&["ls", "-l", "/d"]);
+    assert_eq!(long.lines().count(), 2, "{long}");
+    assert!(long.lines().any(|l| l.ends_with(" evil\\nrank0.bin")), "{long}");
+    let rec = s.ok(&["ls", "-R", "/"]);
+    assert!(!rec.lines().any(|l| l == "rank0.bin"), "{rec}");
+    assert!(rec.contains("evil\\nrank0.bin"), "{rec}");
+    let one = s.ok(&["ls", evil]);
+    assert_eq!(one, "/d/evil\\nrank0.bin\n");
+    let o = s.run(&["cat", "/d/nope\nfake line"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("nope\\nfake line"), "{err}");
+}
+
+/// `ckptfs ... | head -c1`: when the reader is gone, every printing command ends
+/// quietly (SIGPIPE, as coreutils), never with a panic message.
+#[test]
+fn broken_pipe_ends_printing_commands_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let s = Store::new("pipe");
+    s.ok(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("f");
+    std::fs::write(&src, vec![7u8; 300_000]).unwrap();
+    for i in 0..20 {
+        s.ok(&[
+            "put",
+            "--parents",
+            src.to_str().unwrap(),
+            &format!("/d{}/f{i}", i % 3),
+        ]);
+    }
+    let cmds: &[&[&str]] = &[
+        &["ls", "-l", "-R", "/"],
+        &["ls", "/"],
+        &["config"],
+        &["config", "--json"],
+        &["status"],
+        &["status", "--json"],
+        &["fsck"],
+        &["cat", "/d0/f0"],
+        &["get", "/d0/f0", "-"],
+        &["agent", "status"],
+        &["--help"],
+    ];
+    for args in cmds {
+        let mut child = s
+            .cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // No reader at all: the first write fails.
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "ckptfs {args:?}: {err}");
+        assert!(
+            o.status.success() || o.status.signal() == Some(libc::SIGPIPE),
+            "ckptfs {args:?}: {:?} {err}",
+            o.status
+        );
+    }
+}
+
+/// `ckptfs restore` with hostile input: a destination file replaced by one holding a
+/// secret (same size, so only the CRC check catches it) is reported by file, chunk and
+/// offset without its bytes or their CRC; a truncated manifest in another directory is
+/// reported by name; the good files are restored; the exit code is 1.
+#[test]
+fn restore_reports_bad_input_by_name_without_file_bytes_and_exits_1() {
+    let s = Store::new("rstbad");
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("pfs");
+    std::fs::create_dir(&dest).unwrap();
+    let dest_s = dest.to_str().unwrap();
+    s.ok(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+    let put = |name: &str, bytes: &[u8]| {
+        let src = tmp.path().join("src");
+        std::fs::write(&src, bytes).unwrap();
+        s.ok(&["put", "--parents", src.to_str().unwrap(), name]);
+    };
+    let a: Vec<u8> = (0..(64 << 10) + 48).map(|i| (i % 251) as u8).collect();
+    put("/x/a", &a);
+    put("/x/b", b"good bytes");
+    put("/y/c", b"other directory");
+    s.ok(&["agent", "--once", "--evict", "--node-id", "n0", "--dest", dest_s]);
+    let secret = b"SECRET-root-only-0600-content-0123456789abcdefgh";
+    assert_eq!(secret.len(), 48);
+    let mut planted = a[..64 << 10].to_vec();
+    planted.extend_from_slice(secret);
+    std::fs::write(dest.join("x/a"), &planted).unwrap();
+    let ym = dest.join("y/.ckptfs-manifest.n0.json");
+    let m = std::fs::read(&ym).unwrap();
+    std::fs::write(&ym, &m[..m.len() - 20]).unwrap();
+    let o = s
+        .cmd(&["restore", "--dest", dest_s, "--node-id", "n0"])
+        .env_remove("CKPTFS_DEST")
+        .output()
+        .unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("FAILED /x/a:") && out.contains("chunk 1"), "{out}");
+    assert!(out.contains("FAILED /y/.ckptfs-manifest.n0.json:"), "{out}");
+    assert!(out.contains("truncated"), "{out}");
+    assert!(
+        out.contains("1 restored, 0 already in the store, 2 failed"),
+        "{out}"
+    );
+    let crc = crc32c(secret);
+    for leak in ["SECRET".to_string(), format!("{crc:x}"), crc.to_string()] {
+        assert!(!out.contains(&leak), "output leaks {leak:?}: {out}");
+    }
+    assert_eq!(s.ok(&["cat", "/x/b"]), "good bytes");
+    assert!(!s.run(&["cat", "/x/a"]).status.success());
+}
+
+/// CRC32C (Castagnoli), bit by bit: enough for a 48-byte check.
+fn crc32c(b: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &x in b {
+        crc ^= x as u32;
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ if crc & 1 == 1 { 0x82f6_3b78 } else { 0 };
+        }
+    }
+    !crc
+}
+
+/// `status` and `fsck` name incomplete files: a newline in the name is escaped there
+/// too, so the name cannot add a line to the report.
+#[test]
+fn status_and_fsck_print_incomplete_names_escaped() {
+    let s = Store::new("incnl");
+    s.ok(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+    let mut child = s
+        .cmd(&["put", "-", "/inc\nFORGED line"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().unwrap();
+        stdin.write_all(b"partial").unwrap();
+        stdin.flush().unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !s.ok(&["ls", "-l", "/"]).contains("writing") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "writer never opened the file"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let status = s.ok(&["status"]);
+    assert!(status.contains("incomplete  /inc\\nFORGED line ("), "{status}");
+    let fsck = String::from_utf8(s.run(&["fsck"]).stdout).unwrap();
+    assert!(fsck.contains("(writer died): /inc\\nFORGED line"), "{fsck}");
+    assert!(!fsck.lines().any(|l| l == "FORGED line"), "{fsck}");
+}
+
+/// Run `ckptfs args` with a deadline: (exit code, stdout, stderr). A hang fails the test.
+fn run_bounded(s: &Store, args: &[&str], secs: u64) -> (Option<i32>, Vec<u8>, String) {
+    let mut child = s
+        .cmd(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut v).ok();
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut v).ok();
+        String::from_utf8_lossy(&v).into_owned()
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ckptfs {args:?} hangs on a damaged store");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (status.code(), t_out.join().unwrap(), t_err.join().unwrap())
+}
+
+/// With single fields of the segment damaged, no command panics or hangs, and `cat`
+/// never prints bytes that were not written.
+#[test]
+fn damaged_segment_fields_never_crash_hang_or_mislead_the_cli() {
+    use ckptfs_store::layout::{ChunkEntry, Inode, Layout, Superblock, CHUNK_ENTRY_SIZE, INODE_SIZE};
+    use std::mem::offset_of;
+    use std::os::unix::fs::FileExt;
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 + 7) as u8).collect();
+    type Target = fn(&Layout, u32, u32, u32) -> (u64, u32);
+    let cases: &[(&str, Target)] = &[
+        ("hash slot with a huge file id", |l, _, _, _| {
+            (l.hash_off + 4 * (l.hash_cap as u64 - 1), 0xffff_fff0)
+        }),
+        ("chunk length", |l, _, c, _| {
+            (
+                l.chunk_off + c as u64 * CHUNK_ENTRY_SIZE + offset_of!(ChunkEntry, sum) as u64 + 4,
+                0x7fff_ffff,
+            )
+        }),
+        ("chunk owner to another file", |l, _, c, b| {
+            (
+                l.chunk_off + c as u64 * CHUNK_ENTRY_SIZE + offset_of!(ChunkEntry, owner) as u64,
+                b + 1,
+            )
+        }),
+        ("inode name length", |l, a, _, _| {
+            (
+                l.inode_off + a as u64 * INODE_SIZE + offset_of!(Inode, name_len) as u64,
+                60_000,
+            )
+        }),
+        ("inode size", |l, a, _, _| {
+            (
+                l.inode_off + a as u64 * INODE_SIZE + offset_of!(Inode, size) as u64,
+                400_000,
+            )
+        }),
+        ("namespace lock held by no thread", |_, _, _, _| {
+            (offset_of!(Superblock, ns_lock) as u64, 0x3fff_fff0)
+        }),
+        ("free chunk stack top", |_, _, _, _| {
+            (offset_of!(Superblock, mem_top) as u64, u32::MAX)
+        }),
+    ];
+    for (k, (what, target)) in cases.iter().enumerate() {
+        let s = Store::new(&format!("dmg{k}"));
+        s.ok(&[
+            "init",
+            "--mem-size",
+            "4M",
+            "--chunk-size",
+            "64K",
+            "--max-files",
+            "64",
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("in.bin");
+        std::fs::write(&src, &data).unwrap();
+        s.ok(&["put", src.to_str().unwrap(), "/a"]);
+        s.ok(&["put", src.to_str().unwrap(), "/b"]);
+        let store = ckptfs_store::Store::attach(&ckptfs_store::StoreOptions::named(&s.0)).unwrap();
+        let a = (store.stat("/a").unwrap().ino - 1) as u32;
+        let b = (store.stat("/b").unwrap().ino - 1) as u32;
+        let c = store.chunk_list("/a").unwrap()[1].chunk_id;
+        drop(store);
+        let l = Layout::compute(16, 64, 0, 64);
+        let (off, val) = target(&l, a, c, b);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/dev/shm/ckptfs.{}", s.0))
+            .unwrap();
+        f.write_all_at(&val.to_le_bytes(), off).unwrap();
+        let (code, _, err) = run_bounded(&s, &["cat", "/a"], 60);
+        if what.starts_with("chunk") || *what == "inode size" {
+            assert!(
+                code != Some(0) && err.contains("/a"),
+                "{what}: cat /a gave {code:?} {err}"
+            );
+        }
+        for args in [
+            &["ls", "-l", "-R", "/"][..],
+            &["status"],
+            &["cat", "/a"],
+            &["cat", "/b"],
+            &["fsck"],
+            &["fsck", "--repair"],
+            &["ls", "-l", "-R", "/"],
+            &["cat", "/b"],
+        ] {
+            let (code, out, err) = run_bounded(&s, args, 60);
+            assert!(
+                code.is_some() && code != Some(101) && !err.contains("panicked"),
+                "{what}: ckptfs {args:?} crashed: {code:?} {err}"
+            );
+            if args[0] == "cat" && code == Some(0) {
+                assert!(out == data, "{what}: ckptfs {args:?} printed wrong bytes");
+            }
+        }
+    }
+}

@@ -19,6 +19,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bench;
+mod bench_store;
+mod creds;
 pub mod crfs;
 mod dirs;
 pub mod mount;
@@ -109,6 +111,9 @@ pub(crate) fn configure_kernel(config: &mut KernelConfig, io: IoMode) {
     }
     let _ = config.set_max_background(64);
     let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+    // The daemon clears set-user-ID/set-group-ID on a user's write itself (the kernel's
+    // own attempt is a chmod request on page-cache writes only, and none on direct I/O).
+    let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
     if io == IoMode::Writeback {
         let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
     }
@@ -117,6 +122,19 @@ pub(crate) fn configure_kernel(config: &mut KernelConfig, io: IoMode) {
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
     }
     tracing::info!(caps = ?config.capabilities(), "FUSE connection initialised");
+}
+
+/// The mode bits a write by an unprivileged user clears: set-user-ID, and
+/// set-group-ID when group execute is set (without it, it marks mandatory locking).
+pub(crate) fn killed_mode(mode: u32) -> Option<u32> {
+    let mut kill = 0;
+    if mode & libc::S_ISUID != 0 {
+        kill |= libc::S_ISUID;
+    }
+    if mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 {
+        kill |= libc::S_ISGID;
+    }
+    (kill != 0).then_some(mode & 0o7777 & !kill)
 }
 
 pub(crate) fn errno_of(e: &ckptfs_store::StoreError) -> Errno {
@@ -147,12 +165,7 @@ pub(crate) fn system_time(ns: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
-pub(crate) fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use ckptfs_settings::now_ns;
 
 thread_local! {
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -167,4 +180,81 @@ pub(crate) fn with_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
         }
         f(&mut b[..len])
     })
+}
+
+/// The `Filesystem` calls neither mode serves, answered without fuser's "[Not
+/// Implemented]" warning (which would reach a foreground daemon's or a benchmark's
+/// terminal): ioctl ENOTTY (as a plain file); poll, lseek, copy_file_range and bmap
+/// ENOSYS, after which the kernel uses its generic code (always-ready poll,
+/// generic_file_llseek, a read/write copy) and stops asking.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! quiet_defaults {
+    () => {
+        fn ioctl(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _fh: fuser::FileHandle,
+            _flags: fuser::IoctlFlags,
+            _cmd: u32,
+            _in_data: &[u8],
+            _out_size: u32,
+            reply: fuser::ReplyIoctl,
+        ) {
+            reply.error(fuser::Errno::ENOTTY);
+        }
+
+        fn poll(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _fh: fuser::FileHandle,
+            _ph: fuser::PollNotifier,
+            _events: fuser::PollEvents,
+            _flags: fuser::PollFlags,
+            reply: fuser::ReplyPoll,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn lseek(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _fh: fuser::FileHandle,
+            _offset: i64,
+            _whence: i32,
+            reply: fuser::ReplyLseek,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn copy_file_range(
+            &self,
+            _req: &fuser::Request,
+            _ino_in: fuser::INodeNo,
+            _fh_in: fuser::FileHandle,
+            _offset_in: u64,
+            _ino_out: fuser::INodeNo,
+            _fh_out: fuser::FileHandle,
+            _offset_out: u64,
+            _len: u64,
+            _flags: fuser::CopyFileRangeFlags,
+            reply: fuser::ReplyWrite,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn bmap(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _blocksize: u32,
+            _idx: u64,
+            reply: fuser::ReplyBmap,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+    };
 }

@@ -88,6 +88,8 @@ pub struct MountEntry {
     pub fstype: String,
     /// Source (`ckptfs:STORE` or `crfs:DIR` for ours).
     pub source: String,
+    /// Per-mount options (`rw`, `nosuid`, `nodev`, ...).
+    pub options: Vec<String>,
 }
 
 impl MountEntry {
@@ -110,6 +112,7 @@ pub fn mount_entry(path: &Path) -> Option<MountEntry> {
                 target: PathBuf::from(unescape(f.get(4)?)),
                 fstype: f.get(sep + 1)?.to_string(),
                 source: unescape(f.get(sep + 2)?),
+                options: f.get(5)?.split(',').map(str::to_string).collect(),
             })
         })
         .rfind(|m| m.target == want)
@@ -232,6 +235,18 @@ fn catch_signals() -> Result<File, MountError> {
     Ok(unsafe { File::from_raw_fd(fds[0]) })
 }
 
+/// Options of every ckptfs mount. `nosuid` and `nodev`: a file an unprivileged user
+/// creates with mode 4755 (or a device node) must not become a setuid program (or a
+/// device) for others, whatever owner the mount shows (design.md, "Threat model").
+fn base_options() -> Vec<MountOption> {
+    vec![
+        MountOption::Subtype("ckptfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoSuid,
+        MountOption::NoDev,
+    ]
+}
+
 /// Mount and serve until unmounted (by `ckptfs umount`, fusermount3 -u, or a signal).
 /// `on_ready` runs once the kernel has accepted the mount.
 pub fn run(cfg: &MountConfig, on_ready: impl FnOnce()) -> Result<(), MountError> {
@@ -252,10 +267,7 @@ pub fn run(cfg: &MountConfig, on_ready: impl FnOnce()) -> Result<(), MountError>
     }
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let mut options = vec![
-        MountOption::Subtype("ckptfs".into()),
-        MountOption::DefaultPermissions,
-    ];
+    let mut options = base_options();
     let mut config = Config::default();
     config.n_threads = Some(cfg.threads.max(2));
     config.clone_fd = true;
@@ -359,10 +371,7 @@ pub fn spawn<FS: fuser::Filesystem>(
     let mut config = Config::default();
     config.n_threads = Some(threads.max(2));
     config.clone_fd = true;
-    config.mount_options = vec![
-        MountOption::FSName(fsname.into()),
-        MountOption::Subtype("ckptfs".into()),
-        MountOption::DefaultPermissions,
-    ];
+    config.mount_options = base_options();
+    config.mount_options.push(MountOption::FSName(fsname.into()));
     fuser::spawn_mount(fs, mp, &config)
 }

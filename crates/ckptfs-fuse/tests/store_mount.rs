@@ -308,3 +308,31 @@ fn store_direct_and_cached_io_modes_read_back() {
         assert_eq!(d.stop(), 0);
     }
 }
+
+/// The daemon is the last writer of everything written through the mount: reads through
+/// the mount must still verify each chunk's CRC, so a byte flipped in the segment after
+/// close is EIO, not silently returned.
+#[test]
+fn store_mount_read_of_file_written_through_mount_verifies_checksums() {
+    let (g, s) = small_store("verify");
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let d = Daemon::store_io(&g.0, &mp, "direct");
+    let data = pattern(5, (3 << 20) + 123);
+    std::fs::write(mp.join("ck"), &data).unwrap();
+    assert_eq!(std::fs::read(mp.join("ck")).unwrap(), data);
+    let chunks = s.chunk_list("/ck").unwrap();
+    let ckptfs_store::ChunkLocation::Memory(off) = chunks[1].location else {
+        panic!("expected a memory chunk")
+    };
+    let r = s.data_region();
+    // SAFETY: the offset lies inside the mapped data region; the file is closed.
+    unsafe {
+        let p = (r.base as *mut u8).add(off as usize + 77);
+        p.write_volatile(p.read_volatile() ^ 0x01);
+    }
+    let err = std::fs::read(mp.join("ck")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert_eq!(d.stop(), 0);
+}

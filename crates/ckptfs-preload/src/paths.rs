@@ -2,45 +2,18 @@
 //! normalisation (`.`, `..`, repeated slashes) and translation of `/ckpt/a/b` to the store
 //! path `/a/b`. Pure functions, unit-tested without the shim loaded.
 
-/// Parse `CKPTFS_MOUNT` (colon-separated absolute prefixes); empty or unset means `/ckpt`.
+pub use ckptfs_settings::path::{join, normalize};
+
+/// The mount prefixes of a `CKPTFS_MOUNT` that did not resolve (see `state::mounts`):
+/// its absolute prefixes other than `/`, normalised, the invalid ones skipped; `/ckpt`
+/// if none is left. A valid value gives what `ckptfs_settings::parse_prefixes` gives.
 pub fn parse_mounts(v: Option<&str>) -> Vec<String> {
-    let mut out: Vec<String> = v
+    let valid: Vec<&str> = v
         .unwrap_or("")
         .split(':')
-        .filter(|s| s.starts_with('/'))
-        .map(normalize)
-        .filter(|s| s != "/")
+        .filter(|s| s.starts_with('/') && normalize(s) != "/")
         .collect();
-    if out.is_empty() {
-        out.push("/ckpt".to_string());
-    }
-    out.dedup();
-    out
-}
-
-/// Lexically normalise an absolute path: no `.`, no empty components, `..` removes the
-/// previous component (and stays at `/` at the root). Always starts with `/`, never ends
-/// with one (except `/` itself).
-pub fn normalize(p: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for c in p.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            c => parts.push(c),
-        }
-    }
-    let mut s = String::with_capacity(p.len() + 1);
-    for c in &parts {
-        s.push('/');
-        s.push_str(c);
-    }
-    if s.is_empty() {
-        s.push('/');
-    }
-    s
+    ckptfs_settings::parse_prefixes(&valid.join(":")).unwrap_or_else(|_| vec!["/ckpt".to_string()])
 }
 
 /// Does this absolute path need normalising before a prefix comparison?
@@ -85,15 +58,6 @@ pub fn quick_prefix(mounts: &[String], p: &[u8]) -> bool {
     })
 }
 
-/// Join a base directory and a relative path, then normalise.
-pub fn join(base: &str, rel: &str) -> String {
-    let mut s = String::with_capacity(base.len() + rel.len() + 1);
-    s.push_str(base);
-    s.push('/');
-    s.push_str(rel);
-    normalize(&s)
-}
-
 /// The full (virtual) path of a store path under mount `m`.
 pub fn full_path(mount: &str, store_path: &str) -> String {
     if store_path == "/" {
@@ -125,6 +89,13 @@ mod tests {
         assert!(quick_prefix(&m, b"/ckpt/x"));
         assert!(!quick_prefix(&m, b"/ckptx"));
         assert_eq!(parse_mounts(None), vec!["/ckpt"]);
+    }
+
+    #[test]
+    fn invalid_mount_variable_keeps_its_absolute_prefixes() {
+        assert_eq!(parse_mounts(Some("rel:/a/:/")), vec!["/a"]);
+        assert_eq!(parse_mounts(Some("rel")), vec!["/ckpt"]);
+        assert_eq!(parse_mounts(Some("/x/..:/b//c")), vec!["/b/c"]);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 use crate::lock::RwSpin;
 use crate::paths;
 use crate::sys;
+use ckptfs_settings::{Settings, SettingsError};
 use ckptfs_store::{FileHandle, Store, StoreOptions};
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
@@ -21,62 +22,104 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 /// Errno-valued result of shim operations.
 pub type R<T> = Result<T, i32>;
 
-/// Map a store error to its errno.
+/// Map a store error to the errno a local file system would give: a full file table
+/// is ENOSPC (as ext4 out of inodes), not the store API's ENFILE, which programs read as
+/// "this process has too many files open" and may retry.
 pub fn se(e: ckptfs_store::StoreError) -> i32 {
-    e.errno()
+    match e {
+        ckptfs_store::StoreError::TooManyFiles(_) => libc::ENOSPC,
+        e => e.errno(),
+    }
 }
 
 // ------------------------------------------------------------------ configuration
 
+/// The settings from the `CKPTFS_*` environment, resolved by `ckptfs-settings` with the
+/// rules of the CLI and the C API, once, at the first intercepted call that needs them.
+static SETTINGS: OnceLock<Result<Settings, SettingsError>> = OnceLock::new();
+/// The mount prefixes: the resolved ones, or (settings invalid) those of `CKPTFS_MOUNT`
+/// read leniently, so that calls under them fail with EINVAL instead of reaching the
+/// kernel.
 static MOUNTS: OnceLock<Vec<String>> = OnceLock::new();
+
+fn settings() -> &'static Result<Settings, SettingsError> {
+    SETTINGS.get_or_init(|| ckptfs_settings::from_env(&|k| std::env::var(k).ok()))
+}
 
 /// The mount prefixes (`CKPTFS_MOUNT`, default `/ckpt`).
 #[inline]
 pub fn mounts() -> &'static [String] {
-    MOUNTS.get_or_init(|| paths::parse_mounts(std::env::var("CKPTFS_MOUNT").ok().as_deref()))
+    MOUNTS.get_or_init(|| match settings() {
+        Ok(s) => s.mounts.clone(),
+        Err(_) => paths::parse_mounts(std::env::var("CKPTFS_MOUNT").ok().as_deref()),
+    })
 }
 
-/// Parse a size with an optional K/M/G/T suffix (binary units, `iB`/`B` accepted).
-pub fn parse_size(s: &str) -> Option<u64> {
-    let t = s.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
-    let (num, mul) = match t.chars().last()? {
-        'k' | 'K' => (&t[..t.len() - 1], 1u64 << 10),
-        'm' | 'M' => (&t[..t.len() - 1], 1 << 20),
-        'g' | 'G' => (&t[..t.len() - 1], 1 << 30),
-        't' | 'T' => (&t[..t.len() - 1], 1 << 40),
-        _ => (t, 1),
-    };
-    num.trim().parse::<u64>().ok()?.checked_mul(mul)
-}
-
-/// Store options from the same environment variables the CLI uses.
-pub fn options_from_env() -> StoreOptions {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    StoreOptions {
-        name: var("CKPTFS_STORE").unwrap_or_default(),
-        mem_size: var("CKPTFS_MEM_SIZE").and_then(|v| parse_size(&v)),
-        chunk_size: var("CKPTFS_CHUNK_SIZE").and_then(|v| parse_size(&v)),
-        max_files: var("CKPTFS_MAX_FILES").and_then(|v| v.parse().ok()),
-        spill_dir: var("CKPTFS_SPILL_DIR").map(Into::into),
-        spill_size: var("CKPTFS_SPILL_SIZE").and_then(|v| parse_size(&v)),
-        private: var("CKPTFS_PRIVATE").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true")),
-    }
+/// Store options from the same environment variables the CLI uses; EINVAL (after a
+/// one-line message on stderr naming the variable, printed by [`store`]) when one is
+/// invalid.
+pub fn options_from_env() -> Result<StoreOptions, &'static SettingsError> {
+    settings().as_ref().map(|s| StoreOptions::from(s.store.clone()))
 }
 
 static STORE: OnceLock<R<Store>> = OnceLock::new();
 
-/// The store, attached (or created) on first use. Call inside [`sys::guarded`].
+/// The store, attached (or created) on first use. Call inside [`sys::guarded`]. With an
+/// invalid `CKPTFS_*` variable every call is EINVAL; the first prints why.
 pub fn store() -> R<&'static Store> {
     let r = STORE.get_or_init(|| {
+        let opts = match options_from_env() {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!(
+                    "ckptfs-preload: {e}; calls under {} fail with EINVAL",
+                    mounts().join(":")
+                );
+                return Err(e.errno().get());
+            }
+        };
         slots();
         register_handlers();
-        Store::open_or_create(&options_from_env()).map_err(|e| {
+        Store::open_or_create(&opts).map_err(|e| {
             eprintln!("ckptfs-preload: cannot attach the store: {e}");
             se(e)
         })
     });
     r.as_ref().map_err(|e| *e)
+}
+
+/// Diagnostic hook: the settings this shim resolved from the environment, as the JSON
+/// object that `ckptfs config --json` shows as `resolved` (or `{"error":"..."}`), copied
+/// with a NUL into `buf` when it fits. Returns the text's length, -EINVAL when the
+/// settings are invalid, -ERANGE when `len` is too small. Programs find it with
+/// `dlsym(RTLD_DEFAULT, "ckptfs_preload_settings")`; it attaches nothing.
+///
+/// # Safety
+/// `buf` is NULL or valid for writing `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ckptfs_preload_settings(buf: *mut libc::c_char, len: usize) -> isize {
+    let r = sys::guarded(|| {
+        let (text, err) = match settings() {
+            Ok(s) => (s.to_json(), 0),
+            Err(e) => (
+                format!("{{\"error\":{}}}", ckptfs_settings::json_str(&e.to_string())),
+                e.errno().get(),
+            ),
+        };
+        if text.len() >= len || buf.is_null() {
+            return Err(libc::ERANGE);
+        }
+        // SAFETY: text.len() + 1 <= len bytes are writable per the caller's contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
+            buf.add(text.len()).write(0);
+        }
+        if err != 0 {
+            return Err(err);
+        }
+        Ok(text.len() as isize)
+    });
+    r.unwrap_or_else(|e| -(e as isize))
 }
 
 // ------------------------------------------------------------------ shared descriptions
@@ -155,7 +198,7 @@ fn slots() -> &'static Slots {
 
 /// Move a descriptor of the shim's to a high number, out of the way of programs that
 /// pick their own numbers (shells use 3-9 for redirections and dup2 onto them).
-fn move_high(fd: i32) -> i32 {
+pub(crate) fn move_high(fd: i32) -> i32 {
     if fd < 0 {
         return fd;
     }
@@ -292,6 +335,8 @@ pub struct Desc {
     gen: AtomicU64,
     /// Its slot reference passes to the next program image (exec): do not drop it.
     keep_slot: AtomicBool,
+    /// OFD and flock locks (a stand-in kernel description, see `locks`).
+    pub locks: crate::locks::DescLocks,
 }
 
 impl Desc {
@@ -310,6 +355,7 @@ impl Desc {
             acc,
             gen: AtomicU64::new(FORK_GEN.load(Ordering::Relaxed)),
             keep_slot: AtomicBool::new(false),
+            locks: Default::default(),
         }
     }
 
@@ -524,6 +570,8 @@ pub fn remove_range(lo: u32, hi: u32) -> Vec<(i32, Arc<Desc>)> {
 /// Drop a description this process no longer references through `fd`; if it was the
 /// last reference, close the store handle and report its error.
 pub fn release(d: Arc<Desc>) -> R<()> {
+    // Closing any descriptor of a file drops the process's POSIX locks on it.
+    crate::locks::on_close(&d);
     match Arc::try_unwrap(d) {
         Ok(d) => d.finish(),
         Err(_) => Ok(()),
@@ -545,6 +593,8 @@ pub fn forget_stale(fd: i32) {
 /// release leases so the files are complete.
 pub fn close_all() {
     crate::stdio::flush_all();
+    // Shared writable mappings: bring the checksums of what they wrote up to date.
+    crate::shmap::flush_all();
     let all = {
         let w = WriteHold::new();
         let m = std::mem::take(w.map());
@@ -571,10 +621,14 @@ pub fn vcwd() -> Option<String> {
     VCWD.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Set or clear the virtual working directory.
+/// Set or clear the virtual working directory (and its `CKPTFS_CWD` environment entry).
 pub fn set_vcwd(p: Option<String>) {
     let mut g = VCWD.lock().unwrap_or_else(|e| e.into_inner());
-    VCWD_SET.store(p.is_some(), Ordering::Release);
+    let was = VCWD_SET.swap(p.is_some(), Ordering::AcqRel);
+    if was || p.is_some() {
+        // Children (exec, posix_spawn, system, popen) inherit it through the environment.
+        crate::cwd::publish(p.as_deref());
+    }
     *g = p;
 }
 
@@ -662,6 +716,10 @@ pub unsafe fn classify(dirfd: i32, path: *const libc::c_char) -> R<Loc> {
             return Err(libc::ENOTDIR);
         }
         return Ok(classify_full(paths::join(&d.full_path(), s)));
+    }
+    if let Some(base) = crate::dirfds::path_of(dirfd) {
+        // A kernel directory above a mount prefix (rsync walks from "/").
+        return Ok(classify_full(paths::join(&base, s)));
     }
     Ok(Loc::Real)
 }

@@ -13,6 +13,7 @@
 //! short /w3/fill 65536         write() wrote fewer bytes than asked (store full); size now
 //! enospc /w3/fill 131072       write() failed with ENOSPC; the file has that size
 //! ready                        (overwrite mode) the endless overwrite loop starts
+//! shrunk /w3/f1 40000          (trunc mode) ftruncate() to that size returned
 //! opened                       (op=hold) the file is open for reading; waits to be killed
 //! done                         everything asked for is finished
 //! error <message>              an unexpected error (exit status 2)
@@ -38,7 +39,10 @@ pub struct Spec {
     pub mem: Option<u64>,
     /// Chunk size used when creating (`chunk=`).
     pub chunk: Option<u64>,
-    /// `files`, `fill`, `overwrite` or `op` (`mode=`).
+    /// `files`, `fill`, `overwrite`, `trunc` or `op` (`mode=`). `trunc`: rewrite
+    /// `count` files over and over with `O_TRUNC`, each always with its own pattern
+    /// (`file_seed(i)`), shrinking each with `ftruncate` after every rewrite, until
+    /// killed: at any moment every file must read as a prefix of its pattern.
     pub mode: String,
     /// Directory the files go to; created if missing (`dir=`).
     pub dir: String,
@@ -59,13 +63,20 @@ pub struct Spec {
     /// Keep `DIR/held` open for writing and append one block per file up to this size
     /// (`hold=`); 0 = no held file.
     pub hold: u64,
-    /// `op` mode: `create`, `append`, `unlink`, `rename`, `truncate`, or `hold` (open
-    /// for reading, print `opened`, wait to be killed) (`op=`).
+    /// `op` mode: `create`, `append`, `unlink`, `rename`, `truncate`, `rewrite` (open
+    /// with O_TRUNC and write `size` bytes of the pattern), `fork` (open for writing,
+    /// fork; the child adopts the descriptor, writes 5 bytes if `to=write`, and is
+    /// SIGKILLed; then the parent appends `size` bytes and closes), or `hold` (open for
+    /// reading, print `opened`, wait to be killed) (`op=`).
     pub op: String,
     /// `op` mode: the path operated on (`path=`).
     pub path: String,
     /// `op` mode: rename target (`to=`).
     pub to: String,
+    /// `files` mode: before the last `keep` files (or the last one), wait until this
+    /// path exists on the real file system (`gate=`), so a test can make sure other
+    /// things happen while this writer is still running.
+    pub gate: String,
 }
 
 impl Spec {
@@ -113,6 +124,7 @@ impl Spec {
                 "op" => s.op = v.into(),
                 "path" => s.path = v.into(),
                 "to" => s.to = v.into(),
+                "gate" => s.gate = v.into(),
                 _ => return Err(format!("unknown argument {k}")),
             }
         }
@@ -154,7 +166,12 @@ impl Spec {
         if let Some(c) = self.chunk {
             v.push(format!("chunk={c}"));
         }
-        for (k, x) in [("op", &self.op), ("path", &self.path), ("to", &self.to)] {
+        for (k, x) in [
+            ("op", &self.op),
+            ("path", &self.path),
+            ("to", &self.to),
+            ("gate", &self.gate),
+        ] {
             if !x.is_empty() {
                 v.push(format!("{k}={x}"));
             }
@@ -318,6 +335,7 @@ pub fn run(spec: &Spec) -> Result<(), StoreError> {
         "files" => run_files(&store, spec),
         "fill" => run_fill(&store, spec),
         "overwrite" => run_overwrite(&store, spec),
+        "trunc" => run_trunc(&store, spec),
         "op" => run_op(&store, spec),
         m => Err(StoreError::Invalid(format!("unknown mode {m}"))),
     }
@@ -333,6 +351,11 @@ fn run_files(store: &Store, spec: &Spec) -> Result<(), StoreError> {
     let mut held_size = 0u64;
     let mut i = 0u64;
     while spec.count == 0 || i < spec.count {
+        if !spec.gate.is_empty() && i == spec.count.saturating_sub(spec.keep.max(1)) {
+            while !std::path::Path::new(&spec.gate).exists() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
         let (size, block, seed) = (spec.file_size(i), spec.block_size(i), spec.file_seed(i));
         let fin = spec.file_path(i);
         let path = if spec.tmp {
@@ -421,6 +444,27 @@ fn run_overwrite(store: &Store, spec: &Spec) -> Result<(), StoreError> {
     }
 }
 
+fn run_trunc(store: &Store, spec: &Spec) -> Result<(), StoreError> {
+    mkdir_p(store, &spec.dir)?;
+    let files = spec.count.max(1);
+    let mut i = 0u64;
+    loop {
+        let j = i % files;
+        let (path, seed) = (spec.file_path(j), spec.file_seed(j));
+        let size = spec.file_size(i);
+        let mut f = store.open(&path, OpenFlags::CREATE, 0o644)?;
+        write_pattern(&mut f, seed, 0, size, spec.block_size(i))?;
+        f.close()?;
+        say(&format!("closed {path} {size}"));
+        let mut f = store.open(&path, write_flags(), 0)?;
+        let to = size / 2 + size % 3;
+        f.set_len(to)?;
+        f.close()?;
+        say(&format!("shrunk {path} {to}"));
+        i += 1;
+    }
+}
+
 fn run_op(store: &Store, spec: &Spec) -> Result<(), StoreError> {
     match spec.op.as_str() {
         "create" => store.open(&spec.path, OpenFlags::CREATE, 0o644)?.close()?,
@@ -433,6 +477,35 @@ fn run_op(store: &Store, spec: &Spec) -> Result<(), StoreError> {
         "unlink" => store.unlink(&spec.path)?,
         "rename" => store.rename(&spec.path, &spec.to)?,
         "truncate" => store.truncate(&spec.path, spec.size)?,
+        "rewrite" => {
+            let mut f = store.open(&spec.path, OpenFlags::CREATE, 0)?;
+            f.write_all(&pattern(spec.seed, 0, spec.size as usize))?;
+            f.close()?;
+        }
+        "fork" => {
+            let mut f = store.open(&spec.path, write_flags(), 0)?;
+            // SAFETY: the child only adopts the handle, writes and kills itself.
+            let pid = unsafe { libc::fork() };
+            if pid < 0 {
+                return Err(StoreError::Invalid("fork failed".into()));
+            }
+            if pid == 0 {
+                let _ = f.adopt_after_fork();
+                if spec.to == "write" {
+                    let end = f.size();
+                    let _ = f.pwrite(b"child", end);
+                }
+                // SAFETY: raising a signal on ourselves.
+                unsafe { libc::raise(libc::SIGKILL) };
+                unreachable!("SIGKILL returned");
+            }
+            let mut status = 0;
+            // SAFETY: waiting for our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            let off = f.size();
+            f.pwrite(&pattern(spec.seed, off, spec.size as usize), off)?;
+            f.close()?;
+        }
         // Keep the file open for reading until killed.
         "hold" => {
             let _f = store.open(&spec.path, OpenFlags::READ, 0)?;

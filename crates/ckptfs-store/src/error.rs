@@ -59,6 +59,15 @@ pub enum StoreError {
         /// CRC32C of the data now.
         computed: u32,
     },
+    /// The store's metadata about a file is damaged (a checksum of an inode or chunk entry
+    /// does not match, an index is out of range): the file's bytes cannot be trusted.
+    #[error("{path}: damaged store metadata ({what}); run `ckptfs fsck`")]
+    Damaged {
+        /// Store path of the file (or what is known of it).
+        path: String,
+        /// What is damaged.
+        what: String,
+    },
     /// The segment is not a ckptfs segment, has another format version, or is damaged.
     #[error("segment {path}: {reason}")]
     BadSegment {
@@ -82,6 +91,20 @@ pub enum StoreError {
     /// No store of that name exists (attach without create).
     #[error("no store named {0} (create it with `ckptfs init`)")]
     NoStore(String),
+    /// A segment or spill file the caller must not trust: a symbolic link, not a regular
+    /// file, owned by another user, or with a mode other than 0600 (design.md, "Threat
+    /// model").
+    #[error("refusing {path} (owner uid {owner}, mode {mode:04o}): it {reason}")]
+    Untrusted {
+        /// Path of the file.
+        path: String,
+        /// Its owner (`u32::MAX` if unknown).
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// What is wrong.
+        reason: String,
+    },
     /// Permission denied.
     #[error("permission denied: {0}")]
     Permission(String),
@@ -120,9 +143,9 @@ impl StoreError {
             Invalid(_) | ConflictingSettings { .. } => libc::EINVAL,
             FileTooLarge => libc::EFBIG,
             Busy(_) => libc::EBUSY,
-            Corrupt { .. } => libc::EIO,
+            Corrupt { .. } | Damaged { .. } => libc::EIO,
             BadSegment { .. } => libc::EINVAL,
-            Permission(_) => libc::EACCES,
+            Permission(_) | Untrusted { .. } => libc::EACCES,
             Unsupported(_) => libc::EOPNOTSUPP,
             Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }

@@ -25,6 +25,8 @@ pub struct FileHandle {
     verify: bool,
     verified: Vec<u64>,
     spill_dirty: bool,
+    /// This handle's process is recorded in its lease as having changed the file.
+    wrote_marked: bool,
     owner: ProcId,
     closed: bool,
     path: String,
@@ -61,6 +63,7 @@ impl FileHandle {
             verify,
             verified: Vec::new(),
             spill_dirty: false,
+            wrote_marked: false,
             owner,
             closed: false,
             path: path.to_string(),
@@ -137,6 +140,7 @@ impl FileHandle {
         let _g = self.store.file_lock(self.fid);
         self.store.add_lease(self.fid, me, self.flags.write)?;
         self.owner = me;
+        self.wrote_marked = false;
         Ok(())
     }
 
@@ -193,28 +197,60 @@ impl FileHandle {
         Ok(())
     }
 
-    /// Make the cached chunk map current. Caller holds the file lock.
-    fn refresh_map(&mut self) {
+    /// Make the cached chunk map current, checking the file's data record, each owned
+    /// chunk entry's checksum and that the chunks found are as many as the inode records
+    /// (a chunk whose owner was changed away would otherwise read as a hole of zeros).
+    /// Caller holds the file lock.
+    fn refresh_map(&mut self) -> Result<()> {
         let seg = &*self.store.seg;
         let ino = seg.inode(self.fid);
+        self.store.check_data(self.fid, &self.path)?;
         let gen = ino.cgen.load(Acquire);
         if gen == self.map_gen {
-            return;
+            return Ok(());
         }
         self.map.clear();
-        if ino.nchunks.load(Relaxed) > 0 {
+        let want = ino.nchunks.load(Relaxed);
+        let mut found = 0u32;
+        if want > 0 {
             for c in 0..seg.nchunks() {
                 let e = seg.chunk(c);
                 if e.owner.load(Acquire) == self.fid + 1 {
+                    if !crate::integrity::chunk_ok(seg, c) {
+                        self.map_gen = u64::MAX;
+                        return Err(self.store.damaged(
+                            self.fid,
+                            &self.path,
+                            &format!("chunk table entry {c} checksum mismatch"),
+                        ));
+                    }
                     let l = e.logical.load(Relaxed) as usize;
                     if self.map.len() <= l {
                         self.map.resize(l + 1, NONE);
                     }
+                    if self.map[l] != NONE {
+                        self.map_gen = u64::MAX;
+                        return Err(self.store.damaged(
+                            self.fid,
+                            &self.path,
+                            &format!("two chunks claim logical chunk {l}"),
+                        ));
+                    }
                     self.map[l] = c;
+                    found += 1;
                 }
             }
         }
+        if found != want {
+            self.map_gen = u64::MAX;
+            return Err(self.store.damaged(
+                self.fid,
+                &self.path,
+                &format!("the inode records {want} chunks but {found} are owned by it"),
+            ));
+        }
         self.map_gen = gen;
+        Ok(())
     }
 
     fn chunk_of(&self, logical: u32) -> u32 {
@@ -240,7 +276,7 @@ impl FileHandle {
             return Ok(0);
         }
         let n = (buf.len() as u64).min(size - off) as usize;
-        self.refresh_map();
+        self.refresh_map()?;
         let shift = seg.layout.chunk_shift;
         let cs = 1usize << shift;
         let mut done = 0;
@@ -282,8 +318,33 @@ impl FileHandle {
             return Ok(());
         }
         let seg = &*self.store.seg;
-        let (hwm, crc, stale) = unpack_sum(seg.chunk(c).sum.load(Acquire));
-        if !stale {
+        let (mut hwm, mut crc, mut stale) = unpack_sum(seg.chunk(c).sum.load(Acquire));
+        if stale {
+            // A stale checksum is legitimate only while a live writer is overwriting the
+            // chunk. If its writer died, reaping recomputes it (the bytes are what the
+            // file now holds) and we verify as usual; a stale checksum nobody explains is
+            // damage, and the bytes are not served unchecked.
+            self.store.reap_leases(self.fid);
+            (hwm, crc, stale) = unpack_sum(seg.chunk(c).sum.load(Acquire));
+            if stale {
+                if self.store.has_writer(self.fid) {
+                    return Ok(()); // checked on a later read, once it is current again
+                }
+                let path = self.path.clone();
+                tracing::error!(%path, logical, chunk = c, "stale checksum without a writer");
+                return Err(StoreError::Damaged {
+                    path,
+                    what: format!("chunk {logical} has no current checksum and no writer"),
+                });
+            }
+        }
+        if hwm as u64 > seg.layout.chunk_size() {
+            return Err(StoreError::Damaged {
+                path: self.path.clone(),
+                what: format!("chunk {logical} claims {hwm} bytes"),
+            });
+        }
+        {
             let computed = chunk_crc(&self.store, c, hwm as usize)?;
             if computed != crc {
                 let path = self.path.clone();
@@ -296,18 +357,37 @@ impl FileHandle {
                 });
             }
         }
+        self.set_verified(logical);
+        Ok(())
+    }
+
+    fn set_verified(&mut self, logical: u32) {
+        let word = logical as usize / 64;
         if self.verified.len() <= word {
             self.verified.resize(word + 1, 0);
         }
-        self.verified[word] |= bit;
-        Ok(())
+        self.verified[word] |= 1u64 << (logical % 64);
+    }
+
+    /// Record (once per handle) that this handle's process changed the file. Caller
+    /// holds the file lock.
+    fn note_wrote(&mut self) {
+        if !self.wrote_marked {
+            self.store.mark_wrote(self.fid, self.owner);
+            self.wrote_marked = true;
+        }
+    }
+
+    /// Remember that a write or truncation of this file failed (see [`iflag::FAILED`]).
+    fn note_failed(&self) {
+        self.ino_ref().flags.fetch_or(iflag::FAILED, Release);
     }
 
     /// Verify every chunk of the file against its CRC (used when copying a file out).
     pub fn verify_all(&mut self) -> Result<()> {
         let store = self.store.clone();
         let _g = store.file_lock(self.fid);
-        self.refresh_map();
+        self.refresh_map()?;
         for (l, &c) in self.map.clone().iter().enumerate() {
             if c != NONE {
                 self.verified.clear();
@@ -323,8 +403,19 @@ impl FileHandle {
         self.write_inner(buf, off).map(|(n, _)| n)
     }
 
-    /// Returns (bytes written, end offset).
+    /// Returns (bytes written, end offset). A failed or short write marks the file
+    /// [`iflag::FAILED`].
     fn write_inner(&mut self, buf: &[u8], off: u64) -> Result<(usize, u64)> {
+        let r = self.write_locked(buf, off);
+        match &r {
+            Ok((n, _)) if *n < buf.len() => self.note_failed(),
+            Err(StoreError::NoSpace | StoreError::FileTooLarge | StoreError::Io { .. }) => self.note_failed(),
+            _ => {}
+        }
+        r
+    }
+
+    fn write_locked(&mut self, buf: &[u8], off: u64) -> Result<(usize, u64)> {
         if self.is_dir {
             return Err(StoreError::IsDir(format!("inode {}", self.ino())));
         }
@@ -352,7 +443,8 @@ impl FileHandle {
             return Err(StoreError::FileTooLarge);
         }
         let len = (buf.len() as u64).min(max_size - off) as usize;
-        self.refresh_map();
+        self.refresh_map()?;
+        self.note_wrote();
         let cs = 1usize << shift;
         let mut done = 0;
         while done < len {
@@ -368,6 +460,7 @@ impl FileHandle {
                     Err(e) => return Err(e),
                 }
                 ino.nchunks.fetch_add(1, Relaxed);
+                crate::integrity::seal_data(seg, self.fid);
                 let g = ino.cgen.fetch_add(1, Release);
                 if self.map.len() <= logical as usize {
                     self.map.resize(logical as usize + 1, NONE);
@@ -415,12 +508,16 @@ impl FileHandle {
             }
             hwm = hwm_us.max(within + k) as u32;
             entry.sum.store(pack_sum(hwm, crc, stale), Release);
+            // This handle's own bytes are not re-verified when it reads them back.
+            self.set_verified(logical);
             crate::fault::crash_point("write-before-size");
             done += k;
             // Size last: a reader (or a recovery after a crash) sees only bytes whose
             // write completed.
             if p + k as u64 > ino.size.load(Relaxed) {
                 ino.size.store(p + k as u64, Release);
+                // Once per chunk-sized piece, not per 16 KiB: a 16-byte CRC.
+                crate::integrity::seal_data(seg, self.fid);
             }
         }
         ino.mtime_ns.store(now(), Relaxed);
@@ -498,11 +595,24 @@ impl FileHandle {
         let _g = store.file_lock(self.fid);
         let ino = seg.inode(self.fid);
         let size = ino.size.load(Relaxed);
+        self.refresh_map()?;
+        self.note_wrote();
+        if len == 0 {
+            ino.flags.fetch_and(!iflag::FAILED, Release);
+        }
+        // Size first (the commit point), then the chunks: a truncation killed half-way
+        // leaves the new size with chunks or bytes past it, which the dead writer's
+        // reaping trims, never the old size over freed chunks that read as zeros.
+        ino.size.store(len, Release);
+        crate::integrity::seal_data(seg, self.fid);
+        ino.mtime_ns.store(now(), Relaxed);
         if len < size {
+            crate::fault::crash_point("trunc-after-size");
             let cs = 1u64 << shift;
             let keep = len.div_ceil(cs) as u32;
             store.free_chunks_from(self.fid, keep);
-            self.refresh_map();
+            self.refresh_map()?;
+            crate::fault::crash_point("trunc-after-free");
             // The chunk holding the new end keeps only bytes below it.
             if !len.is_multiple_of(cs) {
                 let c = self.chunk_of((len >> shift) as u32);
@@ -511,14 +621,19 @@ impl FileHandle {
                     let (hwm, _, _) = unpack_sum(e.sum.load(Relaxed));
                     let within = (len % cs) as u32;
                     if hwm > within {
-                        let crc = chunk_crc(&store, c, within as usize)?;
-                        e.sum.store(pack_sum(within, crc, false), Release);
+                        match chunk_crc(&store, c, within as usize) {
+                            Ok(crc) => e.sum.store(pack_sum(within, crc, false), Release),
+                            Err(err) => {
+                                // Never leave bytes past the end behind a valid checksum.
+                                e.sum.store(pack_sum(within, 0, true), Release);
+                                self.note_failed();
+                                return Err(err);
+                            }
+                        }
                     }
                 }
             }
         }
-        ino.size.store(len, Release);
-        ino.mtime_ns.store(now(), Relaxed);
         Ok(())
     }
 
@@ -533,7 +648,7 @@ impl FileHandle {
     }
 
     fn finalize_locked(&mut self) -> Result<()> {
-        self.refresh_map();
+        self.refresh_map()?;
         let store = self.store.clone();
         let seg = &*store.seg;
         for &c in &self.map {
@@ -577,8 +692,11 @@ impl FileHandle {
             store.drop_lease(self.fid, self.owner, true);
             let dead = store.reap_leases(self.fid);
             if !store.has_writer(self.fid) {
-                let st = if dead || result.is_err() {
+                let flags = ino.flags.load(Acquire);
+                let st = if dead || result.is_err() || flags & iflag::DEAD_WRITER != 0 {
                     wstate::INCOMPLETE
+                } else if flags & iflag::FAILED != 0 {
+                    wstate::FAILED
                 } else {
                     wstate::COMPLETE
                 };
@@ -614,6 +732,12 @@ impl Drop for FileHandle {
 /// CRC32C of the first `len` bytes of chunk `c`.
 pub(crate) fn chunk_crc(store: &Store, c: u32, len: usize) -> Result<u32> {
     let seg = &*store.seg;
+    if len as u64 > seg.layout.chunk_size() || c >= seg.nchunks() {
+        return Err(StoreError::Damaged {
+            path: format!("chunk {c}"),
+            what: format!("length {len} out of range"),
+        });
+    }
     if seg.is_mem(c) {
         // SAFETY: callers hold the owning file's lock (or the fsck locks).
         return Ok(crc32c(unsafe { seg.chunk_slice(c, 0, len) }));

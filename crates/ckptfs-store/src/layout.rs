@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! 0            Superblock (4 KiB): magic, version, Layout, state, locks, intents
-//! inode_off    Inode[max_files]            512 B each, index = file id (0 = root dir)
-//! chunk_off    ChunkEntry[mem + spill]     16 B each, index = chunk id
+//! inode_off    Inode[max_files]            2 KiB each, index = file id (0 = root dir)
+//! chunk_off    ChunkEntry[mem + spill]     24 B each, index = chunk id
 //! mem_stack    u32[mem_chunks]             free memory chunk ids (stack)
 //! spill_stack  u32[spill_chunks]           free spill chunk ids (stack)
 //! fid_stack    u32[max_files]              free file ids (stack)
@@ -20,8 +20,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// First 8 bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"CKPTFS\0\x01";
-/// Format version this build reads and writes (2: 64 leases per inode, 2 KiB inodes).
-pub const FORMAT_VERSION: u32 = 2;
+/// Format version this build reads and writes (3: metadata checksums in the superblock,
+/// inodes and chunk entries; uid, gid and atime in inodes; 24-byte chunk entries.
+/// 2: 64 leases per inode, 2 KiB inodes).
+pub const FORMAT_VERSION: u32 = 3;
+/// Bytes per chunk table entry.
+pub const CHUNK_ENTRY_SIZE: u64 = 24;
 /// Size reserved for the superblock.
 pub const SUPERBLOCK_SIZE: u64 = 4096;
 /// Longest name of one path component.
@@ -29,9 +33,9 @@ pub const NAME_MAX: usize = 255;
 /// Longest store path.
 pub const PATH_MAX: usize = 4095;
 /// Smallest and largest chunk size.
-pub const MIN_CHUNK: u64 = 64 << 10;
+pub const MIN_CHUNK: u64 = ckptfs_settings::MIN_CHUNK_SIZE;
 /// Largest chunk size.
-pub const MAX_CHUNK: u64 = 64 << 20;
+pub const MAX_CHUNK: u64 = ckptfs_settings::MAX_CHUNK_SIZE;
 /// Distinct processes that may hold one file open at once (one node's ranks of an N-1
 /// checkpoint, or of a shared restart file, each open it).
 pub const LEASES: usize = 64;
@@ -60,12 +64,23 @@ pub mod wstate {
     pub const WRITING: u32 = 1;
     /// A writer died while it was open: its data up to the last completed write remains.
     pub const INCOMPLETE: u32 = 2;
+    /// Its writers closed it, but a write (or truncation, or flush) to it failed since it
+    /// was last truncated to zero (ENOSPC, an I/O error of the spill file): its content is
+    /// not what the application meant to write. Never drained or restored as complete.
+    pub const FAILED: u32 = 3;
 }
 
 /// Inode flags.
 pub mod iflag {
     /// Unlinked while open: freed on last close (or by recovery once its openers died).
     pub const ORPHAN: u32 = 1;
+    /// A process that had written to the file died holding it open, in the current
+    /// writing session (cleared when a writer opens it while no live writer holds it).
+    /// The last normal close then leaves it `incomplete`, not `complete`.
+    pub const DEAD_WRITER: u32 = 2;
+    /// A write, truncation or flush to the file failed since it was last emptied
+    /// (`O_TRUNC`, `set_len(0)`): the last close leaves it `failed`.
+    pub const FAILED: u32 = 4;
 }
 
 /// Superblock states.
@@ -122,7 +137,7 @@ impl Layout {
         let inode_off = SUPERBLOCK_SIZE;
         let chunk_off = align(inode_off + max_files as u64 * INODE_SIZE, 64);
         let nchunks = mem_chunks as u64 + spill_chunks as u64;
-        let mem_stack_off = align(chunk_off + nchunks * 16, 64);
+        let mem_stack_off = align(chunk_off + nchunks * CHUNK_ENTRY_SIZE, 64);
         let spill_stack_off = align(mem_stack_off + mem_chunks as u64 * 4, 64);
         let fid_stack_off = align(spill_stack_off + spill_chunks as u64 * 4, 64);
         let hash_off = align(fid_stack_off + max_files as u64 * 4, 64);
@@ -253,8 +268,9 @@ pub struct Superblock {
     pub spill_top: AtomicU32,
     /// Top of the free file id stack.
     pub fid_top: AtomicU32,
-    /// Padding.
-    pub _pad: u32,
+    /// CRC32C of the identity fields written once at creation (`creator_uid`,
+    /// `created_ns`, `create_time_ns`), checked at attach.
+    pub ident_crc: u32,
     /// Rename in progress.
     pub rename: RenameIntent,
 }
@@ -270,8 +286,9 @@ pub struct Lease {
     pub writers: AtomicU32,
     /// Open handles for reading only.
     pub readers: AtomicU32,
-    /// Padding.
-    pub _pad: u32,
+    /// 1 once that process changed the file's data through this lease (write, truncate):
+    /// only such a holder's death makes the file incomplete.
+    pub wrote: AtomicU32,
     /// Process start time (clock ticks since boot) to tell a reused pid apart.
     pub start: AtomicU64,
 }
@@ -318,6 +335,18 @@ pub struct Inode {
     pub ctime_ns: AtomicU64,
     /// Chunk-list generation: bumped on every chunk allocation or release.
     pub cgen: AtomicU64,
+    /// Owner user id (the creating process's effective uid). Stored, not enforced.
+    pub uid: AtomicU32,
+    /// Owner group id (the creating process's effective gid). Stored, not enforced.
+    pub gid: AtomicU32,
+    /// CRC32C of the namespace record (file id, kind, parent, mode, uid, gid, name),
+    /// written under the namespace lock after each change of those fields.
+    pub ns_crc: AtomicU32,
+    /// CRC32C of the data record (file id, size, chunk count), written under the file
+    /// lock after each change of those fields.
+    pub data_crc: AtomicU32,
+    /// Access time, ns since the epoch (set explicitly; reads do not update it).
+    pub atime_ns: AtomicU64,
     /// Open leases.
     pub leases: [Lease; LEASES],
     /// Name of the last path component.
@@ -337,7 +366,14 @@ pub struct ChunkEntry {
     /// (bytes beyond it read as zeros) and the CRC covers exactly those bytes. Bit 63 set
     /// = the CRC is stale (an overwrite happened) and is recomputed at fsync/close.
     pub sum: AtomicU64,
+    /// CRC32C of (chunk id, owner, logical) for an owned chunk, stored before `owner`
+    /// (the commit point), so a crash never leaves an owned chunk with a wrong one.
+    pub meta: AtomicU32,
+    /// Padding.
+    pub _pad: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<ChunkEntry>() == CHUNK_ENTRY_SIZE as usize);
 
 /// `ChunkEntry::sum` flag: CRC stale.
 pub const SUM_STALE: u64 = 1 << 63;

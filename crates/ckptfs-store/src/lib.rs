@@ -43,11 +43,15 @@ mod error;
 pub mod fault;
 mod file;
 mod fsck;
+mod integrity;
 pub mod layout;
+mod leases;
 mod lock;
+mod namespace;
 pub mod process;
 mod segment;
 mod store;
+mod trust;
 
 pub use error::{Result, StoreError};
 pub use file::FileHandle;

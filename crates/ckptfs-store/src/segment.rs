@@ -6,9 +6,10 @@ use crate::checksum::crc32c;
 use crate::error::{Result, StoreError};
 use crate::layout::*;
 use crate::lock::RobustMutex;
+use crate::trust;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
@@ -21,6 +22,8 @@ pub struct Segment {
     pub path: PathBuf,
     /// Store name.
     pub name: String,
+    /// Inode number of the segment file (a lock holder's process maps this inode).
+    pub ino: u64,
     /// Copy of the validated layout.
     pub layout: Layout,
     spill: Option<File>,
@@ -77,12 +80,7 @@ pub struct CreateParams<'a> {
     pub spill_path: Option<&'a Path>,
 }
 
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
+use ckptfs_settings::now_ns;
 
 fn map(file: &File, len: usize, path: &Path) -> Result<*mut u8> {
     // SAFETY: mapping a file we opened read-write, shared, at a kernel-chosen address.
@@ -155,9 +153,14 @@ impl Segment {
             .read(true)
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(trust::STORE_FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)
             .map_err(|e| StoreError::io(format!("create {}", tmp.display()), e))?;
+        if let Err(e) = set_exact_mode(&file, &tmp) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         let cleanup = |e: StoreError| {
             let _ = std::fs::remove_file(&tmp);
             e
@@ -205,13 +208,20 @@ impl Segment {
             spill,
             populated: Vec::new(),
             populated_gen: AtomicU64::new(FORK_GEN.load(Ordering::Relaxed)),
+            ino: {
+                use std::os::unix::fs::MetadataExt;
+                file.metadata().map(|m| m.ino()).unwrap_or(0)
+            },
         };
         register_fork_handler();
         seg.populated = (0..(params.mem_chunks as usize).div_ceil(64))
             .map(|_| AtomicU64::new(!0))
             .collect();
         seg.init();
-        seg.sb_mut_init(|sb| sb.create_time_ns = t0.elapsed().as_nanos() as u64);
+        seg.sb_mut_init(|sb| {
+            sb.create_time_ns = t0.elapsed().as_nanos() as u64;
+            sb.ident_crc = crate::integrity::ident_crc(sb);
+        });
         match std::fs::hard_link(&tmp, params.path) {
             Ok(()) => {
                 let _ = std::fs::remove_file(&tmp);
@@ -234,26 +244,31 @@ impl Segment {
         }
     }
 
-    /// Attach to an existing segment, validating it before any use.
-    pub fn attach(name: &str, path: &Path) -> Result<Segment> {
-        let file = match std::fs::OpenOptions::new().read(true).write(true).open(path) {
+    /// Attach to an existing segment, validating it before any use: a regular file with
+    /// mode 0600 owned by the caller (or, with `allow_foreign_owner`, by anyone).
+    pub fn attach(name: &str, path: &Path, allow_foreign_owner: bool) -> Result<Segment> {
+        // Never through a link, and checked on the descriptor before anything is read.
+        let file = match trust::open_nofollow(path, "segment") {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(StoreError::NoStore(name.into()))
             }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(trust::symlink_error(path)),
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                 return Err(StoreError::Permission(path.display().to_string()))
             }
             Err(e) => return Err(StoreError::io(format!("open {}", path.display()), e)),
         };
+        let owner = trust::check_segment(&file, path, allow_foreign_owner)?;
         let bad = |reason: String| StoreError::BadSegment {
             path: path.display().to_string(),
             reason,
         };
-        let size = file
+        let meta = file
             .metadata()
-            .map_err(|e| StoreError::io(format!("stat {}", path.display()), e))?
-            .len();
+            .map_err(|e| StoreError::io(format!("stat {}", path.display()), e))?;
+        let size = meta.len();
+        let ino = std::os::unix::fs::MetadataExt::ino(&meta);
         // Read and check the superblock with plain reads before mapping anything.
         let mut head = vec![0u8; SUPERBLOCK_SIZE as usize];
         if size < SUPERBLOCK_SIZE || file.read_exact_at(&mut head, 0).is_err() {
@@ -278,13 +293,28 @@ impl Segment {
             return Err(bad("superblock checksum mismatch (damaged segment)".into()));
         }
         layout.validate(size).map_err(bad)?;
+        {
+            use std::mem::offset_of;
+            let rd = |off: usize, n: usize| &head[off..off + n];
+            let mut ident = Vec::with_capacity(20);
+            ident.extend_from_slice(rd(offset_of!(Superblock, creator_uid), 4));
+            ident.extend_from_slice(rd(offset_of!(Superblock, created_ns), 8));
+            ident.extend_from_slice(rd(offset_of!(Superblock, create_time_ns), 8));
+            let stored = u32::from_le_bytes(rd(offset_of!(Superblock, ident_crc), 4).try_into().unwrap());
+            if crc32c(&ident) != stored {
+                return Err(bad(
+                    "superblock identity checksum mismatch (damaged segment)".into()
+                ));
+            }
+        }
         let spill = match layout.spill_path() {
-            Some(sp) => Some(open_spill(&sp)?),
+            Some(sp) => Some(trust::open_spill(&sp, name, owner)?),
             None => None,
         };
         let len = layout.total_size as usize;
         let base = map(&file, len, path)?;
         Ok(Segment {
+            ino,
             base,
             len,
             path: path.to_path_buf(),
@@ -352,9 +382,17 @@ impl Segment {
         }
         sb.fid_top.store(l.max_files - 1, Ordering::Relaxed);
         let root = self.inode(ROOT);
+        let (uid, gid) = crate::integrity::caller_ids();
+        root.uid.store(uid, Ordering::Relaxed);
+        root.gid.store(gid, Ordering::Relaxed);
         root.mode.store(0o755, Ordering::Relaxed);
         root.mtime_ns.store(now_ns(), Ordering::Relaxed);
         root.ctime_ns.store(now_ns(), Ordering::Relaxed);
+        root.ns_crc.store(
+            crate::integrity::ns_crc_with_kind(self, ROOT, kind::DIR),
+            Ordering::Relaxed,
+        );
+        crate::integrity::seal_data(self, ROOT);
         root.kind.store(kind::DIR, Ordering::Release);
     }
 
@@ -382,7 +420,7 @@ impl Segment {
     /// Chunk table entry `c`.
     pub fn chunk(&self, c: u32) -> &ChunkEntry {
         assert!(c < self.nchunks(), "chunk id {c} out of range");
-        self.at(self.layout.chunk_off, c as u64, 16)
+        self.at(self.layout.chunk_off, c as u64, CHUNK_ENTRY_SIZE)
     }
 
     /// Total chunks (memory + spill).
@@ -539,7 +577,9 @@ fn remove_stale_tmps(tmp: &Path, uniq: &str) {
             continue;
         };
         // Our own process may be creating on another thread; a live pid may be creating.
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+        // Only our own files: in a shared directory, others' names are not ours to remove.
+        let ours = std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_file() && m.uid() == trust::euid());
+        if ours && pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -558,31 +598,17 @@ fn prefault(base: *mut u8, len: usize) {
     }
 }
 
-/// Open the spill file of an existing segment. Its creator renames it into place just
-/// after publishing the segment, so a brief ENOENT is waited out.
-fn open_spill(sp: &Path) -> Result<File> {
-    let mut tries = 0;
-    loop {
-        match std::fs::OpenOptions::new().read(true).write(true).open(sp) {
-            Ok(f) => return Ok(f),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 100 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            Err(e) => return Err(StoreError::io(format!("open spill file {}", sp.display()), e)),
-        }
-    }
-}
-
 fn create_spill(path: &Path, size: u64) -> Result<File> {
+    // A fresh name (O_EXCL, never through a link) in a directory others may share.
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
+        .create_new(true)
+        .mode(trust::STORE_FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| StoreError::io(format!("create spill file {}", path.display()), e))?;
+    set_exact_mode(&f, path)?;
     // Reserve the blocks so that spilling later cannot hit ENOSPC on the device.
     // SAFETY: fallocate on our own descriptor.
     let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) };
@@ -601,6 +627,14 @@ fn create_spill(path: &Path, size: u64) -> Result<File> {
         }
     }
     Ok(f)
+}
+
+/// Give a freshly created segment or spill file exactly mode 0600 (the umask may have
+/// narrowed it), on its descriptor.
+fn set_exact_mode(f: &File, path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(trust::STORE_FILE_MODE))
+        .map_err(|e| StoreError::io(format!("chmod {}", path.display()), e))
 }
 
 /// Current wall-clock time in ns.

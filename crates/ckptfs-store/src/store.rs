@@ -3,21 +3,17 @@
 
 use crate::error::{Result, StoreError};
 use crate::file::FileHandle;
+use crate::integrity::{fid_ok, seal_data, seal_ns};
 use crate::layout::*;
 use crate::lock::{Acquired, Guard};
-use crate::process::{self, ProcId};
+use crate::process;
 use crate::segment::{now, CreateParams, Segment};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
 
-/// Default size of the memory data region: 1 GiB.
-pub const DEFAULT_MEM_SIZE: u64 = 1 << 30;
-/// Default chunk size: 1 MiB.
-pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
-/// Default maximum number of files and directories.
-pub const DEFAULT_MAX_FILES: u32 = 4096;
+pub use ckptfs_settings::{default_store_name, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE};
 /// Inode number of the root directory (FUSE convention). Inode numbers are file id + 1.
 pub const ROOT_INO: u64 = 1;
 
@@ -40,12 +36,10 @@ pub struct StoreOptions {
     /// One private segment per process (`NAME.RANK`, rank from the MPI/Slurm
     /// environment) instead of one shared by all processes of the node.
     pub private: bool,
-}
-
-/// The default store name, derived from the user id: `u<UID>`.
-pub fn default_store_name() -> String {
-    // SAFETY: getuid has no preconditions.
-    format!("u{}", unsafe { libc::getuid() })
+    /// Attach a segment owned by another user (for root, explicitly: `ckptfs
+    /// --allow-foreign-owner`, `CKPTFS_ALLOW_FOREIGN_OWNER=1`). Off by default: a segment
+    /// must be owned by the caller; mode 0600 and the spill file's checks always apply.
+    pub allow_foreign_owner: bool,
 }
 
 /// Path of the segment file of store `name`.
@@ -89,17 +83,23 @@ impl StoreOptions {
         } else {
             base
         };
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        {
-            return Err(StoreError::Invalid(format!(
-                "store name {name:?}: use 1-64 characters from A-Z a-z 0-9 . _ -"
-            )));
-        }
+        ckptfs_settings::check_store_name(&name).map_err(StoreError::Invalid)?;
         Ok(name)
+    }
+}
+
+impl From<ckptfs_settings::StoreSettings> for StoreOptions {
+    fn from(s: ckptfs_settings::StoreSettings) -> StoreOptions {
+        StoreOptions {
+            name: s.name,
+            mem_size: s.mem_size,
+            chunk_size: s.chunk_size,
+            max_files: s.max_files,
+            spill_dir: s.spill_dir,
+            spill_size: s.spill_size,
+            private: s.private,
+            allow_foreign_owner: s.allow_foreign_owner,
+        }
     }
 }
 
@@ -123,6 +123,9 @@ pub enum WriteState {
     Writing,
     /// A writer died with it open: data up to its last completed write is readable.
     Incomplete,
+    /// Its writers closed it, but a write to it failed (ENOSPC, an I/O error): its
+    /// content is not what was meant to be written. Never drained or restored.
+    Failed,
 }
 
 /// Attributes of a file or directory.
@@ -148,6 +151,12 @@ pub struct Stat {
     pub mtime_ns: u64,
     /// Status change time, ns since the epoch.
     pub ctime_ns: u64,
+    /// Access time, ns since the epoch (only set by [`Store::set_times`]).
+    pub atime_ns: u64,
+    /// Owner user id (the creator's effective uid, or [`Store::chown`]).
+    pub uid: u32,
+    /// Owner group id.
+    pub gid: u32,
     /// Write state (directories: always complete).
     pub state: WriteState,
 }
@@ -198,6 +207,8 @@ pub struct StoreInfo {
     pub writing: u32,
     /// Files whose writer died.
     pub incomplete: u32,
+    /// Files closed after a failed write (ENOSPC, I/O error).
+    pub failed: u32,
     /// Unlinked files still held open.
     pub orphans: u32,
     /// "clean" or "dirty" (a process died holding a lock or a file open for writing).
@@ -345,21 +356,11 @@ pub(crate) fn components(path: &str) -> Result<Vec<&str>> {
     if path.contains('\0') {
         return Err(StoreError::Invalid("path contains a NUL byte".into()));
     }
-    let mut out: Vec<&str> = Vec::new();
-    for c in path.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                out.pop();
-            }
-            c if c.len() > NAME_MAX => return Err(StoreError::NameTooLong(c.to_string())),
-            c => out.push(c),
-        }
-    }
-    Ok(out)
+    ckptfs_settings::path::components_checked(path, NAME_MAX)
+        .map_err(|c| StoreError::NameTooLong(c.to_string()))
 }
 
-fn name_hash(parent: u32, name: &[u8]) -> u32 {
+pub(crate) fn name_hash(parent: u32, name: &[u8]) -> u32 {
     // FNV-1a: names are short and this runs under the namespace lock.
     let mut h: u32 = 0x811c_9dc5;
     for b in parent.to_le_bytes().iter().chain(name) {
@@ -393,8 +394,10 @@ impl Store {
     /// Remove the segment (and its spill file). Processes still attached keep their
     /// mapping until they exit; the name is free for a new store at once.
     pub fn destroy(name: &str) -> Result<()> {
+        ckptfs_settings::check_store_name(name).map_err(StoreError::Invalid)?;
         let path = segment_path(name);
-        let seg = Segment::attach(name, &path);
+        // Only a segment the caller owns (mode 0600) is trusted to name its spill file.
+        let seg = Segment::attach(name, &path, false);
         let spill = seg.as_ref().ok().and_then(|s| s.layout.spill_path());
         match std::fs::remove_file(&path) {
             Ok(()) => {}
@@ -404,7 +407,7 @@ impl Store {
             Err(e) => return Err(StoreError::io(format!("remove {}", path.display()), e)),
         }
         if let Some(sp) = spill {
-            let _ = std::fs::remove_file(sp);
+            crate::trust::remove_own_spill(&sp, name);
         }
         Ok(())
     }
@@ -413,7 +416,7 @@ impl Store {
         let name = opts.effective_name()?;
         let path = segment_path(&name);
         for _ in 0..5 {
-            match Segment::attach(&name, &path) {
+            match Segment::attach(&name, &path, opts.allow_foreign_owner) {
                 Ok(seg) => {
                     if exclusive {
                         return Err(StoreError::Exists(format!("store {name} ({})", path.display())));
@@ -460,7 +463,7 @@ impl Store {
                     let dir = dir
                         .canonicalize()
                         .map_err(|e| StoreError::io(dir.display().to_string(), e))?;
-                    (Some(dir.join(format!("ckptfs.{name}.spill"))), n as u32)
+                    (Some(dir.join(crate::trust::spill_file_name(&name))), n as u32)
                 }
                 (Some(_), _) => {
                     return Err(StoreError::Invalid("a spill directory needs a spill size".into()))
@@ -556,7 +559,7 @@ impl Store {
     }
 
     pub(crate) fn ns(&self) -> Ns<'_> {
-        let (g, how) = self.seg.sb().ns_lock.lock();
+        let (g, how) = self.seg.sb().ns_lock.lock_named("namespace", Some(self.seg.ino));
         let ns = Ns { _g: g };
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, "a process died holding the namespace lock; rebuilding");
@@ -568,7 +571,11 @@ impl Store {
     }
 
     pub(crate) fn alloc_lock(&self) -> Guard<'_> {
-        let (g, how) = self.seg.sb().alloc_lock.lock();
+        let (g, how) = self
+            .seg
+            .sb()
+            .alloc_lock
+            .lock_named("allocation", Some(self.seg.ino));
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, "a process died holding the allocation lock; rebuilding free stacks");
             self.seg.sb().recoveries.fetch_add(1, Relaxed);
@@ -580,7 +587,7 @@ impl Store {
 
     pub(crate) fn file_lock(&self, fid: u32) -> Guard<'_> {
         let ino = self.seg.inode(fid);
-        let (g, how) = ino.lock.lock();
+        let (g, how) = ino.lock.lock_named("file", Some(self.seg.ino));
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, fid, "a process died holding a file lock");
             self.seg.sb().recoveries.fetch_add(1, Relaxed);
@@ -593,6 +600,8 @@ impl Store {
                 .filter(|&c| self.seg.chunk(c).owner.load(Acquire) == fid1)
                 .count();
             ino.nchunks.store(n as u32, Relaxed);
+            // It may have died between changing the size or count and its checksum.
+            seal_data(&self.seg, fid);
             // Its chunk list may have changed under every cached copy.
             ino.cgen.fetch_add(1, Release);
         }
@@ -615,10 +624,25 @@ impl Store {
                 return Err(StoreError::NoSpace);
             };
         let t = top.load(Relaxed);
-        let c = stack(t - 1);
+        let cap = if std::ptr::eq(top, &sb.mem_top) {
+            seg.layout.mem_chunks
+        } else {
+            seg.layout.spill_chunks
+        };
+        let c = if t <= cap { stack(t - 1) } else { u32::MAX };
+        if c >= seg.nchunks() || seg.chunk(c).owner.load(Acquire) != 0 {
+            // A damaged stack top or entry (the stacks are derived: rebuild them).
+            tracing::warn!(store = %seg.name, top = t, id = c, "free chunk stack damaged; rebuilding it");
+            self.mark_dirty();
+            self.rebuild_free_stacks();
+            drop(_g);
+            return self.alloc_chunk(fid, logical);
+        }
         let e = seg.chunk(c);
         e.logical.store(logical, Relaxed);
         e.sum.store(0, Relaxed);
+        e.meta
+            .store(crate::integrity::chunk_meta(c, fid + 1, logical), Relaxed);
         crate::fault::crash_point("alloc-before-owner");
         // Commit point: from here the chunk belongs to the file. A crash before the pop
         // below leaves it also on the stack; recovery rebuilds stacks from owners.
@@ -642,12 +666,15 @@ impl Store {
             let e = seg.chunk(c);
             if e.owner.load(Relaxed) == fid + 1 && e.logical.load(Relaxed) >= from {
                 e.owner.store(0, Release);
+                // A free chunk keeps no proof of ownership (see fsck's reclaim).
+                e.meta.store(0, Relaxed);
                 crate::fault::crash_point("free-after-owner");
                 self.push_free(c);
                 n += 1;
             }
         }
         ino.nchunks.fetch_sub(n.min(ino.nchunks.load(Relaxed)), Relaxed);
+        seal_data(seg, fid);
         ino.cgen.fetch_add(1, Release);
         n
     }
@@ -655,15 +682,25 @@ impl Store {
     fn push_free(&self, c: u32) {
         let seg = &*self.seg;
         let sb = seg.sb();
-        if seg.is_mem(c) {
-            let t = sb.mem_top.load(Relaxed);
-            seg.mem_stack(t).store(c, Relaxed);
-            sb.mem_top.store(t + 1, Release);
+        let (top, cap) = if seg.is_mem(c) {
+            (&sb.mem_top, seg.layout.mem_chunks)
         } else {
-            let t = sb.spill_top.load(Relaxed);
-            seg.spill_stack(t).store(c, Relaxed);
-            sb.spill_top.store(t + 1, Release);
+            (&sb.spill_top, seg.layout.spill_chunks)
+        };
+        let t = top.load(Relaxed);
+        if t >= cap {
+            // A damaged top: the stacks are derived from the owners, rebuild them.
+            tracing::warn!(store = %seg.name, top = t, "free chunk stack top damaged; rebuilding it");
+            self.mark_dirty();
+            self.rebuild_free_stacks();
+            return;
         }
+        if seg.is_mem(c) {
+            seg.mem_stack(t).store(c, Relaxed);
+        } else {
+            seg.spill_stack(t).store(c, Relaxed);
+        }
+        top.store(t + 1, Release);
     }
 
     /// Rebuild both free stacks from chunk ownership (the source of truth). Caller holds
@@ -686,452 +723,6 @@ impl Store {
         }
         sb.mem_top.store(m, Release);
         sb.spill_top.store(s, Release);
-    }
-
-    // ---------------------------------------------------------------- namespace
-
-    pub(crate) fn lookup_child(&self, _ns: &Ns, parent: u32, name: &[u8]) -> Option<u32> {
-        let seg = &*self.seg;
-        let mask = seg.layout.hash_cap - 1;
-        let mut i = name_hash(parent, name) & mask;
-        loop {
-            let v = seg.hash_slot(i).load(Relaxed);
-            if v == 0 {
-                return None;
-            }
-            let fid = v - 1;
-            // SAFETY: namespace lock held (the `Ns` proof).
-            if seg.inode(fid).parent.load(Relaxed) == parent && unsafe { seg.name_of(fid) } == name {
-                return Some(fid);
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    fn hash_insert(&self, _ns: &Ns, fid: u32) {
-        let seg = &*self.seg;
-        let mask = seg.layout.hash_cap - 1;
-        // SAFETY: namespace lock held.
-        let mut i = name_hash(seg.inode(fid).parent.load(Relaxed), unsafe { seg.name_of(fid) }) & mask;
-        while seg.hash_slot(i).load(Relaxed) != 0 {
-            i = (i + 1) & mask;
-        }
-        seg.hash_slot(i).store(fid + 1, Relaxed);
-    }
-
-    fn hash_remove(&self, _ns: &Ns, fid: u32) {
-        let seg = &*self.seg;
-        let mask = seg.layout.hash_cap - 1;
-        let home = |f: u32| {
-            // SAFETY: namespace lock held.
-            name_hash(seg.inode(f).parent.load(Relaxed), unsafe { seg.name_of(f) }) & mask
-        };
-        let mut i = home(fid);
-        loop {
-            let v = seg.hash_slot(i).load(Relaxed);
-            if v == 0 {
-                return; // not present
-            }
-            if v == fid + 1 {
-                break;
-            }
-            i = (i + 1) & mask;
-        }
-        // Backward-shift deletion keeps probe chains intact without tombstones.
-        let mut j = i;
-        loop {
-            j = (j + 1) & mask;
-            let v = seg.hash_slot(j).load(Relaxed);
-            if v == 0 {
-                break;
-            }
-            let k = home(v - 1);
-            let between = if i <= j { i < k && k <= j } else { i < k || k <= j };
-            if between {
-                continue;
-            }
-            seg.hash_slot(i).store(v, Relaxed);
-            i = j;
-        }
-        seg.hash_slot(i).store(0, Relaxed);
-    }
-
-    fn link_child(&self, _ns: &Ns, parent: u32, fid: u32) {
-        let seg = &*self.seg;
-        let p = seg.inode(parent);
-        let me = seg.inode(fid);
-        let head = p.first_child.load(Relaxed);
-        me.prev_sib.store(NONE, Relaxed);
-        me.next_sib.store(head, Relaxed);
-        if head != NONE {
-            seg.inode(head).prev_sib.store(fid, Relaxed);
-        }
-        p.first_child.store(fid, Relaxed);
-    }
-
-    fn unlink_child(&self, _ns: &Ns, fid: u32) {
-        let seg = &*self.seg;
-        let me = seg.inode(fid);
-        let (prev, next) = (me.prev_sib.load(Relaxed), me.next_sib.load(Relaxed));
-        if next != NONE {
-            seg.inode(next).prev_sib.store(prev, Relaxed);
-        }
-        if prev != NONE {
-            seg.inode(prev).next_sib.store(next, Relaxed);
-        } else {
-            let parent = me.parent.load(Relaxed);
-            if parent != NONE {
-                seg.inode(parent).first_child.store(next, Relaxed);
-            }
-        }
-        me.prev_sib.store(NONE, Relaxed);
-        me.next_sib.store(NONE, Relaxed);
-    }
-
-    /// Take an inode from the free stack and give it a name in `parent`.
-    /// A file created for writing starts out `writing`, so that a creator killed before it
-    /// registered its lease leaves an `incomplete` file, not a complete empty one.
-    fn alloc_inode(
-        &self,
-        ns: &Ns,
-        k: u32,
-        parent: u32,
-        name: &[u8],
-        mode: u32,
-        writing: bool,
-    ) -> Result<u32> {
-        let seg = &*self.seg;
-        let sb = seg.sb();
-        let top = sb.fid_top.load(Relaxed);
-        if top == 0 {
-            return Err(StoreError::TooManyFiles(seg.layout.max_files));
-        }
-        let fid = seg.fid_stack(top - 1).load(Relaxed);
-        let ino = seg.inode(fid);
-        let t = now();
-        ino.mode.store(mode & 0o7777, Relaxed);
-        ino.parent.store(parent, Relaxed);
-        // SAFETY: namespace lock held.
-        unsafe { seg.set_name(fid, name) };
-        ino.first_child.store(NONE, Relaxed);
-        ino.flags.store(0, Relaxed);
-        ino.wstate.store(
-            if writing {
-                wstate::WRITING
-            } else {
-                wstate::COMPLETE
-            },
-            Relaxed,
-        );
-        ino.nchunks.store(0, Relaxed);
-        ino.size.store(0, Relaxed);
-        ino.mtime_ns.store(t, Relaxed);
-        ino.ctime_ns.store(t, Relaxed);
-        ino.last_writer_pid.store(0, Relaxed);
-        for l in &ino.leases {
-            l.pid.store(0, Relaxed);
-            l.writers.store(0, Relaxed);
-            l.readers.store(0, Relaxed);
-        }
-        ino.igen.fetch_add(1, Relaxed);
-        ino.cgen.fetch_add(1, Relaxed);
-        // Commit point; a crash before the pop leaves it on the stack too, which the
-        // namespace rebuild corrects.
-        ino.kind.store(k, Release);
-        crate::fault::crash_point("inode-after-kind");
-        sb.fid_top.store(top - 1, Release);
-        self.hash_insert(ns, fid);
-        self.link_child(ns, parent, fid);
-        seg.inode(parent).mtime_ns.store(t, Relaxed);
-        Ok(fid)
-    }
-
-    /// Free an inode nobody holds open: its chunks, then the slot.
-    fn free_inode(&self, _ns: &Ns, fid: u32) {
-        let seg = &*self.seg;
-        self.free_chunks_from(fid, 0);
-        let ino = seg.inode(fid);
-        ino.size.store(0, Relaxed);
-        ino.parent.store(NONE, Relaxed);
-        ino.kind.store(kind::FREE, Release);
-        let sb = seg.sb();
-        let t = sb.fid_top.load(Relaxed);
-        seg.fid_stack(t).store(fid, Relaxed);
-        sb.fid_top.store(t + 1, Release);
-    }
-
-    /// Remove an inode's name; free it unless some live process still has it open.
-    fn detach_and_release(&self, ns: &Ns, fid: u32) {
-        let seg = &*self.seg;
-        let ino = seg.inode(fid);
-        let t = now();
-        let parent = ino.parent.load(Relaxed);
-        if parent != NONE {
-            seg.inode(parent).mtime_ns.store(t, Relaxed);
-        }
-        self.hash_remove(ns, fid);
-        self.unlink_child(ns, fid);
-        ino.flags.fetch_or(iflag::ORPHAN, Release);
-        ino.parent.store(NONE, Relaxed);
-        self.release_if_unused(ns, fid);
-    }
-
-    /// Free an orphan once no live process holds it.
-    pub(crate) fn release_if_unused(&self, ns: &Ns, fid: u32) {
-        let ino = self.seg.inode(fid);
-        let _g = self.file_lock(fid);
-        self.reap_leases(fid);
-        // kind check: a close and an unlink may both try to free the same orphan.
-        if ino.kind.load(Acquire) != kind::FREE
-            && ino.flags.load(Relaxed) & iflag::ORPHAN != 0
-            && ino.leases.iter().all(|l| l.pid.load(Relaxed) == 0)
-        {
-            self.free_inode(ns, fid);
-        }
-    }
-
-    /// Rebuild the name hash, child lists and file id stack from the inode records;
-    /// replay an interrupted rename; free orphans nobody holds. Caller holds the ns lock.
-    pub(crate) fn rebuild_namespace(&self, ns: &Ns) {
-        let seg = &*self.seg;
-        let sb = seg.sb();
-        let ri = &sb.rename;
-        if ri.active.load(Acquire) == 1 {
-            let src = ri.src.load(Relaxed);
-            let dst_parent = ri.dst_parent.load(Relaxed);
-            let victim = ri.victim.load(Relaxed);
-            let n = (ri.name_len.load(Relaxed) as usize).min(NAME_MAX);
-            // SAFETY: namespace lock held.
-            let name = unsafe { seg.intent_name()[..n].to_vec() };
-            if victim != NONE && victim != src && seg.inode(victim).kind.load(Relaxed) != kind::FREE {
-                seg.inode(victim).flags.fetch_or(iflag::ORPHAN, Relaxed);
-                seg.inode(victim).parent.store(NONE, Relaxed);
-            }
-            seg.inode(src).parent.store(dst_parent, Relaxed);
-            // SAFETY: namespace lock held.
-            unsafe { seg.set_name(src, &name) };
-            ri.active.store(0, Release);
-        }
-        for i in 0..seg.layout.hash_cap {
-            seg.hash_slot(i).store(0, Relaxed);
-        }
-        let max = seg.layout.max_files;
-        for fid in 0..max {
-            let ino = seg.inode(fid);
-            ino.first_child.store(NONE, Relaxed);
-            ino.next_sib.store(NONE, Relaxed);
-            ino.prev_sib.store(NONE, Relaxed);
-        }
-        let mut top = 0;
-        for fid in (1..max).rev() {
-            if seg.inode(fid).kind.load(Acquire) == kind::FREE {
-                seg.fid_stack(top).store(fid, Relaxed);
-                top += 1;
-            }
-        }
-        sb.fid_top.store(top, Release);
-        let mut orphans = Vec::new();
-        for fid in 1..max {
-            let ino = seg.inode(fid);
-            if ino.kind.load(Acquire) == kind::FREE {
-                continue;
-            }
-            let parent = ino.parent.load(Relaxed);
-            let broken = parent == NONE
-                || parent >= max
-                || seg.inode(parent).kind.load(Relaxed) != kind::DIR
-                // SAFETY: namespace lock held.
-                || self.lookup_child(ns, parent, unsafe { seg.name_of(fid) }).is_some();
-            if broken || ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
-                ino.flags.fetch_or(iflag::ORPHAN, Relaxed);
-                ino.parent.store(NONE, Relaxed);
-                orphans.push(fid);
-                continue;
-            }
-            self.hash_insert(ns, fid);
-            self.link_child(ns, parent, fid);
-        }
-        for fid in orphans {
-            self.release_if_unused(ns, fid);
-        }
-    }
-
-    /// Resolve `path` to a file id. Holds the ns lock via `ns`.
-    pub(crate) fn resolve(&self, ns: &Ns, comps: &[&str], path: &str) -> Result<u32> {
-        let seg = &*self.seg;
-        let mut cur = ROOT;
-        for c in comps {
-            if seg.inode(cur).kind.load(Relaxed) != kind::DIR {
-                return Err(StoreError::NotDir(path.into()));
-            }
-            cur = self
-                .lookup_child(ns, cur, c.as_bytes())
-                .ok_or_else(|| StoreError::NotFound(path.into()))?;
-        }
-        Ok(cur)
-    }
-
-    /// Resolve all but the last component; returns (parent id, last name).
-    pub(crate) fn resolve_parent<'p>(
-        &self,
-        ns: &Ns,
-        comps: &[&'p str],
-        path: &str,
-    ) -> Result<(u32, &'p str)> {
-        let (last, dirs) = comps
-            .split_last()
-            .ok_or_else(|| StoreError::Busy(format!("{path}: the root directory")))?;
-        let parent = self.resolve(ns, dirs, path)?;
-        if self.seg.inode(parent).kind.load(Relaxed) != kind::DIR {
-            return Err(StoreError::NotDir(path.into()));
-        }
-        Ok((parent, last))
-    }
-
-    /// Resolve an existing entry other than the root; returns (parent id, its id).
-    pub(crate) fn resolve_entry(&self, ns: &Ns, comps: &[&str], path: &str) -> Result<(u32, u32)> {
-        let (parent, name) = self.resolve_parent(ns, comps, path)?;
-        let fid = self
-            .lookup_child(ns, parent, name.as_bytes())
-            .ok_or_else(|| StoreError::NotFound(path.into()))?;
-        Ok((parent, fid))
-    }
-
-    // ---------------------------------------------------------------- leases
-
-    /// Drop leases of processes that no longer run. Returns true if a dead writer was
-    /// found. Caller holds the file lock.
-    pub(crate) fn reap_leases(&self, fid: u32) -> bool {
-        let ino = self.seg.inode(fid);
-        let mut dead_writer = false;
-        for l in &ino.leases {
-            let pid = l.pid.load(Relaxed);
-            if pid == 0 {
-                continue;
-            }
-            let p = ProcId {
-                pid,
-                start: l.start.load(Relaxed),
-            };
-            if !process::alive(p) {
-                if l.writers.load(Relaxed) > 0 {
-                    dead_writer = true;
-                }
-                l.writers.store(0, Relaxed);
-                l.readers.store(0, Relaxed);
-                l.pid.store(0, Release);
-                self.mark_dirty();
-            }
-        }
-        if dead_writer || (ino.wstate.load(Relaxed) == wstate::WRITING && !self.has_writer(fid)) {
-            if dead_writer {
-                tracing::warn!(store = %self.seg.name, fid, "a writer died with the file open: marked incomplete");
-                self.trim_to_size(fid);
-            }
-            ino.wstate.store(wstate::INCOMPLETE, Release);
-        }
-        dead_writer
-    }
-
-    /// Forget what a dead writer left past the file size (the write it did not finish):
-    /// chunks wholly past it, and bytes past it in the last chunk. Otherwise growing the
-    /// file later (ftruncate, pwrite past the end) would show them instead of zeros.
-    /// Caller holds the file lock.
-    fn trim_to_size(&self, fid: u32) {
-        let seg = &*self.seg;
-        let size = seg.inode(fid).size.load(Acquire);
-        let shift = seg.layout.chunk_shift;
-        self.free_chunks_from(fid, size.div_ceil(1 << shift) as u32);
-        let within = (size & ((1 << shift) - 1)) as u32;
-        let last = (size >> shift) as u32;
-        let found = (0..seg.nchunks()).find(|&c| {
-            let e = seg.chunk(c);
-            e.owner.load(Acquire) == fid + 1 && e.logical.load(Relaxed) == last
-        });
-        if let Some(c) = found.filter(|_| within > 0) {
-            let e = seg.chunk(c);
-            if unpack_sum(e.sum.load(Acquire)).0 > within {
-                if let Ok(crc) = crate::file::chunk_crc(self, c, within as usize) {
-                    e.sum.store(pack_sum(within, crc, false), Release);
-                }
-            }
-        }
-    }
-
-    pub(crate) fn has_writer(&self, fid: u32) -> bool {
-        self.seg
-            .inode(fid)
-            .leases
-            .iter()
-            .any(|l| l.pid.load(Relaxed) != 0 && l.writers.load(Relaxed) > 0)
-    }
-
-    /// Register `who` as holding `fid` open. Caller holds the file lock.
-    pub(crate) fn add_lease(&self, fid: u32, who: ProcId, write: bool) -> Result<()> {
-        let ino = self.seg.inode(fid);
-        for attempt in 0..2 {
-            let slot = ino
-                .leases
-                .iter()
-                .find(|l| l.pid.load(Relaxed) == who.pid && l.start.load(Relaxed) == who.start)
-                .or_else(|| ino.leases.iter().find(|l| l.pid.load(Relaxed) == 0));
-            if let Some(l) = slot {
-                if l.pid.load(Relaxed) == 0 {
-                    l.writers.store(0, Relaxed);
-                    l.readers.store(0, Relaxed);
-                    l.start.store(who.start, Relaxed);
-                }
-                if write {
-                    l.writers.fetch_add(1, Relaxed);
-                } else {
-                    l.readers.fetch_add(1, Relaxed);
-                }
-                l.pid.store(who.pid, Release);
-                return Ok(());
-            }
-            if attempt == 0 {
-                self.reap_leases(fid);
-            }
-        }
-        Err(StoreError::TooManyOpeners(format!("inode {}", fid + 1)))
-    }
-
-    /// Undo one `add_lease`. Caller holds the file lock.
-    pub(crate) fn drop_lease(&self, fid: u32, who: ProcId, write: bool) {
-        let ino = self.seg.inode(fid);
-        if let Some(l) = ino
-            .leases
-            .iter()
-            .find(|l| l.pid.load(Relaxed) == who.pid && l.start.load(Relaxed) == who.start)
-        {
-            let c = if write { &l.writers } else { &l.readers };
-            let v = c.load(Relaxed);
-            c.store(v.saturating_sub(1), Relaxed);
-            if l.writers.load(Relaxed) == 0 && l.readers.load(Relaxed) == 0 {
-                l.pid.store(0, Release);
-            }
-        }
-    }
-
-    /// At attach: turn files whose writers died into `incomplete` and free orphans whose
-    /// holders died. Cheap when nothing is open.
-    fn recover_dead_openers(&self) {
-        let seg = &*self.seg;
-        let ns = self.ns();
-        for fid in 1..seg.layout.max_files {
-            let ino = seg.inode(fid);
-            if ino.kind.load(Acquire) == kind::FREE {
-                continue;
-            }
-            let busy = ino.leases.iter().any(|l| l.pid.load(Relaxed) != 0);
-            if busy || ino.wstate.load(Relaxed) == wstate::WRITING {
-                let _g = self.file_lock(fid);
-                self.reap_leases(fid);
-            }
-            if ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
-                self.release_if_unused(&ns, fid);
-            }
-        }
     }
 
     // ---------------------------------------------------------------- public file API
@@ -1161,6 +752,9 @@ impl Store {
                 None => return Err(StoreError::NotFound(path.into())),
             }
         };
+        if !created {
+            self.check_inode(fid, path)?;
+        }
         let ino = seg.inode(fid);
         let is_dir = ino.kind.load(Relaxed) == kind::DIR;
         if is_dir && (flags.write || flags.trunc) {
@@ -1176,21 +770,34 @@ impl Store {
             // file is incomplete and, below, read with checksum verification.
             self.reap_leases(fid);
         }
+        let new_session = flags.write && !self.has_writer(fid);
         self.add_lease(fid, who, flags.write)?;
         if flags.write {
+            if new_session {
+                // A new writing session: an earlier session's dead writer is history (its
+                // file was incomplete until now; what this session writes decides).
+                ino.flags.fetch_and(!iflag::DEAD_WRITER, Release);
+            }
             ino.wstate.store(wstate::WRITING, Release);
-            if flags.trunc && ino.size.load(Relaxed) > 0 {
-                self.free_chunks_from(fid, 0);
-                ino.size.store(0, Release);
-                ino.mtime_ns.store(now(), Relaxed);
+            if flags.trunc {
+                // Emptied: an earlier failed write no longer matters.
+                ino.flags.fetch_and(!iflag::FAILED, Release);
+                if ino.size.load(Relaxed) > 0 {
+                    self.mark_wrote(fid, who);
+                    // Size first, then the chunks: a truncation killed half-way leaves an
+                    // empty file with chunks past its end (trimmed when its death is
+                    // noticed), never the old size over freed (zero) chunks.
+                    ino.size.store(0, Release);
+                    seal_data(seg, fid);
+                    crate::fault::crash_point("otrunc-after-size");
+                    self.free_chunks_from(fid, 0);
+                    ino.mtime_ns.store(now(), Relaxed);
+                }
             }
         }
-        // Verify checksums on read unless this very process wrote it last or someone is
-        // writing it right now.
-        let verify = !flags.write
-            && ino.wstate.load(Relaxed) != wstate::WRITING
-            && !(ino.last_writer_pid.load(Relaxed) == who.pid
-                && ino.last_writer_start.load(Relaxed) == who.start);
+        // Every handle that can read verifies each chunk's checksum once before serving
+        // it, except chunks the handle wrote itself (see `FileHandle::verify_chunk`).
+        let verify = flags.read;
         drop(g);
         drop(ns);
         Ok(FileHandle::new(
@@ -1209,12 +816,17 @@ impl Store {
         let comps = components(path)?;
         let ns = self.ns();
         let fid = self.resolve(&ns, &comps, path)?;
+        self.check_inode(fid, path)?;
         Ok(self.stat_fid(fid))
     }
 
     /// Attributes by inode number.
     pub fn stat_ino(&self, ino: u64) -> Result<Stat> {
         let fid = self.fid_of_ino(ino)?;
+        {
+            let _ns = self.ns();
+            self.check_inode(fid, "")?;
+        }
         Ok(self.stat_fid(fid))
     }
 
@@ -1234,6 +846,8 @@ impl Store {
                 let p = self.seg.inode(pfid).parent.load(Relaxed);
                 if p == NONE {
                     ROOT
+                } else if !fid_ok(&self.seg, p) {
+                    return Err(self.damaged(pfid, name, "parent link out of range"));
                 } else {
                     p
                 }
@@ -1242,6 +856,7 @@ impl Store {
                 .lookup_child(&ns, pfid, name.as_bytes())
                 .ok_or_else(|| StoreError::NotFound(name.into()))?,
         };
+        self.check_inode(fid, name)?;
         drop(ns);
         Ok(self.stat_fid(fid))
     }
@@ -1268,6 +883,7 @@ impl Store {
         let mut state = match ino.wstate.load(Acquire) {
             wstate::WRITING => WriteState::Writing,
             wstate::INCOMPLETE => WriteState::Incomplete,
+            wstate::FAILED => WriteState::Failed,
             _ => WriteState::Complete,
         };
         if state == WriteState::Writing {
@@ -1300,6 +916,9 @@ impl Store {
             allocated: (chunks as u64) << seg.layout.chunk_shift,
             mtime_ns: ino.mtime_ns.load(Relaxed),
             ctime_ns: ino.ctime_ns.load(Relaxed),
+            atime_ns: ino.atime_ns.load(Relaxed),
+            uid: ino.uid.load(Relaxed),
+            gid: ino.gid.load(Relaxed),
             state,
         }
     }
@@ -1337,6 +956,10 @@ impl Store {
         let mut out = Vec::new();
         let mut c = seg.inode(fid).first_child.load(Relaxed);
         while c != NONE {
+            // A damaged link (out of range, or a cycle) ends the listing with EIO.
+            if !fid_ok(seg, c) || out.len() >= seg.layout.max_files as usize {
+                return Err(self.damaged(fid, path, "directory child list is damaged"));
+            }
             let ino = seg.inode(c);
             // SAFETY: namespace lock held.
             if !system && fid == ROOT && unsafe { seg.name_of(c) } == SYSTEM_DIR_NAME.as_bytes() {
@@ -1411,14 +1034,14 @@ impl Store {
         let mut parts = Vec::new();
         let mut cur = fid;
         let mut guard = 0;
-        while cur != ROOT && cur != NONE && guard < 4096 {
+        while cur != ROOT && fid_ok(seg, cur) && guard < 4096 {
             // SAFETY: namespace lock held.
             parts.push(String::from_utf8_lossy(unsafe { seg.name_of(cur) }).into_owned());
             cur = seg.inode(cur).parent.load(Relaxed);
             guard += 1;
         }
-        if cur == NONE {
-            return String::new(); // orphan
+        if cur != ROOT {
+            return String::new(); // orphan (or a damaged parent link)
         }
         parts.reverse();
         format!("/{}", parts.join("/"))
@@ -1483,9 +1106,14 @@ impl Store {
         if src_dir {
             // A directory cannot move below itself.
             let mut cur = dp;
+            let mut steps = 0;
             while cur != ROOT && cur != NONE {
                 if cur == src {
                     return Err(StoreError::Invalid(format!("cannot move {from} into itself")));
+                }
+                steps += 1;
+                if !fid_ok(seg, cur) || steps > seg.layout.max_files {
+                    return Err(self.damaged(dp, to, "parent links are damaged"));
                 }
                 cur = seg.inode(cur).parent.load(Relaxed);
             }
@@ -1525,6 +1153,7 @@ impl Store {
         seg.inode(src).parent.store(dp, Relaxed);
         // SAFETY: namespace lock held.
         unsafe { seg.set_name(src, dname.as_bytes()) };
+        seal_ns(seg, src);
         self.hash_insert(&ns, src);
         self.link_child(&ns, dp, src);
         seg.inode(src).ctime_ns.store(now(), Relaxed);
@@ -1549,10 +1178,15 @@ impl Store {
 
     /// Change permission bits.
     pub fn chmod(&self, path: &str, mode: u32) -> Result<()> {
-        let st = self.stat(path)?;
-        let ino = self.seg.inode((st.ino - 1) as u32);
+        let comps = components(path)?;
+        let ns = self.ns();
+        let fid = self.resolve(&ns, &comps, path)?;
+        self.check_inode(fid, path)?;
+        let ino = self.seg.inode(fid);
         ino.mode.store(mode & 0o7777, Relaxed);
+        seal_ns(&self.seg, fid);
         ino.ctime_ns.store(now(), Relaxed);
+        drop(ns);
         Ok(())
     }
 
@@ -1572,6 +1206,7 @@ impl Store {
         let l = &seg.layout;
         let sb = seg.sb();
         let (mut files, mut dirs, mut writing, mut incomplete, mut orphans) = (0, 0, 0, 0, 0);
+        let mut failed = 0;
         for fid in 0..l.max_files {
             let ino = seg.inode(fid);
             match ino.kind.load(Acquire) {
@@ -1585,6 +1220,7 @@ impl Store {
                     match self.stat_fid(fid).state {
                         WriteState::Writing => writing += 1,
                         WriteState::Incomplete => incomplete += 1,
+                        WriteState::Failed => failed += 1,
                         WriteState::Complete => {}
                     }
                 }
@@ -1608,6 +1244,7 @@ impl Store {
             dirs,
             writing,
             incomplete,
+            failed,
             orphans,
             state: if sb.state.load(Relaxed) == sbstate::CLEAN {
                 "clean"

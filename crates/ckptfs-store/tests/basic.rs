@@ -25,6 +25,7 @@ pub fn temp_store(tag: &str, mem: u64, chunk: u64, spill: Option<(&std::path::Pa
         spill_dir: spill.map(|s| s.0.to_path_buf()),
         spill_size: spill.map(|s| s.1),
         private: false,
+        ..Default::default()
     };
     TempStore {
         store: Store::create(&opts).unwrap(),
@@ -264,6 +265,9 @@ fn attach_checks_settings_and_format() {
     // A foreign file in place of a segment.
     let fake = format!("t-foreign-{}", std::process::id());
     std::fs::write(segment_path(&fake), vec![0x55u8; 8192]).unwrap();
+    // (Mode 0600 like a real segment, so the content check is what refuses it.)
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(segment_path(&fake), std::fs::Permissions::from_mode(0o600)).unwrap();
     let err = Store::attach(&StoreOptions::named(&fake)).err().unwrap();
     assert!(err.to_string().contains("not a ckptfs segment"), "{err}");
     std::fs::remove_file(segment_path(&fake)).unwrap();
@@ -338,4 +342,100 @@ fn system_dir_is_hidden_from_root_listing_and_list_all_but_reachable() {
     assert!(is_system_path("/ckpt/../.ckptfs/a"));
     assert!(!is_system_path("/ckpt/.ckptfs"));
     assert_eq!(s.stat("/.ckptfs/partners/x").unwrap().size, 12);
+}
+
+/// Flip one byte of a memory chunk through this process's mapping.
+fn flip_mem(store: &Store, loc: ChunkLocation, at: u64) {
+    let ChunkLocation::Memory(off) = loc else {
+        panic!("expected a memory chunk")
+    };
+    let r = store.data_region();
+    assert!(off + at < r.len);
+    // SAFETY: inside the mapped data region; nobody else uses this store.
+    unsafe {
+        let p = (r.base as *mut u8).add((off + at) as usize);
+        p.write_volatile(p.read_volatile() ^ 0x10);
+    }
+}
+
+#[test]
+fn reader_in_the_writing_process_verifies_checksums_after_close() {
+    // The FUSE daemon (and any process that writes then reads back) is the last writer
+    // of what it wrote: a new read handle must still verify, or damage is served.
+    let t = temp_store("basic-selfverify", 4 << 20, 64 << 10, None);
+    let s = &t.store;
+    let data = pattern(200_000, 3);
+    let mut f = s.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    f.write_all(&data).unwrap();
+    f.close().unwrap();
+    let chunks = s.chunk_list("/f").unwrap();
+    flip_mem(s, chunks[1].location, 5);
+    let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+    let mut buf = vec![0u8; 1000];
+    assert_eq!(r.pread(&mut buf, 0).unwrap(), 1000);
+    assert_eq!(r.pread(&mut buf, 70_000).unwrap_err().errno(), libc::EIO);
+    flip_mem(s, chunks[1].location, 5);
+    let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+    let mut all = vec![0u8; data.len()];
+    assert_eq!(r.read_full(&mut all).unwrap(), data.len());
+    assert_eq!(all, data);
+}
+
+#[test]
+fn read_write_handle_reads_its_own_overwrites_without_false_mismatch() {
+    let t = temp_store("basic-rwself", 4 << 20, 64 << 10, None);
+    let s = &t.store;
+    let mut f = s
+        .open(
+            "/f",
+            OpenFlags {
+                read: true,
+                write: true,
+                create: true,
+                ..Default::default()
+            },
+            0o644,
+        )
+        .unwrap();
+    f.write_all(&pattern(150_000, 1)).unwrap();
+    // An overwrite in the middle leaves the chunk's CRC stale until close.
+    f.pwrite(b"xyz", 70_000).unwrap();
+    let mut buf = [0u8; 3];
+    assert_eq!(f.pread(&mut buf, 70_000).unwrap(), 3);
+    assert_eq!(&buf, b"xyz");
+    // Another handle of the same process reads it while the writer is live: no EIO.
+    let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+    assert_eq!(r.pread(&mut buf, 70_000).unwrap(), 3);
+    assert_eq!(&buf, b"xyz");
+    f.close().unwrap();
+    let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+    r.verify_all().unwrap();
+}
+
+#[test]
+fn owner_ids_and_times_are_stored_and_reported() {
+    let t = temp_store("basic-owner", 4 << 20, 64 << 10, None);
+    let s = &t.store;
+    let mut f = s.open("/f", OpenFlags::CREATE, 0o640).unwrap();
+    f.write_all(b"x").unwrap();
+    f.close().unwrap();
+    let st = s.stat("/f").unwrap();
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    assert_eq!((st.uid, st.gid), (uid, gid));
+    assert!(st.atime_ns > 0);
+    s.chown("/f", 1234, 5678).unwrap();
+    s.set_times("/f", 111, 222).unwrap();
+    s.chmod("/f", 0o600).unwrap();
+    let st = s.stat("/f").unwrap();
+    assert_eq!(
+        (st.uid, st.gid, st.atime_ns, st.mtime_ns, st.mode),
+        (1234, 5678, 111, 222, 0o600)
+    );
+    // The changes keep the inode's checksums valid: it reads and fscks clean.
+    let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(r.pread(&mut b, 0).unwrap(), 1);
+    assert!(s.fsck(false).problems.is_empty());
+    assert_eq!(s.chown("/nope", 1, 1).unwrap_err().errno(), libc::ENOENT);
 }

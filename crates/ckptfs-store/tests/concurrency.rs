@@ -4,7 +4,7 @@
 
 mod support;
 
-use ckptfs_store::{OpenFlags, Store, StoreError, StoreOptions};
+use ckptfs_store::{OpenFlags, Store, StoreError, StoreOptions, WriteState};
 use std::os::unix::process::ExitStatusExt;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -147,6 +147,11 @@ fn fsck_and_repair_while_writers_run_find_nothing_and_change_nothing() {
 fn survivors_finish_while_peers_are_sigkilled_at_random() {
     let t = TempStore::new("conc-random", 32 << 20, CHUNK, 512, None);
     let mut rng = Rng::from_env(0x5eed);
+    // The survivors write their last files only once this gate exists, which the test
+    // creates after peers were killed while they ran: on a loaded machine, spawning
+    // victims can otherwise take longer than the survivors' whole run.
+    let gate_dir = tempfile::tempdir().unwrap();
+    let gate = gate_dir.path().join("go");
     let survivors: Vec<Spec> = (0..2)
         .map(|k| {
             let mut s = files_spec(&t.name, &format!("/s{k}"), 800, 70 + k);
@@ -154,6 +159,7 @@ fn survivors_finish_while_peers_are_sigkilled_at_random() {
             s.blocks = vec![512, 4096];
             s.tmp = true;
             s.keep = 3;
+            s.gate = gate.display().to_string();
             s
         })
         .collect();
@@ -178,6 +184,9 @@ fn survivors_finish_while_peers_are_sigkilled_at_random() {
             v.kill();
             v.assert_no_error();
             killed_meanwhile += running(&procs) as u32;
+        }
+        if killed_meanwhile >= 4 && !gate.exists() {
+            std::fs::write(&gate, b"").unwrap();
         }
         gen += 1;
     }
@@ -338,9 +347,15 @@ fn enospc_when_memory_and_spill_are_full_gives_short_write_and_keeps_files() {
         "store is full: {info:?}"
     );
     // Every byte that write() accepted is there; the files written before are intact.
+    // They saw a failed write, so they are `failed`, never `complete`.
     for (k, s) in fill_specs.iter().enumerate() {
-        assert_file_is(&store, &format!("{}/fill", s.dir), s.seed, sizes[2 + k]);
+        let p = format!("{}/fill", s.dir);
+        assert_eq!(store.stat(&p).unwrap().state, WriteState::Failed, "{p}");
+        let data = read_all(&store, &p).unwrap();
+        assert_eq!(data.len() as u64, sizes[2 + k]);
+        assert_eq!(first_mismatch(s.seed, 0, &data), None);
     }
+    assert_eq!(store.info().failed, 4);
     for k in 0..2u64 {
         let data = read_all(&store, &format!("/ft{k}/fill")).unwrap();
         assert_eq!(data.len() as u64, sizes[k as usize]);

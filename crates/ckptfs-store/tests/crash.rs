@@ -815,3 +815,231 @@ fn creator_killed_while_prefaulting_leaves_no_temporary_segment_behind() {
         Vec::<String>::new()
     );
 }
+
+// ------------------------------------------------------------------ truncation windows
+
+#[test]
+fn crash_at_trunc_after_size_shows_new_size_and_old_bytes_below_it() {
+    crash_point_case(
+        "trunc-after-size",
+        300_000,
+        "truncate",
+        "",
+        70_000,
+        &["chunk-past-eof", "bad-chunk-count"],
+        |s, v| {
+            let p = v.file_path(0);
+            let st = s.stat(&p).unwrap();
+            assert_eq!((st.size, st.state), (70_000, WriteState::Incomplete));
+            let data = read_all(s, &p).unwrap();
+            assert_eq!(first_mismatch(v.file_seed(0), 0, &data), None);
+        },
+    );
+}
+
+#[test]
+fn crash_at_trunc_after_free_then_growing_reads_zeros_past_the_cut() {
+    crash_point_case(
+        "trunc-after-free",
+        300_000,
+        "truncate",
+        "",
+        70_000,
+        &["chunk-past-eof", "bad-chunk-count"],
+        |s, v| {
+            let p = v.file_path(0);
+            assert_eq!(s.stat(&p).unwrap().size, 70_000);
+            // The chunk holding the cut still had the old bytes past it: growing the file
+            // must show zeros there, not them.
+            s.truncate(&p, 200_000).unwrap();
+            let data = read_all(s, &p).unwrap();
+            assert_eq!(data.len(), 200_000);
+            assert_eq!(first_mismatch(v.file_seed(0), 0, &data[..70_000]), None);
+            assert!(data[70_000..].iter().all(|&b| b == 0), "old bytes past the cut");
+        },
+    );
+}
+
+#[test]
+fn crash_at_otrunc_after_size_leaves_an_empty_incomplete_file_not_zeros() {
+    crash_point_case(
+        "otrunc-after-size",
+        300_000,
+        "rewrite",
+        "",
+        50_000,
+        &["chunk-past-eof", "bad-chunk-count"],
+        |s, v| {
+            let p = v.file_path(0);
+            let st = s.stat(&p).unwrap();
+            assert_eq!((st.size, st.state), (0, WriteState::Incomplete));
+            assert_eq!(read_all(s, &p).unwrap(), Vec::<u8>::new());
+            assert_file_is(s, &v.file_path(1), v.file_seed(1), 300_000);
+        },
+    );
+}
+
+/// Rounds of writers that rewrite files with O_TRUNC and shrink them with ftruncate,
+/// SIGKILLed at random times: every file must read as a prefix of its only pattern (old
+/// content or new state), never zeros that neither had, and fsck must find only a dead
+/// writer's leftovers and repair them.
+#[test]
+fn sigkilled_truncating_writers_never_expose_zeros_neither_state_had() {
+    let t = TempStore::new("crash-trunc", 16 << 20, CHUNK, 256, None);
+    let mut rng = Rng::from_env(0x7a0c);
+    let mut kills = 0;
+    for round in 0..12 {
+        let specs: Vec<Spec> = (0..2)
+            .map(|k| {
+                let mut s = Spec::new(&t.name, "trunc");
+                s.dir = format!("/t{round}w{k}");
+                s.count = 3;
+                s.min = 1_000;
+                s.size = 5 * CHUNK + 999;
+                s.blocks = vec![4096, 65536, 200_000];
+                s.seed = rng.next();
+                s
+            })
+            .collect();
+        let mut procs: Vec<Proc> = specs.iter().map(|s| Proc::spawn(s, &[])).collect();
+        for p in &procs {
+            assert!(
+                p.wait_for(|l| l.starts_with("shrunk"), Duration::from_secs(30)),
+                "{:?}",
+                p.lines()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(rng.range(0, 30)));
+        for p in &mut procs {
+            assert_eq!(p.kill().signal(), Some(libc::SIGKILL));
+            kills += 1;
+        }
+        let name = t.name.clone();
+        with_timeout(60, "checking after SIGKILL in truncations", move || {
+            let store = Store::attach(&ckptfs_store::StoreOptions::named(&name)).unwrap();
+            for s in &specs {
+                for j in 0..s.count {
+                    let p = s.file_path(j);
+                    let Ok(st) = store.stat(&p) else { continue };
+                    let data = read_all(&store, &p).unwrap_or_else(|e| panic!("{p}: {e}"));
+                    assert_eq!(data.len() as u64, st.size);
+                    assert_eq!(
+                        first_mismatch(s.file_seed(j), 0, &data),
+                        None,
+                        "{p} ({:?}) shows bytes neither its old nor its new state had",
+                        st.state
+                    );
+                }
+            }
+            let rep = store.fsck(false);
+            assert_only_dead_writer_leftovers(&rep);
+            repair_and_assert_clean(&store);
+            assert_chunk_accounting(&store);
+            for s in &specs {
+                remove_tree(&store, &s.dir);
+            }
+        });
+    }
+    eprintln!("{kills} truncating writers SIGKILLed");
+}
+
+// ------------------------------------------------------------------ stale checksums, forks
+
+#[test]
+fn stale_checksum_left_by_a_dead_overwriter_is_recomputed_and_then_verified() {
+    let t = TempStore::new("crash-stale", 16 << 20, CHUNK, 64, None);
+    let mut s = Spec::new(&t.name, "overwrite");
+    s.dir = "/ow".into();
+    s.size = 4 * CHUNK;
+    let mut p = Proc::spawn(&s, &[]);
+    assert!(p.wait_for(|l| l == "ready", Duration::from_secs(20)));
+    std::thread::sleep(Duration::from_millis(20));
+    p.kill();
+    let store = t.attach();
+    let path = "/ow/ow";
+    // Attaching reaped the dead writer: no chunk is left without a current checksum.
+    assert_eq!(store.stat(path).unwrap().state, WriteState::Incomplete);
+    let chunks = store.chunk_list(path).unwrap();
+    assert!(chunks.iter().all(|c| c.crc.is_some()), "{chunks:?}");
+    assert!(store.fsck(false).problems.is_empty());
+    // So damage to those bytes is caught on read instead of being served unchecked.
+    flip(&store, chunks[2].location, 17);
+    let mut f = store.open(path, OpenFlags::READ, 0).unwrap();
+    let mut buf = vec![0u8; 100];
+    assert_eq!(f.pread(&mut buf, 2 * CHUNK).unwrap_err().errno(), libc::EIO);
+}
+
+fn fork_case(tag: &str, child_writes: bool) -> (Store, TempStore, Spec) {
+    let t = TempStore::new(tag, 8 << 20, CHUNK, 64, None);
+    let v = setup_files(&t.name, "/v", 1, 100_000, 9);
+    let mut s = Spec::new(&t.name, "op");
+    s.op = "fork".into();
+    s.path = v.file_path(0);
+    s.to = if child_writes { "write" } else { "" }.into();
+    s.size = 50_000;
+    s.seed = v.file_seed(0);
+    let mut p = Proc::spawn(&s, &[]);
+    let st = p.wait_timeout(Duration::from_secs(30)).expect("fork op hangs");
+    p.assert_no_error();
+    assert!(st.success(), "{st} {:?}", p.lines());
+    (t.attach(), t, v)
+}
+
+#[test]
+fn forked_child_killed_without_writing_does_not_keep_parents_file_incomplete() {
+    let (store, _t, v) = fork_case("fork-nowrite", false);
+    let p = v.file_path(0);
+    let st = store.stat(&p).unwrap();
+    assert_eq!((st.state, st.size), (WriteState::Complete, 150_000));
+    assert_file_is(&store, &p, v.file_seed(0), 150_000);
+}
+
+#[test]
+fn forked_child_killed_after_writing_leaves_parents_file_incomplete() {
+    let (store, _t, v) = fork_case("fork-write", true);
+    let st = store.stat(&v.file_path(0)).unwrap();
+    assert_eq!((st.state, st.size), (WriteState::Incomplete, 150_005));
+    assert_eq!(store.fsck(false).incomplete, vec![v.file_path(0)]);
+}
+
+// ------------------------------------------------------------------ failed writes
+
+#[test]
+fn file_closed_after_enospc_is_failed_until_rewritten() {
+    let t = TempStore::new("crash-enospc", 4 * CHUNK, CHUNK, 64, None);
+    let mut s = Spec::new(&t.name, "fill");
+    s.dir = "/f".into();
+    s.blocks = vec![100_000];
+    let mut p = Proc::spawn(&s, &[]);
+    let st = p.wait_timeout(Duration::from_secs(30)).expect("fill hangs");
+    p.assert_no_error();
+    assert!(st.success());
+    assert!(
+        p.lines().iter().any(|l| l.starts_with("enospc")),
+        "{:?}",
+        p.lines()
+    );
+    let store = t.attach();
+    let st = store.stat("/f/fill").unwrap();
+    assert_eq!(st.state, WriteState::Failed);
+    assert_eq!(store.info().failed, 1);
+    // Closing it again normally (no truncation) does not make it complete.
+    store
+        .open(
+            "/f/fill",
+            OpenFlags {
+                write: true,
+                ..Default::default()
+            },
+            0,
+        )
+        .unwrap()
+        .close()
+        .unwrap();
+    assert_eq!(store.stat("/f/fill").unwrap().state, WriteState::Failed);
+    // Rewritten from scratch (O_TRUNC) it is a new, complete file.
+    let mut f = store.open("/f/fill", OpenFlags::CREATE, 0).unwrap();
+    f.write_all(&pattern(1, 0, 1000)).unwrap();
+    f.close().unwrap();
+    assert_eq!(store.stat("/f/fill").unwrap().state, WriteState::Complete);
+}

@@ -1,30 +1,42 @@
 //! CRFS mode: a FUSE mirror of a backend directory whose writes are aggregated into
 //! large chunks by the [`engine`] (Ouyang et al., CRFS, section IV).
 //!
-//! FUSE inode numbers are the backend's inode numbers (the backend root is 1); a table
-//! maps each inode the kernel knows to its backend path, kept current across renames.
+//! FUSE inode numbers are the backend's inode numbers (the backend root is 1). Each inode
+//! the kernel knows is held as an O_PATH descriptor of the backend inode (a table keyed
+//! by inode number, dropped at forget), and every backend call is relative to one: by
+//! (directory descriptor, name) for namespace calls, through `/proc/self/fd/N` or
+//! AT_EMPTY_PATH for the inode itself. So a name removed while another hard link stays
+//! keeps working, renames need no bookkeeping, and paths as long as the kernel accepts
+//! on the mount work on the backend whatever its own path length. Backend calls made
+//! for a request run with the caller's file-system credentials ([`crate::creds`]).
 //! Reads, metadata and directory operations go straight to the backend; before a read,
-//! truncate or fallocate of a file with buffered data, its chunks are written first so
-//! the backend is current. getattr reports the size including buffered data.
+//! truncate, fallocate or time change of a file with buffered data, its chunks are
+//! written first so the backend is current. getattr reports the size including
+//! buffered data.
 
+mod backend;
+use backend::{check, errno_io, file_type, ts};
 pub mod engine;
+mod nodes;
 
 pub use engine::{BackendSink, DiscardSink, Engine, EngineStats, FileSink};
 
+use crate::creds::{as_caller, AsCaller};
 use crate::dirs::{dot_entries, DirTable, Listing};
-use crate::{io_errno, reply_empty, split_name, Counters, IoMode};
+use crate::{reply_empty, Counters, IoMode};
 use engine::AggFile;
 use fuser::{
     Errno, FileAttr, FileType, Filesystem, Generation, INodeNo, KernelConfig, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow,
 };
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::{File, Metadata};
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -59,11 +71,6 @@ impl CrfsConfig {
 // through this mount.
 const TTL: Duration = Duration::from_secs(1);
 
-struct Node {
-    path: PathBuf,
-    lookups: u64,
-}
-
 struct Handle {
     fd: File,
     agg: Option<Arc<AggFile>>,
@@ -72,49 +79,20 @@ struct Handle {
 
 /// The CRFS file system.
 pub struct CrfsFs {
-    backend: PathBuf,
     root_ino: u64,
     io: IoMode,
     engine: Engine,
-    nodes: Mutex<HashMap<u64, Node>>,
+    nodes: nodes::Nodes,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     dirs: DirTable<std::ffi::OsString>,
     next_fh: AtomicU64,
     counters: Arc<Counters>,
 }
 
-fn errno_io(e: io::Error) -> Errno {
-    io_errno(&e)
-}
-
-fn cpath(p: &Path) -> Result<CString, Errno> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)
-}
-
-fn check(r: libc::c_int) -> Result<(), Errno> {
-    if r < 0 {
-        Err(errno_io(io::Error::last_os_error()))
-    } else {
-        Ok(())
-    }
-}
-
 fn reply_entry(reply: ReplyEntry, r: Result<FileAttr, Errno>) {
     match r {
         Ok(a) => reply.entry(&TTL, &a, Generation(0)),
         Err(e) => reply.error(e),
-    }
-}
-
-fn file_type(m: &Metadata) -> FileType {
-    FileType::from_std(m.file_type()).unwrap_or(FileType::RegularFile)
-}
-
-fn ts(sec: i64, nsec: i64) -> SystemTime {
-    if sec >= 0 {
-        SystemTime::UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
-    } else {
-        SystemTime::UNIX_EPOCH
     }
 }
 
@@ -138,20 +116,12 @@ impl CrfsFs {
                 "the pool must hold at least one chunk",
             ));
         }
-        let mut nodes = HashMap::new();
-        nodes.insert(
-            1,
-            Node {
-                path: backend.clone(),
-                lookups: 1,
-            },
-        );
+        let root = backend::open_root(&backend)?;
         Ok(CrfsFs {
             engine: Engine::new(config.pool_size, config.chunk_size, config.io_threads, sink),
-            backend,
             root_ino: meta.ino(),
             io,
-            nodes: Mutex::new(nodes),
+            nodes: nodes::Nodes::new(root),
             handles: Mutex::new(HashMap::new()),
             dirs: DirTable::new(),
             next_fh: AtomicU64::new(1),
@@ -177,21 +147,22 @@ impl CrfsFs {
         }
     }
 
-    fn path(&self, ino: INodeNo) -> Result<PathBuf, Errno> {
-        self.nodes
-            .lock()
-            .unwrap()
-            .get(&ino.0)
-            .map(|n| n.path.clone())
-            .ok_or(Errno::ENOENT)
+    /// The O_PATH descriptor of an inode the kernel knows.
+    fn node(&self, ino: INodeNo) -> Result<Arc<OwnedFd>, Errno> {
+        self.nodes.get(ino)
     }
 
-    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<PathBuf, Errno> {
-        split_name(name)?;
+    /// The directory descriptor and the checked name of `name` in `parent`.
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<(Arc<OwnedFd>, CString), Errno> {
+        // Any bytes but '/' and NUL, as on the backend (not only UTF-8 like the store).
+        if name.len() > 255 {
+            return Err(Errno::from_i32(libc::ENAMETOOLONG));
+        }
         if name == "." || name == ".." || name.as_bytes().contains(&b'/') {
             return Err(Errno::EINVAL);
         }
-        Ok(self.path(parent)?.join(name))
+        let c = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
+        Ok((self.node(parent)?, c))
     }
 
     fn attr(&self, m: &Metadata) -> FileAttr {
@@ -220,65 +191,42 @@ impl CrfsFs {
         }
     }
 
-    /// lstat `path` and remember it as the path of its inode (one more kernel lookup).
-    fn remember(&self, path: PathBuf) -> Result<FileAttr, Errno> {
-        let m = std::fs::symlink_metadata(&path).map_err(errno_io)?;
+    /// Take `fd` (an O_PATH descriptor of a backend inode) as the kernel's node for its
+    /// inode (one more kernel lookup); an inode already known keeps its descriptor.
+    fn remember_fd(&self, fd: OwnedFd) -> Result<FileAttr, Errno> {
+        let m = backend::fstat(fd.as_fd())?;
         let attr = self.attr(&m);
-        let mut nodes = self.nodes.lock().unwrap();
-        let n = nodes.entry(attr.ino.0).or_insert(Node {
-            path: path.clone(),
-            lookups: 0,
-        });
-        n.path = path;
-        n.lookups += 1;
+        self.nodes.remember(attr.ino.0, fd);
         Ok(attr)
     }
 
+    /// Look `name` up in `dir` and remember it.
+    fn remember(&self, dir: BorrowedFd, name: &std::ffi::CStr) -> Result<FileAttr, Errno> {
+        self.remember_fd(backend::open_node(dir, name)?)
+    }
+
     fn stat_ino(&self, ino: INodeNo) -> Result<Metadata, Errno> {
-        let p = self.path(ino)?;
-        let m = std::fs::symlink_metadata(&p).map_err(errno_io)?;
-        if self.fuse_ino(m.ino()) != ino.0 {
-            return Err(Errno::ENOENT); // the name now belongs to another file
-        }
-        Ok(m)
+        backend::fstat(self.node(ino)?.as_fd())
     }
 
     fn handle(&self, fh: u64) -> Result<Arc<Handle>, Errno> {
         self.handles.lock().unwrap().get(&fh).cloned().ok_or(Errno::EBADF)
     }
 
-    /// Open the backend file for a FUSE open/create and register the handle.
-    fn open_backend(
-        &self,
-        path: &Path,
-        flags: i32,
-        create_mode: Option<u32>,
-    ) -> Result<(u64, Metadata), Errno> {
+    /// Register the backend file of a FUSE open/create as a handle.
+    fn add_handle(&self, fd: File, flags: i32) -> Result<(u64, Metadata), Errno> {
         let acc = flags & libc::O_ACCMODE;
         let writable = acc == libc::O_WRONLY || acc == libc::O_RDWR;
-        let mut oo = OpenOptions::new();
-        // Open write-only files read-write too when allowed, so the page cache can read them.
-        oo.read(acc != libc::O_WRONLY).write(writable);
-        let pass =
-            flags & (libc::O_TRUNC | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_DIRECTORY | libc::O_NOATIME);
-        if let Some(mode) = create_mode {
-            oo.create(true).mode(mode);
-        }
-        oo.custom_flags(pass);
-        let fd = match oo.open(path) {
-            Ok(f) => f,
-            Err(e) => return Err(errno_io(e)),
-        };
         let m = fd.metadata().map_err(errno_io)?;
         let agg = if writable && m.is_file() {
             let key = (m.dev(), m.ino());
-            let p = path.to_path_buf();
             let f = self
                 .engine
                 .attach(key, || {
-                    let w = OpenOptions::new().write(true).open(&p)?;
-                    let size = w.metadata()?.len();
-                    Ok((w, size))
+                    // The chunks go through a duplicate of this open's descriptor: a
+                    // second open could be refused (a new file of mode 0444).
+                    let w = fd.try_clone()?;
+                    Ok((w, m.len()))
                 })
                 .map_err(errno_io)?;
             if flags & libc::O_TRUNC != 0 {
@@ -301,16 +249,27 @@ impl CrfsFs {
         Ok((fh, m))
     }
 
-    fn rename_nodes(&self, from: &Path, to: &Path) {
-        let mut nodes = self.nodes.lock().unwrap();
-        for n in nodes.values_mut() {
-            if let Ok(rest) = n.path.strip_prefix(from) {
-                n.path = if rest.as_os_str().is_empty() {
-                    to.to_path_buf()
-                } else {
-                    to.join(rest)
-                };
-            }
+    /// Write out the buffered chunks of the backend file `m`, if it has any.
+    fn drain_file(&self, m: &Metadata) {
+        if let Some(f) = self.engine.lookup((m.dev(), m.ino())) {
+            self.engine.drain(&f);
+        }
+    }
+
+    /// getxattr/listxattr: `f(node, is_symlink, reply)` as the caller.
+    fn xattr_read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        reply: ReplyXattr,
+        f: impl FnOnce(BorrowedFd, bool, ReplyXattr),
+    ) {
+        let r = self
+            .node(ino)
+            .and_then(|n| Ok((backend::fstat(n.as_fd())?.file_type().is_symlink(), n)));
+        match r.and_then(|(link, n)| Ok((AsCaller::enter(req)?, link, n))) {
+            Ok((_guard, link, n)) => f(n.as_fd(), link, reply),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -342,20 +301,14 @@ impl Filesystem for CrfsFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.counters.meta.fetch_add(1, Relaxed);
-        reply_entry(reply, self.child(parent, name).and_then(|p| self.remember(p)));
+        let r = self
+            .child(parent, name)
+            .and_then(|(d, n)| self.remember(d.as_fd(), &n));
+        reply_entry(reply, r);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        if ino.0 == 1 {
-            return;
-        }
-        let mut nodes = self.nodes.lock().unwrap();
-        if let Some(n) = nodes.get_mut(&ino.0) {
-            n.lookups = n.lookups.saturating_sub(nlookup);
-            if n.lookups == 0 {
-                nodes.remove(&ino.0);
-            }
-        }
+        self.nodes.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<fuser::FileHandle>, reply: ReplyAttr) {
@@ -369,7 +322,7 @@ impl Filesystem for CrfsFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -387,77 +340,53 @@ impl Filesystem for CrfsFs {
     ) {
         self.counters.meta.fetch_add(1, Relaxed);
         let r = (|| {
-            let path = self.path(ino)?;
-            let c = cpath(&path)?;
-            if let Some(m) = mode {
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m & 0o7777))
-                    .map_err(errno_io)?;
-            }
-            if uid.is_some() || gid.is_some() {
-                std::os::unix::fs::lchown(&path, uid, gid).map_err(errno_io)?;
-            }
-            if let Some(len) = size {
-                let m = std::fs::symlink_metadata(&path).map_err(errno_io)?;
-                let agg = self.engine.lookup((m.dev(), m.ino()));
-                if let Some(f) = &agg {
-                    self.engine.drain(f);
+            let node = self.node(ino)?;
+            let fd = node.as_fd();
+            as_caller(req, || {
+                if uid.is_some() || gid.is_some() {
+                    backend::chown(fd, uid, gid)?;
                 }
-                match fh.and_then(|f| self.handle(f.0).ok()).and_then(|h| h.agg.clone()) {
-                    Some(f) => f.fd().set_len(len).map_err(errno_io)?,
-                    // SAFETY: c is a valid NUL-terminated path.
-                    None => check(unsafe { libc::truncate(c.as_ptr(), len as libc::off_t) })?,
+                if let Some(m) = mode {
+                    backend::chmod(fd, m)?;
                 }
-                if let Some(f) = agg {
-                    f.set_end(len);
-                }
-            }
-            if atime.is_some() || mtime.is_some() {
-                let conv = |t: Option<TimeOrNow>| match t {
-                    None => libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: libc::UTIME_OMIT,
-                    },
-                    Some(TimeOrNow::Now) => libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: libc::UTIME_NOW,
-                    },
-                    Some(TimeOrNow::SpecificTime(t)) => {
-                        let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-                        libc::timespec {
-                            tv_sec: d.as_secs() as libc::time_t,
-                            tv_nsec: d.subsec_nanos() as libc::c_long,
-                        }
+                if let Some(len) = size {
+                    let m = backend::fstat(fd)?;
+                    let agg = self.engine.lookup((m.dev(), m.ino()));
+                    if let Some(f) = &agg {
+                        self.engine.drain(f);
                     }
-                };
-                let times = [conv(atime), conv(mtime)];
-                // SAFETY: valid path and a two-element timespec array.
-                check(unsafe {
-                    libc::utimensat(
-                        libc::AT_FDCWD,
-                        c.as_ptr(),
-                        times.as_ptr(),
-                        libc::AT_SYMLINK_NOFOLLOW,
-                    )
-                })?;
-            }
-            std::fs::symlink_metadata(&path).map_err(errno_io)
+                    match fh.and_then(|f| self.handle(f.0).ok()).and_then(|h| h.agg.clone()) {
+                        Some(f) => f.fd().set_len(len).map_err(errno_io)?,
+                        None => backend::truncate(fd, len)?,
+                    }
+                    if let Some(f) = agg {
+                        f.set_end(len);
+                    }
+                }
+                if atime.is_some() || mtime.is_some() {
+                    // Times set before close (cp -p, tar -x) win over the buffered
+                    // chunks: write those out first, so their pwrite cannot move mtime
+                    // afterwards.
+                    self.drain_file(&backend::fstat(fd)?);
+                    backend::set_times(fd, atime, mtime)?;
+                }
+                Ok(())
+            })?;
+            backend::fstat(fd)
         })();
         self.reply_attr(reply, r);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self
-            .path(ino)
-            .and_then(|p| std::fs::read_link(p).map_err(errno_io))
-        {
-            Ok(t) => reply.data(t.as_os_str().as_bytes()),
+        match self.node(ino).and_then(|n| backend::readlink(n.as_fd())) {
+            Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
         }
     }
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -465,55 +394,49 @@ impl Filesystem for CrfsFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.child(parent, name).and_then(|p| {
-            let c = cpath(&p)?;
-            // SAFETY: valid path; mknod reads only its arguments.
-            check(unsafe { libc::mknod(c.as_ptr(), mode & !umask, rdev as libc::dev_t) })?;
-            self.remember(p)
+        let r = self.child(parent, name).and_then(|(d, n)| {
+            as_caller(req, || backend::mknod_at(d.as_fd(), &n, mode & !umask, rdev))?;
+            self.remember(d.as_fd(), &n)
         });
         reply_entry(reply, r);
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.counters.meta.fetch_add(1, Relaxed);
-        let r = self.child(parent, name).and_then(|p| {
-            let c = cpath(&p)?;
-            // SAFETY: valid path.
-            check(unsafe { libc::mkdir(c.as_ptr(), (mode & !umask & 0o7777) as libc::mode_t) })?;
-            self.remember(p)
+        let r = self.child(parent, name).and_then(|(d, n)| {
+            as_caller(req, || backend::mkdir_at(d.as_fd(), &n, mode & !umask))?;
+            self.remember(d.as_fd(), &n)
         });
         reply_entry(reply, r);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
-        reply_empty(
-            reply,
-            self.child(parent, name)
-                .and_then(|p| std::fs::remove_file(p).map_err(errno_io)),
-        );
+        let r = self
+            .child(parent, name)
+            .and_then(|(d, n)| as_caller(req, || backend::unlink_at(d.as_fd(), &n, 0)));
+        reply_empty(reply, r);
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
-        reply_empty(
-            reply,
-            self.child(parent, name)
-                .and_then(|p| std::fs::remove_dir(p).map_err(errno_io)),
-        );
+        let r = self
+            .child(parent, name)
+            .and_then(|(d, n)| as_caller(req, || backend::unlink_at(d.as_fd(), &n, libc::AT_REMOVEDIR)));
+        reply_empty(reply, r);
     }
 
-    fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let r = self.child(parent, link_name).and_then(|p| {
-            std::os::unix::fs::symlink(target, &p).map_err(errno_io)?;
-            self.remember(p)
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let r = self.child(parent, link_name).and_then(|(d, n)| {
+            as_caller(req, || backend::symlink_at(target, d.as_fd(), &n))?;
+            self.remember(d.as_fd(), &n)
         });
         reply_entry(reply, r);
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -523,50 +446,33 @@ impl Filesystem for CrfsFs {
     ) {
         self.counters.meta.fetch_add(1, Relaxed);
         let r = (|| {
-            let from = self.child(parent, name)?;
-            let to = self.child(newparent, newname)?;
-            let (cf, ct) = (cpath(&from)?, cpath(&to)?);
-            // SAFETY: valid paths; renameat2 with the kernel's own flags.
-            check(unsafe {
-                libc::renameat2(
-                    libc::AT_FDCWD,
-                    cf.as_ptr(),
-                    libc::AT_FDCWD,
-                    ct.as_ptr(),
-                    flags.bits(),
-                )
-            })?;
-            if flags.contains(fuser::RenameFlags::RENAME_EXCHANGE) {
-                let tmp = self.backend.join(".crfs-rename-exchange");
-                self.rename_nodes(&from, &tmp);
-                self.rename_nodes(&to, &from);
-                self.rename_nodes(&tmp, &to);
-            } else {
-                self.rename_nodes(&from, &to);
-            }
-            Ok(())
+            let (from, n) = self.child(parent, name)?;
+            let (to, nn) = self.child(newparent, newname)?;
+            as_caller(req, || {
+                backend::rename_at(from.as_fd(), &n, to.as_fd(), &nn, flags.bits())
+            })
         })();
         reply_empty(reply, r);
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let r = (|| {
-            let from = self.path(ino)?;
-            let to = self.child(newparent, newname)?;
-            std::fs::hard_link(&from, &to).map_err(errno_io)?;
-            let m = std::fs::symlink_metadata(&to).map_err(errno_io)?;
-            let attr = self.attr(&m);
-            if let Some(n) = self.nodes.lock().unwrap().get_mut(&ino.0) {
-                n.lookups += 1;
-            }
+            let node = self.node(ino)?;
+            let (d, n) = self.child(newparent, newname)?;
+            as_caller(req, || backend::link(node.as_fd(), d.as_fd(), &n))?;
+            let attr = self.attr(&backend::fstat(node.as_fd())?);
+            self.nodes.add_lookup(ino.0);
             Ok(attr)
         })();
         reply_entry(reply, r);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
         self.counters.meta.fetch_add(1, Relaxed);
-        let r = self.path(ino).and_then(|p| self.open_backend(&p, flags.0, None));
+        let r = self.node(ino).and_then(|node| {
+            let fd = as_caller(req, || backend::reopen(node.as_fd(), flags.0))?;
+            self.add_handle(fd, flags.0)
+        });
         match r {
             Ok((fh, _)) => reply.opened(fuser::FileHandle(fh), self.io.fopen_flags(flags.0)),
             Err(e) => reply.error(e),
@@ -575,7 +481,7 @@ impl Filesystem for CrfsFs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -584,16 +490,18 @@ impl Filesystem for CrfsFs {
         reply: ReplyCreate,
     ) {
         self.counters.meta.fetch_add(1, Relaxed);
-        let r = self.child(parent, name).and_then(|p| {
-            let (fh, m) = self.open_backend(&p, flags, Some(mode & !umask & 0o7777))?;
-            let mut nodes = self.nodes.lock().unwrap();
-            let n = nodes.entry(self.fuse_ino(m.ino())).or_insert(Node {
-                path: p.clone(),
-                lookups: 0,
-            });
-            n.path = p;
-            n.lookups += 1;
-            Ok((fh, self.attr(&m)))
+        let r = self.child(parent, name).and_then(|(d, n)| {
+            let fd = as_caller(req, || {
+                backend::create_at(d.as_fd(), &n, flags, mode & !umask & 0o7777)
+            })?;
+            let (fh, _) = self.add_handle(fd, flags)?;
+            match self.remember(d.as_fd(), &n) {
+                Ok(a) => Ok((fh, a)),
+                Err(e) => {
+                    self.handles.lock().unwrap().remove(&fh);
+                    Err(e)
+                }
+            }
         });
         match r {
             Ok((fh, a)) => reply.created(
@@ -645,7 +553,7 @@ impl Filesystem for CrfsFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
@@ -663,6 +571,14 @@ impl Filesystem for CrfsFs {
         let Some(f) = &h.agg else {
             return reply.error(Errno::EBADF);
         };
+        // FUSE_HANDLE_KILLPRIV: a write by a user without CAP_FSETID clears set-user-ID
+        // (and set-group-ID with group execute), as the backend would for that user;
+        // the chunks themselves are written by the daemon (root), which keeps them.
+        if crate::creds::switching() && req.uid() != 0 {
+            if let Err(e) = backend::kill_suid(&h.fd) {
+                return reply.error(e);
+            }
+        }
         let off = if h.append { f.size_hint() } else { offset };
         match self.engine.write(f, off, data) {
             Ok(n) => {
@@ -736,9 +652,9 @@ impl Filesystem for CrfsFs {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
         self.counters.meta.fetch_add(1, Relaxed);
         let r = (|| {
-            let path = self.path(ino)?;
+            let dir = backend::open_dir(self.node(ino)?.as_fd())?;
             let mut list: Listing<std::ffi::OsString> = dot_entries(ino.0, 1);
-            for e in std::fs::read_dir(&path).map_err(errno_io)? {
+            for e in std::fs::read_dir(backend::dir_path(&dir)).map_err(errno_io)? {
                 let e = e.map_err(errno_io)?;
                 let kind = e
                     .file_type()
@@ -784,31 +700,26 @@ impl Filesystem for CrfsFs {
         reply: ReplyEmpty,
     ) {
         let r = self
-            .path(ino)
-            .and_then(|p| File::open(p).and_then(|d| d.sync_all()).map_err(errno_io));
+            .node(ino)
+            .and_then(|n| backend::open_dir(n.as_fd()))
+            .and_then(|d| d.sync_all().map_err(errno_io));
         reply_empty(reply, r);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let Ok(c) = cpath(&self.backend) else {
-            return reply.error(Errno::EINVAL);
-        };
-        // SAFETY: statvfs is plain data; c is a valid path.
-        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: valid path and out pointer.
-        if let Err(e) = check(unsafe { libc::statvfs(c.as_ptr(), &mut s) }) {
-            return reply.error(e);
+        match self.node(INodeNo(1)).and_then(|n| backend::statvfs(n.as_fd())) {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(e),
         }
-        reply.statfs(
-            s.f_blocks,
-            s.f_bfree,
-            s.f_bavail,
-            s.f_files,
-            s.f_ffree,
-            s.f_bsize as u32,
-            s.f_namemax as u32,
-            s.f_frsize as u32,
-        );
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
@@ -846,4 +757,43 @@ impl Filesystem for CrfsFs {
         });
         reply_empty(reply, r);
     }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.node(ino).and_then(|n| {
+            let link = backend::fstat(n.as_fd())?.file_type().is_symlink();
+            as_caller(req, || backend::setxattr(n.as_fd(), link, name, value, flags))
+        });
+        reply_empty(reply, r);
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.xattr_read(req, ino, reply, |fd, link, reply| {
+            backend::getxattr(fd, link, name, size, reply)
+        });
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.xattr_read(req, ino, reply, |fd, link, reply| {
+            backend::listxattr(fd, link, size, reply)
+        });
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.node(ino).and_then(|n| {
+            let link = backend::fstat(n.as_fd())?.file_type().is_symlink();
+            as_caller(req, || backend::removexattr(n.as_fd(), link, name))
+        });
+        reply_empty(reply, r);
+    }
+
+    crate::quiet_defaults!();
 }

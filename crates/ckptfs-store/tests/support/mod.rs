@@ -55,6 +55,7 @@ impl TempStore {
             spill_dir: spill.map(|s| s.0.to_path_buf()),
             spill_size: spill.map(|s| s.1),
             private: false,
+            ..Default::default()
         };
         Store::create(&opts).unwrap();
         TempStore { name }

@@ -1,0 +1,581 @@
+//! The settings table and its resolution: every store setting is a CLI flag, an
+//! environment variable `CKPTFS_*` and a key of a TOML file, with precedence
+//! flags > env > file > defaults.
+//!
+//! A setting left at its default is not imposed on an existing store: the resolved
+//! [`StoreSettings`] carries `None` for it, and attaching accepts whatever the segment
+//! was created with. A setting given explicitly (by any source) must match.
+
+use crate::parse::{check_store_name, parse_bool, parse_count, parse_prefixes, parse_size, parse_store_size};
+use crate::types::Errno;
+use std::path::PathBuf;
+
+/// Default memory for file data: 1 GiB.
+pub const DEFAULT_MEM_SIZE: u64 = 1 << 30;
+/// Default chunk size: 1 MiB.
+pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
+/// Default maximum number of files and directories.
+pub const DEFAULT_MAX_FILES: u32 = 4096;
+/// Smallest chunk size: 64 KiB.
+pub const MIN_CHUNK_SIZE: u64 = 64 << 10;
+/// Largest chunk size: 64 MiB.
+pub const MAX_CHUNK_SIZE: u64 = 64 << 20;
+/// Largest `max_files`.
+pub const MAX_MAX_FILES: u64 = 1 << 22;
+/// Environment variable naming the TOML settings file.
+pub const CONFIG_ENV: &str = "CKPTFS_CONFIG";
+
+/// The default store name, derived from the user id: `u<UID>`.
+pub fn default_store_name() -> String {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    format!("u{}", unsafe { libc::getuid() })
+}
+
+/// Where a setting's value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Built-in default.
+    Default,
+    /// The TOML file.
+    File,
+    /// An environment variable.
+    Env,
+    /// A command-line flag.
+    Flag,
+}
+
+impl Source {
+    /// Lower-case name, as `ckptfs config` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Default => "default",
+            Source::File => "file",
+            Source::Env => "env",
+            Source::Flag => "flag",
+        }
+    }
+}
+
+/// What kind of value a setting holds (how it is parsed and range-checked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A store name ([`check_store_name`]).
+    StoreName,
+    /// A size in bytes, at most [`crate::MAX_SIZE`].
+    Size,
+    /// A chunk size: a power of two from 64 KiB to 64 MiB.
+    ChunkSize,
+    /// A count from 2 to [`MAX_MAX_FILES`].
+    FileCount,
+    /// A directory path (empty: none).
+    Dir,
+    /// A boolean ([`parse_bool`]).
+    Bool,
+    /// Colon-separated absolute path prefixes ([`parse_prefixes`]).
+    Prefixes,
+}
+
+/// One row of the settings table.
+pub struct Setting {
+    /// Key in the TOML file.
+    pub key: &'static str,
+    /// Environment variable.
+    pub env: &'static str,
+    /// Command-line flag.
+    pub flag: &'static str,
+    /// Default value, as text.
+    pub default: fn() -> String,
+    /// What it does.
+    pub help: &'static str,
+    /// How its value is parsed.
+    pub kind: Kind,
+}
+
+/// The table.
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        key: "store",
+        env: "CKPTFS_STORE",
+        flag: "--store",
+        default: default_store_name,
+        help: "store name",
+        kind: Kind::StoreName,
+    },
+    Setting {
+        key: "mem_size",
+        env: "CKPTFS_MEM_SIZE",
+        flag: "--mem-size",
+        default: || DEFAULT_MEM_SIZE.to_string(),
+        help: "memory for file data (bytes)",
+        kind: Kind::Size,
+    },
+    Setting {
+        key: "chunk_size",
+        env: "CKPTFS_CHUNK_SIZE",
+        flag: "--chunk-size",
+        default: || DEFAULT_CHUNK_SIZE.to_string(),
+        help: "chunk size (bytes)",
+        kind: Kind::ChunkSize,
+    },
+    Setting {
+        key: "max_files",
+        env: "CKPTFS_MAX_FILES",
+        flag: "--max-files",
+        default: || DEFAULT_MAX_FILES.to_string(),
+        help: "maximum files and directories",
+        kind: Kind::FileCount,
+    },
+    Setting {
+        key: "spill_dir",
+        env: "CKPTFS_SPILL_DIR",
+        flag: "--spill-dir",
+        default: String::new,
+        help: "spill file directory",
+        kind: Kind::Dir,
+    },
+    Setting {
+        key: "spill_size",
+        env: "CKPTFS_SPILL_SIZE",
+        flag: "--spill-size",
+        default: || "0".into(),
+        help: "spill file size (bytes)",
+        kind: Kind::Size,
+    },
+    Setting {
+        key: "private",
+        env: "CKPTFS_PRIVATE",
+        flag: "--private",
+        default: || "false".into(),
+        help: "private segment per process",
+        kind: Kind::Bool,
+    },
+    Setting {
+        key: "allow_foreign_owner",
+        env: "CKPTFS_ALLOW_FOREIGN_OWNER",
+        flag: "--allow-foreign-owner",
+        default: || "false".into(),
+        help: "attach a store segment owned by another user (root, explicitly)",
+        kind: Kind::Bool,
+    },
+    Setting {
+        key: "mount",
+        env: "CKPTFS_MOUNT",
+        flag: "--mount",
+        default: || "/ckpt".into(),
+        help: "path prefixes served by `ckptfs run`",
+        kind: Kind::Prefixes,
+    },
+];
+
+/// The row of `key`.
+pub fn setting(key: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.key == key)
+}
+
+/// A bad setting or settings file. Every variant maps to EINVAL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    /// A value that does not parse or is out of range.
+    #[error("setting {key} ({origin}): {problem}")]
+    Invalid {
+        /// The setting's key.
+        key: &'static str,
+        /// Where the value came from: `env CKPTFS_X`, `flag --x`, `file PATH`.
+        origin: String,
+        /// What is wrong, quoting the value.
+        problem: String,
+    },
+    /// A key of the settings file that is not a setting.
+    #[error("{file}: unknown setting {key:?} (known: {known})")]
+    UnknownKey {
+        /// The settings file.
+        file: String,
+        /// The unknown key.
+        key: String,
+        /// The known keys.
+        known: String,
+    },
+    /// The settings file is not valid TOML.
+    #[error("parsing settings file {file}: {msg}")]
+    BadFile {
+        /// The settings file.
+        file: String,
+        /// The parser's message.
+        msg: String,
+    },
+}
+
+impl SettingsError {
+    /// The errno of every settings error: EINVAL.
+    pub fn errno(&self) -> Errno {
+        Errno::EINVAL
+    }
+}
+
+/// One resolved row: key, value as text, source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// The setting's key.
+    pub key: &'static str,
+    /// Its value as text (as given, or the default).
+    pub value: String,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// The resolved store settings. Settings left at their default are `None` (not imposed
+/// on an existing store); the store name is always set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// Store name (the default `u<UID>` when not given).
+    pub name: String,
+    /// Memory for file data, when given.
+    pub mem_size: Option<u64>,
+    /// Chunk size, when given.
+    pub chunk_size: Option<u64>,
+    /// Maximum files and directories, when given.
+    pub max_files: Option<u32>,
+    /// Spill directory, when given and not empty.
+    pub spill_dir: Option<PathBuf>,
+    /// Spill size, when given and not zero.
+    pub spill_size: Option<u64>,
+    /// One private segment per process.
+    pub private: bool,
+    /// Attach a segment owned by another user (root only, explicitly).
+    pub allow_foreign_owner: bool,
+}
+
+/// Every setting resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Every row of [`SETTINGS`], in order: value and source.
+    pub rows: Vec<Row>,
+    /// The store settings.
+    pub store: StoreSettings,
+    /// The mount prefixes (normalised, at least one).
+    pub mounts: Vec<String>,
+}
+
+/// The settings file: a name for messages and its TOML text.
+#[derive(Debug, Clone, Copy)]
+pub struct FileText<'a> {
+    /// The file's path, for messages.
+    pub name: &'a str,
+    /// Its content.
+    pub text: &'a str,
+}
+
+/// The sources of a resolution. No I/O happens here: the caller reads the environment
+/// and the file.
+pub struct Inputs<'a> {
+    /// Flag values by setting key (None: not given).
+    pub flags: &'a dyn Fn(&str) -> Option<String>,
+    /// Environment lookup by variable name. Unset and blank variables are "not given".
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// The settings file, if one is used.
+    pub file: Option<FileText<'a>>,
+}
+
+fn file_values(f: FileText<'_>) -> Result<Vec<(String, String)>, SettingsError> {
+    #[cfg(feature = "toml-file")]
+    {
+        let doc: toml::Table = f
+            .text
+            .parse()
+            .map_err(|e: toml::de::Error| SettingsError::BadFile {
+                file: f.name.to_string(),
+                msg: e.to_string(),
+            })?;
+        let mut out = Vec::new();
+        for (k, v) in doc {
+            if setting(&k).is_none() {
+                let known: Vec<_> = SETTINGS.iter().map(|s| s.key).collect();
+                return Err(SettingsError::UnknownKey {
+                    file: f.name.to_string(),
+                    key: k,
+                    known: known.join(", "),
+                });
+            }
+            let text = match v {
+                toml::Value::String(s) => s,
+                other => other.to_string(),
+            };
+            out.push((k, text));
+        }
+        Ok(out)
+    }
+    #[cfg(not(feature = "toml-file"))]
+    {
+        Err(SettingsError::BadFile {
+            file: f.name.to_string(),
+            msg: "built without settings-file support".into(),
+        })
+    }
+}
+
+/// Resolve every setting from flags, the environment and the settings file.
+pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
+    let file = match inp.file {
+        Some(f) => file_values(f)?,
+        None => Vec::new(),
+    };
+    let mut rows = Vec::with_capacity(SETTINGS.len());
+    for s in SETTINGS {
+        let (value, source) = if let Some(v) = (inp.flags)(s.key) {
+            (v, Source::Flag)
+        } else if let Some(v) = (inp.env)(s.env).filter(|v| !v.trim().is_empty()) {
+            (v, Source::Env)
+        } else if let Some((_, v)) = file.iter().find(|(k, _)| k == s.key) {
+            (v.clone(), Source::File)
+        } else {
+            ((s.default)(), Source::Default)
+        };
+        rows.push(Row {
+            key: s.key,
+            value,
+            source,
+        });
+    }
+    let file_name = inp.file.map(|f| f.name).unwrap_or("");
+    let mut st = StoreSettings::default();
+    let mut mounts = Vec::new();
+    for (s, row) in SETTINGS.iter().zip(&rows) {
+        let bad = |problem: String| SettingsError::Invalid {
+            key: s.key,
+            origin: match row.source {
+                Source::Flag => format!("flag {}", s.flag),
+                Source::Env => format!("env {}", s.env),
+                Source::File => format!("file {file_name}"),
+                Source::Default => "default".into(),
+            },
+            problem,
+        };
+        let explicit = row.source != Source::Default;
+        let v = row.value.as_str();
+        match s.kind {
+            Kind::StoreName => {
+                check_store_name(v).map_err(bad)?;
+                st.name = v.to_string();
+            }
+            Kind::Size => {
+                let n = parse_store_size(v).map_err(bad)?;
+                match s.key {
+                    "mem_size" => st.mem_size = explicit.then_some(n),
+                    _ => st.spill_size = (explicit && n > 0).then_some(n),
+                }
+            }
+            Kind::ChunkSize => {
+                let n = parse_size(v).map_err(bad)?;
+                if !n.is_power_of_two() || !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&n) {
+                    return Err(bad(format!(
+                        "{v:?} is out of range (a power of two from 64K to 64M)"
+                    )));
+                }
+                st.chunk_size = explicit.then_some(n);
+            }
+            Kind::FileCount => {
+                let n = parse_count(v, 2, MAX_MAX_FILES).map_err(bad)?;
+                st.max_files = explicit.then_some(n as u32);
+            }
+            Kind::Dir => {
+                st.spill_dir = (explicit && !v.is_empty()).then(|| PathBuf::from(v));
+            }
+            Kind::Bool => {
+                let b = parse_bool(v).map_err(bad)?;
+                match s.key {
+                    "allow_foreign_owner" => st.allow_foreign_owner = b,
+                    _ => st.private = b,
+                }
+            }
+            Kind::Prefixes => mounts = parse_prefixes(v).map_err(bad)?,
+        }
+    }
+    Ok(Settings {
+        rows,
+        store: st,
+        mounts,
+    })
+}
+
+/// Resolve from the environment alone (no flags, no settings file): what the C API and
+/// the shim do.
+pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
+    resolve(&Inputs {
+        flags: &|_| None,
+        env,
+        file: None,
+    })
+}
+
+impl Settings {
+    /// The row of `key`.
+    pub fn row(&self, key: &str) -> Option<&Row> {
+        self.rows.iter().find(|r| r.key == key)
+    }
+
+    /// Environment variables that pass these settings on to a child (e.g. the preload
+    /// shim): every explicit setting, plus the store name and the mount prefixes.
+    pub fn child_env(&self) -> Vec<(&'static str, String)> {
+        SETTINGS
+            .iter()
+            .zip(&self.rows)
+            .filter(|(s, row)| row.source != Source::Default || s.key == "store" || s.key == "mount")
+            .map(|(s, row)| (s.env, row.value.clone()))
+            .collect()
+    }
+
+    /// The resolved values as one JSON object (the same text from every front-end:
+    /// `ckptfs config --json` shows it as `resolved`, the C API's `ckptfs_settings` and
+    /// the shim's `ckptfs_preload_settings` return it). Settings left at their default
+    /// are `null`.
+    pub fn to_json(&self) -> String {
+        let st = &self.store;
+        let num = |v: Option<u64>| v.map_or("null".to_string(), |n| n.to_string());
+        let mounts: Vec<String> = self.mounts.iter().map(|m| json_str(m)).collect();
+        format!(
+            "{{\"store\":{},\"mem_size\":{},\"chunk_size\":{},\"max_files\":{},\"spill_dir\":{},\"spill_size\":{},\"private\":{},\"allow_foreign_owner\":{},\"mount\":[{}]}}",
+            json_str(&st.name),
+            num(st.mem_size),
+            num(st.chunk_size),
+            num(st.max_files.map(u64::from)),
+            st.spill_dir
+                .as_ref()
+                .map_or("null".to_string(), |p| json_str(&p.to_string_lossy())),
+            num(st.spill_size),
+            st.private,
+            st.allow_foreign_owner,
+            mounts.join(",")
+        )
+    }
+}
+
+/// `s` as a JSON string literal.
+pub fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn precedence_flag_env_file_default() {
+        let env = env_of(&[("CKPTFS_STORE", "fromenv"), ("CKPTFS_MEM_SIZE", "32M")]);
+        let flags = |k: &str| (k == "store").then(|| "fromflag".to_string());
+        let s = resolve(&Inputs {
+            flags: &flags,
+            env: &env,
+            file: Some(FileText {
+                name: "c.toml",
+                text: "store = \"fromfile\"\nmem_size = \"64M\"\nchunk_size = \"128K\"\nprivate = true\n",
+            }),
+        })
+        .unwrap();
+        assert_eq!(s.store.name, "fromflag");
+        assert_eq!(s.store.mem_size, Some(32 << 20));
+        assert_eq!(s.store.chunk_size, Some(128 << 10));
+        assert_eq!(s.store.max_files, None, "defaults are not imposed");
+        assert!(s.store.private);
+        let src: Vec<_> = s.rows.iter().map(|r| r.source).collect();
+        assert_eq!(
+            &src[..4],
+            [Source::Flag, Source::Env, Source::File, Source::Default]
+        );
+        assert_eq!(s.mounts, ["/ckpt"]);
+    }
+
+    #[test]
+    fn blank_variables_are_not_given() {
+        let s = from_env(&env_of(&[("CKPTFS_MEM_SIZE", "  "), ("CKPTFS_PRIVATE", "")])).unwrap();
+        assert_eq!(s.store.mem_size, None);
+        assert!(!s.store.private);
+        assert_eq!(s.store.name, default_store_name());
+    }
+
+    #[test]
+    fn errors_name_the_setting_and_the_variable() {
+        for (var, val, words) in [
+            ("CKPTFS_MAX_FILES", "abc", "not a number"),
+            ("CKPTFS_MAX_FILES", "1", "out of range"),
+            ("CKPTFS_MEM_SIZE", "1e30", "out of range"),
+            ("CKPTFS_MEM_SIZE", "65T", "out of range"),
+            ("CKPTFS_CHUNK_SIZE", "100K", "power of two"),
+            ("CKPTFS_PRIVATE", "maybe", "not a boolean"),
+            ("CKPTFS_STORE", ".", "store name"),
+            ("CKPTFS_STORE", "..", "store name"),
+            ("CKPTFS_STORE", "a/b", "store name"),
+            ("CKPTFS_MOUNT", "rel", "absolute"),
+        ] {
+            let e = from_env(&env_of(&[(var, val)])).unwrap_err();
+            let key = SETTINGS.iter().find(|s| s.env == var).unwrap().key;
+            let m = e.to_string();
+            assert!(
+                m.contains(var) && m.contains(key) && m.contains(words),
+                "{var}={val}: {m}"
+            );
+            assert_eq!(e.errno(), Errno::EINVAL);
+        }
+    }
+
+    #[test]
+    fn file_errors_name_the_file() {
+        let bad = |text: &str| {
+            resolve(&Inputs {
+                flags: &|_| None,
+                env: &|_| None,
+                file: Some(FileText { name: "x.toml", text }),
+            })
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(bad("colour = 1\n").contains("unknown setting"));
+        assert!(bad("mem_size = \n").contains("x.toml"));
+        let e = bad("max_files = \"lots\"\n");
+        assert!(e.contains("file x.toml") && e.contains("max_files"), "{e}");
+    }
+
+    #[test]
+    fn json_summary_and_child_env() {
+        let s = from_env(&env_of(&[
+            ("CKPTFS_STORE", "j\"1"),
+            ("CKPTFS_MAX_FILES", "100"),
+            ("CKPTFS_PRIVATE", "yes"),
+        ]));
+        assert!(s.is_err(), "a quote is not allowed in a store name");
+        let s = from_env(&env_of(&[
+            ("CKPTFS_STORE", "j1"),
+            ("CKPTFS_MAX_FILES", "100"),
+            ("CKPTFS_PRIVATE", "yes"),
+            ("CKPTFS_SPILL_DIR", "/tmp/a\"b"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            s.to_json(),
+            r#"{"store":"j1","mem_size":null,"chunk_size":null,"max_files":100,"spill_dir":"/tmp/a\"b","spill_size":null,"private":true,"allow_foreign_owner":false,"mount":["/ckpt"]}"#
+        );
+        let env = s.child_env();
+        assert!(env.contains(&("CKPTFS_PRIVATE", "yes".into())));
+        assert!(env.contains(&("CKPTFS_MOUNT", "/ckpt".into())));
+        assert!(!env.iter().any(|(k, _)| *k == "CKPTFS_MEM_SIZE"));
+    }
+}

@@ -1,0 +1,308 @@
+//! Metadata checksums (format version 3) and the checks that keep damaged metadata from
+//! being served as data.
+//!
+//! Three records carry a CRC32C of their own, each written by whoever changes the record
+//! while holding the lock that protects it:
+//!
+//! | record | fields covered | lock | checked by |
+//! |---|---|---|---|
+//! | inode namespace record (`ns_crc`) | file id, kind, ORPHAN flag, parent, mode, uid, gid, name | namespace | open, stat, lookup, fsck |
+//! | inode data record (`data_crc`) | file id, size, chunk count | file | open, stat, every read and write, fsck |
+//! | chunk entry (`meta`) | chunk id, owner, logical index | allocation (stored before `owner`) | every chunk-map rebuild, fsck |
+//!
+//! A reader holding the lock sees either the old or the new record with its matching CRC.
+//! A writer killed between a field and its CRC leaves a mismatch, but always while holding
+//! the lock, so the next locker gets `EOWNERDEAD` and reseals (the inode's data record;
+//! every namespace record) before trusting them: damage that coincides with such a crash
+//! is adopted, which is the documented limit. Chunk entries have no such window: `meta`
+//! is stored before the `owner` store that commits the allocation.
+//!
+//! The per-chunk data CRC (`sum`) protects itself: a changed length or CRC is a mismatch
+//! on verification, and a stale flag nobody explains is EIO.
+
+use crate::checksum::crc32c;
+use crate::error::{Result, StoreError};
+use crate::layout::*;
+use crate::segment::Segment;
+use crate::store::Store;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+/// CRC of inode `fid`'s namespace record as it would be with kind `k`.
+///
+/// Callers hold the namespace lock (names change only under it) or own the segment
+/// exclusively (creation).
+pub(crate) fn ns_crc_with_kind(seg: &Segment, fid: u32, k: u32) -> u32 {
+    let ino = seg.inode(fid);
+    let len = ino.name_len.load(Relaxed);
+    let mut b = [0u8; 28 + 256];
+    // The ORPHAN flag is part of the record (set under the namespace lock): a stray
+    // ORPHAN bit must not get a named file freed.
+    let k = k | (ino.flags.load(Relaxed) & iflag::ORPHAN) << 16;
+    for (i, v) in [
+        fid,
+        k,
+        ino.parent.load(Relaxed),
+        ino.mode.load(Relaxed),
+        ino.uid.load(Relaxed),
+        ino.gid.load(Relaxed),
+        len,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        b[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    let n = (len as usize).min(256);
+    // SAFETY: the name cell is only written under the namespace lock, which the caller
+    // holds (or the caller has exclusive access during creation).
+    b[28..28 + n].copy_from_slice(unsafe { &(&*ino.name.get())[..n] });
+    crc32c(&b[..28 + n])
+}
+
+/// Store the namespace CRC of `fid` for its current fields. Namespace lock held.
+pub(crate) fn seal_ns(seg: &Segment, fid: u32) {
+    let k = seg.inode(fid).kind.load(Relaxed);
+    seg.inode(fid)
+        .ns_crc
+        .store(ns_crc_with_kind(seg, fid, k), Release);
+}
+
+/// Does `fid`'s namespace record match its CRC? Namespace lock held.
+pub(crate) fn ns_ok(seg: &Segment, fid: u32) -> bool {
+    let ino = seg.inode(fid);
+    ino.ns_crc.load(Acquire) == ns_crc_with_kind(seg, fid, ino.kind.load(Acquire))
+}
+
+fn data_crc_of(seg: &Segment, fid: u32) -> u32 {
+    let ino = seg.inode(fid);
+    let mut b = [0u8; 16];
+    b[..4].copy_from_slice(&fid.to_le_bytes());
+    b[4..8].copy_from_slice(&ino.nchunks.load(Relaxed).to_le_bytes());
+    b[8..].copy_from_slice(&ino.size.load(Relaxed).to_le_bytes());
+    crc32c(&b)
+}
+
+/// Store the data-record CRC of `fid` (size, chunk count). File lock held.
+pub(crate) fn seal_data(seg: &Segment, fid: u32) {
+    seg.inode(fid).data_crc.store(data_crc_of(seg, fid), Release);
+}
+
+/// Does `fid`'s data record match its CRC? File lock held.
+pub(crate) fn data_ok(seg: &Segment, fid: u32) -> bool {
+    seg.inode(fid).data_crc.load(Acquire) == data_crc_of(seg, fid)
+}
+
+/// The `meta` CRC of chunk `c` owned by `owner` (file id + 1) at `logical`.
+pub(crate) fn chunk_meta(c: u32, owner: u32, logical: u32) -> u32 {
+    let mut b = [0u8; 12];
+    b[..4].copy_from_slice(&c.to_le_bytes());
+    b[4..8].copy_from_slice(&owner.to_le_bytes());
+    b[8..].copy_from_slice(&logical.to_le_bytes());
+    crc32c(&b)
+}
+
+/// Does owned chunk `c`'s entry match its `meta` CRC?
+pub(crate) fn chunk_ok(seg: &Segment, c: u32) -> bool {
+    let e = seg.chunk(c);
+    e.meta.load(Acquire) == chunk_meta(c, e.owner.load(Acquire), e.logical.load(Relaxed))
+}
+
+/// CRC of the superblock's identity fields (written once at creation).
+pub(crate) fn ident_crc(sb: &Superblock) -> u32 {
+    let mut b = [0u8; 20];
+    b[..4].copy_from_slice(&sb.creator_uid.to_le_bytes());
+    b[4..12].copy_from_slice(&sb.created_ns.to_le_bytes());
+    b[12..].copy_from_slice(&sb.create_time_ns.to_le_bytes());
+    crc32c(&b)
+}
+
+/// Effective uid and gid of the calling process.
+pub(crate) fn caller_ids() -> (u32, u32) {
+    // SAFETY: geteuid/getegid have no preconditions.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+/// Is `fid` a valid file id (not NONE, inside the table)?
+pub(crate) fn fid_ok(seg: &Segment, fid: u32) -> bool {
+    fid < seg.layout.max_files
+}
+
+impl Store {
+    /// Check both records of inode `fid` (namespace lock held; takes the file lock).
+    pub(crate) fn check_inode(&self, fid: u32, path: &str) -> Result<()> {
+        let seg = &*self.seg;
+        if !ns_ok(seg, fid) {
+            return Err(self.damaged(fid, path, "inode name/parent/mode record checksum mismatch"));
+        }
+        let _g = self.file_lock(fid);
+        self.check_data(fid, path)
+    }
+
+    /// Check inode `fid`'s data record (file lock held).
+    pub(crate) fn check_data(&self, fid: u32, path: &str) -> Result<()> {
+        if data_ok(&self.seg, fid) {
+            Ok(())
+        } else {
+            Err(self.damaged(fid, path, "inode size/chunk-count record checksum mismatch"))
+        }
+    }
+
+    pub(crate) fn damaged(&self, fid: u32, path: &str, what: &str) -> StoreError {
+        tracing::error!(store = %self.seg.name, fid, path, what, "damaged metadata");
+        StoreError::Damaged {
+            path: if path.is_empty() {
+                format!("inode {}", fid as u64 + 1)
+            } else {
+                path.to_string()
+            },
+            what: what.to_string(),
+        }
+    }
+
+    /// Change the owner ids (stored and reported, not enforced).
+    pub fn chown(&self, path: &str, uid: u32, gid: u32) -> Result<()> {
+        let comps = crate::store::components(path)?;
+        let ns = self.ns();
+        let fid = self.resolve(&ns, &comps, path)?;
+        self.check_inode(fid, path)?;
+        let ino = self.seg.inode(fid);
+        ino.uid.store(uid, Relaxed);
+        ino.gid.store(gid, Relaxed);
+        seal_ns(&self.seg, fid);
+        ino.ctime_ns.store(crate::segment::now(), Relaxed);
+        Ok(())
+    }
+
+    /// Set the access and modification times (ns since the epoch).
+    pub fn set_times(&self, path: &str, atime_ns: u64, mtime_ns: u64) -> Result<()> {
+        let comps = crate::store::components(path)?;
+        let ns = self.ns();
+        let fid = self.resolve(&ns, &comps, path)?;
+        let ino = self.seg.inode(fid);
+        ino.atime_ns.store(atime_ns, Relaxed);
+        ino.mtime_ns.store(mtime_ns, Relaxed);
+        ino.ctime_ns.store(crate::segment::now(), Relaxed);
+        Ok(())
+    }
+
+    /// Recompute every in-use inode's namespace CRC: after a namespace-lock holder died,
+    /// any record may have been half-changed. Namespace lock held.
+    pub(crate) fn reseal_all_ns(&self) {
+        let seg = &*self.seg;
+        for fid in 0..seg.layout.max_files {
+            if seg.inode(fid).kind.load(Acquire) != kind::FREE {
+                seal_ns(seg, fid);
+            }
+        }
+    }
+}
+
+/// Name of the quarantine directory under the root.
+pub const LOST_FOUND: &str = "lost+found";
+
+impl Store {
+    /// The `/lost+found` directory, created (mode 0700) if missing. Namespace lock held.
+    pub(crate) fn lost_found(&self, ns: &crate::store::Ns) -> Option<u32> {
+        if let Some(f) = self.lookup_child(ns, ROOT, LOST_FOUND.as_bytes()) {
+            if self.seg.inode(f).kind.load(Acquire) == kind::DIR {
+                return Some(f);
+            }
+        }
+        self.alloc_inode(ns, kind::DIR, ROOT, LOST_FOUND.as_bytes(), 0o700, false)
+            .ok()
+    }
+
+    /// Move inode `fid` (its namespace record cannot be trusted, or its name collides
+    /// with an undamaged file's) into `/lost+found` as `ino<N>`, keeping its data, and
+    /// mark a file `incomplete` so that it is never drained or restored as complete.
+    /// Returns its new path. Namespace lock held; `fid`'s file lock not held.
+    pub(crate) fn quarantine_inode(&self, ns: &crate::store::Ns, fid: u32) -> Option<String> {
+        let seg = &*self.seg;
+        let lf = self.lost_found(ns)?;
+        if lf == fid {
+            return None;
+        }
+        let ino = seg.inode(fid);
+        let name = format!("ino{}", fid as u64 + 1);
+        // Out of whatever list and hash slot it is in; rebuilt from the records later.
+        ino.parent.store(lf, Relaxed);
+        // SAFETY: namespace lock held.
+        unsafe { seg.set_name(fid, name.as_bytes()) };
+        ino.flags.fetch_and(!iflag::ORPHAN, Release);
+        if ino.kind.load(Acquire) != kind::DIR {
+            ino.kind.store(kind::FILE, Release);
+        }
+        ino.mode.store(ino.mode.load(Relaxed) & 0o777, Relaxed);
+        seal_ns(seg, fid);
+        self.hash_insert(ns, fid);
+        self.link_child(ns, lf, fid);
+        {
+            let _g = self.file_lock(fid);
+            let n = (0..seg.nchunks())
+                .filter(|&c| seg.chunk(c).owner.load(Acquire) == fid + 1)
+                .count() as u32;
+            ino.nchunks.store(n, Relaxed);
+            seal_data(seg, fid);
+            ino.cgen.fetch_add(1, Release);
+            if ino.kind.load(Relaxed) == kind::FILE {
+                ino.wstate.store(wstate::INCOMPLETE, Release);
+            }
+        }
+        Some(format!("/{LOST_FOUND}/{name}"))
+    }
+
+    /// Does the root directory's data record verify? Namespace lock held.
+    pub(crate) fn root_data_ok(&self) -> bool {
+        let _g = self.file_lock(ROOT);
+        data_ok(&self.seg, ROOT)
+    }
+
+    /// Restore the root directory's fixed fields (kind, no parent, no name, no data) and
+    /// reseal it; its children are found again by the namespace rebuild. Namespace lock
+    /// held.
+    pub(crate) fn reset_root(&self, _ns: &crate::store::Ns) {
+        let seg = &*self.seg;
+        let root = seg.inode(ROOT);
+        root.kind.store(kind::DIR, Release);
+        root.parent.store(NONE, Relaxed);
+        root.name_len.store(0, Relaxed);
+        root.mode.store(root.mode.load(Relaxed) & 0o7777, Relaxed);
+        seal_ns(seg, ROOT);
+        let _g = self.file_lock(ROOT);
+        root.size.store(0, Relaxed);
+        root.nchunks.store(0, Relaxed);
+        seal_data(seg, ROOT);
+    }
+
+    /// Give chunk `c`, whose entry cannot be attributed to a file (its checksum does not
+    /// match owner and index), to a new file `/lost+found/chunk<C>` of its written length,
+    /// marked `incomplete`. Namespace and allocation locks not held by the caller except
+    /// the namespace lock. Returns the new path.
+    pub(crate) fn quarantine_chunk(&self, ns: &crate::store::Ns, c: u32) -> Option<String> {
+        let seg = &*self.seg;
+        let lf = self.lost_found(ns)?;
+        let name = format!("chunk{c}");
+        if self.lookup_child(ns, lf, name.as_bytes()).is_some() {
+            return None;
+        }
+        let fid = self
+            .alloc_inode(ns, kind::FILE, lf, name.as_bytes(), 0o600, false)
+            .ok()?;
+        let ino = seg.inode(fid);
+        let _g = self.file_lock(fid);
+        let e = seg.chunk(c);
+        let hwm = (crate::layout::unpack_sum(e.sum.load(Acquire)).0 as u64).min(seg.layout.chunk_size());
+        {
+            let _a = self.alloc_lock();
+            e.logical.store(0, Relaxed);
+            e.meta.store(chunk_meta(c, fid + 1, 0), Relaxed);
+            e.owner.store(fid + 1, Release);
+        }
+        ino.nchunks.store(1, Relaxed);
+        ino.size.store(hwm, Release);
+        seal_data(seg, fid);
+        ino.cgen.fetch_add(1, Release);
+        ino.wstate.store(wstate::INCOMPLETE, Release);
+        Some(format!("/{LOST_FOUND}/{name}"))
+    }
+}
