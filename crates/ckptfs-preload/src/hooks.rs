@@ -948,6 +948,9 @@ pub unsafe extern "C" fn renameat2(
     if in_shim() {
         return fwd(d1, p1, d2, p2);
     }
+    if crate::paths::unreadable(p1) || crate::paths::unreadable(p2) {
+        return ret(Err(libc::EFAULT));
+    }
     // SAFETY: caller C strings.
     let (l1, l2) = match unsafe { (state::classify(d1, p1), state::classify(d2, p2)) } {
         (Ok(a), Ok(b)) => (a, b),
@@ -989,6 +992,9 @@ unsafe fn link_like(
 ) -> c_int {
     if in_shim() {
         return fwd();
+    }
+    if crate::paths::unreadable(p1) || crate::paths::unreadable(p2) {
+        return ret(Err(libc::EFAULT));
     }
     // SAFETY: caller C strings (p1 may be a symlink target; classified only as a path).
     let store1 = matches!(unsafe { state::classify(d1, p1) }, Ok(Loc::Store(..)));
@@ -1040,7 +1046,13 @@ pub unsafe extern "C" fn symlink(target: *const c_char, p: *const c_char) -> c_i
             libc::AT_FDCWD,
             p,
             |_, p| real!(symlink: fn(*const c_char, *const c_char) -> c_int; -1; target, p),
-            |_, _| Err(libc::EPERM),
+            |_, _| {
+                Err(if crate::paths::unreadable(target) {
+                    libc::EFAULT
+                } else {
+                    libc::EPERM
+                })
+            },
         )
     }
 }
@@ -1052,7 +1064,13 @@ pub unsafe extern "C" fn symlinkat(target: *const c_char, dirfd: c_int, p: *cons
             dirfd,
             p,
             |d, p| real!(symlinkat: fn(*const c_char, c_int, *const c_char) -> c_int; -1; target, d, p),
-            |_, _| Err(libc::EPERM),
+            |_, _| {
+                Err(if crate::paths::unreadable(target) {
+                    libc::EFAULT
+                } else {
+                    libc::EPERM
+                })
+            },
         )
     }
 }

@@ -83,6 +83,14 @@ pub fn plausible_user_ptr(p: usize) -> bool {
     (FIRST_PAGE..KERNEL_HALF).contains(&p)
 }
 
+/// A path argument the kernel would answer EFAULT for without looking further: null or
+/// not a plausible user address. For the calls taking two names, where one of them
+/// leading into the store would otherwise decide the answer (EXDEV, EPERM).
+#[inline]
+pub fn unreadable(p: *const std::ffi::c_char) -> bool {
+    p.is_null() || !plausible_user_ptr(p as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
