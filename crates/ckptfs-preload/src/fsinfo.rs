@@ -129,7 +129,8 @@ fn conf(name: c_int) -> Result<libc::c_long, i32> {
         _ => {
             let shm = c"/dev/shm";
             crate::sys::set_errno(0);
-            let v = crate::sys::real!(pathconf: fn(*const c_char, c_int) -> libc::c_long; -1; shm.as_ptr(), name);
+            let v =
+                crate::sys::real!(pathconf: fn(*const c_char, c_int) -> libc::c_long; -1; shm.as_ptr(), name);
             if v < 0 && crate::sys::errno() != 0 {
                 return Err(crate::sys::errno());
             }
@@ -156,5 +157,6 @@ pub unsafe extern "C" fn pathconf(p: *const c_char, name: c_int) -> libc::c_long
 
 #[no_mangle]
 pub unsafe extern "C" fn fpathconf(fd: c_int, name: c_int) -> libc::c_long {
-    on_fd(fd, |_| conf(name)).unwrap_or_else(|| crate::sys::real!(fpathconf: fn(c_int, c_int) -> libc::c_long; -1; fd, name))
+    on_fd(fd, |_| conf(name))
+        .unwrap_or_else(|| crate::sys::real!(fpathconf: fn(c_int, c_int) -> libc::c_long; -1; fd, name))
 }

@@ -900,6 +900,12 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
                     return Err(libc::EINVAL);
                 }
                 if flags & libc::AT_REMOVEDIR != 0 {
+                    // classify read this C string already (in the unsafe block above).
+                    match crate::paths::last_component(CStr::from_ptr(path).to_bytes()) {
+                        b"." => return Err(libc::EINVAL),
+                        b".." => return Err(libc::ENOTEMPTY),
+                        _ => {}
+                    }
                     ops::rmdir(p).map(|_| 0)
                 } else {
                     ops::unlink(p).map(|_| 0)
@@ -957,7 +963,19 @@ pub unsafe extern "C" fn renameat2(
         (Err(e), _) | (_, Err(e)) => return ret(Err(e)),
     };
     match (l1, l2) {
-        (Loc::Store(_, a), Loc::Store(_, b)) => ret(guarded(|| ops::rename(&a, &b, flags).map(|_| 0))),
+        (Loc::Store(_, a), Loc::Store(_, b)) => {
+            // SAFETY: classify read both C strings already.
+            let dots = [p1, p2].iter().any(|&p| {
+                matches!(
+                    crate::paths::last_component(unsafe { CStr::from_ptr(p) }.to_bytes()),
+                    b"." | b".."
+                )
+            });
+            if dots {
+                return ret(Err(libc::EBUSY));
+            }
+            ret(guarded(|| ops::rename(&a, &b, flags).map(|_| 0)))
+        }
         (Loc::Store(..), _) | (_, Loc::Store(..)) => ret(Err(libc::EXDEV)),
         (a, b) => {
             let (d1, p1) = match &a {

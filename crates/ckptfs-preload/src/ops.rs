@@ -36,7 +36,8 @@ pub fn open(mount: usize, path: &str, flags: i32, mode: u32) -> R<i32> {
     let h = store
         .open(path, of, mode & 0o7777 & !state::umask())
         .map_err(se)?;
-    if h.is_dir() && of.create {
+    // O_TRUNC asks for write access even with O_RDONLY (Linux): EISDIR on a directory.
+    if h.is_dir() && (of.create || flags & libc::O_TRUNC != 0) {
         return Err(libc::EISDIR);
     }
     let acc = if opath {

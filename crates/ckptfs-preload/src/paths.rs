@@ -91,6 +91,21 @@ pub fn unreadable(p: *const std::ffi::c_char) -> bool {
     p.is_null() || !plausible_user_ptr(p as usize)
 }
 
+/// The last component of a path as the program wrote it (trailing slashes ignored):
+/// `rmdir("d/.")` is EINVAL and `rename("d/..", x)` EBUSY on Linux, though the
+/// normalised path names a directory.
+pub fn last_component(p: &[u8]) -> &[u8] {
+    let mut end = p.len();
+    while end > 1 && p[end - 1] == b'/' {
+        end -= 1;
+    }
+    let start = p[..end].iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1);
+    &p[start..end]
+}
+
+/// `PATH_MAX` with its NUL: a longer path argument is ENAMETOOLONG before any lookup.
+pub const PATH_MAX: usize = 4096;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +156,13 @@ mod tests {
         assert!(!plausible_user_ptr(16));
         let s = b"x\0";
         assert!(plausible_user_ptr(s.as_ptr() as usize));
+    }
+
+    #[test]
+    fn last_component_ignores_trailing_slashes() {
+        assert_eq!(last_component(b"/ckpt/d/."), b".");
+        assert_eq!(last_component(b"d/..//"), b"..");
+        assert_eq!(last_component(b"x"), b"x");
+        assert_eq!(last_component(b"/"), b"/");
     }
 }

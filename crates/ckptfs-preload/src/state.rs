@@ -680,6 +680,9 @@ pub unsafe fn classify(dirfd: i32, path: *const libc::c_char) -> R<Loc> {
     if b.is_empty() {
         return Ok(Loc::Real);
     }
+    if b.len() >= paths::PATH_MAX {
+        return Err(libc::ENAMETOOLONG);
+    }
     let ms = mounts();
     if b[0] == b'/' {
         if !paths::needs_normalize(b) {
