@@ -292,8 +292,8 @@ pub fn fill_stat(st: &Stat, nlink: u64, out: &mut libc::stat) {
         (st.ctime_ns / 1_000_000_000) as i64,
         (st.ctime_ns % 1_000_000_000) as i64,
     );
-    out.st_atime = ms;
-    out.st_atime_nsec = mn;
+    out.st_atime = (st.atime_ns / 1_000_000_000) as i64;
+    out.st_atime_nsec = (st.atime_ns % 1_000_000_000) as i64;
     out.st_mtime = ms;
     out.st_mtime_nsec = mn;
     out.st_ctime = cs;
@@ -323,7 +323,7 @@ pub fn fill_statx(st: &Stat, nlink: u64, out: &mut libc::statx) {
         t.tv_nsec = (ns % 1_000_000_000) as u32;
         t
     };
-    out.stx_atime = ts(st.mtime_ns);
+    out.stx_atime = ts(st.atime_ns);
     out.stx_mtime = ts(st.mtime_ns);
     out.stx_ctime = ts(st.ctime_ns);
     out.stx_dev_major = (DEV >> 8) as u32;
@@ -339,7 +339,10 @@ pub fn ftruncate(d: &Desc, len: i64) -> R<()> {
         return Err(libc::EINVAL);
     }
     let mut h = d.handle()?;
-    h.as_mut().ok_or(libc::EBADF)?.set_len(len as u64).map_err(se)
+    let h = h.as_mut().ok_or(libc::EBADF)?;
+    h.set_len(len as u64).map_err(se)?;
+    touch_handle(h);
+    Ok(())
 }
 
 /// truncate(2).
@@ -351,7 +354,11 @@ pub fn truncate(path: &str, len: i64) -> R<()> {
     if s.stat(path).map_err(se)?.kind == FileKind::Dir {
         return Err(libc::EISDIR);
     }
-    s.truncate(path, len as u64).map_err(se)
+    s.truncate(path, len as u64).map_err(se)?;
+    if let Ok(st) = s.stat(path) {
+        let _ = s.set_times(path, st.atime_ns, now_ns());
+    }
+    Ok(())
 }
 
 /// fsync(2)/fdatasync(2).
@@ -379,6 +386,7 @@ pub fn fallocate(d: &Desc, mode: i32, off: i64, len: i64) -> R<()> {
             let h = h.as_mut().ok_or(libc::EBADF)?;
             if end > h.size() {
                 h.set_len(end).map_err(se)?;
+                touch_handle(h);
             }
             Ok(())
         }
@@ -450,7 +458,9 @@ pub fn rmdir(path: &str) -> R<()> {
     if path.ends_with("/.") {
         return Err(libc::EINVAL);
     }
-    state::store()?.rmdir(path).map_err(se)
+    state::store()?.rmdir(path).map_err(se)?;
+    touch_dir(&parent_of(path));
+    Ok(())
 }
 
 /// unlink(2).
@@ -461,6 +471,7 @@ pub fn unlink(path: &str) -> R<()> {
     let store = state::store()?;
     let key = store.stat(path).ok().map(|s| (s.ino, s.generation));
     store.unlink(path).map_err(se)?;
+    touch_dir(&parent_of(path));
     if let Some(k) = key {
         crate::locks::unlinked(k);
     }
@@ -505,24 +516,64 @@ pub fn chown(path: &str, uid: u32, gid: u32) -> R<()> {
     }
 }
 
-/// utimensat(2): the store keeps the modification time; UTIME_OMIT leaves it.
+/// Now, in ns since the epoch.
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// utimensat(2): access and modification times; UTIME_OMIT keeps one, UTIME_NOW is now.
 pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>) -> R<()> {
     let s = state::store()?;
-    s.stat(path).map_err(se)?;
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-    };
-    let ns = match times {
-        None => now(),
-        Some(t) => match t[1].tv_nsec {
-            libc::UTIME_OMIT => return Ok(()),
-            libc::UTIME_NOW => now(),
+    let st = s.stat(path).map_err(se)?;
+    // UTIME_OMIT keeps `cur`.
+    let pick = |t: &libc::timespec, cur: u64| -> R<u64> {
+        Ok(match t.tv_nsec {
+            libc::UTIME_OMIT => cur,
+            libc::UTIME_NOW => now_ns(),
             n if !(0..1_000_000_000).contains(&n) => return Err(libc::EINVAL),
-            n => (t[1].tv_sec.max(0) as u64) * 1_000_000_000 + n as u64,
-        },
+            n => (t.tv_sec.max(0) as u64) * 1_000_000_000 + n as u64,
+        })
     };
-    s.set_mtime(path, ns).map_err(se)
+    let (a, m) = match times {
+        None => (now_ns(), now_ns()),
+        Some(t) => {
+            if t[0].tv_nsec == libc::UTIME_OMIT && t[1].tv_nsec == libc::UTIME_OMIT {
+                return Ok(());
+            }
+            (pick(&t[0], st.atime_ns)?, pick(&t[1], st.mtime_ns)?)
+        }
+    };
+    s.set_times(path, a, m).map_err(se)
+}
+
+/// After an entry of directory `dir` was added or removed: its mtime (and ctime) are now.
+pub fn touch_dir(dir: &str) {
+    if let Ok(s) = state::store() {
+        if let Ok(st) = s.stat(dir) {
+            let _ = s.set_times(dir, st.atime_ns, now_ns());
+        }
+    }
+}
+
+/// A size change through a descriptor: the file's mtime and ctime are now (when its name
+/// still leads to it; an unlinked file has nothing to name).
+fn touch_handle(h: &ckptfs_store::FileHandle) {
+    let s = h.store();
+    if let Ok(st) = s.stat(h.path()) {
+        if st.ino == h.ino() {
+            let _ = s.set_times(h.path(), st.atime_ns, now_ns());
+        }
+    }
+}
+
+/// The parent directory of a store path.
+pub fn parent_of(path: &str) -> String {
+    let n = crate::paths::normalize(path);
+    match n.rfind('/') {
+        Some(0) | None => "/".to_string(),
+        Some(i) => n[..i].to_string(),
+    }
 }
