@@ -270,8 +270,7 @@ fn blocks_of(st: &Stat) -> u64 {
 
 /// Fill a `struct stat` (same layout as stat64 on 64-bit Linux).
 pub fn fill_stat(st: &Stat, nlink: u64, out: &mut libc::stat) {
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (uid, gid) = (st.uid, st.gid);
     let chunk = state::store().map(|s| s.chunk_size()).unwrap_or(1 << 20);
     // SAFETY: libc::stat is plain old data; zero is a valid value for every field.
     *out = unsafe { std::mem::zeroed() };
@@ -302,8 +301,7 @@ pub fn fill_stat(st: &Stat, nlink: u64, out: &mut libc::stat) {
 
 /// Fill a `struct statx`.
 pub fn fill_statx(st: &Stat, nlink: u64, out: &mut libc::statx) {
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (uid, gid) = (st.uid, st.gid);
     let chunk = state::store().map(|s| s.chunk_size()).unwrap_or(1 << 20);
     // SAFETY: libc::statx is plain old data.
     *out = unsafe { std::mem::zeroed() };
@@ -423,7 +421,34 @@ pub fn fcntl(d: &Desc, cmd: i32, arg: u64) -> R<i32> {
     }
 }
 
-/// faccessat(2) permission check (the effective ids are the file's owner ids).
+/// Is `gid` the caller's effective group or one of its supplementary groups?
+fn in_groups(gid: u32) -> bool {
+    // SAFETY: getegid has no preconditions.
+    if unsafe { libc::getegid() } == gid {
+        return true;
+    }
+    let mut groups = [0 as libc::gid_t; 256];
+    // SAFETY: the buffer holds 256 ids.
+    let n = unsafe { libc::getgroups(groups.len() as libc::c_int, groups.as_mut_ptr()) };
+    n > 0 && groups[..n as usize].contains(&gid)
+}
+
+/// The permission bits (rwx, low three bits) of `st` that apply to the caller: owner,
+/// group or other class by its effective ids.
+fn class_bits(st: &Stat) -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    let shift = if unsafe { libc::geteuid() } == st.uid {
+        6
+    } else if in_groups(st.gid) {
+        3
+    } else {
+        0
+    };
+    (st.mode >> shift) & 7
+}
+
+/// faccessat(2) permission check by the caller's effective ids and the file's owner,
+/// group and mode (the store keeps them; the shim checks them only here and in chown).
 pub fn access(path: &str, amode: i32) -> R<()> {
     let (st, _) = stat(path)?;
     if amode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
@@ -432,11 +457,12 @@ pub fn access(path: &str, amode: i32) -> R<()> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let m = st.mode;
-    let ok = |bit: u32| root || m & (bit << 6) != 0;
+    let bits = class_bits(&st);
+    let ok = |bit: u32| root || bits & bit != 0;
     if amode & libc::R_OK != 0 && !ok(4) || amode & libc::W_OK != 0 && !ok(2) {
         return Err(libc::EACCES);
     }
-    if amode & libc::X_OK != 0 && m & (if root { 0o111 } else { 0o100 }) == 0 {
+    if amode & libc::X_OK != 0 && (root && m & 0o111 == 0 || !root && bits & 1 == 0) {
         return Err(libc::EACCES);
     }
     Ok(())
@@ -503,17 +529,35 @@ pub fn chmod(path: &str, mode: u32) -> R<()> {
     state::store()?.chmod(path, mode).map_err(se)
 }
 
-/// chown(2): the store keeps no owners; a change to the reported owner (or -1) is a
-/// no-op, anything else EPERM.
+/// chown(2) with the kernel's rules: root changes anything; the owner may set the group
+/// to one of its groups and the owner to itself; anyone else is EPERM. A regular file
+/// loses its set-user-id bit (and set-group-id if group-executable), as on Linux.
 pub fn chown(path: &str, uid: u32, gid: u32) -> R<()> {
-    state::store()?.stat(path).map_err(se)?;
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (u, g) = unsafe { (libc::geteuid(), libc::getegid()) };
-    if (uid == u32::MAX || uid == u) && (gid == u32::MAX || gid == g) {
-        Ok(())
-    } else {
-        Err(libc::EPERM)
+    let s = state::store()?;
+    let st = s.stat(path).map_err(se)?;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let new_uid = if uid == u32::MAX { st.uid } else { uid };
+    let new_gid = if gid == u32::MAX { st.gid } else { gid };
+    if !root {
+        // SAFETY: as above.
+        let owner = unsafe { libc::geteuid() } == st.uid;
+        if !owner || new_uid != st.uid || new_gid != st.gid && !in_groups(new_gid) {
+            return Err(libc::EPERM);
+        }
     }
+    if uid == u32::MAX && gid == u32::MAX {
+        return Ok(());
+    }
+    s.chown(path, new_uid, new_gid).map_err(se)?;
+    if st.kind == FileKind::File && st.mode & 0o6000 != 0 {
+        let mut m = st.mode & 0o7777 & !0o4000;
+        if m & 0o010 != 0 {
+            m &= !0o2000;
+        }
+        s.chmod(path, m).map_err(se)?;
+    }
+    Ok(())
 }
 
 /// Now, in ns since the epoch.
