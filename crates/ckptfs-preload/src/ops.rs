@@ -223,7 +223,11 @@ pub fn fstat(d: &Desc) -> R<(Stat, u64)> {
     let h = d.handle()?;
     let h = h.as_ref().ok_or(libc::EBADF)?;
     let st = h.stat();
-    let nlink = nlink(h.store(), &st, || h.read_dir().ok());
+    let mut nlink = nlink(h.store(), &st, || h.read_dir().ok());
+    // An unlinked file still open has no name left: link count 0, as the kernel says.
+    if st.kind == FileKind::File && h.store().path_of(st.ino).is_ok_and(|p| p.is_empty()) {
+        nlink = 0;
+    }
     Ok((st, nlink))
 }
 
@@ -349,8 +353,12 @@ pub fn truncate(path: &str, len: i64) -> R<()> {
         return Err(libc::EINVAL);
     }
     let s = state::store()?;
-    if s.stat(path).map_err(se)?.kind == FileKind::Dir {
+    let st = s.stat(path).map_err(se)?;
+    if st.kind == FileKind::Dir {
         return Err(libc::EISDIR);
+    }
+    if !crate::perms::may_write(&st) {
+        return Err(libc::EACCES);
     }
     s.truncate(path, len as u64).map_err(se)?;
     if let Ok(st) = s.stat(path) {
@@ -421,32 +429,6 @@ pub fn fcntl(d: &Desc, cmd: i32, arg: u64) -> R<i32> {
     }
 }
 
-/// Is `gid` the caller's effective group or one of its supplementary groups?
-fn in_groups(gid: u32) -> bool {
-    // SAFETY: getegid has no preconditions.
-    if unsafe { libc::getegid() } == gid {
-        return true;
-    }
-    let mut groups = [0 as libc::gid_t; 256];
-    // SAFETY: the buffer holds 256 ids.
-    let n = unsafe { libc::getgroups(groups.len() as libc::c_int, groups.as_mut_ptr()) };
-    n > 0 && groups[..n as usize].contains(&gid)
-}
-
-/// The permission bits (rwx, low three bits) of `st` that apply to the caller: owner,
-/// group or other class by its effective ids.
-fn class_bits(st: &Stat) -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    let shift = if unsafe { libc::geteuid() } == st.uid {
-        6
-    } else if in_groups(st.gid) {
-        3
-    } else {
-        0
-    };
-    (st.mode >> shift) & 7
-}
-
 /// faccessat(2) permission check by the caller's effective ids and the file's owner,
 /// group and mode (the store keeps them; the shim checks them only here and in chown).
 pub fn access(path: &str, amode: i32) -> R<()> {
@@ -457,7 +439,7 @@ pub fn access(path: &str, amode: i32) -> R<()> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let m = st.mode;
-    let bits = class_bits(&st);
+    let bits = crate::perms::class_bits(&st);
     let ok = |bit: u32| root || bits & bit != 0;
     if amode & libc::R_OK != 0 && !ok(4) || amode & libc::W_OK != 0 && !ok(2) {
         return Err(libc::EACCES);
@@ -513,6 +495,11 @@ pub fn rename(from: &str, to: &str, flags: u32) -> R<()> {
     if from == "/" || to == "/" {
         return Err(libc::EBUSY);
     }
+    if !crate::perms::is_root() {
+        for p in [from, to] {
+            crate::perms::check_dir_write(&s.stat(&parent_of(p)).map_err(se)?)?;
+        }
+    }
     if flags & libc::RENAME_NOREPLACE != 0 {
         s.stat(from).map_err(se)?;
         match s.stat(to) {
@@ -524,9 +511,17 @@ pub fn rename(from: &str, to: &str, flags: u32) -> R<()> {
     s.rename(from, to).map_err(se)
 }
 
-/// chmod(2).
+/// chmod(2): the owner or root (EPERM); a caller outside the file's group loses the
+/// set-group-id bit it asks for, as on Linux.
 pub fn chmod(path: &str, mode: u32) -> R<()> {
-    state::store()?.chmod(path, mode).map_err(se)
+    let s = state::store()?;
+    let st = s.stat(path).map_err(se)?;
+    crate::perms::check_owner(&st)?;
+    let mut mode = mode;
+    if !crate::perms::is_root() && !crate::perms::in_groups(st.gid) {
+        mode &= !0o2000;
+    }
+    s.chmod(path, mode).map_err(se)
 }
 
 /// chown(2) with the kernel's rules: root changes anything; the owner may set the group
@@ -542,7 +537,7 @@ pub fn chown(path: &str, uid: u32, gid: u32) -> R<()> {
     if !root {
         // SAFETY: as above.
         let owner = unsafe { libc::geteuid() } == st.uid;
-        if !owner || new_uid != st.uid || new_gid != st.gid && !in_groups(new_gid) {
+        if !owner || new_uid != st.uid || new_gid != st.gid && !crate::perms::in_groups(new_gid) {
             return Err(libc::EPERM);
         }
     }
@@ -581,11 +576,29 @@ pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>) -> R<()> {
             n => (t.tv_sec.max(0) as u64) * 1_000_000_000 + n as u64,
         })
     };
+    // Setting given times takes the owner or root (EPERM); setting them to now, write
+    // permission (EACCES).
+    let to_now = |st: &Stat| {
+        if crate::perms::owns(st) || crate::perms::may_write(st) {
+            Ok(())
+        } else {
+            Err(libc::EACCES)
+        }
+    };
     let (a, m) = match times {
-        None => (now_ns(), now_ns()),
+        None => {
+            to_now(&st)?;
+            (now_ns(), now_ns())
+        }
         Some(t) => {
             if t[0].tv_nsec == libc::UTIME_OMIT && t[1].tv_nsec == libc::UTIME_OMIT {
                 return Ok(());
+            }
+            let given = |t: &libc::timespec| !matches!(t.tv_nsec, libc::UTIME_OMIT | libc::UTIME_NOW);
+            if given(&t[0]) || given(&t[1]) {
+                crate::perms::check_owner(&st)?;
+            } else {
+                to_now(&st)?;
             }
             (pick(&t[0], st.atime_ns)?, pick(&t[1], st.mtime_ns)?)
         }
