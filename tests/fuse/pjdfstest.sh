@@ -130,7 +130,9 @@ for t in crfs store shim; do
     esac
     if [ ${#bad[@]} -gt 0 ]; then
         status=1
-        echo "$t: ${#bad[@]} checks pass on tmpfs but not on the $t mount:"
+        where="on the $t mount"
+        [ "$t" = shim ] && where="through the shim"
+        echo "$t: ${#bad[@]} checks pass on tmpfs but not $where:"
         for b in "${bad[@]}"; do
             name=${b%% *}
             echo "  $b"

@@ -1014,13 +1014,18 @@ unsafe fn link_like(
     if crate::paths::unreadable(p1) || crate::paths::unreadable(p2) {
         return ret(Err(libc::EFAULT));
     }
-    // SAFETY: caller C strings (p1 may be a symlink target; classified only as a path).
-    let store1 = matches!(unsafe { state::classify(d1, p1) }, Ok(Loc::Store(..)));
-    // SAFETY: as above.
-    let store2 = matches!(unsafe { state::classify(d2, p2) }, Ok(Loc::Store(..)));
-    match (store1, store2) {
-        (_, true) => ret(Err(libc::EPERM)),
-        (true, false) => ret(Err(libc::EXDEV)),
+    // SAFETY: caller C strings.
+    let (l1, l2) = match unsafe { (state::classify(d1, p1), state::classify(d2, p2)) } {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return ret(Err(e)),
+    };
+    match (l1, l2) {
+        // The kernel's order: the source must exist, then the new name is checked.
+        (Loc::Store(_, a), Loc::Store(_, b)) => ret(guarded(|| {
+            ops::stat(&a)?;
+            ops::unsupported_create(&b)
+        })),
+        (Loc::Store(..), _) | (_, Loc::Store(..)) => ret(Err(libc::EXDEV)),
         _ => fwd(),
     }
 }
@@ -1064,12 +1069,14 @@ pub unsafe extern "C" fn symlink(target: *const c_char, p: *const c_char) -> c_i
             libc::AT_FDCWD,
             p,
             |_, p| real!(symlink: fn(*const c_char, *const c_char) -> c_int; -1; target, p),
-            |_, _| {
-                Err(if crate::paths::unreadable(target) {
-                    libc::EFAULT
-                } else {
-                    libc::EPERM
-                })
+            |_, p| {
+                if crate::paths::unreadable(target) {
+                    return Err(libc::EFAULT);
+                }
+                if CStr::from_ptr(target).to_bytes().len() >= crate::paths::PATH_MAX {
+                    return Err(libc::ENAMETOOLONG);
+                }
+                ops::unsupported_create(p)
             },
         )
     }
@@ -1082,12 +1089,14 @@ pub unsafe extern "C" fn symlinkat(target: *const c_char, dirfd: c_int, p: *cons
             dirfd,
             p,
             |d, p| real!(symlinkat: fn(*const c_char, c_int, *const c_char) -> c_int; -1; target, d, p),
-            |_, _| {
-                Err(if crate::paths::unreadable(target) {
-                    libc::EFAULT
-                } else {
-                    libc::EPERM
-                })
+            |_, p| {
+                if crate::paths::unreadable(target) {
+                    return Err(libc::EFAULT);
+                }
+                if CStr::from_ptr(target).to_bytes().len() >= crate::paths::PATH_MAX {
+                    return Err(libc::ENAMETOOLONG);
+                }
+                ops::unsupported_create(p)
             },
         )
     }
@@ -1121,7 +1130,7 @@ pub unsafe extern "C" fn mknod(p: *const c_char, mode: Mode, dev: libc::dev_t) -
             libc::AT_FDCWD,
             p,
             |_, p| real!(mknod: fn(*const c_char, Mode, libc::dev_t) -> c_int; -1; p, mode, dev),
-            |_, _| Err(libc::EPERM),
+            |_, p| ops::unsupported_create(p),
         )
     }
 }
@@ -1133,7 +1142,7 @@ pub unsafe extern "C" fn mkfifo(p: *const c_char, mode: Mode) -> c_int {
             libc::AT_FDCWD,
             p,
             |_, p| real!(mkfifo: fn(*const c_char, Mode) -> c_int; -1; p, mode),
-            |_, _| Err(libc::EPERM),
+            |_, p| ops::unsupported_create(p),
         )
     }
 }

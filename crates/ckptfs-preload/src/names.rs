@@ -145,7 +145,8 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const libc::sockaddr, len: libc:
         return fwd();
     }
     // SAFETY: a sockaddr_un of `len` bytes; sun_path starts at path_off.
-    let raw = unsafe { std::slice::from_raw_parts((addr as *const u8).add(path_off), len as usize - path_off) };
+    let raw =
+        unsafe { std::slice::from_raw_parts((addr as *const u8).add(path_off), len as usize - path_off) };
     // Abstract names (leading NUL) are not paths.
     if raw.first().is_none_or(|&c| c == 0) {
         return fwd();

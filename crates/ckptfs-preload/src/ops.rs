@@ -626,6 +626,25 @@ fn touch_handle(h: &ckptfs_store::FileHandle) {
     }
 }
 
+/// A name the store cannot hold (symbolic link, FIFO, socket, device node, hard link)
+/// is to be created at `path`: the errors the kernel checks first (a component too
+/// long (NAME_MAX 255), a missing or non-directory parent, an existing name), then
+/// EPERM, as the store mount answers.
+pub fn unsupported_create(path: &str) -> R<i32> {
+    let s = state::store()?;
+    if crate::paths::normalize(path).split('/').any(|c| c.len() > 255) {
+        return Err(libc::ENAMETOOLONG);
+    }
+    if s.stat(&parent_of(path)).map_err(se)?.kind != FileKind::Dir {
+        return Err(libc::ENOTDIR);
+    }
+    match s.stat(path).map_err(se) {
+        Ok(_) => Err(libc::EEXIST),
+        Err(libc::ENOENT) => Err(libc::EPERM),
+        Err(e) => Err(e),
+    }
+}
+
 /// The parent directory of a store path.
 pub fn parent_of(path: &str) -> String {
     let n = crate::paths::normalize(path);
