@@ -118,14 +118,13 @@ statfs_fd!(fstatfs64, libc::statfs64, fill_statfs);
 statfs_fd!(fstatvfs, libc::statvfs, fill_statvfs);
 statfs_fd!(fstatvfs64, libc::statvfs64, fill_statvfs);
 
-/// `pathconf` value for the store: its own limits, tmpfs's (where the store lives)
-/// for the rest.
+/// `pathconf` value for the store: its own name and path limits, tmpfs's (where the store
+/// lives) for the rest. `_PC_LINK_MAX` stays tmpfs's: a limit of 1 would promise EMLINK
+/// where link(2) into the store answers EPERM, as on the store mount.
 fn conf(name: c_int) -> Result<libc::c_long, i32> {
     Ok(match name {
         libc::_PC_NAME_MAX => NAME_MAX as libc::c_long,
         libc::_PC_PATH_MAX => libc::PATH_MAX as libc::c_long,
-        // One name per file: no hard links.
-        libc::_PC_LINK_MAX => 1,
         _ => {
             let shm = c"/dev/shm";
             crate::sys::set_errno(0);
