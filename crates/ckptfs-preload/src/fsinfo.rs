@@ -1,6 +1,7 @@
 //! `statfs`/`statvfs` and their descriptor and 64-bit forms on store paths and
 //! descriptors: the store's capacity and free space (memory plus spill chunks), its file
-//! table, so `df`, Python's `shutil.disk_usage` and IOR's free-space check see the store.
+//! table, so `df`, Python's `shutil.disk_usage` and IOR's free-space check see the store;
+//! `pathconf`/`fpathconf` with the store's limits (pjdfstest sizes its long names by them).
 // Each exported function has the contract of the libc function of the same name.
 #![allow(clippy::missing_safety_doc, missing_docs)]
 
@@ -116,3 +117,45 @@ statfs_fd!(fstatfs, libc::statfs, fill_statfs);
 statfs_fd!(fstatfs64, libc::statfs64, fill_statfs);
 statfs_fd!(fstatvfs, libc::statvfs, fill_statvfs);
 statfs_fd!(fstatvfs64, libc::statvfs64, fill_statvfs);
+
+/// `pathconf` value for the store: its own name and path limits, tmpfs's (where the store
+/// lives) for the rest. `_PC_LINK_MAX` stays tmpfs's: a limit of 1 would promise EMLINK
+/// where link(2) into the store answers EPERM, as on the store mount.
+fn conf(name: c_int) -> Result<libc::c_long, i32> {
+    Ok(match name {
+        libc::_PC_NAME_MAX => NAME_MAX as libc::c_long,
+        libc::_PC_PATH_MAX => libc::PATH_MAX as libc::c_long,
+        _ => {
+            let shm = c"/dev/shm";
+            crate::sys::set_errno(0);
+            let v =
+                crate::sys::real!(pathconf: fn(*const c_char, c_int) -> libc::c_long; -1; shm.as_ptr(), name);
+            if v < 0 && crate::sys::errno() != 0 {
+                return Err(crate::sys::errno());
+            }
+            v
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pathconf(p: *const c_char, name: c_int) -> libc::c_long {
+    // SAFETY: forwarding the caller's arguments.
+    unsafe {
+        on_path(
+            libc::AT_FDCWD,
+            p,
+            |_, p| crate::sys::real!(pathconf: fn(*const c_char, c_int) -> libc::c_long; -1; p, name),
+            |_, sp| {
+                exists(sp)?;
+                conf(name)
+            },
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fpathconf(fd: c_int, name: c_int) -> libc::c_long {
+    on_fd(fd, |_| conf(name))
+        .unwrap_or_else(|| crate::sys::real!(fpathconf: fn(c_int, c_int) -> libc::c_long; -1; fd, name))
+}

@@ -900,6 +900,12 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
                     return Err(libc::EINVAL);
                 }
                 if flags & libc::AT_REMOVEDIR != 0 {
+                    // classify read this C string already (in the unsafe block above).
+                    match crate::paths::last_component(CStr::from_ptr(path).to_bytes()) {
+                        b"." => return Err(libc::EINVAL),
+                        b".." => return Err(libc::ENOTEMPTY),
+                        _ => {}
+                    }
                     ops::rmdir(p).map(|_| 0)
                 } else {
                     ops::unlink(p).map(|_| 0)
@@ -948,13 +954,28 @@ pub unsafe extern "C" fn renameat2(
     if in_shim() {
         return fwd(d1, p1, d2, p2);
     }
+    if crate::paths::unreadable(p1) || crate::paths::unreadable(p2) {
+        return ret(Err(libc::EFAULT));
+    }
     // SAFETY: caller C strings.
     let (l1, l2) = match unsafe { (state::classify(d1, p1), state::classify(d2, p2)) } {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => return ret(Err(e)),
     };
     match (l1, l2) {
-        (Loc::Store(_, a), Loc::Store(_, b)) => ret(guarded(|| ops::rename(&a, &b, flags).map(|_| 0))),
+        (Loc::Store(_, a), Loc::Store(_, b)) => {
+            // SAFETY: classify read both C strings already.
+            let dots = [p1, p2].iter().any(|&p| {
+                matches!(
+                    crate::paths::last_component(unsafe { CStr::from_ptr(p) }.to_bytes()),
+                    b"." | b".."
+                )
+            });
+            if dots {
+                return ret(Err(libc::EBUSY));
+            }
+            ret(guarded(|| ops::rename(&a, &b, flags).map(|_| 0)))
+        }
         (Loc::Store(..), _) | (_, Loc::Store(..)) => ret(Err(libc::EXDEV)),
         (a, b) => {
             let (d1, p1) = match &a {
@@ -990,13 +1011,21 @@ unsafe fn link_like(
     if in_shim() {
         return fwd();
     }
-    // SAFETY: caller C strings (p1 may be a symlink target; classified only as a path).
-    let store1 = matches!(unsafe { state::classify(d1, p1) }, Ok(Loc::Store(..)));
-    // SAFETY: as above.
-    let store2 = matches!(unsafe { state::classify(d2, p2) }, Ok(Loc::Store(..)));
-    match (store1, store2) {
-        (_, true) => ret(Err(libc::EPERM)),
-        (true, false) => ret(Err(libc::EXDEV)),
+    if crate::paths::unreadable(p1) || crate::paths::unreadable(p2) {
+        return ret(Err(libc::EFAULT));
+    }
+    // SAFETY: caller C strings.
+    let (l1, l2) = match unsafe { (state::classify(d1, p1), state::classify(d2, p2)) } {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return ret(Err(e)),
+    };
+    match (l1, l2) {
+        // The kernel's order: the source must exist, then the new name is checked.
+        (Loc::Store(_, a), Loc::Store(_, b)) => ret(guarded(|| {
+            ops::stat(&a)?;
+            ops::unsupported_create(&b)
+        })),
+        (Loc::Store(..), _) | (_, Loc::Store(..)) => ret(Err(libc::EXDEV)),
         _ => fwd(),
     }
 }
@@ -1040,7 +1069,15 @@ pub unsafe extern "C" fn symlink(target: *const c_char, p: *const c_char) -> c_i
             libc::AT_FDCWD,
             p,
             |_, p| real!(symlink: fn(*const c_char, *const c_char) -> c_int; -1; target, p),
-            |_, _| Err(libc::EPERM),
+            |_, p| {
+                if crate::paths::unreadable(target) {
+                    return Err(libc::EFAULT);
+                }
+                if CStr::from_ptr(target).to_bytes().len() >= crate::paths::PATH_MAX {
+                    return Err(libc::ENAMETOOLONG);
+                }
+                ops::unsupported_create(p)
+            },
         )
     }
 }
@@ -1052,7 +1089,15 @@ pub unsafe extern "C" fn symlinkat(target: *const c_char, dirfd: c_int, p: *cons
             dirfd,
             p,
             |d, p| real!(symlinkat: fn(*const c_char, c_int, *const c_char) -> c_int; -1; target, d, p),
-            |_, _| Err(libc::EPERM),
+            |_, p| {
+                if crate::paths::unreadable(target) {
+                    return Err(libc::EFAULT);
+                }
+                if CStr::from_ptr(target).to_bytes().len() >= crate::paths::PATH_MAX {
+                    return Err(libc::ENAMETOOLONG);
+                }
+                ops::unsupported_create(p)
+            },
         )
     }
 }
@@ -1085,7 +1130,7 @@ pub unsafe extern "C" fn mknod(p: *const c_char, mode: Mode, dev: libc::dev_t) -
             libc::AT_FDCWD,
             p,
             |_, p| real!(mknod: fn(*const c_char, Mode, libc::dev_t) -> c_int; -1; p, mode, dev),
-            |_, _| Err(libc::EPERM),
+            |_, p| ops::unsupported_create(p),
         )
     }
 }
@@ -1097,7 +1142,7 @@ pub unsafe extern "C" fn mkfifo(p: *const c_char, mode: Mode) -> c_int {
             libc::AT_FDCWD,
             p,
             |_, p| real!(mkfifo: fn(*const c_char, Mode) -> c_int; -1; p, mode),
-            |_, _| Err(libc::EPERM),
+            |_, p| ops::unsupported_create(p),
         )
     }
 }

@@ -32,6 +32,7 @@ pub mod locks;
 pub mod names;
 pub mod ops;
 pub mod paths;
+pub mod perms;
 pub mod shmap;
 #[cfg(not(test))]
 pub mod spawn;

@@ -2,7 +2,8 @@
 //! syscall-level hooks cannot see: `remove` (also behind libstdc++'s
 //! `std::filesystem::remove(_all)` and libgfortran's `close(status='delete')`) and
 //! `realpath`/`canonicalize_file_name`/`__realpath_chk` (behind `std::filesystem::
-//! canonical`/`relative`, Python's `os.path.realpath`, `readlink -f`).
+//! canonical`/`relative`, Python's `os.path.realpath`, `readlink -f`); `bind` of a unix
+//! socket to a store path (EPERM: the store has no sockets, as on the store mount).
 // Each exported function has the contract of the libc function of the same name.
 #![allow(clippy::missing_safety_doc, missing_docs)]
 
@@ -129,5 +130,34 @@ pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_c
             0,
             |p| real!(canonicalize_file_name: fn(*const c_char) -> *mut c_char; std::ptr::null_mut(); p),
         )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn bind(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> c_int {
+    let fwd = || real!(bind: fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int; -1; fd, addr, len);
+    let path_off = std::mem::offset_of!(libc::sockaddr_un, sun_path);
+    if addr.is_null() || (len as usize) <= path_off || in_shim() {
+        return fwd();
+    }
+    // SAFETY: the caller's address of `len` bytes, at least its family field.
+    if unsafe { (*addr).sa_family } != libc::AF_UNIX as libc::sa_family_t {
+        return fwd();
+    }
+    // SAFETY: a sockaddr_un of `len` bytes; sun_path starts at path_off.
+    let raw =
+        unsafe { std::slice::from_raw_parts((addr as *const u8).add(path_off), len as usize - path_off) };
+    // Abstract names (leading NUL) are not paths.
+    if raw.first().is_none_or(|&c| c == 0) {
+        return fwd();
+    }
+    let name: Vec<u8> = raw.iter().copied().take_while(|&c| c != 0).chain([0]).collect();
+    // SAFETY: `name` is NUL-terminated.
+    match unsafe { state::classify(libc::AT_FDCWD, name.as_ptr().cast()) } {
+        Ok(Loc::Store(..)) => {
+            set_errno(libc::EPERM);
+            -1
+        }
+        _ => fwd(),
     }
 }

@@ -36,7 +36,8 @@ pub fn open(mount: usize, path: &str, flags: i32, mode: u32) -> R<i32> {
     let h = store
         .open(path, of, mode & 0o7777 & !state::umask())
         .map_err(se)?;
-    if h.is_dir() && of.create {
+    // O_TRUNC asks for write access even with O_RDONLY (Linux): EISDIR on a directory.
+    if h.is_dir() && (of.create || flags & libc::O_TRUNC != 0) {
         return Err(libc::EISDIR);
     }
     let acc = if opath {
@@ -222,7 +223,11 @@ pub fn fstat(d: &Desc) -> R<(Stat, u64)> {
     let h = d.handle()?;
     let h = h.as_ref().ok_or(libc::EBADF)?;
     let st = h.stat();
-    let nlink = nlink(h.store(), &st, || h.read_dir().ok());
+    let mut nlink = nlink(h.store(), &st, || h.read_dir().ok());
+    // An unlinked file still open has no name left: link count 0, as the kernel says.
+    if st.kind == FileKind::File && h.store().path_of(st.ino).is_ok_and(|p| p.is_empty()) {
+        nlink = 0;
+    }
     Ok((st, nlink))
 }
 
@@ -269,8 +274,7 @@ fn blocks_of(st: &Stat) -> u64 {
 
 /// Fill a `struct stat` (same layout as stat64 on 64-bit Linux).
 pub fn fill_stat(st: &Stat, nlink: u64, out: &mut libc::stat) {
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (uid, gid) = (st.uid, st.gid);
     let chunk = state::store().map(|s| s.chunk_size()).unwrap_or(1 << 20);
     // SAFETY: libc::stat is plain old data; zero is a valid value for every field.
     *out = unsafe { std::mem::zeroed() };
@@ -291,8 +295,8 @@ pub fn fill_stat(st: &Stat, nlink: u64, out: &mut libc::stat) {
         (st.ctime_ns / 1_000_000_000) as i64,
         (st.ctime_ns % 1_000_000_000) as i64,
     );
-    out.st_atime = ms;
-    out.st_atime_nsec = mn;
+    out.st_atime = (st.atime_ns / 1_000_000_000) as i64;
+    out.st_atime_nsec = (st.atime_ns % 1_000_000_000) as i64;
     out.st_mtime = ms;
     out.st_mtime_nsec = mn;
     out.st_ctime = cs;
@@ -301,8 +305,7 @@ pub fn fill_stat(st: &Stat, nlink: u64, out: &mut libc::stat) {
 
 /// Fill a `struct statx`.
 pub fn fill_statx(st: &Stat, nlink: u64, out: &mut libc::statx) {
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (uid, gid) = (st.uid, st.gid);
     let chunk = state::store().map(|s| s.chunk_size()).unwrap_or(1 << 20);
     // SAFETY: libc::statx is plain old data.
     *out = unsafe { std::mem::zeroed() };
@@ -322,7 +325,7 @@ pub fn fill_statx(st: &Stat, nlink: u64, out: &mut libc::statx) {
         t.tv_nsec = (ns % 1_000_000_000) as u32;
         t
     };
-    out.stx_atime = ts(st.mtime_ns);
+    out.stx_atime = ts(st.atime_ns);
     out.stx_mtime = ts(st.mtime_ns);
     out.stx_ctime = ts(st.ctime_ns);
     out.stx_dev_major = (DEV >> 8) as u32;
@@ -338,7 +341,10 @@ pub fn ftruncate(d: &Desc, len: i64) -> R<()> {
         return Err(libc::EINVAL);
     }
     let mut h = d.handle()?;
-    h.as_mut().ok_or(libc::EBADF)?.set_len(len as u64).map_err(se)
+    let h = h.as_mut().ok_or(libc::EBADF)?;
+    h.set_len(len as u64).map_err(se)?;
+    touch_handle(h);
+    Ok(())
 }
 
 /// truncate(2).
@@ -347,10 +353,18 @@ pub fn truncate(path: &str, len: i64) -> R<()> {
         return Err(libc::EINVAL);
     }
     let s = state::store()?;
-    if s.stat(path).map_err(se)?.kind == FileKind::Dir {
+    let st = s.stat(path).map_err(se)?;
+    if st.kind == FileKind::Dir {
         return Err(libc::EISDIR);
     }
-    s.truncate(path, len as u64).map_err(se)
+    if !crate::perms::may_write(&st) {
+        return Err(libc::EACCES);
+    }
+    s.truncate(path, len as u64).map_err(se)?;
+    if let Ok(st) = s.stat(path) {
+        let _ = s.set_times(path, st.atime_ns, now_ns());
+    }
+    Ok(())
 }
 
 /// fsync(2)/fdatasync(2).
@@ -378,6 +392,7 @@ pub fn fallocate(d: &Desc, mode: i32, off: i64, len: i64) -> R<()> {
             let h = h.as_mut().ok_or(libc::EBADF)?;
             if end > h.size() {
                 h.set_len(end).map_err(se)?;
+                touch_handle(h);
             }
             Ok(())
         }
@@ -414,7 +429,8 @@ pub fn fcntl(d: &Desc, cmd: i32, arg: u64) -> R<i32> {
     }
 }
 
-/// faccessat(2) permission check (the effective ids are the file's owner ids).
+/// faccessat(2) permission check by the caller's effective ids and the file's owner,
+/// group and mode (the store keeps them; the shim checks them only here and in chown).
 pub fn access(path: &str, amode: i32) -> R<()> {
     let (st, _) = stat(path)?;
     if amode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
@@ -423,11 +439,12 @@ pub fn access(path: &str, amode: i32) -> R<()> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let m = st.mode;
-    let ok = |bit: u32| root || m & (bit << 6) != 0;
+    let bits = crate::perms::class_bits(&st);
+    let ok = |bit: u32| root || bits & bit != 0;
     if amode & libc::R_OK != 0 && !ok(4) || amode & libc::W_OK != 0 && !ok(2) {
         return Err(libc::EACCES);
     }
-    if amode & libc::X_OK != 0 && m & (if root { 0o111 } else { 0o100 }) == 0 {
+    if amode & libc::X_OK != 0 && (root && m & 0o111 == 0 || !root && bits & 1 == 0) {
         return Err(libc::EACCES);
     }
     Ok(())
@@ -449,7 +466,9 @@ pub fn rmdir(path: &str) -> R<()> {
     if path.ends_with("/.") {
         return Err(libc::EINVAL);
     }
-    state::store()?.rmdir(path).map_err(se)
+    state::store()?.rmdir(path).map_err(se)?;
+    touch_dir(&parent_of(path));
+    Ok(())
 }
 
 /// unlink(2).
@@ -460,6 +479,7 @@ pub fn unlink(path: &str) -> R<()> {
     let store = state::store()?;
     let key = store.stat(path).ok().map(|s| (s.ino, s.generation));
     store.unlink(path).map_err(se)?;
+    touch_dir(&parent_of(path));
     if let Some(k) = key {
         crate::locks::unlinked(k);
     }
@@ -475,6 +495,11 @@ pub fn rename(from: &str, to: &str, flags: u32) -> R<()> {
     if from == "/" || to == "/" {
         return Err(libc::EBUSY);
     }
+    if !crate::perms::is_root() {
+        for p in [from, to] {
+            crate::perms::check_dir_write(&s.stat(&parent_of(p)).map_err(se)?)?;
+        }
+    }
     if flags & libc::RENAME_NOREPLACE != 0 {
         s.stat(from).map_err(se)?;
         match s.stat(to) {
@@ -486,42 +511,145 @@ pub fn rename(from: &str, to: &str, flags: u32) -> R<()> {
     s.rename(from, to).map_err(se)
 }
 
-/// chmod(2).
+/// chmod(2): the owner or root (EPERM); a caller outside the file's group loses the
+/// set-group-id bit it asks for, as on Linux.
 pub fn chmod(path: &str, mode: u32) -> R<()> {
-    state::store()?.chmod(path, mode).map_err(se)
+    let s = state::store()?;
+    let st = s.stat(path).map_err(se)?;
+    crate::perms::check_owner(&st)?;
+    let mut mode = mode;
+    if !crate::perms::is_root() && !crate::perms::in_groups(st.gid) {
+        mode &= !0o2000;
+    }
+    s.chmod(path, mode).map_err(se)
 }
 
-/// chown(2): the store keeps no owners; a change to the reported owner (or -1) is a
-/// no-op, anything else EPERM.
+/// chown(2) with the kernel's rules: root changes anything; the owner may set the group
+/// to one of its groups and the owner to itself; anyone else is EPERM. A regular file
+/// loses its set-user-id bit (and set-group-id if group-executable), as on Linux.
 pub fn chown(path: &str, uid: u32, gid: u32) -> R<()> {
-    state::store()?.stat(path).map_err(se)?;
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (u, g) = unsafe { (libc::geteuid(), libc::getegid()) };
-    if (uid == u32::MAX || uid == u) && (gid == u32::MAX || gid == g) {
-        Ok(())
-    } else {
-        Err(libc::EPERM)
+    let s = state::store()?;
+    let st = s.stat(path).map_err(se)?;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let new_uid = if uid == u32::MAX { st.uid } else { uid };
+    let new_gid = if gid == u32::MAX { st.gid } else { gid };
+    if !root {
+        // SAFETY: as above.
+        let owner = unsafe { libc::geteuid() } == st.uid;
+        if !owner || new_uid != st.uid || new_gid != st.gid && !crate::perms::in_groups(new_gid) {
+            return Err(libc::EPERM);
+        }
+    }
+    if uid == u32::MAX && gid == u32::MAX {
+        return Ok(());
+    }
+    s.chown(path, new_uid, new_gid).map_err(se)?;
+    if st.kind == FileKind::File && st.mode & 0o6000 != 0 {
+        let mut m = st.mode & 0o7777 & !0o4000;
+        if m & 0o010 != 0 {
+            m &= !0o2000;
+        }
+        s.chmod(path, m).map_err(se)?;
+    }
+    Ok(())
+}
+
+/// Now, in ns since the epoch.
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// utimensat(2): access and modification times; UTIME_OMIT keeps one, UTIME_NOW is now.
+pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>) -> R<()> {
+    let s = state::store()?;
+    let st = s.stat(path).map_err(se)?;
+    // UTIME_OMIT keeps `cur`.
+    let pick = |t: &libc::timespec, cur: u64| -> R<u64> {
+        Ok(match t.tv_nsec {
+            libc::UTIME_OMIT => cur,
+            libc::UTIME_NOW => now_ns(),
+            n if !(0..1_000_000_000).contains(&n) => return Err(libc::EINVAL),
+            n => (t.tv_sec.max(0) as u64) * 1_000_000_000 + n as u64,
+        })
+    };
+    // Setting given times takes the owner or root (EPERM); setting them to now, write
+    // permission (EACCES).
+    let to_now = |st: &Stat| {
+        if crate::perms::owns(st) || crate::perms::may_write(st) {
+            Ok(())
+        } else {
+            Err(libc::EACCES)
+        }
+    };
+    let (a, m) = match times {
+        None => {
+            to_now(&st)?;
+            (now_ns(), now_ns())
+        }
+        Some(t) => {
+            if t[0].tv_nsec == libc::UTIME_OMIT && t[1].tv_nsec == libc::UTIME_OMIT {
+                return Ok(());
+            }
+            let given = |t: &libc::timespec| !matches!(t.tv_nsec, libc::UTIME_OMIT | libc::UTIME_NOW);
+            if given(&t[0]) || given(&t[1]) {
+                crate::perms::check_owner(&st)?;
+            } else {
+                to_now(&st)?;
+            }
+            (pick(&t[0], st.atime_ns)?, pick(&t[1], st.mtime_ns)?)
+        }
+    };
+    s.set_times(path, a, m).map_err(se)
+}
+
+/// After an entry of directory `dir` was added or removed: its mtime (and ctime) are now.
+pub fn touch_dir(dir: &str) {
+    if let Ok(s) = state::store() {
+        if let Ok(st) = s.stat(dir) {
+            let _ = s.set_times(dir, st.atime_ns, now_ns());
+        }
     }
 }
 
-/// utimensat(2): the store keeps the modification time; UTIME_OMIT leaves it.
-pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>) -> R<()> {
+/// A size change through a descriptor: the file's mtime and ctime are now (when its name
+/// still leads to it; an unlinked file has nothing to name).
+fn touch_handle(h: &ckptfs_store::FileHandle) {
+    let s = h.store();
+    if let Ok(st) = s.stat(h.path()) {
+        if st.ino == h.ino() {
+            let _ = s.set_times(h.path(), st.atime_ns, now_ns());
+        }
+    }
+}
+
+/// A name the store cannot hold (symbolic link, FIFO, socket, device node, hard link)
+/// is to be created at `path`: the errors the kernel checks first (a component too
+/// long (NAME_MAX 255), a missing or non-directory parent, an existing name), then
+/// EPERM, as the store mount answers.
+pub fn unsupported_create(path: &str) -> R<i32> {
     let s = state::store()?;
-    s.stat(path).map_err(se)?;
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-    };
-    let ns = match times {
-        None => now(),
-        Some(t) => match t[1].tv_nsec {
-            libc::UTIME_OMIT => return Ok(()),
-            libc::UTIME_NOW => now(),
-            n if !(0..1_000_000_000).contains(&n) => return Err(libc::EINVAL),
-            n => (t[1].tv_sec.max(0) as u64) * 1_000_000_000 + n as u64,
-        },
-    };
-    s.set_mtime(path, ns).map_err(se)
+    if crate::paths::normalize(path).split('/').any(|c| c.len() > 255) {
+        return Err(libc::ENAMETOOLONG);
+    }
+    if s.stat(&parent_of(path)).map_err(se)?.kind != FileKind::Dir {
+        return Err(libc::ENOTDIR);
+    }
+    match s.stat(path).map_err(se) {
+        Ok(_) => Err(libc::EEXIST),
+        Err(libc::ENOENT) => Err(libc::EPERM),
+        Err(e) => Err(e),
+    }
+}
+
+/// The parent directory of a store path.
+pub fn parent_of(path: &str) -> String {
+    let n = crate::paths::normalize(path);
+    match n.rfind('/') {
+        Some(0) | None => "/".to_string(),
+        Some(i) => n[..i].to_string(),
+    }
 }

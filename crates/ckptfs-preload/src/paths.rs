@@ -67,6 +67,45 @@ pub fn full_path(mount: &str, store_path: &str) -> String {
     }
 }
 
+/// Can a non-null string pointer a program passed be read without faulting, as far as an
+/// address alone tells? Null is the caller's business (many calls accept it). The first
+/// page (below `vm.mmap_min_addr`, never mapped) and the upper half of the address space
+/// (the kernel's: pjdfstest passes `usize::MAX`) are refused, so that the shim answers
+/// EFAULT like the kernel instead of crashing the program while reading the path. An
+/// unmapped address inside the user half still faults, as it does in libc's own string
+/// functions: telling those apart would cost a system call on every path call.
+#[inline]
+pub fn plausible_user_ptr(p: usize) -> bool {
+    const FIRST_PAGE: usize = 4096;
+    const KERNEL_HALF: usize = 1 << (usize::BITS - 1);
+    // A string starting below the top of the user half cannot run into the kernel's
+    // half without first crossing the unmapped guard gap at the top of user space.
+    (FIRST_PAGE..KERNEL_HALF).contains(&p)
+}
+
+/// A path argument the kernel would answer EFAULT for without looking further: null or
+/// not a plausible user address. For the calls taking two names, where one of them
+/// leading into the store would otherwise decide the answer (EXDEV, EPERM).
+#[inline]
+pub fn unreadable(p: *const std::ffi::c_char) -> bool {
+    p.is_null() || !plausible_user_ptr(p as usize)
+}
+
+/// The last component of a path as the program wrote it (trailing slashes ignored):
+/// `rmdir("d/.")` is EINVAL and `rename("d/..", x)` EBUSY on Linux, though the
+/// normalised path names a directory.
+pub fn last_component(p: &[u8]) -> &[u8] {
+    let mut end = p.len();
+    while end > 1 && p[end - 1] == b'/' {
+        end -= 1;
+    }
+    let start = p[..end].iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1);
+    &p[start..end]
+}
+
+/// `PATH_MAX` with its NUL: a longer path argument is ENAMETOOLONG before any lookup.
+pub const PATH_MAX: usize = 4096;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +147,22 @@ mod tests {
         assert!(!needs_normalize(b"/tmp/.hidden/..x"));
         assert!(needs_normalize(b"/ckpt/a/.."));
         assert!(needs_normalize(b"/ckpt/./a"));
+    }
+
+    #[test]
+    fn kernel_half_and_first_page_are_not_user_pointers() {
+        assert!(!plausible_user_ptr(usize::MAX));
+        assert!(!plausible_user_ptr(1 << 63));
+        assert!(!plausible_user_ptr(16));
+        let s = b"x\0";
+        assert!(plausible_user_ptr(s.as_ptr() as usize));
+    }
+
+    #[test]
+    fn last_component_ignores_trailing_slashes() {
+        assert_eq!(last_component(b"/ckpt/d/."), b".");
+        assert_eq!(last_component(b"d/..//"), b"..");
+        assert_eq!(last_component(b"x"), b"x");
+        assert_eq!(last_component(b"/"), b"");
     }
 }

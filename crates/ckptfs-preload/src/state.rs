@@ -670,10 +670,18 @@ pub unsafe fn classify(dirfd: i32, path: *const libc::c_char) -> R<Loc> {
     if path.is_null() {
         return Ok(Loc::Real);
     }
-    // SAFETY: caller guarantees a C string.
+    // The kernel answers EFAULT for an address the program cannot read: so does the shim
+    // for the addresses it can tell apart without a system call (see plausible_user_ptr).
+    if !paths::plausible_user_ptr(path as usize) {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: caller guarantees a C string; the address is in the user half.
     let b = unsafe { CStr::from_ptr(path) }.to_bytes();
     if b.is_empty() {
         return Ok(Loc::Real);
+    }
+    if b.len() >= paths::PATH_MAX {
+        return Err(libc::ENAMETOOLONG);
     }
     let ms = mounts();
     if b[0] == b'/' {

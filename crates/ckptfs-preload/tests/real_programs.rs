@@ -145,6 +145,16 @@ fn errno_matches_the_kernel() {
     assert!(o.stdout.contains("ENOENT"), "{}", o.stdout);
 }
 
+/// pjdfstest's efault checks crashed the program inside the shim: the path classifier ran
+/// strlen on `usize::MAX`. Every call with an unreadable path answers EFAULT as on a
+/// plain directory, from a working directory in the store.
+#[test]
+fn unreadable_path_pointers_are_efault_not_a_crash_in_the_shim() {
+    let o = prog("bad_path_pointers.c");
+    assert_eq!(o.stdout.matches("EFAULT").count(), 96, "{}", o.stdout);
+    assert!(o.stdout.contains("access(\"d\", F_OK)"), "{}", o.stdout);
+}
+
 #[test]
 fn descriptor_collisions_and_close_range() {
     let o = prog("fds.c");
