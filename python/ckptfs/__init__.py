@@ -230,6 +230,8 @@ class Store:
         flags, text, raw_mode = _parse_mode(mode)
         p = _norm(path)
         raw = File(self._s.open(p, flags, perm), raw_mode, p)
+        if "a" in raw_mode:
+            raw.seek(0, io.SEEK_END)  # like FileIO: append mode starts at the end
         if buffering == 0:
             if text:
                 raw.close()
