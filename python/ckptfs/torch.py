@@ -66,6 +66,8 @@ def _dataset_complete(store: Store, path: str) -> bool:
 def _dataset_candidates(store: Store, root: str) -> List[str]:
     """Checkpoint directories under ``root`` (the root itself and its subdirectories)."""
     out = []
+    if not store.isdir(root):
+        return out
     for dirpath, _dirs, files in store.walk(root):
         if METADATA in files:
             out.append(dirpath)

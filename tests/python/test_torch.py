@@ -67,6 +67,9 @@ def test_reader_with_nothing_complete_raises_file_not_found(store):
     store.makedirs("/empty")
     with pytest.raises(FileNotFoundError):
         ct.Reader(store=store, root="/empty")
+    assert ct.latest_checkpoint("/missing", store) is None
+    with pytest.raises(FileNotFoundError):
+        ct.Reader(store=store, root="/missing")
 
 
 def test_async_save_through_the_writer(store):
