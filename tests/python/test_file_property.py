@@ -65,7 +65,7 @@ def teardown_module():
         ckptfs.destroy(_STORE.pop("s").name)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     initial=st.binary(max_size=2000),
     mode=st.sampled_from(["r+b", "w+b", "a+b"]),
