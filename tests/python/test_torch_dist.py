@@ -116,9 +116,13 @@ def _assert_same(a, b, where):
 
 def test_rank_killed_mid_save_job_resumes_from_latest_complete(store_name, tmp_path):
     store = ckptfs.Store(store_name, mem_size="64M", chunk_size="64K")
-    with pytest.raises(mp.ProcessExitedException) as e:
-        mp.spawn(_save_job, args=(store_name, str(tmp_path / "pg1"), str(tmp_path)), nprocs=WORLD, join=True)
-    assert e.value.error_index == 1 and e.value.exit_code == -signal.SIGKILL
+    ctx = mp.spawn(_save_job, args=(store_name, str(tmp_path / "pg1"), str(tmp_path)), nprocs=WORLD, join=False)
+    # Rank 1 dies by SIGKILL; rank 0 then either fails on the broken gloo connection or is
+    # terminated by spawn, whichever comes first: only rank 1's end is asserted.
+    with pytest.raises((mp.ProcessExitedException, mp.ProcessRaisedException)):
+        while not ctx.join():
+            pass
+    assert ctx.processes[1].exitcode == -signal.SIGKILL
     assert ct.is_complete("/job/step1", store) and ct.is_complete("/job/step2", store)
     assert not ct.is_complete("/job/step3", store)
     assert store.stat("/job/step3/__1_0.distcp").state == "incomplete"
