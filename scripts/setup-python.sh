@@ -21,8 +21,8 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 VPY=.venv/bin/python
 
-deps=(maturin numpy pandas pyarrow fsspec pytest hypothesis)
-if ! "$VPY" -c 'import maturin, numpy, pandas, pyarrow, fsspec, pytest, hypothesis' >/dev/null 2>&1; then
+deps=(maturin numpy pandas pyarrow fsspec pytest hypothesis safetensors)
+if ! "$VPY" -c 'import maturin, numpy, pandas, pyarrow, fsspec, pytest, hypothesis, safetensors' >/dev/null 2>&1; then
     echo "setup-python: installing ${deps[*]}"
     "$VPY" -m pip install -q "${deps[@]}"
 fi

@@ -34,7 +34,18 @@ from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemRe
 
 from . import Store, _norm
 
-__all__ = ["Writer", "Reader", "StorageWriter", "StorageReader", "save", "load", "latest_checkpoint", "is_complete"]
+__all__ = [
+    "Writer",
+    "Reader",
+    "StorageWriter",
+    "StorageReader",
+    "save",
+    "load",
+    "save_safetensors",
+    "load_safetensors",
+    "latest_checkpoint",
+    "is_complete",
+]
 
 METADATA = ".metadata"
 
@@ -223,3 +234,98 @@ def load(path: Union[str, os.PathLike], store: StoreLike = None, **kwargs: Any) 
     st = _store(store)
     with st.open(_strip_url(path), "rb") as f:
         return torch.load(f, **kwargs)
+
+
+# -- safetensors ---------------------------------------------------------------------------
+_ST_DTYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+_ST_FROM = {v: k for k, v in _ST_DTYPES.items()}
+
+
+def save_safetensors(
+    tensors: "dict[str, torch.Tensor]",
+    path: Union[str, os.PathLike],
+    store: StoreLike = None,
+    metadata: "Optional[dict[str, str]]" = None,
+) -> None:
+    """Write ``tensors`` (name -> CPU tensor) as a safetensors file into the store: the
+    header, then each tensor's bytes copied once, straight from the tensor's memory into
+    the store (no serialised copy in between). Readable by ``safetensors.torch.load``."""
+    import json
+
+    header: "dict[str, Any]" = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    items = []
+    off = 0
+    for name, t in tensors.items():
+        if t.dtype not in _ST_DTYPES:
+            raise ValueError(f"safetensors: unsupported dtype {t.dtype} for {name!r}")
+        if t.device.type != "cpu":
+            raise ValueError(f"safetensors: {name!r} is on {t.device}; copy it to host first")
+        t = t.detach().contiguous()
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + n]}
+        items.append(t)
+        off += n
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    st = _store(store)
+    p = _strip_url(path)
+    st.makedirs(posixpath.dirname(p), exist_ok=True)
+    with st.open(p, "wb", buffering=0) as f:
+        f.write(len(hb).to_bytes(8, "little"))
+        f.write(hb)
+        for t in items:
+            if t.numel():
+                f.write(t)
+
+
+def load_safetensors(path: Union[str, os.PathLike], store: StoreLike = None) -> "dict[str, torch.Tensor]":
+    """Read a safetensors file from the store: each tensor is allocated once and filled
+    in place from the store (``read_into``)."""
+    import json
+
+    st = _store(store)
+    p = _strip_url(path)
+    with st.open(p, "rb", buffering=0) as f:
+        size = f.size()
+        n8 = bytearray(8)
+        if f.readinto(n8) != 8:
+            raise OSError(22, f"{p}: not a safetensors file (too short)")
+        hlen = int.from_bytes(n8, "little")
+        if hlen > size - 8:
+            raise OSError(22, f"{p}: not a safetensors file (header length {hlen})")
+        hb = bytearray(hlen)
+        f.readinto(hb)
+        try:
+            header = json.loads(bytes(hb))
+        except ValueError as e:
+            raise OSError(22, f"{p}: bad safetensors header: {e}") from None
+        base = 8 + hlen
+        out = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = _ST_FROM.get(info.get("dtype"))
+            if dtype is None:
+                raise OSError(22, f"{p}: unsupported dtype {info.get('dtype')!r} for {name!r}")
+            b, e = info["data_offsets"]
+            t = torch.empty(info["shape"], dtype=dtype)
+            nbytes = t.numel() * t.element_size()
+            if e - b != nbytes or base + e > size:
+                raise OSError(22, f"{p}: bad offsets for {name!r}")
+            if nbytes and f.pread_into(t, base + b) != nbytes:
+                raise OSError(5, f"{p}: short read of {name!r}")
+            out[name] = t
+    return out

@@ -112,3 +112,34 @@ def test_tensors_are_written_and_read_in_place(store):
 def test_missing_store_path_errors(store):
     with pytest.raises(FileNotFoundError):
         ct.load("/nope.pt", store=store)
+
+
+def test_safetensors_written_into_the_store_load_with_the_safetensors_package(store):
+    st = pytest.importorskip("safetensors.torch")
+    tensors = {
+        "emb": torch.randn(100, 16),
+        "half": torch.randn(7, dtype=torch.float16),
+        "bf": torch.randn(5, 3).to(torch.bfloat16),
+        "ids": torch.arange(10, dtype=torch.int64),
+        "mask": torch.tensor([True, False, True]),
+        "empty": torch.zeros(0, 4),
+    }
+    ct.save_safetensors(tensors, "/st/model.safetensors", store=store, metadata={"step": 3})
+    theirs = st.load(store.read_bytes("/st/model.safetensors"))
+    ours = ct.load_safetensors("/st/model.safetensors", store=store)
+    for name, t in tensors.items():
+        assert theirs[name].dtype == t.dtype and torch.equal(theirs[name], t), name
+        assert ours[name].dtype == t.dtype and torch.equal(ours[name], t), name
+    # and a file made by the safetensors package loads through the store
+    store.write_bytes("/st/theirs.safetensors", st.save(tensors))
+    back = ct.load_safetensors("/st/theirs.safetensors", store=store)
+    assert all(torch.equal(back[k], v) for k, v in tensors.items())
+
+
+def test_truncated_safetensors_is_einval(store):
+    import errno
+
+    store.write_bytes("/st/bad", (10**6).to_bytes(8, "little") + b"{}")
+    with pytest.raises(OSError) as e:
+        ct.load_safetensors("/st/bad", store=store)
+    assert e.value.errno == errno.EINVAL
