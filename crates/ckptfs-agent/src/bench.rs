@@ -135,7 +135,7 @@ pub fn run(a: BenchArgs) -> Result<Report> {
     // application has its page tables populated after its first checkpoint.
     let attach = |_r: usize| {
         let s = Store::attach(&StoreOptions::named(&name))?;
-        crate::region::Region::new(&s).populate_write_all();
+        ckptfs_store::region_io::RegionIo::new(&s).populate_write_all();
         Ok(s)
     };
     // Each timed case starts with no dirty data or block discards of an earlier one in

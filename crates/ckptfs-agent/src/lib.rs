@@ -3,8 +3,9 @@
 //! A per-node agent attaches to the node store and copies complete files (closed by
 //! their last writer, every chunk's CRC32C valid) to a destination directory on the
 //! parallel file system, without involving the processes that wrote them: it reads the
-//! chunks straight from the shared data region ([`Store::data_region`] and
-//! [`Store::chunk_list`], CRUISE section 4.6) and spill chunks from the spill file.
+//! chunks straight from the shared data region ([`Store::chunk_list`] and the store's
+//! [`region_io`](ckptfs_store::region_io), which holds the shared-memory `unsafe`;
+//! CRUISE section 4.6) and spill chunks from the spill file.
 //!
 //! - **Atomic publish**: a file is written under a temporary name, fsynced, renamed to
 //!   its final name and the directory fsynced; then the node's manifest in that
@@ -22,7 +23,6 @@
 //! State is published for other processes in a JSON file next to the segment
 //! ([`status()`]).
 //!
-//! [`Store::data_region`]: ckptfs_store::Store::data_region
 //! [`Store::chunk_list`]: ckptfs_store::Store::chunk_list
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -34,7 +34,6 @@ pub mod dest;
 pub mod engine;
 mod error;
 pub mod manifest;
-mod region;
 pub mod restore;
 pub mod status;
 pub mod sys;

@@ -47,6 +47,7 @@ mod integrity;
 pub mod layout;
 mod lock;
 pub mod process;
+pub mod region_io;
 mod segment;
 mod store;
 mod trust;

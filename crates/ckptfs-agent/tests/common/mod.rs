@@ -1,7 +1,7 @@
 //! Helpers shared by the agent's integration tests.
 #![allow(dead_code)]
 
-use ckptfs_agent::dest::{CreateOpts, DestEntry, DestFile, DestIo, PosixDest};
+use ckptfs_agent::dest::{CreateOpts, DestEntry, DestFile, DestIo, IoPart, PosixDest};
 use ckptfs_agent::manifest;
 use ckptfs_agent::AgentConfig;
 use ckptfs_store::{OpenFlags, Store, StoreOptions};
@@ -162,7 +162,7 @@ struct SmallFile {
 }
 
 impl DestFile for SmallFile {
-    fn write_at(&self, bufs: &[IoSlice<'_>], off: u64) -> io::Result<()> {
+    fn write_at(&self, bufs: &[IoPart<'_>], off: u64) -> io::Result<()> {
         let n: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         if self.used.fetch_add(n, Ordering::SeqCst) + n > self.cap {
             self.used.fetch_sub(n, Ordering::SeqCst);
