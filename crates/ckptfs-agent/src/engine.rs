@@ -24,7 +24,7 @@ use crate::manifest::{self, Entry, Manifest};
 use crate::status::{self, AgentStatus, Drained, Failed, InFlight, Queued};
 use crate::sys::{self, AlignedBuf};
 use crate::throttle::Throttle;
-use ckptfs_runtime::{InstanceLock, RuntimeDir};
+use ckptfs_runtime::{InstanceLock, RuntimeDir, Shutdown};
 use ckptfs_store::checksum::{crc32c, crc32c_append_zeros};
 use ckptfs_store::fault::crash_point;
 use ckptfs_store::region_io::{RegionIo, RegionSlice};
@@ -154,6 +154,8 @@ struct Shared {
     target: Target,
     throttle: Option<Throttle>,
     stop: Arc<AtomicBool>,
+    /// The caller's shutdown trigger of the current `run` (none between runs).
+    shutdown: Mutex<Option<Shutdown>>,
     zeros: AlignedBuf,
     state: Mutex<State>,
     manifests: Mutex<HashMap<PathBuf, Manifest>>,
@@ -364,6 +366,7 @@ impl Agent {
                 io,
                 target,
                 stop: Arc::new(AtomicBool::new(false)),
+                shutdown: Mutex::new(None),
                 zeros: AlignedBuf::zeroed(cs as usize),
                 state: Mutex::new(State {
                     st,
@@ -399,10 +402,22 @@ impl Agent {
         self.sh.run(true)
     }
 
-    /// Drain continuously until stopped (StopHandle, SIGTERM/SIGINT after
-    /// [`crate::sys::stop_on_signals`]).
-    pub fn run(&self) -> Result<DrainSummary, AgentError> {
-        self.sh.run(false)
+    /// [`Agent::run_once`], abandoning the file in flight safely when `shutdown` fires.
+    pub fn run_once_until(&self, shutdown: &Shutdown) -> Result<DrainSummary, AgentError> {
+        self.with_shutdown(shutdown, || self.sh.run(true))
+    }
+
+    /// Drain continuously until `shutdown` fires (the binary routes SIGTERM/SIGINT to it
+    /// with [`Shutdown::on_signals`]) or a [`StopHandle`] is used.
+    pub fn run(&self, shutdown: &Shutdown) -> Result<DrainSummary, AgentError> {
+        self.with_shutdown(shutdown, || self.sh.run(false))
+    }
+
+    fn with_shutdown<T>(&self, shutdown: &Shutdown, f: impl FnOnce() -> T) -> T {
+        *lock(&self.sh.shutdown) = Some(shutdown.clone());
+        let r = f();
+        *lock(&self.sh.shutdown) = None;
+        r
     }
 }
 
@@ -417,7 +432,7 @@ impl Drop for Agent {
 
 impl Shared {
     fn stopping(&self) -> bool {
-        self.stop.load(Ordering::SeqCst) || sys::signalled()
+        self.stop.load(Ordering::SeqCst) || lock(&self.shutdown).as_ref().is_some_and(Shutdown::is_triggered)
     }
 
     fn snapshot(&self) -> AgentStatus {

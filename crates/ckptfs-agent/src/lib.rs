@@ -27,7 +27,6 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod bench;
 mod beneath;
 pub mod config;
 pub mod dest;

@@ -146,7 +146,7 @@ enum BenchCommand {
     /// CRFS aggregation throughput, the checkpoint write profile, mount vs preload vs /dev/shm.
     Fuse(ckptfs_fuse::bench::BenchArgs),
     /// Application-observed write bandwidth (OAB) and drain bandwidth (ASB) vs direct writes.
-    Drain(ckptfs_agent::bench::BenchArgs),
+    Drain(ckptfs_bench::drain::BenchArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -204,7 +204,7 @@ fn run(cli: Cli) -> Result<i32> {
             }
             BenchCommand::Drain(a) => {
                 let json = a.json;
-                ckptfs_agent::bench::run(a)?.print(json);
+                ckptfs_bench::drain::run(a)?.print(json);
                 Ok(0)
             }
             BenchCommand::Fuse(a) => {

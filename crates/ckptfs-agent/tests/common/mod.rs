@@ -39,7 +39,7 @@ pub fn store(tag: &str, opts: impl FnOnce(&mut StoreOptions)) -> TestStore {
 
 /// Deterministic content for (seed, size).
 pub fn data(seed: u64, size: usize) -> Vec<u8> {
-    ckptfs_bench::store::seeded_bytes(seed, size)
+    ckptfs_testsupport::seeded_bytes(seed, size)
 }
 
 pub fn mkdirs(s: &Store, path: &str) {

@@ -184,7 +184,9 @@ pub fn daemon_entry() {
         io,
         threads: 4,
     };
-    let code = match mount::run(&cfg, || {}) {
+    let shutdown =
+        ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).unwrap();
+    let code = match mount::run(&cfg, &shutdown, || {}) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("daemon: {e}");
@@ -215,7 +217,7 @@ pub fn sh(dir: &Path, cmd: &str) -> (i32, String, String) {
 
 /// Deterministic pseudo-random bytes.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    ckptfs_bench::store::seeded_bytes(seed, len)
+    ckptfs_testsupport::seeded_bytes(seed, len)
 }
 
 /// A source tree for the real-program tests.
