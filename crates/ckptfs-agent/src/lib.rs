@@ -17,7 +17,7 @@
 //! - **Vertical placement**: each node's files go to one target ([`config`]).
 //! - **Low impact**: IO thread pool, large gathered writes, optional O_DIRECT from the
 //!   aligned chunks, a bandwidth cap, nice and IO priority ([`sys`]).
-//! - **Restore** ([`restore`]): multi-level read back into the store, checked against
+//! - **Restore** ([`mod@restore`]): multi-level read back into the store, checked against
 //!   the manifest.
 //!
 //! State is published for other processes in a JSON file next to the segment

@@ -319,7 +319,7 @@ fn serve<FS: fuser::Filesystem>(
 }
 
 /// Unmount a [`spawn`]ed session and wait for its threads, treating the kernel's
-/// ECONNABORTED shutdown race (see [`serve`]) as the ordinary end it is.
+/// ECONNABORTED shutdown race (see `serve`) as the ordinary end it is.
 pub fn unmount_spawned(session: fuser::BackgroundSession, mp: &Path) -> io::Result<()> {
     match session.umount_and_join() {
         Err(e) if ended_by_unmount(&e, mp) => Ok(()),

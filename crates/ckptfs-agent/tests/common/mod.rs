@@ -5,7 +5,7 @@ use ckptfs_agent::dest::{CreateOpts, DestEntry, DestFile, DestIo, IoPart, PosixD
 use ckptfs_agent::manifest;
 use ckptfs_agent::AgentConfig;
 use ckptfs_store::{OpenFlags, Store, StoreOptions};
-use std::io::{self, IoSlice, Read};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

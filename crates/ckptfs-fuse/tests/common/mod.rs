@@ -367,7 +367,7 @@ pub fn posix_suite(root: &Path) -> Vec<(String, Result<isize, i32>)> {
         open(&file, libc::O_RDONLY | libc::O_DIRECTORY),
     );
     rec("name too long", open(&p(&long), libc::O_CREAT | libc::O_WRONLY));
-    // SAFETY (whole block): plain libc calls on valid NUL-terminated paths and buffers
+    // SAFETY: (whole block) plain libc calls on valid NUL-terminated paths and buffers
     // that outlive each call; descriptors are closed at the end.
     unsafe {
         rec(
