@@ -151,7 +151,9 @@ enum BenchCommand {
 
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        // fuser's own warnings (a foreground mount, `bench fuse`) stay off the terminal
+        // unless asked for (-v, RUST_LOG); the mount daemon's log runs with RUST_LOG=info.
+        0 => "warn,fuser=error",
         1 => "info",
         _ => "debug",
     };
