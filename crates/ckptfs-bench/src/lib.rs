@@ -12,6 +12,8 @@
 #![deny(missing_docs)]
 
 pub mod drain;
+pub mod fuse;
+mod fuse_store;
 pub mod preload;
 pub mod procs;
 pub mod report;

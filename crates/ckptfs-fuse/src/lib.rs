@@ -18,8 +18,6 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod bench;
-mod bench_store;
 mod creds;
 pub mod crfs;
 mod dirs;
