@@ -12,7 +12,7 @@
 //!   built), and to /dev/shm.
 //!
 //! - (d) the store mount next to tmpfs: sequential 1 MiB write and read, and
-//!   mdtest-like create/stat/remove rates ([`crate::fuse_store`]).
+//!   mdtest-like create/stat/remove rates (the private `fuse_store` module).
 //!
 //! The FUSE servers run in this process (fuser background sessions); writers of (b)
 //! are forked children that only make raw system calls, (c) runs `dd`.
