@@ -6,9 +6,10 @@
 //! from the 2 MiB-aligned chunks of the data region), `fsync`, `rename`, directory
 //! `fsync`, and `lfs setstripe -c 1 [-i OST]` on Lustre.
 
+pub use ckptfs_store::region_io::IoPart;
 use std::fs::{File, OpenOptions};
-use std::io::{self, IoSlice, Read};
-use std::os::fd::AsRawFd;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,7 +31,9 @@ pub struct CreateOpts {
 /// A destination file being written.
 pub trait DestFile: Send + Sync {
     /// Write all of `bufs` at `off` (gathered, like `pwritev`), retrying short writes.
-    fn write_at(&self, bufs: &[IoSlice<'_>], off: u64) -> io::Result<()>;
+    /// A piece is a range of the store's data region or a caller buffer; the store
+    /// crate turns them into iovecs, so no Rust reference over shared memory exists.
+    fn write_at(&self, bufs: &[IoPart<'_>], off: u64) -> io::Result<()>;
     /// Make the data durable (`fsync`).
     fn sync(&self) -> io::Result<()>;
     /// Whether aligned writes really go through `O_DIRECT`.
@@ -140,59 +143,17 @@ struct PosixFile {
     direct: Option<File>,
 }
 
-fn aligned(bufs: &[IoSlice<'_>], off: u64) -> bool {
-    off.is_multiple_of(DIRECT_ALIGN as u64)
-        && bufs.iter().all(|b| {
-            (b.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN) && b.len().is_multiple_of(DIRECT_ALIGN)
-        })
+fn aligned(parts: &[IoPart<'_>], off: u64) -> bool {
+    off.is_multiple_of(DIRECT_ALIGN as u64) && parts.iter().all(|p| p.is_aligned(DIRECT_ALIGN))
 }
 
-/// `pwritev` until everything is written.
-fn pwritev_all(f: &File, bufs: &[IoSlice<'_>], mut off: u64) -> io::Result<()> {
-    let mut iov: Vec<libc::iovec> = bufs
-        .iter()
-        .filter(|b| !b.is_empty())
-        .map(|b| libc::iovec {
-            iov_base: b.as_ptr() as *mut libc::c_void,
-            iov_len: b.len(),
-        })
-        .collect();
-    let mut first = 0;
-    while first < iov.len() {
-        let n = (iov.len() - first).min(libc::UIO_MAXIOV as usize);
-        // SAFETY: the iovecs point into `bufs`, which outlive this call; the kernel only
-        // reads from them.
-        let r = unsafe { libc::pwritev(f.as_raw_fd(), iov[first..].as_ptr(), n as i32, off as i64) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if r == 0 {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
-        }
-        let mut r = r as usize;
-        off += r as u64;
-        while r > 0 {
-            let v = &mut iov[first];
-            if r >= v.iov_len {
-                r -= v.iov_len;
-                first += 1;
-            } else {
-                // SAFETY: advancing within the same buffer.
-                v.iov_base = unsafe { (v.iov_base as *mut u8).add(r) } as *mut libc::c_void;
-                v.iov_len -= r;
-                r = 0;
-            }
-        }
-    }
-    Ok(())
+/// `pwritev` until everything is written (the iovecs are built in the store crate).
+fn pwritev_all(f: &File, parts: &[IoPart<'_>], off: u64) -> io::Result<()> {
+    ckptfs_store::region_io::pwritev_all(f.as_fd(), parts, off)
 }
 
 impl DestFile for PosixFile {
-    fn write_at(&self, bufs: &[IoSlice<'_>], off: u64) -> io::Result<()> {
+    fn write_at(&self, bufs: &[IoPart<'_>], off: u64) -> io::Result<()> {
         match &self.direct {
             Some(d) if aligned(bufs, off) => match pwritev_all(d, bufs, off) {
                 // Some file systems accept O_DIRECT at open and refuse it at write time.

@@ -17,20 +17,21 @@
 //! with one writer (the uncoordinated baseline: every process writes its own file).
 
 use crate::config::{AgentConfig, Target};
+use crate::dest::IoPart;
 use crate::dest::{CreateOpts, DestIo, PosixDest, DIRECT_ALIGN};
 use crate::error::AgentError;
 use crate::manifest::{self, Entry, Manifest};
-use crate::region::Region;
 use crate::status::{self, AgentStatus, Drained, Failed, InFlight, Queued};
 use crate::sys::{self, AlignedBuf};
 use crate::throttle::Throttle;
-use ckptfs_runtime::{InstanceLock, RuntimeDir};
+use ckptfs_runtime::{InstanceLock, RuntimeDir, Shutdown};
 use ckptfs_store::checksum::{crc32c, crc32c_append_zeros};
 use ckptfs_store::fault::crash_point;
+use ckptfs_store::region_io::{RegionIo, RegionSlice};
 use ckptfs_store::{ChunkInfo, ChunkLocation, FileKind, Stat, Store, WriteState};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
-use std::io::{self, IoSlice};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::sync_channel;
@@ -146,13 +147,15 @@ struct Shared {
     cfg: AgentConfig,
     store: Store,
     name: String,
-    region: Region,
+    region: RegionIo,
     spill: Option<File>,
     cs: u64,
     io: Arc<dyn DestIo>,
     target: Target,
     throttle: Option<Throttle>,
     stop: Arc<AtomicBool>,
+    /// The caller's shutdown trigger of the current `run` (none between runs).
+    shutdown: Mutex<Option<Shutdown>>,
     zeros: AlignedBuf,
     state: Mutex<State>,
     manifests: Mutex<HashMap<PathBuf, Manifest>>,
@@ -355,7 +358,7 @@ impl Agent {
         Ok(Agent {
             sh: Arc::new(Shared {
                 throttle: cfg.max_bw.map(Throttle::new),
-                region: Region::new(store),
+                region: RegionIo::new(store),
                 store: store.clone(),
                 name,
                 spill,
@@ -363,6 +366,7 @@ impl Agent {
                 io,
                 target,
                 stop: Arc::new(AtomicBool::new(false)),
+                shutdown: Mutex::new(None),
                 zeros: AlignedBuf::zeroed(cs as usize),
                 state: Mutex::new(State {
                     st,
@@ -398,10 +402,22 @@ impl Agent {
         self.sh.run(true)
     }
 
-    /// Drain continuously until stopped (StopHandle, SIGTERM/SIGINT after
-    /// [`crate::sys::stop_on_signals`]).
-    pub fn run(&self) -> Result<DrainSummary, AgentError> {
-        self.sh.run(false)
+    /// [`Agent::run_once`], abandoning the file in flight safely when `shutdown` fires.
+    pub fn run_once_until(&self, shutdown: &Shutdown) -> Result<DrainSummary, AgentError> {
+        self.with_shutdown(shutdown, || self.sh.run(true))
+    }
+
+    /// Drain continuously until `shutdown` fires (the binary routes SIGTERM/SIGINT to it
+    /// with [`Shutdown::on_signals`]) or a [`StopHandle`] is used.
+    pub fn run(&self, shutdown: &Shutdown) -> Result<DrainSummary, AgentError> {
+        self.with_shutdown(shutdown, || self.sh.run(false))
+    }
+
+    fn with_shutdown<T>(&self, shutdown: &Shutdown, f: impl FnOnce() -> T) -> T {
+        *lock(&self.sh.shutdown) = Some(shutdown.clone());
+        let r = f();
+        *lock(&self.sh.shutdown) = None;
+        r
     }
 }
 
@@ -416,7 +432,7 @@ impl Drop for Agent {
 
 impl Shared {
     fn stopping(&self) -> bool {
-        self.stop.load(Ordering::SeqCst) || sys::signalled()
+        self.stop.load(Ordering::SeqCst) || lock(&self.shutdown).as_ref().is_some_and(Shutdown::is_triggered)
     }
 
     fn snapshot(&self) -> AgentStatus {
@@ -953,6 +969,17 @@ impl Shared {
         )
     }
 
+    /// `len` bytes at offset `off` of the data region (a chunk list entry that points
+    /// outside it is refused as a store error, never read).
+    fn region_slice(&self, off: u64, len: usize) -> Result<RegionSlice<'_>, AgentError> {
+        self.region.slice(off, len).ok_or_else(|| {
+            AgentError::Store(ckptfs_store::StoreError::Invalid(format!(
+                "chunk bytes {off}+{len} lie outside the {}-byte data region",
+                self.region.len()
+            )))
+        })
+    }
+
     /// Verify a unit's memory chunks in place (the verifier thread, ahead of the writers).
     fn verify_mem(&self, plan: &Plan, range: (usize, usize)) -> Result<(), AgentError> {
         if self.stopping() {
@@ -960,13 +987,18 @@ impl Shared {
         }
         for b in &plan.blocks[range.0..range.1] {
             if let Src::Mem { off, written, crc } = b.src {
-                self.region.populate(off, written);
-                let data = self.region.bytes(off, written);
-                let got = crc32c(data);
+                let data = self.region_slice(off, written)?;
+                data.populate();
+                let got = data.crc32c();
                 if got != crc {
                     return Err(self.mismatch(plan, b.logical, crc, got));
                 }
-                lock(&plan.content)[b.logical as usize] = content_crc(got, data, b.len);
+                let content = if written <= b.len {
+                    crc32c_append_zeros(got, b.len - written)
+                } else {
+                    data.prefix(b.len).crc32c()
+                };
+                lock(&plan.content)[b.logical as usize] = content;
             }
         }
         Ok(())
@@ -1001,22 +1033,23 @@ impl Shared {
                 bufs.push(buf);
             }
         }
-        let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(blocks.len() * 2);
+        let mut iov: Vec<IoPart<'_>> = Vec::with_capacity(blocks.len() * 2);
         let mut spill_bufs = bufs.iter();
         let mut total = 0;
         for b in blocks {
-            let data: &[u8] = match b.src {
-                Src::Mem { off, written, .. } => self.region.bytes(off, written.min(b.len)),
+            let data: IoPart<'_> = match b.src {
+                Src::Mem { off, written, .. } => IoPart::Region(self.region_slice(off, written.min(b.len))?),
                 Src::Spill { written, .. } => {
-                    &spill_bufs.next().expect("one buffer per spill block")[..written.min(b.len)]
+                    IoPart::Buf(&spill_bufs.next().expect("one buffer per spill block")[..written.min(b.len)])
                 }
-                Src::Hole => &[],
+                Src::Hole => IoPart::Buf(&[]),
             };
-            if !data.is_empty() {
-                iov.push(IoSlice::new(data));
+            let n = data.len();
+            if n > 0 {
+                iov.push(data);
             }
-            if data.len() < b.len {
-                iov.push(IoSlice::new(&self.zeros[..b.len - data.len()]));
+            if n < b.len {
+                iov.push(IoPart::Buf(&self.zeros[..b.len - n]));
             }
             total += b.len;
         }

@@ -3,8 +3,9 @@
 //! A per-node agent attaches to the node store and copies complete files (closed by
 //! their last writer, every chunk's CRC32C valid) to a destination directory on the
 //! parallel file system, without involving the processes that wrote them: it reads the
-//! chunks straight from the shared data region ([`Store::data_region`] and
-//! [`Store::chunk_list`], CRUISE section 4.6) and spill chunks from the spill file.
+//! chunks straight from the shared data region ([`Store::chunk_list`] and the store's
+//! [`region_io`](ckptfs_store::region_io), which holds the shared-memory `unsafe`;
+//! CRUISE section 4.6) and spill chunks from the spill file.
 //!
 //! - **Atomic publish**: a file is written under a temporary name, fsynced, renamed to
 //!   its final name and the directory fsynced; then the node's manifest in that
@@ -16,25 +17,22 @@
 //! - **Vertical placement**: each node's files go to one target ([`config`]).
 //! - **Low impact**: IO thread pool, large gathered writes, optional O_DIRECT from the
 //!   aligned chunks, a bandwidth cap, nice and IO priority ([`sys`]).
-//! - **Restore** ([`restore`]): multi-level read back into the store, checked against
+//! - **Restore** ([`mod@restore`]): multi-level read back into the store, checked against
 //!   the manifest.
 //!
 //! State is published for other processes in a JSON file next to the segment
 //! ([`status()`]).
 //!
-//! [`Store::data_region`]: ckptfs_store::Store::data_region
 //! [`Store::chunk_list`]: ckptfs_store::Store::chunk_list
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod bench;
 mod beneath;
 pub mod config;
 pub mod dest;
 pub mod engine;
 mod error;
 pub mod manifest;
-mod region;
 pub mod restore;
 pub mod status;
 pub mod sys;

@@ -7,12 +7,13 @@
 //! atomically (temporary name, fsync, rename, directory fsync), so a reader sees either
 //! the old or the new version. A file counts as drained only if it is in a manifest.
 
+use crate::dest::IoPart;
 use crate::dest::{CreateOpts, DestIo};
 use crate::error::AgentError;
 use ckptfs_store::layout::{MAX_CHUNK, MIN_CHUNK};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::{self, IoSlice, Read};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 /// Format tag written into every manifest.
@@ -112,7 +113,7 @@ impl Manifest {
             )
             .map_err(|e| AgentError::dest("create", &tmp, e))?;
         let r = f
-            .write_at(&[IoSlice::new(&text)], 0)
+            .write_at(&[IoPart::Buf(&text)], 0)
             .map_err(|e| AgentError::dest("write", &tmp, e))
             .and_then(|_| f.sync().map_err(|e| AgentError::dest("fsync", &tmp, e)));
         drop(f);

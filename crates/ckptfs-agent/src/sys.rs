@@ -3,7 +3,6 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How much the agent steps back for the application.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -56,34 +55,6 @@ pub fn current_priority() -> (i32, i32, i32) {
             io & ((1 << IOPRIO_CLASS_SHIFT) - 1),
         )
     }
-}
-
-static SIGNALLED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    SIGNALLED.store(true, Ordering::SeqCst);
-}
-
-/// Install SIGTERM and SIGINT handlers that ask every agent in this process to stop.
-pub fn stop_on_signals() -> io::Result<()> {
-    for sig in [libc::SIGTERM, libc::SIGINT] {
-        // SAFETY: the handler only stores to an atomic (async-signal-safe); the sigaction
-        // struct is fully initialised.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Did a stop signal arrive?
-pub fn signalled() -> bool {
-    SIGNALLED.load(Ordering::SeqCst)
 }
 
 /// Is process `pid` alive?

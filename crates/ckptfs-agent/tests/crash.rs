@@ -185,9 +185,9 @@ fn daemon_child() {
     let mut c = cfg(Path::new(&dest));
     c.write_size = CS;
     c.max_bw = Some(2e6);
-    ckptfs_agent::sys::stop_on_signals().unwrap();
+    let shutdown = ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT]).unwrap();
     let agent = Agent::new(&s, c).unwrap();
-    agent.run().unwrap();
+    agent.run(&shutdown).unwrap();
 }
 
 #[test]

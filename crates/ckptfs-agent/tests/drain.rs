@@ -245,7 +245,7 @@ fn full_destination_reports_keeps_memory_copy_and_resumes_when_space_returns() {
     let agent = Arc::new(Agent::with_dest(s, c, io.clone()).unwrap());
     let stop = agent.stop_handle();
     let a2 = agent.clone();
-    let th = std::thread::spawn(move || a2.run());
+    let th = std::thread::spawn(move || a2.run(&ckptfs_runtime::Shutdown::new()));
     // The error shows up in the status, and the memory copy stays.
     let t0 = Instant::now();
     let failed = loop {

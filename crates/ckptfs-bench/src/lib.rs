@@ -11,6 +11,9 @@
 //! This crate is a binary-support library: it uses `anyhow` for errors like a binary.
 #![deny(missing_docs)]
 
+pub mod drain;
+pub mod fuse;
+mod fuse_store;
 pub mod preload;
 pub mod procs;
 pub mod report;

@@ -31,7 +31,9 @@ pub fn run_parallel<T>(
     let mut ready = [0i32; 2];
     // SAFETY: pipe writes two fds into the arrays.
     if unsafe { libc::pipe(go.as_mut_ptr()) } != 0
+        // SAFETY: as above.
         || unsafe { libc::pipe(res.as_mut_ptr()) } != 0
+        // SAFETY: as above.
         || unsafe { libc::pipe(ready.as_mut_ptr()) } != 0
     {
         bail!("pipe: {}", std::io::Error::last_os_error());

@@ -1,4 +1,4 @@
-//! The exported `extern "C"` functions. Each body runs inside [`call`], which catches
+//! The exported `extern "C"` functions. Each body runs inside `call`, which catches
 //! panics (-EIO), records the message of a failure for `ckptfs_last_error()` and returns
 //! `-errno`. All pointer handling of the crate is in this module.
 
@@ -744,8 +744,8 @@ mod tests {
                 max_files,
             };
             let prefix = format!("/ut-{tag}");
-            // SAFETY: valid C strings and options.
             assert_eq!(
+                // SAFETY: valid C strings and options.
                 unsafe { ckptfs_mount(c(&prefix).as_ptr(), &opts) },
                 0,
                 "{}",

@@ -171,12 +171,13 @@ pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
     c.every = args.every;
     c.evict = args.evict;
     c.interval = Duration::from_secs_f64(args.interval.max(0.01));
-    ckptfs_agent::sys::stop_on_signals()?;
+    // Only the binary installs signal handlers; the agent gets the trigger.
+    let shutdown = ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT])?;
     let store = loop {
         match Store::attach(&ctx.store) {
             Ok(s) => break s,
             Err(e) if args.once => return Err(e).context("attach the store"),
-            Err(_) if ckptfs_agent::sys::signalled() => return Ok(0),
+            Err(_) if shutdown.is_triggered() => return Ok(0),
             // A daemon may start before the application creates the store.
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
         }
@@ -195,14 +196,18 @@ pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
                     done.load(std::sync::atomic::Ordering::SeqCst)
                 })
             });
-            let r = if args.once { agent.run_once() } else { agent.run() };
+            let r = if args.once {
+                agent.run_once_until(&shutdown)
+            } else {
+                agent.run(&shutdown)
+            };
             done.store(true, std::sync::atomic::Ordering::SeqCst);
             r
         })?
     } else if args.once {
-        agent.run_once()?
+        agent.run_once_until(&shutdown)?
     } else {
-        agent.run()?
+        agent.run(&shutdown)?
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&sum)?);

@@ -174,7 +174,9 @@ fn serve(args: &MountArgs, ctx: &Ctx) -> Result<i32> {
     };
     let pid = pid_name(&args.mountpoint);
     let rt = runtime_dir()?;
-    mount::run(&cfg, || {
+    // Only the binary installs signal handlers; the mount gets the trigger.
+    let shutdown = ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
+    mount::run(&cfg, &shutdown, || {
         if let Err(e) = rt.write_atomic(&pid, format!("{}\n", std::process::id()).as_bytes()) {
             tracing::warn!(error = %e, "cannot write pid file");
         }

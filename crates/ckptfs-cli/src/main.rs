@@ -156,9 +156,9 @@ enum BenchCommand {
     /// Writes through the LD_PRELOAD shim vs memcpy and /dev/shm; pass-through overhead.
     Preload(ckptfs_bench::preload::PreloadBenchArgs),
     /// CRFS aggregation throughput, the checkpoint write profile, mount vs preload vs /dev/shm.
-    Fuse(ckptfs_fuse::bench::BenchArgs),
+    Fuse(ckptfs_bench::fuse::BenchArgs),
     /// Application-observed write bandwidth (OAB) and drain bandwidth (ASB) vs direct writes.
-    Drain(ckptfs_agent::bench::BenchArgs),
+    Drain(ckptfs_bench::drain::BenchArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -223,12 +223,12 @@ fn run(cli: Cli) -> Result<i32> {
             }
             BenchCommand::Drain(a) => {
                 let json = a.json;
-                ckptfs_agent::bench::run(a)?.print(json);
+                ckptfs_bench::drain::run(a)?.print(json);
                 Ok(0)
             }
             BenchCommand::Fuse(a) => {
                 let json = a.json;
-                ckptfs_fuse::bench::run(a)?.print(json);
+                ckptfs_bench::fuse::run(a)?.print(json);
                 Ok(0)
             }
         },

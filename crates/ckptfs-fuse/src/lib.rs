@@ -13,13 +13,11 @@
 //!   written by a pool of IO threads with one large write each; close() waits for the
 //!   file's outstanding chunks and reports any backend error.
 //!
-//! [`mount::run`] mounts either one, handles SIGTERM/SIGINT by unmounting, cleans a stale
+//! [`mount::run`] mounts either one, unmounts when its shutdown trigger fires, cleans a stale
 //! mount left by a killed daemon, and returns when the file system is unmounted.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod bench;
-mod bench_store;
 mod creds;
 pub mod crfs;
 mod dirs;

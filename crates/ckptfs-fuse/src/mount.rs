@@ -1,21 +1,21 @@
 //! Mounting, signal handling, stale-mount cleanup and unmounting.
 //!
-//! [`run`] routes SIGTERM, SIGINT and SIGHUP through a self-pipe to a dedicated thread
-//! that turns them into an unmount; the session
-//! loop then sees the connection end, the file system is destroyed (CRFS mode writes its
-//! remaining chunks first) and `run` returns.
+//! [`run`] takes its shutdown trigger as a parameter (the binary routes SIGTERM, SIGINT
+//! and SIGHUP to it with [`Shutdown::on_signals`]); a dedicated thread turns the trigger
+//! into an unmount; the session loop then sees the connection end, the file system is
+//! destroyed (CRFS mode writes its remaining chunks first) and `run` returns.
 
 use crate::crfs::{CrfsConfig, CrfsFs};
 use crate::{IoMode, StoreFs};
+use ckptfs_runtime::Shutdown;
 use ckptfs_store::{Store, StoreError, StoreOptions};
 use fuser::{Config, MountOption, SessionACL};
 use std::ffi::CString;
-use std::fs::File;
-use std::io::{self, Read};
-use std::os::fd::FromRawFd;
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// Which file system to serve.
 #[derive(Debug, Clone)]
@@ -199,42 +199,6 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<(), MountError> {
     }
 }
 
-static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    let fd = SIGNAL_PIPE.load(Relaxed);
-    let b = sig as u8;
-    // SAFETY: write(2) is async-signal-safe; b lives for the call.
-    unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
-}
-
-/// Route SIGTERM, SIGINT and SIGHUP to a pipe (self-pipe trick: works whichever thread
-/// the kernel picks) and return its read end.
-fn catch_signals() -> Result<File, MountError> {
-    let mut fds = [0; 2];
-    // SAFETY: fds is a valid two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io_err("create signal pipe")(io::Error::last_os_error()));
-    }
-    let old = SIGNAL_PIPE.swap(fds[1], Relaxed);
-    for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-        // SAFETY: sigaction is plain data; the handler only calls write(2).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(s, &sa, std::ptr::null_mut());
-        }
-    }
-    if old >= 0 {
-        // SAFETY: old is the write end of an earlier pipe that nothing else uses now.
-        unsafe { libc::close(old) };
-    }
-    // SAFETY: fds[0] is a fresh descriptor owned by nothing else.
-    Ok(unsafe { File::from_raw_fd(fds[0]) })
-}
-
 /// Options of every ckptfs mount. `nosuid` and `nodev`: a file an unprivileged user
 /// creates with mode 4755 (or a device node) must not become a setuid program (or a
 /// device) for others, whatever owner the mount shows (design.md, "Threat model").
@@ -247,10 +211,10 @@ fn base_options() -> Vec<MountOption> {
     ]
 }
 
-/// Mount and serve until unmounted (by `ckptfs umount`, fusermount3 -u, or a signal).
-/// `on_ready` runs once the kernel has accepted the mount.
-pub fn run(cfg: &MountConfig, on_ready: impl FnOnce()) -> Result<(), MountError> {
-    let sigs = catch_signals()?;
+/// Mount and serve until unmounted (by `ckptfs umount`, fusermount3 -u, or `shutdown`
+/// firing). `on_ready` runs once the kernel has accepted the mount.
+pub fn run(cfg: &MountConfig, shutdown: &Shutdown, on_ready: impl FnOnce()) -> Result<(), MountError> {
+    let sigs = shutdown.clone();
     let mp = &cfg.mountpoint;
     if is_stale(mp) {
         tracing::warn!(mountpoint = %mp.display(), "removing a stale mount left by a dead daemon");
@@ -301,22 +265,28 @@ fn serve<FS: fuser::Filesystem>(
     fs: FS,
     mp: &Path,
     config: &Config,
-    mut sigs: File,
+    shutdown: Shutdown,
     on_ready: impl FnOnce(),
 ) -> Result<(), MountError> {
     let mut session =
         fuser::Session::new(fs, mp, config).map_err(io_err(format!("mount {}", mp.display())))?;
     let mut unmounter = session.unmount_callable();
     let target = mp.to_path_buf();
-    std::thread::Builder::new()
-        .name("ckptfs-signals".into())
+    // Ends the watcher once the session is over, whoever unmounted.
+    let ended = std::sync::Arc::new(AtomicBool::new(false));
+    let ended2 = ended.clone();
+    let watcher = std::thread::Builder::new()
+        .name("ckptfs-shutdown".into())
         .spawn(move || {
-            let mut b = [0u8; 1];
-            if sigs.read_exact(&mut b).is_err() {
+            while !shutdown.wait_timeout(Duration::from_millis(200)) {
+                if ended2.load(Ordering::SeqCst) {
+                    return;
+                }
+            }
+            if ended2.load(Ordering::SeqCst) {
                 return;
             }
-            let sig = b[0];
-            tracing::info!(signal = sig, "unmounting on signal");
+            tracing::info!(signal = shutdown.signal(), "unmounting on shutdown");
             if let Err(e) = unmounter.unmount() {
                 // Busy (a process has its cwd or a file there): detach now; the kernel
                 // ends the session when the last user goes away.
@@ -326,10 +296,13 @@ fn serve<FS: fuser::Filesystem>(
                 }
             }
         })
-        .map_err(io_err("spawn signal thread"))?;
+        .map_err(io_err("spawn shutdown thread"))?;
     tracing::info!(mountpoint = %mp.display(), "mounted");
     on_ready();
-    match session.run() {
+    let r = session.run();
+    ended.store(true, Ordering::SeqCst);
+    let _ = watcher.join();
+    match r {
         Ok(()) => {}
         // When the kernel tears the connection down at unmount while a reader thread has
         // just taken a request (a FORGET or RELEASE sent by the last close), that thread
@@ -346,7 +319,7 @@ fn serve<FS: fuser::Filesystem>(
 }
 
 /// Unmount a [`spawn`]ed session and wait for its threads, treating the kernel's
-/// ECONNABORTED shutdown race (see [`serve`]) as the ordinary end it is.
+/// ECONNABORTED shutdown race (see `serve`) as the ordinary end it is.
 pub fn unmount_spawned(session: fuser::BackgroundSession, mp: &Path) -> io::Result<()> {
     match session.umount_and_join() {
         Err(e) if ended_by_unmount(&e, mp) => Ok(()),

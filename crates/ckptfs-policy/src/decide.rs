@@ -25,9 +25,8 @@ use crate::error::{non_negative, positive, probability, PolicyError};
 use serde::{Deserialize, Serialize};
 
 /// A checkpoint level, from fastest/least durable to slowest/most durable.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     /// The node's own memory (ckptfs node store): survives a process crash,
@@ -155,7 +154,8 @@ impl Predictor {
 
 /// How many segments are lost when a checkpoint is gone and the job falls back
 /// `n` checkpoints.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum RollbackCount {
     /// REMEM's formula (2) as printed: `n·τ`, with `n` = Algorithm 1's counter

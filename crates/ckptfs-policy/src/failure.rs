@@ -47,7 +47,8 @@ impl Weibull {
 }
 
 /// How the source (job) nodes are paired with backup (partner) nodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Matching {
     /// Mutual pairs across the two halves of the machine (node `i` and

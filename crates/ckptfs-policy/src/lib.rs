@@ -14,7 +14,8 @@
 //! * [`Simulator`]: a Weibull (or failure-log) driven simulation that compares
 //!   fixed levels with the adaptive policy, and the [`fig5`] preset that
 //!   reproduces REMEM's Figure 5;
-//! * [`cli`]: the `ckptfs policy` subcommands.
+//! * `cli` (cargo feature `cli`, which the ckptfs CLI enables, with `clap` for
+//!   `ValueEnum` on the enums and `plot` for PNG charts): the `ckptfs policy` subcommands.
 //!
 //! docs/policy.md describes the model, the formulas and the results.
 //!
@@ -40,6 +41,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod costs_file;
 mod decide;
@@ -48,6 +50,7 @@ pub mod failure;
 pub mod fig5;
 pub mod interval;
 pub mod math;
+#[cfg(feature = "plot")]
 mod plot;
 pub mod remem;
 pub mod rng;

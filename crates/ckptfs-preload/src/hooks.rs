@@ -223,6 +223,7 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, b: *mut c_void, n: usize, buflen:
 pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: usize) -> isize {
     // SAFETY: b has n readable bytes per write(2).
     on_fd(fd, |d| {
+        // SAFETY: b has n readable bytes per write(2).
         ops::writev(d, &[unsafe { buf(b, n) }]).map(|n| n as isize)
     })
     .unwrap_or_else(|| real!(write: fn(c_int, *const c_void, usize) -> isize; -1; fd, b, n))
@@ -231,6 +232,7 @@ pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: usize) -> isize {
 pub unsafe extern "C" fn pread(fd: c_int, b: *mut c_void, n: usize, off: Off) -> isize {
     // SAFETY: as read.
     on_fd(fd, |d| {
+        // SAFETY: as read.
         ops::preadv(d, &mut [unsafe { buf_mut(b, n) }], off).map(|n| n as isize)
     })
     .unwrap_or_else(|| real!(pread64: fn(c_int, *mut c_void, usize, Off) -> isize; -1; fd, b, n, off))
@@ -264,6 +266,7 @@ pub unsafe extern "C" fn __pread64_chk(
 pub unsafe extern "C" fn pwrite(fd: c_int, b: *const c_void, n: usize, off: Off) -> isize {
     // SAFETY: as write.
     on_fd(fd, |d| {
+        // SAFETY: as write.
         ops::pwritev(d, &[unsafe { buf(b, n) }], off).map(|n| n as isize)
     })
     .unwrap_or_else(|| real!(pwrite64: fn(c_int, *const c_void, usize, Off) -> isize; -1; fd, b, n, off))
@@ -1476,6 +1479,7 @@ pub unsafe extern "C" fn rewinddir(d: *mut libc::DIR) {
     if dir::is_ours(d) {
         // SAFETY: ours.
         let _ = guarded(|| {
+            // SAFETY: ours.
             unsafe { dir::get(d) }.rewind();
             Ok(())
         });
@@ -1580,6 +1584,7 @@ unsafe fn freopen_impl(p: *const c_char, mode: *const c_char, f: *mut libc::FILE
     let loc = if p.is_null() {
         Ok(Loc::Real)
     } else {
+        // SAFETY: caller C string or null (checked above).
         unsafe { state::classify(libc::AT_FDCWD, p) }
     };
     let fail = |e| {
@@ -1819,6 +1824,7 @@ unsafe fn sendfile_impl(out: c_int, fin: c_int, off: *mut Off, count: usize) -> 
         let mut pos = if off.is_null() {
             None
         } else {
+            // SAFETY: off is non-null here and valid per sendfile(2).
             Some(unsafe { *off })
         };
         while total < count {

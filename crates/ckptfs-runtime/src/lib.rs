@@ -24,6 +24,9 @@
 //! - [`RuntimeDir::open_log`] and [`open_log_file`] open a daemon's log for appending
 //!   without following symbolic links, and check its owner.
 //!
+//! - [`Shutdown`] is the stop trigger a daemon's library `run` function takes as a
+//!   parameter; only binaries route signals to it ([`Shutdown::on_signals`]).
+//!
 //! Every error is a [`RuntimeError`] naming the path, with one errno per variant
 //! ([`RuntimeError::errno`]).
 
@@ -33,8 +36,10 @@
 mod dir;
 mod error;
 mod lock;
+mod shutdown;
 mod sys;
 
 pub use dir::{open_log_file, RuntimeDir};
 pub use error::{Result, RuntimeError};
 pub use lock::InstanceLock;
+pub use shutdown::Shutdown;

@@ -108,3 +108,36 @@ pub fn kind_of(ft: std::fs::FileType) -> &'static str {
         "special file"
     }
 }
+
+/// Create a close-on-exec pipe, make `handler` the action of `signals` (with
+/// `SA_RESTART`) writing to its write end, and return the read end. The write end of an
+/// earlier call is closed.
+pub fn signal_pipe(signals: &[libc::c_int], handler: extern "C" fn(libc::c_int)) -> io::Result<File> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid two-element array for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let old = crate::shutdown::swap_signal_pipe(fds[1]);
+    for &s in signals {
+        // SAFETY: the sigaction struct is plain data, fully initialised (zeroed, then
+        // handler, flags and an empty mask); the handler only calls write(2).
+        let rc = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(s, &sa, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    if old >= 0 {
+        // SAFETY: `old` is the write end of an earlier pipe of this function, which the
+        // handler no longer uses (the swap above replaced it) and nothing else owns.
+        unsafe { libc::close(old) };
+    }
+    // SAFETY: fds[0] is a fresh descriptor owned by nothing else.
+    Ok(unsafe { File::from_raw_fd(fds[0]) })
+}

@@ -49,6 +49,7 @@ mod leases;
 mod lock;
 mod namespace;
 pub mod process;
+pub mod region_io;
 mod segment;
 mod store;
 mod trust;

@@ -1,11 +1,11 @@
 //! Helpers shared by the agent's integration tests.
 #![allow(dead_code)]
 
-use ckptfs_agent::dest::{CreateOpts, DestEntry, DestFile, DestIo, PosixDest};
+use ckptfs_agent::dest::{CreateOpts, DestEntry, DestFile, DestIo, IoPart, PosixDest};
 use ckptfs_agent::manifest;
 use ckptfs_agent::AgentConfig;
 use ckptfs_store::{OpenFlags, Store, StoreOptions};
-use std::io::{self, IoSlice, Read};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,7 +39,7 @@ pub fn store(tag: &str, opts: impl FnOnce(&mut StoreOptions)) -> TestStore {
 
 /// Deterministic content for (seed, size).
 pub fn data(seed: u64, size: usize) -> Vec<u8> {
-    ckptfs_bench::store::seeded_bytes(seed, size)
+    ckptfs_testsupport::seeded_bytes(seed, size)
 }
 
 pub fn mkdirs(s: &Store, path: &str) {
@@ -162,7 +162,7 @@ struct SmallFile {
 }
 
 impl DestFile for SmallFile {
-    fn write_at(&self, bufs: &[IoSlice<'_>], off: u64) -> io::Result<()> {
+    fn write_at(&self, bufs: &[IoPart<'_>], off: u64) -> io::Result<()> {
         let n: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         if self.used.fetch_add(n, Ordering::SeqCst) + n > self.cap {
             self.used.fetch_sub(n, Ordering::SeqCst);

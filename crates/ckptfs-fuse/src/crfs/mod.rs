@@ -8,7 +8,7 @@
 //! AT_EMPTY_PATH for the inode itself. So a name removed while another hard link stays
 //! keeps working, renames need no bookkeeping, and paths as long as the kernel accepts
 //! on the mount work on the backend whatever its own path length. Backend calls made
-//! for a request run with the caller's file-system credentials ([`crate::creds`]).
+//! for a request run with the caller's file-system credentials (the private `creds` module).
 //! Reads, metadata and directory operations go straight to the backend; before a read,
 //! truncate, fallocate or time change of a file with buffered data, its chunks are
 //! written first so the backend is current. getattr reports the size including

@@ -184,7 +184,9 @@ pub fn daemon_entry() {
         io,
         threads: 4,
     };
-    let code = match mount::run(&cfg, || {}) {
+    let shutdown =
+        ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).unwrap();
+    let code = match mount::run(&cfg, &shutdown, || {}) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("daemon: {e}");
@@ -215,7 +217,7 @@ pub fn sh(dir: &Path, cmd: &str) -> (i32, String, String) {
 
 /// Deterministic pseudo-random bytes.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    ckptfs_bench::store::seeded_bytes(seed, len)
+    ckptfs_testsupport::seeded_bytes(seed, len)
 }
 
 /// A source tree for the real-program tests.
@@ -365,7 +367,7 @@ pub fn posix_suite(root: &Path) -> Vec<(String, Result<isize, i32>)> {
         open(&file, libc::O_RDONLY | libc::O_DIRECTORY),
     );
     rec("name too long", open(&p(&long), libc::O_CREAT | libc::O_WRONLY));
-    // SAFETY (whole block): plain libc calls on valid NUL-terminated paths and buffers
+    // SAFETY: (whole block) plain libc calls on valid NUL-terminated paths and buffers
     // that outlive each call; descriptors are closed at the end.
     unsafe {
         rec(

@@ -12,16 +12,16 @@
 //!   built), and to /dev/shm.
 //!
 //! - (d) the store mount next to tmpfs: sequential 1 MiB write and read, and
-//!   mdtest-like create/stat/remove rates ([`crate::bench_store`]).
+//!   mdtest-like create/stat/remove rates (the private `fuse_store` module).
 //!
 //! The FUSE servers run in this process (fuser background sessions); writers of (b)
 //! are forked children that only make raw system calls, (c) runs `dd`.
 
-use crate::crfs::{CrfsConfig, CrfsFs, DiscardSink, FileSink};
-use crate::{mount, IoMode, StoreFs};
+use crate::report::{machine, Measurement, Report};
+use crate::store::parse_size;
 use anyhow::{bail, Context, Result};
-use ckptfs_bench::report::{machine, Measurement, Report};
-use ckptfs_bench::store::parse_size;
+use ckptfs_fuse::crfs::{CrfsConfig, CrfsFs, DiscardSink, FileSink};
+use ckptfs_fuse::{mount, IoMode, StoreFs};
 use ckptfs_store::{Store, StoreOptions};
 use std::ffi::CString;
 use std::io::Write;
@@ -100,7 +100,7 @@ pub fn run(a: BenchArgs) -> Result<Report> {
         part_c(&a, &mut results, &mut notes)?;
     }
     if want("d") {
-        crate::bench_store::part_d(&a, &mut results, &mut notes)?;
+        crate::fuse_store::part_d(&a, &mut results, &mut notes)?;
     }
     Ok(Report {
         bench: "fuse".into(),
@@ -116,7 +116,7 @@ pub fn run(a: BenchArgs) -> Result<Report> {
             "seq_bytes": a.seq_bytes,
             "md_files": a.md_files,
             "fuse_threads": 4,
-            "max_write": crate::MAX_WRITE,
+            "max_write": ckptfs_fuse::MAX_WRITE,
         }),
         results,
         notes,

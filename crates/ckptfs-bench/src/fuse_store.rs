@@ -10,10 +10,10 @@
 //!
 //! Each case runs `--reps` times; the median is reported with the ratio to tmpfs.
 
-use crate::bench::BenchArgs;
-use crate::{mount, IoMode, StoreFs};
+use crate::fuse::BenchArgs;
+use crate::report::Measurement;
 use anyhow::{Context, Result};
-use ckptfs_bench::report::Measurement;
+use ckptfs_fuse::{mount, IoMode, StoreFs};
 use ckptfs_store::{Store, StoreOptions};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};

@@ -16,10 +16,10 @@
 //! Ratios `vs_direct` (OAB / direct) and `vs_seq` (ASB / sequential) are computed from
 //! the medians. This module is a binary-support module: it uses anyhow.
 
-use crate::{Agent, AgentConfig};
+use crate::procs::run_parallel;
+use crate::report::{machine, median, Measurement, Report};
 use anyhow::{ensure, Context, Result};
-use ckptfs_bench::procs::run_parallel;
-use ckptfs_bench::report::{machine, median, Measurement, Report};
+use ckptfs_agent::{Agent, AgentConfig};
 use ckptfs_store::{Store, StoreOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,16 +32,16 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     pub procs: usize,
     /// Checkpoint size per process (K/M/G).
-    #[arg(long, default_value = "256M", value_parser = ckptfs_bench::store::parse_size)]
+    #[arg(long, default_value = "256M", value_parser = crate::store::parse_size)]
     pub size: u64,
     /// Application write() size.
-    #[arg(long, default_value = "1M", value_parser = ckptfs_bench::store::parse_size)]
+    #[arg(long, default_value = "1M", value_parser = crate::store::parse_size)]
     pub block: u64,
     /// Store chunk size.
-    #[arg(long = "store-chunk", default_value = "1M", value_parser = ckptfs_bench::store::parse_size)]
+    #[arg(long = "store-chunk", default_value = "1M", value_parser = crate::store::parse_size)]
     pub chunk: u64,
     /// Agent write size, also the block size of the sequential baseline.
-    #[arg(long, default_value = "8M", value_parser = ckptfs_bench::store::parse_size)]
+    #[arg(long, default_value = "8M", value_parser = crate::store::parse_size)]
     pub write_size: u64,
     /// Agent IO threads (marshaling on).
     #[arg(long, default_value_t = 1)]
@@ -64,20 +64,20 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
-use ckptfs_bench::store::{pattern, write_file as write_store};
+use crate::store::{pattern, write_file as write_store};
 
 /// Straight to the destination, then fsync (the application without ckptfs).
 fn write_direct(path: &Path, size: u64, block: &[u8]) -> Result<()> {
-    ckptfs_bench::store::write_local_file(path, size, block, true)
+    crate::store::write_local_file(path, size, block, true)
 }
 
 /// Sequential O_DIRECT writes of `block` (aligned) up to `size`, then fsync.
 fn write_o_direct(path: &Path, size: u64, block: &[u8]) -> Result<()> {
     ensure!(
-        size.is_multiple_of(crate::dest::DIRECT_ALIGN as u64),
+        size.is_multiple_of(ckptfs_agent::dest::DIRECT_ALIGN as u64),
         "--size must be a multiple of 4 KiB with --direct"
     );
-    ckptfs_bench::store::write_local_file_o_direct(path, size, block)
+    crate::store::write_local_file_o_direct(path, size, block)
 }
 
 struct Cleanup {
@@ -88,7 +88,7 @@ struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = Store::destroy(&self.name);
-        crate::status::remove_status(&self.name);
+        ckptfs_agent::status::remove_status(&self.name);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -119,7 +119,7 @@ pub fn run(a: BenchArgs) -> Result<Report> {
     store.mkdir("/ckpt", 0o755)?;
     let block = pattern(a.block as usize);
     let big = pattern(a.write_size as usize);
-    let mut big_aligned = crate::sys::AlignedBuf::zeroed(a.write_size as usize);
+    let mut big_aligned = ckptfs_agent::sys::AlignedBuf::zeroed(a.write_size as usize);
     big_aligned[..big.len()].copy_from_slice(&big);
     // Steady state: every chunk written once before measuring.
     for r in 0..a.procs {
@@ -135,7 +135,7 @@ pub fn run(a: BenchArgs) -> Result<Report> {
     // application has its page tables populated after its first checkpoint.
     let attach = |_r: usize| {
         let s = Store::attach(&StoreOptions::named(&name))?;
-        crate::region::Region::new(&s).populate_write_all();
+        ckptfs_store::region_io::RegionIo::new(&s).populate_write_all();
         Ok(s)
     };
     // Each timed case starts with no dirty data or block discards of an earlier one in
@@ -154,7 +154,7 @@ pub fn run(a: BenchArgs) -> Result<Report> {
         c.io_threads = a.io_threads;
         c.write_size = a.write_size as usize;
         c.direct = a.direct;
-        c.priority = crate::sys::Priority::Normal;
+        c.priority = ckptfs_agent::sys::Priority::Normal;
         let agent = Agent::new(&store, c)?;
         settle();
         let t0 = Instant::now();
