@@ -62,7 +62,7 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     if !args.dest.dest.is_empty() {
         cfg.drain = Some(args.dest.config(Some(node))?);
     }
-    ckptfs_agent::sys::stop_on_signals()?;
+    let shutdown = ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT])?;
     eprintln!(
         "ckptfs node: {node} store {} on {} (pid {})",
         ctx.store.name,
@@ -70,7 +70,10 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
         std::process::id()
     );
     // Only the binary knows about signals: the daemon stops when this future ends.
-    let sum = ckptfs_node::run_blocking(cfg, ckptfs_node::daemon::when(ckptfs_agent::sys::signalled))?;
+    let sum = ckptfs_node::run_blocking(
+        cfg,
+        ckptfs_node::daemon::when(move || shutdown.is_triggered()),
+    )?;
     eprintln!(
         "ckptfs node: stopped; {} copies sent, {} received, {} refused",
         sum.copies_sent, sum.copies_received, sum.copies_refused

@@ -257,10 +257,11 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let drain = match &shared.cfg.drain {
         Some(c) => {
             let agent = Agent::new(&store, c.clone())?;
-            let stop = agent.stop_handle();
+            let stop = ckptfs_runtime::Shutdown::new();
+            let stop2 = stop.clone();
             let t = std::thread::Builder::new()
                 .name("drain".into())
-                .spawn(move || agent.run())
+                .spawn(move || agent.run(&stop2))
                 .map_err(|e| NodeError::io("start the drain thread", e))?;
             Some((stop, t))
         }
@@ -282,7 +283,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     tasks.shutdown().await;
     let mut result = Ok(());
     if let Some((stop, t)) = drain {
-        stop.stop();
+        stop.trigger();
         match t.join() {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => result = Err(NodeError::Agent(e)),
