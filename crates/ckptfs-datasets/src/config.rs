@@ -86,6 +86,8 @@ pub struct Config {
     pub recall: f64,
     /// Failure rule.
     pub rule: FailureRule,
+    /// The job's checkpoint interval for the policy, seconds (None: measured).
+    pub interval: Option<f64>,
     /// PFS bandwidth used until transfers were measured, bytes/s.
     pub pfs_bandwidth: f64,
     /// Drain destinations (PFS level), for levels and restart.
@@ -216,6 +218,7 @@ impl Config {
             precision,
             recall,
             rule,
+            interval: Some(num(s, "checkpoint_interval")?).filter(|t| *t > 0.0),
             pfs_bandwidth: num(s, "pfs_bandwidth")?.max(1.0),
             dests,
         })

@@ -138,8 +138,9 @@ pub fn decision_input(ds: &Datasets, costs: &Costs, bytes: u64, n_pfs: u32, alar
     let pfs_bps = costs.pfs_bps.unwrap_or(cfg.pfs_bandwidth);
     let mtbf_job = cfg.node_mtbf / f64::from(cfg.job_nodes.max(1));
     let local_c = b / local_bps;
-    let tau = costs
-        .interval_s
+    let tau = cfg
+        .interval
+        .or(costs.interval_s)
         .filter(|t| *t > 0.0)
         .unwrap_or_else(|| ckptfs_policy::interval::daly_interval(mtbf_job, local_c).unwrap_or(3600.0))
         .max(1.0);

@@ -221,6 +221,14 @@ pub const SETTINGS: &[Setting] = &[
         kind: Kind::Number,
     },
     Setting {
+        key: "checkpoint_interval",
+        env: "CKPTFS_CHECKPOINT_INTERVAL",
+        flag: "",
+        default: || "0".into(),
+        help: "the job's checkpoint interval tau in seconds for the level policy (0 = measured between completions)",
+        kind: Kind::Number,
+    },
+    Setting {
         key: "job_nodes",
         env: "CKPTFS_JOB_NODES",
         flag: "",
