@@ -6,6 +6,7 @@
 //! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
 
 mod cmd_agent;
+mod cmd_ckpt;
 mod cmd_mount;
 mod cmd_run;
 mod config;
@@ -127,6 +128,10 @@ enum Command {
     /// Run a benchmark; prints measured figures next to the baselines of the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Checkpoint datasets of the job: begin, complete, list, show, delete, need.
+    Ckpt(cmd_ckpt::CkptArgs),
+    /// Raise (or --clear) a failure predictor's alarm for a node (read by the level policy).
+    Alarm(cmd_ckpt::AlarmArgs),
     /// Checkpoint level policy: adaptive level choice, optimal intervals, failure simulator.
     Policy {
         #[command(subcommand)]
@@ -213,6 +218,8 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(0)
             }
         },
+        Command::Ckpt(a) => cmd_ckpt::main(a, &ctx),
+        Command::Alarm(a) => cmd_ckpt::alarm(a, &ctx),
         Command::Policy { cmd } => {
             ckptfs_policy::cli::run(cmd)?;
             Ok(0)
@@ -246,6 +253,8 @@ fn quiet_on_broken_pipe(cmd: &Command) -> bool {
         | Command::Umount(_)
         | Command::Restore(_)
         | Command::Bench(_)
+        | Command::Ckpt(_)
+        | Command::Alarm(_)
         | Command::Policy { .. } => true,
     }
 }

@@ -1,9 +1,9 @@
 //! The level policy at run time (docs/policy.md's generalised Algorithm 1) and the
 //! checkpoint-interval advice (Young/Daly), fed by this job's own measurements.
 //!
-//! - Costs: the local level's bandwidth is measured at every completion (bytes of the
-//!   dataset over the time from its first begin to its completion) and the PFS's at
-//!   every restore from it; both smoothed (exponential, weight [`SMOOTH`] on the new
+//! - Costs: the local checkpoint time is measured at every completion (first begin to
+//!   completion: the time the application is stopped) and the PFS's bandwidth at every
+//!   restore from it; a PFS checkpoint costs the local write plus the flush. Smoothed (exponential, weight [`SMOOTH`] on the new
 //!   sample) in `/.ckptfs/datasets/JOB/costs.json`. Until the PFS has been measured, the
 //!   `pfs_bandwidth` setting stands in. Partner copies are not offered until the node
 //!   daemon reports them (single node).
@@ -134,10 +134,14 @@ pub fn effective_predictor(
 pub fn decision_input(ds: &Datasets, costs: &Costs, bytes: u64, n_pfs: u32, alarm: bool) -> DecisionInput {
     let cfg = &ds.cfg;
     let b = bytes.max(1) as f64;
-    let local_bps = costs.local_bps.unwrap_or(4.0 * 1024.0 * 1024.0 * 1024.0);
     let pfs_bps = costs.pfs_bps.unwrap_or(cfg.pfs_bandwidth);
     let mtbf_job = cfg.node_mtbf / f64::from(cfg.job_nodes.max(1));
-    let local_c = b / local_bps;
+    // The application is stopped for the local write (measured begin to complete); a PFS
+    // checkpoint is that write plus the flush at the PFS's bandwidth.
+    let local_c = costs
+        .local_ckpt_s
+        .unwrap_or_else(|| b / costs.local_bps.unwrap_or(4.0 * 1024.0 * 1024.0 * 1024.0));
+    let pfs_c = local_c + b / pfs_bps;
     let tau = cfg
         .interval
         .or(costs.interval_s)
@@ -152,7 +156,7 @@ pub fn decision_input(ds: &Datasets, costs: &Costs, bytes: u64, n_pfs: u32, alar
             }),
             partner: None,
             pfs: LevelCost {
-                checkpoint_s: b / pfs_bps,
+                checkpoint_s: pfs_c,
                 restart_s: b / pfs_bps,
             },
         },
