@@ -263,7 +263,7 @@ impl Datasets {
         let nth = self.cfg.flush_every;
         if nth > 0 {
             let n_complete = older.iter().filter(|d| d.state == State::Complete).count() as u32 + 1;
-            if n_complete % nth == 0 {
+            if n_complete.is_multiple_of(nth) {
                 ds.flush = true;
             }
         }
@@ -425,12 +425,10 @@ impl Datasets {
     /// Every dataset of the job, oldest first, after noticing dead ranks and judging
     /// transparent directories. Records that cannot be parsed are reported in the
     /// second list (path, reason).
-    pub fn list(&self) -> Result<(Vec<Dataset>, Vec<(String, String)>)> {
+    pub fn list(&self) -> Result<(Vec<Dataset>, record::BadRecords)> {
         let _l = self.lock()?;
         let (mut all, bad) = record::load_all(&self.store, &self.cfg.job)?;
         self.refresh_locked(&mut all)?;
-        let before = all.iter().filter(|d| d.state == State::Complete).count();
-        let _ = before;
         self.retention_locked()?;
         let (all, _) = record::load_all(&self.store, &self.cfg.job)?;
         Ok((all, bad))

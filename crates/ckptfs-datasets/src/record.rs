@@ -215,9 +215,12 @@ fn parse(bytes: &[u8]) -> std::result::Result<Dataset, String> {
     Ok(ds)
 }
 
+/// Records that could not be read: (store path, reason).
+pub type BadRecords = Vec<(String, String)>;
+
 /// Every record of `job`, oldest id first. Records that do not parse are returned as
 /// problems (path, message) and otherwise skipped; temporary files are ignored.
-pub fn load_all(store: &Store, job: &str) -> Result<(Vec<Dataset>, Vec<(String, String)>)> {
+pub fn load_all(store: &Store, job: &str) -> Result<(Vec<Dataset>, BadRecords)> {
     let dir = job_dir(job);
     let entries = match store.read_dir(&dir) {
         Ok(e) => e,
