@@ -270,3 +270,126 @@ pub fn restart_before_run(ctx: &Ctx, dest: &[PathBuf]) -> Result<Option<String>>
         }
     }
 }
+
+/// Arguments of `ckptfs bench datasets`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Bytes of the checkpoint (this node's part).
+    #[arg(long, default_value = "256M", value_parser = crate::config::parse_size)]
+    pub size: u64,
+    /// Files it is split into (ranks).
+    #[arg(long, default_value_t = 2)]
+    pub files: u32,
+    /// Directory standing in for the PFS [default: a temporary directory].
+    #[arg(long)]
+    pub dest: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ckptfs bench datasets`: from the last close to "dataset complete" (local) and to
+/// "complete and on the PFS" (drain of its files), and restart time from each level.
+pub fn bench(a: BenchArgs) -> Result<i32> {
+    use std::time::Instant;
+    let tmp = std::env::temp_dir().join(format!("ckptfs-bench-ds-{}", std::process::id()));
+    let dest = a.dest.clone().unwrap_or_else(|| tmp.clone());
+    std::fs::create_dir_all(&dest)?;
+    let _tmp = TmpDir((a.dest.is_none()).then_some(tmp));
+    let name = format!("bench-ds-{}", std::process::id());
+    let mut o = ckptfs_store::StoreOptions::named(&name);
+    let chunk = 1u64 << 20;
+    o.mem_size = Some((a.size + chunk * (u64::from(a.files) + 8)).next_multiple_of(chunk) + (8 << 20));
+    o.chunk_size = Some(chunk);
+    let store = ckptfs_store::Store::create(&o)?;
+    let _cleanup = Cleanup(name.clone());
+    let mut cfg = Config::for_job("bench");
+    cfg.dests = vec![dest.clone()];
+    let ds = Datasets::single_node(store.clone(), cfg);
+    let per = a.size / u64::from(a.files.max(1));
+    let buf: Vec<u8> = (0..(1u64 << 20)).map(|i| (i % 251) as u8).collect();
+    ds.begin("bench", None)?;
+    store.mkdir("/bench", 0o755)?;
+    for r in 0..a.files.max(1) {
+        let mut f = store.open(&format!("/bench/rank{r}"), ckptfs_store::OpenFlags::CREATE, 0o644)?;
+        let mut left = per;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            f.write_all(&buf[..n])?;
+            left -= n as u64;
+        }
+        f.close()?;
+    }
+    let t0 = Instant::now();
+    let d = ds.complete(None, true)?;
+    let local_s = t0.elapsed().as_secs_f64();
+    let mut acfg = ckptfs_agent::AgentConfig::new(std::slice::from_ref(&dest));
+    acfg.node_id = "bench".into();
+    ckptfs_agent::Agent::new(&store, acfg)?.run_once()?;
+    let pfs_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let r = ds.restart()?;
+    let restart_local_s = t1.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        r.chosen.is_some() && r.restored.is_empty(),
+        "restart from memory failed"
+    );
+    for p in d.files.keys() {
+        store.unlink(p)?;
+    }
+    let t2 = Instant::now();
+    let r = ds.restart()?;
+    let restart_pfs_s = t2.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        r.restored.len() == d.files.len(),
+        "restart from the PFS restored {} files",
+        r.restored.len()
+    );
+    let gib = a.size as f64 / f64::from(1u32 << 30);
+    let rows = [
+        ("complete, local", local_s),
+        ("complete + on the PFS", pfs_s),
+        ("restart from local", restart_local_s),
+        ("restart from the PFS", restart_pfs_s),
+    ];
+    if a.json {
+        let v: serde_json::Map<String, serde_json::Value> = rows
+            .iter()
+            .map(|(k, s)| (k.to_string(), serde_json::json!(s)))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"bytes": a.size, "files": a.files, "seconds": v})
+        );
+    } else {
+        println!(
+            "dataset of {} in {} files, PFS = {}",
+            human(a.size),
+            a.files,
+            dest.display()
+        );
+        for (k, s) in rows {
+            println!("  {k:<24} {s:>8.3} s   {:>8.2} GiB/s", gib / s.max(1e-9));
+        }
+        println!("  (complete includes reading every file once for its CRC32C; restart verifies every CRC)");
+    }
+    Ok(0)
+}
+
+struct Cleanup(String);
+
+struct TmpDir(Option<PathBuf>);
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = ckptfs_store::Store::destroy(&self.0);
+    }
+}

@@ -150,6 +150,8 @@ enum BenchCommand {
     Preload(ckptfs_bench::preload::PreloadBenchArgs),
     /// CRFS aggregation throughput, the checkpoint write profile, mount vs preload vs /dev/shm.
     Fuse(ckptfs_fuse::bench::BenchArgs),
+    /// Dataset completion and restart time per level (local store, PFS).
+    Datasets(cmd_ckpt::BenchArgs),
     /// Application-observed write bandwidth (OAB) and drain bandwidth (ASB) vs direct writes.
     Drain(ckptfs_agent::bench::BenchArgs),
 }
@@ -212,6 +214,7 @@ fn run(cli: Cli) -> Result<i32> {
                 ckptfs_agent::bench::run(a)?.print(json);
                 Ok(0)
             }
+            BenchCommand::Datasets(a) => cmd_ckpt::bench(a),
             BenchCommand::Fuse(a) => {
                 let json = a.json;
                 ckptfs_fuse::bench::run(a)?.print(json);

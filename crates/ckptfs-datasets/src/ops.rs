@@ -362,11 +362,13 @@ impl Datasets {
             record::save(&self.store, &d)?;
             all.push(d);
         }
-        let older: Vec<Dataset> = all.clone();
-        for d in all
-            .iter_mut()
-            .filter(|d| d.state == State::Open && d.dir.is_some())
-        {
+        for i in 0..all.len() {
+            if all[i].state != State::Open || all[i].dir.is_none() {
+                continue;
+            }
+            // Decisions see the datasets before this one as they are now (ids ascending).
+            let (before, rest) = all.split_at_mut(i);
+            let d = &mut rest[0];
             let dir = d.dir.clone().unwrap_or_default();
             let prefix = format!("{dir}/");
             let files: Vec<(&String, &Stat)> = listing
@@ -415,8 +417,7 @@ impl Datasets {
                     part.state = State::Complete;
                     part.done_ns = Some(now_ns());
                 }
-                let older: Vec<Dataset> = older.iter().filter(|o| o.id < d.id).cloned().collect();
-                self.finish(d, &older)?;
+                self.finish(d, before)?;
             }
         }
         Ok(())

@@ -342,11 +342,17 @@ fn restart_picks_the_newest_wholly_recoverable_dataset_with_killed_ranks() {
         for rank in 0..2u32 {
             let hang = kill && rank == (step % 2) as u32;
             let mut cmd = Command::new(&exe);
-            cmd.args(["--exact", "worker_entry", "--ignored", "--nocapture", "--test-threads=1"])
-                .env("HD_WORKER_STORE", &fx.name)
-                .env("HD_WORKER_STEP", step.to_string())
-                .env("HD_WORKER_RANK", rank.to_string())
-                .stdout(std::process::Stdio::piped());
+            cmd.args([
+                "--exact",
+                "worker_entry",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("HD_WORKER_STORE", &fx.name)
+            .env("HD_WORKER_STEP", step.to_string())
+            .env("HD_WORKER_RANK", rank.to_string())
+            .stdout(std::process::Stdio::piped());
             if hang {
                 cmd.env("HD_WORKER_HANG", "1");
             }
