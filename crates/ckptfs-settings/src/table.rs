@@ -175,7 +175,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "dataset_pattern",
         env: "CKPTFS_DATASET_PATTERN",
-        flag: "",
+        flag: "-",
         default: String::new,
         help: "transparent datasets: store directories matching this glob (e.g. /step.*) are datasets",
         kind: Kind::Text,
@@ -183,7 +183,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "dataset_complete",
         env: "CKPTFS_DATASET_COMPLETE",
-        flag: "",
+        flag: "-",
         default: String::new,
         help: "transparent datasets are complete at files:N closed files or when marker:NAME appears",
         kind: Kind::Text,
@@ -191,7 +191,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "dataset_keep_memory",
         env: "CKPTFS_DATASET_KEEP_MEMORY",
-        flag: "",
+        flag: "-",
         default: || "0".into(),
         help: "complete datasets kept in node memory (0 = all)",
         kind: Kind::Count,
@@ -199,7 +199,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "dataset_flush_every",
         env: "CKPTFS_DATASET_FLUSH_EVERY",
-        flag: "",
+        flag: "-",
         default: || "0".into(),
         help: "flush every Nth complete dataset to the PFS whatever the policy says (0 = policy only)",
         kind: Kind::Count,
@@ -207,7 +207,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "dataset_keep_pfs",
         env: "CKPTFS_DATASET_KEEP_PFS",
-        flag: "",
+        flag: "-",
         default: || "0".into(),
         help: "flushed datasets kept on the PFS (0 = all)",
         kind: Kind::Count,
@@ -215,7 +215,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "node_mtbf",
         env: "CKPTFS_NODE_MTBF",
-        flag: "",
+        flag: "-",
         default: || "86400".into(),
         help: "mean time between failures of one node, seconds (checkpoint advice, failure posterior)",
         kind: Kind::Number,
@@ -223,7 +223,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "checkpoint_interval",
         env: "CKPTFS_CHECKPOINT_INTERVAL",
-        flag: "",
+        flag: "-",
         default: || "0".into(),
         help: "the job's checkpoint interval tau in seconds for the level policy (0 = measured between completions)",
         kind: Kind::Number,
@@ -231,7 +231,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "job_nodes",
         env: "CKPTFS_JOB_NODES",
-        flag: "",
+        flag: "-",
         default: || "1".into(),
         help: "nodes of the job (failure base rate)",
         kind: Kind::Count,
@@ -239,7 +239,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "predictor_precision",
         env: "CKPTFS_PREDICTOR_PRECISION",
-        flag: "",
+        flag: "-",
         default: || "0.7".into(),
         help: "failure predictor precision (fraction of alarms followed by a failure)",
         kind: Kind::Number,
@@ -247,7 +247,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "predictor_recall",
         env: "CKPTFS_PREDICTOR_RECALL",
-        flag: "",
+        flag: "-",
         default: || "0.7".into(),
         help: "failure predictor recall (fraction of failures preceded by an alarm)",
         kind: Kind::Number,
@@ -255,7 +255,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "failure_rule",
         env: "CKPTFS_FAILURE_RULE",
-        flag: "",
+        flag: "-",
         default: || "posterior".into(),
         help: "failure probability from alarms: posterior (uses the base rate) or remem",
         kind: Kind::Text,
@@ -263,7 +263,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "pfs_bandwidth",
         env: "CKPTFS_PFS_BANDWIDTH",
-        flag: "",
+        flag: "-",
         default: || "1073741824".into(),
         help: "PFS bandwidth per node in bytes/s until transfers have been measured",
         kind: Kind::Number,
