@@ -7,6 +7,7 @@
 
 mod cmd_agent;
 mod cmd_ckpt;
+mod cmd_cluster;
 mod cmd_mount;
 mod cmd_run;
 mod config;
@@ -132,6 +133,11 @@ enum Command {
     Ckpt(cmd_ckpt::CkptArgs),
     /// Raise (or --clear) a failure predictor's alarm for a node (read by the level policy).
     Alarm(cmd_ckpt::AlarmArgs),
+    /// The cluster map: write a cluster file and secret (`init`), print the partner plan.
+    Cluster {
+        #[command(subcommand)]
+        cmd: cmd_cluster::ClusterCommand,
+    },
     /// Checkpoint level policy: adaptive level choice, optimal intervals, failure simulator.
     Policy {
         #[command(subcommand)]
@@ -158,7 +164,9 @@ enum BenchCommand {
 
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        // fuser's own warnings (a foreground mount, `bench fuse`) stay off the terminal
+        // unless asked for (-v, RUST_LOG); the mount daemon's log runs with RUST_LOG=info.
+        0 => "warn,fuser=error",
         1 => "info",
         _ => "debug",
     };
@@ -223,6 +231,7 @@ fn run(cli: Cli) -> Result<i32> {
         },
         Command::Ckpt(a) => cmd_ckpt::main(a, &ctx),
         Command::Alarm(a) => cmd_ckpt::alarm(a, &ctx),
+        Command::Cluster { cmd } => cmd_cluster::main(cmd),
         Command::Policy { cmd } => {
             ckptfs_policy::cli::run(cmd)?;
             Ok(0)
@@ -258,7 +267,8 @@ fn quiet_on_broken_pipe(cmd: &Command) -> bool {
         | Command::Bench(_)
         | Command::Ckpt(_)
         | Command::Alarm(_)
-        | Command::Policy { .. } => true,
+        | Command::Policy { .. }
+        | Command::Cluster { .. } => true,
     }
 }
 
