@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 /// The store's system directory (hidden from listings once the node daemon's store
 /// change is merged; see docs/datasets.md).
-pub const SYSTEM_DIR: &str = "/.ckptfs";
+pub const SYSTEM_DIR: &str = ckptfs_store::SYSTEM_DIR;
 /// Format tag of a record.
 pub const FORMAT: &str = "ckptfs-dataset-1";
 
