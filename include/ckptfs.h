@@ -301,6 +301,39 @@ ssize_t ckptfs_get_chunk_list(const char *path, ckptfs_chunk_meta *out, size_t m
  */
 ssize_t ckptfs_get_spill_path(const char *path, char *buf, size_t len);
 
+/* ------------------------------------------------------------------ datasets */
+/*
+ * Checkpoint datasets (docs/datasets.md), modelled on SCR's Start/Complete_output,
+ * Have/Start_restart and Need_checkpoint. They act on the store ckptfs_mount(prefix,
+ * NULL) would use (the CKPTFS_* environment), for this process's rank (CKPTFS_RANK or
+ * the MPI launcher's variables), job (CKPTFS_JOB, default "default") and drain
+ * destinations (CKPTFS_DEST). Every rank of the job calls begin and complete; a dataset
+ * is complete when all CKPTFS_NRANKS (or OMPI_COMM_WORLD_SIZE, PMI_SIZE) parts are.
+ */
+
+/* Begin a dataset named `name` (ranks calling it with the same name join one dataset);
+ * its id, monotonic per job, in *id. Files written until complete belong to it.
+ * 0 or -errno: -EINVAL bad name, -EFAULT name NULL. */
+int ckptfs_ckpt_begin(const char *name, uint64_t *id);
+
+/* Complete this rank's part of dataset `id`; valid == 0 marks the dataset invalid.
+ * 0 or -errno: -ENOENT never begun (by this rank); -EALREADY completed already, or given
+ * up meanwhile (a rank died: the dataset is incomplete). */
+int ckptfs_ckpt_complete(uint64_t id, int valid);
+
+/* Is a dataset wholly recoverable from the local store or the PFS? 1 and its name in
+ * buf (NUL-terminated), 0 if none (buf = ""), -ERANGE if len is too small. */
+int ckptfs_have_restart(char *buf, size_t len);
+
+/* Bring the newest wholly recoverable dataset's missing files back into the store
+ * (CRC32C checked) and copy its name into buf: 1, 0 if none, or -errno. */
+int ckptfs_start_restart(char *buf, size_t len);
+
+/* *flag = 1 when a checkpoint is due now (Daly's interval from the measured checkpoint
+ * cost and node_mtbf / job_nodes has passed, or an alarm is raised for this node), else
+ * 0. 0 or -errno. */
+int ckptfs_need_checkpoint(int *flag);
+
 /* ------------------------------------------------------------------ misc */
 
 /* The library version, e.g. "0.1.0" (the header's is CKPTFS_VERSION). */

@@ -48,7 +48,7 @@ fn efault(what: &str) -> CapiError {
 ///
 /// # Safety
 /// `p` is NULL or points to a NUL-terminated string valid for the call.
-unsafe fn cstr<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
+pub(crate) unsafe fn cstr<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
     if p.is_null() {
         return Err(efault(what));
     }

@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod datasets;
 pub mod env;
 pub mod error;
 pub mod ffi;

@@ -272,7 +272,7 @@ mod header_sync {
         }
         code += rest;
         let declared = names_before_paren(&code, "ckptfs_");
-        let src = include_str!("ffi.rs");
+        let src = concat!(include_str!("ffi.rs"), include_str!("datasets.rs"));
         let exported: BTreeSet<String> = src
             .split("extern \"C\" fn ")
             .skip(1)

@@ -23,7 +23,13 @@ pub struct RunArgs {
     /// are reported and left out; the command still runs.
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "/", value_parser = store_path)]
     pub restore: Option<String>,
-    /// Where drained files are (used with --restore).
+    /// Restart from the newest wholly recoverable dataset (`ckptfs ckpt`): bring its
+    /// missing files back (store, then --dest, CRC checked) and run the command with
+    /// CKPTFS_RESTART=<its name> (unset when there is none). Datasets with a file lost on
+    /// every level are skipped with the reason.
+    #[arg(long)]
+    pub restart: bool,
+    /// Where drained files are (used with --restore and --restart).
     #[command(flatten)]
     pub dest: crate::cmd_agent::DestArgs,
     /// The command and its arguments (after `--`).
@@ -110,8 +116,25 @@ pub fn main(args: RunArgs, ctx: &Ctx) -> Result<i32> {
             restore_before_run(&store, ctx, peers, c.as_ref(), prefix)?;
         }
     }
+    if ctx.store.private && args.restart {
+        bail!("--restart needs a shared store (datasets are kept in the node store)");
+    }
+    let restart = if args.restart {
+        Some(crate::cmd_ckpt::restart_before_run(ctx, &args.dest.dest)?)
+    } else {
+        None
+    };
     let mut cmd = std::process::Command::new(&args.cmd[0]);
     cmd.args(&args.cmd[1..]);
+    match restart {
+        Some(Some(name)) => {
+            cmd.env("CKPTFS_RESTART", name);
+        }
+        Some(None) => {
+            cmd.env_remove("CKPTFS_RESTART");
+        }
+        None => {}
+    }
     for (k, v) in ctx.child_env() {
         cmd.env(k, v);
     }

@@ -6,6 +6,7 @@
 //! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
 
 mod cmd_agent;
+mod cmd_ckpt;
 mod cmd_cluster;
 mod cmd_mount;
 mod cmd_node;
@@ -134,6 +135,10 @@ enum Command {
     /// Run a benchmark; prints measured figures next to the baselines of the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Checkpoint datasets of the job: begin, complete, list, show, delete, need.
+    Ckpt(cmd_ckpt::CkptArgs),
+    /// Raise (or --clear) a failure predictor's alarm for a node (read by the level policy).
+    Alarm(cmd_ckpt::AlarmArgs),
     /// The cluster map: write a cluster file and secret (`init`), print the partner plan.
     Cluster {
         #[command(subcommand)]
@@ -157,6 +162,8 @@ enum BenchCommand {
     Preload(ckptfs_bench::preload::PreloadBenchArgs),
     /// CRFS aggregation throughput, the checkpoint write profile, mount vs preload vs /dev/shm.
     Fuse(ckptfs_bench::fuse::BenchArgs),
+    /// Dataset completion and restart time per level (local store, PFS).
+    Datasets(cmd_ckpt::BenchArgs),
     /// Application-observed write bandwidth (OAB) and drain bandwidth (ASB) vs direct writes.
     Drain(ckptfs_bench::drain::BenchArgs),
 }
@@ -226,12 +233,15 @@ fn run(cli: Cli) -> Result<i32> {
                 ckptfs_bench::drain::run(a)?.print(json);
                 Ok(0)
             }
+            BenchCommand::Datasets(a) => cmd_ckpt::bench(a),
             BenchCommand::Fuse(a) => {
                 let json = a.json;
                 ckptfs_bench::fuse::run(a)?.print(json);
                 Ok(0)
             }
         },
+        Command::Ckpt(a) => cmd_ckpt::main(a, &ctx),
+        Command::Alarm(a) => cmd_ckpt::alarm(a, &ctx),
         Command::Cluster { .. } => unreachable!("handled above"),
         Command::Policy { cmd } => {
             ckptfs_policy::cli::run(cmd)?;
@@ -267,6 +277,8 @@ fn quiet_on_broken_pipe(cmd: &Command) -> bool {
         | Command::Umount(_)
         | Command::Restore(_)
         | Command::Bench(_)
+        | Command::Ckpt(_)
+        | Command::Alarm(_)
         | Command::Policy { .. }
         | Command::Cluster { .. } => true,
     }

@@ -73,6 +73,12 @@ pub enum Kind {
     Bool,
     /// Colon-separated absolute path prefixes ([`parse_prefixes`]).
     Prefixes,
+    /// Free text checked by the crate that uses it (the dataset rules, `ckptfs-datasets`).
+    Text,
+    /// A non-negative whole number (counts of datasets).
+    Count,
+    /// A non-negative decimal number (seconds, probabilities, bytes per second).
+    Number,
 }
 
 /// One row of the settings table.
@@ -164,6 +170,103 @@ pub const SETTINGS: &[Setting] = &[
         default: || "/ckpt".into(),
         help: "path prefixes served by `ckptfs run`",
         kind: Kind::Prefixes,
+    },
+    // The dataset rules (crate ckptfs-datasets, docs/datasets.md).
+    Setting {
+        key: "dataset_pattern",
+        env: "CKPTFS_DATASET_PATTERN",
+        flag: "-",
+        default: String::new,
+        help: "transparent datasets: store directories matching this glob (e.g. /step.*) are datasets",
+        kind: Kind::Text,
+    },
+    Setting {
+        key: "dataset_complete",
+        env: "CKPTFS_DATASET_COMPLETE",
+        flag: "-",
+        default: String::new,
+        help: "transparent datasets are complete at files:N closed files or when marker:NAME appears",
+        kind: Kind::Text,
+    },
+    Setting {
+        key: "dataset_keep_memory",
+        env: "CKPTFS_DATASET_KEEP_MEMORY",
+        flag: "-",
+        default: || "0".into(),
+        help: "complete datasets kept in node memory (0 = all)",
+        kind: Kind::Count,
+    },
+    Setting {
+        key: "dataset_flush_every",
+        env: "CKPTFS_DATASET_FLUSH_EVERY",
+        flag: "-",
+        default: || "0".into(),
+        help: "flush every Nth complete dataset to the PFS whatever the policy says (0 = policy only)",
+        kind: Kind::Count,
+    },
+    Setting {
+        key: "dataset_keep_pfs",
+        env: "CKPTFS_DATASET_KEEP_PFS",
+        flag: "-",
+        default: || "0".into(),
+        help: "flushed datasets kept on the PFS (0 = all)",
+        kind: Kind::Count,
+    },
+    Setting {
+        key: "node_mtbf",
+        env: "CKPTFS_NODE_MTBF",
+        flag: "-",
+        default: || "86400".into(),
+        help: "mean time between failures of one node, seconds (checkpoint advice, failure posterior)",
+        kind: Kind::Number,
+    },
+    Setting {
+        key: "checkpoint_interval",
+        env: "CKPTFS_CHECKPOINT_INTERVAL",
+        flag: "-",
+        default: || "0".into(),
+        help: "the job's checkpoint interval tau in seconds for the level policy (0 = measured between completions)",
+        kind: Kind::Number,
+    },
+    Setting {
+        key: "job_nodes",
+        env: "CKPTFS_JOB_NODES",
+        flag: "-",
+        default: || "1".into(),
+        help: "nodes of the job (failure base rate)",
+        kind: Kind::Count,
+    },
+    Setting {
+        key: "predictor_precision",
+        env: "CKPTFS_PREDICTOR_PRECISION",
+        flag: "-",
+        default: || "0.7".into(),
+        help: "failure predictor precision (fraction of alarms followed by a failure)",
+        kind: Kind::Number,
+    },
+    Setting {
+        key: "predictor_recall",
+        env: "CKPTFS_PREDICTOR_RECALL",
+        flag: "-",
+        default: || "0.7".into(),
+        help: "failure predictor recall (fraction of failures preceded by an alarm)",
+        kind: Kind::Number,
+    },
+    Setting {
+        key: "failure_rule",
+        env: "CKPTFS_FAILURE_RULE",
+        flag: "-",
+        default: || "posterior".into(),
+        help: "failure probability from alarms: posterior (uses the base rate) or remem",
+        kind: Kind::Text,
+    },
+    Setting {
+        key: "pfs_bandwidth",
+        env: "CKPTFS_PFS_BANDWIDTH",
+        flag: "-",
+        default: || "1073741824".into(),
+        help: "PFS bandwidth per node in bytes/s until transfers have been measured",
+        kind: Kind::Number,
     },
 ];
 
@@ -388,6 +491,20 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
                 }
             }
             Kind::Prefixes => mounts = parse_prefixes(v).map_err(bad)?,
+            Kind::Text => {}
+            Kind::Count => {
+                parse_count(v, 0, u32::MAX as u64).map_err(bad)?;
+            }
+            Kind::Number => {
+                let ok = v
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x >= 0.0);
+                if ok.is_none() {
+                    return Err(bad(format!("{v:?} is not a non-negative number")));
+                }
+            }
         }
     }
     Ok(Settings {

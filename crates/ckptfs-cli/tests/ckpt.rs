@@ -1,0 +1,341 @@
+//! `ckptfs ckpt`, `ckptfs alarm` and `ckptfs run --restart` end to end, and the runtime
+//! level policy against `ckptfs policy simulate` / `policy decide` on the same inputs.
+
+use std::process::{Command, Output};
+
+struct Store {
+    name: String,
+    dir: tempfile::TempDir,
+}
+
+impl Store {
+    fn new(tag: &str) -> Store {
+        Store {
+            name: format!("hd-cli-{tag}-{}", std::process::id()),
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ckptfs"));
+        for s in ckptfs_settings_keys() {
+            c.env_remove(s);
+        }
+        c.env_remove("CKPTFS_CONFIG")
+            .env_remove("CKPTFS_RESTART")
+            .env_remove("CKPTFS_DEST")
+            .env_remove("CKPTFS_RANK")
+            .env_remove("CKPTFS_JOB")
+            .env("HOME", self.dir.path())
+            .env("XDG_CONFIG_HOME", self.dir.path())
+            .env("CKPTFS_STORE", &self.name)
+            .env("CKPTFS_MEM_SIZE", "32M")
+            .env("CKPTFS_CHUNK_SIZE", "64K")
+            .env("CKPTFS_NODE_ID", "n0")
+            .args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "ckptfs {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    fn put(&self, path: &str, bytes: &[u8]) {
+        let src = self.dir.path().join("src");
+        std::fs::write(&src, bytes).unwrap();
+        self.ok(&["put", "-p", src.to_str().unwrap(), path]);
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.run(&["destroy"]);
+    }
+}
+
+fn ckptfs_settings_keys() -> Vec<&'static str> {
+    vec![
+        "CKPTFS_DATASET_PATTERN",
+        "CKPTFS_DATASET_COMPLETE",
+        "CKPTFS_DATASET_KEEP_MEMORY",
+        "CKPTFS_DATASET_FLUSH_EVERY",
+        "CKPTFS_FAILURE_RULE",
+        "CKPTFS_CHECKPOINT_INTERVAL",
+        "CKPTFS_PFS_BANDWIDTH",
+        "CKPTFS_NODE_MTBF",
+    ]
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+#[test]
+fn begin_complete_list_need_and_run_restart_sets_ckptfs_restart() {
+    let st = Store::new("acc");
+    // No dataset yet: CKPTFS_RESTART is unset, a checkpoint is due.
+    let out = st
+        .cmd(&[
+            "run",
+            "--restart",
+            "--",
+            "sh",
+            "-c",
+            "echo R=${CKPTFS_RESTART-unset}",
+        ])
+        .env("CKPTFS_RESTART", "stale")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("R=unset"),
+        "{out:?}"
+    );
+    let need = st.run(&["ckpt", "need"]);
+    assert_eq!(need.status.code(), Some(0), "{need:?}");
+    assert!(String::from_utf8_lossy(&need.stdout).contains("no complete checkpoint"));
+    for s in 1..=2 {
+        let id = st.ok(&["ckpt", "begin", &format!("step{s}")]);
+        assert_eq!(id.trim(), s.to_string());
+        st.put(&format!("/ck/{s}/rank0"), format!("state {s}").as_bytes());
+        st.ok(&["ckpt", "complete"]);
+    }
+    // Completing 2 again: EALREADY's message, exit 1.
+    let o = st.run(&["ckpt", "complete", "--id", "2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("already completed"),
+        "{o:?}"
+    );
+    // Never begun.
+    let o = st.run(&["ckpt", "complete", "--id", "9"]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no dataset 9"),
+        "{o:?}"
+    );
+    // step3 begun, never completed: listed open, not chosen for restart.
+    st.ok(&["ckpt", "begin", "step3"]);
+    st.put("/ck/3/rank0", b"partial");
+    let l = json(&st.ok(&["ckpt", "list", "--json"]));
+    let ds = l["datasets"].as_array().unwrap();
+    assert_eq!(ds.len(), 3);
+    assert_eq!(ds[1]["name"], "step2");
+    assert_eq!(ds[1]["complete"], true);
+    assert_eq!(ds[1]["size"], 7);
+    assert_eq!(ds[1]["levels"], serde_json::json!(["local"]));
+    assert_eq!(ds[2]["state"], "open");
+    // A checkpoint was just completed: not due with a day's MTBF.
+    let need = st.run(&["ckpt", "need"]);
+    assert_eq!(need.status.code(), Some(1), "{need:?}");
+    // Damage step2's file: the restart falls back to step1, saying why.
+    st.put("/ck/2/rank0", b"other bytes");
+    let out = st.run(&[
+        "run",
+        "--restart",
+        "--",
+        "sh",
+        "-c",
+        "echo R=$CKPTFS_RESTART; cat /ckpt/ck/1/rank0",
+    ]);
+    let so = String::from_utf8_lossy(&out.stdout);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(so.contains("R=step1"), "{so} {se}");
+    assert!(
+        so.contains("state 1"),
+        "the restarted program reads the restored file: {so} {se}"
+    );
+    assert!(
+        se.contains("skipping dataset 2 (step2)") && se.contains("/ck/2/rank0"),
+        "{se}"
+    );
+    // show --json has the decision with its inputs; delete removes the record.
+    let d = json(&st.ok(&["ckpt", "show", "1", "--json"]));
+    assert!(d["decision"]["input"]["tau"].as_f64().unwrap() > 0.0);
+    st.ok(&["ckpt", "delete", "1"]);
+    assert!(!st.run(&["ckpt", "show", "1"]).status.success());
+    assert!(!st.ok(&["ls", "/ck/1"]).contains("rank0"));
+}
+
+#[test]
+fn alarm_is_recorded_in_the_decision_and_makes_a_checkpoint_due() {
+    let st = Store::new("alarm");
+    st.ok(&["ckpt", "begin", "a"]);
+    st.put("/x", b"x");
+    st.ok(&["ckpt", "complete"]);
+    assert_eq!(st.run(&["ckpt", "need"]).status.code(), Some(1));
+    st.ok(&["alarm", "n0"]);
+    let o = st.run(&["ckpt", "need"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("alarm"), "{o:?}");
+    st.ok(&["ckpt", "begin", "b"]);
+    st.put("/y", b"y");
+    st.ok(&["ckpt", "complete"]);
+    let d = json(&st.ok(&["ckpt", "show", "2", "--json"]));
+    assert_eq!(d["decision"]["alarm"], true);
+    assert_eq!(d["decision"]["input"]["source_alarm"], true);
+    st.ok(&["alarm", "n0", "--clear"]);
+    assert_eq!(st.run(&["ckpt", "need"]).status.code(), Some(1));
+}
+
+#[test]
+fn transparent_marker_rule_from_settings_table() {
+    let st = Store::new("tr");
+    let env = [
+        ("CKPTFS_DATASET_PATTERN", "/ckpt/step.*"),
+        ("CKPTFS_DATASET_COMPLETE", "marker:done"),
+    ];
+    let run = |args: &[&str]| {
+        let mut c = st.cmd(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    st.put("/step.1/a", b"aaa");
+    st.put("/step.1/done", b"");
+    st.put("/step.2/a", b"bbb");
+    let o = run(&["ckpt", "list", "--json"]);
+    let l = json(&String::from_utf8_lossy(&o.stdout));
+    let ds = l["datasets"].as_array().unwrap();
+    assert_eq!(ds.len(), 2, "{l}");
+    assert_eq!(ds[0]["name"], "step.1");
+    assert_eq!(ds[0]["complete"], true);
+    assert_eq!(ds[1]["state"], "open");
+    let o = run(&["run", "--restart", "--", "sh", "-c", "echo R=$CKPTFS_RESTART"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("R=step.1"), "{o:?}");
+    // A bad rule is an error naming the setting.
+    let o = st
+        .cmd(&["ckpt", "list"])
+        .env("CKPTFS_DATASET_PATTERN", "/s.*")
+        .env("CKPTFS_DATASET_COMPLETE", "when:ever")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("dataset_complete"),
+        "{o:?}"
+    );
+}
+
+#[test]
+fn runtime_policy_and_policy_simulate_choose_the_same_levels() {
+    let st = Store::new("pol");
+    let env = [
+        ("CKPTFS_FAILURE_RULE", "remem"),
+        ("CKPTFS_CHECKPOINT_INTERVAL", "100"),
+        ("CKPTFS_PFS_BANDWIDTH", "10000"),
+    ];
+    let run = |args: &[&str]| {
+        let mut c = st.cmd(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let n = 10;
+    for s in 1..=n {
+        run(&["ckpt", "begin", &format!("s{s}")]);
+        st.put(&format!("/p/{s}"), &vec![s as u8; 100_000]);
+        run(&["ckpt", "complete"]);
+    }
+    let mut levels = Vec::new();
+    let (mut cl, mut rl, mut cp, mut rp) = (0.0, 0.0, 0.0, 0.0);
+    for id in 1..=n {
+        let d = json(&run(&["ckpt", "show", &id.to_string(), "--json"]));
+        let dec = &d["decision"];
+        let inp = &dec["input"];
+        let c = &inp["costs"];
+        let f = |v: &serde_json::Value| v.as_f64().unwrap();
+        // The same decision from `ckptfs policy decide` with this dataset's recorded inputs.
+        let o = st.ok(&[
+            "policy",
+            "decide",
+            "--json",
+            "--ckpt-local",
+            &f(&c["local"]["checkpoint_s"]).to_string(),
+            "--restart-local",
+            &f(&c["local"]["restart_s"]).to_string(),
+            "--ckpt-pfs",
+            &f(&c["pfs"]["checkpoint_s"]).to_string(),
+            "--restart-pfs",
+            &f(&c["pfs"]["restart_s"]).to_string(),
+            "--tau",
+            &f(&inp["tau"]).to_string(),
+            "--precision",
+            &f(&inp["predictor"]["precision"]).to_string(),
+            "--recall",
+            &f(&inp["predictor"]["recall"]).to_string(),
+            "--n",
+            &inp["n_pfs"].to_string(),
+        ]);
+        assert_eq!(json(&o)["decision"]["level"], dec["level"], "dataset {id}");
+        cl += f(&c["local"]["checkpoint_s"]);
+        rl += f(&c["local"]["restart_s"]);
+        cp += f(&c["pfs"]["checkpoint_s"]);
+        rp += f(&c["pfs"]["restart_s"]);
+        levels.push(dec["level"].as_str().unwrap().to_string());
+    }
+    let k = n as f64;
+    let log = st.dir.path().join("no-failures.log");
+    std::fs::write(&log, "").unwrap();
+    let sim = json(&st.ok(&[
+        "policy",
+        "simulate",
+        "--json",
+        "--no-plot",
+        "--nodes",
+        "2",
+        "--procs",
+        "1",
+        "--failure-log",
+        log.to_str().unwrap(),
+        "--segments",
+        &n.to_string(),
+        "--tau",
+        "100",
+        "--ckpt-local",
+        &(cl / k).to_string(),
+        "--restart-local",
+        &(rl / k).to_string(),
+        "--ckpt-pfs",
+        &(cp / k).to_string(),
+        "--restart-pfs",
+        &(rp / k).to_string(),
+        "--precision",
+        "0.7",
+        "--recall",
+        "0.7",
+    ]));
+    let adaptive = sim["report"]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["strategy"].as_str().unwrap().starts_with("adaptive"))
+        .unwrap()["checkpoints"]
+        .clone();
+    let count = |l: &str| levels.iter().filter(|x| *x == l).count() as f64;
+    assert_eq!(
+        adaptive["local"].as_f64().unwrap(),
+        count("local"),
+        "{levels:?} vs {adaptive}"
+    );
+    assert_eq!(
+        adaptive["pfs"].as_f64().unwrap(),
+        count("pfs"),
+        "{levels:?} vs {adaptive}"
+    );
+    assert!(
+        count("local") > 0.0 && count("pfs") > 0.0,
+        "both levels used: {levels:?}"
+    );
+}

@@ -1,0 +1,494 @@
+//! Begin, complete, list, show, delete: the dataset state machine on one node.
+//!
+//! Every change happens under one lock per store (an `flock` on a file in the caller's
+//! runtime directory, released by the kernel when a holder is SIGKILLed) and ends with a
+//! crash-safe record write ([`crate::record::save`]).
+
+use crate::completion::{Agreement, Completion};
+use crate::config::{glob_match, CompleteRule, Config};
+use crate::error::{DatasetError, Result};
+use crate::record::{self, job_dir, Dataset, FileRec, Part, State, FORMAT, SYSTEM_DIR};
+use ckptfs_settings::now_ns;
+use ckptfs_store::{FileKind, OpenFlags, Stat, Store, StoreError, WriteState};
+use std::collections::BTreeMap;
+
+/// The datasets of one job in one node store.
+pub struct Datasets {
+    pub(crate) store: Store,
+    pub(crate) cfg: Config,
+    pub(crate) completion: Box<dyn Completion + Send + Sync>,
+}
+
+/// The per-store lock; dropped = released.
+pub(crate) struct Lock(#[allow(dead_code)] std::fs::File);
+
+/// CRC32C of a whole store file (every chunk's checksum verified on the way).
+pub fn file_crc(store: &Store, path: &str) -> Result<(u64, u32)> {
+    let mut f = store.open(path, OpenFlags::READ, 0)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut crc = 0u32;
+    let mut total = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        crc = ckptfs_store::checksum::crc32c_append(crc, &buf[..n]);
+        total += n as u64;
+    }
+    Ok((total, crc))
+}
+
+fn is_data_path(p: &str) -> bool {
+    p != SYSTEM_DIR
+        && !p.starts_with(&format!("{SYSTEM_DIR}/"))
+        && !p.rsplit('/').next().unwrap_or("").starts_with(".ckptfs-restore.")
+}
+
+impl Datasets {
+    /// The datasets of `cfg.job` in `store`, agreement by `completion`.
+    pub fn new(store: Store, cfg: Config, completion: Box<dyn Completion + Send + Sync>) -> Datasets {
+        Datasets {
+            store,
+            cfg,
+            completion,
+        }
+    }
+
+    /// Single-node datasets ([`crate::SingleNode`]).
+    pub fn single_node(store: Store, cfg: Config) -> Datasets {
+        Self::new(store, cfg, Box::new(crate::SingleNode))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(crate) fn lock(&self) -> Result<Lock> {
+        let rt = ckptfs_runtime::RuntimeDir::for_caller()?;
+        let name = format!("datasets.{}.lock", self.store.name());
+        let f = rt.open_file(&name, libc::O_CREAT | libc::O_RDWR)?;
+        f.lock().map_err(|source| DatasetError::Lock {
+            path: rt.file_path(&name).display().to_string(),
+            source,
+        })?;
+        Ok(Lock(f))
+    }
+
+    fn next_id(&self, all: &[Dataset]) -> Result<u64> {
+        let path = format!("{}/next_id", job_dir(&self.cfg.job));
+        let stored = match record::read_file(&self.store, &path) {
+            Ok(b) => String::from_utf8_lossy(&b).trim().parse::<u64>().unwrap_or(1),
+            Err(DatasetError::Store(StoreError::NotFound(_))) => 1,
+            Err(e) => return Err(e),
+        };
+        let id = stored.max(all.iter().map(|d| d.id + 1).max().unwrap_or(1));
+        record::mkdir_p(&self.store, &job_dir(&self.cfg.job))?;
+        record::write_atomic(&self.store, &path, format!("{}\n", id + 1).as_bytes())?;
+        Ok(id)
+    }
+
+    fn new_record(&self, id: u64, name: &str, dir: Option<String>) -> Dataset {
+        Dataset {
+            format: FORMAT.into(),
+            id,
+            name: name.to_string(),
+            job: self.cfg.job.clone(),
+            state: State::Open,
+            reason: None,
+            created_ns: now_ns(),
+            closed_ns: None,
+            parts_expected: if dir.is_some() { 1 } else { self.cfg.world },
+            parts: BTreeMap::new(),
+            dir,
+            files: BTreeMap::new(),
+            decision: None,
+            flush: false,
+            evicted: false,
+        }
+    }
+
+    /// Begin a dataset named `name` for this rank; returns its id. A rank joins an open
+    /// dataset of the same name begun by another rank; otherwise a new id is taken.
+    /// `pid`: the rank's process when it is the caller (the C API), so that its death is
+    /// noticed (failure case D3). A part this rank left open in an older dataset makes
+    /// that dataset incomplete (failure case D3b).
+    pub fn begin(&self, name: &str, pid: Option<ckptfs_store::process::ProcId>) -> Result<u64> {
+        check_name(name)?;
+        let _l = self.lock()?;
+        record::clean_temps(&self.store, &self.cfg.job);
+        let (mut all, _) = record::load_all(&self.store, &self.cfg.job)?;
+        self.refresh_locked(&mut all)?;
+        let rank = self.cfg.rank.clone();
+        let join = all.iter().rposition(|d| {
+            d.state == State::Open && d.dir.is_none() && d.name == name && !d.parts.contains_key(&rank)
+        });
+        for d in all.iter_mut() {
+            if d.state == State::Open && d.parts.get(&rank).is_some_and(|p| p.state == State::Open) {
+                let msg = format!("rank {rank} began dataset {name:?} without completing this one");
+                self.close(d, State::Incomplete, Some(msg))?;
+            }
+        }
+        let part = Part {
+            state: State::Open,
+            begun_ns: now_ns(),
+            done_ns: None,
+            pid: pid.map(|p| p.pid),
+            pid_start: pid.map(|p| p.start),
+        };
+        let mut ds = match join {
+            Some(i) => all.swap_remove(i),
+            None => {
+                let id = self.next_id(&all)?;
+                self.new_record(id, name, None)
+            }
+        };
+        ds.parts.insert(rank, part);
+        record::save(&self.store, &ds)?;
+        Ok(ds.id)
+    }
+
+    fn close(&self, d: &mut Dataset, state: State, reason: Option<String>) -> Result<()> {
+        d.state = state;
+        d.reason = reason;
+        d.closed_ns = Some(now_ns());
+        record::save(&self.store, d)
+    }
+
+    /// Complete this rank's part of dataset `id` (None: its newest open one), valid or
+    /// not. Returns the record after the change.
+    pub fn complete(&self, id: Option<u64>, valid: bool) -> Result<Dataset> {
+        let _l = self.lock()?;
+        let (mut all, _) = record::load_all(&self.store, &self.cfg.job)?;
+        self.refresh_locked(&mut all)?;
+        let rank = self.cfg.rank.clone();
+        let i = match id {
+            Some(id) => all
+                .iter()
+                .position(|d| d.id == id)
+                .ok_or(DatasetError::NotFound(id))?,
+            None => all
+                .iter()
+                .rposition(|d| d.dir.is_none() && d.parts.get(&rank).is_some_and(|p| p.state == State::Open))
+                .ok_or_else(|| DatasetError::NoneOpen(rank.clone()))?,
+        };
+        let mut ds = all.swap_remove(i);
+        let Some(part) = ds.parts.get(&rank).cloned() else {
+            return Err(DatasetError::NotBegun {
+                id: ds.id,
+                name: ds.name.clone(),
+                rank,
+            });
+        };
+        if part.state != State::Open || ds.state != State::Open {
+            return Err(DatasetError::AlreadyCompleted {
+                id: ds.id,
+                name: ds.name.clone(),
+                rank,
+                state: match &ds.reason {
+                    Some(r) => format!("{}: {r}", ds.state.name()),
+                    None => ds.state.name().to_string(),
+                },
+            });
+        }
+        let now = now_ns();
+        if valid {
+            // This rank's files: data files modified since its part began (docs/datasets.md,
+            // "Membership").
+            for (path, st) in self.store.list_all() {
+                if st.kind == FileKind::File && is_data_path(&path) && st.mtime_ns >= part.begun_ns {
+                    ds.files.insert(path, file_rec(&st));
+                }
+            }
+        }
+        let p = ds.parts.get_mut(&rank).expect("checked above");
+        p.state = if valid { State::Complete } else { State::Invalid };
+        p.done_ns = Some(now);
+        match self.completion.agree(&ds) {
+            Agreement::Invalid(why) => self.close(&mut ds, State::Invalid, Some(why))?,
+            Agreement::Waiting { .. } => record::save(&self.store, &ds)?,
+            Agreement::AllComplete => {
+                self.finish(&mut ds, &all)?;
+                self.retention_locked()?;
+            }
+        }
+        Ok(ds)
+    }
+
+    /// Every part is in: check the files, checksum them, choose the level.
+    fn finish(&self, ds: &mut Dataset, older: &[Dataset]) -> Result<()> {
+        let mut recs = BTreeMap::new();
+        for path in ds.files.keys() {
+            let st = match self.store.stat(path) {
+                Ok(st) => st,
+                Err(StoreError::NotFound(_)) => {
+                    let msg = format!("file {path} was removed before the dataset completed");
+                    return self.close(ds, State::Incomplete, Some(msg));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if st.state != WriteState::Complete {
+                let msg = format!("file {path} is {:?}, not closed complete", st.state).to_lowercase();
+                return self.close(ds, State::Incomplete, Some(msg));
+            }
+            let (size, crc) = match file_crc(&self.store, path) {
+                Ok(v) => v,
+                Err(e) => {
+                    let msg = format!("file {path} cannot be read back: {e}");
+                    return self.close(ds, State::Incomplete, Some(msg));
+                }
+            };
+            let mut r = file_rec(&st);
+            r.size = size;
+            r.crc32c = crc;
+            recs.insert(path.clone(), r);
+        }
+        ds.files = recs;
+        let begun = ds
+            .parts
+            .values()
+            .map(|p| p.begun_ns)
+            .min()
+            .unwrap_or(ds.created_ns);
+        let decision = crate::policy::decide_at_completion(self, ds, older, begun)?;
+        if decision.level == "pfs" {
+            ds.flush = true;
+        }
+        let nth = self.cfg.flush_every;
+        if nth > 0 {
+            let n_complete = older.iter().filter(|d| d.state == State::Complete).count() as u32 + 1;
+            if n_complete.is_multiple_of(nth) {
+                ds.flush = true;
+            }
+        }
+        ds.decision = Some(decision);
+        self.close(ds, State::Complete, None)
+    }
+
+    /// Datasets beyond the newest `keep_memory` complete ones lose their local copies
+    /// (files whose content is still the dataset's and that no newer dataset holds).
+    fn retention_locked(&self) -> Result<()> {
+        let k = self.cfg.keep_memory as usize;
+        if k == 0 {
+            return Ok(());
+        }
+        let (mut all, _) = record::load_all(&self.store, &self.cfg.job)?;
+        let complete: Vec<usize> = (0..all.len())
+            .filter(|&i| all[i].state == State::Complete)
+            .collect();
+        if complete.len() <= k {
+            return Ok(());
+        }
+        let (old, keep) = complete.split_at(complete.len() - k);
+        let kept: std::collections::HashSet<String> =
+            keep.iter().flat_map(|&i| all[i].files.keys().cloned()).collect();
+        for &i in old {
+            let d = &mut all[i];
+            if d.evicted {
+                continue;
+            }
+            self.remove_local(d, &kept);
+            d.evicted = true;
+            record::save(&self.store, d)?;
+        }
+        Ok(())
+    }
+
+    fn remove_local(&self, d: &mut Dataset, keep: &std::collections::HashSet<String>) {
+        for (path, f) in d.files.iter_mut() {
+            f.levels.retain(|l| l != "local");
+            if keep.contains(path) {
+                continue;
+            }
+            if let Ok(st) = self.store.stat(path) {
+                if st.mtime_ns == f.mtime_ns && st.size == f.size {
+                    let _ = self.store.unlink(path);
+                }
+            }
+        }
+    }
+
+    /// Mark open datasets whose rank died (failure case D3), and discover and judge
+    /// transparent datasets. Called with the lock held.
+    fn refresh_locked(&self, all: &mut Vec<Dataset>) -> Result<()> {
+        for d in all
+            .iter_mut()
+            .filter(|d| d.state == State::Open && d.dir.is_none())
+        {
+            let dead = d.parts.iter().find(|(_, p)| {
+                p.state == State::Open
+                    && matches!((p.pid, p.pid_start), (Some(pid), Some(start))
+                        if !ckptfs_store::process::alive(ckptfs_store::process::ProcId { pid, start }))
+            });
+            if let Some((rank, p)) = dead {
+                let msg = format!("rank {rank} (pid {}) died before completing", p.pid.unwrap_or(0));
+                self.close(d, State::Incomplete, Some(msg))?;
+            }
+        }
+        if let (Some(pat), Some(rule)) = (self.cfg.pattern.clone(), self.cfg.complete_rule.clone()) {
+            self.scan_transparent(all, &pat, &rule)?;
+        }
+        Ok(())
+    }
+
+    fn scan_transparent(&self, all: &mut Vec<Dataset>, pat: &str, rule: &CompleteRule) -> Result<()> {
+        let listing = self.store.list_all();
+        let mut dirs: Vec<(&String, &Stat)> = listing
+            .iter()
+            .filter(|(p, st)| st.kind == FileKind::Dir && is_data_path(p) && glob_match(pat, p))
+            .filter(|(p, _)| !all.iter().any(|d| d.dir.as_deref() == Some(p.as_str())))
+            .map(|(p, st)| (p, st))
+            .collect();
+        dirs.sort_by(|a, b| (a.1.ctime_ns, a.0).cmp(&(b.1.ctime_ns, b.0)));
+        for (p, _) in dirs {
+            let id = self.next_id(all)?;
+            let mut d = self.new_record(id, p.trim_start_matches('/'), Some(p.clone()));
+            d.parts.insert(
+                "transparent".into(),
+                Part {
+                    state: State::Open,
+                    begun_ns: d.created_ns,
+                    done_ns: None,
+                    pid: None,
+                    pid_start: None,
+                },
+            );
+            record::save(&self.store, &d)?;
+            all.push(d);
+        }
+        for i in 0..all.len() {
+            if all[i].state != State::Open || all[i].dir.is_none() {
+                continue;
+            }
+            // Decisions see the datasets before this one as they are now (ids ascending).
+            let (before, rest) = all.split_at_mut(i);
+            let d = &mut rest[0];
+            let dir = d.dir.clone().unwrap_or_default();
+            let prefix = format!("{dir}/");
+            let files: Vec<(&String, &Stat)> = listing
+                .iter()
+                .filter(|(p, st)| st.kind == FileKind::File && p.starts_with(&prefix))
+                .map(|(p, st)| (p, st))
+                .collect();
+            let bad = files
+                .iter()
+                .find(|(_, st)| matches!(st.state, WriteState::Incomplete | WriteState::Failed));
+            if let Some((p, st)) = bad {
+                let msg =
+                    format!("file {p} is {:?}: its writer died or a write failed", st.state).to_lowercase();
+                self.close(d, State::Incomplete, Some(msg))?;
+                continue;
+            }
+            let done = match rule {
+                CompleteRule::Files(n) => {
+                    files
+                        .iter()
+                        .filter(|(_, st)| st.state == WriteState::Complete)
+                        .count()
+                        >= *n as usize
+                        && files.iter().all(|(_, st)| st.state == WriteState::Complete)
+                }
+                CompleteRule::Marker(m) => {
+                    let mpath = format!("{dir}/{m}");
+                    let Some((_, mst)) = files.iter().find(|(p, _)| **p == mpath) else {
+                        continue;
+                    };
+                    let early = files.iter().find(|(p, st)| {
+                        **p != mpath && (st.state != WriteState::Complete || st.mtime_ns > mst.mtime_ns)
+                    });
+                    if let Some((p, _)) = early {
+                        // Failure case D4: the marker was written before this file was closed.
+                        let msg = format!("marker {m} appeared before {p} was closed");
+                        self.close(d, State::Incomplete, Some(msg))?;
+                        continue;
+                    }
+                    true
+                }
+            };
+            if done {
+                d.files = files.iter().map(|(p, st)| ((*p).clone(), file_rec(st))).collect();
+                if let Some(part) = d.parts.get_mut("transparent") {
+                    part.state = State::Complete;
+                    part.done_ns = Some(now_ns());
+                }
+                self.finish(d, before)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every dataset of the job, oldest first, after noticing dead ranks and judging
+    /// transparent directories. Records that cannot be parsed are reported in the
+    /// second list (path, reason).
+    pub fn list(&self) -> Result<(Vec<Dataset>, record::BadRecords)> {
+        let _l = self.lock()?;
+        let (mut all, bad) = record::load_all(&self.store, &self.cfg.job)?;
+        self.refresh_locked(&mut all)?;
+        self.retention_locked()?;
+        let (all, _) = record::load_all(&self.store, &self.cfg.job)?;
+        Ok((all, bad))
+    }
+
+    /// One dataset.
+    pub fn show(&self, id: u64) -> Result<Dataset> {
+        let (all, _) = self.list()?;
+        all.into_iter()
+            .find(|d| d.id == id)
+            .ok_or(DatasetError::NotFound(id))
+    }
+
+    /// Delete dataset `id`: its record and its local files whose content is still the
+    /// dataset's (a file rewritten by a newer dataset stays).
+    pub fn delete(&self, id: u64) -> Result<()> {
+        let _l = self.lock()?;
+        let mut d = record::load(&self.store, &self.cfg.job, id)?;
+        let (all, _) = record::load_all(&self.store, &self.cfg.job)?;
+        let kept: std::collections::HashSet<String> = all
+            .iter()
+            .filter(|o| o.id != id && o.state != State::Incomplete && !o.evicted)
+            .flat_map(|o| o.files.keys().cloned())
+            .collect();
+        self.remove_local(&mut d, &kept);
+        record::remove(&self.store, &self.cfg.job, id)
+    }
+
+    /// The datasets the next retention pass would evict from memory (oldest first).
+    pub fn next_evictions(&self, all: &[Dataset]) -> Vec<u64> {
+        let k = self.cfg.keep_memory as usize;
+        if k == 0 {
+            return Vec::new();
+        }
+        let live: Vec<&Dataset> = all
+            .iter()
+            .filter(|d| d.state == State::Complete && !d.evicted)
+            .collect();
+        // When one more dataset completes, everything beyond the newest k-1 goes.
+        let n = live.len().saturating_sub(k.saturating_sub(1));
+        live.iter().take(n).map(|d| d.id).collect()
+    }
+}
+
+fn file_rec(st: &Stat) -> FileRec {
+    FileRec {
+        size: st.size,
+        crc32c: 0,
+        mtime_ns: st.mtime_ns,
+        levels: vec!["local".into()],
+    }
+}
+
+/// A dataset name: 1-255 bytes, no control characters.
+pub fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 255 || name.chars().any(|c| c.is_control()) {
+        return Err(DatasetError::Invalid(format!(
+            "dataset name {name:?}: 1-255 bytes without control characters"
+        )));
+    }
+    Ok(())
+}

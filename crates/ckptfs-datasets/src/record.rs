@@ -1,0 +1,277 @@
+//! Dataset records and their crash-safe storage in the node store.
+//!
+//! One JSON record per dataset at `/.ckptfs/datasets/JOB/ID.json` (ID zero-padded to 20
+//! digits so that names sort by id). A record is written to `.tmp.PID.ID` in the same
+//! directory and renamed over the old one: a SIGKILL at any point leaves the old or the
+//! new record, never a torn one (the store's rename is atomic under its namespace lock).
+//! Left-over temporary files are ignored by readers and removed by the next writer.
+
+use crate::error::{DatasetError, Result};
+use ckptfs_store::{FileKind, OpenFlags, Store, StoreError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The store's system directory (hidden from listings once the node daemon's store
+/// change is merged; see docs/datasets.md).
+pub const SYSTEM_DIR: &str = ckptfs_store::SYSTEM_DIR;
+/// Format tag of a record.
+pub const FORMAT: &str = "ckptfs-dataset-1";
+
+/// State of a dataset (docs/datasets.md, "State machine").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Begun; not every part is complete yet.
+    Open,
+    /// Every part complete and valid, every file closed complete.
+    Complete,
+    /// A part was completed with valid = false.
+    Invalid,
+    /// It can never complete: a rank died or moved on, a file was not closed complete,
+    /// the marker came before the files.
+    Incomplete,
+}
+
+impl State {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Open => "open",
+            State::Complete => "complete",
+            State::Invalid => "invalid",
+            State::Incomplete => "incomplete",
+        }
+    }
+}
+
+/// One rank's (participant's) part of a dataset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    /// `open`, `complete` or `invalid`.
+    pub state: State,
+    /// When it began, ns since the epoch, on this node's clock.
+    pub begun_ns: u64,
+    /// When it was completed, if it was.
+    pub done_ns: Option<u64>,
+    /// Process that began it, when that process is the rank itself (the C API); `None`
+    /// for the CLI, whose process exits at once.
+    pub pid: Option<u32>,
+    /// Start time of `pid` (clock ticks after boot), so a reused pid is not mistaken.
+    pub pid_start: Option<u64>,
+}
+
+/// One file of a dataset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRec {
+    /// Size in bytes at completion.
+    pub size: u64,
+    /// CRC32C of the whole file at completion.
+    pub crc32c: u32,
+    /// Modification time in the store at completion.
+    pub mtime_ns: u64,
+    /// Levels known to hold this content (as last checked).
+    pub levels: Vec<String>,
+}
+
+/// The level decision made when the dataset completed, with its inputs and reason.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRec {
+    /// Chosen level: `local`, `partner` or `pfs`.
+    pub level: String,
+    /// Why (one sentence).
+    pub reason: String,
+    /// The policy input as given to `ckptfs_policy::decide` (JSON).
+    pub input: serde_json::Value,
+    /// Expected overhead per level, seconds.
+    pub estimates: BTreeMap<String, f64>,
+    /// Failure rule used: `posterior` or `remem`.
+    pub rule: String,
+    /// Failure probability of the source nodes in the next interval.
+    pub p_source: f64,
+    /// Was there an alarm for this node?
+    pub alarm: bool,
+}
+
+/// One dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dataset {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// Id, monotonic per job.
+    pub id: u64,
+    /// Name given at begin (transparent mode: the directory).
+    pub name: String,
+    /// Job it belongs to.
+    pub job: String,
+    /// State.
+    pub state: State,
+    /// Why it is invalid or incomplete.
+    pub reason: Option<String>,
+    /// When it was created, ns on this node's clock.
+    pub created_ns: u64,
+    /// When it became complete / invalid / incomplete.
+    pub closed_ns: Option<u64>,
+    /// Parts expected (ranks of the job on this record).
+    pub parts_expected: u32,
+    /// Parts by rank.
+    pub parts: BTreeMap<String, Part>,
+    /// Transparent mode: the store directory that is the dataset.
+    pub dir: Option<String>,
+    /// Files by store path.
+    pub files: BTreeMap<String, FileRec>,
+    /// The level decision at completion.
+    pub decision: Option<DecisionRec>,
+    /// Flushed to the PFS (requested from the drain engine and seen in its manifest).
+    pub flush: bool,
+    /// Local copies deleted by retention.
+    pub evicted: bool,
+}
+
+impl Dataset {
+    /// Total bytes.
+    pub fn size(&self) -> u64 {
+        self.files.values().map(|f| f.size).sum()
+    }
+
+    /// Levels holding every file (intersection), fastest first.
+    pub fn levels(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for l in ["local", "partner", "pfs"] {
+            if !self.files.is_empty() && self.files.values().all(|f| f.levels.iter().any(|x| x == l)) {
+                out.push(l.to_string());
+            }
+        }
+        out
+    }
+}
+
+/// Directory of a job's records.
+pub fn job_dir(job: &str) -> String {
+    format!("{SYSTEM_DIR}/datasets/{job}")
+}
+
+fn record_path(job: &str, id: u64) -> String {
+    format!("{}/{id:020}.json", job_dir(job))
+}
+
+/// `mkdir -p` in the store.
+pub fn mkdir_p(store: &Store, path: &str) -> Result<()> {
+    let mut cur = String::new();
+    for c in path.split('/').filter(|c| !c.is_empty()) {
+        cur.push('/');
+        cur.push_str(c);
+        match store.mkdir(&cur, 0o700) {
+            Ok(_) | Err(StoreError::Exists(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Read a whole store file.
+pub fn read_file(store: &Store, path: &str) -> Result<Vec<u8>> {
+    let mut f = store.open(path, OpenFlags::READ, 0)?;
+    let mut buf = vec![0u8; f.size() as usize];
+    let n = f.read_full(&mut buf)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// Write `bytes` to `path` crash-safely: temporary name in the same directory, then
+/// rename over `path`.
+pub fn write_atomic(store: &Store, path: &str, bytes: &[u8]) -> Result<()> {
+    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+    let tmp = format!("{dir}/.tmp.{}.{name}", std::process::id());
+    let mut f = store.open(&tmp, OpenFlags::CREATE, 0o600)?;
+    f.write_all(bytes)?;
+    f.close()?;
+    store.rename(&tmp, path)?;
+    Ok(())
+}
+
+/// Save a record (crash-safe).
+pub fn save(store: &Store, ds: &Dataset) -> Result<()> {
+    mkdir_p(store, &job_dir(&ds.job))?;
+    let bytes = serde_json::to_vec_pretty(ds).map_err(|e| DatasetError::Invalid(e.to_string()))?;
+    write_atomic(store, &record_path(&ds.job, ds.id), &bytes)
+}
+
+/// Load one record.
+pub fn load(store: &Store, job: &str, id: u64) -> Result<Dataset> {
+    let path = record_path(job, id);
+    let bytes = match read_file(store, &path) {
+        Ok(b) => b,
+        Err(DatasetError::Store(StoreError::NotFound(_))) => return Err(DatasetError::NotFound(id)),
+        Err(e) => return Err(e),
+    };
+    parse(&bytes).map_err(|msg| DatasetError::BadRecord { path, msg })
+}
+
+fn parse(bytes: &[u8]) -> std::result::Result<Dataset, String> {
+    let ds: Dataset = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if ds.format != FORMAT {
+        return Err(format!("format {:?}, expected {FORMAT:?}", ds.format));
+    }
+    Ok(ds)
+}
+
+/// Records that could not be read: (store path, reason).
+pub type BadRecords = Vec<(String, String)>;
+
+/// Every record of `job`, oldest id first. Records that do not parse are returned as
+/// problems (path, message) and otherwise skipped; temporary files are ignored.
+pub fn load_all(store: &Store, job: &str) -> Result<(Vec<Dataset>, BadRecords)> {
+    let dir = job_dir(job);
+    let entries = match store.read_dir(&dir) {
+        Ok(e) => e,
+        Err(StoreError::NotFound(_)) => return Ok((Vec::new(), Vec::new())),
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = Vec::new();
+    let mut bad = Vec::new();
+    for e in entries {
+        if e.kind != FileKind::File || e.name.starts_with('.') || !e.name.ends_with(".json") {
+            continue;
+        }
+        let Some(id) = e.name.strip_suffix(".json").and_then(|s| s.parse::<u64>().ok()) else {
+            continue;
+        };
+        let path = format!("{dir}/{}", e.name);
+        match read_file(store, &path).map(|b| parse(&b)) {
+            Ok(Ok(ds)) if ds.id == id => out.push(ds),
+            Ok(Ok(_)) => bad.push((path, "id does not match the file name".into())),
+            Ok(Err(msg)) => bad.push((path, msg)),
+            Err(DatasetError::Store(StoreError::NotFound(_))) => {} // deleted meanwhile
+            Err(e) => bad.push((path, e.to_string())),
+        }
+    }
+    out.sort_by_key(|d| d.id);
+    Ok((out, bad))
+}
+
+/// Remove a record.
+pub fn remove(store: &Store, job: &str, id: u64) -> Result<()> {
+    match store.unlink(&record_path(job, id)) {
+        Ok(()) => Ok(()),
+        Err(StoreError::NotFound(_)) => Err(DatasetError::NotFound(id)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Remove temporary record files left by killed writers (not this process's).
+pub fn clean_temps(store: &Store, job: &str) {
+    let dir = job_dir(job);
+    let mine = format!(".tmp.{}.", std::process::id());
+    if let Ok(entries) = store.read_dir(&dir) {
+        for e in entries {
+            if e.name.starts_with(".tmp.") && !e.name.starts_with(&mine) {
+                let pid = e.name[5..].split('.').next().and_then(|p| p.parse::<i32>().ok());
+                // SAFETY: kill with signal 0 only checks whether the process exists.
+                let alive = pid.is_some_and(|p| unsafe { libc::kill(p, 0) } == 0);
+                if !alive {
+                    let _ = store.unlink(&format!("{dir}/{}", e.name));
+                }
+            }
+        }
+    }
+}

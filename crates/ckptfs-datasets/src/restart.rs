@@ -1,0 +1,179 @@
+//! Restart from the newest dataset that can be wholly recovered from the levels this
+//! node can see: its own store first, then the drain destinations (PFS manifests, via
+//! the agent's checked restore). Partner copies join when the node daemon is merged.
+
+use crate::error::Result;
+use crate::ops::{file_crc, Datasets};
+use crate::record::{Dataset, State};
+use ckptfs_agent::dest::PosixDest;
+use ckptfs_agent::manifest;
+use serde::Serialize;
+use std::path::Path;
+
+/// Where one file of a dataset can come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Source {
+    /// The node store holds the exact content.
+    Local,
+    /// A drain destination's manifest lists the exact content (size and CRC32C).
+    Pfs,
+}
+
+/// A dataset passed over, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    /// Dataset id.
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+    /// Why it cannot be used.
+    pub reason: String,
+}
+
+/// The outcome of a restart search.
+#[derive(Debug, Clone, Serialize)]
+pub struct Restart {
+    /// The dataset chosen, if any.
+    pub chosen: Option<Dataset>,
+    /// Files brought back into the store, with their bytes.
+    pub restored: Vec<(String, u64)>,
+    /// Newer datasets passed over.
+    pub skipped: Vec<Skipped>,
+}
+
+fn local_ok(ds: &Datasets, path: &str, size: u64, crc: u32) -> bool {
+    match ds.store.stat(path) {
+        Ok(st) if st.state == ckptfs_store::WriteState::Complete && st.size == size => {
+            matches!(file_crc(&ds.store, path), Ok((n, c)) if n == size && c == crc)
+        }
+        _ => false,
+    }
+}
+
+fn pfs_has(dests: &[std::path::PathBuf], path: &str, size: u64, crc: u32) -> bool {
+    let io = PosixDest::new(None);
+    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+    for d in dests {
+        let here = d.join(dir.trim_start_matches('/'));
+        if let Ok(ms) = manifest::load_all(&io, Path::new(&here)) {
+            if ms.iter().any(|m| {
+                m.files
+                    .get(name)
+                    .is_some_and(|e| e.store_path == path && e.size == size && e.crc32c == crc)
+            }) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+impl Datasets {
+    /// Where each file of `d` can be recovered from, or the reason it cannot be.
+    pub fn sources(&self, d: &Dataset) -> std::result::Result<Vec<(String, Source)>, String> {
+        if d.state != State::Complete {
+            return Err(format!(
+                "{}{}",
+                d.state.name(),
+                d.reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default()
+            ));
+        }
+        let mut out = Vec::new();
+        for (path, f) in &d.files {
+            if local_ok(self, path, f.size, f.crc32c) {
+                out.push((path.clone(), Source::Local));
+            } else if pfs_has(&self.cfg.dests, path, f.size, f.crc32c) {
+                out.push((path.clone(), Source::Pfs));
+            } else {
+                return Err(format!(
+                    "file {path} ({} bytes, crc32c {:08x}) is damaged or lost on every level (local{})",
+                    f.size,
+                    f.crc32c,
+                    if self.cfg.dests.is_empty() {
+                        "; no PFS destination given"
+                    } else {
+                        ", pfs"
+                    }
+                ));
+            }
+        }
+        if out.is_empty() {
+            return Err("it has no files".into());
+        }
+        Ok(out)
+    }
+
+    /// Find the newest wholly recoverable dataset and bring its missing files back
+    /// (CRC32C checked against the manifest while copying, then against the dataset
+    /// record). Datasets that fail are skipped with the reason.
+    pub fn restart(&self) -> Result<Restart> {
+        let (all, _) = self.list()?;
+        let mut skipped = Vec::new();
+        for d in all.iter().rev() {
+            let srcs = match self.sources(d) {
+                Ok(s) => s,
+                Err(reason) => {
+                    skipped.push(Skipped {
+                        id: d.id,
+                        name: d.name.clone(),
+                        reason,
+                    });
+                    continue;
+                }
+            };
+            let mut restored = Vec::new();
+            let mut failed = None;
+            let t0 = std::time::Instant::now();
+            for (path, src) in &srcs {
+                if *src != Source::Pfs {
+                    continue;
+                }
+                let f = &d.files[path];
+                let r = ckptfs_agent::restore_path(&self.store, &self.cfg.dests, path);
+                if !matches!(r, Ok(true)) || !local_ok(self, path, f.size, f.crc32c) {
+                    let why = match r {
+                        Err(e) => e.to_string(),
+                        _ => "the restored bytes do not match the dataset's checksum".into(),
+                    };
+                    failed = Some(format!("file {path}: restore from the PFS failed: {why}"));
+                    break;
+                }
+                restored.push((path.clone(), f.size));
+            }
+            if let Some(reason) = failed {
+                skipped.push(Skipped {
+                    id: d.id,
+                    name: d.name.clone(),
+                    reason,
+                });
+                continue;
+            }
+            let bytes: u64 = restored.iter().map(|r| r.1).sum();
+            let _ = crate::policy::record_pfs_transfer(self, bytes, t0.elapsed().as_secs_f64());
+            return Ok(Restart {
+                chosen: Some(d.clone()),
+                restored,
+                skipped,
+            });
+        }
+        Ok(Restart {
+            chosen: None,
+            restored: Vec::new(),
+            skipped,
+        })
+    }
+
+    /// Levels holding each file of `d` now (local, pfs), for listings.
+    pub fn refresh_levels(&self, d: &mut Dataset) {
+        for (path, f) in d.files.iter_mut() {
+            let mut l = Vec::new();
+            if matches!(self.store.stat(path), Ok(st) if st.size == f.size && st.mtime_ns == f.mtime_ns) {
+                l.push("local".to_string());
+            }
+            if pfs_has(&self.cfg.dests, path, f.size, f.crc32c) {
+                l.push("pfs".to_string());
+            }
+            f.levels = l;
+        }
+    }
+}
