@@ -1,0 +1,306 @@
+//! `ckptfs cluster init` and `ckptfs cluster plan`: write a cluster file and its
+//! per-job secret; print the partner plan and what each failure domain's loss destroys.
+
+use anyhow::{bail, Context, Result};
+use ckptfs_cluster::{Cluster, HostListOptions, ProcessEnv, Redundancy, Scheme, Secret, Topology};
+use clap::{Args, Subcommand};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The `cluster` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Write a cluster file and a random per-job secret (mode 0600) beside it.
+    ///
+    /// Nodes come from --local N (node1..nodeN on 127.0.0.1, two per rack), --hosts, or
+    /// the launcher's environment (CKPTFS_NODES, else Slurm's SLURM_JOB_NODELIST).
+    Init(InitArgs),
+    /// Print each node's partners and, per failure domain, what its loss would destroy.
+    Plan(PlanArgs),
+}
+
+/// `cluster init` options.
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// The cluster file to write.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// N nodes on this machine: node1..nodeN on 127.0.0.1, ports --port.., own stores.
+    #[arg(long, value_name = "N", conflicts_with = "hosts")]
+    pub local: Option<usize>,
+    /// Host list (commas or spaces, Slurm brackets allowed): one node per host.
+    #[arg(long, value_name = "LIST")]
+    pub hosts: Option<String>,
+    /// Topology file giving each host's failure domains (TOML; see docs/cluster.md).
+    #[arg(long, value_name = "FILE", conflicts_with = "local")]
+    pub topology: Option<PathBuf>,
+    /// Job name [default: slurm-$SLURM_JOB_ID under Slurm, else "ckptfs"].
+    #[arg(long, value_name = "NAME")]
+    pub job: Option<String>,
+    /// Daemon port (with --local: the first node's; the others count up).
+    #[arg(long, value_name = "PORT", default_value_t = ckptfs_cluster::DEFAULT_PORT)]
+    pub port: u16,
+    /// Redundancy scheme.
+    #[arg(long, value_name = "mirror|ring", default_value = "ring")]
+    pub scheme: String,
+    /// Partner copies of each file.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub copies: usize,
+    /// Heartbeat interval between daemons (milliseconds).
+    #[arg(long, value_name = "MS", default_value_t = ckptfs_cluster::DEFAULT_HEARTBEAT_MS)]
+    pub heartbeat_ms: u64,
+    /// The secret file [default: the cluster file with extension .secret].
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// Replace existing files (the secret too: running daemons must be restarted).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `cluster plan` options.
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// The cluster file: the global `--cluster FILE` [env CKPTFS_CLUSTER].
+    #[arg(skip)]
+    pub cluster: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs a `cluster` subcommand.
+/// `cluster` is the global `--cluster FILE` option.
+pub fn main(cmd: ClusterCommand, cluster: Option<PathBuf>) -> Result<i32> {
+    match cmd {
+        ClusterCommand::Init(a) => init(a),
+        ClusterCommand::Plan(mut a) => {
+            a.cluster = cluster;
+            plan(a)
+        }
+    }
+}
+
+fn default_job() -> String {
+    match std::env::var("SLURM_JOB_ID") {
+        Ok(id) if !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()) => {
+            format!("slurm-{id}")
+        }
+        _ => "ckptfs".to_string(),
+    }
+}
+
+fn init(a: InitArgs) -> Result<i32> {
+    let job = a.job.clone().unwrap_or_else(default_job);
+    let redundancy = Redundancy {
+        scheme: a.scheme.parse::<Scheme>()?,
+        copies: a.copies,
+    };
+    let secret_path = a
+        .secret_file
+        .clone()
+        .unwrap_or_else(|| a.out.with_extension("secret"));
+    // In the file: the bare name when the secret sits beside the cluster file
+    // (resolved relative to it), else the path as given.
+    let out_dir = a.out.parent().filter(|d| !d.as_os_str().is_empty());
+    let secret_dir = secret_path.parent().filter(|d| !d.as_os_str().is_empty());
+    let secret_ref = match (out_dir, secret_dir, secret_path.file_name()) {
+        (a, b, Some(name)) if a == b => PathBuf::from(name),
+        _ => std::path::absolute(&secret_path).unwrap_or(secret_path.clone()),
+    };
+    let mut cluster = if let Some(n) = a.local {
+        Cluster::local(n, &job, a.port)?
+    } else {
+        let opts = HostListOptions {
+            job: job.clone(),
+            port: a.port,
+            store: None,
+            topology: match &a.topology {
+                Some(p) => Some(Topology::load(p)?),
+                None => None,
+            },
+            redundancy,
+            secret_file: None,
+        };
+        match &a.hosts {
+            Some(list) => Cluster::from_host_list(list, &opts)?,
+            None => Cluster::from_env(&ProcessEnv, &opts)?,
+        }
+    };
+    cluster.redundancy = redundancy;
+    cluster.heartbeat_ms = a.heartbeat_ms;
+    cluster.secret_file = Some(secret_ref);
+    cluster.validate()?;
+    // Refuse a plan that cannot work before writing anything.
+    let plan = cluster.plan()?;
+    for p in [&a.out, &secret_path] {
+        if !a.force && std::fs::symlink_metadata(p).is_ok() {
+            bail!("{} exists; not overwritten (use --force)", p.display());
+        }
+    }
+    Secret::generate()?.create(&secret_path, a.force)?;
+    write_new(&a.out, cluster.to_toml().as_bytes(), a.force)
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    println!(
+        "wrote {} ({} nodes, {} with {} partner cop{} per file) and secret {} (mode 0600)",
+        a.out.display(),
+        cluster.nodes.len(),
+        plan.scheme,
+        plan.copies,
+        if plan.copies == 1 { "y" } else { "ies" },
+        secret_path.display()
+    );
+    for w in &plan.warnings {
+        println!("warning: {w}");
+    }
+    Ok(0)
+}
+
+/// Writes a new file (O_EXCL|O_NOFOLLOW, mode 0644); with `force` unlinks first.
+fn write_new(path: &Path, bytes: &[u8], force: bool) -> std::io::Result<()> {
+    if force {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+fn plan(a: PlanArgs) -> Result<i32> {
+    let Some(path) = a.cluster else {
+        bail!("cluster plan needs --cluster FILE (or CKPTFS_CLUSTER)");
+    };
+    let cluster = Cluster::load(&path)?;
+    let plan = cluster.plan()?;
+    if a.json {
+        let v = serde_json::json!({
+            "job": cluster.job,
+            "cluster_file": path,
+            "plan": plan,
+            "survives_every_domain": plan.survives_every_domain(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    print!("{}", render(&cluster, &plan));
+    Ok(0)
+}
+
+/// The plan as text tables.
+fn render(c: &Cluster, plan: &ckptfs_cluster::Plan) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let copies = if plan.copies == 1 { "copy" } else { "copies" };
+    let levels = if c.domains.is_empty() {
+        "none (each node is its own domain)".to_string()
+    } else {
+        c.domains.join(" > ")
+    };
+    let _ = writeln!(
+        o,
+        "cluster {}: {} nodes, {} with {} partner {copies} per file; failure domains: {levels}\n",
+        c.job,
+        c.nodes.len(),
+        plan.scheme,
+        plan.copies
+    );
+    let mut rows = vec![vec![
+        "node".to_string(),
+        "addr".into(),
+        "domains".into(),
+        "partners".into(),
+        "keeps copies of".into(),
+        "outside its".into(),
+        "if a partner is down".into(),
+    ]];
+    for (n, p) in c.nodes.iter().zip(&plan.nodes) {
+        let doms: Vec<String> = c
+            .domains
+            .iter()
+            .map(|l| format!("{l}={}", n.domain(l).unwrap_or("?")))
+            .collect();
+        rows.push(vec![
+            n.id.clone(),
+            n.addr.clone(),
+            if doms.is_empty() {
+                "-".into()
+            } else {
+                doms.join(",")
+            },
+            p.partners.join(","),
+            if p.holds_for.is_empty() {
+                "-".into()
+            } else {
+                p.holds_for.join(",")
+            },
+            p.separated_at.clone().unwrap_or_else(|| "node".into()),
+            p.replacements
+                .iter()
+                .take(3)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(","),
+        ]);
+    }
+    table(&mut o, &rows);
+    if !plan.warnings.is_empty() {
+        let _ = writeln!(o);
+        for w in &plan.warnings {
+            let _ = writeln!(o, "warning: {w}");
+        }
+    }
+    if !plan.domain_loss.is_empty() {
+        let _ = writeln!(o);
+        let mut rows = vec![vec![
+            "failure domain".to_string(),
+            "nodes".into(),
+            "its loss destroys the checkpoints of".into(),
+        ]];
+        for d in &plan.domain_loss {
+            rows.push(vec![
+                format!("{}={}", d.level, d.value),
+                d.nodes.join(","),
+                if d.destroyed.is_empty() {
+                    "nothing".into()
+                } else {
+                    d.destroyed.join(",")
+                },
+            ]);
+        }
+        table(&mut o, &rows);
+    }
+    let _ = writeln!(
+        o,
+        "\n{}",
+        if plan.survives_every_domain() {
+            "every checkpoint survives the loss of any one failure domain (and of any one node)"
+        } else {
+            "some failure domain's loss destroys checkpoints (see above); they are safe only once drained"
+        }
+    );
+    o
+}
+
+fn table(o: &mut String, rows: &[Vec<String>]) {
+    use std::fmt::Write;
+    let cols = rows[0].len();
+    let w: Vec<usize> = (0..cols)
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<width$}", width = w[i]))
+            .collect();
+        let _ = writeln!(o, "{}", line.join("  ").trim_end());
+    }
+}

@@ -1,0 +1,445 @@
+//! The cluster file: TOML, read with serde, validated with errors that name the node
+//! and the field.
+
+use crate::{invalid, ClusterError, Result, Secret};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Default heartbeat interval between daemons, in milliseconds.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 1000;
+/// Default number of missed heartbeats after which a peer is considered down.
+pub const DEFAULT_HEARTBEAT_MISSES: u32 = 3;
+/// Default TCP port of a node daemon when a host list gives only host names.
+pub const DEFAULT_PORT: u16 = 7460;
+/// Longest node id, job name, store name or domain name accepted.
+pub const MAX_NAME: usize = 64;
+
+/// How partner copies are placed (REMEM III-C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheme {
+    /// Nodes in groups of `copies + 1` that back each other up (pairs for k = 1).
+    Mirror,
+    /// Each node backs up to the next `copies` eligible nodes of a ring.
+    #[default]
+    Ring,
+}
+
+impl std::fmt::Display for Scheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Scheme::Mirror => "mirror",
+            Scheme::Ring => "ring",
+        })
+    }
+}
+
+impl std::str::FromStr for Scheme {
+    type Err = ClusterError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "mirror" => Ok(Scheme::Mirror),
+            "ring" => Ok(Scheme::Ring),
+            _ => Err(invalid(format!(
+                "redundancy.scheme {s:?}: expected \"mirror\" or \"ring\""
+            ))),
+        }
+    }
+}
+
+/// The redundancy section: scheme and number of partner copies per file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Redundancy {
+    /// Mirror or ring (default ring).
+    #[serde(default)]
+    pub scheme: Scheme,
+    /// Partner copies of each file, k >= 1 (default 1).
+    #[serde(default = "one")]
+    pub copies: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl Default for Redundancy {
+    fn default() -> Self {
+        Redundancy {
+            scheme: Scheme::Ring,
+            copies: 1,
+        }
+    }
+}
+
+/// One node of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Node {
+    /// Unique node id (letters, digits, `.`, `_`, `-`).
+    pub id: String,
+    /// `host:port` the node's daemon listens on and is reached at.
+    pub addr: String,
+    /// Name of the node's store (`/dev/shm/ckptfs.<store>`); distinct for nodes on one host.
+    pub store: String,
+    /// Failure domains of the node: level name -> value (`rack = "r1"`).
+    #[serde(default)]
+    pub domains: BTreeMap<String, String>,
+}
+
+impl Node {
+    /// The host part of `addr` (brackets of an IPv6 literal removed).
+    pub fn host(&self) -> &str {
+        split_addr(&self.addr)
+            .map(|(h, _)| h)
+            .unwrap_or(self.addr.as_str())
+    }
+
+    /// The port of `addr`.
+    pub fn port(&self) -> u16 {
+        split_addr(&self.addr).map(|(_, p)| p).unwrap_or(0)
+    }
+
+    /// The node's value at domain level `level`.
+    pub fn domain(&self, level: &str) -> Option<&str> {
+        self.domains.get(level).map(String::as_str)
+    }
+}
+
+/// Splits `host:port` / `[v6]:port`; None unless the port is a number 1..=65535.
+pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = if let Some(h) = host.strip_prefix('[') {
+        h.strip_suffix(']')?
+    } else {
+        if host.contains(':') {
+            return None;
+        }
+        host
+    };
+    let port: u16 = port.parse().ok()?;
+    (port != 0 && !host.is_empty()).then_some((host, port))
+}
+
+/// The cluster map: job, secret, heartbeat, redundancy, domain levels and nodes.
+///
+/// ```toml
+/// job = "demo"
+/// secret_file = "demo.secret"      # relative to this file's directory
+/// heartbeat_ms = 1000
+/// domains = ["rack"]               # levels, most important first
+/// [redundancy]
+/// scheme = "ring"                  # or "mirror"
+/// copies = 1
+/// [[node]]
+/// id = "node1"
+/// addr = "127.0.0.1:7460"
+/// store = "demo.node1"
+/// domains = { rack = "r1" }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    /// Job name (letters, digits, `.`, `_`, `-`).
+    pub job: String,
+    /// Path of the secret file; a relative path is relative to the cluster file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
+    /// Inline secret (hex); refused unless the cluster file is the caller's and mode 0600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// Heartbeat interval between daemons, milliseconds.
+    #[serde(default = "default_hb")]
+    pub heartbeat_ms: u64,
+    /// Missed heartbeats after which a peer is down.
+    #[serde(default = "default_misses")]
+    pub heartbeat_misses: u32,
+    /// Redundancy scheme and copies.
+    #[serde(default)]
+    pub redundancy: Redundancy,
+    /// Failure-domain levels, most important first (`["rack", "switch", "psu"]`).
+    #[serde(default)]
+    pub domains: Vec<String>,
+    /// The nodes, in the order that defines the plan.
+    #[serde(rename = "node", default)]
+    pub nodes: Vec<Node>,
+    /// The file this map was read from (resolves a relative `secret_file`).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+}
+
+fn default_hb() -> u64 {
+    DEFAULT_HEARTBEAT_MS
+}
+fn default_misses() -> u32 {
+    DEFAULT_HEARTBEAT_MISSES
+}
+
+/// Checks a name used as node id, job, store or domain: non-empty, at most
+/// [`MAX_NAME`] bytes, letters, digits, `.`, `_`, `-`, not starting with `.` or `-`.
+pub(crate) fn check_name(what: &str, s: &str) -> Result<()> {
+    let ok = !s.is_empty()
+        && s.len() <= MAX_NAME
+        && !s.starts_with(['.', '-'])
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "{what} {s:?}: expected 1-{MAX_NAME} letters, digits, '.', '_', '-' (not starting with '.' or '-')"
+        )))
+    }
+}
+
+impl Cluster {
+    /// Parses and validates a cluster map from TOML text (`origin` names it in errors).
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Cluster> {
+        let c: Cluster = toml::from_str(text).map_err(|e| ClusterError::Parse {
+            path: origin.to_string(),
+            msg: e.to_string(),
+        })?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Reads and validates a cluster file. An inline `secret` is refused unless the
+    /// file is owned by the caller and has no group/other permission bits.
+    pub fn load(path: &Path) -> Result<Cluster> {
+        let io = |source| ClusterError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let meta = std::fs::metadata(path).map_err(io)?;
+        if meta.len() > 16 << 20 {
+            return Err(invalid(format!(
+                "{}: {} bytes is too large for a cluster file",
+                path.display(),
+                meta.len()
+            )));
+        }
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        let mut c = Cluster::from_toml_str(&text, &path.display().to_string())?;
+        if c.secret.is_some() {
+            // SAFETY: geteuid has no preconditions.
+            let euid = unsafe { libc::geteuid() };
+            if meta.uid() != euid || meta.mode() & 0o077 != 0 {
+                return Err(ClusterError::Secret {
+                    path: path.to_path_buf(),
+                    why: format!(
+                        "an inline secret needs the cluster file to be yours and mode 0600 (it is uid {} mode {:o}); use secret_file",
+                        meta.uid(),
+                        meta.mode() & 0o7777
+                    ),
+                });
+            }
+        }
+        c.source = Some(path.to_path_buf());
+        Ok(c)
+    }
+
+    /// Checks every rule of the map; the error names the node and field at fault.
+    pub fn validate(&self) -> Result<()> {
+        check_name("job", &self.job)?;
+        if self.heartbeat_ms == 0 {
+            return Err(invalid("heartbeat_ms must be > 0"));
+        }
+        if self.heartbeat_misses == 0 {
+            return Err(invalid("heartbeat_misses must be > 0"));
+        }
+        if self.secret.is_some() && self.secret_file.is_some() {
+            return Err(invalid("give either secret or secret_file, not both"));
+        }
+        if let Some(s) = &self.secret {
+            Secret::from_hex(s).map_err(|why| invalid(format!("secret: {why}")))?;
+        }
+        let mut levels = BTreeSet::new();
+        for l in &self.domains {
+            check_name("domain level", l)?;
+            if !levels.insert(l.as_str()) {
+                return Err(invalid(format!("domain level {l:?} listed twice")));
+            }
+        }
+        if self.nodes.is_empty() {
+            return Err(invalid("no [[node]] entries"));
+        }
+        let mut ids = BTreeSet::new();
+        let mut addrs = BTreeMap::new();
+        let mut stores = BTreeMap::new();
+        for n in &self.nodes {
+            check_name("node id", &n.id)?;
+            let at = |field: &str, why: String| invalid(format!("node {:?}: {field} {why}", n.id));
+            if !ids.insert(n.id.as_str()) {
+                return Err(at("id", "is used by two nodes".into()));
+            }
+            let Some((host, _)) = split_addr(&n.addr) else {
+                return Err(at(
+                    "addr",
+                    format!("{:?} is not host:port (port 1-65535)", n.addr),
+                ));
+            };
+            if let Some(other) = addrs.insert(n.addr.as_str(), n.id.as_str()) {
+                return Err(at("addr", format!("{:?} is also node {other:?}'s", n.addr)));
+            }
+            check_name(&format!("node {:?}: store", n.id), &n.store)?;
+            if let Some(other) = stores.insert((host, n.store.as_str()), n.id.as_str()) {
+                return Err(at(
+                    "store",
+                    format!("{:?} is also node {other:?}'s on host {host}", n.store),
+                ));
+            }
+            for (level, value) in &n.domains {
+                if !levels.contains(level.as_str()) {
+                    return Err(at(
+                        "domains",
+                        format!("level {level:?} is not in domains = {:?}", self.domains),
+                    ));
+                }
+                check_name(&format!("node {:?}: domains.{level}", n.id), value)?;
+            }
+            for l in &self.domains {
+                if !n.domains.contains_key(l) {
+                    return Err(at("domains", format!("has no value for level {l:?}")));
+                }
+            }
+        }
+        let k = self.redundancy.copies;
+        if k == 0 {
+            return Err(invalid("redundancy.copies must be >= 1"));
+        }
+        if k >= self.nodes.len() {
+            return Err(invalid(format!(
+                "redundancy.copies = {k} needs at least {} nodes (the map has {})",
+                k + 1,
+                self.nodes.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The node with id `id`.
+    pub fn node(&self, id: &str) -> Result<&Node> {
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or_else(|| ClusterError::UnknownNode(id.to_string()))
+    }
+
+    /// Index of node `id` in [`Cluster::nodes`].
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.id == id)
+    }
+
+    /// Path of the secret file, resolved against the cluster file's directory.
+    pub fn secret_path(&self) -> Option<PathBuf> {
+        let p = self.secret_file.as_ref()?;
+        if p.is_absolute() {
+            return Some(p.clone());
+        }
+        let dir = self
+            .source
+            .as_deref()
+            .and_then(Path::parent)
+            .filter(|d| !d.as_os_str().is_empty());
+        Some(match dir {
+            Some(d) => d.join(p),
+            None => p.clone(),
+        })
+    }
+
+    /// The per-job secret (inline, or read from `secret_file` with its checks).
+    pub fn secret(&self) -> Result<Secret> {
+        if let Some(hex) = &self.secret {
+            return Secret::from_hex(hex).map_err(|why| ClusterError::Secret {
+                path: self.source.clone().unwrap_or_default(),
+                why,
+            });
+        }
+        match self.secret_path() {
+            Some(p) => Secret::load(&p),
+            None => Err(ClusterError::Secret {
+                path: self.source.clone().unwrap_or_default(),
+                why: "the cluster map names no secret_file".into(),
+            }),
+        }
+    }
+
+    /// A map for `n` nodes on 127.0.0.1: `node1..nodeN`, ports `base_port..`, stores
+    /// `<job>.nodeI`, two nodes per rack (`node1, node2` in `r1`, `node3, node4` in `r2`).
+    pub fn local(n: usize, job: &str, base_port: u16) -> Result<Cluster> {
+        if n < 2 {
+            return Err(invalid(format!("--local {n}: a cluster needs at least 2 nodes")));
+        }
+        if base_port == 0 || base_port as usize + n - 1 > u16::MAX as usize {
+            return Err(invalid(format!(
+                "base port {base_port}: ports {base_port}..{} do not fit in 1-65535",
+                base_port as usize + n - 1
+            )));
+        }
+        let nodes = (1..=n)
+            .map(|i| Node {
+                id: format!("node{i}"),
+                addr: format!("127.0.0.1:{}", base_port as usize + i - 1),
+                store: format!("{job}.node{i}"),
+                domains: BTreeMap::from([("rack".to_string(), format!("r{}", i.div_ceil(2)))]),
+            })
+            .collect();
+        let c = Cluster {
+            job: job.to_string(),
+            secret_file: None,
+            secret: None,
+            heartbeat_ms: DEFAULT_HEARTBEAT_MS,
+            heartbeat_misses: DEFAULT_HEARTBEAT_MISSES,
+            redundancy: Redundancy::default(),
+            domains: vec!["rack".into()],
+            nodes,
+            source: None,
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The map as a cluster file (TOML), readable by [`Cluster::from_toml_str`].
+    pub fn to_toml(&self) -> String {
+        use std::fmt::Write;
+        let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+        let mut o = String::new();
+        let _ = writeln!(o, "# ckptfs cluster map (docs/cluster.md)");
+        let _ = writeln!(o, "job = {}", q(&self.job));
+        if let Some(p) = &self.secret_file {
+            let _ = writeln!(o, "secret_file = {}", q(&p.to_string_lossy()));
+        }
+        if let Some(s) = &self.secret {
+            let _ = writeln!(o, "secret = {}", q(s));
+        }
+        let _ = writeln!(o, "heartbeat_ms = {}", self.heartbeat_ms);
+        let _ = writeln!(o, "heartbeat_misses = {}", self.heartbeat_misses);
+        let levels: Vec<String> = self.domains.iter().map(|l| q(l)).collect();
+        let _ = writeln!(o, "# failure-domain levels, most important first");
+        let _ = writeln!(o, "domains = [{}]", levels.join(", "));
+        let _ = writeln!(o, "\n[redundancy]");
+        let _ = writeln!(o, "scheme = \"{}\"", self.redundancy.scheme);
+        let _ = writeln!(o, "copies = {}", self.redundancy.copies);
+        for n in &self.nodes {
+            let _ = writeln!(o, "\n[[node]]");
+            let _ = writeln!(o, "id = {}", q(&n.id));
+            let _ = writeln!(o, "addr = {}", q(&n.addr));
+            let _ = writeln!(o, "store = {}", q(&n.store));
+            let d: Vec<String> = n
+                .domains
+                .iter()
+                .map(|(k, v)| {
+                    let bare = k
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                    let k = if bare { k.clone() } else { q(k) };
+                    format!("{k} = {}", q(v))
+                })
+                .collect();
+            let _ = writeln!(o, "domains = {{ {} }}", d.join(", "));
+        }
+        o
+    }
+}

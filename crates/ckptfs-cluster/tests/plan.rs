@@ -1,0 +1,172 @@
+//! Node matching: examples with known answers, fall-backs, errors, replacement.
+
+use ckptfs_cluster::{Cluster, Node, Redundancy, Scheme};
+use std::collections::BTreeMap;
+
+fn map(nodes: &[(&str, &[(&str, &str)])], levels: &[&str], scheme: Scheme, copies: usize) -> Cluster {
+    Cluster {
+        job: "j".into(),
+        secret_file: None,
+        secret: None,
+        heartbeat_ms: 1000,
+        heartbeat_misses: 3,
+        redundancy: Redundancy { scheme, copies },
+        domains: levels.iter().map(|s| s.to_string()).collect(),
+        nodes: nodes
+            .iter()
+            .enumerate()
+            .map(|(i, (id, d))| Node {
+                id: id.to_string(),
+                addr: format!("127.0.0.1:{}", 7000 + i),
+                store: format!("s{i}"),
+                domains: d
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            })
+            .collect(),
+        source: None,
+    }
+}
+
+#[test]
+fn local_four_ring_sends_each_node_to_the_other_rack() {
+    let c = Cluster::local(4, "j", 7000).unwrap();
+    let p = c.plan().unwrap();
+    assert_eq!(p.partners_of("node1").unwrap(), ["node3"]);
+    assert_eq!(p.partners_of("node3").unwrap(), ["node2"]);
+    assert_eq!(p.partners_of("node2").unwrap(), ["node4"]);
+    assert_eq!(p.partners_of("node4").unwrap(), ["node1"]);
+    assert_eq!(p.holds_for("node1").unwrap(), ["node4"]);
+    assert!(p.warnings.is_empty());
+    assert!(p.survives_every_domain());
+}
+
+#[test]
+fn local_four_mirror_pairs_across_racks() {
+    let mut c = Cluster::local(4, "j", 7000).unwrap();
+    c.redundancy.scheme = Scheme::Mirror;
+    let p = c.plan().unwrap();
+    assert_eq!(p.partners_of("node1").unwrap(), ["node3"]);
+    assert_eq!(p.partners_of("node3").unwrap(), ["node1"]);
+    assert_eq!(p.partners_of("node2").unwrap(), ["node4"]);
+    assert_eq!(p.partners_of("node4").unwrap(), ["node2"]);
+    assert!(p.survives_every_domain());
+}
+
+#[test]
+fn ring_with_two_copies_over_two_racks_keeps_both_copies_in_the_other_rack() {
+    let mut c = Cluster::local(4, "j", 7000).unwrap();
+    c.redundancy.copies = 2;
+    let p = c.plan().unwrap();
+    for n in ["node1", "node2"] {
+        let mut got = p.partners_of(n).unwrap().to_vec();
+        got.sort();
+        assert_eq!(got, ["node3", "node4"], "{n}");
+    }
+    assert!(p.survives_every_domain());
+}
+
+#[test]
+fn too_big_a_rack_falls_back_to_the_next_level_with_a_warning() {
+    // Three nodes in r1, one in r2: with k = 2, r1's nodes cannot have 2 partners
+    // outside r1, so they are separated by psu instead; d (r2) still is by rack.
+    let c = map(
+        &[
+            ("a", &[("rack", "r1"), ("psu", "p1")]),
+            ("b", &[("rack", "r1"), ("psu", "p2")]),
+            ("c", &[("rack", "r1"), ("psu", "p2")]),
+            ("d", &[("rack", "r2"), ("psu", "p1")]),
+        ],
+        &["rack", "psu"],
+        Scheme::Ring,
+        2,
+    );
+    let p = c.plan().unwrap();
+    assert_eq!(p.node("d").unwrap().separated_at.as_deref(), Some("rack"));
+    let a = p.node("a").unwrap();
+    assert_eq!(a.separated_at.as_deref(), Some("psu"));
+    assert!(a.partners.iter().all(|x| x == "b" || x == "c"));
+    assert_eq!(p.warnings.len(), 3, "{:?}", p.warnings);
+    assert!(p.warnings[0].contains("node \"a\"") && p.warnings[0].contains("psu"));
+    // b and c (psu p2) take d, the one node outside r1 and outside their psu, first.
+    assert_eq!(p.partners_of("b").unwrap()[0], "d");
+    assert_eq!(p.partners_of("c").unwrap()[0], "d");
+    // Losing rack r1 destroys only a's checkpoints (both its partners are in r1).
+    let r1 = p.domain_loss.iter().find(|d| d.value == "r1").unwrap();
+    assert_eq!(r1.destroyed, ["a"]);
+    assert!(!p.survives_every_domain());
+}
+
+#[test]
+fn one_domain_everywhere_plans_distinct_nodes_and_says_so() {
+    let c = map(
+        &[
+            ("a", &[("rack", "r1")]),
+            ("b", &[("rack", "r1")]),
+            ("c", &[("rack", "r1")]),
+        ],
+        &["rack"],
+        Scheme::Ring,
+        1,
+    );
+    let p = c.plan().unwrap();
+    assert!(p.nodes.iter().all(|n| n.separated_at.is_none()));
+    assert!(p
+        .warnings
+        .iter()
+        .all(|w| w.contains("may share every failure domain")));
+    assert_eq!(p.partners_of("a").unwrap(), ["b"]);
+}
+
+#[test]
+fn mirror_needs_a_multiple_of_group_size() {
+    let mut c = Cluster::local(5, "j", 7000).unwrap();
+    c.redundancy.scheme = Scheme::Mirror;
+    let e = c.plan().unwrap_err().to_string();
+    assert!(e.contains("not a multiple of 2"), "{e}");
+    c.redundancy.copies = 4;
+    let p = c.plan().unwrap();
+    assert_eq!(p.partners_of("node1").unwrap().len(), 4);
+}
+
+#[test]
+fn too_many_copies_is_an_error_at_plan_time() {
+    let mut c = Cluster::local(3, "j", 7000).unwrap();
+    c.redundancy.copies = 3;
+    assert!(c
+        .plan()
+        .unwrap_err()
+        .to_string()
+        .contains("needs at least 4 nodes"));
+}
+
+#[test]
+fn a_down_partner_is_replaced_by_the_next_eligible_node() {
+    let c = Cluster::local(6, "j", 7000).unwrap();
+    let p = c.plan().unwrap();
+    let n1 = p.node("node1").unwrap();
+    let first = n1.partners[0].clone();
+    let all_up = p.effective_partners("node1", |_| true);
+    assert_eq!(all_up, std::slice::from_ref(&first));
+    let without = p.effective_partners("node1", |n| n != first);
+    assert_eq!(without.len(), 1);
+    assert_ne!(without[0], first);
+    // The replacement is outside rack r1 too (node2 shares it).
+    assert_ne!(without[0], "node2");
+    assert_eq!(without[0], n1.replacements[0]);
+    // Only same-rack nodes left: they are used rather than no copy at all.
+    let only_node2 = p.effective_partners("node1", |n| n == "node2");
+    assert_eq!(only_node2, ["node2"]);
+    assert!(p.effective_partners("node1", |_| false).is_empty());
+}
+
+#[test]
+fn plan_is_deterministic_for_the_same_map() {
+    let c = Cluster::local(7, "j", 7000).unwrap();
+    assert_eq!(c.plan().unwrap(), c.plan().unwrap());
+    let json1 = serde_json::to_string(&c.plan().unwrap()).unwrap();
+    let json2 =
+        serde_json::to_string(&Cluster::from_toml_str(&c.to_toml(), "x").unwrap().plan().unwrap()).unwrap();
+    assert_eq!(json1, json2);
+}

@@ -1,0 +1,269 @@
+//! # ckptfs-transport: the authenticated peer protocol between node daemons
+//!
+//! Node daemons (`ckptfs node`) send partner copies, heartbeats, deletions and restore
+//! requests to each other over this protocol. It is framed and length-checked, every
+//! header and every chunk of data carries a CRC32C, and a connection carries nothing
+//! but the handshake until both sides have proved they hold the per-job secret
+//! (HMAC-SHA256 challenge-response, [`auth`]). TCP now ([`TcpTransport`]); the
+//! [`Transport`] and [`PeerConn`] traits leave room for an RDMA transport.
+//!
+//! * [`frame`]: the byte layout, the encoder and the checked decoder (pure, fuzzed);
+//! * [`auth`]: the handshake's proofs;
+//! * [`connect`], [`accept`], [`Conn`]: the tokio connection (timeouts, one `writev`
+//!   per chunk, chunk data read straight into the caller's buffer).
+//!
+//! ## Frame layout (all integers little-endian)
+//!
+//! ```text
+//! offset size field
+//!  0     4    magic "CKPN"
+//!  4     1    version (1)
+//!  5     1    type (below)
+//!  6     2    flags (0; anything else is refused)
+//!  8     4    length of the payload that follows the header
+//! 12     4    CRC32C of bytes 0..12
+//! 16     len  payload
+//! ```
+//! The length is checked against the type's bound before any byte of the payload is
+//! read or any memory is allocated: Chunk 24 + max_chunk (64 MiB by default),
+//! ListReply/Nack/Error 1 MiB, other types 12 KiB, and during the handshake 512 bytes
+//! (no Chunk at all).
+//!
+//! Payloads. `str` is a u16 length and UTF-8 bytes; `name` is a `str` of 1-64 letters,
+//! digits, `.`, `_`, `-`; `path` is a `str` checked by [`frame::check_path`]
+//! (relative, at most 4096 bytes, components 1-255 bytes, no `.`/`..`, no NUL).
+//!
+//! ```text
+//! type payload
+//!  1 Hello      name node_id | name job | nonce[32]
+//!  2 Challenge  name node_id | nonce[32] | mac[32]
+//!  3 Response   mac[32]
+//!  4 AuthOk     (empty)
+//!  5 Heartbeat  u64 seq | u64 unix_ms
+//!  6 PutBegin   u64 generation | u64 size | i64 mtime_ns | u32 chunk_size
+//!               | name src_node | path
+//!  7 Chunk      u64 index | u64 offset | u32 len | u32 crc32c | data[len]
+//!               (frame length = 24 + len exactly; CRC32C of data checked on arrival)
+//!  8 PutEnd     u64 generation | u64 chunks | u64 size
+//!  9 Ack        u64 tag
+//! 10 Nack       u64 tag | i32 errno | str reason (<= 1024 bytes)
+//! 11 Delete     u64 generation | path
+//! 12 List       name src_node | str after (empty or a path)
+//! 13 ListReply  u8 more | u32 count (<= 4096) | count x
+//!               (u64 size | i64 mtime_ns | u64 generation | u8 complete | path)
+//! 14 Get        name src_node | path
+//! 15 Error      i32 errno | str reason (<= 1024 bytes); the sender then closes
+//! 16 Bye        (empty)
+//! ```
+//! A payload must be used up exactly; flag bytes must be 0 or 1.
+//!
+//! ```
+//! use ckptfs_transport::frame::{decode_frame, encode_frame, Msg, DEFAULT_MAX_CHUNK};
+//! let bytes = encode_frame(&Msg::Heartbeat { seq: 7, unix_ms: 1 }, &[]).unwrap();
+//! let (msg, data, used) = decode_frame(&bytes, DEFAULT_MAX_CHUNK).unwrap().unwrap();
+//! assert_eq!(msg, Msg::Heartbeat { seq: 7, unix_ms: 1 });
+//! assert!(data.is_empty() && used == bytes.len());
+//! ```
+#![deny(missing_docs)]
+
+pub mod auth;
+mod conn;
+pub mod frame;
+
+pub use conn::{accept, connect, Conn, ConnConfig, ConnReader, ConnWriter, Identity, HANDSHAKE_MAX};
+pub use frame::{ChunkHeader, ListEntry, Msg, MsgType, Nack, PutBegin, PutEnd};
+
+use ckptfs_cluster::Secret;
+use std::future::Future;
+use std::sync::Arc;
+
+/// CRC32C (Castagnoli), as the store uses for its chunks.
+pub fn crc32c(data: &[u8]) -> u32 {
+    crc_fast::crc32_iscsi(data)
+}
+
+/// A frame that cannot be decoded (or encoded).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// The first 4 bytes are not "CKPN".
+    #[error("not a ckptfs frame (bad magic)")]
+    BadMagic,
+    /// The header's CRC32C does not match.
+    #[error("frame header checksum mismatch")]
+    HeaderCrc,
+    /// Another protocol version.
+    #[error("protocol version {0}, this side speaks 1")]
+    BadVersion(u8),
+    /// An unknown message type.
+    #[error("unknown message type {0}")]
+    UnknownType(u8),
+    /// A payload longer than its type allows (refused before reading or allocating it).
+    #[error("{kind:?} frame of {len} bytes, at most {max}")]
+    TooLong {
+        /// Message type.
+        kind: MsgType,
+        /// Announced length.
+        len: u32,
+        /// Bound.
+        max: u32,
+    },
+    /// A payload that does not parse.
+    #[error("malformed {kind}: {why}")]
+    Malformed {
+        /// Message (or field) concerned.
+        kind: &'static str,
+        /// What is wrong.
+        why: String,
+    },
+    /// A path that would leave the partner namespace or is otherwise invalid.
+    #[error("refused path: {why}")]
+    BadPath {
+        /// What is wrong with it (the path itself is not echoed).
+        why: String,
+    },
+    /// A chunk's data does not match its CRC32C.
+    #[error("chunk {index}: data checksum mismatch")]
+    ChunkCrc {
+        /// Chunk index.
+        index: u64,
+    },
+}
+
+/// Everything that can go wrong on a connection.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// Socket error.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// The peer sent nothing in time.
+    #[error("timed out waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: &'static str,
+    },
+    /// The peer closed the connection between frames.
+    #[error("connection closed by the peer")]
+    Closed,
+    /// A bad frame.
+    #[error("{0}")]
+    Frame(#[from] FrameError),
+    /// Authentication failed (wrong or no secret, wrong job, unknown node).
+    #[error("authentication refused: {0}")]
+    Auth(String),
+    /// A message out of order, or an API misuse.
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// The peer sent an Error message.
+    #[error("peer error (errno {errno}): {reason}")]
+    Peer {
+        /// The peer's errno.
+        errno: i32,
+        /// The peer's reason.
+        reason: String,
+    },
+}
+
+impl TransportError {
+    /// The POSIX errno this error maps to.
+    pub fn errno(&self) -> i32 {
+        match self {
+            TransportError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            TransportError::Timeout { .. } => libc::ETIMEDOUT,
+            TransportError::Closed => libc::ECONNRESET,
+            TransportError::Frame(FrameError::ChunkCrc { .. }) => libc::EBADMSG,
+            TransportError::Frame(FrameError::BadPath { .. }) => libc::EINVAL,
+            TransportError::Frame(FrameError::TooLong { .. }) => libc::EMSGSIZE,
+            TransportError::Frame(_) => libc::EPROTO,
+            TransportError::Auth(_) => libc::EACCES,
+            TransportError::Protocol(_) => libc::EPROTO,
+            TransportError::Peer { errno, .. } => *errno,
+        }
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = TransportError> = std::result::Result<T, E>;
+
+/// One authenticated connection, whatever carries it.
+pub trait PeerConn: Send {
+    /// The authenticated peer's node id.
+    fn peer_id(&self) -> &str;
+    /// Sends a message (not a Chunk).
+    fn send(&mut self, msg: &Msg) -> impl Future<Output = Result<()>> + Send;
+    /// Sends a chunk and its data without copying the data.
+    fn send_chunk(&mut self, hdr: &ChunkHeader, data: &[u8]) -> impl Future<Output = Result<()>> + Send;
+    /// Receives the next message; a Chunk's data is then read with `recv_chunk_data`.
+    fn recv(&mut self) -> impl Future<Output = Result<Msg>> + Send;
+    /// Reads the pending chunk's data into `buf` and verifies its CRC32C.
+    fn recv_chunk_data(&mut self, buf: &mut [u8]) -> impl Future<Output = Result<()>> + Send;
+}
+
+impl PeerConn for Conn {
+    fn peer_id(&self) -> &str {
+        Conn::peer_id(self)
+    }
+    async fn send(&mut self, msg: &Msg) -> Result<()> {
+        Conn::send(self, msg).await
+    }
+    async fn send_chunk(&mut self, hdr: &ChunkHeader, data: &[u8]) -> Result<()> {
+        Conn::send_chunk(self, hdr, data).await
+    }
+    async fn recv(&mut self) -> Result<Msg> {
+        Conn::recv(self).await
+    }
+    async fn recv_chunk_data(&mut self, buf: &mut [u8]) -> Result<()> {
+        Conn::recv_chunk_data(self, buf).await
+    }
+}
+
+/// A way to reach peers: listen, accept and authenticate, connect.
+pub trait Transport: Send + Sync {
+    /// An authenticated connection.
+    type Conn: PeerConn;
+    /// A bound listener.
+    type Listener: Send;
+    /// An accepted, not yet authenticated stream.
+    type Stream: Send;
+    /// Listens on `addr` (only there).
+    fn listen(&self, addr: &str) -> impl Future<Output = Result<Self::Listener>> + Send;
+    /// Waits for the next incoming stream; authenticate it with `handshake` (in its own
+    /// task, so a slow peer does not hold up the listener).
+    fn accept_stream(&self, l: &Self::Listener) -> impl Future<Output = Result<Self::Stream>> + Send;
+    /// The accepting side of the handshake.
+    fn handshake(&self, s: Self::Stream) -> impl Future<Output = Result<Self::Conn>> + Send;
+    /// Connects to `addr` and authenticates.
+    fn connect(&self, addr: &str) -> impl Future<Output = Result<Self::Conn>> + Send;
+}
+
+/// The TCP transport.
+#[derive(Debug, Clone)]
+pub struct TcpTransport {
+    /// Who this node is.
+    pub identity: Identity,
+    /// The per-job secret.
+    pub secret: Arc<Secret>,
+    /// Timeouts, limits, allowed peers.
+    pub config: ConnConfig,
+}
+
+impl Transport for TcpTransport {
+    type Conn = Conn;
+    type Listener = tokio::net::TcpListener;
+    type Stream = tokio::net::TcpStream;
+
+    async fn listen(&self, addr: &str) -> Result<Self::Listener> {
+        Ok(tokio::net::TcpListener::bind(addr).await?)
+    }
+
+    async fn accept_stream(&self, l: &Self::Listener) -> Result<Self::Stream> {
+        Ok(l.accept().await?.0)
+    }
+
+    async fn handshake(&self, s: Self::Stream) -> Result<Conn> {
+        accept(s, &self.identity, &self.secret, &self.config).await
+    }
+
+    async fn connect(&self, addr: &str) -> Result<Conn> {
+        connect(addr, &self.identity, &self.secret, &self.config).await
+    }
+}
