@@ -153,10 +153,12 @@ fn teardown_leaves_no_namespace_mount_or_file_even_after_a_panic() {
     }
     let sim = Sim::new(2, opts(Some(2))).unwrap();
     let prefix = sim.prefix().to_string();
-    let _child = sim.node(0).spawn("sleep", &["600"]).unwrap();
+    let mut child = sim.node(0).spawn("sleep", &["600"]).unwrap();
     assert!(netns_names().contains(&prefix));
     assert!(mounts().contains(&prefix));
     drop(sim);
+    // Its processes were killed.
+    assert!(!child.wait().unwrap().success());
     assert!(!netns_names().contains(&prefix), "{}", netns_names());
     assert!(!mounts().contains(&prefix));
     assert!(!std::path::Path::new("/run/ckptfs-netsim").join(&prefix).exists());
