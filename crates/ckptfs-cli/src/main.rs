@@ -159,6 +159,11 @@ enum BenchCommand {
     Fuse(ckptfs_fuse::bench::BenchArgs),
     /// Application-observed write bandwidth (OAB) and drain bandwidth (ASB) vs direct writes.
     Drain(ckptfs_agent::bench::BenchArgs),
+    /// Partner copies between two simulated nodes: TCP stream, copy, restore, app writes.
+    Partner(ckptfs_node::bench::PartnerBenchArgs),
+    /// The part of `bench partner` that runs on a simulated node (internal).
+    #[command(hide = true)]
+    PartnerWorker(ckptfs_node::bench::WorkerArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -222,6 +227,15 @@ fn run(cli: Cli) -> Result<i32> {
             BenchCommand::Drain(a) => {
                 let json = a.json;
                 ckptfs_agent::bench::run(a)?.print(json);
+                Ok(0)
+            }
+            BenchCommand::Partner(a) => {
+                let json = a.json;
+                ckptfs_node::bench::run(a)?.print(json);
+                Ok(0)
+            }
+            BenchCommand::PartnerWorker(a) => {
+                ckptfs_node::bench::worker(a)?;
                 Ok(0)
             }
             BenchCommand::Fuse(a) => {
