@@ -300,3 +300,51 @@ fn whole_rack_lost_in_namespaces_every_checkpoint_comes_back_from_the_other_rack
         assert!(c.get(*i, path) == *data, "{path} differs after restore");
     }
 }
+
+#[test]
+fn bench_partner_runs_between_two_simulated_nodes_and_reports_every_case() {
+    if let Err(why) = available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    // Correctness only (the figures are not asserted): small checkpoints, one rep, one
+    // unlimited and one limited link.
+    let child = std::process::Command::new(CKPTFS)
+        .args(["bench", "partner", "--size", "8M", "--reps", "1"])
+        .args(["--links", "none,2gbit", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let bench_pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    let cases = [
+        "tcp-stream",
+        "partner-copy",
+        "restore-from-partner",
+        "app-write copying-off",
+        "app-write copying-on",
+    ];
+    for link in ["none", "2gbit"] {
+        for case in cases {
+            let r = rows
+                .iter()
+                .find(|r| r["case"] == case && r["link"] == link)
+                .unwrap_or_else(|| panic!("no {case} on link {link}: {v}"));
+            assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    // Two checkpoints came back from the partner in each restore.
+    let rest = rows.iter().find(|r| r["case"] == "restore-from-partner").unwrap();
+    assert_eq!(rest["bytes"].as_u64(), Some(16 << 20));
+    // Nothing left behind.
+    let ns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    let pid_tag = format!("ckbench-{bench_pid}-");
+    assert!(!String::from_utf8_lossy(&ns.stdout).contains(&pid_tag));
+}
