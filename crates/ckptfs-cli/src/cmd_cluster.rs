@@ -218,7 +218,7 @@ fn render(c: &Cluster, plan: &ckptfs_cluster::Plan) -> String {
         "domains".into(),
         "partners".into(),
         "keeps copies of".into(),
-        "outside its".into(),
+        "all partners outside its".into(),
         "if a partner is down".into(),
     ]];
     for (n, p) in c.nodes.iter().zip(&plan.nodes) {

@@ -13,6 +13,8 @@ pub const DEFAULT_HEARTBEAT_MS: u64 = 1000;
 pub const DEFAULT_HEARTBEAT_MISSES: u32 = 3;
 /// Default TCP port of a node daemon when a host list gives only host names.
 pub const DEFAULT_PORT: u16 = 7460;
+/// Largest cluster file read (bytes).
+pub const MAX_FILE: u64 = 16 << 20;
 /// Longest node id, job name, store name or domain name accepted.
 pub const MAX_NAME: usize = 64;
 
@@ -212,15 +214,17 @@ impl Cluster {
             path: path.to_path_buf(),
             source,
         };
-        let meta = std::fs::metadata(path).map_err(io)?;
-        if meta.len() > 16 << 20 {
+        let f = std::fs::File::open(path).map_err(io)?;
+        let meta = f.metadata().map_err(io)?;
+        let mut text = String::new();
+        // Bounded read: a cluster file is small; a device or a huge file is refused.
+        std::io::Read::read_to_string(&mut std::io::Read::take(f, MAX_FILE + 1), &mut text).map_err(io)?;
+        if text.len() as u64 > MAX_FILE {
             return Err(invalid(format!(
-                "{}: {} bytes is too large for a cluster file",
-                path.display(),
-                meta.len()
+                "{}: larger than {MAX_FILE} bytes, not a cluster file",
+                path.display()
             )));
         }
-        let text = std::fs::read_to_string(path).map_err(io)?;
         let mut c = Cluster::from_toml_str(&text, &path.display().to_string())?;
         if c.secret.is_some() {
             // SAFETY: geteuid has no preconditions.

@@ -56,7 +56,7 @@ pub enum ClusterError {
     /// The file is not valid TOML for a cluster map.
     #[error("{path}: {msg}")]
     Parse {
-        /// The file (or "<string>").
+        /// The file (or the origin name given for a string).
         path: String,
         /// What the parser said.
         msg: String,

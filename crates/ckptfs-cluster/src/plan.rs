@@ -3,17 +3,22 @@
 //! * **Ring**: the nodes are put in a ring that interleaves the top-level domains
 //!   (one node of each domain in turn, biggest domain first, ties by first appearance
 //!   in the map). Node `p` sends its copies to the first `k` nodes after it in the ring
-//!   that are outside its own domain.
+//!   that are outside its top-level domain. When fewer than `k` nodes are outside it,
+//!   all of them are taken, then for each lower level (in order) that no partner yet
+//!   covers, the next node outside the node's domain at that level, then the best
+//!   separated remaining nodes: as far as `k` allows, the node's checkpoints survive
+//!   the loss of any one domain at every level. Each such node gets a line in
+//!   [`Plan::warnings`].
 //! * **Mirror**: the nodes form groups of `k + 1` that back each other up (mutual
 //!   pairs for k = 1). The nodes are sorted by domain (biggest first) and dealt to the
 //!   `n / (k + 1)` groups in turn, so no group holds two nodes of one domain when no
-//!   domain has more nodes than there are groups. `n` must be a multiple of `k + 1`.
+//!   domain has more nodes than there are groups; otherwise the first level where that
+//!   holds is used (with a warning per node), else only "distinct nodes". `n` must be a
+//!   multiple of `k + 1`.
 //!
-//! The separation level: partners are outside the node's domain at the most important
-//! level where that is possible (for a ring, per node: at least `k` nodes outside its
-//! domain; for mirror, for the whole map: no domain bigger than the number of groups).
-//! When the top level is impossible the plan falls back level by level and says so in
-//! [`Plan::warnings`]; below the last level only "distinct nodes" is guaranteed.
+//! A node's checkpoints are lost with a domain only when the node and all its partners
+//! are inside it; [`Plan::domain_loss`] lists, for every domain of the map, whose
+//! checkpoints that would be (ideally nobody's).
 //!
 //! Everything is a pure function of the map's order and contents: every node computes
 //! the same plan from the same file.
@@ -28,13 +33,14 @@ use std::collections::BTreeMap;
 pub struct NodePlan {
     /// Node id.
     pub id: String,
-    /// The level at which every partner is outside this node's domain (None: the
-    /// partners are only guaranteed to be other nodes).
+    /// The most important level at which every partner is outside this node's domain
+    /// (None when no level separates all of them; see [`Plan::domain_loss`] for what
+    /// that costs).
     pub separated_at: Option<String>,
     /// The `k` partners that keep copies of this node's files, in order.
     pub partners: Vec<String>,
-    /// Who takes over when a partner is down: eligible nodes (outside the domain at
-    /// `separated_at`) first in ring order, then the others.
+    /// Who takes over when a partner is down: the other nodes, those outside this
+    /// node's domain at a more important level first, ring order among equals.
     pub replacements: Vec<String>,
     /// The nodes whose files this node keeps copies of (it is their partner).
     pub holds_for: Vec<String>,
@@ -151,18 +157,8 @@ impl Cluster {
                 let mut partners = vec![Vec::new(); n];
                 let mut levels = vec![None; n];
                 for (pos, &i) in order.iter().enumerate() {
-                    let lvl =
-                        (0..dom.len()).find(|&l| (0..n).filter(|&j| dom[l][j] != dom[l][i]).count() >= k);
-                    levels[i] = lvl;
-                    // Eligible nodes in ring order; when separated below the top
-                    // level, those outside the node's domain at a more important level
-                    // first (all of them, as there are fewer than k).
-                    let mut eligible: Vec<usize> = walk(&order, pos)
-                        .filter(|&j| lvl.is_none_or(|l| dom[l][j] != dom[l][i]))
-                        .collect();
-                    eligible.sort_by_key(|&j| first_difference(&dom, i, j));
-                    eligible.truncate(k);
-                    partners[i] = eligible;
+                    partners[i] = ring_partners(&dom, &order, pos, k);
+                    levels[i] = (0..dom.len()).find(|&l| partners[i].iter().all(|&j| dom[l][j] != dom[l][i]));
                 }
                 (partners, levels)
             }
@@ -208,30 +204,36 @@ impl Cluster {
                 )));
             }
         }
-        // Warnings: one line per node that could not be separated at the top level.
-        if !self.domains.is_empty() {
-            for (node, &level) in self.nodes.iter().zip(&levels) {
-                if level == Some(0) {
+        // Warnings: one line per node whose partners are not all outside its top-level
+        // domain.
+        if let Some(top) = self.domains.first() {
+            for (i, node) in self.nodes.iter().enumerate() {
+                let inside: Vec<&str> = partners[i]
+                    .iter()
+                    .filter(|&&j| dom[0][j] == dom[0][i])
+                    .map(|&j| self.nodes[j].id.as_str())
+                    .collect();
+                if inside.is_empty() {
                     continue;
                 }
-                let top = &self.domains[0];
+                let mine = node.domain(top).unwrap_or("");
                 let why = match self.redundancy.scheme {
-                    Scheme::Ring => format!(
-                        "fewer than {k} nodes are outside its {top} {:?}",
-                        node.domain(top).unwrap_or("")
-                    ),
+                    Scheme::Ring => {
+                        let outside = (0..n).filter(|&j| dom[0][j] != dom[0][i]).count();
+                        format!("only {outside} node(s) are outside its {top} {mine:?} for {k} copies")
+                    }
                     Scheme::Mirror => format!(
                         "some {top} holds more nodes than the {} mirror groups",
                         n / (k + 1)
                     ),
                 };
-                let got = match level {
+                let got = match levels[i] {
                     Some(l) => format!(
                         "partners are outside its {} {:?} only",
                         self.domains[l],
                         node.domain(&self.domains[l]).unwrap_or("")
                     ),
-                    None => "partners may share every failure domain with it".to_string(),
+                    None => format!("partner(s) {} share its {top}", inside.join(",")),
                 };
                 warnings.push(format!("node {:?}: {why}; {got}", node.id));
             }
@@ -243,12 +245,11 @@ impl Cluster {
         };
         let mut plans: Vec<NodePlan> = (0..n)
             .map(|i| {
-                let eligible = |j: usize| levels[i].is_none_or(|l| dom[l][j] != dom[l][i]);
-                let rest = walk(&order, pos_of[i]).filter(|j| !partners[i].contains(j));
-                let (mut first, mut second): (Vec<usize>, Vec<usize>) = rest.partition(|&j| eligible(j));
+                // The other nodes in ring order, the best separated first.
+                let mut first: Vec<usize> = walk(&order, pos_of[i])
+                    .filter(|j| !partners[i].contains(j))
+                    .collect();
                 first.sort_by_key(|&j| first_difference(&dom, i, j));
-                second.sort_by_key(|&j| first_difference(&dom, i, j));
-                first.extend(second);
                 NodePlan {
                     id: self.nodes[i].id.clone(),
                     separated_at: levels[i].map(|l| self.domains[l].clone()),
@@ -292,6 +293,46 @@ impl Cluster {
             domain_loss,
         })
     }
+}
+
+/// The `k` partners of the node at ring position `pos`: the nodes outside its top-level
+/// domain first (ring order); when there are fewer than `k` of them, for each lower
+/// level not yet covered, the next node outside its domain at that level (so its
+/// checkpoints survive the loss of that domain too); then the best separated others.
+fn ring_partners(dom: &[Vec<usize>], order: &[usize], pos: usize, k: usize) -> Vec<usize> {
+    let i = order[pos];
+    let mut cands: Vec<usize> = walk(order, pos).collect();
+    // Stable: ring order among equally separated nodes.
+    cands.sort_by_key(|&j| first_difference(dom, i, j));
+    let mut chosen: Vec<usize> = cands
+        .iter()
+        .copied()
+        .filter(|&j| first_difference(dom, i, j) == 0)
+        .take(k)
+        .collect();
+    for level in dom.iter().skip(1) {
+        if chosen.len() == k {
+            break;
+        }
+        if chosen.iter().any(|&j| level[j] != level[i]) {
+            continue;
+        }
+        if let Some(&j) = cands
+            .iter()
+            .find(|&&j| !chosen.contains(&j) && level[j] != level[i])
+        {
+            chosen.push(j);
+        }
+    }
+    for &j in &cands {
+        if chosen.len() == k {
+            break;
+        }
+        if !chosen.contains(&j) {
+            chosen.push(j);
+        }
+    }
+    chosen
 }
 
 /// The most important level at which nodes `i` and `j` differ (levels.len() if none).

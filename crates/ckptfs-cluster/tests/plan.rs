@@ -68,9 +68,10 @@ fn ring_with_two_copies_over_two_racks_keeps_both_copies_in_the_other_rack() {
 }
 
 #[test]
-fn too_big_a_rack_falls_back_to_the_next_level_with_a_warning() {
-    // Three nodes in r1, one in r2: with k = 2, r1's nodes cannot have 2 partners
-    // outside r1, so they are separated by psu instead; d (r2) still is by rack.
+fn too_big_a_rack_still_gets_a_copy_outside_it_and_lower_levels_are_covered() {
+    // Three nodes in r1, one in r2, k = 2: r1's nodes cannot have 2 partners outside
+    // r1. Each takes d (the one node outside r1) and, for the psu level, a node outside
+    // its own psu: no single rack or psu loss destroys a checkpoint.
     let c = map(
         &[
             ("a", &[("rack", "r1"), ("psu", "p1")]),
@@ -84,18 +85,36 @@ fn too_big_a_rack_falls_back_to_the_next_level_with_a_warning() {
     );
     let p = c.plan().unwrap();
     assert_eq!(p.node("d").unwrap().separated_at.as_deref(), Some("rack"));
-    let a = p.node("a").unwrap();
-    assert_eq!(a.separated_at.as_deref(), Some("psu"));
-    assert!(a.partners.iter().all(|x| x == "b" || x == "c"));
+    for n in ["a", "b", "c"] {
+        let partners = p.partners_of(n).unwrap();
+        assert_eq!(partners[0], "d", "{n}: {partners:?}");
+    }
+    // a (psu p1) also needs a partner outside p1: d shares it, so b or c.
+    assert!(["b", "c"].contains(&p.partners_of("a").unwrap()[1].as_str()));
     assert_eq!(p.warnings.len(), 3, "{:?}", p.warnings);
-    assert!(p.warnings[0].contains("node \"a\"") && p.warnings[0].contains("psu"));
-    // b and c (psu p2) take d, the one node outside r1 and outside their psu, first.
-    assert_eq!(p.partners_of("b").unwrap()[0], "d");
-    assert_eq!(p.partners_of("c").unwrap()[0], "d");
-    // Losing rack r1 destroys only a's checkpoints (both its partners are in r1).
-    let r1 = p.domain_loss.iter().find(|d| d.value == "r1").unwrap();
-    assert_eq!(r1.destroyed, ["a"]);
-    assert!(!p.survives_every_domain());
+    assert!(p.warnings[0].contains("node \"a\"") && p.warnings[0].contains("only 1 node(s)"));
+    assert!(p.survives_every_domain(), "{:?}", p.domain_loss);
+}
+
+#[test]
+fn the_plan_covers_a_lower_level_rather_than_stay_inside_the_rack() {
+    // a2 (r1, p2) with k = 2: b1 is the only node outside r1 but shares p2. Taking two
+    // r1 nodes outside p2 would lose a2's checkpoints with rack r1; b1 + a p1 node
+    // survives any one rack or psu.
+    let c = map(
+        &[
+            ("a1", &[("rack", "r1"), ("psu", "p1")]),
+            ("a2", &[("rack", "r1"), ("psu", "p2")]),
+            ("a3", &[("rack", "r1"), ("psu", "p1")]),
+            ("b1", &[("rack", "r2"), ("psu", "p2")]),
+        ],
+        &["rack", "psu"],
+        Scheme::Ring,
+        2,
+    );
+    let p = c.plan().unwrap();
+    assert_eq!(p.partners_of("a2").unwrap()[0], "b1");
+    assert!(p.survives_every_domain(), "{:?}", p.domain_loss);
 }
 
 #[test]
@@ -112,10 +131,12 @@ fn one_domain_everywhere_plans_distinct_nodes_and_says_so() {
     );
     let p = c.plan().unwrap();
     assert!(p.nodes.iter().all(|n| n.separated_at.is_none()));
-    assert!(p
-        .warnings
-        .iter()
-        .all(|w| w.contains("may share every failure domain")));
+    assert_eq!(p.warnings.len(), 3);
+    assert!(
+        p.warnings[0].contains("partner(s) b share its rack"),
+        "{:?}",
+        p.warnings
+    );
     assert_eq!(p.partners_of("a").unwrap(), ["b"]);
 }
 

@@ -87,6 +87,8 @@ pub(crate) struct Shared {
     pub seen: Mutex<BTreeMap<String, Instant>>,
     pub counters: Mutex<Counters>,
     pub in_flight: Mutex<Option<CopyInFlight>>,
+    /// When the daemon started.
+    pub started: Instant,
 }
 
 impl Shared {
@@ -96,15 +98,16 @@ impl Shared {
     }
 
     /// This node's partners now: the plan's, a dead one replaced by the next eligible
-    /// node. Before a peer was ever heard from it counts as up (the copy attempt finds
-    /// out), so files do not wait for the first heartbeat.
+    /// node. A peer counts as up while its heartbeats are answered; one never heard from
+    /// counts as up only during the first heartbeat period after start (so files do not
+    /// wait for the first heartbeat, and a node that never came up is replaced).
     pub fn partners(&self) -> Vec<String> {
         let seen = self.seen.lock().expect("seen");
         let down_after = self.down_after();
         self.plan
             .effective_partners(&self.cfg.node_id, |n| match seen.get(n) {
                 Some(t) => t.elapsed() <= down_after,
-                None => true,
+                None => self.started.elapsed() <= down_after,
             })
     }
 
@@ -246,6 +249,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         seen: Mutex::new(BTreeMap::new()),
         counters: Mutex::new(Counters::default()),
         in_flight: Mutex::new(None),
+        started: Instant::now(),
         cfg,
     });
 

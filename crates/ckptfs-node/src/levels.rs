@@ -136,45 +136,58 @@ impl Where {
     }
 }
 
+/// A drain manifest's files: name -> (size, mtime_ns).
+type Drained = BTreeMap<String, (u64, u64)>;
+
 /// A snapshot of the levels of a store's files, for listings.
 pub struct LevelsView {
     levels: Levels,
-    drained: BTreeMap<String, (u64, u64)>,
+    /// The drain agent's target directory and node id, if an agent ran on the store.
+    drain: Option<(std::path::PathBuf, String)>,
+    /// Its manifests read so far, per store directory (file name -> (size, mtime_ns)).
+    manifests: std::cell::RefCell<BTreeMap<String, Drained>>,
 }
 
 impl LevelsView {
     /// Read the levels record and the drain agent's status of `store`.
     pub fn load(store: &Store) -> LevelsView {
+        let drain = ckptfs_agent::status(store.name()).and_then(|a| {
+            let dir = a.target.split(" (OST ").next().unwrap_or_default().to_string();
+            (!dir.is_empty()).then(|| (std::path::PathBuf::from(dir), a.node))
+        });
         LevelsView {
             levels: Levels::load(store),
-            drained: drained_files(store.name()),
+            drain,
+            manifests: Default::default(),
         }
     }
-}
 
-/// Files the store's drain agent published (store path -> (size, mtime_ns)), from the
-/// manifest of its node in its target directory.
-fn drained_files(store_name: &str) -> BTreeMap<String, (u64, u64)> {
-    use ckptfs_agent::manifest::{file_name, Manifest};
-    let Some(a) = ckptfs_agent::status(store_name) else {
-        return BTreeMap::new();
-    };
-    let dir = a.target.split(" (OST ").next().unwrap_or_default();
-    if dir.is_empty() {
-        return BTreeMap::new();
+    /// Whether the drain published this version of `path` (its manifest in the
+    /// destination directory of `path`'s directory says so).
+    fn drained(&self, path: &str, st: &Stat) -> bool {
+        use ckptfs_agent::manifest::{file_name, Manifest};
+        let Some((target, node)) = &self.drain else {
+            return false;
+        };
+        let (dir, name) = match path.rfind('/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => ("", path),
+        };
+        let mut cache = self.manifests.borrow_mut();
+        let files = cache.entry(dir.to_string()).or_insert_with(|| {
+            let file = target.join(dir.trim_start_matches('/')).join(file_name(node));
+            match Manifest::load(&ckptfs_agent::dest::PosixDest::default(), &file) {
+                Ok(Some(m)) => m
+                    .files
+                    .into_iter()
+                    .map(|(k, e)| (k, (e.size, e.mtime_ns)))
+                    .collect(),
+                _ => BTreeMap::new(),
+            }
+        });
+        files.get(name) == Some(&(st.size, st.mtime_ns))
     }
-    let path = std::path::Path::new(dir).join(file_name(&a.node));
-    match Manifest::load(&ckptfs_agent::dest::PosixDest::default(), &path) {
-        Ok(Some(m)) => m
-            .files
-            .into_values()
-            .map(|e| (e.store_path, (e.size, e.mtime_ns)))
-            .collect(),
-        _ => BTreeMap::new(),
-    }
-}
 
-impl LevelsView {
     /// The levels holding `path` with stat `st`.
     pub fn of(&self, path: &str, st: &Stat) -> Where {
         let rec = self
@@ -186,7 +199,7 @@ impl LevelsView {
             local: st.state == WriteState::Complete,
             partners: rec.map(|l| l.partners.clone()).unwrap_or_default(),
             refused: rec.map(|l| l.refused.clone()).unwrap_or_default(),
-            pfs: self.drained.get(path) == Some(&(st.size, st.mtime_ns)),
+            pfs: self.drained(path, st),
         }
     }
 }

@@ -267,3 +267,70 @@ async fn partner_stopped_mid_transfer_lists_no_half_copy_and_gets_it_later() {
     d1.stop().await;
     d2.stop().await;
 }
+
+/// A partner that is down is replaced by the next eligible node of the plan, so the
+/// file still gets its copy; the daemon's status shows the peer down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_partner_is_replaced_by_the_next_eligible_node() {
+    let tc = TestCluster::new("repl", 4, Scheme::Ring, 1);
+    let partner = tc.partners_of("node1")[0].clone();
+    let plan = tc.cluster.plan().unwrap();
+    let replacement = plan.node("node1").unwrap().replacements[0].clone();
+    assert_ne!(partner, replacement);
+    let daemons: Vec<Daemon> = ["node1", "node2", "node3", "node4"]
+        .iter()
+        .filter(|id| **id != partner)
+        .map(|id| Daemon::start(tc.config(id)))
+        .collect();
+    let data = bytes(123_456, 9);
+    write(&tc.store("node1"), "/ckpt/f", &data);
+    let s = tc.store(&replacement);
+    wait_for("the copy on the replacement", || {
+        copy_on(&s, "node1", "/ckpt/f").is_some()
+    })
+    .await;
+    assert_eq!(copy_on(&s, "node1", "/ckpt/f").unwrap(), data);
+    let name1 = tc.store_opts("node1").name;
+    wait_for("node1's status to show the partner down", || {
+        ckptfs_node::status(&name1).is_some_and(|st| {
+            !st.peers[&partner].up && st.peers[&replacement].up && st.partners == vec![replacement.clone()]
+        })
+    })
+    .await;
+    for d in daemons {
+        d.stop().await;
+    }
+}
+
+/// The daemon hosts the drain to the PFS (the agent engine): complete files are
+/// published to the destination, and their levels show `pfs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosted_drain_publishes_to_the_pfs_and_levels_show_it() {
+    let tc = TestCluster::new("drain", 2, Scheme::Ring, 1);
+    let pfs = tempfile::tempdir().unwrap();
+    let mut c1 = tc.config("node1");
+    let mut agent = ckptfs_agent::AgentConfig::new(&[pfs.path().to_path_buf()]);
+    agent.node_id = "node1".into();
+    agent.interval = std::time::Duration::from_millis(50);
+    c1.drain = Some(agent);
+    let d1 = Daemon::start(c1);
+    let d2 = Daemon::start(tc.config("node2"));
+    let s1 = tc.store("node1");
+    let data = bytes(200_000, 4);
+    write(&s1, "/ckpt/d", &data);
+    wait_for("drained and copied", || {
+        let st = s1.stat("/ckpt/d").unwrap();
+        let w = ckptfs_node::LevelsView::load(&s1).of("/ckpt/d", &st);
+        w.pfs && w.partners == ["node2"]
+    })
+    .await;
+    assert_eq!(std::fs::read(pfs.path().join("ckpt/d")).unwrap(), data);
+    let st = s1.stat("/ckpt/d").unwrap();
+    assert_eq!(
+        ckptfs_node::LevelsView::load(&s1).of("/ckpt/d", &st).summary(),
+        "local, node2, pfs"
+    );
+    d1.stop().await;
+    d2.stop().await;
+    ckptfs_agent::status::remove_status(&tc.store_opts("node1").name);
+}

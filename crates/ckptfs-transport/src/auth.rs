@@ -57,10 +57,8 @@ fn mac_for(key: &[u8], role: Role, t: &Transcript<'_>) -> HmacSha256 {
         Role::Client => b"C",
         Role::Server => b"S",
     });
-    for part in [t.job.as_bytes()] {
-        m.update(&(part.len() as u32).to_le_bytes());
-        m.update(part);
-    }
+    m.update(&(t.job.len() as u32).to_le_bytes());
+    m.update(t.job.as_bytes());
     m.update(t.client_nonce);
     m.update(t.server_nonce);
     for part in [t.client_id.as_bytes(), t.server_id.as_bytes()] {

@@ -17,7 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
-/// Largest payload accepted before authentication is complete.
+/// Largest payload accepted before authentication is complete (an Error may carry its
+/// full reason, 1030 bytes).
 pub const HANDSHAKE_MAX: u32 = 512;
 
 /// Who this side is.
@@ -131,6 +132,11 @@ impl ConnReader {
         .await?;
         let hdr = decode_header(&hb, self.max_chunk)?;
         if let Some(limit) = self.limit {
+            // A refusal's reason may be longer than a handshake message.
+            let limit = match hdr.kind {
+                MsgType::Error => (6 + frame::MAX_REASON) as u32,
+                _ => limit,
+            };
             if hdr.kind == MsgType::Chunk || hdr.len > limit {
                 return Err(FrameError::TooLong {
                     kind: hdr.kind,
@@ -173,7 +179,7 @@ impl ConnReader {
     }
 
     /// Reads the pending chunk's data into `buf` (exactly its length) and verifies its
-    /// CRC32C. On [`TransportError::ChunkCrc`] the connection is still in step (the
+    /// CRC32C. On [`FrameError::ChunkCrc`] the connection is still in step (the
     /// data was consumed): the receiver may Nack and ask for the chunk again.
     pub async fn recv_chunk_data(&mut self, buf: &mut [u8]) -> Result<()> {
         let c = self

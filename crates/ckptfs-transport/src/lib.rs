@@ -27,7 +27,7 @@
 //! The length is checked against the type's bound before any byte of the payload is
 //! read or any memory is allocated: Chunk 24 + max_chunk (64 MiB by default),
 //! ListReply/Nack/Error 1 MiB, other types 12 KiB, and during the handshake 512 bytes
-//! (no Chunk at all).
+//! (an Error 1030, for its reason; no Chunk at all).
 //!
 //! Payloads. `str` is a u16 length and UTF-8 bytes; `name` is a `str` of 1-64 letters,
 //! digits, `.`, `_`, `-`; `path` is a `str` checked by [`frame::check_path`]

@@ -1,0 +1,198 @@
+//! `ckptfs cluster init` and `ckptfs cluster plan` end to end.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn ckptfs(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ckptfs"));
+    c.env_remove("CKPTFS_CONFIG")
+        .env_remove("CKPTFS_CLUSTER")
+        .env_remove("CKPTFS_NODES")
+        .env_remove("SLURM_JOB_NODELIST")
+        .env_remove("SLURM_NODELIST")
+        .env_remove("SLURM_JOB_ID")
+        .args(args);
+    c
+}
+
+fn ok(o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn p(d: &Path, f: &str) -> String {
+    d.join(f).to_str().unwrap().to_string()
+}
+
+#[test]
+fn init_local_writes_a_map_and_a_private_secret_and_plan_shows_nothing_lost() {
+    let d = tempfile::tempdir().unwrap();
+    let out = p(d.path(), "c.toml");
+    ok(ckptfs(&[
+        "cluster", "init", "--local", "4", "--out", &out, "--port", "17160", "--job", "hc",
+    ])
+    .output()
+    .unwrap());
+    let secret = d.path().join("c.secret");
+    let mode = std::fs::metadata(&secret).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("secret_file = \"c.secret\""), "{text}");
+    assert!(!text.contains(&std::fs::read_to_string(&secret).unwrap().trim().to_string()));
+    let plan = ok(ckptfs(&["cluster", "plan", "--cluster", &out]).output().unwrap());
+    assert!(plan.contains("rack=r1") && plan.contains("nothing"), "{plan}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(ckptfs(&["cluster", "plan", "--cluster", &out, "--json"])
+            .output()
+            .unwrap()))
+        .unwrap();
+    let nodes = json["plan"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 4);
+    assert_eq!(nodes[0]["id"], "node1");
+    assert_eq!(nodes[0]["partners"][0], "node3");
+    assert_eq!(json["survives_every_domain"], true);
+    // CKPTFS_CLUSTER works too.
+    ok(ckptfs(&["cluster", "plan"])
+        .env("CKPTFS_CLUSTER", &out)
+        .output()
+        .unwrap());
+}
+
+#[test]
+fn init_never_overwrites_without_force() {
+    let d = tempfile::tempdir().unwrap();
+    let out = p(d.path(), "c.toml");
+    ok(ckptfs(&["cluster", "init", "--local", "2", "--out", &out])
+        .output()
+        .unwrap());
+    let secret = std::fs::read(d.path().join("c.secret")).unwrap();
+    let o = ckptfs(&["cluster", "init", "--local", "3", "--out", &out])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--force"));
+    assert_eq!(std::fs::read(d.path().join("c.secret")).unwrap(), secret);
+    assert!(std::fs::read_to_string(&out).unwrap().matches("[[node]]").count() == 2);
+    ok(
+        ckptfs(&["cluster", "init", "--local", "3", "--out", &out, "--force"])
+            .output()
+            .unwrap(),
+    );
+    assert_ne!(std::fs::read(d.path().join("c.secret")).unwrap(), secret);
+    assert!(std::fs::read_to_string(&out).unwrap().matches("[[node]]").count() == 3);
+}
+
+#[test]
+fn an_impossible_plan_writes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let out = p(d.path(), "c.toml");
+    let o = ckptfs(&["cluster", "init", "--local", "4", "--copies", "4", "--out", &out])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("copies"));
+    assert!(!d.path().join("c.toml").exists() && !d.path().join("c.secret").exists());
+    let o = ckptfs(&[
+        "cluster", "init", "--local", "3", "--scheme", "mirror", "--out", &out,
+    ])
+    .output()
+    .unwrap();
+    assert!(!o.status.success(), "mirror pairs need an even node count");
+}
+
+#[test]
+fn init_from_a_host_list_with_topology_and_from_slurm() {
+    let d = tempfile::tempdir().unwrap();
+    let topo = d.path().join("topo.toml");
+    std::fs::write(
+        &topo,
+        "levels = [\"rack\"]\n[nodes]\nn1 = { rack = \"a\" }\nn2 = { rack = \"a\" }\nn3 = { rack = \"b\" }\nn4 = { rack = \"b\" }\n",
+    )
+    .unwrap();
+    let out = p(d.path(), "h.toml");
+    ok(ckptfs(&[
+        "cluster",
+        "init",
+        "--hosts",
+        "n[1-4]",
+        "--topology",
+        topo.to_str().unwrap(),
+        "--scheme",
+        "mirror",
+        "--out",
+        &out,
+    ])
+    .output()
+    .unwrap());
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(ckptfs(&["cluster", "plan", "--cluster", &out, "--json"])
+            .output()
+            .unwrap()))
+        .unwrap();
+    assert_eq!(json["plan"]["nodes"][0]["partners"][0], "n3");
+    assert_eq!(json["plan"]["nodes"][2]["partners"][0], "n1");
+    assert!(std::fs::read_to_string(&out)
+        .unwrap()
+        .contains("addr = \"n1:7460\""));
+
+    let out = p(d.path(), "s.toml");
+    ok(ckptfs(&["cluster", "init", "--out", &out, "--port", "17170"])
+        .env("SLURM_JOB_NODELIST", "cn[01-03]")
+        .env("SLURM_JOB_ID", "123")
+        .output()
+        .unwrap());
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("job = \"slurm-123\"") && text.contains("cn03:17170"),
+        "{text}"
+    );
+
+    let out = p(d.path(), "e.toml");
+    ok(ckptfs(&["cluster", "init", "--out", &out])
+        .env("CKPTFS_NODES", "x y z")
+        .output()
+        .unwrap());
+    assert!(std::fs::read_to_string(&out).unwrap().contains("id = \"z\""));
+
+    let o = ckptfs(&["cluster", "init", "--out", &p(d.path(), "none.toml")])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("CKPTFS_NODES"));
+}
+
+#[test]
+fn plan_reports_what_a_rack_loss_destroys_when_the_map_forces_it() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("c.toml");
+    std::fs::write(
+        &out,
+        r#"job = "hc"
+domains = ["rack"]
+[[node]]
+id = "a"
+addr = "127.0.0.1:17180"
+store = "hc.a"
+domains = { rack = "r1" }
+[[node]]
+id = "b"
+addr = "127.0.0.1:17181"
+store = "hc.b"
+domains = { rack = "r1" }
+"#,
+    )
+    .unwrap();
+    let text = ok(ckptfs(&["cluster", "plan", "--cluster", out.to_str().unwrap()])
+        .output()
+        .unwrap());
+    assert!(text.contains("warning: node \"a\""), "{text}");
+    let line = text.lines().find(|l| l.starts_with("rack=r1")).unwrap();
+    assert!(line.ends_with(" a,b"), "{text}");
+    assert!(text.contains("some failure domain's loss destroys checkpoints"));
+}
