@@ -115,6 +115,28 @@ fn files_being_written_or_left_incomplete_are_not_drained() {
     assert!(!dest.path().join("c/dead").exists());
 }
 
+/// A checkpoint whose writer got ENOSPC (and closed it anyway) is `failed`: the agent
+/// never drains it as if it were a good checkpoint.
+#[test]
+fn file_closed_after_a_failed_write_is_not_drained() {
+    let ts = store("enospc", |o| o.mem_size = Some(8 << 16));
+    let s = &ts.store;
+    put(s, "/c/done", &data(1, 1000));
+    let mut f = s.open("/c/truncated", OpenFlags::CREATE, 0o644).unwrap();
+    let err = f.write_all(&data(2, 1 << 20)).unwrap_err();
+    assert_eq!(err.errno(), libc::ENOSPC);
+    f.close().unwrap();
+    assert_eq!(
+        s.stat("/c/truncated").unwrap().state,
+        ckptfs_store::WriteState::Failed
+    );
+    let dest = tempfile::tempdir().unwrap();
+    let agent = Agent::new(s, cfg(dest.path())).unwrap();
+    assert_eq!(agent.run_once().unwrap().drained_files, 1);
+    assert!(dest.path().join("c/done").exists());
+    assert!(!dest.path().join("c/truncated").exists());
+}
+
 /// Child of the test above: open a file for writing and die without closing it.
 #[test]
 fn incomplete_writer_child() {

@@ -5,7 +5,9 @@
 //! second checkpoint: a first one is written and deleted before the timed one);
 //! (b) memcpy into pre-faulted shared memory; (c) write() a new file on /dev/shm;
 //! (d) read the store file back through the shim. Then (e) one process loops
-//! open/fstat/close of a non-store file with and without the shim loaded.
+//! open/fstat/close of a non-store file with and without the shim loaded, and (f) one
+//! process loops a locked write (fcntl F_SETLKW, pwrite of one block, F_UNLCK) on a
+//! store file and on /dev/shm.
 //! Workers start together (each reports its CLOCK_MONOTONIC start and end; the aggregate
 //! time is last end - first start); every case is repeated and the median reported.
 
@@ -43,7 +45,8 @@ pub struct PreloadBenchArgs {
 }
 
 /// The worker: `w PATH SIZE BLOCK` (write a new file), `r PATH BLOCK` (read it),
-/// `m SIZE BLOCK` (memcpy into pre-faulted shared memory), `p N PATH` (open/fstat/close).
+/// `m SIZE BLOCK` (memcpy into pre-faulted shared memory), `p N PATH` (open/fstat/close),
+/// `l N PATH BLOCK` (N x: fcntl write lock, pwrite BLOCK at 0, unlock).
 /// Prints "ready", waits for a byte on stdin, runs, prints "T0 T1".
 const WORKER_C: &str = r#"
 #define _GNU_SOURCE
@@ -105,6 +108,26 @@ int main(int argc, char **argv) {
         }
         if (close(fd)) return 1;
         t1 = now();
+    } else if (m == 'l') {
+        long n = atol(argv[2]);
+        size_t block = atoll(argv[4]);
+        char *src = malloc(block);
+        memset(src, 7, block);
+        int fd = open(argv[3], O_CREAT | O_RDWR, 0644);
+        if (fd < 0) { perror(argv[3]); return 1; }
+        struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        struct flock un = {.l_type = F_UNLCK, .l_whence = SEEK_SET};
+        if (pwrite(fd, src, block, 0) != (ssize_t)block) { perror("pwrite"); return 1; }
+        ready();
+        t0 = now();
+        for (long i = 0; i < n; i++) {
+            if (fcntl(fd, F_SETLKW, &lk) || pwrite(fd, src, block, 0) != (ssize_t)block || fcntl(fd, F_SETLK, &un)) {
+                perror("locked write");
+                return 1;
+            }
+        }
+        t1 = now();
+        if (close(fd)) return 1;
     } else {
         size_t block = atoll(argv[3]);
         char *dst = malloc(block);
@@ -298,6 +321,56 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
     notes.push(format!(
         "pass-through overhead {overhead:.1} % (target <= 5 %): {}",
         if overhead <= 5.0 { "met" } else { "missed" }
+    ));
+    // (f) locked writes: lock, write one block, unlock.
+    let lops: u64 = 500;
+    let (lo, shm_locked) = (lops.to_string(), shm.join("locked").display().to_string());
+    let (mut l_shim, mut l_shm) = (Vec::new(), Vec::new());
+    for _ in 0..a.reps {
+        l_shm.push(crate::procs::run_commands(
+            1,
+            &|_| {
+                vec![
+                    w.clone(),
+                    "l".into(),
+                    lo.clone(),
+                    shm_locked.clone(),
+                    block.clone(),
+                ]
+            },
+            &[],
+        )?);
+        l_shim.push(crate::procs::run_commands(
+            1,
+            &|_| {
+                vec![
+                    w.clone(),
+                    "l".into(),
+                    lo.clone(),
+                    "/ckpt/locked".into(),
+                    block.clone(),
+                ]
+            },
+            &shim_env,
+        )?);
+    }
+    let us = |v: &[f64]| median(v) / lops as f64 * 1e6;
+    let ratio = median(&l_shim) / median(&l_shm);
+    results.push(
+        Measurement::new("f locked write /dev/shm", 1, lops * a.block, l_shm.clone())
+            .with("us/iter", us(&l_shm)),
+    );
+    results.push(
+        Measurement::new("f locked write shim", 1, lops * a.block, l_shim.clone())
+            .with("us/iter", us(&l_shim))
+            .with("vs /dev/shm", 1.0 / ratio),
+    );
+    notes.push(format!(
+        "locked write (F_SETLKW, pwrite {} B, F_UNLCK): shim {:.1} us, /dev/shm {:.1} us per iteration ({:.2}x the time)",
+        a.block,
+        us(&l_shim),
+        us(&l_shm),
+        ratio
     ));
     Ok(Report {
         bench: "preload".into(),

@@ -457,22 +457,13 @@ const VIA_STDIO: &[&str] = &[
 /// Calls deliberately not intercepted, with what they do on a store path or descriptor.
 const DOCUMENTED: &[(&str, &str)] = &[
     (
-        "statfs",
-        "ENOENT: the mount prefix does not exist in the kernel's namespace",
-    ),
-    ("statvfs", "ENOENT (as statfs)"),
-    (
-        "fstatfs",
-        "reports /dev/null's file system (the reserved descriptor)",
-    ),
-    (
         "scandir",
         "ENOENT: glibc opens the directory internally (use opendir/readdir)",
     ),
     ("nftw", "ENOENT: glibc walks with internal calls"),
     ("ftw", "ENOENT: glibc walks with internal calls"),
-    ("mkstemp", "ENOENT: glibc opens internally"),
     ("tmpfile", "never in the store (creates in /tmp)"),
+    ("tmpfile64", "never in the store (creates in /tmp)"),
     ("getdents64", "EBADF: store descriptors are O_PATH descriptors"),
     ("splice", "EBADF: store descriptors are O_PATH descriptors"),
     ("ioctl", "EBADF: store descriptors are O_PATH descriptors"),

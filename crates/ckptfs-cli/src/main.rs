@@ -168,7 +168,9 @@ enum BenchCommand {
 
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        // fuser's own warnings (a foreground mount, `bench fuse`) stay off the terminal
+        // unless asked for (-v, RUST_LOG); the mount daemon's log runs with RUST_LOG=info.
+        0 => "warn,fuser=error",
         1 => "info",
         _ => "debug",
     };
@@ -279,8 +281,8 @@ fn quiet_on_broken_pipe(cmd: &Command) -> bool {
         | Command::Umount(_)
         | Command::Restore(_)
         | Command::Bench(_)
-        | Command::Cluster { .. }
-        | Command::Policy { .. } => true,
+        | Command::Policy { .. }
+        | Command::Cluster { .. } => true,
     }
 }
 

@@ -446,3 +446,139 @@ fn status_and_fsck_print_incomplete_names_escaped() {
     assert!(fsck.contains("(writer died): /inc\\nFORGED line"), "{fsck}");
     assert!(!fsck.lines().any(|l| l == "FORGED line"), "{fsck}");
 }
+
+/// Run `ckptfs args` with a deadline: (exit code, stdout, stderr). A hang fails the test.
+fn run_bounded(s: &Store, args: &[&str], secs: u64) -> (Option<i32>, Vec<u8>, String) {
+    let mut child = s
+        .cmd(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut v).ok();
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut v).ok();
+        String::from_utf8_lossy(&v).into_owned()
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ckptfs {args:?} hangs on a damaged store");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (status.code(), t_out.join().unwrap(), t_err.join().unwrap())
+}
+
+/// With single fields of the segment damaged, no command panics or hangs, and `cat`
+/// never prints bytes that were not written.
+#[test]
+fn damaged_segment_fields_never_crash_hang_or_mislead_the_cli() {
+    use ckptfs_store::layout::{ChunkEntry, Inode, Layout, Superblock, CHUNK_ENTRY_SIZE, INODE_SIZE};
+    use std::mem::offset_of;
+    use std::os::unix::fs::FileExt;
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 + 7) as u8).collect();
+    type Target = fn(&Layout, u32, u32, u32) -> (u64, u32);
+    let cases: &[(&str, Target)] = &[
+        ("hash slot with a huge file id", |l, _, _, _| {
+            (l.hash_off + 4 * (l.hash_cap as u64 - 1), 0xffff_fff0)
+        }),
+        ("chunk length", |l, _, c, _| {
+            (
+                l.chunk_off + c as u64 * CHUNK_ENTRY_SIZE + offset_of!(ChunkEntry, sum) as u64 + 4,
+                0x7fff_ffff,
+            )
+        }),
+        ("chunk owner to another file", |l, _, c, b| {
+            (
+                l.chunk_off + c as u64 * CHUNK_ENTRY_SIZE + offset_of!(ChunkEntry, owner) as u64,
+                b + 1,
+            )
+        }),
+        ("inode name length", |l, a, _, _| {
+            (
+                l.inode_off + a as u64 * INODE_SIZE + offset_of!(Inode, name_len) as u64,
+                60_000,
+            )
+        }),
+        ("inode size", |l, a, _, _| {
+            (
+                l.inode_off + a as u64 * INODE_SIZE + offset_of!(Inode, size) as u64,
+                400_000,
+            )
+        }),
+        ("namespace lock held by no thread", |_, _, _, _| {
+            (offset_of!(Superblock, ns_lock) as u64, 0x3fff_fff0)
+        }),
+        ("free chunk stack top", |_, _, _, _| {
+            (offset_of!(Superblock, mem_top) as u64, u32::MAX)
+        }),
+    ];
+    for (k, (what, target)) in cases.iter().enumerate() {
+        let s = Store::new(&format!("dmg{k}"));
+        s.ok(&[
+            "init",
+            "--mem-size",
+            "4M",
+            "--chunk-size",
+            "64K",
+            "--max-files",
+            "64",
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("in.bin");
+        std::fs::write(&src, &data).unwrap();
+        s.ok(&["put", src.to_str().unwrap(), "/a"]);
+        s.ok(&["put", src.to_str().unwrap(), "/b"]);
+        let store = ckptfs_store::Store::attach(&ckptfs_store::StoreOptions::named(&s.0)).unwrap();
+        let a = (store.stat("/a").unwrap().ino - 1) as u32;
+        let b = (store.stat("/b").unwrap().ino - 1) as u32;
+        let c = store.chunk_list("/a").unwrap()[1].chunk_id;
+        drop(store);
+        let l = Layout::compute(16, 64, 0, 64);
+        let (off, val) = target(&l, a, c, b);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/dev/shm/ckptfs.{}", s.0))
+            .unwrap();
+        f.write_all_at(&val.to_le_bytes(), off).unwrap();
+        let (code, _, err) = run_bounded(&s, &["cat", "/a"], 60);
+        if what.starts_with("chunk") || *what == "inode size" {
+            assert!(
+                code != Some(0) && err.contains("/a"),
+                "{what}: cat /a gave {code:?} {err}"
+            );
+        }
+        for args in [
+            &["ls", "-l", "-R", "/"][..],
+            &["status"],
+            &["cat", "/a"],
+            &["cat", "/b"],
+            &["fsck"],
+            &["fsck", "--repair"],
+            &["ls", "-l", "-R", "/"],
+            &["cat", "/b"],
+        ] {
+            let (code, out, err) = run_bounded(&s, args, 60);
+            assert!(
+                code.is_some() && code != Some(101) && !err.contains("panicked"),
+                "{what}: ckptfs {args:?} crashed: {code:?} {err}"
+            );
+            if args[0] == "cat" && code == Some(0) {
+                assert!(out == data, "{what}: ckptfs {args:?} printed wrong bytes");
+            }
+        }
+    }
+}

@@ -11,6 +11,9 @@
 //!   and page-cache opens), through the preload shim (if `libckptfs_preload.so` is
 //!   built), and to /dev/shm.
 //!
+//! - (d) the store mount next to tmpfs: sequential 1 MiB write and read, and
+//!   mdtest-like create/stat/remove rates ([`crate::bench_store`]).
+//!
 //! The FUSE servers run in this process (fuser background sessions); writers of (b)
 //! are forked children that only make raw system calls, (c) runs `dd`.
 
@@ -32,8 +35,9 @@ use std::time::Instant;
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Parts to run (comma-separated): a = raw aggregation, b = checkpoint profile,
-    /// c = 1 MiB writes into the store.
-    #[arg(long, default_value = "a,b,c", value_delimiter = ',')]
+    /// c = 1 MiB writes into the store, d = store mount vs tmpfs (sequential 1 MiB
+    /// I/O, metadata rates).
+    #[arg(long, default_value = "a,b,c,d", value_delimiter = ',')]
     pub parts: Vec<String>,
     /// (a) Writer threads.
     #[arg(long, default_value_t = 8)]
@@ -59,6 +63,12 @@ pub struct BenchArgs {
     /// (c) Bytes written per case.
     #[arg(long, default_value = "1G", value_parser = parse_size)]
     pub store_bytes: u64,
+    /// (d) Bytes of the sequential write/read file.
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    pub seq_bytes: u64,
+    /// (d) Files of the metadata rates (mdtest-like create, stat, remove).
+    #[arg(long, default_value_t = 2000)]
+    pub md_files: usize,
     /// Repetitions of each case (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
@@ -89,6 +99,9 @@ pub fn run(a: BenchArgs) -> Result<Report> {
     if want("c") {
         part_c(&a, &mut results, &mut notes)?;
     }
+    if want("d") {
+        crate::bench_store::part_d(&a, &mut results, &mut notes)?;
+    }
     Ok(Report {
         bench: "fuse".into(),
         settings: serde_json::json!({
@@ -100,6 +113,8 @@ pub fn run(a: BenchArgs) -> Result<Report> {
             "procs": a.procs,
             "backend_dir": a.backend_dir,
             "store_bytes": a.store_bytes,
+            "seq_bytes": a.seq_bytes,
+            "md_files": a.md_files,
             "fuse_threads": 4,
             "max_write": crate::MAX_WRITE,
         }),

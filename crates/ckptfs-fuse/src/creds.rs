@@ -1,7 +1,8 @@
 //! Acting as the calling user (CRFS mode, daemon run by root for every user of a node).
 //!
 //! [`AsCaller::enter`] switches the *calling thread's* file-system credentials to the
-//! FUSE request's uid, gid and supplementary groups (read from `/proc/PID/status`) for
+//! FUSE request's uid, gid and supplementary groups (read from `/proc/PID/status`, used
+//! only while that process still has the request's fsuid/fsgid) for
 //! the duration of one backend call, and [`Drop`] switches back. The backend then
 //! applies its own rules exactly as for the user's own process: new files and
 //! directories are owned by the caller (setgid directories pass their group on),
@@ -26,14 +27,21 @@ pub(crate) fn switching() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// The supplementary groups of process `pid` ("Groups:" in /proc/PID/status).
-fn groups_of(pid: u32) -> Option<Vec<libc::gid_t>> {
+/// The supplementary groups of process (or thread) `pid`, from "Groups:" in
+/// /proc/PID/status, if that process still has the request's fsuid and fsgid (the
+/// fourth fields of "Uid:" and "Gid:"): a pid reused by another process since the
+/// request was sent must not lend its groups.
+fn groups_of(pid: u32, uid: u32, gid: u32) -> Option<Vec<libc::gid_t>> {
     if pid == 0 {
         return None;
     }
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = text.lines().find_map(|l| l.strip_prefix("Groups:"))?;
-    let g: Vec<libc::gid_t> = line
+    let field = |key: &str| text.lines().find_map(|l| l.strip_prefix(key));
+    let fs_id = |key: &str| -> Option<u32> { field(key)?.split_whitespace().nth(3)?.parse().ok() };
+    if fs_id("Uid:") != Some(uid) || fs_id("Gid:") != Some(gid) {
+        return None;
+    }
+    let g: Vec<libc::gid_t> = field("Groups:")?
         .split_whitespace()
         .filter_map(|x| x.parse().ok())
         .take(MAX_GROUPS)
@@ -66,14 +74,26 @@ impl AsCaller {
         if !switching() {
             return Ok(AsCaller { active: false });
         }
-        let groups = groups_of(req.pid()).unwrap_or_else(|| vec![req.gid()]);
+        let groups = groups_of(req.pid(), req.uid(), req.gid()).unwrap_or_else(|| vec![req.gid()]);
         let guard = AsCaller { active: true };
         set_groups(&groups)?;
         // SAFETY: setfsgid/setfsuid change only this thread's file-system ids; they
-        // return the previous id and cannot fail in a way that harms memory.
-        unsafe {
+        // return the previous id and cannot fail in a way that harms memory. Called with
+        // an invalid id (-1) they change nothing and return the current one, which
+        // checks that the switch happened (without CAP_SETUID/CAP_SETGID, in a
+        // container, it silently does not: then refuse rather than act as root).
+        let ok = unsafe {
             libc::setfsgid(req.gid());
             libc::setfsuid(req.uid());
+            libc::setfsgid(u32::MAX) as u32 == req.gid() && libc::setfsuid(u32::MAX) as u32 == req.uid()
+        };
+        if !ok {
+            tracing::error!(
+                uid = req.uid(),
+                gid = req.gid(),
+                "cannot switch to the caller's file-system ids"
+            );
+            return Err(Errno::EPERM);
         }
         Ok(guard)
     }

@@ -19,6 +19,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bench;
+mod bench_store;
 mod creds;
 pub mod crfs;
 mod dirs;
@@ -110,6 +111,9 @@ pub(crate) fn configure_kernel(config: &mut KernelConfig, io: IoMode) {
     }
     let _ = config.set_max_background(64);
     let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+    // The daemon clears set-user-ID/set-group-ID on a user's write itself (the kernel's
+    // own attempt is a chmod request on page-cache writes only, and none on direct I/O).
+    let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
     if io == IoMode::Writeback {
         let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
     }
@@ -118,6 +122,19 @@ pub(crate) fn configure_kernel(config: &mut KernelConfig, io: IoMode) {
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
     }
     tracing::info!(caps = ?config.capabilities(), "FUSE connection initialised");
+}
+
+/// The mode bits a write by an unprivileged user clears: set-user-ID, and
+/// set-group-ID when group execute is set (without it, it marks mandatory locking).
+pub(crate) fn killed_mode(mode: u32) -> Option<u32> {
+    let mut kill = 0;
+    if mode & libc::S_ISUID != 0 {
+        kill |= libc::S_ISUID;
+    }
+    if mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 {
+        kill |= libc::S_ISGID;
+    }
+    (kill != 0).then_some(mode & 0o7777 & !kill)
 }
 
 pub(crate) fn errno_of(e: &ckptfs_store::StoreError) -> Errno {

@@ -27,26 +27,24 @@ pub struct StoreFs {
     store: Store,
     io: IoMode,
     files: Mutex<HashMap<u64, Arc<Mutex<FileHandle>>>>,
+    /// Open handles per inode: only a file open through the mount can be unlinked and
+    /// still be stat'ed through it (fstat), so only those are checked for nlink 0.
+    open_inos: Mutex<HashMap<u64, usize>>,
     dirs: DirTable<String>,
     next_fh: AtomicU64,
-    uid: u32,
-    gid: u32,
     counters: Arc<Counters>,
 }
 
 impl StoreFs {
     /// Serve `store`; `io` decides page cache vs direct I/O per open.
     pub fn new(store: Store, io: IoMode) -> StoreFs {
-        // SAFETY: getuid/getgid cannot fail and touch no memory.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         StoreFs {
             store,
             io,
             files: Mutex::new(HashMap::new()),
+            open_inos: Mutex::new(HashMap::new()),
             dirs: DirTable::new(),
             next_fh: AtomicU64::new(1),
-            uid,
-            gid,
             counters: Arc::new(Counters::default()),
         }
     }
@@ -56,11 +54,44 @@ impl StoreFs {
         self.counters.clone()
     }
 
+    /// The link count: a directory has 2 + one per subdirectory (their ".."); a file 1,
+    /// or 0 once unlinked while still open (the store has no hard links). Counting
+    /// subdirectories walks the directory, so only getattr/setattr replies (`exact`) do
+    /// it; entry replies of lookups, made at every step of every path walk, say 2 (the
+    /// kernel asks getattr before it shows a stat, the attributes having TTL 0).
+    fn nlink(&self, st: &Stat, exact: bool) -> u32 {
+        match st.kind {
+            FileKind::Dir if !exact => 2,
+            FileKind::Dir => {
+                let subdirs = self
+                    .store
+                    .read_dir_ino(st.ino)
+                    .map(|l| l.iter().filter(|e| e.kind == FileKind::Dir).count())
+                    .unwrap_or(0);
+                2 + subdirs as u32
+            }
+            FileKind::File => {
+                let open = self.open_inos.lock().unwrap().contains_key(&st.ino);
+                if open && self.store.path_of(st.ino).is_ok_and(|p| p.is_empty()) {
+                    0
+                } else {
+                    1
+                }
+            }
+        }
+    }
+
     fn attr(&self, st: &Stat) -> FileAttr {
-        let nlink = match st.kind {
-            FileKind::Dir => 2,
-            FileKind::File => 1,
-        };
+        self.attr_of(st, false)
+    }
+
+    /// Attributes for a getattr/setattr reply (exact directory link count).
+    fn attr_exact(&self, st: &Stat) -> FileAttr {
+        self.attr_of(st, true)
+    }
+
+    fn attr_of(&self, st: &Stat, exact: bool) -> FileAttr {
+        let nlink = self.nlink(st, exact);
         let kind = file_type(st.kind);
         let perm = (st.mode & 0o7777) as u16;
         let mtime = system_time(st.mtime_ns);
@@ -69,24 +100,56 @@ impl StoreFs {
             size: st.size,
             // du shows what the file really occupies: whole chunks.
             blocks: st.allocated / 512,
-            atime: mtime,
+            atime: system_time(st.atime_ns),
             mtime,
             ctime: system_time(st.ctime_ns),
             crtime: system_time(st.ctime_ns),
             kind,
             perm,
             nlink,
-            uid: self.uid,
-            gid: self.gid,
+            uid: st.uid,
+            gid: st.gid,
             rdev: 0,
             blksize: 1 << 20,
             flags: 0,
         }
     }
 
+    /// A file or directory just created at `path` in `parent` belongs to the caller:
+    /// uid = the caller's fsuid, gid = the parent's when it is setgid (a new directory
+    /// then also gets the setgid bit), else the caller's fsgid.
+    fn give_to_caller(&self, req: &Request, parent: INodeNo, path: &str, st: Stat) -> Result<Stat, Errno> {
+        let pst = self.store.stat_ino(parent.0).map_err(store_err)?;
+        let setgid_dir = pst.mode & libc::S_ISGID != 0;
+        let gid = if setgid_dir { pst.gid } else { req.gid() };
+        let mut changed = false;
+        if (st.uid, st.gid) != (req.uid(), gid) {
+            self.store.chown(path, req.uid(), gid).map_err(store_err)?;
+            changed = true;
+        }
+        if st.kind == FileKind::Dir && setgid_dir && st.mode & libc::S_ISGID == 0 {
+            self.store
+                .chmod(path, st.mode | libc::S_ISGID)
+                .map_err(store_err)?;
+            changed = true;
+        }
+        if changed {
+            self.store.stat(path).map_err(store_err)
+        } else {
+            Ok(st)
+        }
+    }
+
+    /// After an entry of `parent` was removed: its mtime and ctime are now.
+    fn touch_dir(&self, parent: INodeNo) {
+        if let (Ok(p), Ok(st)) = (self.path(parent), self.store.stat_ino(parent.0)) {
+            let _ = self.store.set_times(&p, st.atime_ns, now_ns());
+        }
+    }
+
     fn reply_attr(&self, reply: ReplyAttr, r: Result<Stat, Errno>) {
         match r {
-            Ok(st) => reply.attr(&TTL, &self.attr(&st)),
+            Ok(st) => reply.attr(&TTL, &self.attr_exact(&st)),
             Err(e) => reply.error(e),
         }
     }
@@ -125,8 +188,19 @@ impl StoreFs {
 
     fn insert(&self, h: FileHandle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Relaxed);
+        *self.open_inos.lock().unwrap().entry(h.stat().ino).or_insert(0) += 1;
         self.files.lock().unwrap().insert(fh, Arc::new(Mutex::new(h)));
         fh
+    }
+
+    fn forget_open(&self, ino: u64) {
+        let mut m = self.open_inos.lock().unwrap();
+        if let Some(n) = m.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&ino);
+            }
+        }
     }
 
     fn open_flags(&self, posix: i32) -> FopenFlags {
@@ -177,7 +251,7 @@ impl Filesystem for StoreFs {
         if let Some(fh) = fh {
             if let Ok(h) = self.handle(fh.0) {
                 let st = h.lock().unwrap().stat();
-                return reply.attr(&TTL, &self.attr(&st));
+                return reply.attr(&TTL, &self.attr_exact(&st));
             }
         }
         self.reply_attr(reply, self.store.stat_ino(ino.0).map_err(store_err));
@@ -185,13 +259,13 @@ impl Filesystem for StoreFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         fh: Option<fuser::FileHandle>,
@@ -203,30 +277,53 @@ impl Filesystem for StoreFs {
     ) {
         self.counters.meta.fetch_add(1, Relaxed);
         let r = (|| -> Result<Stat, Errno> {
-            // The store keeps no owners: accept only a no-op chown (cp -p, tar, rsync -a).
-            if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
-                return Err(Errno::EPERM);
+            let path = self.path(ino)?;
+            let cur = self.store.stat_ino(ino.0).map_err(store_err)?;
+            // The kernel has checked who may chown, chmod, truncate and set times
+            // (default_permissions); the store records what it is told.
+            if uid.is_some() || gid.is_some() {
+                let (u, g) = (uid.unwrap_or(cur.uid), gid.unwrap_or(cur.gid));
+                self.store.chown(&path, u, g).map_err(store_err)?;
+                // FUSE_HANDLE_KILLPRIV: chown of a file clears its set-id bits.
+                if cur.kind == FileKind::File && mode.is_none() {
+                    if let Some(m) = crate::killed_mode(cur.mode) {
+                        self.store.chmod(&path, m).map_err(store_err)?;
+                    }
+                }
             }
             if let Some(len) = size {
                 match fh.and_then(|f| self.handle(f.0).ok()) {
                     Some(h) if h.lock().unwrap().flags().write => {
                         h.lock().unwrap().set_len(len).map_err(store_err)?
                     }
-                    _ => self.store.truncate(&self.path(ino)?, len).map_err(store_err)?,
+                    _ => self.store.truncate(&path, len).map_err(store_err)?,
+                }
+                // truncate sets mtime and ctime; a user's truncate clears set-id bits.
+                let now = now_ns();
+                self.store
+                    .set_times(&path, cur.atime_ns, now)
+                    .map_err(store_err)?;
+                if req.uid() != 0 && mode.is_none() {
+                    if let Some(m) = crate::killed_mode(cur.mode) {
+                        self.store.chmod(&path, m).map_err(store_err)?;
+                    }
                 }
             }
             if let Some(m) = mode {
-                self.store.chmod(&self.path(ino)?, m).map_err(store_err)?;
+                self.store.chmod(&path, m).map_err(store_err)?;
             }
-            if let Some(t) = mtime {
-                let ns = match t {
+            if atime.is_some() || mtime.is_some() {
+                let cur = self.store.stat_ino(ino.0).map_err(store_err)?;
+                let ns = |t: TimeOrNow| match t {
                     TimeOrNow::Now => now_ns(),
                     TimeOrNow::SpecificTime(t) => t
                         .duration_since(SystemTime::UNIX_EPOCH)
                         .map(|d| d.as_nanos() as u64)
                         .unwrap_or(0),
                 };
-                self.store.set_mtime(&self.path(ino)?, ns).map_err(store_err)?;
+                let a = atime.map(ns).unwrap_or(cur.atime_ns);
+                let m = mtime.map(ns).unwrap_or(cur.mtime_ns);
+                self.store.set_times(&path, a, m).map_err(store_err)?;
             }
             self.store.stat_ino(ino.0).map_err(store_err)
         })();
@@ -235,7 +332,7 @@ impl Filesystem for StoreFs {
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -262,35 +359,40 @@ impl Filesystem for StoreFs {
                 .map_err(store_err)?;
             let st = h.stat();
             h.close().map_err(store_err)?;
-            Ok::<_, Errno>(st)
+            self.give_to_caller(req, parent, &path, st)
         })();
         self.reply_entry(reply, r);
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.counters.meta.fetch_add(1, Relaxed);
-        let r = self
-            .child_path(parent, name)
-            .and_then(|p| self.store.mkdir(&p, mode & !umask & 0o7777).map_err(store_err));
+        let r = self.child_path(parent, name).and_then(|p| {
+            let st = self.store.mkdir(&p, mode & !umask & 0o7777).map_err(store_err)?;
+            self.give_to_caller(req, parent, &p, st)
+        });
         self.reply_entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
-        reply_empty(
-            reply,
-            self.child_path(parent, name)
-                .and_then(|p| self.store.unlink(&p).map_err(store_err)),
-        );
+        let r = self
+            .child_path(parent, name)
+            .and_then(|p| self.store.unlink(&p).map_err(store_err));
+        if r.is_ok() {
+            self.touch_dir(parent);
+        }
+        reply_empty(reply, r);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
-        reply_empty(
-            reply,
-            self.child_path(parent, name)
-                .and_then(|p| self.store.rmdir(&p).map_err(store_err)),
-        );
+        let r = self
+            .child_path(parent, name)
+            .and_then(|p| self.store.rmdir(&p).map_err(store_err));
+        if r.is_ok() {
+            self.touch_dir(parent);
+        }
+        reply_empty(reply, r);
     }
 
     fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &std::path::Path, reply: ReplyEntry) {
@@ -349,7 +451,7 @@ impl Filesystem for StoreFs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -362,11 +464,15 @@ impl Filesystem for StoreFs {
             let path = self.child_path(parent, name)?;
             let mut of = OpenFlags::from_posix(flags).map_err(store_err)?;
             of.create = true;
+            let existed = self.store.stat(&path).is_ok();
             let h = self
                 .store
                 .open(&path, of, mode & !umask & 0o7777)
                 .map_err(store_err)?;
-            let st = h.stat();
+            let mut st = h.stat();
+            if !existed {
+                st = self.give_to_caller(req, parent, &path, st)?;
+            }
             Ok::<_, Errno>((self.insert(h), st))
         })();
         match r {
@@ -411,7 +517,7 @@ impl Filesystem for StoreFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
@@ -426,6 +532,19 @@ impl Filesystem for StoreFs {
             Ok(h) => h,
             Err(e) => return reply.error(e),
         };
+        // FUSE_HANDLE_KILLPRIV: a write by a user other than root (without CAP_FSETID)
+        // clears set-user-ID (and set-group-ID with group execute), as a local file
+        // system does, the owner's own writes included.
+        if req.uid() != 0 {
+            let st = h.lock().unwrap().stat();
+            if let Some(mode) = crate::killed_mode(st.mode) {
+                if let Ok(p) = self.path(INodeNo(st.ino)) {
+                    if let Err(e) = self.store.chmod(&p, mode) {
+                        return reply.error(store_err(e));
+                    }
+                }
+            }
+        }
         let r = h.lock().unwrap().pwrite(data, offset);
         match r {
             Ok(n) => {
@@ -462,6 +581,7 @@ impl Filesystem for StoreFs {
         let Some(h) = h else {
             return reply.error(Errno::EBADF);
         };
+        self.forget_open(h.lock().unwrap().stat().ino);
         // Another request may still hold the Arc for a moment; the last holder closes.
         match Arc::try_unwrap(h) {
             Ok(m) => match m.into_inner().unwrap().close() {
@@ -576,6 +696,13 @@ impl Filesystem for StoreFs {
             let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
             if end > h.size() {
                 h.set_len(end).map_err(store_err)?;
+                // A size change sets mtime and ctime (unlinked: nothing to name).
+                let st = h.stat();
+                if let Ok(p) = self.path(INodeNo(st.ino)) {
+                    self.store
+                        .set_times(&p, st.atime_ns, now_ns())
+                        .map_err(store_err)?;
+                }
             }
             Ok(())
         });

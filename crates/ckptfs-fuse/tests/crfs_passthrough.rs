@@ -42,7 +42,7 @@ fn open_raw(p: &Path, flags: i32, mode: u32) -> Result<i32, i32> {
 }
 
 #[test]
-fn crfs_open_rdonly_creat_creates_the_file() {
+fn crfs_open_rdonly_creat_creates_the_file_and_names_are_bytes() {
     let (_tmp, mp, be) = dirs();
     let d = Daemon::crfs(&be, &mp, 1 << 20, 128 << 10, 2);
     // Was EIO with nothing created.
@@ -58,6 +58,13 @@ fn crfs_open_rdonly_creat_creates_the_file() {
         ),
         Err(libc::EEXIST)
     );
+    // Names are bytes: a Latin-1 name (not UTF-8) goes through as on the backend.
+    let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    std::fs::write(mp.join(latin1), b"l1").unwrap();
+    assert_eq!(std::fs::read(be.join(latin1)).unwrap(), b"l1");
+    assert!(std::fs::read_dir(&mp)
+        .unwrap()
+        .any(|e| e.unwrap().file_name() == latin1));
     // flock(1) opens its lock file O_RDONLY|O_CREAT.
     let (rc, _, err) = sh(&mp, "flock -x lockfile -c 'echo locked > held'");
     assert_eq!(rc, 0, "flock(1) on the mount: {err}");
@@ -270,5 +277,22 @@ fn crfs_root_daemon_runs_each_users_calls_as_that_user() {
     let (rc, _, err) = sh(&mp, &format!("chown {u2} sgid/s1"));
     assert_eq!(rc, 0, "root chown: {err}");
     assert_eq!(owner(&be.join("sgid/s1")).0, u2);
+    // A user's write clears set-user-ID and set-group-ID (the chunks are written by the
+    // root daemon, which would keep them): direct I/O (O_WRONLY) and page-cache (O_RDWR).
+    let (rc, _, err) = sh(
+        &mp,
+        "echo a > sticky/suid1 && echo a > sticky/suid2 && chmod 6777 sticky/suid1 sticky/suid2",
+    );
+    assert_eq!(rc, 0, "{err}");
+    let (rc, err) = as_user(
+        "ckptfs-t2",
+        &mp,
+        "echo b >> sticky/suid1 && python3 -c 'f = open(\"sticky/suid2\", \"r+\"); f.write(\"b\"); f.close()'",
+    );
+    assert_eq!(rc, 0, "{err}");
+    for n in ["suid1", "suid2"] {
+        let mode = std::fs::metadata(be.join("sticky").join(n)).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o777, "{n}: set-id bits after another user's write");
+    }
     assert_eq!(d.stop(), 0);
 }

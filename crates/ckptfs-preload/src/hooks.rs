@@ -121,7 +121,16 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: Mode) -
             dirfd,
             path,
             |d, p| {
-                fresh_fd(real!(openat: fn(c_int, *const c_char, c_int, Mode) -> c_int; -1; d, p, flags, mode))
+                let fd = fresh_fd(
+                    real!(openat: fn(c_int, *const c_char, c_int, Mode) -> c_int; -1; d, p, flags, mode),
+                );
+                if flags & (libc::O_DIRECTORY | libc::O_PATH) != 0 {
+                    // SAFETY (covered by the enclosing block): p is the C string just opened.
+                    crate::dirfds::note_open_c(state::mounts(), d, p, fd);
+                } else {
+                    crate::dirfds::forget(fd);
+                }
+                fd
             },
             |m, p| ops::open(m, p, flags, mode),
         )
@@ -392,7 +401,7 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: Off, whence: c_int) -> Off {
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if fd == state::slots_fd() && fd >= 0 {
+    if fd >= 0 && (fd == state::slots_fd() || crate::locks::is_shim_fd(fd)) {
         // The shim's own descriptor (a program closing every descriptor it did not open).
         return 0;
     }
@@ -401,6 +410,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             return ret(r);
         }
     }
+    crate::dirfds::forget(fd);
     real!(close: fn(c_int) -> c_int; -1; fd)
 }
 
@@ -409,29 +419,33 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     if in_shim() || flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 || first > last {
         return real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, last, flags);
     }
-    // The description region's memfd is the shim's, not the program's: keep it open.
+    // The description region's memfd and the lock stand-ins are the shim's, not the
+    // program's: keep them open, closing the ranges between them.
+    let mut keep = crate::locks::shim_fds_in(first, last);
     let sfd = state::slots_fd();
-    let r = if sfd >= 0 && (first..=last).contains(&(sfd as c_uint)) {
-        let a = if sfd as c_uint > first {
-            real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, sfd as c_uint - 1, flags)
-        } else {
-            0
-        };
-        let b = if (sfd as c_uint) < last {
-            real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; sfd as c_uint + 1, last, flags)
-        } else {
-            0
-        };
-        if a < 0 {
-            a
-        } else {
-            b
+    if sfd >= 0 && (first..=last).contains(&(sfd as c_uint)) {
+        keep.push(sfd);
+    }
+    keep.sort_unstable();
+    let mut r = 0;
+    let mut lo = first;
+    for k in keep
+        .iter()
+        .map(|k| *k as c_uint)
+        .chain(std::iter::once(last.saturating_add(1)))
+    {
+        if k > lo && r == 0 {
+            let hi = (k - 1).min(last);
+            r = real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; lo, hi, flags);
         }
-    } else {
-        real!(close_range: fn(c_uint, c_uint, c_int) -> c_int; -1; first, last, flags)
-    };
+        if k >= last {
+            break;
+        }
+        lo = k + 1;
+    }
     if r == 0 {
         let e = sys::errno();
+        crate::dirfds::forget_range(first, last);
         let _ = guarded(|| {
             for (_, d) in state::remove_range(first, last) {
                 let _ = state::release(d);
@@ -445,16 +459,12 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 
 #[no_mangle]
 pub unsafe extern "C" fn closefrom(low: c_int) {
-    if !in_shim() {
-        let _ = guarded(|| {
-            for (fd, d) in state::remove_range(low.max(0) as u32, u32::MAX) {
-                state::raw_close(fd);
-                let _ = state::release(d);
-            }
-            Ok(())
-        });
+    // As close_range (which keeps the shim's own descriptors open); glibc's closefrom
+    // would call its internal close_range.
+    // SAFETY: close_range has no memory arguments.
+    if in_shim() || low < 0 || unsafe { close_range(low as c_uint, c_uint::MAX, 0) } != 0 {
+        real!(closefrom: fn(c_int) -> (); (); low)
     }
-    real!(closefrom: fn(c_int) -> (); (); low)
 }
 
 /// Point `newfd` at the description of store descriptor `oldfd` (after the kernel dup).
@@ -523,6 +533,21 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_i
     if maybe_store_fd(fd) && !in_shim() && state::desc_of(fd).is_some() {
         match cmd {
             libc::F_GETFD | libc::F_SETFD => {}
+            libc::F_GETLK
+            | libc::F_SETLK
+            | libc::F_SETLKW
+            | libc::F_OFD_GETLK
+            | libc::F_OFD_SETLK
+            | libc::F_OFD_SETLKW => {
+                // Not under the table lock: F_SETLKW may block for long.
+                if let Some(d) = state::desc_of(fd) {
+                    // SAFETY: for lock commands arg points to the caller's struct flock.
+                    let Some(fl) = (unsafe { (arg as *mut libc::flock).as_mut() }) else {
+                        return ret(Err(libc::EFAULT));
+                    };
+                    return ret(crate::locks::fcntl_lock(&d, cmd, fl));
+                }
+            }
             libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
                 let n = real!(fcntl: fn(c_int, c_int, libc::c_ulong) -> c_int; -1; fd, cmd, arg);
                 if n < 0 {
@@ -551,8 +576,31 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c
 
 #[no_mangle]
 pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
-    on_fd(fd, |_| Err::<c_int, _>(libc::ENOLCK))
-        .unwrap_or_else(|| real!(flock: fn(c_int, c_int) -> c_int; -1; fd, op))
+    if maybe_store_fd(fd) && !in_shim() {
+        // Not under the table lock: LOCK_EX may block for long.
+        if let Some(d) = state::desc_of(fd) {
+            return ret(crate::locks::flock(&d, op));
+        }
+    }
+    real!(flock: fn(c_int, c_int) -> c_int; -1; fd, op)
+}
+#[no_mangle]
+pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: Off) -> c_int {
+    if maybe_store_fd(fd) && !in_shim() {
+        if let Some(d) = state::desc_of(fd) {
+            return ret(crate::locks::lockf(&d, cmd, len));
+        }
+    }
+    real!(lockf: fn(c_int, c_int, Off) -> c_int; -1; fd, cmd, len)
+}
+#[no_mangle]
+pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: Off) -> c_int {
+    if maybe_store_fd(fd) && !in_shim() {
+        if let Some(d) = state::desc_of(fd) {
+            return ret(crate::locks::lockf(&d, cmd, len));
+        }
+    }
+    real!(lockf64: fn(c_int, c_int, Off) -> c_int; -1; fd, cmd, len)
 }
 
 #[no_mangle]
@@ -1601,10 +1649,14 @@ unsafe fn mmap_impl(
         let Some(d) = state::desc_of(fd) else {
             return Ok(None);
         };
-        // A snapshot copy in anonymous memory: read-only or private mappings only.
-        if flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0 && prot & libc::PROT_WRITE != 0 {
-            return Err(libc::ENODEV);
+        // Shared and writable: the store's own pages (module shmap).
+        // (MAP_PRIVATE is 2 and MAP_SHARED_VALIDATE 3: compare the mapping type, not bits.)
+        let kind = flags & 0x0f;
+        if (kind == libc::MAP_SHARED || kind == libc::MAP_SHARED_VALIDATE) && prot & libc::PROT_WRITE != 0 {
+            // SAFETY: the caller's mmap arguments, passed on.
+            return unsafe { crate::shmap::map(&d, addr, len, prot, flags, off) }.map(Some);
         }
+        // Otherwise a snapshot copy in anonymous memory.
         if d.is_dir {
             return Err(libc::ENODEV);
         }
@@ -1645,6 +1697,27 @@ unsafe fn mmap_impl(
             libc::MAP_FAILED
         }
     }
+}
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    if crate::shmap::any() && !in_shim() {
+        let _ = guarded(|| {
+            crate::shmap::unmap(addr as usize, len);
+            Ok(())
+        });
+    }
+    real!(munmap: fn(*mut c_void, usize) -> c_int; -1; addr, len)
+}
+#[no_mangle]
+pub unsafe extern "C" fn msync(addr: *mut c_void, len: usize, flags: c_int) -> c_int {
+    if crate::shmap::any() && !in_shim() {
+        match guarded(|| crate::shmap::sync(addr as usize, len)) {
+            Ok(true) => return 0,
+            Err(e) => return ret(Err(e)),
+            Ok(false) => {}
+        }
+    }
+    real!(msync: fn(*mut c_void, usize, c_int) -> c_int; -1; addr, len, flags)
 }
 #[no_mangle]
 pub unsafe extern "C" fn mmap(
@@ -1768,189 +1841,8 @@ pub unsafe extern "C" fn sendfile64(out: c_int, fin: c_int, off: *mut Off, count
     unsafe { sendfile_impl(out, fin, off, count) }
 }
 
-// ------------------------------------------------------------------ exec and exit
+// ------------------------------------------------------------------ exit
 
-extern "C" {
-    static environ: *const *const c_char;
-}
-
-/// Does `envp` hold an entry starting with `prefix`?
-unsafe fn env_has(envp: *const *const c_char, prefix: &[u8]) -> bool {
-    let mut p = envp;
-    // SAFETY: envp is a NULL-terminated array of C strings (or null).
-    unsafe {
-        while !p.is_null() && !(*p).is_null() {
-            if CStr::from_ptr(*p).to_bytes().starts_with(prefix) {
-                return true;
-            }
-            p = p.add(1);
-        }
-    }
-    false
-}
-
-/// `envp` without any shim entry (`CKPTFS_INHERIT`, `CKPTFS_CWD`), then `entries`.
-unsafe fn env_with(envp: *const *const c_char, entries: &[&std::ffi::CString]) -> Vec<*const c_char> {
-    let mut v = Vec::new();
-    let mut p = envp;
-    // SAFETY: envp is a NULL-terminated array of C strings (or null).
-    unsafe {
-        while !p.is_null() && !(*p).is_null() {
-            let e = CStr::from_ptr(*p).to_bytes();
-            if !e.starts_with(b"CKPTFS_INHERIT=") && !e.starts_with(b"CKPTFS_CWD=") {
-                v.push(*p);
-            }
-            p = p.add(1);
-        }
-    }
-    v.extend(entries.iter().map(|e| e.as_ptr()));
-    v.push(std::ptr::null());
-    v
-}
-
-/// The child's virtual cwd entry (None when there is no virtual cwd).
-fn cwd_entry() -> Option<std::ffi::CString> {
-    guarded(|| Ok(crate::cwd::entry())).ok().flatten()
-}
-
-/// Run an exec: release store files, pass inherited descriptors and the virtual cwd on
-/// in the environment, and take the descriptors back if exec fails.
-unsafe fn exec_with(envp: *const *const c_char, f: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
-    if in_shim() {
-        return f(envp);
-    }
-    let cwd = cwd_entry();
-    let prep = guarded(|| Ok(state::prepare_exec())).ok().flatten();
-    // SAFETY: envp per the exec contract.
-    if prep.is_none() && cwd.is_none() && !unsafe { env_has(envp, b"CKPTFS_CWD=") } {
-        return f(envp);
-    }
-    let mut entries = Vec::new();
-    entries.extend(cwd.as_ref());
-    entries.extend(prep.as_ref().map(|p| &p.1));
-    // SAFETY: envp per the exec contract.
-    let env = unsafe { env_with(envp, &entries) };
-    let r = f(env.as_ptr());
-    let e = sys::errno();
-    if let Some((inh, _)) = prep {
-        let _ = guarded(|| {
-            state::exec_failed(inh);
-            Ok(())
-        });
-    }
-    set_errno(e);
-    r
-}
-
-/// posix_spawn(p) with the virtual cwd in the child's environment (glibc's posix_spawn
-/// execs with an internal call the exec hooks do not see).
-unsafe fn spawn_with(envp: *const *const c_char, f: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
-    if in_shim() {
-        return f(envp);
-    }
-    let cwd = cwd_entry();
-    // SAFETY: envp per the posix_spawn contract.
-    if cwd.is_none() && !unsafe { env_has(envp, b"CKPTFS_CWD=") } {
-        return f(envp);
-    }
-    // SAFETY: as above.
-    let env = unsafe { env_with(envp, &cwd.iter().collect::<Vec<_>>()) };
-    f(env.as_ptr())
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawn(
-    pid: *mut libc::pid_t,
-    path: *const c_char,
-    acts: *const c_void,
-    attr: *const c_void,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    // SAFETY: as posix_spawn(3).
-    unsafe {
-        spawn_with(envp, |env| {
-            real!(posix_spawn: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void,
-                *const *const c_char, *const *const c_char) -> c_int; libc::ENOSYS; pid, path, acts, attr, argv, env)
-        })
-    }
-}
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawnp(
-    pid: *mut libc::pid_t,
-    file: *const c_char,
-    acts: *const c_void,
-    attr: *const c_void,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    // SAFETY: as posix_spawnp(3).
-    unsafe {
-        spawn_with(envp, |env| {
-            real!(posix_spawnp: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void,
-                *const *const c_char, *const *const c_char) -> c_int; libc::ENOSYS; pid, file, acts, attr, argv, env)
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn execve(
-    p: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    // SAFETY: as execve(2).
-    unsafe {
-        exec_with(
-            envp,
-            |env| real!(execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
-        )
-    }
-}
-#[no_mangle]
-pub unsafe extern "C" fn execv(p: *const c_char, argv: *const *const c_char) -> c_int {
-    // SAFETY: as execv(3): execve with the current environment.
-    unsafe {
-        exec_with(
-            environ,
-            |env| real!(execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
-        )
-    }
-}
-#[no_mangle]
-pub unsafe extern "C" fn execvp(p: *const c_char, argv: *const *const c_char) -> c_int {
-    // SAFETY: as execvp(3): execvpe with the current environment.
-    unsafe {
-        exec_with(
-            environ,
-            |env| real!(execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
-        )
-    }
-}
-#[no_mangle]
-pub unsafe extern "C" fn execvpe(
-    p: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    // SAFETY: as execvpe(3).
-    unsafe {
-        exec_with(
-            envp,
-            |env| real!(execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; -1; p, argv, env),
-        )
-    }
-}
-#[no_mangle]
-pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    // SAFETY: as fexecve(3).
-    unsafe {
-        exec_with(
-            envp,
-            |env| real!(fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int; -1; fd, argv, env),
-        )
-    }
-}
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     state::before_exit();

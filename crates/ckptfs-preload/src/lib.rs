@@ -16,18 +16,29 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(not(test))]
+pub mod aio;
 pub mod cwd;
 pub mod dir;
+pub mod dirfds;
+pub mod exec_store;
+#[cfg(not(test))]
+pub mod fsinfo;
 #[cfg(not(test))]
 pub mod hooks;
 pub mod lock;
+pub mod locks;
 #[cfg(not(test))]
 pub mod names;
 pub mod ops;
 pub mod paths;
+pub mod shmap;
+#[cfg(not(test))]
+pub mod spawn;
 pub mod state;
 pub mod stdio;
 pub mod sys;
+pub mod tmpfiles;
 
 /// Library constructor: adopt the virtual cwd and the store descriptors inherited across
 /// exec.

@@ -457,7 +457,13 @@ pub fn unlink(path: &str) -> R<()> {
     if path == "/" {
         return Err(libc::EISDIR);
     }
-    state::store()?.unlink(path).map_err(se)
+    let store = state::store()?;
+    let key = store.stat(path).ok().map(|s| (s.ino, s.generation));
+    store.unlink(path).map_err(se)?;
+    if let Some(k) = key {
+        crate::locks::unlinked(k);
+    }
+    Ok(())
 }
 
 /// renameat2(2) within the store (RENAME_NOREPLACE supported, RENAME_EXCHANGE not).

@@ -198,7 +198,7 @@ fn slots() -> &'static Slots {
 
 /// Move a descriptor of the shim's to a high number, out of the way of programs that
 /// pick their own numbers (shells use 3-9 for redirections and dup2 onto them).
-fn move_high(fd: i32) -> i32 {
+pub(crate) fn move_high(fd: i32) -> i32 {
     if fd < 0 {
         return fd;
     }
@@ -335,6 +335,8 @@ pub struct Desc {
     gen: AtomicU64,
     /// Its slot reference passes to the next program image (exec): do not drop it.
     keep_slot: AtomicBool,
+    /// OFD and flock locks (a stand-in kernel description, see `locks`).
+    pub locks: crate::locks::DescLocks,
 }
 
 impl Desc {
@@ -353,6 +355,7 @@ impl Desc {
             acc,
             gen: AtomicU64::new(FORK_GEN.load(Ordering::Relaxed)),
             keep_slot: AtomicBool::new(false),
+            locks: Default::default(),
         }
     }
 
@@ -567,6 +570,8 @@ pub fn remove_range(lo: u32, hi: u32) -> Vec<(i32, Arc<Desc>)> {
 /// Drop a description this process no longer references through `fd`; if it was the
 /// last reference, close the store handle and report its error.
 pub fn release(d: Arc<Desc>) -> R<()> {
+    // Closing any descriptor of a file drops the process's POSIX locks on it.
+    crate::locks::on_close(&d);
     match Arc::try_unwrap(d) {
         Ok(d) => d.finish(),
         Err(_) => Ok(()),
@@ -588,6 +593,8 @@ pub fn forget_stale(fd: i32) {
 /// release leases so the files are complete.
 pub fn close_all() {
     crate::stdio::flush_all();
+    // Shared writable mappings: bring the checksums of what they wrote up to date.
+    crate::shmap::flush_all();
     let all = {
         let w = WriteHold::new();
         let m = std::mem::take(w.map());
@@ -709,6 +716,10 @@ pub unsafe fn classify(dirfd: i32, path: *const libc::c_char) -> R<Loc> {
             return Err(libc::ENOTDIR);
         }
         return Ok(classify_full(paths::join(&d.full_path(), s)));
+    }
+    if let Some(base) = crate::dirfds::path_of(dirfd) {
+        // A kernel directory above a mount prefix (rsync walks from "/").
+        return Ok(classify_full(paths::join(&base, s)));
     }
     Ok(Loc::Real)
 }

@@ -36,6 +36,8 @@ pub struct FsckReport {
     pub incomplete: Vec<String>,
     /// Problems found.
     pub problems: Vec<Problem>,
+    /// What `--repair` moved into `/lost+found` (also appended to `/lost+found/REPORT`).
+    pub quarantined: Vec<String>,
 }
 
 impl FsckReport {
@@ -61,9 +63,59 @@ impl Store {
             });
         };
 
+        // 0. Inode records against their checksums. A damaged record cannot be trusted
+        //    for its name, place or size: repair moves the inode (with its data) into
+        //    /lost+found, never frees it and never gives its data to another file.
+        let mut ns_bad = false;
+        if !crate::integrity::ns_ok(seg, ROOT) || !self.root_data_ok() {
+            add(
+                &mut rep,
+                "damaged-inode",
+                "the root directory's record checksum does not match".into(),
+                repair,
+            );
+            if repair {
+                self.reset_root(&ns);
+                ns_bad = true;
+            }
+        }
+        for fid in 1..l.max_files {
+            let ino = seg.inode(fid);
+            let k = ino.kind.load(Acquire);
+            if k == kind::FREE {
+                continue;
+            }
+            let ns_ok = crate::integrity::ns_ok(seg, fid);
+            let data_ok = {
+                let _g = self.file_lock(fid);
+                crate::integrity::data_ok(seg, fid)
+            };
+            if ns_ok && data_ok && (k == kind::FILE || k == kind::DIR) {
+                continue;
+            }
+            let what = if !ns_ok {
+                "name/parent/mode record"
+            } else if !data_ok {
+                "size/chunk-count record"
+            } else {
+                "kind"
+            };
+            let mut detail = format!("inode {}: {what} damaged (checksum mismatch)", fid + 1);
+            if repair {
+                match self.quarantine_inode(&ns, fid) {
+                    Some(to) => {
+                        detail.push_str(&format!("; moved to {to}, marked incomplete"));
+                        rep.quarantined.push(detail.clone());
+                    }
+                    None => detail.push_str("; could not create /lost+found"),
+                }
+                ns_bad = true;
+            }
+            add(&mut rep, "damaged-inode", detail, repair);
+        }
+
         // 1. Namespace: every used inode reachable by name from a directory, free-id
         //    stack exact.
-        let mut ns_bad = false;
         let mut used = HashSet::new();
         for fid in 1..l.max_files {
             let ino = seg.inode(fid);
@@ -138,6 +190,7 @@ impl Store {
                 owned[o as usize - 1].push(c);
             }
         }
+        let mut reclaimed = false;
         for fid in 1..l.max_files {
             let ino = seg.inode(fid);
             if ino.kind.load(Acquire) != kind::FILE {
@@ -174,23 +227,39 @@ impl Store {
             let size = ino.size.load(Acquire);
             let mut seen = HashSet::new();
             let mut count = 0;
-            for &c in &owned[fid as usize] {
+            for &c in &owned[fid as usize].clone() {
                 rep.chunks += 1;
                 let e = seg.chunk(c);
                 let logical = e.logical.load(Relaxed);
                 count += 1;
-                if !seen.insert(logical) {
-                    add(
-                        &mut rep,
-                        "doubly-owned",
-                        format!("{path}: two chunks claim logical chunk {logical}"),
-                        repair,
-                    );
+                let entry_ok = crate::integrity::chunk_ok(seg, c);
+                if !entry_ok || !seen.insert(logical) {
+                    // Not attributable with certainty (its owner or index was changed,
+                    // or two chunks claim one place): never given to a file, quarantined.
+                    let mut detail = if entry_ok {
+                        format!("{path}: two chunks claim logical chunk {logical}")
+                    } else {
+                        format!(
+                            "{path}: chunk table entry {c} (logical {logical}) damaged (checksum mismatch)"
+                        )
+                    };
                     if repair {
-                        self.release_chunk(c);
-                        ino.cgen.fetch_add(1, Release);
-                        count -= 1;
+                        match self.quarantine_chunk(&ns, c) {
+                            Some(to) => {
+                                detail.push_str(&format!("; its bytes moved to {to}"));
+                                rep.quarantined.push(detail.clone());
+                                count -= 1;
+                                ino.cgen.fetch_add(1, Release);
+                            }
+                            None => detail.push_str("; could not quarantine"),
+                        }
                     }
+                    let k = if entry_ok {
+                        "doubly-owned"
+                    } else {
+                        "damaged-chunk-entry"
+                    };
+                    add(&mut rep, k, detail, repair);
                     continue;
                 }
                 if writing {
@@ -237,6 +306,34 @@ impl Store {
                     Err(err) => add(&mut rep, "unreadable-chunk", format!("{path}: chunk {logical}: {err}"), false),
                 }
             }
+            if repair && count < ino.nchunks.load(Relaxed) && !writing {
+                // A chunk whose owner was damaged to 0 looks free, but its entry's
+                // checksum still proves whose it is and where (frees clear it): give it
+                // back rather than cut the file.
+                for c in 0..seg.nchunks() {
+                    let e = seg.chunk(c);
+                    let l = e.logical.load(Relaxed);
+                    if e.owner.load(Acquire) == 0
+                        && e.meta.load(Acquire) == crate::integrity::chunk_meta(c, fid + 1, l)
+                        && !seen.contains(&l)
+                    {
+                        let _a = self.alloc_lock();
+                        if e.owner.load(Acquire) != 0 {
+                            continue;
+                        }
+                        e.owner.store(fid + 1, Release);
+                        seen.insert(l);
+                        count += 1;
+                        reclaimed = true;
+                        ino.cgen.fetch_add(1, Release);
+                        rep.problems.push(Problem {
+                            kind: "lost-chunk",
+                            detail: format!("{path}: chunk {c} (logical {l}) was marked free; its checksum proves it is this file's: given back"),
+                            repaired: true,
+                        });
+                    }
+                }
+            }
             if ino.nchunks.load(Relaxed) != count {
                 add(
                     &mut rep,
@@ -249,28 +346,40 @@ impl Store {
                 );
                 if repair {
                     ino.nchunks.store(count, Relaxed);
+                    crate::integrity::seal_data(seg, fid);
+                    ino.cgen.fetch_add(1, Release);
+                    if !writing {
+                        self.cut_at_first_hole(fid, &mut rep, &path);
+                    }
                 }
             }
         }
 
-        // 3. Chunks owned by nothing valid, and the free stacks.
-        let _a = self.alloc_lock();
+        // 3. Chunks owned by nothing valid (quarantined: their bytes may be someone's),
+        //    and the free stacks.
         let mut stacks_bad = false;
         for c in 0..seg.nchunks() {
             let o = seg.chunk(c).owner.load(Acquire);
             if o != 0 && (o > l.max_files || seg.inode(o - 1).kind.load(Acquire) != kind::FILE) {
-                add(
-                    &mut rep,
-                    "leaked-chunk",
-                    format!("chunk {c} owned by inode {o}, which is not a file"),
-                    repair,
-                );
+                let mut detail = format!("chunk {c} owned by inode {o}, which is not a file");
                 if repair {
-                    seg.chunk(c).owner.store(0, Release);
+                    match self.quarantine_chunk(&ns, c) {
+                        Some(to) => {
+                            detail.push_str(&format!("; its bytes moved to {to}"));
+                            rep.quarantined.push(detail.clone());
+                        }
+                        None => {
+                            detail.push_str("; could not quarantine, freed");
+                            seg.chunk(c).owner.store(0, Release);
+                        }
+                    }
                 }
+                add(&mut rep, "leaked-chunk", detail, repair);
                 stacks_bad = true;
             }
         }
+        let _a = self.alloc_lock();
+        stacks_bad |= reclaimed;
         let sb = seg.sb();
         let mut free_seen = HashSet::new();
         let mut check_stack = |top: u32, get: &dyn Fn(u32) -> u32, rep: &mut FsckReport| {
@@ -320,7 +429,73 @@ impl Store {
         if repair && rep.is_clean() {
             sb.state.store(sbstate::CLEAN, Release);
         }
+        drop(_a);
+        drop(ns);
+        if repair && !rep.quarantined.is_empty() {
+            self.append_lost_found_report(&rep.quarantined);
+        }
         rep
+    }
+
+    /// Append what was quarantined to `/lost+found/REPORT` (best effort).
+    fn append_lost_found_report(&self, lines: &[String]) {
+        let path = format!("/{}/REPORT", crate::integrity::LOST_FOUND);
+        let flags = crate::store::OpenFlags {
+            write: true,
+            create: true,
+            append: true,
+            ..Default::default()
+        };
+        let mut text = format!("fsck --repair at {} ns:\n", crate::segment::now());
+        for l in lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        let r = self.open(&path, flags, 0o600).and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            f.close()
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "could not write {path}");
+        }
+    }
+
+    /// After chunks of `fid` were lost to damage: a hole where data was would read as
+    /// zeros, which the file never held. Keep the prefix up to the first missing chunk
+    /// (below the last chunk that exists), drop what lies past it, and mark the file
+    /// incomplete: the readable part is then exactly bytes that were written. File lock
+    /// held.
+    fn cut_at_first_hole(&self, fid: u32, rep: &mut FsckReport, path: &str) {
+        let seg = &*self.seg;
+        let ino = seg.inode(fid);
+        let shift = seg.layout.chunk_shift;
+        let mut have: Vec<u32> = (0..seg.nchunks())
+            .filter(|&c| seg.chunk(c).owner.load(Acquire) == fid + 1)
+            .map(|c| seg.chunk(c).logical.load(Relaxed))
+            .collect();
+        have.sort_unstable();
+        let Some(&last) = have.last() else {
+            if ino.size.load(Acquire) > 0 {
+                ino.size.store(0, Release);
+                crate::integrity::seal_data(seg, fid);
+                ino.wstate.store(wstate::INCOMPLETE, Release);
+            }
+            return;
+        };
+        let hole = (0..=last).find(|l| have.binary_search(l).is_err());
+        let Some(hole) = hole else { return };
+        let size = ino.size.load(Acquire).min((hole as u64) << shift);
+        ino.size.store(size, Release);
+        crate::integrity::seal_data(seg, fid);
+        self.free_chunks_from(fid, hole);
+        ino.wstate.store(wstate::INCOMPLETE, Release);
+        rep.problems.push(Problem {
+            kind: "lost-chunk",
+            detail: format!(
+                "{path}: chunk {hole} is missing; kept the first {size} bytes, marked incomplete"
+            ),
+            repaired: true,
+        });
     }
 
     /// Give chunk `c` back to the free stacks. Caller holds the file lock of its owner.
@@ -328,10 +503,12 @@ impl Store {
         let _a = self.alloc_lock();
         let seg = &*self.seg;
         let o = seg.chunk(c).owner.swap(0, Release);
+        seg.chunk(c).meta.store(0, Relaxed);
         if o != 0 {
             let ino = seg.inode(o - 1);
             let n = ino.nchunks.load(Relaxed);
             ino.nchunks.store(n.saturating_sub(1), Relaxed);
+            crate::integrity::seal_data(seg, o - 1);
         }
         self.rebuild_free_stacks();
     }

@@ -6,7 +6,7 @@
 //!
 //! | record | fields covered | lock | checked by |
 //! |---|---|---|---|
-//! | inode namespace record (`ns_crc`) | file id, kind, parent, mode, uid, gid, name | namespace | open, stat, lookup, fsck |
+//! | inode namespace record (`ns_crc`) | file id, kind, ORPHAN flag, parent, mode, uid, gid, name | namespace | open, stat, lookup, fsck |
 //! | inode data record (`data_crc`) | file id, size, chunk count | file | open, stat, every read and write, fsck |
 //! | chunk entry (`meta`) | chunk id, owner, logical index | allocation (stored before `owner`) | every chunk-map rebuild, fsck |
 //!
@@ -35,6 +35,9 @@ pub(crate) fn ns_crc_with_kind(seg: &Segment, fid: u32, k: u32) -> u32 {
     let ino = seg.inode(fid);
     let len = ino.name_len.load(Relaxed);
     let mut b = [0u8; 28 + 256];
+    // The ORPHAN flag is part of the record (set under the namespace lock): a stray
+    // ORPHAN bit must not get a named file freed.
+    let k = k | (ino.flags.load(Relaxed) & iflag::ORPHAN) << 16;
     for (i, v) in [
         fid,
         k,
@@ -191,5 +194,115 @@ impl Store {
                 seal_ns(seg, fid);
             }
         }
+    }
+}
+
+/// Name of the quarantine directory under the root.
+pub const LOST_FOUND: &str = "lost+found";
+
+impl Store {
+    /// The `/lost+found` directory, created (mode 0700) if missing. Namespace lock held.
+    pub(crate) fn lost_found(&self, ns: &crate::store::Ns) -> Option<u32> {
+        if let Some(f) = self.lookup_child(ns, ROOT, LOST_FOUND.as_bytes()) {
+            if self.seg.inode(f).kind.load(Acquire) == kind::DIR {
+                return Some(f);
+            }
+        }
+        self.alloc_inode(ns, kind::DIR, ROOT, LOST_FOUND.as_bytes(), 0o700, false)
+            .ok()
+    }
+
+    /// Move inode `fid` (its namespace record cannot be trusted, or its name collides
+    /// with an undamaged file's) into `/lost+found` as `ino<N>`, keeping its data, and
+    /// mark a file `incomplete` so that it is never drained or restored as complete.
+    /// Returns its new path. Namespace lock held; `fid`'s file lock not held.
+    pub(crate) fn quarantine_inode(&self, ns: &crate::store::Ns, fid: u32) -> Option<String> {
+        let seg = &*self.seg;
+        let lf = self.lost_found(ns)?;
+        if lf == fid {
+            return None;
+        }
+        let ino = seg.inode(fid);
+        let name = format!("ino{}", fid as u64 + 1);
+        // Out of whatever list and hash slot it is in; rebuilt from the records later.
+        ino.parent.store(lf, Relaxed);
+        // SAFETY: namespace lock held.
+        unsafe { seg.set_name(fid, name.as_bytes()) };
+        ino.flags.fetch_and(!iflag::ORPHAN, Release);
+        if ino.kind.load(Acquire) != kind::DIR {
+            ino.kind.store(kind::FILE, Release);
+        }
+        ino.mode.store(ino.mode.load(Relaxed) & 0o777, Relaxed);
+        seal_ns(seg, fid);
+        self.hash_insert(ns, fid);
+        self.link_child(ns, lf, fid);
+        {
+            let _g = self.file_lock(fid);
+            let n = (0..seg.nchunks())
+                .filter(|&c| seg.chunk(c).owner.load(Acquire) == fid + 1)
+                .count() as u32;
+            ino.nchunks.store(n, Relaxed);
+            seal_data(seg, fid);
+            ino.cgen.fetch_add(1, Release);
+            if ino.kind.load(Relaxed) == kind::FILE {
+                ino.wstate.store(wstate::INCOMPLETE, Release);
+            }
+        }
+        Some(format!("/{LOST_FOUND}/{name}"))
+    }
+
+    /// Does the root directory's data record verify? Namespace lock held.
+    pub(crate) fn root_data_ok(&self) -> bool {
+        let _g = self.file_lock(ROOT);
+        data_ok(&self.seg, ROOT)
+    }
+
+    /// Restore the root directory's fixed fields (kind, no parent, no name, no data) and
+    /// reseal it; its children are found again by the namespace rebuild. Namespace lock
+    /// held.
+    pub(crate) fn reset_root(&self, _ns: &crate::store::Ns) {
+        let seg = &*self.seg;
+        let root = seg.inode(ROOT);
+        root.kind.store(kind::DIR, Release);
+        root.parent.store(NONE, Relaxed);
+        root.name_len.store(0, Relaxed);
+        root.mode.store(root.mode.load(Relaxed) & 0o7777, Relaxed);
+        seal_ns(seg, ROOT);
+        let _g = self.file_lock(ROOT);
+        root.size.store(0, Relaxed);
+        root.nchunks.store(0, Relaxed);
+        seal_data(seg, ROOT);
+    }
+
+    /// Give chunk `c`, whose entry cannot be attributed to a file (its checksum does not
+    /// match owner and index), to a new file `/lost+found/chunk<C>` of its written length,
+    /// marked `incomplete`. Namespace and allocation locks not held by the caller except
+    /// the namespace lock. Returns the new path.
+    pub(crate) fn quarantine_chunk(&self, ns: &crate::store::Ns, c: u32) -> Option<String> {
+        let seg = &*self.seg;
+        let lf = self.lost_found(ns)?;
+        let name = format!("chunk{c}");
+        if self.lookup_child(ns, lf, name.as_bytes()).is_some() {
+            return None;
+        }
+        let fid = self
+            .alloc_inode(ns, kind::FILE, lf, name.as_bytes(), 0o600, false)
+            .ok()?;
+        let ino = seg.inode(fid);
+        let _g = self.file_lock(fid);
+        let e = seg.chunk(c);
+        let hwm = (crate::layout::unpack_sum(e.sum.load(Acquire)).0 as u64).min(seg.layout.chunk_size());
+        {
+            let _a = self.alloc_lock();
+            e.logical.store(0, Relaxed);
+            e.meta.store(chunk_meta(c, fid + 1, 0), Relaxed);
+            e.owner.store(fid + 1, Release);
+        }
+        ino.nchunks.store(1, Relaxed);
+        ino.size.store(hwm, Release);
+        seal_data(seg, fid);
+        ino.cgen.fetch_add(1, Release);
+        ino.wstate.store(wstate::INCOMPLETE, Release);
+        Some(format!("/{LOST_FOUND}/{name}"))
     }
 }

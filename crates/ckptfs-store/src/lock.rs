@@ -5,8 +5,48 @@
 //! consistent *first* (so that dying again during the repair re-triggers `EOWNERDEAD`
 //! instead of leaving an unrecoverable lock) and tell the caller to repair the structure
 //! the lock protects. Nobody ever waits on a dead holder.
+//!
+//! The kernel only hands over a lock whose holder died *as a registered robust owner*.
+//! A lock word damaged into "held by thread T" where T does not exist (a stray write, a
+//! bad DIMM) would block every locker forever, fsck included. So a locker waits in
+//! slices of [`SLICE`]; after each it reads the owner thread id from the lock word and,
+//! if that thread does not exist (or is a thread of a process that does not even map the
+//! segment, so cannot hold a lock inside it), does what the kernel does for a dead robust owner:
+//! it replaces the word (by compare-and-swap, so only one waiter does it) with
+//! `FUTEX_OWNER_DIED`, and the next lock attempt returns `EOWNERDEAD`, whose repair runs
+//! as usual. A live holder is waited for, with a warning naming it every minute.
+//! Assumption: every process using a store is in the same PID namespace (as for leases).
 
 use std::cell::UnsafeCell;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Does thread `tid`'s process map the segment file with inode number `segment`? (By
+/// inode, not path: the creator maps the segment under its temporary name.) Unknown (no
+/// inode, unreadable maps) counts as yes: only a positive "it does not" lets a waiter
+/// break a lock.
+fn maps_segment(tid: u32, segment: Option<u64>) -> bool {
+    let Some(ino) = segment.filter(|&i| i != 0) else {
+        return true;
+    };
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{tid}/maps")) else {
+        return true;
+    };
+    // addr perms offset dev inode [path]
+    maps.lines().any(|l| {
+        l.split_ascii_whitespace()
+            .nth(4)
+            .and_then(|f| f.parse::<u64>().ok())
+            == Some(ino)
+    })
+}
+
+/// How long one wait for a lock lasts before its holder is checked.
+pub const SLICE: Duration = Duration::from_millis(500);
+const FUTEX_WAITERS: u32 = 0x8000_0000;
+const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
 
 /// A `pthread_mutex_t` configured robust and process-shared, padded to 64 bytes.
 #[repr(C, align(64))]
@@ -57,13 +97,81 @@ impl RobustMutex {
         }
     }
 
+    /// The futex word (first field of glibc's `pthread_mutex_t`): owner tid and flags.
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: glibc's pthread_mutex_t starts with the 32-bit futex word `__lock`,
+        // which the kernel and glibc access atomically; the memory lives as long as self.
+        unsafe { &*(self.raw.get() as *const AtomicU32) }
+    }
+
+    /// After a timed-out wait: if the lock word names an owner thread that does not
+    /// exist, or whose process does not map `segment`, mark the owner dead as the kernel
+    /// would. Returns the live owner otherwise.
+    fn recover_if_owner_gone(&self, what: &str, segment: Option<u64>) -> Option<u32> {
+        let w = self.word();
+        let v = w.load(Ordering::Acquire);
+        let tid = v & FUTEX_TID_MASK;
+        if v == 0 || v & FUTEX_OWNER_DIED != 0 && tid == 0 {
+            return None; // free or already marked: the next attempt takes it
+        }
+        if tid != 0 && Path::new(&format!("/proc/{tid}")).exists() && maps_segment(tid, segment) {
+            return Some(tid);
+        }
+        let new = (v & FUTEX_WAITERS) | FUTEX_OWNER_DIED;
+        if w.compare_exchange(v, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            tracing::warn!(
+                lock = what,
+                word = format!("{v:#010x}"),
+                "lock held by thread {tid}, which does not exist (damaged or stale lock word): recovering it"
+            );
+            // SAFETY: FUTEX_WAKE on a valid, aligned futex word in shared memory.
+            unsafe {
+                libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0, 0, 0);
+            }
+        }
+        None
+    }
+
     /// Lock, reporting whether the previous holder died.
     pub fn lock(&self) -> (Guard<'_>, Acquired) {
+        self.lock_named("store", None)
+    }
+
+    /// [`RobustMutex::lock`] with a name for messages and the path of the segment the
+    /// mutex lives in (a holder must map it).
+    pub fn lock_named(&self, what: &str, segment: Option<u64>) -> (Guard<'_>, Acquired) {
+        let started = Instant::now();
+        let mut warned = Duration::ZERO;
         loop {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime writes into our local timespec.
+            unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+            let ns = ts.tv_nsec + SLICE.as_nanos() as libc::c_long;
+            ts.tv_sec += (ns / 1_000_000_000) as libc::time_t;
+            ts.tv_nsec = (ns % 1_000_000_000) as _;
             // SAFETY: the mutex was initialised by `init_in_place` when the segment was
             // created; the pointer is valid for the life of the mapping.
-            let rc = unsafe { libc::pthread_mutex_lock(self.raw.get()) };
+            let rc = unsafe { libc::pthread_mutex_timedlock(self.raw.get(), &ts) };
             match rc {
+                libc::ETIMEDOUT => {
+                    if let Some(tid) = self.recover_if_owner_gone(what, segment) {
+                        let waited = started.elapsed();
+                        if waited >= warned + Duration::from_secs(60) {
+                            warned = waited;
+                            tracing::warn!(
+                                lock = what,
+                                "waited {} s for the {what} lock, held by live thread {tid}",
+                                waited.as_secs()
+                            );
+                        }
+                    }
+                    continue;
+                }
                 0 => return (self.guard(), Acquired::Clean),
                 libc::EOWNERDEAD => {
                     // SAFETY: we hold the mutex (EOWNERDEAD returns with it locked).
@@ -81,7 +189,19 @@ impl RobustMutex {
                     return (g, Acquired::OwnerDied);
                 }
                 libc::EINTR | libc::EAGAIN => continue,
-                other => panic!("pthread_mutex_lock failed with errno {other}"),
+                other => {
+                    // EINVAL and the like: the mutex's own fields are damaged. Nobody can
+                    // hold a lock that cannot be taken: re-create it; the caller repairs.
+                    tracing::warn!(
+                        lock = what,
+                        errno = other,
+                        "shared mutex is damaged; reinitialising it"
+                    );
+                    // SAFETY: as for ENOTRECOVERABLE above.
+                    unsafe { Self::init_in_place(self as *const Self as *mut Self) };
+                    let (g, _) = self.lock_named(what, segment);
+                    return (g, Acquired::OwnerDied);
+                }
             }
         }
     }

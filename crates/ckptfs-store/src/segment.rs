@@ -22,6 +22,8 @@ pub struct Segment {
     pub path: PathBuf,
     /// Store name.
     pub name: String,
+    /// Inode number of the segment file (a lock holder's process maps this inode).
+    pub ino: u64,
     /// Copy of the validated layout.
     pub layout: Layout,
     spill: Option<File>,
@@ -206,6 +208,10 @@ impl Segment {
             spill,
             populated: Vec::new(),
             populated_gen: AtomicU64::new(FORK_GEN.load(Ordering::Relaxed)),
+            ino: {
+                use std::os::unix::fs::MetadataExt;
+                file.metadata().map(|m| m.ino()).unwrap_or(0)
+            },
         };
         register_fork_handler();
         seg.populated = (0..(params.mem_chunks as usize).div_ceil(64))
@@ -258,10 +264,11 @@ impl Segment {
             path: path.display().to_string(),
             reason,
         };
-        let size = file
+        let meta = file
             .metadata()
-            .map_err(|e| StoreError::io(format!("stat {}", path.display()), e))?
-            .len();
+            .map_err(|e| StoreError::io(format!("stat {}", path.display()), e))?;
+        let size = meta.len();
+        let ino = std::os::unix::fs::MetadataExt::ino(&meta);
         // Read and check the superblock with plain reads before mapping anything.
         let mut head = vec![0u8; SUPERBLOCK_SIZE as usize];
         if size < SUPERBLOCK_SIZE || file.read_exact_at(&mut head, 0).is_err() {
@@ -307,6 +314,7 @@ impl Segment {
         let len = layout.total_size as usize;
         let base = map(&file, len, path)?;
         Ok(Segment {
+            ino,
             base,
             len,
             path: path.to_path_buf(),

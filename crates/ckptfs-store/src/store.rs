@@ -6,7 +6,7 @@ use crate::file::FileHandle;
 use crate::integrity::{fid_ok, seal_data, seal_ns};
 use crate::layout::*;
 use crate::lock::{Acquired, Guard};
-use crate::process::{self, ProcId};
+use crate::process;
 use crate::segment::{now, CreateParams, Segment};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -360,7 +360,7 @@ pub(crate) fn components(path: &str) -> Result<Vec<&str>> {
         .map_err(|c| StoreError::NameTooLong(c.to_string()))
 }
 
-fn name_hash(parent: u32, name: &[u8]) -> u32 {
+pub(crate) fn name_hash(parent: u32, name: &[u8]) -> u32 {
     // FNV-1a: names are short and this runs under the namespace lock.
     let mut h: u32 = 0x811c_9dc5;
     for b in parent.to_le_bytes().iter().chain(name) {
@@ -559,7 +559,7 @@ impl Store {
     }
 
     pub(crate) fn ns(&self) -> Ns<'_> {
-        let (g, how) = self.seg.sb().ns_lock.lock();
+        let (g, how) = self.seg.sb().ns_lock.lock_named("namespace", Some(self.seg.ino));
         let ns = Ns { _g: g };
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, "a process died holding the namespace lock; rebuilding");
@@ -571,7 +571,11 @@ impl Store {
     }
 
     pub(crate) fn alloc_lock(&self) -> Guard<'_> {
-        let (g, how) = self.seg.sb().alloc_lock.lock();
+        let (g, how) = self
+            .seg
+            .sb()
+            .alloc_lock
+            .lock_named("allocation", Some(self.seg.ino));
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, "a process died holding the allocation lock; rebuilding free stacks");
             self.seg.sb().recoveries.fetch_add(1, Relaxed);
@@ -583,7 +587,7 @@ impl Store {
 
     pub(crate) fn file_lock(&self, fid: u32) -> Guard<'_> {
         let ino = self.seg.inode(fid);
-        let (g, how) = ino.lock.lock();
+        let (g, how) = ino.lock.lock_named("file", Some(self.seg.ino));
         if how == Acquired::OwnerDied {
             tracing::warn!(store = %self.seg.name, fid, "a process died holding a file lock");
             self.seg.sb().recoveries.fetch_add(1, Relaxed);
@@ -662,6 +666,8 @@ impl Store {
             let e = seg.chunk(c);
             if e.owner.load(Relaxed) == fid + 1 && e.logical.load(Relaxed) >= from {
                 e.owner.store(0, Release);
+                // A free chunk keeps no proof of ownership (see fsck's reclaim).
+                e.meta.store(0, Relaxed);
                 crate::fault::crash_point("free-after-owner");
                 self.push_free(c);
                 n += 1;
@@ -717,553 +723,6 @@ impl Store {
         }
         sb.mem_top.store(m, Release);
         sb.spill_top.store(s, Release);
-    }
-
-    // ---------------------------------------------------------------- namespace
-
-    pub(crate) fn lookup_child(&self, _ns: &Ns, parent: u32, name: &[u8]) -> Option<u32> {
-        let seg = &*self.seg;
-        let mask = seg.layout.hash_cap - 1;
-        let mut i = name_hash(parent, name) & mask;
-        // Bounded: a damaged table with no empty slot must not loop forever.
-        for _ in 0..seg.layout.hash_cap {
-            let v = seg.hash_slot(i).load(Relaxed);
-            if v == 0 {
-                return None;
-            }
-            let fid = v - 1;
-            // A damaged slot naming no valid file is skipped (fsck rebuilds the table).
-            // SAFETY: namespace lock held (the `Ns` proof).
-            if fid_ok(seg, fid)
-                && seg.inode(fid).kind.load(Relaxed) != kind::FREE
-                && seg.inode(fid).parent.load(Relaxed) == parent
-                && unsafe { seg.name_of(fid) } == name
-            {
-                return Some(fid);
-            }
-            i = (i + 1) & mask;
-        }
-        None
-    }
-
-    fn hash_insert(&self, _ns: &Ns, fid: u32) {
-        let seg = &*self.seg;
-        let mask = seg.layout.hash_cap - 1;
-        // SAFETY: namespace lock held.
-        let mut i = name_hash(seg.inode(fid).parent.load(Relaxed), unsafe { seg.name_of(fid) }) & mask;
-        for _ in 0..seg.layout.hash_cap {
-            if seg.hash_slot(i).load(Relaxed) == 0 {
-                seg.hash_slot(i).store(fid + 1, Relaxed);
-                return;
-            }
-            i = (i + 1) & mask;
-        }
-        // Full of damaged entries (it holds at most half live ones): rebuilt by fsck.
-        tracing::warn!(store = %seg.name, "name hash table has no free slot (damaged)");
-    }
-
-    fn hash_remove(&self, _ns: &Ns, fid: u32) {
-        let seg = &*self.seg;
-        let mask = seg.layout.hash_cap - 1;
-        let home = |f: u32| {
-            if !fid_ok(seg, f) {
-                return None;
-            }
-            // SAFETY: namespace lock held.
-            Some(name_hash(seg.inode(f).parent.load(Relaxed), unsafe { seg.name_of(f) }) & mask)
-        };
-        let Some(mut i) = home(fid) else { return };
-        let mut probes = 0;
-        loop {
-            let v = seg.hash_slot(i).load(Relaxed);
-            if v == 0 || probes > seg.layout.hash_cap {
-                return; // not present
-            }
-            if v == fid + 1 {
-                break;
-            }
-            i = (i + 1) & mask;
-            probes += 1;
-        }
-        // Backward-shift deletion keeps probe chains intact without tombstones.
-        let mut j = i;
-        for _ in 0..seg.layout.hash_cap {
-            j = (j + 1) & mask;
-            let v = seg.hash_slot(j).load(Relaxed);
-            if v == 0 {
-                break;
-            }
-            let Some(k) = home(v - 1) else {
-                continue; // a damaged slot: left for fsck's rebuild
-            };
-            let between = if i <= j { i < k && k <= j } else { i < k || k <= j };
-            if between {
-                continue;
-            }
-            seg.hash_slot(i).store(v, Relaxed);
-            i = j;
-        }
-        seg.hash_slot(i).store(0, Relaxed);
-    }
-
-    fn link_child(&self, _ns: &Ns, parent: u32, fid: u32) {
-        let seg = &*self.seg;
-        let p = seg.inode(parent);
-        let me = seg.inode(fid);
-        let mut head = p.first_child.load(Relaxed);
-        if !fid_ok(seg, head) {
-            head = NONE; // damaged link: the namespace rebuild restores the list
-        }
-        me.prev_sib.store(NONE, Relaxed);
-        me.next_sib.store(head, Relaxed);
-        if head != NONE {
-            seg.inode(head).prev_sib.store(fid, Relaxed);
-        }
-        p.first_child.store(fid, Relaxed);
-    }
-
-    fn unlink_child(&self, _ns: &Ns, fid: u32) {
-        let seg = &*self.seg;
-        let me = seg.inode(fid);
-        let (prev, next) = (me.prev_sib.load(Relaxed), me.next_sib.load(Relaxed));
-        if fid_ok(seg, next) {
-            seg.inode(next).prev_sib.store(prev, Relaxed);
-        }
-        if fid_ok(seg, prev) {
-            seg.inode(prev).next_sib.store(next, Relaxed);
-        } else {
-            let parent = me.parent.load(Relaxed);
-            if fid_ok(seg, parent) {
-                seg.inode(parent).first_child.store(next, Relaxed);
-            }
-        }
-        me.prev_sib.store(NONE, Relaxed);
-        me.next_sib.store(NONE, Relaxed);
-    }
-
-    /// Take an inode from the free stack and give it a name in `parent`.
-    /// A file created for writing starts out `writing`, so that a creator killed before it
-    /// registered its lease leaves an `incomplete` file, not a complete empty one.
-    fn alloc_inode(
-        &self,
-        ns: &Ns,
-        k: u32,
-        parent: u32,
-        name: &[u8],
-        mode: u32,
-        writing: bool,
-    ) -> Result<u32> {
-        let seg = &*self.seg;
-        let sb = seg.sb();
-        let top = sb.fid_top.load(Relaxed);
-        if top == 0 {
-            return Err(StoreError::TooManyFiles(seg.layout.max_files));
-        }
-        let fid = if top <= seg.layout.max_files {
-            seg.fid_stack(top - 1).load(Relaxed)
-        } else {
-            NONE
-        };
-        if fid == ROOT || !fid_ok(seg, fid) || seg.inode(fid).kind.load(Acquire) != kind::FREE {
-            // A damaged top or entry: the stack is derived from the inodes, rebuild it.
-            tracing::warn!(store = %seg.name, top, fid, "free file id stack damaged; rebuilding the namespace");
-            self.mark_dirty();
-            self.rebuild_namespace(ns);
-            if sb.fid_top.load(Relaxed) == 0 {
-                return Err(StoreError::TooManyFiles(seg.layout.max_files));
-            }
-            return self.alloc_inode(ns, k, parent, name, mode, writing);
-        }
-        let ino = seg.inode(fid);
-        let t = now();
-        let (uid, gid) = crate::integrity::caller_ids();
-        ino.uid.store(uid, Relaxed);
-        ino.gid.store(gid, Relaxed);
-        ino.atime_ns.store(t, Relaxed);
-        ino.mode.store(mode & 0o7777, Relaxed);
-        ino.parent.store(parent, Relaxed);
-        // SAFETY: namespace lock held.
-        unsafe { seg.set_name(fid, name) };
-        ino.first_child.store(NONE, Relaxed);
-        ino.flags.store(0, Relaxed);
-        ino.wstate.store(
-            if writing {
-                wstate::WRITING
-            } else {
-                wstate::COMPLETE
-            },
-            Relaxed,
-        );
-        ino.nchunks.store(0, Relaxed);
-        ino.size.store(0, Relaxed);
-        ino.mtime_ns.store(t, Relaxed);
-        ino.ctime_ns.store(t, Relaxed);
-        ino.last_writer_pid.store(0, Relaxed);
-        for l in &ino.leases {
-            l.pid.store(0, Relaxed);
-            l.writers.store(0, Relaxed);
-            l.readers.store(0, Relaxed);
-        }
-        ino.igen.fetch_add(1, Relaxed);
-        ino.cgen.fetch_add(1, Relaxed);
-        ino.ns_crc
-            .store(crate::integrity::ns_crc_with_kind(seg, fid, k), Relaxed);
-        seal_data(seg, fid);
-        // Commit point; a crash before the pop leaves it on the stack too, which the
-        // namespace rebuild corrects.
-        ino.kind.store(k, Release);
-        crate::fault::crash_point("inode-after-kind");
-        sb.fid_top.store(top - 1, Release);
-        self.hash_insert(ns, fid);
-        self.link_child(ns, parent, fid);
-        seg.inode(parent).mtime_ns.store(t, Relaxed);
-        Ok(fid)
-    }
-
-    /// Free an inode nobody holds open: its chunks, then the slot.
-    fn free_inode(&self, _ns: &Ns, fid: u32) {
-        let seg = &*self.seg;
-        self.free_chunks_from(fid, 0);
-        let ino = seg.inode(fid);
-        ino.size.store(0, Relaxed);
-        ino.parent.store(NONE, Relaxed);
-        ino.kind.store(kind::FREE, Release);
-        let sb = seg.sb();
-        let t = sb.fid_top.load(Relaxed);
-        seg.fid_stack(t).store(fid, Relaxed);
-        sb.fid_top.store(t + 1, Release);
-    }
-
-    /// Remove an inode's name; free it unless some live process still has it open.
-    fn detach_and_release(&self, ns: &Ns, fid: u32) {
-        let seg = &*self.seg;
-        let ino = seg.inode(fid);
-        let t = now();
-        let parent = ino.parent.load(Relaxed);
-        if parent != NONE {
-            seg.inode(parent).mtime_ns.store(t, Relaxed);
-        }
-        self.hash_remove(ns, fid);
-        self.unlink_child(ns, fid);
-        ino.flags.fetch_or(iflag::ORPHAN, Release);
-        ino.parent.store(NONE, Relaxed);
-        seal_ns(seg, fid);
-        self.release_if_unused(ns, fid);
-    }
-
-    /// Free an orphan once no live process holds it.
-    pub(crate) fn release_if_unused(&self, ns: &Ns, fid: u32) {
-        let ino = self.seg.inode(fid);
-        let _g = self.file_lock(fid);
-        self.reap_leases(fid);
-        // kind check: a close and an unlink may both try to free the same orphan.
-        if ino.kind.load(Acquire) != kind::FREE
-            && ino.flags.load(Relaxed) & iflag::ORPHAN != 0
-            && ino.leases.iter().all(|l| l.pid.load(Relaxed) == 0)
-        {
-            self.free_inode(ns, fid);
-        }
-    }
-
-    /// Rebuild the name hash, child lists and file id stack from the inode records;
-    /// replay an interrupted rename; free orphans nobody holds. Caller holds the ns lock.
-    pub(crate) fn rebuild_namespace(&self, ns: &Ns) {
-        let seg = &*self.seg;
-        let sb = seg.sb();
-        let ri = &sb.rename;
-        if ri.active.load(Acquire) == 1 {
-            let src = ri.src.load(Relaxed);
-            let dst_parent = ri.dst_parent.load(Relaxed);
-            let victim = ri.victim.load(Relaxed);
-            let n = (ri.name_len.load(Relaxed) as usize).min(NAME_MAX);
-            // SAFETY: namespace lock held.
-            let name = unsafe { seg.intent_name()[..n].to_vec() };
-            if fid_ok(seg, victim) && victim != src && seg.inode(victim).kind.load(Relaxed) != kind::FREE {
-                seg.inode(victim).flags.fetch_or(iflag::ORPHAN, Relaxed);
-                seg.inode(victim).parent.store(NONE, Relaxed);
-            }
-            if fid_ok(seg, src) && fid_ok(seg, dst_parent) {
-                seg.inode(src).parent.store(dst_parent, Relaxed);
-                // SAFETY: namespace lock held.
-                unsafe { seg.set_name(src, &name) };
-            } else {
-                tracing::warn!(store = %seg.name, src, dst_parent, "rename intent names no valid inode (damaged); dropped");
-            }
-            ri.active.store(0, Release);
-        }
-        for i in 0..seg.layout.hash_cap {
-            seg.hash_slot(i).store(0, Relaxed);
-        }
-        let max = seg.layout.max_files;
-        for fid in 0..max {
-            let ino = seg.inode(fid);
-            ino.first_child.store(NONE, Relaxed);
-            ino.next_sib.store(NONE, Relaxed);
-            ino.prev_sib.store(NONE, Relaxed);
-        }
-        let mut top = 0;
-        for fid in (1..max).rev() {
-            if seg.inode(fid).kind.load(Acquire) == kind::FREE {
-                seg.fid_stack(top).store(fid, Relaxed);
-                top += 1;
-            }
-        }
-        sb.fid_top.store(top, Release);
-        let mut orphans = Vec::new();
-        for fid in 1..max {
-            let ino = seg.inode(fid);
-            if ino.kind.load(Acquire) == kind::FREE {
-                continue;
-            }
-            let parent = ino.parent.load(Relaxed);
-            let broken = parent == NONE
-                || parent >= max
-                || seg.inode(parent).kind.load(Relaxed) != kind::DIR
-                // SAFETY: namespace lock held.
-                || self.lookup_child(ns, parent, unsafe { seg.name_of(fid) }).is_some();
-            if broken || ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
-                ino.flags.fetch_or(iflag::ORPHAN, Relaxed);
-                ino.parent.store(NONE, Relaxed);
-                orphans.push(fid);
-                continue;
-            }
-            self.hash_insert(ns, fid);
-            self.link_child(ns, parent, fid);
-        }
-        // Any record may have been half-changed by the dead holder (or just orphaned).
-        self.reseal_all_ns();
-        for fid in orphans {
-            self.release_if_unused(ns, fid);
-        }
-    }
-
-    /// Resolve `path` to a file id. Holds the ns lock via `ns`.
-    pub(crate) fn resolve(&self, ns: &Ns, comps: &[&str], path: &str) -> Result<u32> {
-        let seg = &*self.seg;
-        let mut cur = ROOT;
-        for c in comps {
-            if seg.inode(cur).kind.load(Relaxed) != kind::DIR {
-                return Err(StoreError::NotDir(path.into()));
-            }
-            cur = self
-                .lookup_child(ns, cur, c.as_bytes())
-                .ok_or_else(|| StoreError::NotFound(path.into()))?;
-        }
-        Ok(cur)
-    }
-
-    /// Resolve all but the last component; returns (parent id, last name).
-    pub(crate) fn resolve_parent<'p>(
-        &self,
-        ns: &Ns,
-        comps: &[&'p str],
-        path: &str,
-    ) -> Result<(u32, &'p str)> {
-        let (last, dirs) = comps
-            .split_last()
-            .ok_or_else(|| StoreError::Busy(format!("{path}: the root directory")))?;
-        let parent = self.resolve(ns, dirs, path)?;
-        if self.seg.inode(parent).kind.load(Relaxed) != kind::DIR {
-            return Err(StoreError::NotDir(path.into()));
-        }
-        Ok((parent, last))
-    }
-
-    /// Resolve an existing entry other than the root; returns (parent id, its id).
-    pub(crate) fn resolve_entry(&self, ns: &Ns, comps: &[&str], path: &str) -> Result<(u32, u32)> {
-        let (parent, name) = self.resolve_parent(ns, comps, path)?;
-        let fid = self
-            .lookup_child(ns, parent, name.as_bytes())
-            .ok_or_else(|| StoreError::NotFound(path.into()))?;
-        Ok((parent, fid))
-    }
-
-    // ---------------------------------------------------------------- leases
-
-    /// Drop leases of processes that no longer run. Returns true if a dead writer that
-    /// had changed the file was found. Caller holds the file lock.
-    ///
-    /// A dead holder that opened the file for writing but never changed it (a forked
-    /// child that inherited the descriptor, say) leaves the file as it was: the other
-    /// writers' normal last close still makes it complete. A dead holder that changed it
-    /// marks it [`iflag::DEAD_WRITER`] for the rest of the writing session, so the last
-    /// close leaves it incomplete whoever closes it and whenever the death is noticed.
-    pub(crate) fn reap_leases(&self, fid: u32) -> bool {
-        let ino = self.seg.inode(fid);
-        let mut dead_writer = false;
-        for l in &ino.leases {
-            let pid = l.pid.load(Relaxed);
-            if pid == 0 {
-                continue;
-            }
-            let p = ProcId {
-                pid,
-                start: l.start.load(Relaxed),
-            };
-            if !process::alive(p) {
-                if l.writers.load(Relaxed) > 0 && l.wrote.load(Relaxed) != 0 {
-                    dead_writer = true;
-                }
-                l.writers.store(0, Relaxed);
-                l.readers.store(0, Relaxed);
-                l.wrote.store(0, Relaxed);
-                l.pid.store(0, Release);
-                self.mark_dirty();
-            }
-        }
-        if dead_writer {
-            tracing::warn!(store = %self.seg.name, fid, "a writer died with the file open: marked incomplete");
-            ino.flags.fetch_or(iflag::DEAD_WRITER, Release);
-            self.trim_to_size(fid);
-            self.recompute_stale(fid);
-        }
-        let live_writer = self.has_writer(fid);
-        if !live_writer && (dead_writer || ino.wstate.load(Relaxed) == wstate::WRITING) {
-            ino.wstate.store(wstate::INCOMPLETE, Release);
-        }
-        dead_writer
-    }
-
-    /// Recompute every stale checksum of `fid` (after its writer died mid-overwrite): the
-    /// bytes up to each chunk's high-water mark are what the file now holds, and from
-    /// here on a reader verifies them like any others instead of getting them unchecked.
-    /// A chunk that cannot be read (spill I/O error) stays stale, which readers treat as
-    /// EIO once no live writer explains it. Caller holds the file lock.
-    pub(crate) fn recompute_stale(&self, fid: u32) {
-        let seg = &*self.seg;
-        if seg.inode(fid).nchunks.load(Relaxed) == 0 {
-            return;
-        }
-        for c in 0..seg.nchunks() {
-            let e = seg.chunk(c);
-            if e.owner.load(Acquire) != fid + 1 {
-                continue;
-            }
-            let (hwm, _, stale) = unpack_sum(e.sum.load(Acquire));
-            if stale && (hwm as u64) <= seg.layout.chunk_size() {
-                if let Ok(crc) = crate::file::chunk_crc(self, c, hwm as usize) {
-                    e.sum.store(pack_sum(hwm, crc, false), Release);
-                }
-            }
-        }
-    }
-
-    /// Record that `who` changed the file's data (see [`Lease::wrote`]). Caller holds the
-    /// file lock.
-    pub(crate) fn mark_wrote(&self, fid: u32, who: ProcId) {
-        if let Some(l) = self
-            .seg
-            .inode(fid)
-            .leases
-            .iter()
-            .find(|l| l.pid.load(Relaxed) == who.pid && l.start.load(Relaxed) == who.start)
-        {
-            l.wrote.store(1, Release);
-        }
-    }
-
-    /// Forget what a dead writer left past the file size (the write it did not finish):
-    /// chunks wholly past it, and bytes past it in the last chunk. Otherwise growing the
-    /// file later (ftruncate, pwrite past the end) would show them instead of zeros.
-    /// Caller holds the file lock.
-    fn trim_to_size(&self, fid: u32) {
-        let seg = &*self.seg;
-        let size = seg.inode(fid).size.load(Acquire);
-        let shift = seg.layout.chunk_shift;
-        self.free_chunks_from(fid, size.div_ceil(1 << shift) as u32);
-        let within = (size & ((1 << shift) - 1)) as u32;
-        let last = (size >> shift) as u32;
-        let found = (0..seg.nchunks()).find(|&c| {
-            let e = seg.chunk(c);
-            e.owner.load(Acquire) == fid + 1 && e.logical.load(Relaxed) == last
-        });
-        if let Some(c) = found.filter(|_| within > 0) {
-            let e = seg.chunk(c);
-            let hwm = unpack_sum(e.sum.load(Acquire)).0;
-            if hwm > within && hwm as u64 <= seg.layout.chunk_size() {
-                if let Ok(crc) = crate::file::chunk_crc(self, c, within as usize) {
-                    e.sum.store(pack_sum(within, crc, false), Release);
-                }
-            }
-        }
-    }
-
-    pub(crate) fn has_writer(&self, fid: u32) -> bool {
-        self.seg
-            .inode(fid)
-            .leases
-            .iter()
-            .any(|l| l.pid.load(Relaxed) != 0 && l.writers.load(Relaxed) > 0)
-    }
-
-    /// Register `who` as holding `fid` open. Caller holds the file lock.
-    pub(crate) fn add_lease(&self, fid: u32, who: ProcId, write: bool) -> Result<()> {
-        let ino = self.seg.inode(fid);
-        for attempt in 0..2 {
-            let slot = ino
-                .leases
-                .iter()
-                .find(|l| l.pid.load(Relaxed) == who.pid && l.start.load(Relaxed) == who.start)
-                .or_else(|| ino.leases.iter().find(|l| l.pid.load(Relaxed) == 0));
-            if let Some(l) = slot {
-                if l.pid.load(Relaxed) == 0 {
-                    l.writers.store(0, Relaxed);
-                    l.readers.store(0, Relaxed);
-                    l.wrote.store(0, Relaxed);
-                    l.start.store(who.start, Relaxed);
-                }
-                if write {
-                    l.writers.fetch_add(1, Relaxed);
-                } else {
-                    l.readers.fetch_add(1, Relaxed);
-                }
-                l.pid.store(who.pid, Release);
-                return Ok(());
-            }
-            if attempt == 0 {
-                self.reap_leases(fid);
-            }
-        }
-        Err(StoreError::TooManyOpeners(format!("inode {}", fid + 1)))
-    }
-
-    /// Undo one `add_lease`. Caller holds the file lock.
-    pub(crate) fn drop_lease(&self, fid: u32, who: ProcId, write: bool) {
-        let ino = self.seg.inode(fid);
-        if let Some(l) = ino
-            .leases
-            .iter()
-            .find(|l| l.pid.load(Relaxed) == who.pid && l.start.load(Relaxed) == who.start)
-        {
-            let c = if write { &l.writers } else { &l.readers };
-            let v = c.load(Relaxed);
-            c.store(v.saturating_sub(1), Relaxed);
-            if l.writers.load(Relaxed) == 0 && l.readers.load(Relaxed) == 0 {
-                l.wrote.store(0, Relaxed);
-                l.pid.store(0, Release);
-            }
-        }
-    }
-
-    /// At attach: turn files whose writers died into `incomplete` and free orphans whose
-    /// holders died. Cheap when nothing is open.
-    fn recover_dead_openers(&self) {
-        let seg = &*self.seg;
-        let ns = self.ns();
-        for fid in 1..seg.layout.max_files {
-            let ino = seg.inode(fid);
-            if ino.kind.load(Acquire) == kind::FREE {
-                continue;
-            }
-            let busy = ino.leases.iter().any(|l| l.pid.load(Relaxed) != 0);
-            if busy || ino.wstate.load(Relaxed) == wstate::WRITING {
-                let _g = self.file_lock(fid);
-                self.reap_leases(fid);
-            }
-            if ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
-                self.release_if_unused(&ns, fid);
-            }
-        }
     }
 
     // ---------------------------------------------------------------- public file API
@@ -1387,6 +846,8 @@ impl Store {
                 let p = self.seg.inode(pfid).parent.load(Relaxed);
                 if p == NONE {
                     ROOT
+                } else if !fid_ok(&self.seg, p) {
+                    return Err(self.damaged(pfid, name, "parent link out of range"));
                 } else {
                     p
                 }
@@ -1645,9 +1106,14 @@ impl Store {
         if src_dir {
             // A directory cannot move below itself.
             let mut cur = dp;
+            let mut steps = 0;
             while cur != ROOT && cur != NONE {
                 if cur == src {
                     return Err(StoreError::Invalid(format!("cannot move {from} into itself")));
+                }
+                steps += 1;
+                if !fid_ok(seg, cur) || steps > seg.layout.max_files {
+                    return Err(self.damaged(dp, to, "parent links are damaged"));
                 }
                 cur = seg.inode(cur).parent.load(Relaxed);
             }

@@ -411,3 +411,31 @@ fn system_dir_is_hidden_from_root_listing_and_list_all_but_reachable() {
     assert!(!is_system_path("/ckpt/.ckptfs"));
     assert_eq!(s.stat("/.ckptfs/partners/x").unwrap().size, 12);
 }
+
+#[test]
+fn owner_ids_and_times_are_stored_and_reported() {
+    let t = temp_store("basic-owner", 4 << 20, 64 << 10, None);
+    let s = &t.store;
+    let mut f = s.open("/f", OpenFlags::CREATE, 0o640).unwrap();
+    f.write_all(b"x").unwrap();
+    f.close().unwrap();
+    let st = s.stat("/f").unwrap();
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    assert_eq!((st.uid, st.gid), (uid, gid));
+    assert!(st.atime_ns > 0);
+    s.chown("/f", 1234, 5678).unwrap();
+    s.set_times("/f", 111, 222).unwrap();
+    s.chmod("/f", 0o600).unwrap();
+    let st = s.stat("/f").unwrap();
+    assert_eq!(
+        (st.uid, st.gid, st.atime_ns, st.mtime_ns, st.mode),
+        (1234, 5678, 111, 222, 0o600)
+    );
+    // The changes keep the inode's checksums valid: it reads and fscks clean.
+    let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(r.pread(&mut b, 0).unwrap(), 1);
+    assert!(s.fsck(false).problems.is_empty());
+    assert_eq!(s.chown("/nope", 1, 1).unwrap_err().errno(), libc::ENOENT);
+}

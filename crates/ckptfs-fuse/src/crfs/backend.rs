@@ -2,8 +2,8 @@
 //! open with the caller's exact flags, times, and extended attributes. Each returns the
 //! backend's errno unchanged, so the mount answers what its backend answers.
 
-use super::{check, errno_io};
-use fuser::{Errno, ReplyXattr, TimeOrNow};
+use crate::io_errno;
+use fuser::{Errno, FileType, ReplyXattr, TimeOrNow};
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::{File, Metadata};
 use std::io;
@@ -11,7 +11,33 @@ use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
+
+pub(super) fn errno_io(e: io::Error) -> Errno {
+    io_errno(&e)
+}
+
+pub(super) fn check(r: libc::c_int) -> Result<(), Errno> {
+    if r < 0 {
+        Err(errno_io(io::Error::last_os_error()))
+    } else {
+        Ok(())
+    }
+}
+
+pub(super) fn file_type(m: &Metadata) -> FileType {
+    FileType::from_std(m.file_type()).unwrap_or(FileType::RegularFile)
+}
+
+/// A backend time (seconds, nanoseconds; before 1970 too) as a SystemTime.
+pub(super) fn ts(sec: i64, nsec: i64) -> SystemTime {
+    let base = SystemTime::UNIX_EPOCH;
+    if sec >= 0 {
+        base + Duration::new(sec as u64, nsec as u32)
+    } else {
+        base - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
+    }
+}
 
 fn cvt(fd: RawFd) -> Result<OwnedFd, Errno> {
     if fd < 0 {
@@ -138,6 +164,17 @@ pub(super) fn chmod(node: BorrowedFd, mode: u32) -> Result<(), Errno> {
     let p = proc_path(node);
     // SAFETY: valid NUL-terminated path.
     check(unsafe { libc::chmod(p.as_ptr(), (mode & 0o7777) as libc::mode_t) })
+}
+
+/// Clear set-user-ID/set-group-ID of an open file if a write by a user must.
+pub(super) fn kill_suid(f: &File) -> Result<(), Errno> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let m = f.metadata().map_err(errno_io)?;
+    if let Some(mode) = crate::killed_mode(m.mode()) {
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(errno_io)?;
+    }
+    Ok(())
 }
 
 /// chown of the inode itself (-1 keeps an id).

@@ -15,13 +15,15 @@
 //! buffered data.
 
 mod backend;
+use backend::{check, errno_io, file_type, ts};
 pub mod engine;
+mod nodes;
 
 pub use engine::{BackendSink, DiscardSink, Engine, EngineStats, FileSink};
 
 use crate::creds::{as_caller, AsCaller};
 use crate::dirs::{dot_entries, DirTable, Listing};
-use crate::{io_errno, reply_empty, split_name, Counters, IoMode};
+use crate::{reply_empty, Counters, IoMode};
 use engine::AggFile;
 use fuser::{
     Errno, FileAttr, FileType, Filesystem, Generation, INodeNo, KernelConfig, ReplyAttr, ReplyCreate,
@@ -69,11 +71,6 @@ impl CrfsConfig {
 // through this mount.
 const TTL: Duration = Duration::from_secs(1);
 
-struct Node {
-    fd: Arc<OwnedFd>,
-    lookups: u64,
-}
-
 struct Handle {
     fd: File,
     agg: Option<Arc<AggFile>>,
@@ -85,54 +82,17 @@ pub struct CrfsFs {
     root_ino: u64,
     io: IoMode,
     engine: Engine,
-    nodes: Mutex<HashMap<u64, Node>>,
+    nodes: nodes::Nodes,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     dirs: DirTable<std::ffi::OsString>,
     next_fh: AtomicU64,
     counters: Arc<Counters>,
 }
 
-fn errno_io(e: io::Error) -> Errno {
-    io_errno(&e)
-}
-
-fn check(r: libc::c_int) -> Result<(), Errno> {
-    if r < 0 {
-        Err(errno_io(io::Error::last_os_error()))
-    } else {
-        Ok(())
-    }
-}
-
 fn reply_entry(reply: ReplyEntry, r: Result<FileAttr, Errno>) {
     match r {
         Ok(a) => reply.entry(&TTL, &a, Generation(0)),
         Err(e) => reply.error(e),
-    }
-}
-
-fn file_type(m: &Metadata) -> FileType {
-    FileType::from_std(m.file_type()).unwrap_or(FileType::RegularFile)
-}
-
-fn ts(sec: i64, nsec: i64) -> SystemTime {
-    let base = SystemTime::UNIX_EPOCH;
-    if sec >= 0 {
-        base + Duration::new(sec as u64, nsec as u32)
-    } else {
-        base - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
-    }
-}
-
-/// One more descriptor per inode the kernel holds: lift the soft limit to the hard one.
-fn raise_nofile_limit() {
-    // SAFETY: rlimit is plain data; get/setrlimit read and write only it.
-    unsafe {
-        let mut r: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
     }
 }
 
@@ -156,21 +116,12 @@ impl CrfsFs {
                 "the pool must hold at least one chunk",
             ));
         }
-        raise_nofile_limit();
         let root = backend::open_root(&backend)?;
-        let mut nodes = HashMap::new();
-        nodes.insert(
-            1,
-            Node {
-                fd: Arc::new(root),
-                lookups: 1,
-            },
-        );
         Ok(CrfsFs {
             engine: Engine::new(config.pool_size, config.chunk_size, config.io_threads, sink),
             root_ino: meta.ino(),
             io,
-            nodes: Mutex::new(nodes),
+            nodes: nodes::Nodes::new(root),
             handles: Mutex::new(HashMap::new()),
             dirs: DirTable::new(),
             next_fh: AtomicU64::new(1),
@@ -198,17 +149,15 @@ impl CrfsFs {
 
     /// The O_PATH descriptor of an inode the kernel knows.
     fn node(&self, ino: INodeNo) -> Result<Arc<OwnedFd>, Errno> {
-        self.nodes
-            .lock()
-            .unwrap()
-            .get(&ino.0)
-            .map(|n| n.fd.clone())
-            .ok_or(Errno::ENOENT)
+        self.nodes.get(ino)
     }
 
     /// The directory descriptor and the checked name of `name` in `parent`.
     fn child(&self, parent: INodeNo, name: &OsStr) -> Result<(Arc<OwnedFd>, CString), Errno> {
-        split_name(name)?;
+        // Any bytes but '/' and NUL, as on the backend (not only UTF-8 like the store).
+        if name.len() > 255 {
+            return Err(Errno::from_i32(libc::ENAMETOOLONG));
+        }
         if name == "." || name == ".." || name.as_bytes().contains(&b'/') {
             return Err(Errno::EINVAL);
         }
@@ -247,12 +196,7 @@ impl CrfsFs {
     fn remember_fd(&self, fd: OwnedFd) -> Result<FileAttr, Errno> {
         let m = backend::fstat(fd.as_fd())?;
         let attr = self.attr(&m);
-        let mut nodes = self.nodes.lock().unwrap();
-        let n = nodes.entry(attr.ino.0).or_insert_with(|| Node {
-            fd: Arc::new(fd),
-            lookups: 0,
-        });
-        n.lookups += 1;
+        self.nodes.remember(attr.ino.0, fd);
         Ok(attr)
     }
 
@@ -312,6 +256,23 @@ impl CrfsFs {
         }
     }
 
+    /// getxattr/listxattr: `f(node, is_symlink, reply)` as the caller.
+    fn xattr_read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        reply: ReplyXattr,
+        f: impl FnOnce(BorrowedFd, bool, ReplyXattr),
+    ) {
+        let r = self
+            .node(ino)
+            .and_then(|n| Ok((backend::fstat(n.as_fd())?.file_type().is_symlink(), n)));
+        match r.and_then(|(link, n)| Ok((AsCaller::enter(req)?, link, n))) {
+            Ok((_guard, link, n)) => f(n.as_fd(), link, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn reply_attr(&self, reply: ReplyAttr, r: Result<Metadata, Errno>) {
         match r {
             Ok(m) => reply.attr(&TTL, &self.attr(&m)),
@@ -347,16 +308,7 @@ impl Filesystem for CrfsFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        if ino.0 == 1 {
-            return;
-        }
-        let mut nodes = self.nodes.lock().unwrap();
-        if let Some(n) = nodes.get_mut(&ino.0) {
-            n.lookups = n.lookups.saturating_sub(nlookup);
-            if n.lookups == 0 {
-                nodes.remove(&ino.0);
-            }
-        }
+        self.nodes.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<fuser::FileHandle>, reply: ReplyAttr) {
@@ -509,9 +461,7 @@ impl Filesystem for CrfsFs {
             let (d, n) = self.child(newparent, newname)?;
             as_caller(req, || backend::link(node.as_fd(), d.as_fd(), &n))?;
             let attr = self.attr(&backend::fstat(node.as_fd())?);
-            if let Some(n) = self.nodes.lock().unwrap().get_mut(&ino.0) {
-                n.lookups += 1;
-            }
+            self.nodes.add_lookup(ino.0);
             Ok(attr)
         })();
         reply_entry(reply, r);
@@ -603,7 +553,7 @@ impl Filesystem for CrfsFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
@@ -621,6 +571,14 @@ impl Filesystem for CrfsFs {
         let Some(f) = &h.agg else {
             return reply.error(Errno::EBADF);
         };
+        // FUSE_HANDLE_KILLPRIV: a write by a user without CAP_FSETID clears set-user-ID
+        // (and set-group-ID with group execute), as the backend would for that user;
+        // the chunks themselves are written by the daemon (root), which keeps them.
+        if crate::creds::switching() && req.uid() != 0 {
+            if let Err(e) = backend::kill_suid(&h.fd) {
+                return reply.error(e);
+            }
+        }
         let off = if h.append { f.size_hint() } else { offset };
         match self.engine.write(f, off, data) {
             Ok(n) => {
@@ -818,29 +776,15 @@ impl Filesystem for CrfsFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let r = self
-            .node(ino)
-            .and_then(|n| Ok((backend::fstat(n.as_fd())?.file_type().is_symlink(), n)));
-        match r {
-            Ok((link, n)) => match AsCaller::enter(req) {
-                Ok(_g) => backend::getxattr(n.as_fd(), link, name, size, reply),
-                Err(e) => reply.error(e),
-            },
-            Err(e) => reply.error(e),
-        }
+        self.xattr_read(req, ino, reply, |fd, link, reply| {
+            backend::getxattr(fd, link, name, size, reply)
+        });
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let r = self
-            .node(ino)
-            .and_then(|n| Ok((backend::fstat(n.as_fd())?.file_type().is_symlink(), n)));
-        match r {
-            Ok((link, n)) => match AsCaller::enter(req) {
-                Ok(_g) => backend::listxattr(n.as_fd(), link, size, reply),
-                Err(e) => reply.error(e),
-            },
-            Err(e) => reply.error(e),
-        }
+        self.xattr_read(req, ino, reply, |fd, link, reply| {
+            backend::listxattr(fd, link, size, reply)
+        });
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {

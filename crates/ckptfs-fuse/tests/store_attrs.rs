@@ -1,0 +1,259 @@
+//! Store mode attributes and limits without a store format change: directory link
+//! counts, an open-but-unlinked file's nlink 0, 255-byte names and paths near PATH_MAX,
+//! and the documented errno of each call the store cannot serve (docs/fuse.md).
+
+mod common;
+
+use ckptfs_store::{Store, StoreOptions};
+use common::*;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+#[test]
+fn zz_daemon_entry() {
+    daemon_entry();
+}
+
+struct StoreGuard(String);
+impl Drop for StoreGuard {
+    fn drop(&mut self) {
+        let _ = Store::destroy(&self.0);
+    }
+}
+
+fn mounted(tag: &str) -> (StoreGuard, tempfile::TempDir, PathBuf, Daemon) {
+    let name = store_name(tag);
+    let mut o = StoreOptions::named(&name);
+    o.mem_size = Some(64 << 20);
+    o.max_files = Some(1024);
+    Store::create(&o).unwrap();
+    let g = StoreGuard(name);
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let d = Daemon::store(&g.0, &mp);
+    (g, tmp, mp, d)
+}
+
+fn nlink(p: &Path) -> u64 {
+    std::fs::metadata(p).unwrap().nlink()
+}
+
+#[test]
+fn store_directory_nlink_counts_subdirectories_across_rename() {
+    let (_g, _tmp, mp, d) = mounted("nlink");
+    std::fs::create_dir_all(mp.join("a/x")).unwrap();
+    std::fs::create_dir(mp.join("a/y")).unwrap();
+    std::fs::create_dir(mp.join("b")).unwrap();
+    std::fs::write(mp.join("a/file"), b"f").unwrap();
+    assert_eq!(nlink(&mp.join("a")), 4, "a: . .. x/.. y/..");
+    assert_eq!(nlink(&mp.join("b")), 2);
+    std::fs::rename(mp.join("a/x"), mp.join("b/x")).unwrap();
+    assert_eq!(nlink(&mp.join("a")), 3, "a after moving x out");
+    assert_eq!(nlink(&mp.join("b")), 3, "b after moving x in");
+    std::fs::remove_dir(mp.join("a/y")).unwrap();
+    assert_eq!(nlink(&mp.join("a")), 2);
+    assert_eq!(nlink(&mp.join("a/file")), 1);
+    assert_eq!(d.stop(), 0);
+}
+
+#[test]
+fn store_open_unlinked_file_has_nlink_zero() {
+    let (_g, _tmp, mp, d) = mounted("unlinked");
+    let p = mp.join("gone");
+    std::fs::write(&p, b"still here").unwrap();
+    let f = std::fs::File::open(&p).unwrap();
+    assert_eq!(f.metadata().unwrap().nlink(), 1);
+    std::fs::remove_file(&p).unwrap();
+    let m = f.metadata().unwrap();
+    assert_eq!(m.nlink(), 0, "fstat of an open, unlinked file");
+    assert_eq!(m.len(), 10);
+    drop(f);
+    assert_eq!(d.stop(), 0);
+}
+
+#[test]
+fn store_long_names_and_paths_near_path_max() {
+    let (_g, _tmp, mp, d) = mounted("long");
+    let name255 = "n".repeat(255);
+    std::fs::write(mp.join(&name255), b"x").unwrap();
+    assert_eq!(std::fs::read(mp.join(&name255)).unwrap(), b"x");
+    let e = std::fs::write(mp.join("n".repeat(256)), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG));
+    // Nest 200-byte directories until the absolute path is just below PATH_MAX (4096
+    // with its NUL), then create and read a file there through that path.
+    let comp = "d".repeat(200);
+    let mut p = mp.clone();
+    while p.as_os_str().len() + 1 + comp.len() < 3900 {
+        p = p.join(&comp);
+        std::fs::create_dir(&p).unwrap();
+    }
+    let left = 4095 - p.as_os_str().len() - 1;
+    let f = p.join("f".repeat(left.min(255)));
+    assert!(f.as_os_str().len() > 3900);
+    std::fs::write(&f, b"deep").unwrap();
+    assert_eq!(std::fs::read(&f).unwrap(), b"deep");
+    assert_eq!(d.stop(), 0);
+}
+
+fn errno_of(r: libc::c_int) -> i32 {
+    if r == 0 {
+        0
+    } else {
+        std::io::Error::last_os_error().raw_os_error().unwrap()
+    }
+}
+
+#[test]
+fn store_unsupported_calls_answer_their_documented_errno() {
+    let (_g, _tmp, mp, d) = mounted("errno");
+    std::fs::write(mp.join("f"), b"x").unwrap();
+    let c = |n: &str| CString::new(mp.join(n).as_os_str().as_bytes()).unwrap();
+    let (f, l) = (c("f"), c("l"));
+    // SAFETY: valid NUL-terminated paths and buffers for each call.
+    unsafe {
+        assert_eq!(
+            errno_of(libc::symlink(f.as_ptr(), l.as_ptr())),
+            libc::EPERM,
+            "symlink"
+        );
+        assert_eq!(errno_of(libc::link(f.as_ptr(), l.as_ptr())), libc::EPERM, "link");
+        assert_eq!(errno_of(libc::mkfifo(l.as_ptr(), 0o644)), libc::EPERM, "mkfifo");
+        let dev = libc::makedev(1, 3);
+        assert_eq!(
+            errno_of(libc::mknod(l.as_ptr(), libc::S_IFCHR | 0o644, dev)),
+            libc::EPERM,
+            "mknod"
+        );
+        let v = b"v";
+        let r = libc::setxattr(f.as_ptr(), c"user.k".as_ptr(), v.as_ptr().cast(), 1, 0);
+        assert_eq!(errno_of(r), libc::EOPNOTSUPP, "setxattr");
+        let mut buf = [0u8; 16];
+        let r = libc::getxattr(f.as_ptr(), c"user.k".as_ptr(), buf.as_mut_ptr().cast(), 16);
+        assert_eq!(r, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EOPNOTSUPP),
+            "getxattr"
+        );
+    }
+    assert_eq!(d.stop(), 0);
+}
+
+#[test]
+fn store_write_by_a_user_clears_setuid_bits() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (a root daemon and an unprivileged writer)");
+        return;
+    }
+    let (rc, _, err) = sh(
+        Path::new("/"),
+        "id -u ckptfs-t1 || useradd -M -U -r -s /usr/sbin/nologin ckptfs-t1",
+    );
+    assert_eq!(rc, 0, "{err}");
+    let (_g, tmp, mp, d) = mounted("killpriv");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for n in ["direct", "cached", "by-root"] {
+        std::fs::write(mp.join(n), b"a").unwrap();
+        std::fs::set_permissions(mp.join(n), std::fs::Permissions::from_mode(0o6777)).unwrap();
+    }
+    let (rc, _, err) = sh(
+        &mp,
+        "setpriv --reuid=ckptfs-t1 --regid=ckptfs-t1 --init-groups bash -c \
+         'echo b >> direct && python3 -c \"f = open(\\\"cached\\\", \\\"r+\\\"); f.write(\\\"b\\\")\"' && \
+         echo b >> by-root",
+    );
+    assert_eq!(rc, 0, "{err}");
+    let mode = |n: &str| std::fs::metadata(mp.join(n)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("direct"), 0o777, "O_WRONLY (direct I/O) write by a user");
+    assert_eq!(mode("cached"), 0o777, "O_RDWR (page cache) write by a user");
+    assert_eq!(mode("by-root"), 0o6777, "root (CAP_FSETID) keeps the bits");
+    assert_eq!(d.stop(), 0);
+}
+
+/// Run `cmd` in `dir` as `user` with its groups; (exit code, stderr).
+fn as_user(user: &str, dir: &Path, cmd: &str) -> (i32, String) {
+    let (rc, _, err) = sh(
+        dir,
+        &format!("setpriv --reuid={user} --regid={user} --init-groups bash -c {cmd:?}"),
+    );
+    (rc, err)
+}
+
+fn ensure_user(name: &str) -> (u32, u32) {
+    let (rc, _, err) = sh(
+        Path::new("/"),
+        &format!("id -u {name} >/dev/null || useradd -M -U -r -s /usr/sbin/nologin {name}"),
+    );
+    assert_eq!(rc, 0, "useradd {name}: {err}");
+    let id = |f: &str| {
+        let (_, out, _) = sh(Path::new("/"), &format!("id {f} {name}"));
+        out.trim().parse::<u32>().unwrap()
+    };
+    (id("-u"), id("-g"))
+}
+
+#[test]
+fn store_root_daemon_files_belong_to_the_caller_and_sticky_rules_hold() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (a root daemon serving two unprivileged users)");
+        return;
+    }
+    let (u1, g1) = ensure_user("ckptfs-t1");
+    let (u2, _) = ensure_user("ckptfs-t2");
+    let (_g, tmp, mp, d) = mounted("owners");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (rc, _, err) = sh(
+        &mp,
+        "mkdir -m 1777 sticky && mkdir sgid && chgrp 100 sgid && chmod 2777 sgid",
+    );
+    assert_eq!(rc, 0, "{err}");
+    let owner = |p: &str| {
+        let m = std::fs::metadata(mp.join(p)).unwrap();
+        (m.uid(), m.gid())
+    };
+    // Files and directories belong to their creator (were the daemon's, root).
+    let (rc, err) = as_user("ckptfs-t1", &mp, "echo a > sticky/f1 && mkdir sticky/d1");
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(owner("sticky/f1"), (u1, g1));
+    assert_eq!(owner("sticky/d1"), (u1, g1));
+    // Sticky directory: the owner overwrites, appends and removes (were EACCES/EPERM).
+    let (rc, err) = as_user(
+        "ckptfs-t1",
+        &mp,
+        "echo b > sticky/f1 && echo c >> sticky/f1 && rm sticky/f1 && echo k > sticky/f2 && chmod 666 sticky/f2",
+    );
+    assert_eq!(rc, 0, "owner in a sticky directory: {err}");
+    let (rc, err) = as_user("ckptfs-t2", &mp, "rm -f sticky/f2");
+    assert_ne!(rc, 0, "another user removed a file in a sticky directory");
+    assert!(err.contains("not permitted"), "{err}");
+    // setgid directory: new entries get its group, new directories its setgid bit.
+    let (rc, err) = as_user("ckptfs-t1", &mp, "touch sgid/s1 && mkdir sgid/sd");
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(owner("sgid/s1"), (u1, 100));
+    assert_ne!(
+        std::fs::metadata(mp.join("sgid/sd")).unwrap().mode() & libc::S_ISGID,
+        0
+    );
+    // chown: a user may not give a file away; root may.
+    let (rc, _) = as_user("ckptfs-t1", &mp, &format!("chown {u2} sgid/s1"));
+    assert_ne!(rc, 0, "a user gave a file away");
+    let (rc, _, err) = sh(&mp, &format!("chown {u2} sgid/s1"));
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(owner("sgid/s1").0, u2);
+    // atime is kept apart from mtime (touch -a did nothing).
+    let (rc, _, err) = sh(
+        &mp,
+        "touch -m -d '2001-01-01' sgid/s1 && touch -a -d '2002-02-02' sgid/s1",
+    );
+    assert_eq!(rc, 0, "{err}");
+    let m = std::fs::metadata(mp.join("sgid/s1")).unwrap();
+    assert_eq!((m.mtime(), m.atime()), (978307200, 1012608000));
+    assert_eq!(d.stop(), 0);
+}

@@ -1,0 +1,393 @@
+//! The namespace: name hash, child lists, inode allocation and release, and the
+//! rebuild of these derived structures from the inode records after a crash.
+
+use crate::error::{Result, StoreError};
+use crate::integrity::{fid_ok, seal_data, seal_ns};
+use crate::layout::*;
+use crate::segment::now;
+use crate::store::{name_hash, Ns, Store};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+impl Store {
+    pub(crate) fn lookup_child(&self, _ns: &Ns, parent: u32, name: &[u8]) -> Option<u32> {
+        let seg = &*self.seg;
+        let mask = seg.layout.hash_cap - 1;
+        let mut i = name_hash(parent, name) & mask;
+        // Bounded: a damaged table with no empty slot must not loop forever.
+        for _ in 0..seg.layout.hash_cap {
+            let v = seg.hash_slot(i).load(Relaxed);
+            if v == 0 {
+                return None;
+            }
+            let fid = v - 1;
+            // A damaged slot naming no valid file is skipped (fsck rebuilds the table).
+            // SAFETY: namespace lock held (the `Ns` proof).
+            if fid_ok(seg, fid)
+                && seg.inode(fid).kind.load(Relaxed) != kind::FREE
+                && seg.inode(fid).parent.load(Relaxed) == parent
+                && unsafe { seg.name_of(fid) } == name
+            {
+                return Some(fid);
+            }
+            i = (i + 1) & mask;
+        }
+        None
+    }
+
+    pub(crate) fn hash_insert(&self, _ns: &Ns, fid: u32) {
+        let seg = &*self.seg;
+        let mask = seg.layout.hash_cap - 1;
+        // SAFETY: namespace lock held.
+        let mut i = name_hash(seg.inode(fid).parent.load(Relaxed), unsafe { seg.name_of(fid) }) & mask;
+        for _ in 0..seg.layout.hash_cap {
+            if seg.hash_slot(i).load(Relaxed) == 0 {
+                seg.hash_slot(i).store(fid + 1, Relaxed);
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+        // Full of damaged entries (it holds at most half live ones): rebuilt by fsck.
+        tracing::warn!(store = %seg.name, "name hash table has no free slot (damaged)");
+    }
+
+    pub(crate) fn hash_remove(&self, _ns: &Ns, fid: u32) {
+        let seg = &*self.seg;
+        let mask = seg.layout.hash_cap - 1;
+        let home = |f: u32| {
+            if !fid_ok(seg, f) {
+                return None;
+            }
+            // SAFETY: namespace lock held.
+            Some(name_hash(seg.inode(f).parent.load(Relaxed), unsafe { seg.name_of(f) }) & mask)
+        };
+        let Some(mut i) = home(fid) else { return };
+        let mut probes = 0;
+        loop {
+            let v = seg.hash_slot(i).load(Relaxed);
+            if v == 0 || probes > seg.layout.hash_cap {
+                return; // not present
+            }
+            if v == fid + 1 {
+                break;
+            }
+            i = (i + 1) & mask;
+            probes += 1;
+        }
+        // Backward-shift deletion keeps probe chains intact without tombstones.
+        let mut j = i;
+        for _ in 0..seg.layout.hash_cap {
+            j = (j + 1) & mask;
+            let v = seg.hash_slot(j).load(Relaxed);
+            if v == 0 {
+                break;
+            }
+            let Some(k) = home(v - 1) else {
+                continue; // a damaged slot: left for fsck's rebuild
+            };
+            let between = if i <= j { i < k && k <= j } else { i < k || k <= j };
+            if between {
+                continue;
+            }
+            seg.hash_slot(i).store(v, Relaxed);
+            i = j;
+        }
+        seg.hash_slot(i).store(0, Relaxed);
+    }
+
+    pub(crate) fn link_child(&self, _ns: &Ns, parent: u32, fid: u32) {
+        let seg = &*self.seg;
+        let p = seg.inode(parent);
+        let me = seg.inode(fid);
+        let mut head = p.first_child.load(Relaxed);
+        if !fid_ok(seg, head) {
+            head = NONE; // damaged link: the namespace rebuild restores the list
+        }
+        me.prev_sib.store(NONE, Relaxed);
+        me.next_sib.store(head, Relaxed);
+        if head != NONE {
+            seg.inode(head).prev_sib.store(fid, Relaxed);
+        }
+        p.first_child.store(fid, Relaxed);
+    }
+
+    pub(crate) fn unlink_child(&self, _ns: &Ns, fid: u32) {
+        let seg = &*self.seg;
+        let me = seg.inode(fid);
+        let (prev, next) = (me.prev_sib.load(Relaxed), me.next_sib.load(Relaxed));
+        if fid_ok(seg, next) {
+            seg.inode(next).prev_sib.store(prev, Relaxed);
+        }
+        if fid_ok(seg, prev) {
+            seg.inode(prev).next_sib.store(next, Relaxed);
+        } else {
+            let parent = me.parent.load(Relaxed);
+            if fid_ok(seg, parent) {
+                seg.inode(parent).first_child.store(next, Relaxed);
+            }
+        }
+        me.prev_sib.store(NONE, Relaxed);
+        me.next_sib.store(NONE, Relaxed);
+    }
+
+    /// Take an inode from the free stack and give it a name in `parent`.
+    /// A file created for writing starts out `writing`, so that a creator killed before it
+    /// registered its lease leaves an `incomplete` file, not a complete empty one.
+    pub(crate) fn alloc_inode(
+        &self,
+        ns: &Ns,
+        k: u32,
+        parent: u32,
+        name: &[u8],
+        mode: u32,
+        writing: bool,
+    ) -> Result<u32> {
+        let seg = &*self.seg;
+        let sb = seg.sb();
+        let top = sb.fid_top.load(Relaxed);
+        if top == 0 {
+            return Err(StoreError::TooManyFiles(seg.layout.max_files));
+        }
+        let fid = if top <= seg.layout.max_files {
+            seg.fid_stack(top - 1).load(Relaxed)
+        } else {
+            NONE
+        };
+        if fid == ROOT || !fid_ok(seg, fid) || seg.inode(fid).kind.load(Acquire) != kind::FREE {
+            // A damaged top or entry: the stack is derived from the inodes, rebuild it.
+            tracing::warn!(store = %seg.name, top, fid, "free file id stack damaged; rebuilding the namespace");
+            self.mark_dirty();
+            self.rebuild_namespace(ns);
+            if sb.fid_top.load(Relaxed) == 0 {
+                return Err(StoreError::TooManyFiles(seg.layout.max_files));
+            }
+            return self.alloc_inode(ns, k, parent, name, mode, writing);
+        }
+        let ino = seg.inode(fid);
+        let t = now();
+        let (uid, gid) = crate::integrity::caller_ids();
+        ino.uid.store(uid, Relaxed);
+        ino.gid.store(gid, Relaxed);
+        ino.atime_ns.store(t, Relaxed);
+        ino.mode.store(mode & 0o7777, Relaxed);
+        ino.parent.store(parent, Relaxed);
+        // SAFETY: namespace lock held.
+        unsafe { seg.set_name(fid, name) };
+        ino.first_child.store(NONE, Relaxed);
+        ino.flags.store(0, Relaxed);
+        ino.wstate.store(
+            if writing {
+                wstate::WRITING
+            } else {
+                wstate::COMPLETE
+            },
+            Relaxed,
+        );
+        ino.nchunks.store(0, Relaxed);
+        ino.size.store(0, Relaxed);
+        ino.mtime_ns.store(t, Relaxed);
+        ino.ctime_ns.store(t, Relaxed);
+        ino.last_writer_pid.store(0, Relaxed);
+        for l in &ino.leases {
+            l.pid.store(0, Relaxed);
+            l.writers.store(0, Relaxed);
+            l.readers.store(0, Relaxed);
+        }
+        ino.igen.fetch_add(1, Relaxed);
+        ino.cgen.fetch_add(1, Relaxed);
+        ino.ns_crc
+            .store(crate::integrity::ns_crc_with_kind(seg, fid, k), Relaxed);
+        seal_data(seg, fid);
+        // Commit point; a crash before the pop leaves it on the stack too, which the
+        // namespace rebuild corrects.
+        ino.kind.store(k, Release);
+        crate::fault::crash_point("inode-after-kind");
+        sb.fid_top.store(top - 1, Release);
+        self.hash_insert(ns, fid);
+        self.link_child(ns, parent, fid);
+        seg.inode(parent).mtime_ns.store(t, Relaxed);
+        Ok(fid)
+    }
+
+    /// Free an inode nobody holds open: its chunks, then the slot.
+    pub(crate) fn free_inode(&self, _ns: &Ns, fid: u32) {
+        let seg = &*self.seg;
+        self.free_chunks_from(fid, 0);
+        let ino = seg.inode(fid);
+        ino.size.store(0, Relaxed);
+        ino.parent.store(NONE, Relaxed);
+        ino.kind.store(kind::FREE, Release);
+        let sb = seg.sb();
+        let t = sb.fid_top.load(Relaxed);
+        seg.fid_stack(t).store(fid, Relaxed);
+        sb.fid_top.store(t + 1, Release);
+    }
+
+    /// Remove an inode's name; free it unless some live process still has it open.
+    pub(crate) fn detach_and_release(&self, ns: &Ns, fid: u32) {
+        let seg = &*self.seg;
+        let ino = seg.inode(fid);
+        let t = now();
+        let parent = ino.parent.load(Relaxed);
+        if fid_ok(seg, parent) {
+            seg.inode(parent).mtime_ns.store(t, Relaxed);
+        }
+        self.hash_remove(ns, fid);
+        self.unlink_child(ns, fid);
+        ino.flags.fetch_or(iflag::ORPHAN, Release);
+        ino.parent.store(NONE, Relaxed);
+        seal_ns(seg, fid);
+        self.release_if_unused(ns, fid);
+    }
+
+    /// Free an orphan once no live process holds it.
+    pub(crate) fn release_if_unused(&self, ns: &Ns, fid: u32) {
+        let ino = self.seg.inode(fid);
+        let _g = self.file_lock(fid);
+        self.reap_leases(fid);
+        // kind check: a close and an unlink may both try to free the same orphan. A record
+        // failing its checksum is never freed (fsck quarantines it).
+        if ino.kind.load(Acquire) != kind::FREE
+            && ino.flags.load(Relaxed) & iflag::ORPHAN != 0
+            && ino.leases.iter().all(|l| l.pid.load(Relaxed) == 0)
+            && crate::integrity::ns_ok(&self.seg, fid)
+        {
+            self.free_inode(ns, fid);
+        }
+    }
+
+    /// Rebuild the name hash, child lists and file id stack from the inode records;
+    /// replay an interrupted rename; free orphans nobody holds. Caller holds the ns lock.
+    pub(crate) fn rebuild_namespace(&self, ns: &Ns) {
+        let seg = &*self.seg;
+        let sb = seg.sb();
+        let ri = &sb.rename;
+        if ri.active.load(Acquire) == 1 {
+            let src = ri.src.load(Relaxed);
+            let dst_parent = ri.dst_parent.load(Relaxed);
+            let victim = ri.victim.load(Relaxed);
+            let n = (ri.name_len.load(Relaxed) as usize).min(NAME_MAX);
+            // SAFETY: namespace lock held.
+            let name = unsafe { seg.intent_name()[..n].to_vec() };
+            if fid_ok(seg, victim) && victim != src && seg.inode(victim).kind.load(Relaxed) != kind::FREE {
+                seg.inode(victim).flags.fetch_or(iflag::ORPHAN, Relaxed);
+                seg.inode(victim).parent.store(NONE, Relaxed);
+                seal_ns(seg, victim);
+            }
+            if fid_ok(seg, src) && fid_ok(seg, dst_parent) {
+                seg.inode(src).parent.store(dst_parent, Relaxed);
+                // SAFETY: namespace lock held.
+                unsafe { seg.set_name(src, &name) };
+                seal_ns(seg, src);
+            } else {
+                tracing::warn!(store = %seg.name, src, dst_parent, "rename intent names no valid inode (damaged); dropped");
+            }
+            ri.active.store(0, Release);
+        }
+        for i in 0..seg.layout.hash_cap {
+            seg.hash_slot(i).store(0, Relaxed);
+        }
+        let max = seg.layout.max_files;
+        for fid in 0..max {
+            let ino = seg.inode(fid);
+            ino.first_child.store(NONE, Relaxed);
+            ino.next_sib.store(NONE, Relaxed);
+            ino.prev_sib.store(NONE, Relaxed);
+        }
+        let mut top = 0;
+        for fid in (1..max).rev() {
+            if seg.inode(fid).kind.load(Acquire) == kind::FREE {
+                seg.fid_stack(top).store(fid, Relaxed);
+                top += 1;
+            }
+        }
+        sb.fid_top.store(top, Release);
+        let mut orphans = Vec::new();
+        let mut misplaced = Vec::new();
+        // Records whose checksum holds claim their names first: a name damaged into
+        // another file's name must not push the undamaged file out.
+        let order: Vec<u32> = {
+            let (good, bad): (Vec<u32>, Vec<u32>) = (1..max).partition(|&f| crate::integrity::ns_ok(seg, f));
+            good.into_iter().chain(bad).collect()
+        };
+        for fid in order {
+            let ino = seg.inode(fid);
+            if ino.kind.load(Acquire) == kind::FREE {
+                continue;
+            }
+            let parent = ino.parent.load(Relaxed);
+            let broken = parent == NONE
+                || parent >= max
+                || seg.inode(parent).kind.load(Relaxed) != kind::DIR
+                // SAFETY: namespace lock held.
+                || self.lookup_child(ns, parent, unsafe { seg.name_of(fid) }).is_some();
+            if ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
+                if crate::integrity::ns_ok(seg, fid) {
+                    ino.parent.store(NONE, Relaxed);
+                    orphans.push(fid);
+                } else {
+                    // Maybe a named file whose flag was damaged: kept, not freed.
+                    misplaced.push(fid);
+                }
+                continue;
+            }
+            if broken {
+                // A named file whose parent is gone or whose name another file already
+                // has: only damage does this. Keep it (quarantined below), never free it.
+                misplaced.push(fid);
+                continue;
+            }
+            self.hash_insert(ns, fid);
+            self.link_child(ns, parent, fid);
+        }
+        // Any record may have been half-changed by the dead holder (or just orphaned).
+        self.reseal_all_ns();
+        for fid in misplaced {
+            let to = self.quarantine_inode(ns, fid);
+            tracing::warn!(store = %seg.name, fid, ?to, "inode with a broken or duplicate name moved to lost+found");
+        }
+        for fid in orphans {
+            self.release_if_unused(ns, fid);
+        }
+    }
+
+    /// Resolve `path` to a file id. Holds the ns lock via `ns`.
+    pub(crate) fn resolve(&self, ns: &Ns, comps: &[&str], path: &str) -> Result<u32> {
+        let seg = &*self.seg;
+        let mut cur = ROOT;
+        for c in comps {
+            if seg.inode(cur).kind.load(Relaxed) != kind::DIR {
+                return Err(StoreError::NotDir(path.into()));
+            }
+            cur = self
+                .lookup_child(ns, cur, c.as_bytes())
+                .ok_or_else(|| StoreError::NotFound(path.into()))?;
+        }
+        Ok(cur)
+    }
+
+    /// Resolve all but the last component; returns (parent id, last name).
+    pub(crate) fn resolve_parent<'p>(
+        &self,
+        ns: &Ns,
+        comps: &[&'p str],
+        path: &str,
+    ) -> Result<(u32, &'p str)> {
+        let (last, dirs) = comps
+            .split_last()
+            .ok_or_else(|| StoreError::Busy(format!("{path}: the root directory")))?;
+        let parent = self.resolve(ns, dirs, path)?;
+        if self.seg.inode(parent).kind.load(Relaxed) != kind::DIR {
+            return Err(StoreError::NotDir(path.into()));
+        }
+        Ok((parent, last))
+    }
+
+    /// Resolve an existing entry other than the root; returns (parent id, its id).
+    pub(crate) fn resolve_entry(&self, ns: &Ns, comps: &[&str], path: &str) -> Result<(u32, u32)> {
+        let (parent, name) = self.resolve_parent(ns, comps, path)?;
+        let fid = self
+            .lookup_child(ns, parent, name.as_bytes())
+            .ok_or_else(|| StoreError::NotFound(path.into()))?;
+        Ok((parent, fid))
+    }
+}
