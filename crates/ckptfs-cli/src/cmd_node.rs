@@ -191,12 +191,14 @@ impl MultiLevelReport {
                 eprintln!("{prefix}{s}");
             }
         };
+        // Names come from the store, manifests and peers: escaped, so none can forge a line.
+        use crate::text::esc;
         for r in &self.restored {
             out(format!(
                 "restored {} ({}) from {} ({})",
-                r.path,
+                esc(&r.path),
                 human(r.size),
-                r.from,
+                esc(&r.from),
                 if r.level == "partner" {
                     "partner memory"
                 } else {
@@ -205,20 +207,36 @@ impl MultiLevelReport {
             ));
         }
         for p in &self.unreachable {
-            out(format!("peer {p} unreachable"));
+            out(format!("peer {} unreachable", esc(p)));
         }
+        // `ckptfs restore` (no prefix) says FAILED and counts; `ckptfs run --restore`
+        // (prefixed) says NOT restored and adds the time.
+        let failed = if prefix.is_empty() {
+            "FAILED"
+        } else {
+            "NOT restored"
+        };
         for f in &self.failed {
-            eprintln!("{prefix}NOT restored {}: {}", f.path, f.error);
+            eprintln!("{prefix}{failed} {}: {}", esc(&f.path), esc(&f.error));
         }
         let bytes: u64 = self.restored.iter().map(|r| r.size).sum();
-        out(format!(
-            "restored {} files ({}) in {:.1} s, {} already in the store, {} failed",
-            self.restored.len(),
-            human(bytes),
-            self.seconds,
-            self.present.len(),
-            self.failed.len()
-        ));
+        if prefix.is_empty() {
+            out(format!(
+                "{} restored, {} already in the store, {} failed",
+                self.restored.len(),
+                self.present.len(),
+                self.failed.len()
+            ));
+        } else {
+            out(format!(
+                "restored {} files ({}) in {:.1} s, {} already in the store, {} failed",
+                self.restored.len(),
+                human(bytes),
+                self.seconds,
+                self.present.len(),
+                self.failed.len()
+            ));
+        }
     }
 }
 
