@@ -76,8 +76,9 @@ impl Bed {
             .map_err(|why| anyhow::anyhow!("bench partner needs simulated nodes: {why}"))?;
         let exe = std::env::current_exe().context("locate the ckptfs binary")?;
         // Two checkpoints on the source (the app writes one while the previous one is
-        // copied), their copies on the partner.
-        let mem = 2 * size + (64 << 20);
+        // copied); on the partner their copies plus the next version of one (an old copy
+        // is kept until its replacement is verified). Both nodes alike.
+        let mem = 3 * size + (64 << 20);
         let sim = Sim::new(
             2,
             SimOptions {

@@ -88,6 +88,12 @@ fn write(a: &WorkerArgs) -> Result<serde_json::Value> {
                     copy_s.push(t_close.elapsed().as_secs_f64());
                     break;
                 }
+                // A partner that refused (ENOSPC) will not get it: say so, do not wait.
+                if let Some(l) = levels.files.get(path) {
+                    if l.identity == crate::levels::Identity::of(&st) && !l.refused.is_empty() {
+                        bail!("no partner copy of {path}: {:?}", l.refused);
+                    }
+                }
                 if Instant::now() > deadline {
                     bail!("no partner copy of {path} after an hour");
                 }
