@@ -184,6 +184,7 @@ pub struct MultiLevelReport {
 impl MultiLevelReport {
     /// Print it (stdout for `ckptfs restore`; stderr with a prefix for `ckptfs run`).
     pub fn print(&self, prefix: &str) {
+        use crate::text::esc;
         let out = |s: String| {
             if prefix.is_empty() {
                 println!("{s}");
@@ -191,8 +192,6 @@ impl MultiLevelReport {
                 eprintln!("{prefix}{s}");
             }
         };
-        // Names come from the store, manifests and peers: escaped, so none can forge a line.
-        use crate::text::esc;
         for r in &self.restored {
             out(format!(
                 "restored {} ({}) from {} ({})",
@@ -209,25 +208,22 @@ impl MultiLevelReport {
         for p in &self.unreachable {
             out(format!("peer {} unreachable", esc(p)));
         }
-        // `ckptfs restore` (no prefix) says FAILED and counts; `ckptfs run --restore`
-        // (prefixed) says NOT restored and adds the time.
-        let failed = if prefix.is_empty() {
-            "FAILED"
-        } else {
-            "NOT restored"
-        };
-        for f in &self.failed {
-            eprintln!("{prefix}{failed} {}: {}", esc(&f.path), esc(&f.error));
-        }
         let bytes: u64 = self.restored.iter().map(|r| r.size).sum();
         if prefix.is_empty() {
-            out(format!(
+            // `ckptfs restore`
+            for f in &self.failed {
+                eprintln!("FAILED {}: {}", esc(&f.path), esc(&f.error));
+            }
+            println!(
                 "{} restored, {} already in the store, {} failed",
                 self.restored.len(),
                 self.present.len(),
                 self.failed.len()
-            ));
+            );
         } else {
+            for f in &self.failed {
+                eprintln!("{prefix}NOT restored {}: {}", esc(&f.path), esc(&f.error));
+            }
             out(format!(
                 "restored {} files ({}) in {:.1} s, {} already in the store, {} failed",
                 self.restored.len(),

@@ -202,7 +202,7 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
 fn print_entry(name: &str, st: &Stat, long: Option<(&ckptfs_node::LevelsView, &str)>) {
     if let Some((levels, path)) = long {
         println!(
-            "{} {:>10} {:>12} {:>5} chunks{} {} {}{}{}",
+            "{} {:>10} {:>12} {:>5} chunks{} {} {} {}{}",
             mode_str(st),
             state_str(st.state),
             st.size,
@@ -213,13 +213,14 @@ fn print_entry(name: &str, st: &Stat, long: Option<(&ckptfs_node::LevelsView, &s
                 String::new()
             },
             time_str(st.mtime_ns),
+            // The levels holding the file, before the name (which ends the line).
+            if st.kind == FileKind::File {
+                format!("[{}]", esc(&levels.of(path, st).summary()))
+            } else {
+                "-".to_string()
+            },
             esc(name),
             if st.kind == FileKind::Dir { "/" } else { "" },
-            if st.kind == FileKind::File {
-                format!("  [{}]", levels.of(path, st).summary())
-            } else {
-                String::new()
-            }
         );
     } else {
         println!("{}{}", esc(name), if st.kind == FileKind::Dir { "/" } else { "" });

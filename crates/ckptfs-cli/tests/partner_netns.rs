@@ -215,7 +215,7 @@ fn wait_levels(c: &Cluster, i: usize, path: &str, partner: &str) {
         let out = c.cmd(i, &["ls", "-l", &dir]).output().unwrap();
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .any(|l| l.contains(&want) && l.ends_with(&format!("{}  {want}", file_name(path))))
+            .any(|l| l.contains(&want) && l.ends_with(&format!(" {}", file_name(path))))
     });
 }
 

@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     pub in_flight: Mutex<Option<CopyInFlight>>,
     /// When the daemon started.
     pub started: Instant,
+    /// The caller's runtime directory (status file).
+    pub rundir: ckptfs_runtime::RuntimeDir,
 }
 
 impl Shared {
@@ -222,10 +224,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         .store
         .effective_name()
         .map_err(|e| NodeError::store("store name", e))?;
-    let lock_path = node_status::lock_path(&name);
-    let _lock = node_status::try_lock(&lock_path)
-        .map_err(|e| NodeError::io(format!("lock {}", lock_path.display()), e))?
-        .ok_or_else(|| NodeError::AlreadyRunning(name.clone()))?;
+    let (rundir, _lock) = node_status::lock(&name)?;
     let store =
         Store::open_or_create(&cfg.store).map_err(|e| NodeError::store(format!("open store {name}"), e))?;
     let cleared = partner_store::clear_incoming(&store)?;
@@ -250,6 +249,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         counters: Mutex::new(Counters::default()),
         in_flight: Mutex::new(None),
         started: Instant::now(),
+        rundir,
         cfg,
     });
 
@@ -293,7 +293,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     st.in_flight.clear();
     // Not for a store destroyed meanwhile (its status file went with it).
     if ckptfs_store::segment_path(&name).exists() {
-        let _ = node_status::write_status(&st);
+        let _ = node_status::write_status(&shared.rundir, &st);
     }
     result?;
     Ok(NodeSummary {
@@ -371,7 +371,7 @@ async fn heartbeat(shared: Arc<Shared>, peer: String) {
 async fn status_loop(shared: Arc<Shared>) {
     loop {
         let st = shared.status();
-        if let Err(e) = node_status::write_status(&st) {
+        if let Err(e) = node_status::write_status(&shared.rundir, &st) {
             tracing::debug!("status file: {e}");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

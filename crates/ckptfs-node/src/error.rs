@@ -47,6 +47,9 @@ pub enum NodeError {
     /// The peer transport failed.
     #[error("transport: {0}")]
     Transport(String),
+    /// The runtime directory (status and lock files) is unusable.
+    #[error("runtime directory: {0}")]
+    Runtime(String),
     /// Another daemon already runs for this store.
     #[error("a node daemon already runs for store {0}")]
     AlreadyRunning(String),
@@ -76,6 +79,7 @@ impl NodeError {
             NodeError::Cluster(_) => libc::EINVAL,
             NodeError::Transport(_) => libc::ECONNABORTED,
             NodeError::AlreadyRunning(_) => libc::EBUSY,
+            NodeError::Runtime(_) => libc::EACCES,
             NodeError::Agent(e) => e.errno(),
             NodeError::BadChunk { .. } => libc::EIO,
         }

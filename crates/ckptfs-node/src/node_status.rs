@@ -1,12 +1,10 @@
 //! The node daemon's state as seen from other processes (`ckptfs node status`): a JSON
-//! file next to the segment, `/dev/shm/ckptfs.NAME.node.json`, replaced atomically, and
-//! a lock file `/dev/shm/ckptfs.NAME.node.lock` held with `flock` for the daemon's life
-//! (one daemon per store; alive = lock held).
-//!
-//! Minimal on purpose, the same scheme as the drain agent's status file: to be replaced
-//! by the shared runtime directory (single-instance lock and status file in a
-//! caller-owned 0700 directory) when that lands.
+//! file `NAME.node.json` in the caller's runtime directory ([`ckptfs_runtime`], owned by
+//! the caller, mode 0700), replaced atomically, and the single-instance lock
+//! `NAME.node.lock` held with `flock` for the daemon's life (alive = lock held).
 
+use crate::error::NodeError;
+use ckptfs_runtime::{InstanceLock, RuntimeDir};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -74,69 +72,57 @@ pub struct NodeStatus {
     pub holding: BTreeMap<String, u64>,
 }
 
-/// The status file of store `name`.
+fn status_name(store: &str) -> String {
+    format!("{store}.node.json")
+}
+
+fn lock_name(store: &str) -> String {
+    format!("{store}.node.lock")
+}
+
+/// The status file of store `name` (in the caller's runtime directory).
 pub fn status_path(name: &str) -> PathBuf {
-    PathBuf::from(format!(
-        "{}.node.json",
-        ckptfs_store::segment_path(name).display()
-    ))
+    RuntimeDir::default_path().join(status_name(name))
 }
 
-/// The lock file of store `name`'s daemon.
+/// The lock file of store `name`'s daemon (in the caller's runtime directory).
 pub fn lock_path(name: &str) -> PathBuf {
-    PathBuf::from(format!(
-        "{}.node.lock",
-        ckptfs_store::segment_path(name).display()
-    ))
+    RuntimeDir::default_path().join(lock_name(name))
 }
 
-/// The state of store `name`'s daemon, if one ever ran for it.
+/// The state of store `name`'s daemon, if one of the caller ever ran for it.
 pub fn status(store_name: &str) -> Option<NodeStatus> {
-    let text = std::fs::read(status_path(store_name)).ok()?;
+    let dir = RuntimeDir::for_caller().ok()?;
+    let text = dir.read(&status_name(store_name)).ok()??;
     let mut s: NodeStatus = serde_json::from_slice(&text).ok()?;
-    s.running = is_locked(&lock_path(store_name));
+    s.running = dir.is_locked(&lock_name(store_name));
     Some(s)
 }
 
 /// Remove the status and lock files of store `name` (after destroying the store).
 pub fn remove_status(store_name: &str) {
-    let _ = std::fs::remove_file(status_path(store_name));
-    let _ = std::fs::remove_file(lock_path(store_name));
-}
-
-pub(crate) fn write_status(s: &NodeStatus) -> std::io::Result<()> {
-    let path = status_path(&s.store);
-    let tmp = PathBuf::from(format!("{}.{}.tmp", path.display(), std::process::id()));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(s).expect("status serializes"))?;
-    std::fs::rename(&tmp, &path)
-}
-
-/// A held exclusive `flock` on a lock file, released when dropped (or when the process
-/// dies).
-pub struct FileLock {
-    _f: std::fs::File,
-}
-
-/// Take the exclusive lock at `path` without waiting: `None` when another process holds it.
-pub fn try_lock(path: &std::path::Path) -> std::io::Result<Option<FileLock>> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)?;
-    match f.try_lock() {
-        Ok(()) => Ok(Some(FileLock { _f: f })),
-        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    if let Ok(dir) = RuntimeDir::for_caller() {
+        let _ = dir.remove(&status_name(store_name));
+        let _ = dir.remove(&lock_name(store_name));
     }
 }
 
-/// Is the lock file held by a live process?
-pub fn is_locked(path: &std::path::Path) -> bool {
-    let Ok(f) = std::fs::File::open(path) else {
-        return false;
-    };
-    // A shared lock is released when `f` closes.
-    matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock))
+/// Take the single-instance lock of store `name`'s daemon.
+pub(crate) fn lock(store_name: &str) -> Result<(RuntimeDir, InstanceLock), NodeError> {
+    let dir = RuntimeDir::for_caller().map_err(|e| NodeError::Runtime(e.to_string()))?;
+    match dir.lock(&lock_name(store_name)) {
+        Ok(l) => Ok((dir, l)),
+        Err(ckptfs_runtime::RuntimeError::Held { .. }) => {
+            Err(NodeError::AlreadyRunning(store_name.to_string()))
+        }
+        Err(e) => Err(NodeError::Runtime(e.to_string())),
+    }
+}
+
+pub(crate) fn write_status(dir: &RuntimeDir, s: &NodeStatus) -> Result<(), NodeError> {
+    dir.write_atomic(
+        &status_name(&s.store),
+        &serde_json::to_vec_pretty(s).expect("status serializes"),
+    )
+    .map_err(|e| NodeError::Runtime(e.to_string()))
 }

@@ -282,7 +282,8 @@ impl Conn {
         let peer = self.peer.clone();
         let m = match self.inner.recv().await {
             Ok(m) => m,
-            Err(TransportError::Closed) => return Ok(None),
+            // Closed, or silent for the read timeout (an idle connection): its end.
+            Err(TransportError::Closed) | Err(TransportError::Timeout { .. }) => return Ok(None),
             Err(e) => return Err(terr(&peer, e)),
         };
         let own = |src: &str| -> Result<()> {

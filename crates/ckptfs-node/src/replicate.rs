@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 /// How often a chunk refused for its CRC is sent again before the copy is given up.
 const RESEND_MAX: u32 = 3;
+/// Connections unused for this long are reopened (the peer's read timeout is 30 s).
+const IDLE_MAX: Duration = Duration::from_secs(10);
 
 /// Outcome of one copy to one partner.
 pub(crate) enum Sent {
@@ -68,9 +70,17 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut levels = Levels::load(&shared.store);
     levels.node = shared.cfg.node_id.clone();
     let mut throttle = Throttle::new(shared.cfg.max_bw);
+    let mut last_used = Instant::now();
     loop {
-        if let Err(e) = pass(&shared, &mut conns, &mut levels, &mut throttle).await {
-            tracing::warn!("partner copies: {e}");
+        // The partner closes a connection idle for its read timeout (30 s): start afresh
+        // after a quiet period instead of failing a copy on a dead connection.
+        if last_used.elapsed() > IDLE_MAX {
+            conns.clear();
+        }
+        match pass(&shared, &mut conns, &mut levels, &mut throttle).await {
+            Ok(true) => last_used = Instant::now(),
+            Ok(false) => {}
+            Err(e) => tracing::warn!("partner copies: {e}"),
         }
         tokio::time::sleep(shared.cfg.scan_interval).await;
     }
@@ -82,7 +92,8 @@ async fn pass(
     conns: &mut HashMap<String, Conn>,
     levels: &mut Levels,
     throttle: &mut Throttle,
-) -> Result<(), NodeError> {
+) -> Result<bool, NodeError> {
+    let mut used = false;
     let partners = shared.partners();
     let files: BTreeMap<String, Identity> = complete_files(&shared.store).into_iter().collect();
     let mut dirty = false;
@@ -97,6 +108,7 @@ async fn pass(
         let rec = levels.files.remove(&path).expect("listed");
         dirty = true;
         for p in &rec.partners {
+            used = true;
             match connection(shared, conns, p).await {
                 Ok(c) => match request(c, Msg::Delete { path: path.clone() }).await {
                     Ok(_) => tracing::info!("dropped the copy of {path} on {p}"),
@@ -133,6 +145,7 @@ async fn pass(
             if rec.identity != *id || rec.partners.contains(p) || rec.refused.contains_key(p) {
                 continue;
             }
+            used = true;
             let conn = match connection(shared, conns, p).await {
                 Ok(c) => c,
                 Err(e) => {
@@ -172,7 +185,7 @@ async fn pass(
     }
     // Records of files whose current version was never sent anywhere stay (they show the
     // file has no partner copy yet).
-    Ok(())
+    Ok(used)
 }
 
 fn save(shared: &Shared, levels: &Levels) {

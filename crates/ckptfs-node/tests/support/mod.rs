@@ -57,7 +57,7 @@ impl TestCluster {
             spill_dir: None,
             spill_size: None,
             private: false,
-            allow_foreign_owner: false,
+            ..StoreOptions::named("")
         }
     }
 
