@@ -181,6 +181,12 @@ impl Ctx {
             }
             row.1 = node.store.clone();
             self.store.name = node.store.clone();
+            // Children (the preload shim) get their settings from `settings`: same store.
+            if let Some(r) = self.settings.rows.iter_mut().find(|r| r.key == "store") {
+                r.value = node.store.clone();
+                r.source = Source::Flag;
+            }
+            self.settings.store.name = node.store.clone();
         }
         self.cluster = Some(cluster);
         Ok(self)

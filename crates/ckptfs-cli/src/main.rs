@@ -166,6 +166,11 @@ enum BenchCommand {
     Datasets(cmd_ckpt::BenchArgs),
     /// Application-observed write bandwidth (OAB) and drain bandwidth (ASB) vs direct writes.
     Drain(ckptfs_bench::drain::BenchArgs),
+    /// Partner copies between two simulated nodes: TCP stream, copy, restore, app writes.
+    Partner(ckptfs_node::bench::PartnerBenchArgs),
+    /// The part of `bench partner` that runs on a simulated node (internal).
+    #[command(hide = true)]
+    PartnerWorker(ckptfs_node::bench::WorkerArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -234,6 +239,14 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(0)
             }
             BenchCommand::Datasets(a) => cmd_ckpt::bench(a),
+                let json = a.json;
+                ckptfs_node::bench::run(a)?.print(json);
+                Ok(0)
+            }
+            BenchCommand::PartnerWorker(a) => {
+                ckptfs_node::bench::worker(a)?;
+                Ok(0)
+            }
             BenchCommand::Fuse(a) => {
                 let json = a.json;
                 ckptfs_bench::fuse::run(a)?.print(json);

@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod daemon;
 mod error;
 mod handler;

@@ -1,0 +1,393 @@
+//! `ckptfs bench partner`: partner copies between two simulated nodes (network
+//! namespaces with a veth link, each its own /dev/shm; crates/ckptfs-netsim), for each
+//! link setting (unlimited, then limited by `tc` to e.g. 10 and 1 Gbit/s):
+//! (a) a plain TCP stream's bandwidth, measured here; (b) partner copy bandwidth (a
+//! checkpoint's close to its verified copy on the partner); (c) restore-from-partner
+//! bandwidth into an empty store; (d) the application's write bandwidth, open to close,
+//! while the previous checkpoint's partner copy runs, and with the daemon stopped.
+//! Medians of the repetitions. Needs root and iproute2. (Here rather than in
+//! ckptfs-bench: ckptfs-agent depends on ckptfs-bench, and this needs the node crate.)
+
+mod worker;
+
+use anyhow::{bail, Context, Result};
+use ckptfs_bench::report::{median, Measurement, Report};
+use ckptfs_netsim::{Sim, SimOptions};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+pub use worker::{worker, WorkerArgs};
+
+/// Arguments of `ckptfs bench partner`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PartnerBenchArgs {
+    /// Checkpoint size (K/M/G).
+    #[arg(long, default_value = "1G", value_parser = ckptfs_settings::parse_size)]
+    pub size: u64,
+    /// Repetitions of each measurement (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Link settings, comma-separated: `none` (no limit) or a rate like `10gbit`, `1gbit`,
+    /// `500mbit`.
+    #[arg(long, default_value = "none,10gbit,1gbit")]
+    pub links: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `10gbit` → 10_000_000_000; `none` → None.
+fn parse_rate(s: &str) -> Result<Option<u64>> {
+    let s = s.trim().to_ascii_lowercase();
+    if s == "none" || s.is_empty() {
+        return Ok(None);
+    }
+    let num = s
+        .strip_suffix("bit")
+        .with_context(|| format!("link rate {s:?}: want e.g. 1gbit"))?;
+    let (digits, mul) = match num.chars().last() {
+        Some('g') => (&num[..num.len() - 1], 1_000_000_000u64),
+        Some('m') => (&num[..num.len() - 1], 1_000_000),
+        Some('k') => (&num[..num.len() - 1], 1_000),
+        _ => (num, 1),
+    };
+    let n: f64 = digits.parse().with_context(|| format!("link rate {s:?}"))?;
+    if n <= 0.0 {
+        bail!("link rate {s:?} must be positive");
+    }
+    Ok(Some((n * mul as f64) as u64))
+}
+
+struct Bed {
+    sim: Sim,
+    exe: PathBuf,
+    dir: tempfile::TempDir,
+    cluster: PathBuf,
+    stores: [String; 2],
+    mem: u64,
+    daemons: [Option<Child>; 2],
+}
+
+impl Bed {
+    fn new(size: u64) -> Result<Bed> {
+        ckptfs_netsim::available()
+            .map_err(|why| anyhow::anyhow!("bench partner needs simulated nodes: {why}"))?;
+        let exe = std::env::current_exe().context("locate the ckptfs binary")?;
+        // Two checkpoints on the source (the app writes one while the previous one is
+        // copied); on the partner their copies plus the next version of one (an old copy
+        // is kept until its replacement is verified). Both nodes alike.
+        let mem = 3 * size + (64 << 20);
+        let sim = Sim::new(
+            2,
+            SimOptions {
+                tag: "ckbench".into(),
+                shm_size: (mem + (128 << 20)).to_string(),
+                hostnames: Some(vec!["node1".into(), "node2".into()]),
+                ..Default::default()
+            },
+        )?;
+        let dir = tempfile::tempdir()?;
+        let cluster = dir.path().join("c.toml");
+        let out = Command::new(&exe)
+            .args(["cluster", "init", "--local", "2", "--port", "7460", "--job"])
+            .arg(sim.prefix())
+            .arg("--out")
+            .arg(&cluster)
+            .output()?;
+        if !out.status.success() {
+            bail!("cluster init: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        // The nodes' namespace addresses, and node2 in another rack than node1.
+        let mut text = std::fs::read_to_string(&cluster)?;
+        for (i, n) in sim.nodes().iter().enumerate() {
+            text = text.replace(
+                &format!("\"127.0.0.1:{}\"", 7460 + i),
+                &format!("\"{}:7460\"", n.ip),
+            );
+        }
+        let r1 = "rack = \"r1\"";
+        let at = text.rfind(r1).context("cluster file without racks")?;
+        text.replace_range(at..at + r1.len(), "rack = \"r2\"");
+        std::fs::write(&cluster, &text)?;
+        let c = ckptfs_cluster::Cluster::load(&cluster)?;
+        let stores = [c.node("node1")?.store.clone(), c.node("node2")?.store.clone()];
+        let mut bed = Bed {
+            sim,
+            exe,
+            dir,
+            cluster,
+            stores,
+            mem,
+            daemons: [None, None],
+        };
+        bed.start(1)?;
+        bed.start(0)?;
+        Ok(bed)
+    }
+
+    fn id(i: usize) -> String {
+        format!("node{}", i + 1)
+    }
+
+    fn ckptfs(&self, i: usize) -> Command {
+        let mut c = self.sim.node(i).command(&self.exe);
+        c.arg("--cluster")
+            .arg(&self.cluster)
+            .args(["--node-id", &Self::id(i)])
+            .env("CKPTFS_MEM_SIZE", self.mem.to_string())
+            .env_remove("CKPTFS_STORE");
+        c
+    }
+
+    fn log(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("{}.log", Self::id(i)))
+    }
+
+    fn start(&mut self, i: usize) -> Result<()> {
+        let log = std::fs::File::create(self.log(i))?;
+        let child = self
+            .ckptfs(i)
+            .args(["node", "--interval", "0.01"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        self.daemons[i] = Some(child);
+        for _ in 0..1200 {
+            let ok = self
+                .ckptfs(i)
+                .args(["node", "status"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()?
+                .success();
+            if ok {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bail!("{}'s daemon did not start: {}", Self::id(i), self.log_text(i))
+    }
+
+    fn stop(&mut self, i: usize) -> Result<()> {
+        if let Some(mut c) = self.daemons[i].take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    fn log_text(&self, i: usize) -> String {
+        std::fs::read_to_string(self.log(i)).unwrap_or_default()
+    }
+
+    /// Run the worker on node `i`; its JSON line.
+    fn worker(&self, i: usize, w: &WorkerArgs) -> Result<serde_json::Value> {
+        let mut c = self.sim.node(i).command(&self.exe);
+        c.args(["bench", "partner-worker", "--mode", &w.mode, "--store", &w.store])
+            .args(["--mem", &w.mem.to_string(), "--size", &w.size.to_string()])
+            .args(["--files", &w.files.to_string()])
+            .arg("--cluster")
+            .arg(&self.cluster)
+            .args(["--node-id", &Self::id(i)]);
+        if w.wait_copy {
+            c.arg("--wait-copy");
+        }
+        let out = c.output()?;
+        if !out.status.success() {
+            bail!(
+                "worker {} on {}: {}\n{}",
+                w.mode,
+                Self::id(i),
+                String::from_utf8_lossy(&out.stderr),
+                self.log_text(i)
+            );
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().last().unwrap_or_default();
+        serde_json::from_str(line).with_context(|| format!("worker output {line:?}"))
+    }
+
+    fn args(&self, mode: &str, size: u64, files: usize, wait_copy: bool) -> WorkerArgs {
+        WorkerArgs {
+            mode: mode.into(),
+            store: self.stores[0].clone(),
+            mem: self.mem,
+            size,
+            files,
+            wait_copy,
+            cluster: None,
+            node_id: None,
+        }
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        for d in self.daemons.iter_mut().flatten() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+    }
+}
+
+/// One plain TCP stream of `bytes` from node 0 to node 1; seconds from connect to the
+/// receiver's acknowledgement of the last byte.
+fn tcp_stream(sim: &Sim, bytes: u64) -> Result<f64> {
+    let ip1 = sim.node(1).ip;
+    let l = sim.node(1).in_netns(move || TcpListener::bind((ip1, 0)))??;
+    let addr = l.local_addr()?;
+    let rx = std::thread::spawn(move || -> std::io::Result<u64> {
+        let (mut s, _) = l.accept()?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0u64;
+        loop {
+            let k = s.read(&mut buf)?;
+            if k == 0 {
+                break;
+            }
+            n += k as u64;
+        }
+        s.write_all(&[1])?;
+        Ok(n)
+    });
+    let secs = sim.node(0).in_netns(move || -> std::io::Result<f64> {
+        let buf = vec![0x5au8; 1 << 20];
+        let t = Instant::now();
+        let mut s = TcpStream::connect(addr)?;
+        let mut left = bytes;
+        while left > 0 {
+            let k = left.min(buf.len() as u64) as usize;
+            s.write_all(&buf[..k])?;
+            left -= k as u64;
+        }
+        s.shutdown(Shutdown::Write)?;
+        let mut ack = [0u8; 1];
+        s.read_exact(&mut ack)?;
+        Ok(t.elapsed().as_secs_f64())
+    })??;
+    let got = rx
+        .join()
+        .map_err(|_| anyhow::anyhow!("TCP receiver panicked"))??;
+    if got != bytes {
+        bail!("TCP stream: {got} of {bytes} bytes arrived");
+    }
+    Ok(secs)
+}
+
+fn f64s(v: &serde_json::Value, key: &str) -> Vec<f64> {
+    v[key]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+        .unwrap_or_default()
+}
+
+/// Run the benchmark.
+pub fn run(a: PartnerBenchArgs) -> Result<Report> {
+    if a.reps == 0 || a.size == 0 {
+        bail!("--reps and --size must be positive");
+    }
+    let links: Vec<(String, Option<u64>)> = a
+        .links
+        .split(',')
+        .map(|s| Ok((s.trim().to_string(), parse_rate(s)?)))
+        .collect::<Result<_>>()?;
+    let mut bed = Bed::new(a.size)?;
+    let mut results = Vec::new();
+    let mut notes = Vec::new();
+    for (label, rate) in &links {
+        bed.sim.limit(0, *rate)?;
+        // (a) the wire.
+        let tcp: Vec<f64> = (0..a.reps)
+            .map(|_| tcp_stream(&bed.sim, a.size))
+            .collect::<Result<_>>()?;
+        let tcp_gbps = a.size as f64 / median(&tcp) / 1e9;
+        // (b) partner copy: one checkpoint, close to verified copy; (d, on) the next
+        // checkpoint written while the previous one's copy runs.
+        let mut copy = Vec::new();
+        let mut write_on = Vec::new();
+        for _ in 0..a.reps {
+            let v = bed.worker(0, &bed.args("write", a.size, 1, true))?;
+            copy.extend(f64s(&v, "copy_s"));
+            let v = bed.worker(0, &bed.args("write", a.size, 2, true))?;
+            write_on.push(*f64s(&v, "write_s").get(1).context("worker write_s")?);
+        }
+        // (c) the node is lost: daemon stopped, store destroyed, both checkpoints back
+        // from the partner into an empty store.
+        bed.stop(0)?;
+        let mut restore = Vec::new();
+        let mut restore_bytes = 0;
+        for _ in 0..a.reps {
+            let v = bed.worker(0, &bed.args("restore", a.size, 0, false))?;
+            restore.push(v["restore_s"].as_f64().context("restore_s")?);
+            restore_bytes = v["bytes"].as_u64().context("bytes")?;
+        }
+        // (d, off) the same writes with no daemon on the node.
+        let mut write_off = Vec::new();
+        for _ in 0..a.reps {
+            let v = bed.worker(0, &bed.args("write", a.size, 2, false))?;
+            write_off.push(*f64s(&v, "write_s").get(1).context("worker write_s")?);
+        }
+        bed.start(0)?;
+        bed.sim.limit(0, None)?;
+
+        let m_tcp = Measurement::new("tcp-stream", 1, a.size, tcp).with("link", label.as_str());
+        let m_copy = Measurement::new("partner-copy", 1, a.size, copy).with("link", label.as_str());
+        let m_rest =
+            Measurement::new("restore-from-partner", 1, restore_bytes, restore).with("link", label.as_str());
+        let m_off =
+            Measurement::new("app-write copying-off", 1, a.size, write_off).with("link", label.as_str());
+        let m_on = Measurement::new("app-write copying-on", 1, a.size, write_on).with("link", label.as_str());
+        let r_copy = m_copy.gbps() / tcp_gbps;
+        let r_rest = m_rest.gbps() / tcp_gbps;
+        let r_app = m_on.gbps() / m_off.gbps().max(1e-12);
+        for (what, r, target) in [
+            ("partner copy / TCP stream", r_copy, 0.9),
+            ("restore from partner / TCP stream", r_rest, 0.9),
+            ("app write with copying / without", r_app, 0.9),
+        ] {
+            notes.push(format!(
+                "link {label}: {what} = {r:.2} (target >= {target}: {})",
+                if r >= target { "met" } else { "MISSED" }
+            ));
+        }
+        results.push(m_tcp.with("ratio", 1.0));
+        results.push(m_copy.with("ratio", (r_copy * 100.0).round() / 100.0));
+        results.push(m_rest.with("ratio", (r_rest * 100.0).round() / 100.0));
+        results.push(m_off.with("ratio", 1.0));
+        results.push(m_on.with("ratio", (r_app * 100.0).round() / 100.0));
+    }
+    notes.push(
+        "ratio: partner-copy and restore vs the TCP stream on the same link; \
+         copying-on vs copying-off"
+            .into(),
+    );
+    Ok(Report {
+        bench: "partner".into(),
+        settings: serde_json::json!({
+            "size": a.size,
+            "reps": a.reps,
+            "links": a.links,
+            "nodes": 2,
+            "machine": ckptfs_bench::report::machine(),
+        }),
+        results,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rate;
+
+    #[test]
+    fn link_rates_parse_to_bits_per_second() {
+        assert_eq!(parse_rate("none").unwrap(), None);
+        assert_eq!(parse_rate("10gbit").unwrap(), Some(10_000_000_000));
+        assert_eq!(parse_rate("1Gbit").unwrap(), Some(1_000_000_000));
+        assert_eq!(parse_rate("500mbit").unwrap(), Some(500_000_000));
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("0gbit").is_err());
+    }
+}
