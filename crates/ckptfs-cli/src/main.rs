@@ -239,6 +239,7 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(0)
             }
             BenchCommand::Datasets(a) => cmd_ckpt::bench(a),
+            BenchCommand::Partner(a) => {
                 let json = a.json;
                 ckptfs_node::bench::run(a)?.print(json);
                 Ok(0)

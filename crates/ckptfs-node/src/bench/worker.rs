@@ -63,7 +63,7 @@ fn write(a: &WorkerArgs) -> Result<serde_json::Value> {
     if store.stat("/ckpt").is_err() {
         store.mkdir("/ckpt", 0o755).context("mkdir /ckpt")?;
     }
-    let block = ckptfs_bench::store::seeded_bytes(std::process::id() as u64, 16 << 20);
+    let block = ckptfs_bench::store::pattern(16 << 20);
     let mut write_s = Vec::new();
     let mut closed = Vec::new();
     for i in 0..a.files {
