@@ -11,6 +11,9 @@ use std::io::SeekFrom;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
+/// Piece of a chunk copied and then checksummed while it is still in cache (L1/L2).
+const VERIFY_PIECE: usize = 64 << 10;
+
 /// An open file or directory of a [`Store`]. Dropping it closes it (errors ignored); call
 /// [`FileHandle::close`] to see them.
 pub struct FileHandle {
@@ -291,11 +294,17 @@ impl FileHandle {
                 dst.fill(0);
             } else {
                 let (hwm, _, _) = unpack_sum(seg.chunk(c).sum.load(Acquire));
-                if self.verify {
-                    self.verify_chunk(c, logical)?;
-                }
                 let avail = (hwm as usize).saturating_sub(within).min(k);
-                if seg.is_mem(c) {
+                // A read of a whole chunk copies and checks it in one pass (the CRC taken
+                // from the caller's buffer, piece by piece, right after the copy).
+                let whole = seg.is_mem(c) && within == 0 && avail == hwm as usize && avail > 0;
+                let mut copied = false;
+                if self.verify {
+                    copied = self.verify_chunk(c, logical, whole.then_some(&mut dst[..avail]))?;
+                }
+                if copied {
+                    // Done by the check.
+                } else if seg.is_mem(c) {
                     // SAFETY: file lock held; range within the chunk.
                     dst[..avail].copy_from_slice(unsafe { seg.chunk_slice(c, within, avail) });
                 } else if avail > 0 {
@@ -310,12 +319,14 @@ impl FileHandle {
         Ok(n)
     }
 
-    /// Check chunk `c` against its CRC once per handle. Caller holds the file lock.
-    fn verify_chunk(&mut self, c: u32, logical: u32) -> Result<()> {
+    /// Check chunk `c` against its CRC once per handle. With `fill`, the chunk's bytes are
+    /// copied into it and checked there in the same pass, if it is exactly as long as the
+    /// checksummed range; returns whether that copy was made. Caller holds the file lock.
+    fn verify_chunk(&mut self, c: u32, logical: u32, fill: Option<&mut [u8]>) -> Result<bool> {
         let word = logical as usize / 64;
         let bit = 1u64 << (logical % 64);
         if self.verified.get(word).is_some_and(|w| w & bit != 0) {
-            return Ok(());
+            return Ok(false);
         }
         let seg = &*self.store.seg;
         let (mut hwm, mut crc, mut stale) = unpack_sum(seg.chunk(c).sum.load(Acquire));
@@ -328,7 +339,7 @@ impl FileHandle {
             (hwm, crc, stale) = unpack_sum(seg.chunk(c).sum.load(Acquire));
             if stale {
                 if self.store.has_writer(self.fid) {
-                    return Ok(()); // checked on a later read, once it is current again
+                    return Ok(false); // checked on a later read, once it is current again
                 }
                 let path = self.path.clone();
                 tracing::error!(%path, logical, chunk = c, "stale checksum without a writer");
@@ -344,8 +355,17 @@ impl FileHandle {
                 what: format!("chunk {logical} claims {hwm} bytes"),
             });
         }
+        let mut copied = false;
         {
-            let computed = chunk_crc(&self.store, c, hwm as usize)?;
+            // Reaping a dead writer above may have trimmed the chunk: the copy is made only
+            // if the buffer covers exactly the checksummed bytes.
+            let computed = match fill {
+                Some(b) if b.len() == hwm as usize && seg.is_mem(c) => {
+                    copied = true;
+                    copy_chunk_crc(seg, c, b)
+                }
+                _ => chunk_crc(&self.store, c, hwm as usize)?,
+            };
             if computed != crc {
                 let path = self.path.clone();
                 tracing::error!(%path, logical, chunk = c, "checksum mismatch");
@@ -358,7 +378,7 @@ impl FileHandle {
             }
         }
         self.set_verified(logical);
-        Ok(())
+        Ok(copied)
     }
 
     fn set_verified(&mut self, logical: u32) {
@@ -391,7 +411,7 @@ impl FileHandle {
         for (l, &c) in self.map.clone().iter().enumerate() {
             if c != NONE {
                 self.verified.clear();
-                self.verify_chunk(c, l as u32)?;
+                self.verify_chunk(c, l as u32, None)?;
             }
         }
         Ok(())
@@ -727,6 +747,25 @@ impl Drop for FileHandle {
             }
         }
     }
+}
+
+/// Copy memory chunk `c` from its start into `dst` and return the CRC32C of the copy,
+/// taken piece by piece right after each piece is copied: one pass over the chunk's
+/// memory instead of a checksum pass and then a copy pass (a restart reads every chunk
+/// once, so both passes came from memory). What is checked is what the caller gets.
+/// Caller holds the owning file's lock.
+fn copy_chunk_crc(seg: &crate::segment::Segment, c: u32, dst: &mut [u8]) -> u32 {
+    let mut crc = 0;
+    let mut at = 0;
+    while at < dst.len() {
+        let k = VERIFY_PIECE.min(dst.len() - at);
+        let piece = &mut dst[at..at + k];
+        // SAFETY: caller holds the file lock; the range is inside the chunk.
+        piece.copy_from_slice(unsafe { seg.chunk_slice(c, at, k) });
+        crc = crc32c_append(crc, piece);
+        at += k;
+    }
+    crc
 }
 
 /// CRC32C of the first `len` bytes of chunk `c`.
