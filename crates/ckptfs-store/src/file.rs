@@ -475,7 +475,14 @@ impl FileHandle {
             let mut c = self.chunk_of(logical);
             if c == NONE {
                 match store.alloc_chunk(self.fid, logical) {
-                    Ok(new) => c = new,
+                    Ok(new) => {
+                        c = new;
+                        // A fresh writer: have the next free chunks' page tables populated
+                        // while it copies into this one.
+                        if seg.is_mem(c) {
+                            seg.ahead.request(&store.seg);
+                        }
+                    }
                     Err(StoreError::NoSpace) if done > 0 => break,
                     Err(e) => return Err(e),
                 }
