@@ -4,24 +4,43 @@
 //! chunk populates the chunk's (`MADV_POPULATE_READ`, about 70 ms per GiB idle). When a
 //! writer takes a chunk it has no page tables for, a helper thread of the process
 //! populates the next free chunks (the top of the free memory stack, which the writer's
-//! next allocations pop) while the writer copies into this one. Only page tables are
+//! next allocations pop) while the writer copies into this one; likewise a reader (a
+//! restart) that reaches a chunk without page tables has its file's next chunks
+//! populated while it copies and checks this one. Only page tables are
 //! touched, never bytes or metadata, so populating a chunk someone else takes meanwhile,
 //! or one read from a stack being changed, is harmless (ids are bounds-checked).
 
 use crate::segment::Segment;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, OnceLock, Weak};
 
 /// Free chunks populated ahead per request.
-const AHEAD: u32 = 8;
+pub(crate) const AHEAD: u32 = 8;
 
 /// The helper thread of one attached store in this process, started on first use.
 #[derive(Default)]
 pub(crate) struct Ahead {
     thread: OnceLock<Option<(u32, std::thread::Thread)>>,
+    /// Chunks a reader will read next (`u32::MAX`: empty slot).
+    wanted: [AtomicU32; AHEAD as usize],
+    /// A writer asked for the top of the free stack.
+    free_stack: AtomicBool,
 }
 
 impl Ahead {
+    /// Ask the helper to populate `chunks` (a reader's next chunks in its file).
+    pub(crate) fn request_chunks(&self, seg: &Arc<Segment>, chunks: impl Iterator<Item = u32>) {
+        let mut any = false;
+        for (slot, c) in self.wanted.iter().zip(chunks) {
+            slot.store(c, Relaxed);
+            any = true;
+        }
+        if any {
+            self.wake(seg);
+        }
+    }
+
     /// Ask the helper to populate the next free chunks. Does nothing in a child forked
     /// after the helper started (it has no helper thread) or if no thread could start.
     pub(crate) fn request(&self, seg: &Arc<Segment>) {
@@ -31,6 +50,11 @@ impl Ahead {
         if top == 0 || seg.is_populated(seg.mem_stack(top - AHEAD.min(top)).load(Relaxed)) {
             return;
         }
+        self.free_stack.store(true, Relaxed);
+        self.wake(seg);
+    }
+
+    fn wake(&self, seg: &Arc<Segment>) {
         let t = self.thread.get_or_init(|| {
             let weak: Weak<Segment> = Arc::downgrade(seg);
             std::thread::Builder::new()
@@ -60,6 +84,8 @@ impl Drop for Ahead {
 }
 
 fn run(weak: Weak<Segment>) {
+    // The program's signals are for its own threads.
+    crate::segment::block_all_signals();
     loop {
         std::thread::park();
         // The segment is only borrowed while working: the last Store going away unmaps
@@ -67,11 +93,19 @@ fn run(weak: Weak<Segment>) {
         let Some(seg) = weak.upgrade() else {
             return;
         };
-        let top = seg.sb().mem_top.load(Relaxed).min(seg.layout.mem_chunks);
-        for i in 1..=AHEAD.min(top) {
-            let c = seg.mem_stack(top - i).load(Relaxed);
+        for slot in &seg.ahead.wanted {
+            let c = slot.swap(u32::MAX, Relaxed);
             if c < seg.layout.mem_chunks && !seg.is_populated(c) {
                 seg.populate(c);
+            }
+        }
+        if seg.ahead.free_stack.swap(false, Relaxed) {
+            let top = seg.sb().mem_top.load(Relaxed).min(seg.layout.mem_chunks);
+            for i in 1..=AHEAD.min(top) {
+                let c = seg.mem_stack(top - i).load(Relaxed);
+                if c < seg.layout.mem_chunks && !seg.is_populated(c) {
+                    seg.populate(c);
+                }
             }
         }
     }
@@ -124,8 +158,30 @@ mod tests {
             assert_eq!(r.read_full(&mut got).unwrap(), data.len());
             assert!(got == data, "data differs");
         }
+        // A restart: a fresh reader of the first chunk gets the file's next chunks
+        // populated ahead, and reads the bytes back identical.
+        let restart = Store::attach(&opts).unwrap();
+        let mut r = restart.open("/f", OpenFlags::READ, 0).unwrap();
+        let mut got = vec![0u8; 1 << 20];
+        assert_eq!(r.read_full(&mut got).unwrap(), 1 << 20);
+        assert!(got[..] == data[..1 << 20], "first chunk differs");
+        let list = restart.chunk_list("/f").unwrap();
+        let ids: Vec<u32> = list.iter().map(|c| c.chunk_id).collect();
+        for &c in &ids[1..=super::AHEAD as usize] {
+            let t0 = std::time::Instant::now();
+            while !restart.seg.is_populated(c) {
+                assert!(
+                    t0.elapsed().as_secs() < 120,
+                    "chunk {c} never populated ahead of the reader"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        let mut rest = vec![0u8; data.len() - (1 << 20)];
+        assert_eq!(r.read_full(&mut rest).unwrap(), rest.len());
+        assert!(rest[..] == data[1 << 20..], "rest differs");
         assert!(creator.fsck(false).is_clean());
-        drop((creator, fresh));
+        drop((creator, fresh, restart, r));
         Store::destroy(&name).unwrap();
     }
 }

@@ -607,6 +607,17 @@ fn remove_stale_tmps(tmp: &Path, uniq: &str) {
     }
 }
 
+/// Block every signal in the calling thread: for the store's own helper threads, so that
+/// the program's process-directed signals are never delivered to them.
+pub(crate) fn block_all_signals() {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigfillset initialises the set; pthread_sigmask only reads it.
+    unsafe {
+        libc::sigfillset(set.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
+    }
+}
+
 /// Populate page tables for a whole range (faulting in the pages).
 fn prefault(base: *mut u8, len: usize) {
     // SAFETY: advisory call on our own fresh mapping.
