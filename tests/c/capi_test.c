@@ -912,6 +912,11 @@ static void t_bad_segments(void) {
         CHECK_EQ(fwrite(head, 1, len, f), len);
         fclose(f);
         o.store = name;
+        /* Mode 0644 (fopen under umask 022): refused before its content is read. */
+        CHECK_EQ(ckptfs_mount("/bad", &o), -EACCES);
+        CHECK(strstr(ckptfs_last_error(), "0600") != NULL);
+        /* Owned by us with mode 0600, so the content checks are what refuse it. */
+        CHECK_EQ(chmod(path, 0600), 0);
         CHECK_EQ(ckptfs_mount("/bad", &o), -EINVAL);
         CHECK(strstr(ckptfs_last_error(), path) != NULL);
         CHECK(strstr(ckptfs_last_error(), cases[i].expect) != NULL);

@@ -30,9 +30,6 @@ pub struct DestArgs {
     /// stripe on the chosen OST (needs `lfs`).
     #[arg(long, value_name = "I[,I...]", value_delimiter = ',')]
     pub ost: Vec<u32>,
-    /// This node's id for placement and manifest names [default: the host name].
-    #[arg(long, value_name = "ID", env = "CKPTFS_NODE_ID")]
-    pub node_id: Option<String>,
     /// Mapping file of `NODE TARGET` lines (TARGET: 0-based index or a --dest DIR;
     /// `*` = default); unlisted nodes get a balanced assignment by node number.
     #[arg(long, value_name = "FILE")]
@@ -40,14 +37,16 @@ pub struct DestArgs {
 }
 
 impl DestArgs {
-    pub(crate) fn config(&self) -> Result<AgentConfig> {
+    /// The drain settings; `node_id` is the global `--node-id` (placement and manifest
+    /// names; default: the host name).
+    pub(crate) fn config(&self, node_id: Option<&str>) -> Result<AgentConfig> {
         if self.dest.is_empty() {
             bail!("--dest DIR[,DIR...] is required");
         }
         let mut c = AgentConfig::new(&self.dest);
         c.targets = targets(&self.dest, &self.ost);
-        if let Some(n) = &self.node_id {
-            c.node_id = n.clone();
+        if let Some(n) = node_id {
+            c.node_id = n.to_string();
         }
         c.map_file = self.map.clone();
         Ok(c)
@@ -143,6 +142,10 @@ pub struct RestoreArgs {
     /// Destination the files were drained to.
     #[command(flatten)]
     pub dest: DestArgs,
+    /// First from the partners' memory (needs --cluster and --node-id; the daemons of
+    /// the partner nodes must run), then from --dest, if given, for the rest.
+    #[arg(long)]
+    pub from_peers: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -154,7 +157,7 @@ pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
     if let Some(AgentCmd::Status { json, watch }) = args.cmd {
         return show_status(&name, json, watch);
     }
-    let mut c = args.dest.config()?;
+    let mut c = args.dest.config(ctx.node_id.as_deref())?;
     c.io_threads = args.io_threads;
     c.write_size = args.write_size as usize;
     c.direct = args.direct;
@@ -219,31 +222,21 @@ pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
     Ok(if sum.failed.is_empty() { 0 } else { 1 })
 }
 
-/// Entry point of `ckptfs restore`.
+/// Entry point of `ckptfs restore`: with `--from-peers`, the partners' memory first,
+/// then the PFS (`--dest`) for what no partner holds.
 pub fn restore_main(args: RestoreArgs, ctx: &Ctx) -> Result<i32> {
-    let c = args.dest.config()?;
+    let pfs = if args.dest.dest.is_empty() && args.from_peers {
+        None
+    } else {
+        Some(args.dest.config(ctx.node_id.as_deref())?)
+    };
     let store = Store::open_or_create(&ctx.store).context("open the store")?;
-    let rep = restore_into(&store, &c, args.path.as_deref().unwrap_or("/"))?;
+    let prefix = args.path.as_deref().unwrap_or("/");
+    let rep = crate::cmd_node::multi_level_restore(&store, ctx, prefix, args.from_peers, pfs.as_ref())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
     } else {
-        for r in &rep.restored {
-            println!(
-                "restored {} ({}) from {}",
-                esc(&r.path),
-                human(r.size),
-                esc(&r.from.display().to_string())
-            );
-        }
-        for f in &rep.failed {
-            eprintln!("FAILED {}: {}", esc(&f.path), esc(&f.error));
-        }
-        println!(
-            "{} restored, {} already in the store, {} failed",
-            rep.restored.len(),
-            rep.present.len(),
-            rep.failed.len()
-        );
+        rep.print("");
     }
     Ok(if rep.failed.is_empty() { 0 } else { 1 })
 }

@@ -61,8 +61,8 @@ pub struct InitArgs {
 /// `cluster plan` options.
 #[derive(Args, Debug)]
 pub struct PlanArgs {
-    /// The cluster file [env CKPTFS_CLUSTER].
-    #[arg(long, value_name = "FILE", env = "CKPTFS_CLUSTER")]
+    /// The cluster file: the global `--cluster FILE` [env CKPTFS_CLUSTER].
+    #[arg(skip)]
     pub cluster: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
@@ -70,10 +70,14 @@ pub struct PlanArgs {
 }
 
 /// Runs a `cluster` subcommand.
-pub fn main(cmd: ClusterCommand) -> Result<i32> {
+/// `cluster` is the global `--cluster FILE` option.
+pub fn main(cmd: ClusterCommand, cluster: Option<PathBuf>) -> Result<i32> {
     match cmd {
         ClusterCommand::Init(a) => init(a),
-        ClusterCommand::Plan(a) => plan(a),
+        ClusterCommand::Plan(mut a) => {
+            a.cluster = cluster;
+            plan(a)
+        }
     }
 }
 

@@ -90,8 +90,15 @@ pub fn main(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     if ctx.store.private && args.restore.is_some() {
         bail!("--restore needs a shared store (with --private each rank restores its own files: use the native API)");
     }
+    // In a cluster (--cluster and --node-id) the partners' memory is tried before the
+    // PFS, and --dest is optional.
+    let peers = ctx.cluster.is_some() && ctx.node_id.is_some();
     let restore = match &args.restore {
-        Some(prefix) => Some((prefix, args.dest.config().context("--restore")?)),
+        Some(prefix) if peers && args.dest.dest.is_empty() => Some((prefix, None)),
+        Some(prefix) => Some((
+            prefix,
+            Some(args.dest.config(ctx.node_id.as_deref()).context("--restore")?),
+        )),
         None => None,
     };
     if !ctx.store.private {
@@ -100,7 +107,7 @@ pub fn main(args: RunArgs, ctx: &Ctx) -> Result<i32> {
         let store = ckptfs_store::Store::open_or_create(&ctx.store)
             .with_context(|| format!("creating or attaching store {}", ctx.store.name))?;
         if let Some((prefix, c)) = &restore {
-            restore_before_run(&store, c, prefix)?;
+            restore_before_run(&store, ctx, peers, c.as_ref(), prefix)?;
         }
     }
     let mut cmd = std::process::Command::new(&args.cmd[0]);
@@ -142,29 +149,14 @@ fn store_path(s: &str) -> Result<String, String> {
 /// checkpoint from the parallel file system when the cache does not have it).
 fn restore_before_run(
     store: &ckptfs_store::Store,
-    c: &ckptfs_agent::AgentConfig,
+    ctx: &Ctx,
+    peers: bool,
+    c: Option<&ckptfs_agent::AgentConfig>,
     prefix: &str,
 ) -> Result<()> {
-    use crate::cmd_agent::human;
-    let t0 = std::time::Instant::now();
-    let rep = crate::cmd_agent::restore_into(store, c, prefix)
+    let rep = crate::cmd_node::multi_level_restore(store, ctx, prefix, peers, c)
         .with_context(|| format!("restore {prefix} before running the command"))?;
-    let bytes: u64 = rep.restored.iter().map(|r| r.size).sum();
-    eprintln!(
-        "ckptfs run: restored {} files ({}) in {:.1} s, {} already in the store, {} failed",
-        rep.restored.len(),
-        human(bytes),
-        t0.elapsed().as_secs_f64(),
-        rep.present.len(),
-        rep.failed.len()
-    );
-    for f in &rep.failed {
-        eprintln!(
-            "ckptfs run: NOT restored {}: {}",
-            crate::text::esc(&f.path),
-            crate::text::esc(&f.error)
-        );
-    }
+    rep.print("ckptfs run: ");
     Ok(())
 }
 

@@ -8,7 +8,7 @@
 //! whatever the segment was created with. A setting given explicitly (by any source)
 //! must match, or attaching fails with a clear error.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use ckptfs_settings::{FileText, Inputs};
 use ckptfs_store::StoreOptions;
 use std::path::PathBuf;
@@ -52,6 +52,20 @@ pub struct StoreArgs {
     pub config: Option<PathBuf>,
 }
 
+/// The node this command acts for, in a cluster (global options).
+#[derive(clap::Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Cluster (any subcommand)")]
+pub struct ClusterArgs {
+    /// Cluster file: with --node-id, every store command acts on that node's store (the
+    /// file names each node's store) [env CKPTFS_CLUSTER]
+    #[arg(long, global = true, value_name = "FILE", env = "CKPTFS_CLUSTER")]
+    pub cluster: Option<PathBuf>,
+    /// This node's id (in the cluster file; also the drain's placement and manifest
+    /// name) [env CKPTFS_NODE_ID; default: the host name]
+    #[arg(long, global = true, value_name = "ID", env = "CKPTFS_NODE_ID")]
+    pub node_id: Option<String>,
+}
+
 /// Resolved settings handed to every command.
 #[derive(Debug, Clone)]
 pub struct Ctx {
@@ -65,6 +79,10 @@ pub struct Ctx {
     pub table: Vec<(&'static str, String, Source)>,
     /// The resolution itself (for `child_env` and the JSON summary).
     pub settings: Settings,
+    /// The cluster file, if given.
+    pub cluster: Option<ckptfs_cluster::Cluster>,
+    /// This node's id, if given.
+    pub node_id: Option<String>,
 }
 
 fn default_config_file() -> Option<PathBuf> {
@@ -134,7 +152,47 @@ impl Ctx {
                 .map(|r| (r.key, r.value.clone(), r.source))
                 .collect(),
             settings,
+            cluster: None,
+            node_id: None,
         })
+    }
+
+    /// Apply `--cluster` / `--node-id`: with both, the store is that node's store from
+    /// the cluster file (an explicit `--store`/`CKPTFS_STORE` naming another is an error).
+    pub fn with_cluster(mut self, args: &ClusterArgs) -> Result<Ctx> {
+        self.node_id = args.node_id.clone().filter(|s| !s.is_empty());
+        let Some(path) = args.cluster.as_ref().filter(|p| !p.as_os_str().is_empty()) else {
+            return Ok(self);
+        };
+        let cluster = ckptfs_cluster::Cluster::load(path)
+            .with_context(|| format!("cluster file {}", path.display()))?;
+        if let Some(id) = &self.node_id {
+            let node = cluster
+                .node(id)
+                .with_context(|| format!("node {id} in {}", path.display()))?;
+            let row = self.table.iter_mut().find(|r| r.0 == "store").expect("store row");
+            if row.2 != Source::Default && row.1 != node.store {
+                bail!(
+                    "--store {} conflicts with node {id}'s store {} in {}",
+                    row.1,
+                    node.store,
+                    path.display()
+                );
+            }
+            row.1 = node.store.clone();
+            self.store.name = node.store.clone();
+        }
+        self.cluster = Some(cluster);
+        Ok(self)
+    }
+
+    /// The cluster file and this node's id, or an error naming what is missing.
+    pub fn cluster_node(&self) -> Result<(&ckptfs_cluster::Cluster, &str)> {
+        match (&self.cluster, &self.node_id) {
+            (Some(c), Some(n)) => Ok((c, n.as_str())),
+            (None, _) => bail!("needs --cluster FILE (or CKPTFS_CLUSTER)"),
+            (_, None) => bail!("needs --node-id ID (or CKPTFS_NODE_ID)"),
+        }
     }
 
     /// Environment variables that pass these settings on to a child (e.g. the preload shim).

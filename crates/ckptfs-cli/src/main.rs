@@ -8,6 +8,7 @@
 mod cmd_agent;
 mod cmd_cluster;
 mod cmd_mount;
+mod cmd_node;
 mod cmd_run;
 mod config;
 mod elf;
@@ -16,7 +17,7 @@ mod text;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use config::{Ctx, StoreArgs};
+use config::{ClusterArgs, Ctx, StoreArgs};
 
 /// ckptfs: multi-level checkpoint storage for HPC and ML jobs.
 ///
@@ -29,6 +30,8 @@ use config::{Ctx, StoreArgs};
 struct Cli {
     #[command(flatten)]
     store: StoreArgs,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// More log output (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -123,8 +126,11 @@ enum Command {
     Umount(cmd_mount::UmountArgs),
     /// Drain complete checkpoints to the parallel file system in the background.
     Agent(cmd_agent::AgentArgs),
-    /// Bring drained files back from the destination into the store (checksums verified).
+    /// Bring files back into the store from the partners' memory (--from-peers) and the
+    /// drain destination (checksums verified).
     Restore(cmd_agent::RestoreArgs),
+    /// The per-node daemon: partner copies in other failure domains, heartbeats, drain.
+    Node(cmd_node::NodeArgs),
     /// Run a benchmark; prints measured figures next to the baselines of the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -172,7 +178,11 @@ fn init_logging(verbose: u8) {
 }
 
 fn run(cli: Cli) -> Result<i32> {
-    let ctx = Ctx::resolve(&cli.store)?;
+    // `cluster init/plan` read (or write) the cluster file themselves.
+    if let Command::Cluster { cmd } = cli.cmd {
+        return cmd_cluster::main(cmd, cli.cluster.cluster);
+    }
+    let ctx = Ctx::resolve(&cli.store)?.with_cluster(&cli.cluster)?;
     match cli.cmd {
         Command::Init => store_cmds::init(&ctx),
         Command::Status { json } => store_cmds::status(&ctx, json),
@@ -193,6 +203,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::CheckBinary(a) => cmd_run::check_binary(a, &ctx),
         Command::Agent(a) => cmd_agent::main(a, &ctx),
         Command::Restore(a) => cmd_agent::restore_main(a, &ctx),
+        Command::Node(a) => cmd_node::main(a, &ctx),
         Command::Mount(a) => cmd_mount::main(a, &ctx),
         Command::Umount(a) => cmd_mount::umount(a, &ctx),
         Command::Bench(b) => match b {
@@ -221,7 +232,7 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(0)
             }
         },
-        Command::Cluster { cmd } => cmd_cluster::main(cmd),
+        Command::Cluster { .. } => unreachable!("handled above"),
         Command::Policy { cmd } => {
             ckptfs_policy::cli::run(cmd)?;
             Ok(0)
@@ -238,6 +249,7 @@ fn run(cli: Cli) -> Result<i32> {
 fn quiet_on_broken_pipe(cmd: &Command) -> bool {
     match cmd {
         Command::Agent(a) => a.cmd.is_some(),
+        Command::Node(a) => a.cmd.is_some(),
         Command::Mount(_) => false,
         Command::Init
         | Command::Status { .. }

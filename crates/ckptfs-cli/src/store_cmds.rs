@@ -118,9 +118,23 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
     let store = attach(ctx)?;
     let i = store.info();
     let agent = ckptfs_agent::status(&i.name);
+    let node = ckptfs_node::status(&i.name);
     if json {
         let mut v = serde_json::to_value(&i)?;
         v["agent"] = serde_json::to_value(&agent)?;
+        v["node"] = serde_json::to_value(&node)?;
+        // Per file: the levels holding it (local, partner nodes, PFS).
+        let levels = ckptfs_node::LevelsView::load(&store);
+        let files: serde_json::Map<String, serde_json::Value> = store
+            .list_all()
+            .into_iter()
+            .filter(|(_, st)| st.kind == FileKind::File)
+            .map(|(p, st)| {
+                let w = serde_json::to_value(levels.of(&p, &st)).unwrap_or_default();
+                (p, w)
+            })
+            .collect();
+        v["levels"] = serde_json::Value::Object(files);
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
@@ -165,6 +179,9 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
         Some(a) => crate::cmd_agent::print_status(a),
         None => println!("agent       none has run on this store"),
     }
+    if let Some(n) = &node {
+        crate::cmd_node::print_status(n);
+    }
     if i.incomplete > 0 || i.failed > 0 {
         for (p, st) in store.list_all() {
             if st.state == WriteState::Incomplete {
@@ -181,10 +198,11 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
     Ok(0)
 }
 
-fn print_entry(name: &str, st: &Stat, long: bool) {
-    if long {
+/// Long listings show, per file, the levels holding it (`local, node3, pfs`).
+fn print_entry(name: &str, st: &Stat, long: Option<(&ckptfs_node::LevelsView, &str)>) {
+    if let Some((levels, path)) = long {
         println!(
-            "{} {:>10} {:>12} {:>5} chunks{} {} {}{}",
+            "{} {:>10} {:>12} {:>5} chunks{} {} {} {}{}",
             mode_str(st),
             state_str(st.state),
             st.size,
@@ -195,8 +213,14 @@ fn print_entry(name: &str, st: &Stat, long: bool) {
                 String::new()
             },
             time_str(st.mtime_ns),
+            // The levels holding the file, before the name (which ends the line).
+            if st.kind == FileKind::File {
+                format!("[{}]", esc(&levels.of(path, st).summary()))
+            } else {
+                "-".to_string()
+            },
             esc(name),
-            if st.kind == FileKind::Dir { "/" } else { "" }
+            if st.kind == FileKind::Dir { "/" } else { "" },
         );
     } else {
         println!("{}{}", esc(name), if st.kind == FileKind::Dir { "/" } else { "" });
@@ -214,8 +238,12 @@ fn join(dir: &str, name: &str) -> String {
 pub fn ls(ctx: &Ctx, path: &str, long: bool, recursive: bool) -> Result<i32> {
     let store = attach(ctx)?;
     let st = store.stat(path).with_context(|| format!("ls {path}"))?;
+    let levels = ckptfs_node::LevelsView::load(&store);
+    let lv =
+        |p: &str| -> Option<(&ckptfs_node::LevelsView, String)> { long.then(|| (&levels, p.to_string())) };
     if st.kind == FileKind::File {
-        print_entry(path, &st, long);
+        let l = lv(path);
+        print_entry(path, &st, l.as_ref().map(|(v, p)| (*v, p.as_str())));
         return Ok(0);
     }
     let mut dirs = vec![path.to_string()];
@@ -235,7 +263,8 @@ pub fn ls(ctx: &Ctx, path: &str, long: bool, recursive: bool) -> Result<i32> {
             let p = join(&dir, &e.name);
             // An entry may vanish between listing and stat: skip it.
             let Ok(st) = store.stat(&p) else { continue };
-            print_entry(&e.name, &st, long);
+            let l = lv(&p);
+            print_entry(&e.name, &st, l.as_ref().map(|(v, p)| (*v, p.as_str())));
             if recursive && e.kind == FileKind::Dir {
                 sub.push(p);
             }
@@ -503,6 +532,7 @@ pub fn destroy(ctx: &Ctx) -> Result<i32> {
     Store::destroy(&name)?;
     // The drain agent's state file lives next to the segment.
     ckptfs_agent::status::remove_status(&name);
+    ckptfs_node::node_status::remove_status(&name);
     println!("destroyed store {name}");
     Ok(0)
 }

@@ -32,6 +32,9 @@ pub mod locks;
 pub mod names;
 pub mod ops;
 pub mod paths;
+pub mod shmap;
+#[cfg(not(test))]
+pub mod spawn;
 pub mod state;
 pub mod stdio;
 pub mod sys;

@@ -24,38 +24,50 @@ use crate::state::{self, Desc, R};
 use crate::sys;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// Per-description lock state: the OFD/flock stand-in descriptor (-1 until first use).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct DescLocks {
-    ofd: AtomicI32,
-}
-
-impl Default for DescLocks {
-    fn default() -> Self {
-        DescLocks {
-            ofd: AtomicI32::new(-1),
-        }
-    }
+    /// The stand-in descriptor (if opened) and its inode, to recognise it after a
+    /// program's dup2 onto the number.
+    ofd: Mutex<Option<(i32, u64)>>,
 }
 
 impl Drop for DescLocks {
     fn drop(&mut self) {
-        let fd = self.ofd.swap(-1, Ordering::AcqRel);
-        if fd >= 0 {
+        let cur = self.ofd.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((fd, ino)) = cur {
             forget_shim_fd(fd);
-            state::raw_close(fd);
+            // Never close a program's descriptor that took the number (dup2 onto it).
+            if still_ours(fd, ino) {
+                state::raw_close(fd);
+            }
         }
     }
+}
+
+/// The inode of kernel descriptor `fd`, or 0.
+fn ino_of(fd: i32) -> u64 {
+    // SAFETY: all-zero is a valid stat buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    match raw(libc::SYS_fstat, fd as _, &mut st as *mut _ as _, 0) {
+        Ok(_) => st.st_ino,
+        Err(_) => 0,
+    }
+}
+
+/// Is `fd` still the stand-in of inode `ino` (not replaced by the program's dup2)?
+fn still_ours(fd: i32, ino: u64) -> bool {
+    ino != 0 && ino_of(fd) == ino
 }
 
 /// (inode, generation) of a store file.
 type Key = (u64, u32);
 
 /// Process-associated stand-ins: one per locked file in this process.
-static POSIX: Mutex<BTreeMap<Key, i32>> = Mutex::new(BTreeMap::new());
+static POSIX: Mutex<BTreeMap<Key, (i32, u64)>> = Mutex::new(BTreeMap::new());
 static POSIX_N: AtomicUsize = AtomicUsize::new(0);
 /// Every stand-in descriptor of this process (close/close_range leave them alone).
 static SHIM_FDS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
@@ -199,34 +211,36 @@ fn open_standin(key: Key) -> R<i32> {
 fn posix_fd(d: &Desc) -> R<i32> {
     let key = key_of(d)?;
     let mut m = lock(&POSIX);
-    if let Some(fd) = m.get(&key) {
-        return Ok(*fd);
+    if let Some((fd, ino)) = m.get(&key).copied() {
+        if still_ours(fd, ino) {
+            return Ok(fd);
+        }
+        // The program dup2'ed onto it: its POSIX locks are gone (the kernel released
+        // them when the number was closed); start afresh, leave its descriptor alone.
+        forget_shim_fd(fd);
+        m.remove(&key);
+        POSIX_N.fetch_sub(1, Ordering::Relaxed);
     }
     let fd = open_standin(key)?;
-    m.insert(key, fd);
+    m.insert(key, (fd, ino_of(fd)));
     POSIX_N.fetch_add(1, Ordering::Relaxed);
     Ok(fd)
 }
 
 /// The OFD/flock stand-in of description `d`.
 fn ofd_fd(d: &Desc) -> R<i32> {
-    let cur = d.locks.ofd.load(Ordering::Acquire);
-    if cur >= 0 {
-        return Ok(cur);
+    let mut g = lock(&d.locks.ofd);
+    if let Some((fd, ino)) = *g {
+        if still_ours(fd, ino) {
+            return Ok(fd);
+        }
+        // Replaced by the program's dup2: forget it (its locks went with it).
+        forget_shim_fd(fd);
+        *g = None;
     }
     let fd = open_standin(key_of(d)?)?;
-    match d
-        .locks
-        .ofd
-        .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
-    {
-        Ok(_) => Ok(fd),
-        Err(other) => {
-            forget_shim_fd(fd);
-            state::raw_close(fd);
-            Ok(other)
-        }
-    }
+    *g = Some((fd, ino_of(fd)));
+    Ok(fd)
 }
 
 /// Make a lock range absolute (SEEK_SET) from the description's offset or the file size,
@@ -317,7 +331,8 @@ pub fn on_close(d: &Desc) {
     }
     let Ok(key) = key_of(d) else { return };
     let fd = lock(&POSIX).get(&key).copied();
-    if let Some(fd) = fd {
+    if let Some((fd, ino)) = fd.filter(|(fd, ino)| still_ours(*fd, *ino)) {
+        let _ = ino;
         // SAFETY: all-zero is a valid flock; F_UNLCK of the whole file.
         let mut fl: libc::flock = unsafe { std::mem::zeroed() };
         fl.l_type = libc::F_UNLCK as _;

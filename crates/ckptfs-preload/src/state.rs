@@ -593,6 +593,8 @@ pub fn forget_stale(fd: i32) {
 /// release leases so the files are complete.
 pub fn close_all() {
     crate::stdio::flush_all();
+    // Shared writable mappings: bring the checksums of what they wrote up to date.
+    crate::shmap::flush_all();
     let all = {
         let w = WriteHold::new();
         let m = std::mem::take(w.map());

@@ -73,6 +73,10 @@ pub struct Spec {
     pub path: String,
     /// `op` mode: rename target (`to=`).
     pub to: String,
+    /// `files` mode: before the last `keep` files (or the last one), wait until this
+    /// path exists on the real file system (`gate=`), so a test can make sure other
+    /// things happen while this writer is still running.
+    pub gate: String,
 }
 
 impl Spec {
@@ -120,6 +124,7 @@ impl Spec {
                 "op" => s.op = v.into(),
                 "path" => s.path = v.into(),
                 "to" => s.to = v.into(),
+                "gate" => s.gate = v.into(),
                 _ => return Err(format!("unknown argument {k}")),
             }
         }
@@ -161,7 +166,12 @@ impl Spec {
         if let Some(c) = self.chunk {
             v.push(format!("chunk={c}"));
         }
-        for (k, x) in [("op", &self.op), ("path", &self.path), ("to", &self.to)] {
+        for (k, x) in [
+            ("op", &self.op),
+            ("path", &self.path),
+            ("to", &self.to),
+            ("gate", &self.gate),
+        ] {
             if !x.is_empty() {
                 v.push(format!("{k}={x}"));
             }
@@ -341,6 +351,11 @@ fn run_files(store: &Store, spec: &Spec) -> Result<(), StoreError> {
     let mut held_size = 0u64;
     let mut i = 0u64;
     while spec.count == 0 || i < spec.count {
+        if !spec.gate.is_empty() && i == spec.count.saturating_sub(spec.keep.max(1)) {
+            while !std::path::Path::new(&spec.gate).exists() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
         let (size, block, seed) = (spec.file_size(i), spec.block_size(i), spec.file_seed(i));
         let fin = spec.file_path(i);
         let path = if spec.tmp {

@@ -324,6 +324,23 @@ impl OpenFlags {
     }
 }
 
+/// Name of the system directory in the root of every store.
+pub const SYSTEM_DIR_NAME: &str = ".ckptfs";
+
+/// The system directory: ckptfs's own files (partner copies of other nodes' files,
+/// records of which levels hold each file). Left out of [`Store::read_dir`] of `/` and of
+/// [`Store::list_all`], so applications, the shim, FUSE and the drain agent do not see
+/// it; it stays reachable by its path.
+pub const SYSTEM_DIR: &str = "/.ckptfs";
+
+/// Whether a store path is [`SYSTEM_DIR`] or below it (after `.`/`..` resolution).
+pub fn is_system_path(path: &str) -> bool {
+    match components(path) {
+        Ok(c) => c.first() == Some(&SYSTEM_DIR_NAME),
+        Err(_) => false,
+    }
+}
+
 /// A node store attached to this process. Cheap to clone; all clones share one mapping.
 #[derive(Clone)]
 pub struct Store {
@@ -906,22 +923,32 @@ impl Store {
         }
     }
 
-    /// Entries of a directory (without `.` and `..`), in no particular order.
+    /// Entries of a directory (without `.` and `..`), in no particular order. The
+    /// system directory [`SYSTEM_DIR`] is left out of the root's listing (see
+    /// [`Store::read_dir_all`]).
     pub fn read_dir(&self, path: &str) -> Result<Vec<DirEntry>> {
         let comps = components(path)?;
         let ns = self.ns();
         let fid = self.resolve(&ns, &comps, path)?;
-        self.read_dir_fid(&ns, fid, path)
+        self.read_dir_fid(&ns, fid, path, false)
     }
 
-    /// Entries of a directory given by inode number.
+    /// Like [`Store::read_dir`], but the root's listing includes [`SYSTEM_DIR`].
+    pub fn read_dir_all(&self, path: &str) -> Result<Vec<DirEntry>> {
+        let comps = components(path)?;
+        let ns = self.ns();
+        let fid = self.resolve(&ns, &comps, path)?;
+        self.read_dir_fid(&ns, fid, path, true)
+    }
+
+    /// Entries of a directory given by inode number ([`SYSTEM_DIR`] left out of the root).
     pub fn read_dir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
         let fid = self.fid_of_ino(ino)?;
         let ns = self.ns();
-        self.read_dir_fid(&ns, fid, &format!("inode {ino}"))
+        self.read_dir_fid(&ns, fid, &format!("inode {ino}"), false)
     }
 
-    fn read_dir_fid(&self, _ns: &Ns, fid: u32, path: &str) -> Result<Vec<DirEntry>> {
+    fn read_dir_fid(&self, _ns: &Ns, fid: u32, path: &str, system: bool) -> Result<Vec<DirEntry>> {
         let seg = &*self.seg;
         if seg.inode(fid).kind.load(Relaxed) != kind::DIR {
             return Err(StoreError::NotDir(path.into()));
@@ -934,6 +961,11 @@ impl Store {
                 return Err(self.damaged(fid, path, "directory child list is damaged"));
             }
             let ino = seg.inode(c);
+            // SAFETY: namespace lock held.
+            if !system && fid == ROOT && unsafe { seg.name_of(c) } == SYSTEM_DIR_NAME.as_bytes() {
+                c = ino.next_sib.load(Relaxed);
+                continue;
+            }
             out.push(DirEntry {
                 // SAFETY: namespace lock held.
                 name: String::from_utf8_lossy(unsafe { seg.name_of(c) }).into_owned(),
@@ -949,8 +981,22 @@ impl Store {
         Ok(out)
     }
 
-    /// Every file and directory with its full path, sorted by path.
+    /// Every file and directory with its full path, sorted by path, except
+    /// [`SYSTEM_DIR`] and what it holds (see [`Store::list_all_system`]).
     pub fn list_all(&self) -> Vec<(String, Stat)> {
+        let mut v = self.list_everything();
+        v.retain(|(p, _)| !is_system_path(p));
+        v
+    }
+
+    /// Every file and directory under [`SYSTEM_DIR`] (itself included), sorted by path.
+    pub fn list_all_system(&self) -> Vec<(String, Stat)> {
+        let mut v = self.list_everything();
+        v.retain(|(p, _)| is_system_path(p));
+        v
+    }
+
+    fn list_everything(&self) -> Vec<(String, Stat)> {
         let seg = &*self.seg;
         let fids: Vec<u32> = {
             let _ns = self.ns();

@@ -318,6 +318,32 @@ fn other_version_damaged_and_truncated_segments_are_refused() {
     assert!(s.fsck(false).is_clean());
 }
 
+#[test]
+fn system_dir_is_hidden_from_root_listing_and_list_all_but_reachable() {
+    let t = temp_store("sys", 4 << 20, 64 << 10, None);
+    let s = &t.store;
+    s.mkdir("/ckpt", 0o755).unwrap();
+    s.mkdir(SYSTEM_DIR, 0o700).unwrap();
+    s.mkdir("/.ckptfs/partners", 0o700).unwrap();
+    let mut f = s.open("/.ckptfs/partners/x", OpenFlags::CREATE, 0o600).unwrap();
+    f.write_all(b"partner copy").unwrap();
+    f.close().unwrap();
+    let names: Vec<_> = s.read_dir("/").unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["ckpt"]);
+    let root = s.stat("/").unwrap().ino;
+    assert_eq!(s.read_dir_ino(root).unwrap().len(), 1);
+    let mut all: Vec<_> = s.read_dir_all("/").unwrap().into_iter().map(|e| e.name).collect();
+    all.sort();
+    assert_eq!(all, vec![".ckptfs", "ckpt"]);
+    let listed: Vec<_> = s.list_all().into_iter().map(|(p, _)| p).collect();
+    assert!(listed.iter().all(|p| !p.starts_with("/.ckptfs")), "{listed:?}");
+    let sys: Vec<_> = s.list_all_system().into_iter().map(|(p, _)| p).collect();
+    assert_eq!(sys, vec!["/.ckptfs", "/.ckptfs/partners", "/.ckptfs/partners/x"]);
+    assert!(is_system_path("/ckpt/../.ckptfs/a"));
+    assert!(!is_system_path("/ckpt/.ckptfs"));
+    assert_eq!(s.stat("/.ckptfs/partners/x").unwrap().size, 12);
+}
+
 /// Flip one byte of a memory chunk through this process's mapping.
 fn flip_mem(store: &Store, loc: ChunkLocation, at: u64) {
     let ChunkLocation::Memory(off) = loc else {

@@ -147,6 +147,11 @@ fn fsck_and_repair_while_writers_run_find_nothing_and_change_nothing() {
 fn survivors_finish_while_peers_are_sigkilled_at_random() {
     let t = TempStore::new("conc-random", 32 << 20, CHUNK, 512, None);
     let mut rng = Rng::from_env(0x5eed);
+    // The survivors write their last files only once this gate exists, which the test
+    // creates after peers were killed while they ran: on a loaded machine, spawning
+    // victims can otherwise take longer than the survivors' whole run.
+    let gate_dir = tempfile::tempdir().unwrap();
+    let gate = gate_dir.path().join("go");
     let survivors: Vec<Spec> = (0..2)
         .map(|k| {
             let mut s = files_spec(&t.name, &format!("/s{k}"), 800, 70 + k);
@@ -154,6 +159,7 @@ fn survivors_finish_while_peers_are_sigkilled_at_random() {
             s.blocks = vec![512, 4096];
             s.tmp = true;
             s.keep = 3;
+            s.gate = gate.display().to_string();
             s
         })
         .collect();
@@ -178,6 +184,9 @@ fn survivors_finish_while_peers_are_sigkilled_at_random() {
             v.kill();
             v.assert_no_error();
             killed_meanwhile += running(&procs) as u32;
+        }
+        if killed_meanwhile >= 4 && !gate.exists() {
+            std::fs::write(&gate, b"").unwrap();
         }
         gen += 1;
     }

@@ -1,0 +1,299 @@
+//! `ckptfs node`: the per-node daemon (partner copies out and in, heartbeats, the drain
+//! to the PFS), `ckptfs node status`, and the multi-level restore used by `ckptfs
+//! restore --from-peers` and `ckptfs run --restore`.
+
+use crate::cmd_agent::{human, DestArgs};
+use crate::config::Ctx;
+use anyhow::{bail, Context, Result};
+use ckptfs_node::{NodeConfig, NodeStatus};
+use ckptfs_store::Store;
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+/// `ckptfs node ...`: run this node's daemon.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct NodeArgs {
+    /// `status`.
+    #[command(subcommand)]
+    pub cmd: Option<NodeCmd>,
+    /// Also drain complete files to these PFS directories (the `ckptfs agent` engine
+    /// with its defaults).
+    #[command(flatten)]
+    pub dest: DestArgs,
+    /// Bandwidth cap of partner copies out, MB/s.
+    #[arg(long, value_name = "MB/S")]
+    pub max_bw: Option<f64>,
+    /// Most memory this node gives to other nodes' copies (K/M/G); past it a partner
+    /// answers ENOSPC and the source records "no partner copy".
+    #[arg(long, value_name = "SIZE", value_parser = crate::config::parse_size)]
+    pub partner_max: Option<u64>,
+    /// Seconds between scans of the store for files to copy.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.2)]
+    pub interval: f64,
+}
+
+/// Subcommands of `ckptfs node`.
+#[derive(clap::Subcommand, Debug)]
+pub enum NodeCmd {
+    /// Show the daemon's peers (up/down), partners, copies sent/received, copy in flight.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Keep refreshing until the daemon exits.
+        #[arg(long)]
+        watch: bool,
+    },
+}
+
+/// Entry point of `ckptfs node`.
+pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
+    if let Some(NodeCmd::Status { json, watch }) = args.cmd {
+        return show_status(&ctx.store.effective_name()?, json, watch);
+    }
+    let (cluster, node) = ctx.cluster_node().context("ckptfs node")?;
+    let mut cfg = NodeConfig::new(cluster.clone(), node)?;
+    cfg.store = ctx.store.clone();
+    cfg.max_bw = args.max_bw.map(|m| m * 1e6);
+    cfg.partner_limit = args.partner_max;
+    cfg.scan_interval = Duration::from_secs_f64(args.interval.max(0.01));
+    if !args.dest.dest.is_empty() {
+        cfg.drain = Some(args.dest.config(Some(node))?);
+    }
+    ckptfs_agent::sys::stop_on_signals()?;
+    eprintln!(
+        "ckptfs node: {node} store {} on {} (pid {})",
+        ctx.store.name,
+        cluster.node(node)?.addr,
+        std::process::id()
+    );
+    // Only the binary knows about signals: the daemon stops when this future ends.
+    let sum = ckptfs_node::run_blocking(cfg, ckptfs_node::daemon::when(ckptfs_agent::sys::signalled))?;
+    eprintln!(
+        "ckptfs node: stopped; {} copies sent, {} received, {} refused",
+        sum.copies_sent, sum.copies_received, sum.copies_refused
+    );
+    Ok(0)
+}
+
+fn show_status(name: &str, json: bool, watch: bool) -> Result<i32> {
+    loop {
+        let Some(s) = ckptfs_node::status(name) else {
+            bail!("no node daemon has run on store {name}");
+        };
+        if json {
+            println!("{}", serde_json::to_string_pretty(&s)?);
+        } else {
+            if watch && std::io::stdout().is_terminal() {
+                print!("\x1b[2J\x1b[H");
+            }
+            print_status(&s);
+        }
+        if !watch || !s.running {
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The text form of a node daemon's status (also used by `ckptfs status`).
+pub fn print_status(s: &NodeStatus) {
+    let state = if s.running { "running" } else { "not running" };
+    println!(
+        "node: {} {state} (pid {}), listening on {}, partners {}{}",
+        s.node,
+        s.pid,
+        s.listen,
+        if s.partners.is_empty() {
+            "none".to_string()
+        } else {
+            s.partners.join(", ")
+        },
+        if s.drain { ", drain to the PFS on" } else { "" }
+    );
+    for (id, p) in &s.peers {
+        println!(
+            "  peer {id:<12} {:<22} {:<4}{}",
+            p.addr,
+            if p.up { "up" } else { "down" },
+            if p.partner { "  partner" } else { "" }
+        );
+    }
+    println!(
+        "  copies sent {} ({}), refused {}, changed during copy {}, chunks re-sent {}; received {}",
+        s.copies_sent,
+        human(s.bytes_sent),
+        s.copies_refused,
+        s.changed_during_copy,
+        s.chunks_resent,
+        s.copies_received
+    );
+    for f in &s.in_flight {
+        println!(
+            "  copying {} to {}: {} of {}",
+            f.path,
+            f.to,
+            human(f.done),
+            human(f.size)
+        );
+    }
+    for (src, n) in &s.holding {
+        println!("  holding {n} files of {src}");
+    }
+}
+
+/// One file restored, and the level it came from.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoredFile {
+    /// Store path.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// `partner` or `pfs`.
+    pub level: &'static str,
+    /// Node id (partner) or file (PFS) it came from.
+    pub from: String,
+}
+
+/// A file not restored.
+#[derive(Debug, Clone, Serialize)]
+pub struct NotRestored {
+    /// Store path.
+    pub path: String,
+    /// Why.
+    pub error: String,
+}
+
+/// What `ckptfs restore` / `ckptfs run --restore` did, over every level.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MultiLevelReport {
+    /// Brought back, with the level each came from.
+    pub restored: Vec<RestoredFile>,
+    /// Already complete in the node store (the fastest level): kept.
+    pub present: Vec<String>,
+    /// Not restored from any level.
+    pub failed: Vec<NotRestored>,
+    /// Peers that could not be asked.
+    pub unreachable: Vec<String>,
+    /// Seconds taken.
+    pub seconds: f64,
+}
+
+impl MultiLevelReport {
+    /// Print it (stdout for `ckptfs restore`; stderr with a prefix for `ckptfs run`).
+    pub fn print(&self, prefix: &str) {
+        use crate::text::esc;
+        let out = |s: String| {
+            if prefix.is_empty() {
+                println!("{s}");
+            } else {
+                eprintln!("{prefix}{s}");
+            }
+        };
+        for r in &self.restored {
+            out(format!(
+                "restored {} ({}) from {} ({})",
+                esc(&r.path),
+                human(r.size),
+                esc(&r.from),
+                if r.level == "partner" {
+                    "partner memory"
+                } else {
+                    "pfs"
+                }
+            ));
+        }
+        for p in &self.unreachable {
+            out(format!("peer {} unreachable", esc(p)));
+        }
+        let bytes: u64 = self.restored.iter().map(|r| r.size).sum();
+        if prefix.is_empty() {
+            // `ckptfs restore`
+            for f in &self.failed {
+                eprintln!("FAILED {}: {}", esc(&f.path), esc(&f.error));
+            }
+            println!(
+                "{} restored, {} already in the store, {} failed",
+                self.restored.len(),
+                self.present.len(),
+                self.failed.len()
+            );
+        } else {
+            for f in &self.failed {
+                eprintln!("{prefix}NOT restored {}: {}", esc(&f.path), esc(&f.error));
+            }
+            out(format!(
+                "restored {} files ({}) in {:.1} s, {} already in the store, {} failed",
+                self.restored.len(),
+                human(bytes),
+                self.seconds,
+                self.present.len(),
+                self.failed.len()
+            ));
+        }
+    }
+}
+
+/// Restore `prefix` into `store`: files the store holds are kept; with `peers`, the
+/// rest comes from the partners' memory; what is still missing comes from the PFS if
+/// `pfs` is given.
+pub fn multi_level_restore(
+    store: &Store,
+    ctx: &Ctx,
+    prefix: &str,
+    peers: bool,
+    pfs: Option<&ckptfs_agent::AgentConfig>,
+) -> Result<MultiLevelReport> {
+    let t0 = Instant::now();
+    let mut rep = MultiLevelReport::default();
+    let mut peer_failed = Vec::new();
+    if peers {
+        let (cluster, node) = ctx.cluster_node().context("restore from peers")?;
+        let r = ckptfs_node::restore_from_peers_blocking(cluster, node, store, prefix)?;
+        rep.restored.extend(r.restored.into_iter().map(|f| RestoredFile {
+            path: f.path,
+            size: f.size,
+            level: "partner",
+            from: f.from,
+        }));
+        rep.present.extend(r.present);
+        rep.unreachable = r
+            .unreachable
+            .into_iter()
+            .map(|(n, e)| format!("{n} ({e})"))
+            .collect();
+        peer_failed = r.failed;
+    }
+    if let Some(c) = pfs {
+        let r = crate::cmd_agent::restore_into(store, c, prefix)?;
+        rep.restored.extend(r.restored.into_iter().map(|f| RestoredFile {
+            path: f.path,
+            size: f.size,
+            level: "pfs",
+            from: f.from.display().to_string(),
+        }));
+        for p in r.present {
+            if !rep.present.contains(&p) && !rep.restored.iter().any(|x| x.path == p) {
+                rep.present.push(p);
+            }
+        }
+        rep.failed.extend(r.failed.into_iter().map(|f| NotRestored {
+            path: f.path,
+            error: f.error,
+        }));
+    }
+    // A file a partner could not deliver counts as failed only if no level had it.
+    for f in peer_failed {
+        let got = rep.restored.iter().any(|r| r.path == f.path) || rep.present.contains(&f.path);
+        if !got {
+            rep.failed.push(NotRestored {
+                path: f.path,
+                error: f.error,
+            });
+        }
+    }
+    rep.seconds = t0.elapsed().as_secs_f64();
+    Ok(rep)
+}

@@ -1,0 +1,387 @@
+//! The daemon: attach the store, listen on the node's address, heartbeat the peers,
+//! send partner copies, serve the peers' requests, host the drain to the PFS, publish
+//! the status; stop when the shutdown future completes.
+//!
+//! Tasks (one tokio runtime):
+//! ```text
+//! listener   accept -> authenticate -> one handler task per connection (handler.rs)
+//! heartbeat  one task per peer: Heartbeat every heartbeat_ms, up/down (soft state)
+//! replicate  scan the store, send copies to the partners (replicate.rs)
+//! status     write the status file twice a second
+//! drain      the agent engine on a thread of its own, when a PFS dir is configured
+//! ```
+//! At shutdown every task is aborted: a copy in flight is abandoned (the partner drops
+//! its half copy when the connection closes) and redone by the next daemon; the drain
+//! abandons its file in flight the same way.
+
+use crate::error::{NodeError, Result};
+use crate::node_status::{self, CopyInFlight, NodeStatus, PeerState};
+use crate::partner_store;
+use crate::peer::{Conn, Msg};
+use ckptfs_agent::{Agent, AgentConfig};
+use ckptfs_cluster::{Cluster, Plan, Secret};
+use ckptfs_store::{Store, StoreOptions};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// Settings of one node daemon.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The cluster map.
+    pub cluster: Cluster,
+    /// This node's id in it.
+    pub node_id: String,
+    /// The node store (its name from the cluster map; sizes used if it must be created).
+    pub store: StoreOptions,
+    /// Drain to the PFS in this daemon (the agent engine), if configured.
+    pub drain: Option<AgentConfig>,
+    /// Bandwidth cap of partner copies out, bytes per second.
+    pub max_bw: Option<f64>,
+    /// Most bytes of other nodes' copies this node holds (ENOSPC past it).
+    pub partner_limit: Option<u64>,
+    /// Time between scans of the store for files to copy.
+    pub scan_interval: Duration,
+}
+
+impl NodeConfig {
+    /// Settings for `node_id` of `cluster`, its store named by the cluster map.
+    pub fn new(cluster: Cluster, node_id: &str) -> Result<NodeConfig> {
+        let node = cluster
+            .node(node_id)
+            .map_err(|e| NodeError::Cluster(e.to_string()))?;
+        Ok(NodeConfig {
+            store: StoreOptions::named(node.store.clone()),
+            node_id: node_id.to_string(),
+            cluster,
+            drain: None,
+            max_bw: None,
+            partner_limit: None,
+            scan_interval: Duration::from_millis(200),
+        })
+    }
+}
+
+/// Counters published in the status.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub copies_sent: u64,
+    pub bytes_sent: u64,
+    pub copies_refused: u64,
+    pub changed_during_copy: u64,
+    pub chunks_resent: u64,
+    pub copies_received: u64,
+}
+
+/// State shared by the daemon's tasks.
+pub(crate) struct Shared {
+    pub cfg: NodeConfig,
+    pub store: Store,
+    pub secret: Secret,
+    pub plan: Plan,
+    pub listen: String,
+    /// Last heartbeat answer per peer.
+    pub seen: Mutex<BTreeMap<String, Instant>>,
+    pub counters: Mutex<Counters>,
+    pub in_flight: Mutex<Option<CopyInFlight>>,
+    /// When the daemon started.
+    pub started: Instant,
+    /// The caller's runtime directory (status file).
+    pub rundir: ckptfs_runtime::RuntimeDir,
+}
+
+impl Shared {
+    fn down_after(&self) -> Duration {
+        let c = &self.cfg.cluster;
+        Duration::from_millis(c.heartbeat_ms.max(1) * c.heartbeat_misses.max(1) as u64)
+    }
+
+    /// This node's partners now: the plan's, a dead one replaced by the next eligible
+    /// node. A peer counts as up while its heartbeats are answered; one never heard from
+    /// counts as up only during the first heartbeat period after start (so files do not
+    /// wait for the first heartbeat, and a node that never came up is replaced).
+    pub fn partners(&self) -> Vec<String> {
+        let seen = self.seen.lock().expect("seen");
+        let down_after = self.down_after();
+        self.plan
+            .effective_partners(&self.cfg.node_id, |n| match seen.get(n) {
+                Some(t) => t.elapsed() <= down_after,
+                None => self.started.elapsed() <= down_after,
+            })
+    }
+
+    /// An authenticated connection to `peer`.
+    pub async fn connect(&self, peer: &str) -> Result<Conn> {
+        let node = self
+            .cfg
+            .cluster
+            .node(peer)
+            .map_err(|e| NodeError::Cluster(e.to_string()))?;
+        let c = tokio::time::timeout(
+            Duration::from_secs(5),
+            Conn::connect(&node.addr, &self.cfg.node_id, &self.secret, &self.cfg.cluster),
+        )
+        .await
+        .map_err(|_| NodeError::Transport(format!("connect to {peer} ({}): timed out", node.addr)))??;
+        Ok(c)
+    }
+
+    pub fn set_in_flight(&self, f: Option<CopyInFlight>) {
+        *self.in_flight.lock().expect("in flight") = f;
+    }
+
+    fn status(&self) -> NodeStatus {
+        let partners = self.partners();
+        let seen = self.seen.lock().expect("seen").clone();
+        let peers = self
+            .cfg
+            .cluster
+            .nodes
+            .iter()
+            .filter(|n| n.id != self.cfg.node_id)
+            .map(|n| {
+                let last = seen.get(&n.id);
+                (
+                    n.id.clone(),
+                    PeerState {
+                        addr: n.addr.clone(),
+                        up: last.is_some_and(|t| t.elapsed() <= self.down_after()),
+                        last_seen_ms: last.map(|t| t.elapsed().as_millis() as u64),
+                        partner: partners.contains(&n.id),
+                    },
+                )
+            })
+            .collect();
+        let c = self.counters.lock().expect("counters");
+        let holding = partner_store::sources(&self.store)
+            .into_iter()
+            .map(|s| {
+                let n = partner_store::list(&self.store, &s).len() as u64;
+                (s, n)
+            })
+            .collect();
+        NodeStatus {
+            node: self.cfg.node_id.clone(),
+            store: self.store.name().to_string(),
+            pid: std::process::id(),
+            running: true,
+            listen: self.listen.clone(),
+            partners,
+            peers,
+            drain: self.cfg.drain.is_some(),
+            copies_sent: c.copies_sent,
+            bytes_sent: c.bytes_sent,
+            copies_refused: c.copies_refused,
+            changed_during_copy: c.changed_during_copy,
+            chunks_resent: c.chunks_resent,
+            copies_received: c.copies_received,
+            in_flight: self
+                .in_flight
+                .lock()
+                .expect("in flight")
+                .iter()
+                .cloned()
+                .collect(),
+            holding,
+        }
+    }
+}
+
+/// What a daemon did, returned when it stops.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct NodeSummary {
+    /// Partner copies sent and acknowledged.
+    pub copies_sent: u64,
+    /// Partner copies received.
+    pub copies_received: u64,
+    /// Copies refused by partners.
+    pub copies_refused: u64,
+}
+
+/// Run the daemon until `shutdown` completes. The caller decides what stops it (the
+/// binary: SIGTERM/SIGINT; tests: a channel).
+pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<NodeSummary> {
+    let me = cfg
+        .cluster
+        .node(&cfg.node_id)
+        .map_err(|e| NodeError::Cluster(e.to_string()))?
+        .clone();
+    let plan = cfg
+        .cluster
+        .plan()
+        .map_err(|e| NodeError::Cluster(e.to_string()))?;
+    for w in &plan.warnings {
+        tracing::warn!("cluster plan: {w}");
+    }
+    let secret = cfg
+        .cluster
+        .secret()
+        .map_err(|e| NodeError::Cluster(e.to_string()))?;
+    let name = cfg
+        .store
+        .effective_name()
+        .map_err(|e| NodeError::store("store name", e))?;
+    let (rundir, _lock) = node_status::lock(&name)?;
+    let store =
+        Store::open_or_create(&cfg.store).map_err(|e| NodeError::store(format!("open store {name}"), e))?;
+    let cleared = partner_store::clear_incoming(&store)?;
+    if cleared > 0 {
+        tracing::info!("removed {cleared} half-received copies left by a previous daemon");
+    }
+    // Listen only on the configured address.
+    let listener = TcpListener::bind(&me.addr)
+        .await
+        .map_err(|e| NodeError::io(format!("listen on {}", me.addr), e))?;
+    let listen = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| me.addr.clone());
+    tracing::info!("node {} (store {name}) listening on {listen}", cfg.node_id);
+    let shared = Arc::new(Shared {
+        store: store.clone(),
+        secret,
+        plan,
+        listen,
+        seen: Mutex::new(BTreeMap::new()),
+        counters: Mutex::new(Counters::default()),
+        in_flight: Mutex::new(None),
+        started: Instant::now(),
+        rundir,
+        cfg,
+    });
+
+    // The drain to the PFS: the agent engine, on its own thread.
+    let drain = match &shared.cfg.drain {
+        Some(c) => {
+            let agent = Agent::new(&store, c.clone())?;
+            let stop = agent.stop_handle();
+            let t = std::thread::Builder::new()
+                .name("drain".into())
+                .spawn(move || agent.run())
+                .map_err(|e| NodeError::io("start the drain thread", e))?;
+            Some((stop, t))
+        }
+        None => None,
+    };
+
+    let mut tasks = JoinSet::new();
+    tasks.spawn(accept_loop(shared.clone(), listener));
+    for n in &shared.cfg.cluster.nodes {
+        if n.id != shared.cfg.node_id {
+            tasks.spawn(heartbeat(shared.clone(), n.id.clone()));
+        }
+    }
+    tasks.spawn(crate::replicate::run(shared.clone()));
+    tasks.spawn(status_loop(shared.clone()));
+
+    shutdown.await;
+    tracing::info!("node {}: stopping", shared.cfg.node_id);
+    tasks.shutdown().await;
+    let mut result = Ok(());
+    if let Some((stop, t)) = drain {
+        stop.stop();
+        match t.join() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => result = Err(NodeError::Agent(e)),
+            Err(_) => result = Err(NodeError::Transport("the drain thread panicked".into())),
+        }
+    }
+    let mut st = shared.status();
+    st.in_flight.clear();
+    // Not for a store destroyed meanwhile (its status file went with it).
+    if ckptfs_store::segment_path(&name).exists() {
+        let _ = node_status::write_status(&shared.rundir, &st);
+    }
+    result?;
+    Ok(NodeSummary {
+        copies_sent: st.copies_sent,
+        copies_received: st.copies_received,
+        copies_refused: st.copies_refused,
+    })
+}
+
+/// [`run`] on a multi-threaded runtime of its own (for the binary).
+pub fn run_blocking(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<NodeSummary> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| NodeError::io("start the runtime", e))?;
+    rt.block_on(run(cfg, shutdown))
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let mut handlers = JoinSet::new();
+    loop {
+        let (sock, addr) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let shared = shared.clone();
+        handlers.spawn(async move {
+            match Conn::accept(sock, &shared.cfg.node_id, &shared.secret, &shared.cfg.cluster).await {
+                Ok(conn) => crate::handler::serve(shared, conn).await,
+                // Logged once per connection, not per packet.
+                Err(e) => tracing::warn!("refused connection from {addr}: {e}"),
+            }
+        });
+        // Reap finished handlers.
+        while handlers.try_join_next().is_some() {}
+    }
+}
+
+async fn heartbeat(shared: Arc<Shared>, peer: String) {
+    let every = Duration::from_millis(shared.cfg.cluster.heartbeat_ms.max(10));
+    let mut conn: Option<Conn> = None;
+    loop {
+        if conn.is_none() {
+            conn = shared.connect(&peer).await.ok();
+        }
+        if let Some(c) = conn.as_mut() {
+            let ok = tokio::time::timeout(every * 2, async {
+                c.send(Msg::Heartbeat).await?;
+                match c.recv().await? {
+                    Some(Msg::Heartbeat) => Ok(()),
+                    _ => Err(NodeError::Transport("no heartbeat answer".into())),
+                }
+            })
+            .await;
+            match ok {
+                Ok(Ok(())) => {
+                    shared
+                        .seen
+                        .lock()
+                        .expect("seen")
+                        .insert(peer.clone(), Instant::now());
+                }
+                _ => conn = None,
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+async fn status_loop(shared: Arc<Shared>) {
+    loop {
+        let st = shared.status();
+        if let Err(e) = node_status::write_status(&shared.rundir, &st) {
+            tracing::debug!("status file: {e}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A shutdown future for [`run`] that completes once `stop` returns true (checked every
+/// 100 ms), e.g. after a signal handler set a flag.
+pub async fn when(stop: impl Fn() -> bool) {
+    while !stop() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,37 @@
+//! # ckptfs-node: the per-node daemon (`ckptfs node`)
+//!
+//! One daemon per node hosts every background level of the node: the drain to the
+//! parallel file system (the [`ckptfs_agent`] engine) and, here, partner copies: every
+//! file that becomes complete in the node store (closed by its last writer) is sent to
+//! the node's partners (from the cluster plan: other failure domains), which keep it in
+//! their own store under `/.ckptfs/partners/<node>/`, hidden from applications. After a
+//! node is lost, a replacement with an empty store gets its files back from the
+//! partners' memory ([`restore_from_peers`]), then from the PFS.
+//!
+//! - [`daemon`]: [`run`] with the shutdown trigger as a parameter; listener/handler
+//!   split; heartbeats (soft state); status file.
+//! - [`replicate`](crate::daemon): partner copies out, chunk by chunk with CRC32C, one
+//!   file at a time (bounded memory), bandwidth cap; deletes and rewrites follow.
+//! - [`partner_store`]: partner copies in, received under a temporary name and renamed
+//!   into place only when complete and verified.
+//! - [`levels`]: which levels hold each file (local, partner nodes, PFS).
+//! - [`restore`]: recovery from the partners' memory.
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod daemon;
+mod error;
+mod handler;
+pub mod levels;
+pub mod node_status;
+pub mod partner_store;
+pub mod peer;
+mod replicate;
+pub mod restore;
+pub mod source;
+
+pub use daemon::{run, run_blocking, NodeConfig, NodeSummary};
+pub use error::{NodeError, Result};
+pub use levels::{LevelsView, Where};
+pub use node_status::{status, NodeStatus};
+pub use restore::{restore_from_peers, restore_from_peers_blocking, PeerRestoreReport};

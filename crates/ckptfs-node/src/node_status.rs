@@ -1,0 +1,128 @@
+//! The node daemon's state as seen from other processes (`ckptfs node status`): a JSON
+//! file `NAME.node.json` in the caller's runtime directory ([`ckptfs_runtime`], owned by
+//! the caller, mode 0700), replaced atomically, and the single-instance lock
+//! `NAME.node.lock` held with `flock` for the daemon's life (alive = lock held).
+
+use crate::error::NodeError;
+use ckptfs_runtime::{InstanceLock, RuntimeDir};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// A peer as this daemon sees it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PeerState {
+    /// Its listen address.
+    pub addr: String,
+    /// Whether its heartbeats arrive.
+    pub up: bool,
+    /// Milliseconds since its last heartbeat answer (None: never).
+    pub last_seen_ms: Option<u64>,
+    /// Whether it is one of this node's partners now.
+    pub partner: bool,
+}
+
+/// A partner copy in flight.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CopyInFlight {
+    /// Store path.
+    pub path: String,
+    /// Partner node.
+    pub to: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Bytes acknowledged so far.
+    pub done: u64,
+}
+
+/// Everything `ckptfs node status` shows.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// Node id.
+    pub node: String,
+    /// Store name.
+    pub store: String,
+    /// Pid of the daemon.
+    pub pid: u32,
+    /// Whether that daemon is still running (decided when reading, from the lock file).
+    pub running: bool,
+    /// Address it listens on.
+    pub listen: String,
+    /// Partners now (the plan's, with dead ones replaced).
+    pub partners: Vec<String>,
+    /// Peers by node id.
+    pub peers: BTreeMap<String, PeerState>,
+    /// Whether the drain to the PFS runs in this daemon.
+    pub drain: bool,
+    /// Partner copies sent and acknowledged since start.
+    pub copies_sent: u64,
+    /// Bytes of those.
+    pub bytes_sent: u64,
+    /// Partner copies refused by a partner (e.g. ENOSPC) since start.
+    pub copies_refused: u64,
+    /// Copies abandoned because the file changed meanwhile.
+    pub changed_during_copy: u64,
+    /// Chunks re-sent after a partner refused their CRC.
+    pub chunks_resent: u64,
+    /// Partner copies received and stored since start.
+    pub copies_received: u64,
+    /// Copies in flight.
+    pub in_flight: Vec<CopyInFlight>,
+    /// Files this node holds for other nodes, per source node.
+    pub holding: BTreeMap<String, u64>,
+}
+
+fn status_name(store: &str) -> String {
+    format!("{store}.node.json")
+}
+
+fn lock_name(store: &str) -> String {
+    format!("{store}.node.lock")
+}
+
+/// The status file of store `name` (in the caller's runtime directory).
+pub fn status_path(name: &str) -> PathBuf {
+    RuntimeDir::default_path().join(status_name(name))
+}
+
+/// The lock file of store `name`'s daemon (in the caller's runtime directory).
+pub fn lock_path(name: &str) -> PathBuf {
+    RuntimeDir::default_path().join(lock_name(name))
+}
+
+/// The state of store `name`'s daemon, if one of the caller ever ran for it.
+pub fn status(store_name: &str) -> Option<NodeStatus> {
+    let dir = RuntimeDir::for_caller().ok()?;
+    let text = dir.read(&status_name(store_name)).ok()??;
+    let mut s: NodeStatus = serde_json::from_slice(&text).ok()?;
+    s.running = dir.is_locked(&lock_name(store_name));
+    Some(s)
+}
+
+/// Remove the status and lock files of store `name` (after destroying the store).
+pub fn remove_status(store_name: &str) {
+    if let Ok(dir) = RuntimeDir::for_caller() {
+        let _ = dir.remove(&status_name(store_name));
+        let _ = dir.remove(&lock_name(store_name));
+    }
+}
+
+/// Take the single-instance lock of store `name`'s daemon.
+pub(crate) fn lock(store_name: &str) -> Result<(RuntimeDir, InstanceLock), NodeError> {
+    let dir = RuntimeDir::for_caller().map_err(|e| NodeError::Runtime(e.to_string()))?;
+    match dir.lock(&lock_name(store_name)) {
+        Ok(l) => Ok((dir, l)),
+        Err(ckptfs_runtime::RuntimeError::Held { .. }) => {
+            Err(NodeError::AlreadyRunning(store_name.to_string()))
+        }
+        Err(e) => Err(NodeError::Runtime(e.to_string())),
+    }
+}
+
+pub(crate) fn write_status(dir: &RuntimeDir, s: &NodeStatus) -> Result<(), NodeError> {
+    dir.write_atomic(
+        &status_name(&s.store),
+        &serde_json::to_vec_pretty(s).expect("status serializes"),
+    )
+    .map_err(|e| NodeError::Runtime(e.to_string()))
+}

@@ -1,0 +1,317 @@
+//! Partner copies out: the daemon's loop that sends every complete file of the node
+//! store to the node's partners, drops the copies of deleted files and re-sends
+//! rewritten ones, and records what the partners acknowledged ([`Levels`]).
+//!
+//! One file is sent at a time, chunk by chunk (each piece acknowledged before the
+//! next), so the memory used is one store chunk, whatever the file size. The loop scans
+//! the store's listing every `scan_interval` (cheap: metadata only).
+
+use crate::daemon::Shared;
+use crate::error::NodeError;
+use crate::levels::{FileLevels, Identity, Levels};
+use crate::node_status::CopyInFlight;
+use crate::peer::{Conn, Msg};
+use crate::source::{complete_files, FileReader, ReadProblem, PIECE};
+use ckptfs_store::checksum::crc32c;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often a chunk refused for its CRC is sent again before the copy is given up.
+const RESEND_MAX: u32 = 3;
+/// Connections unused for this long are reopened (the peer's read timeout is 30 s).
+const IDLE_MAX: Duration = Duration::from_secs(10);
+
+/// Outcome of one copy to one partner.
+pub(crate) enum Sent {
+    /// Acknowledged: the partner lists a complete, verified copy.
+    Done(u64),
+    /// The partner refused it (errno, message): e.g. ENOSPC, "no partner copy".
+    Refused(i32, String),
+    /// The file changed or went away meanwhile: try again at the next scan.
+    Changed,
+}
+
+/// A bandwidth cap: sleeps so that the bytes sent since the start stay under the rate.
+pub(crate) struct Throttle {
+    rate: Option<f64>,
+    start: Instant,
+    bytes: u64,
+}
+
+impl Throttle {
+    pub(crate) fn new(rate: Option<f64>) -> Throttle {
+        Throttle {
+            rate,
+            start: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    pub(crate) async fn sent(&mut self, n: usize) {
+        let Some(rate) = self.rate else { return };
+        self.bytes += n as u64;
+        let due = Duration::from_secs_f64(self.bytes as f64 / rate);
+        let el = self.start.elapsed();
+        if due > el {
+            tokio::time::sleep(due - el).await;
+        }
+        // Forget old history so an idle period does not allow a burst.
+        if el > Duration::from_secs(2) && due + Duration::from_millis(100) < el {
+            self.start = Instant::now();
+            self.bytes = 0;
+        }
+    }
+}
+
+/// The partner-copy loop; returns when the task is aborted.
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let mut conns: HashMap<String, Conn> = HashMap::new();
+    let mut levels = Levels::load(&shared.store);
+    levels.node = shared.cfg.node_id.clone();
+    let mut throttle = Throttle::new(shared.cfg.max_bw);
+    let mut last_used = Instant::now();
+    loop {
+        // The partner closes a connection idle for its read timeout (30 s): start afresh
+        // after a quiet period instead of failing a copy on a dead connection.
+        if last_used.elapsed() > IDLE_MAX {
+            conns.clear();
+        }
+        match pass(&shared, &mut conns, &mut levels, &mut throttle).await {
+            Ok(true) => last_used = Instant::now(),
+            Ok(false) => {}
+            Err(e) => tracing::warn!("partner copies: {e}"),
+        }
+        tokio::time::sleep(shared.cfg.scan_interval).await;
+    }
+}
+
+/// One scan: deletions, then copies of what the partners lack.
+async fn pass(
+    shared: &Arc<Shared>,
+    conns: &mut HashMap<String, Conn>,
+    levels: &mut Levels,
+    throttle: &mut Throttle,
+) -> Result<bool, NodeError> {
+    let mut used = false;
+    let partners = shared.partners();
+    let files: BTreeMap<String, Identity> = complete_files(&shared.store).into_iter().collect();
+    let mut dirty = false;
+    // Deleted files: drop their partner copies.
+    let gone: Vec<String> = levels
+        .files
+        .keys()
+        .filter(|p| !files.contains_key(*p) && shared.store.stat(p).is_err())
+        .cloned()
+        .collect();
+    for path in gone {
+        let rec = levels.files.remove(&path).expect("listed");
+        dirty = true;
+        for p in &rec.partners {
+            used = true;
+            match connection(shared, conns, p).await {
+                Ok(c) => match request(c, Msg::Delete { path: path.clone() }).await {
+                    Ok(_) => tracing::info!("dropped the copy of {path} on {p}"),
+                    Err(e) => {
+                        conns.remove(p);
+                        tracing::warn!("drop the copy of {path} on {p}: {e}");
+                    }
+                },
+                Err(e) => tracing::warn!("drop the copy of {path} on {p}: {e}"),
+            }
+        }
+    }
+    // Rewritten files: the old record no longer holds.
+    for (path, id) in &files {
+        if let Some(rec) = levels.files.get_mut(path) {
+            if rec.identity != *id {
+                rec.identity = *id;
+                rec.partners.clear();
+                rec.refused.clear();
+                dirty = true;
+            }
+        }
+    }
+    if dirty {
+        save(shared, levels);
+    }
+    for (path, id) in &files {
+        for p in &partners {
+            let rec = levels.files.entry(path.clone()).or_insert_with(|| FileLevels {
+                identity: *id,
+                partners: Vec::new(),
+                refused: BTreeMap::new(),
+            });
+            if rec.identity != *id || rec.partners.contains(p) || rec.refused.contains_key(p) {
+                continue;
+            }
+            used = true;
+            let conn = match connection(shared, conns, p).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!("partner {p}: {e}");
+                    continue;
+                }
+            };
+            match send_copy(shared, conn, p, path, *id, throttle).await {
+                Ok(Sent::Done(bytes)) => {
+                    let rec = levels.files.get_mut(path).expect("inserted");
+                    rec.partners.push(p.clone());
+                    save(shared, levels);
+                    let mut c = shared.counters.lock().expect("counters");
+                    c.copies_sent += 1;
+                    c.bytes_sent += bytes;
+                    tracing::info!("partner copy of {path} on {p} ({bytes} bytes)");
+                }
+                Ok(Sent::Refused(errno, msg)) => {
+                    let rec = levels.files.get_mut(path).expect("inserted");
+                    rec.refused.insert(p.clone(), msg.clone());
+                    save(shared, levels);
+                    shared.counters.lock().expect("counters").copies_refused += 1;
+                    tracing::warn!("no partner copy of {path} on {p}: {msg} (errno {errno})");
+                }
+                Ok(Sent::Changed) => {
+                    // The half copy is dropped by the partner when the connection goes.
+                    conns.remove(p);
+                    shared.counters.lock().expect("counters").changed_during_copy += 1;
+                }
+                Err(e) => {
+                    conns.remove(p);
+                    tracing::warn!("partner copy of {path} to {p}: {e}");
+                }
+            }
+            shared.set_in_flight(None);
+        }
+    }
+    // Records of files whose current version was never sent anywhere stay (they show the
+    // file has no partner copy yet).
+    Ok(used)
+}
+
+fn save(shared: &Shared, levels: &Levels) {
+    if let Err(e) = levels.save(&shared.store) {
+        tracing::warn!("{e}");
+    }
+}
+
+/// The open connection to `peer`, connecting if needed.
+pub(crate) async fn connection<'a>(
+    shared: &Shared,
+    conns: &'a mut HashMap<String, Conn>,
+    peer: &str,
+) -> Result<&'a mut Conn, NodeError> {
+    if !conns.contains_key(peer) {
+        let c = shared.connect(peer).await?;
+        conns.insert(peer.to_string(), c);
+    }
+    Ok(conns.get_mut(peer).expect("inserted"))
+}
+
+/// Send a request and wait for its Ack; a Nack is an error.
+pub(crate) async fn request(conn: &mut Conn, m: Msg) -> Result<(), NodeError> {
+    conn.send(m).await?;
+    match conn.recv().await? {
+        Some(Msg::Ack) => Ok(()),
+        Some(Msg::Nack { errno, message }) => Err(NodeError::Refused {
+            peer: conn.peer().to_string(),
+            what: message,
+            errno,
+        }),
+        Some(other) => Err(NodeError::Protocol {
+            peer: conn.peer().to_string(),
+            what: format!("expected an acknowledgement, got {}", other.name()),
+        }),
+        None => Err(NodeError::Transport(format!(
+            "{} closed the connection",
+            conn.peer()
+        ))),
+    }
+}
+
+/// Copy one file to one partner.
+async fn send_copy(
+    shared: &Shared,
+    conn: &mut Conn,
+    to: &str,
+    path: &str,
+    id: Identity,
+    throttle: &mut Throttle,
+) -> Result<Sent, NodeError> {
+    let mut reader = match FileReader::open(&shared.store, path) {
+        Ok(r) if r.identity() == id => r,
+        Ok(_) | Err(ReadProblem::Changed) | Err(ReadProblem::Gone) => return Ok(Sent::Changed),
+        Err(ReadProblem::Corrupt(c)) => {
+            return Ok(Sent::Refused(libc::EIO, format!("chunk {c} corrupt here")))
+        }
+        Err(ReadProblem::Failed(e)) => return Err(e),
+    };
+    let size = id.size;
+    shared.set_in_flight(Some(CopyInFlight {
+        path: path.to_string(),
+        to: to.to_string(),
+        size,
+        done: 0,
+    }));
+    match request(
+        conn,
+        Msg::PutBegin {
+            path: path.to_string(),
+            size,
+        },
+    )
+    .await
+    {
+        Ok(()) => {}
+        Err(NodeError::Refused { errno, what, .. }) => return Ok(Sent::Refused(errno, what)),
+        Err(e) => return Err(e),
+    }
+    let mut done = 0u64;
+    loop {
+        let (off, data) = match reader.next_chunk() {
+            Ok(Some((off, data))) => (off, data.to_vec()),
+            Ok(None) => break,
+            Err(ReadProblem::Changed) | Err(ReadProblem::Gone) => return Ok(Sent::Changed),
+            Err(ReadProblem::Corrupt(c)) => {
+                return Ok(Sent::Refused(libc::EIO, format!("chunk {c} corrupt here")));
+            }
+            Err(ReadProblem::Failed(e)) => return Err(e),
+        };
+        for (i, piece) in data.chunks(PIECE).enumerate() {
+            let offset = off + (i * PIECE) as u64;
+            let crc = crc32c(piece);
+            let mut attempt = 0;
+            loop {
+                let msg = Msg::Chunk {
+                    offset,
+                    crc,
+                    data: piece.to_vec(),
+                };
+                match request(conn, msg).await {
+                    Ok(()) => break,
+                    Err(NodeError::Refused { errno, .. }) if errno == libc::EIO && attempt < RESEND_MAX => {
+                        attempt += 1;
+                        shared.counters.lock().expect("counters").chunks_resent += 1;
+                    }
+                    Err(NodeError::Refused { errno, what, .. }) => return Ok(Sent::Refused(errno, what)),
+                    Err(e) => return Err(e),
+                }
+            }
+            done += piece.len() as u64;
+            shared.set_in_flight(Some(CopyInFlight {
+                path: path.to_string(),
+                to: to.to_string(),
+                size,
+                done,
+            }));
+            throttle.sent(piece.len()).await;
+        }
+    }
+    if !reader.unchanged() {
+        return Ok(Sent::Changed);
+    }
+    match request(conn, Msg::PutEnd).await {
+        Ok(()) => Ok(Sent::Done(size)),
+        Err(NodeError::Refused { errno, what, .. }) => Ok(Sent::Refused(errno, what)),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,229 @@
+//! What a daemon refuses from the network, and what it never stores: a wrong secret, a
+//! peer sending garbage, paths that leave the partner namespace, a copy naming another
+//! source node, a chunk with a wrong CRC (refused, then accepted when sent again), and a
+//! copy cut off in the middle (never listed).
+
+mod support;
+
+use ckptfs_cluster::{Scheme, Secret};
+use ckptfs_node::partner_store;
+use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Identity, Msg, PutBegin, PutEnd};
+use std::time::Duration;
+use support::*;
+use tokio::io::AsyncWriteExt;
+
+fn identity(tc: &TestCluster, id: &str) -> Identity {
+    Identity {
+        node_id: id.to_string(),
+        job: tc.cluster.job.clone(),
+    }
+}
+
+async fn client(tc: &TestCluster, me: &str, to: &str) -> tp::Conn {
+    let secret = tc.cluster.secret().unwrap();
+    tp::connect(
+        &tc.cluster.node(to).unwrap().addr,
+        &identity(tc, me),
+        &secret,
+        &ConnConfig::default(),
+    )
+    .await
+    .unwrap()
+}
+
+fn put_begin(src: &str, path: &str, size: u64) -> Msg {
+    Msg::PutBegin(PutBegin {
+        src_node: src.to_string(),
+        path: path.to_string(),
+        size,
+        chunk_size: 1 << 20,
+        mtime_ns: 0,
+        generation: 0,
+    })
+}
+
+/// Everything node `id` holds in its system namespace besides empty directories.
+fn system_files(tc: &TestCluster, id: &str) -> Vec<String> {
+    tc.store(id)
+        .list_all_system()
+        .into_iter()
+        .filter(|(_, st)| st.kind == ckptfs_store::FileKind::File)
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// Wait until the daemon has dropped the connection (its handler ended).
+async fn closed(conn: &mut tp::Conn) -> bool {
+    matches!(
+        tokio::time::timeout(Duration::from_secs(30), conn.recv()).await,
+        Ok(Err(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_secret_and_garbage_are_refused_and_nothing_is_written() {
+    let tc = TestCluster::new("sec", 2, Scheme::Ring, 1);
+    let d = Daemon::start(tc.config("node2"));
+    let addr = tc.cluster.node("node2").unwrap().addr.clone();
+    // The daemon is up once a proper client gets in.
+    let t = std::time::Instant::now();
+    while tp::connect(
+        &addr,
+        &identity(&tc, "node1"),
+        &tc.cluster.secret().unwrap(),
+        &ConnConfig::default(),
+    )
+    .await
+    .is_err()
+    {
+        assert!(t.elapsed() < Duration::from_secs(60), "daemon never came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A wrong secret: refused during the handshake.
+    let wrong = Secret::generate().unwrap();
+    let e = tp::connect(&addr, &identity(&tc, "node1"), &wrong, &ConnConfig::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.errno(), libc::EACCES, "{e}");
+    // A node id not in the cluster, with the right secret: refused too.
+    let e = tp::connect(
+        &addr,
+        &identity(&tc, "intruder"),
+        &tc.cluster.secret().unwrap(),
+        &ConnConfig::default(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.errno(), libc::EACCES, "{e}");
+    // Garbage bytes: the connection is closed, nothing stored.
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let _ = s.write_all(&[0xAB; 4096]).await;
+    // (It may first be told why in an Error frame.)
+    let mut rest = Vec::new();
+    let r = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::io::AsyncReadExt::read_to_end(&mut s, &mut rest),
+    )
+    .await;
+    assert!(r.is_ok(), "garbage peer not disconnected");
+    assert!(rest.len() < 2048, "answered garbage with {} bytes", rest.len());
+    assert!(
+        system_files(&tc, "node2").is_empty(),
+        "{:?}",
+        system_files(&tc, "node2")
+    );
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_escapes_and_foreign_source_are_refused_and_nothing_is_written() {
+    let tc = TestCluster::new("esc", 2, Scheme::Ring, 1);
+    let d = Daemon::start(tc.config("node2"));
+    wait_for("node2's status", || {
+        ckptfs_node::status(&tc.store_opts("node2").name).is_some()
+    })
+    .await;
+    // Into ckptfs's own files (the levels record): disconnected.
+    let mut c = client(&tc, "node1", "node2").await;
+    c.send(&put_begin("node1", ".ckptfs/levels.json", 10))
+        .await
+        .unwrap();
+    assert!(closed(&mut c).await, "a copy into /.ckptfs was not refused");
+    // Into another node's partner namespace: disconnected.
+    let mut c = client(&tc, "node1", "node2").await;
+    c.send(&put_begin("node2", "ckpt/a", 10)).await.unwrap();
+    assert!(
+        closed(&mut c).await,
+        "a copy naming another source node was not refused"
+    );
+    // Listing or fetching another node's copies: disconnected.
+    let mut c = client(&tc, "node1", "node2").await;
+    c.send(&Msg::List {
+        src_node: "node2".into(),
+        after: String::new(),
+    })
+    .await
+    .unwrap();
+    assert!(
+        closed(&mut c).await,
+        "listing another node's copies was not refused"
+    );
+    // `..` never reaches the daemon: the transport refuses to encode or decode it.
+    let mut c = client(&tc, "node1", "node2").await;
+    assert!(c.send(&put_begin("node1", "../../x", 10)).await.is_err());
+    assert!(
+        system_files(&tc, "node2").is_empty(),
+        "{:?}",
+        system_files(&tc, "node2")
+    );
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_chunk_is_refused_then_resent_and_a_cut_copy_is_never_listed() {
+    let tc = TestCluster::new("crc", 2, Scheme::Ring, 1);
+    let d = Daemon::start(tc.config("node2"));
+    wait_for("node2's status", || {
+        ckptfs_node::status(&tc.store_opts("node2").name).is_some()
+    })
+    .await;
+    let data = bytes(300_000, 7);
+    let (a, b) = data.split_at(200_000);
+    let mut c = client(&tc, "node1", "node2").await;
+    c.send(&put_begin("node1", "ckpt/x", data.len() as u64))
+        .await
+        .unwrap();
+    assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
+    // First piece with a wrong CRC: Nack (EIO), nothing stored.
+    let mut h = ChunkHeader::for_data(0, 0, a);
+    h.crc32c ^= 1;
+    c.send_chunk(&h, a).await.unwrap();
+    match c.recv().await.unwrap() {
+        Msg::Nack(n) => assert_eq!(n.errno, libc::EIO),
+        m => panic!("bad chunk acknowledged: {m:?}"),
+    }
+    // Sent again, right: accepted; then the rest and the end.
+    c.send_chunk(&ChunkHeader::for_data(1, 0, a), a).await.unwrap();
+    assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
+    assert!(
+        partner_store::list(&tc.store("node2"), "node1").is_empty(),
+        "listed before the end"
+    );
+    c.send_chunk(&ChunkHeader::for_data(2, a.len() as u64, b), b)
+        .await
+        .unwrap();
+    assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
+    c.send(&Msg::PutEnd(PutEnd {
+        generation: 0,
+        chunks: 3,
+        size: data.len() as u64,
+    }))
+    .await
+    .unwrap();
+    assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
+    assert_eq!(copy_on(&tc.store("node2"), "node1", "/ckpt/x").unwrap(), data);
+
+    // A copy cut off in the middle (the sender dies): never listed, the half copy removed.
+    let mut c = client(&tc, "node1", "node2").await;
+    c.send(&put_begin("node1", "ckpt/y", data.len() as u64))
+        .await
+        .unwrap();
+    assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
+    c.send_chunk(&ChunkHeader::for_data(0, 0, a), a).await.unwrap();
+    assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
+    drop(c);
+    let s = tc.store("node2");
+    wait_for("the half copy to go", || {
+        system_files(&tc, "node2")
+            .iter()
+            .all(|p| !p.starts_with(partner_store::INCOMING_DIR))
+    })
+    .await;
+    let held: Vec<String> = partner_store::list(&s, "node1")
+        .into_iter()
+        .map(|f| f.path)
+        .collect();
+    assert_eq!(held, vec!["/ckpt/x"]);
+    assert!(s.stat("/.ckptfs/partners/node1/ckpt/y").is_err());
+    d.stop().await;
+}
