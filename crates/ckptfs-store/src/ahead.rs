@@ -57,12 +57,16 @@ impl Ahead {
     fn wake(&self, seg: &Arc<Segment>) {
         let t = self.thread.get_or_init(|| {
             let weak: Weak<Segment> = Arc::downgrade(seg);
-            std::thread::Builder::new()
-                .name("ckptfs-populate".into())
-                .stack_size(64 << 10)
-                .spawn(move || run(weak))
-                .ok()
-                .map(|h| (std::process::id(), h.thread().clone()))
+            // Started with every signal blocked (the program's signals are for its own
+            // threads), inherited from birth: no window in which one could land on it.
+            crate::segment::with_all_signals_blocked(|| {
+                std::thread::Builder::new()
+                    .name("ckptfs-populate".into())
+                    .stack_size(64 << 10)
+                    .spawn(move || run(weak))
+                    .ok()
+                    .map(|h| (std::process::id(), h.thread().clone()))
+            })
         });
         if let Some((pid, th)) = t {
             if *pid == std::process::id() {
@@ -84,8 +88,6 @@ impl Drop for Ahead {
 }
 
 fn run(weak: Weak<Segment>) {
-    // The program's signals are for its own threads.
-    crate::segment::block_all_signals();
     loop {
         std::thread::park();
         // The segment is only borrowed while working: the last Store going away unmaps

@@ -607,15 +607,24 @@ fn remove_stale_tmps(tmp: &Path, uniq: &str) {
     }
 }
 
-/// Block every signal in the calling thread: for the store's own helper threads, so that
-/// the program's process-directed signals are never delivered to them.
-pub(crate) fn block_all_signals() {
-    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigfillset initialises the set; pthread_sigmask only reads it.
-    unsafe {
-        libc::sigfillset(set.as_mut_ptr());
-        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
+/// Run `f` (which starts one of the store's own helper threads) with every signal blocked
+/// in the calling thread, restoring its mask afterwards: the new thread inherits the full
+/// mask from its first instruction, so the program's process-directed signals (an aio
+/// completion it waits for with `sigwaitinfo`, say) are never delivered to it.
+pub(crate) fn with_all_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigfillset initialises `all`; pthread_sigmask reads it and writes `old`.
+    let rc = unsafe {
+        libc::sigfillset(all.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr())
+    };
+    let r = f();
+    if rc == 0 {
+        // SAFETY: `old` was filled by the successful call above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut()) };
     }
+    r
 }
 
 /// Populate page tables for a whole range (faulting in the pages).
