@@ -4,7 +4,9 @@
 //! links the shim) each: (a) write() a new file through the shim into the store (its
 //! second checkpoint: a first one is written and deleted before the timed one);
 //! (b) memcpy into pre-faulted shared memory; (c) write() a new file on /dev/shm;
-//! (d) read the store file back through the shim. Then (e) one process loops
+//! (d) read the store file back through the shim (a fresh process: a restart); (g) a
+//! fresh process's first checkpoint through the shim; (h) a fresh process's read() of
+//! the /dev/shm file of (c) (the restart baseline). Then (e) one process loops
 //! open/fstat/close of a non-store file with and without the shim loaded, and (f) one
 //! process loops a locked write (fcntl F_SETLKW, pwrite of one block, F_UNLCK) on a
 //! store file and on /dev/shm.
@@ -44,7 +46,8 @@ pub struct PreloadBenchArgs {
     pub json: bool,
 }
 
-/// The worker: `w PATH SIZE BLOCK` (write a new file), `r PATH BLOCK` (read it),
+/// The worker: `w PATH SIZE BLOCK` (write a new file, the process's second), `W PATH SIZE
+/// BLOCK` (the same as the process's first), `r PATH BLOCK` (read it),
 /// `m SIZE BLOCK` (memcpy into pre-faulted shared memory), `p N PATH` (open/fstat/close),
 /// `l N PATH BLOCK` (N x: fcntl write lock, pwrite BLOCK at 0, unlock).
 /// Prints "ready", waits for a byte on stdin, runs, prints "T0 T1".
@@ -83,10 +86,11 @@ int main(int argc, char **argv) {
         t0 = now();
         for (size_t o = 0; o < size; o += block) memcpy(dst + o, src, size - o < block ? size - o : block);
         t1 = now();
-    } else if (m == 'w') {
+    } else if (m == 'w' || m == 'W') {
         size_t size = atoll(argv[3]), block = atoll(argv[4]);
         char *src = malloc(block);
         memset(src, 7, block);
+        if (m == 'w') {
         /* Warm-up checkpoint, written and deleted before the barrier: the timed write is
            this process's second checkpoint, the steady state of an application that
            checkpoints repeatedly (same treatment for the store and for /dev/shm). */
@@ -98,6 +102,7 @@ int main(int argc, char **argv) {
         }
         if (close(wfd)) return 1;
         unlink(argv[2]);
+        } /* 'W': the timed write is this process's first checkpoint. */
         ready();
         t0 = now();
         int fd = open(argv[2], O_CREAT | O_TRUNC | O_WRONLY, 0644);
@@ -188,7 +193,7 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
     let w = worker.display().to_string();
     let store = format!("bench-preload-{}", std::process::id());
     let chunk = 1u64 << 20;
-    let mem = (a.file_size.div_ceil(chunk) * chunk) * nmax as u64 + (64 << 20);
+    let mem = (a.file_size.div_ceil(chunk) * chunk) * 2 * nmax as u64 + (64 << 20);
     let opts = ckptfs_store::StoreOptions {
         mem_size: Some(mem),
         ..ckptfs_store::StoreOptions::named(&store)
@@ -223,6 +228,8 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
             ("b memcpy shm", vec![]),
             ("c write /dev/shm", vec![]),
             ("d shim read", vec![]),
+            ("g shim write, fresh process", vec![]),
+            ("h read /dev/shm", vec![]),
         ];
         // Interleave the cases so that machine noise hits all of them alike.
         for _ in 0..a.reps {
@@ -260,6 +267,20 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
                 &[],
             )?;
             cases[2].1.push(s);
+            // (h) a fresh process read()s the /dev/shm file: the restart baseline.
+            let s = crate::procs::run_commands(
+                n,
+                &|r| {
+                    vec![
+                        w.clone(),
+                        "r".into(),
+                        shm.join(format!("f{r}")).display().to_string(),
+                        block.clone(),
+                    ]
+                },
+                &[],
+            )?;
+            cases[5].1.push(s);
             for r in 0..n {
                 let _ = std::fs::remove_file(shm.join(format!("f{r}")));
             }
@@ -269,16 +290,47 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
                 &shim_env,
             )?;
             cases[3].1.push(s);
+            // (g) a fresh process's first checkpoint through the shim.
+            let s = crate::procs::run_commands(
+                n,
+                &|r| {
+                    vec![
+                        w.clone(),
+                        "W".into(),
+                        format!("/ckpt/g{r}"),
+                        size.clone(),
+                        block.clone(),
+                    ]
+                },
+                &shim_env,
+            )?;
+            cases[4].1.push(s);
+            let sname = store.clone();
+            let st = ckptfs_store::Store::attach(&ckptfs_store::StoreOptions::named(&sname))?;
+            for r in 0..n {
+                let _ = st.unlink(&format!("/g{r}"));
+            }
         }
         let gbps = |v: &[f64]| bytes as f64 / median(v) / 1e9;
         let (sa, sb, sc) = (gbps(&cases[0].1), gbps(&cases[1].1), gbps(&cases[2].1));
+        let (sd, sg, sh) = (gbps(&cases[3].1), gbps(&cases[4].1), gbps(&cases[5].1));
         for (i, (name, secs)) in cases.into_iter().enumerate() {
             let mut m = Measurement::new(name, n, bytes, secs);
             if i == 0 {
                 m = m.with("vs memcpy", sa / sb).with("vs /dev/shm", sa / sc);
+            } else if i == 3 {
+                m = m.with("vs /dev/shm read", sd / sh);
+            } else if i == 4 {
+                m = m.with("vs memcpy", sg / sb);
             }
             results.push(m);
         }
+        notes.push(format!(
+            "{n} proc: a fresh process's first checkpoint = {:.2}x memcpy (target >= 0.9); a fresh process's \
+             restart read = {:.2}x a fresh read() from /dev/shm (target >= 1.0)",
+            sg / sb,
+            sd / sh
+        ));
         notes.push(format!(
             "{n} proc: shim write = {:.2}x memcpy (target >= 0.85), {:.2}x /dev/shm write (target >= 2); {}",
             sa / sb,

@@ -6,7 +6,10 @@
 //! - `devshm-write`: write() of a new file on /dev/shm, open to close (the RAM disk);
 //! - `ckptfs-write`: native API, open to close, into a store whose earlier files were
 //!   deleted (steady-state checkpointing: chunks are recycled, never faulted);
-//! - `ckptfs-read`: reading those files back;
+//! - `ckptfs-write-fresh`: the same, but the timed checkpoint is the process's first;
+//! - `devshm-read-fresh`: a fresh process read()s a file on /dev/shm (restart baseline);
+//! - `ckptfs-read`: a fresh process reads the store files back (a restart);
+//! - `ckptfs-read-again`: the same process reading them a second time;
 //! - `chunk-sweep`: ckptfs-write with chunk sizes 64 KiB to 64 MiB (CRUISE figure 6);
 //! - `spill`: one process, a share of the file in the spill file (CRUISE table 3), next
 //!   to the harmonic formula computed from the measured 0 % and 100 % rows.
@@ -172,12 +175,7 @@ fn measure<T>(
 }
 
 /// Store write bandwidth of `n` processes with the given chunk size.
-fn store_cases(
-    a: &StoreBenchArgs,
-    n: usize,
-    chunk: u64,
-    with_read: bool,
-) -> Result<(Vec<f64>, Vec<f64>, f64)> {
+fn store_cases(a: &StoreBenchArgs, n: usize, chunk: u64, with_read: bool) -> Result<StoreTimes> {
     let per = a.file_size.div_ceil(chunk) * chunk;
     let (_guard, store, create_s) = BenchStore::create(per * n as u64 + chunk, chunk, None, 64)?;
     let block = pattern(a.block as usize);
@@ -218,23 +216,77 @@ fn store_cases(
         }
     };
     let write_argv = argv("write");
-    let mut w = Vec::new();
+    let fresh_argv = argv("write-fresh");
+    let mut t = StoreTimes {
+        create_s,
+        ..Default::default()
+    };
+    // Second and first checkpoints interleaved, so that machine noise hits both alike.
     for _ in 0..a.reps {
         clean()?;
-        w.push(crate::procs::run_commands(n, &write_argv, &[])?);
+        t.write.push(crate::procs::run_commands(n, &write_argv, &[])?);
+        if with_read {
+            clean()?;
+            t.write_fresh
+                .push(crate::procs::run_commands(n, &fresh_argv, &[])?);
+        }
     }
     clean()?;
-    let mut rd = Vec::new();
     if with_read {
         for r in 0..n {
             write_file(&store, &format!("/ckpt{r}"), a.file_size, &block)?;
         }
         let read_argv = argv("read");
+        let again_argv = argv("read-again");
         for _ in 0..a.reps {
-            rd.push(crate::procs::run_commands(n, &read_argv, &[])?);
+            t.read.push(crate::procs::run_commands(n, &read_argv, &[])?);
+            t.read_again
+                .push(crate::procs::run_commands(n, &again_argv, &[])?);
         }
     }
-    Ok((w, rd, create_s))
+    Ok(t)
+}
+
+/// Timings of the store cases, seconds per repetition.
+#[derive(Default)]
+struct StoreTimes {
+    /// A process's second checkpoint (steady state).
+    write: Vec<f64>,
+    /// A fresh process's first checkpoint.
+    write_fresh: Vec<f64>,
+    /// A fresh process reading its checkpoint (a restart).
+    read: Vec<f64>,
+    /// The same process reading it a second time.
+    read_again: Vec<f64>,
+    create_s: f64,
+}
+
+/// A fresh process's read() of files on /dev/shm (the restart baseline), `n` at once.
+fn tmpfs_read_baseline(a: &StoreBenchArgs, n: usize, block: &[u8]) -> Result<Vec<f64>> {
+    let dir = tempfile::Builder::new()
+        .prefix("ckptfs-bench-rd")
+        .tempdir_in("/dev/shm")?;
+    for r in 0..n {
+        write_local_file(&dir.path().join(format!("f{r}")), a.file_size, block, false)?;
+    }
+    let exe = std::env::current_exe()?.display().to_string();
+    let argv = |r: usize| {
+        vec![
+            exe.clone(),
+            "bench".into(),
+            "store-worker".into(),
+            "tmpfs-read".into(),
+            "-".into(),
+            dir.path().join(format!("f{r}")).display().to_string(),
+            a.file_size.to_string(),
+            a.block.to_string(),
+        ]
+    };
+    let mut v = Vec::new();
+    for _ in 0..a.reps {
+        v.push(crate::procs::run_commands(n, &argv, &[])?);
+    }
+    Ok(v)
 }
 
 /// Run the benchmark and print its report.
@@ -276,8 +328,10 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
         drop(dir);
         let m_shm = Measurement::new("devshm-write", n, total, shm);
         // (c), (d) the store.
-        let (w, rd, create_s) = store_cases(&a, n, a.chunk_size, true)?;
-        let m_w = Measurement::new("ckptfs-write", n, total, w);
+        let t = store_cases(&a, n, a.chunk_size, true)?;
+        let tmpfs_rd = tmpfs_read_baseline(&a, n, &block)?;
+        let create_s = t.create_s;
+        let m_w = Measurement::new("ckptfs-write", n, total, t.write);
         let vs_memcpy = m_w.gbps() / m_memcpy.gbps();
         let vs_stream = m_w.gbps() / m_stream.gbps();
         let vs_shm = m_w.gbps() / m_shm.gbps();
@@ -293,16 +347,30 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
                  streaming copy without checksum: {vs_stream:.2}x"
             ));
         }
-        let m_r = Measurement::new("ckptfs-read", n, total, rd);
-        results.extend([m_memcpy, m_stream, m_shm, m_w, m_r]);
+        let m_wf = Measurement::new("ckptfs-write-fresh", n, total, t.write_fresh);
+        let wf_vs_memcpy = m_wf.gbps() / m_memcpy.gbps();
+        let m_wf = m_wf.with("vs_memcpy", wf_vs_memcpy);
+        let m_tr = Measurement::new("devshm-read-fresh", n, total, tmpfs_rd);
+        let m_r = Measurement::new("ckptfs-read", n, total, t.read);
+        let r_vs_tmpfs = m_r.gbps() / m_tr.gbps();
+        let m_r = m_r.with("vs_devshm_read", r_vs_tmpfs);
+        let m_ra = Measurement::new("ckptfs-read-again", n, total, t.read_again);
+        let ra_vs_tmpfs = m_ra.gbps() / m_tr.gbps();
+        let m_ra = m_ra.with("vs_devshm_read", ra_vs_tmpfs);
+        notes.push(format!(
+            "{n} proc: a fresh process's first checkpoint = {wf_vs_memcpy:.2}x memcpy (target >= 0.9); \
+             a fresh process's restart read = {r_vs_tmpfs:.2}x a fresh read() from /dev/shm (target >= 1.0); \
+             reading again in the same process {ra_vs_tmpfs:.2}x"
+        ));
+        results.extend([m_memcpy, m_stream, m_shm, m_w, m_wf, m_tr, m_r, m_ra]);
     }
     if !a.no_sweep {
         // (e) chunk-size sweep with all processes (CRUISE figure 6).
         let mut cs = 64u64 << 10;
         while cs <= 64 << 20 {
-            let (w, _, _) = store_cases(&a, nmax, cs, false)?;
+            let t = store_cases(&a, nmax, cs, false)?;
             results.push(
-                Measurement::new("chunk-sweep", nmax, a.file_size * nmax as u64, w)
+                Measurement::new("chunk-sweep", nmax, a.file_size * nmax as u64, t.write)
                     .with("chunk_kib", cs >> 10),
             );
             cs *= 4;
@@ -472,7 +540,9 @@ fn spill_table(
 /// Arguments of the hidden `ckptfs bench store-worker` (one benchmark process).
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkerArgs {
-    /// `write` (warm-up checkpoint, then the timed one) or `read`.
+    /// `write` (warm-up checkpoint, then the timed one), `write-fresh` (the timed one is
+    /// the process's first), `read` (a fresh process reads), `read-again` (reads once,
+    /// then the timed read) or `tmpfs-read` (read() of the local file PATH; STORE unused).
     pub mode: String,
     /// Store name.
     pub store: String,
@@ -488,13 +558,38 @@ pub struct WorkerArgs {
 /// run the timed part, print `T0 T1`.
 pub fn worker(a: WorkerArgs) -> Result<()> {
     use std::io::{Read, Write};
-    let s = Store::attach(&StoreOptions::named(&a.store))?;
     let block = pattern(a.block as usize);
     let mut buf = vec![0u8; a.block as usize];
+    if a.mode == "tmpfs-read" {
+        use std::io::Read;
+        println!("ready");
+        std::io::stdout().flush()?;
+        let mut go = [0u8; 1];
+        std::io::stdin().read_exact(&mut go)?;
+        let t0 = crate::procs::monotonic();
+        let mut f = std::fs::File::open(&a.path)?;
+        let mut got = 0u64;
+        loop {
+            let k = f.read(&mut buf)?;
+            if k == 0 {
+                break;
+            }
+            got += k as u64;
+        }
+        drop(f);
+        let t1 = crate::procs::monotonic();
+        anyhow::ensure!(got == a.size, "read {got} of {} bytes", a.size);
+        println!("{t0:.9} {t1:.9}");
+        return Ok(());
+    }
+    let s = Store::attach(&StoreOptions::named(&a.store))?;
     if a.mode == "write" {
         let warm = format!("{}.warm", a.path);
         write_file(&s, &warm, a.size, &block)?;
         s.unlink(&warm)?;
+    }
+    if a.mode == "read-again" {
+        read_file(&s, &a.path, &mut buf)?;
     }
     println!("ready");
     std::io::stdout().flush()?;
@@ -502,8 +597,8 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
     std::io::stdin().read_exact(&mut go)?;
     let t0 = crate::procs::monotonic();
     match a.mode.as_str() {
-        "write" => write_file(&s, &a.path, a.size, &block)?,
-        "read" => {
+        "write" | "write-fresh" => write_file(&s, &a.path, a.size, &block)?,
+        "read" | "read-again" => {
             let got = read_file(&s, &a.path, &mut buf)?;
             anyhow::ensure!(got == a.size, "read {got} of {} bytes", a.size);
         }

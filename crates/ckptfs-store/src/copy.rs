@@ -129,6 +129,28 @@ unsafe fn stream_avx2(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
+/// Piece of a chunk copied and then checksummed while it is still in cache (L1/L2).
+const VERIFY_PIECE: usize = 64 << 10;
+
+/// Copy memory chunk `c` from its start into `dst` and return the CRC32C of the copy,
+/// taken piece by piece right after each piece is copied: one pass over the chunk's
+/// memory instead of a checksum pass and then a copy pass (a restart reads every chunk
+/// once, so both passes came from memory). What is checked is what the caller gets.
+/// Caller holds the owning file's lock.
+pub(crate) fn copy_chunk_crc(seg: &crate::segment::Segment, c: u32, dst: &mut [u8]) -> u32 {
+    let mut crc = 0;
+    let mut at = 0;
+    while at < dst.len() {
+        let k = VERIFY_PIECE.min(dst.len() - at);
+        let piece = &mut dst[at..at + k];
+        // SAFETY: caller holds the file lock; the range is inside the chunk.
+        piece.copy_from_slice(unsafe { seg.chunk_slice(c, at, k) });
+        crc = crc32c_append(crc, piece);
+        at += k;
+    }
+    crc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -291,11 +291,26 @@ impl FileHandle {
                 dst.fill(0);
             } else {
                 let (hwm, _, _) = unpack_sum(seg.chunk(c).sum.load(Acquire));
-                if self.verify {
-                    self.verify_chunk(c, logical)?;
-                }
                 let avail = (hwm as usize).saturating_sub(within).min(k);
-                if seg.is_mem(c) {
+                // A read of a whole chunk copies and checks it in one pass (the CRC taken
+                // from the caller's buffer, piece by piece, right after the copy).
+                let whole = seg.is_mem(c) && within == 0 && avail == hwm as usize && avail > 0;
+                let far = self.chunk_of(logical.saturating_add(crate::ahead::AHEAD));
+                let cold = |n: u32| n != NONE && seg.is_mem(n) && !seg.is_populated(n);
+                if cold(c) || cold(far) {
+                    // A reader in a fresh process (a restart): the file's next chunks get
+                    // their page tables while this one is copied and checked.
+                    let next = self.map.iter().skip(logical as usize + 1);
+                    let next = next.copied().filter(|&n| seg.is_mem(n) && !seg.is_populated(n));
+                    seg.ahead.request_chunks(&store.seg, next);
+                }
+                let mut copied = false;
+                if self.verify {
+                    copied = self.verify_chunk(c, logical, whole.then_some(&mut dst[..avail]))?;
+                }
+                if copied {
+                    // Done by the check.
+                } else if seg.is_mem(c) {
                     // SAFETY: file lock held; range within the chunk.
                     dst[..avail].copy_from_slice(unsafe { seg.chunk_slice(c, within, avail) });
                 } else if avail > 0 {
@@ -310,12 +325,14 @@ impl FileHandle {
         Ok(n)
     }
 
-    /// Check chunk `c` against its CRC once per handle. Caller holds the file lock.
-    fn verify_chunk(&mut self, c: u32, logical: u32) -> Result<()> {
+    /// Check chunk `c` against its CRC once per handle. With `fill`, the chunk's bytes are
+    /// copied into it and checked there in the same pass, if it is exactly as long as the
+    /// checksummed range; returns whether that copy was made. Caller holds the file lock.
+    fn verify_chunk(&mut self, c: u32, logical: u32, fill: Option<&mut [u8]>) -> Result<bool> {
         let word = logical as usize / 64;
         let bit = 1u64 << (logical % 64);
         if self.verified.get(word).is_some_and(|w| w & bit != 0) {
-            return Ok(());
+            return Ok(false);
         }
         let seg = &*self.store.seg;
         let (mut hwm, mut crc, mut stale) = unpack_sum(seg.chunk(c).sum.load(Acquire));
@@ -328,7 +345,7 @@ impl FileHandle {
             (hwm, crc, stale) = unpack_sum(seg.chunk(c).sum.load(Acquire));
             if stale {
                 if self.store.has_writer(self.fid) {
-                    return Ok(()); // checked on a later read, once it is current again
+                    return Ok(false); // checked on a later read, once it is current again
                 }
                 let path = self.path.clone();
                 tracing::error!(%path, logical, chunk = c, "stale checksum without a writer");
@@ -344,15 +361,25 @@ impl FileHandle {
                 what: format!("chunk {logical} claims {hwm} bytes"),
             });
         }
+        let mut copied = false;
         {
-            let computed = chunk_crc(&self.store, c, hwm as usize)?;
+            // Reaping a dead writer above may have trimmed the chunk: the copy is made only
+            // if the buffer covers exactly the checksummed bytes.
+            let computed = match fill {
+                Some(b) if b.len() == hwm as usize && seg.is_mem(c) => {
+                    copied = true;
+                    crate::copy::copy_chunk_crc(seg, c, b)
+                }
+                _ => chunk_crc(&self.store, c, hwm as usize)?,
+            };
             if computed != crc && self.store.has_writer(self.fid) {
                 // A live writer may be changing the chunk outside the store's write path:
                 // stores through a shared mapping (the preload shim's `mmap(MAP_SHARED)`)
                 // bring the checksum up to date only at msync/munmap/exit. Not verified
                 // yet, and not marked verified: checked again on the next read, and by
-                // every reader once the writers have closed.
-                return Ok(());
+                // every reader once the writers have closed. (A copy made above is what
+                // the chunk held, served as any read during such a writer is.)
+                return Ok(copied);
             }
             if computed != crc {
                 let path = self.path.clone();
@@ -366,7 +393,7 @@ impl FileHandle {
             }
         }
         self.set_verified(logical);
-        Ok(())
+        Ok(copied)
     }
 
     fn set_verified(&mut self, logical: u32) {
@@ -399,7 +426,7 @@ impl FileHandle {
         for (l, &c) in self.map.clone().iter().enumerate() {
             if c != NONE {
                 self.verified.clear();
-                self.verify_chunk(c, l as u32)?;
+                self.verify_chunk(c, l as u32, None)?;
             }
         }
         Ok(())
@@ -463,7 +490,14 @@ impl FileHandle {
             let mut c = self.chunk_of(logical);
             if c == NONE {
                 match store.alloc_chunk(self.fid, logical) {
-                    Ok(new) => c = new,
+                    Ok(new) => {
+                        c = new;
+                        // A fresh writer: have the next free chunks' page tables populated
+                        // while it copies into this one.
+                        if seg.is_mem(c) {
+                            seg.ahead.request(&store.seg);
+                        }
+                    }
                     Err(StoreError::NoSpace) if done > 0 => break,
                     Err(e) => return Err(e),
                 }

@@ -37,6 +37,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod ahead;
 pub mod checksum;
 pub mod copy;
 mod error;

@@ -31,6 +31,8 @@ pub struct Segment {
     populated: Vec<AtomicU64>,
     /// Fork generation the `populated` bits belong to (a child has no page tables).
     populated_gen: AtomicU64,
+    /// Helper thread populating free chunks ahead of a fresh writer.
+    pub(crate) ahead: crate::ahead::Ahead,
 }
 
 /// Incremented in every child after fork(): a child's page tables for shared mappings are
@@ -208,6 +210,7 @@ impl Segment {
             spill,
             populated: Vec::new(),
             populated_gen: AtomicU64::new(FORK_GEN.load(Ordering::Relaxed)),
+            ahead: Default::default(),
             ino: {
                 use std::os::unix::fs::MetadataExt;
                 file.metadata().map(|m| m.ino()).unwrap_or(0)
@@ -328,6 +331,7 @@ impl Segment {
                 register_fork_handler();
                 AtomicU64::new(FORK_GEN.load(Ordering::Relaxed))
             },
+            ahead: Default::default(),
         })
     }
 
@@ -491,6 +495,24 @@ impl Segment {
         p
     }
 
+    /// Has this process populated its page tables for memory chunk `c`?
+    pub fn is_populated(&self, c: u32) -> bool {
+        if self.populated_gen.load(Ordering::Relaxed) != FORK_GEN.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.populated
+            .get(c as usize / 64)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & (1u64 << (c % 64)) != 0)
+    }
+
+    /// Populate this process's page tables for memory chunk `c` (if not yet done): only
+    /// page tables, never the chunk's bytes, so any chunk may be populated at any time.
+    pub fn populate(&self, c: u32) {
+        if self.is_mem(c) {
+            let _ = self.chunk_ptr(c);
+        }
+    }
+
     /// Read-only view of `len` bytes of memory chunk `c` from `off`.
     ///
     /// # Safety
@@ -583,6 +605,26 @@ fn remove_stale_tmps(tmp: &Path, uniq: &str) {
             let _ = std::fs::remove_file(e.path());
         }
     }
+}
+
+/// Run `f` (which starts one of the store's own helper threads) with every signal blocked
+/// in the calling thread, restoring its mask afterwards: the new thread inherits the full
+/// mask from its first instruction, so the program's process-directed signals (an aio
+/// completion it waits for with `sigwaitinfo`, say) are never delivered to it.
+pub(crate) fn with_all_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigfillset initialises `all`; pthread_sigmask reads it and writes `old`.
+    let rc = unsafe {
+        libc::sigfillset(all.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr())
+    };
+    let r = f();
+    if rc == 0 {
+        // SAFETY: `old` was filled by the successful call above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut()) };
+    }
+    r
 }
 
 /// Populate page tables for a whole range (faulting in the pages).

@@ -382,6 +382,45 @@ fn reader_in_the_writing_process_verifies_checksums_after_close() {
 }
 
 #[test]
+fn whole_chunk_reads_check_the_bytes_they_return() {
+    // A read covering a whole chunk copies and checksums it in one pass (the CRC taken
+    // from the caller's buffer, 64 KiB at a time): damage in any piece, the last partial
+    // chunk included, must still be EIO, and intact data must come back identical.
+    let mib = 1u64 << 20;
+    let t = temp_store("basic-wholeread", 4 * mib, mib, None);
+    let s = &t.store;
+    let data = pattern(2 * mib as usize + 300_000, 9);
+    let mut f = s.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    f.write_all(&data).unwrap();
+    f.close().unwrap();
+    let chunks = s.chunk_list("/f").unwrap();
+    assert_eq!(chunks.len(), 3);
+    for (chunk, at) in [(0usize, 0u64), (0, 700_000), (1, mib - 1), (2, 299_999)] {
+        flip_mem(s, chunks[chunk].location, at);
+        // Chunk-sized reads, as a restart does.
+        let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+        let mut buf = vec![0u8; mib as usize];
+        let e = r.pread(&mut buf, chunk as u64 * mib).unwrap_err();
+        assert_eq!(e.errno(), libc::EIO, "chunk {chunk} byte {at}: {e}");
+        // One read of the whole file.
+        let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+        let mut all = vec![0u8; data.len()];
+        assert_eq!(r.pread(&mut all, 0).unwrap_err().errno(), libc::EIO);
+        flip_mem(s, chunks[chunk].location, at);
+        let mut r = s.open("/f", OpenFlags::READ, 0).unwrap();
+        let mut got = Vec::new();
+        loop {
+            let n = r.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, data, "after restoring chunk {chunk} byte {at}");
+    }
+}
+
+#[test]
 fn read_write_handle_reads_its_own_overwrites_without_false_mismatch() {
     let t = temp_store("basic-rwself", 4 << 20, 64 << 10, None);
     let s = &t.store;
