@@ -70,10 +70,7 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
         std::process::id()
     );
     // Only the binary knows about signals: the daemon stops when this future ends.
-    let sum = ckptfs_node::run_blocking(
-        cfg,
-        ckptfs_node::daemon::when(move || shutdown.is_triggered()),
-    )?;
+    let sum = ckptfs_node::run_blocking(cfg, ckptfs_node::daemon::when(move || shutdown.is_triggered()))?;
     eprintln!(
         "ckptfs node: stopped; {} copies sent, {} received, {} refused",
         sum.copies_sent, sum.copies_received, sum.copies_refused
