@@ -182,22 +182,16 @@ mod tests {
             assert_eq!(got.to_str().unwrap(), "step1");
             let mut small = [0 as c_char; 3];
             // SAFETY: small is valid for 3 bytes.
-            assert_eq!(
-                unsafe { ckptfs_start_restart(small.as_mut_ptr(), small.len()) },
-                -libc::ERANGE
-            );
+            let r = unsafe { ckptfs_start_restart(small.as_mut_ptr(), small.len()) };
+            assert_eq!(r, -libc::ERANGE);
             // SAFETY: buf is valid for 64 bytes.
             assert_eq!(unsafe { ckptfs_start_restart(buf.as_mut_ptr(), buf.len()) }, 1);
             // SAFETY: NULL name is refused before it is read.
-            assert_eq!(
-                unsafe { ckptfs_ckpt_begin(std::ptr::null(), &mut id) },
-                -libc::EFAULT
-            );
+            let r = unsafe { ckptfs_ckpt_begin(std::ptr::null(), &mut id) };
+            assert_eq!(r, -libc::EFAULT);
             // SAFETY: NULL flag is refused.
-            assert_eq!(
-                unsafe { ckptfs_need_checkpoint(std::ptr::null_mut()) },
-                -libc::EFAULT
-            );
+            let r = unsafe { ckptfs_need_checkpoint(std::ptr::null_mut()) };
+            assert_eq!(r, -libc::EFAULT);
         });
     }
 }

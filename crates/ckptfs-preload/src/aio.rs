@@ -269,6 +269,7 @@ macro_rules! lio_hook {
                     let one = [cb as *const libc::aiocb];
                     // SAFETY: waiting for a kernel request glibc is running.
                     while unsafe { $error(cb) } == libc::EINPROGRESS {
+                        // SAFETY: `one` holds one valid control block; no timeout.
                         unsafe { $suspend(one.as_ptr(), 1, std::ptr::null()) };
                     }
                     // SAFETY: as above.

@@ -970,6 +970,7 @@ pub unsafe extern "C" fn renameat2(
             // SAFETY: classify read both C strings already.
             let dots = [p1, p2].iter().any(|&p| {
                 matches!(
+                    // SAFETY: classify read both C strings already.
                     crate::paths::last_component(unsafe { CStr::from_ptr(p) }.to_bytes()),
                     b"." | b".."
                 )

@@ -25,6 +25,7 @@ impl Store {
             if fid_ok(seg, fid)
                 && seg.inode(fid).kind.load(Relaxed) != kind::FREE
                 && seg.inode(fid).parent.load(Relaxed) == parent
+                // SAFETY: namespace lock held (the `Ns` proof).
                 && unsafe { seg.name_of(fid) } == name
             {
                 return Some(fid);
