@@ -5,40 +5,11 @@
 mod common;
 
 use ckptfs_agent::{status, Agent, AgentError};
+use ckptfs_testsupport::{test_user, TEST_USER as USER};
 use common::*;
 use std::os::unix::fs::MetadataExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const USER: &str = "ckptfs-test1";
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn uid_of(user: &str) -> Option<u32> {
-    let o = Command::new("id").args(["-u", user]).output().ok()?;
-    String::from_utf8_lossy(&o.stdout).trim().parse().ok()
-}
-
-/// The unprivileged test user, created if needed; `None` (reason printed) if not root.
-fn test_user() -> Option<u32> {
-    if !is_root() {
-        eprintln!("SKIPPED: needs root (to create and run as the user {USER})");
-        return None;
-    }
-    if uid_of(USER).is_none() {
-        let _ = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--shell", "/bin/sh", USER])
-            .status();
-    }
-    let u = uid_of(USER);
-    if u.is_none() {
-        eprintln!("SKIPPED: cannot create the user {USER} with useradd");
-    }
-    u
-}
 
 #[test]
 fn second_agent_is_refused_naming_the_first_agents_pid() {

@@ -2,33 +2,8 @@
 //! files other users can plant"): a user who creates root's store name first gets root a
 //! clear refusal naming the owner, and root attaches it only with --allow-foreign-owner.
 
+use ckptfs_testsupport::{test_user, TEST_USER as USER};
 use std::process::{Command, Output};
-
-const USER: &str = "ckptfs-test1";
-
-fn uid_of(user: &str) -> Option<u32> {
-    let o = Command::new("id").args(["-u", user]).output().ok()?;
-    String::from_utf8_lossy(&o.stdout).trim().parse().ok()
-}
-
-/// The test user, created if needed; `None` (reason printed) if not root.
-fn test_user() -> Option<u32> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: needs root (to create and run as the user {USER})");
-        return None;
-    }
-    if uid_of(USER).is_none() {
-        let _ = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--shell", "/bin/sh", USER])
-            .status();
-    }
-    let u = uid_of(USER);
-    if u.is_none() {
-        eprintln!("SKIPPED: cannot create the user {USER} with useradd");
-    }
-    u
-}
 
 fn ckptfs(store: &str, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ckptfs"));

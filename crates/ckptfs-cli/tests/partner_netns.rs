@@ -192,15 +192,7 @@ impl Drop for Cluster {
 }
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    ckptfs_testsupport::seeded_bytes(seed, len)
 }
 
 fn shm_listing(c: &Cluster, i: usize) -> String {

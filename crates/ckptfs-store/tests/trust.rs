@@ -9,42 +9,10 @@
 use ckptfs_store::checksum::crc32c;
 use ckptfs_store::layout::Layout;
 use ckptfs_store::{segment_path, Store, StoreError, StoreOptions};
+use ckptfs_testsupport::{test_user, TEST_USER as USER};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-const USER: &str = "ckptfs-test1";
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn uid_of(user: &str) -> Option<u32> {
-    let o = Command::new("id").args(["-u", user]).output().ok()?;
-    String::from_utf8_lossy(&o.stdout).trim().parse().ok()
-}
-
-/// The unprivileged test user's uid, creating the user if needed; `None` (with the reason
-/// printed) when not root or when the user cannot be created.
-fn test_user() -> Option<u32> {
-    if !is_root() {
-        eprintln!("SKIPPED: needs root (to create and run as the user {USER})");
-        return None;
-    }
-    if let Some(u) = uid_of(USER) {
-        return Some(u);
-    }
-    let _ = Command::new("useradd")
-        .args(["--system", "--no-create-home", "--shell", "/bin/sh", USER])
-        .status();
-    // Another test may have created it meanwhile: look again either way.
-    let u = uid_of(USER);
-    if u.is_none() {
-        eprintln!("SKIPPED: cannot create the user {USER} with useradd");
-    }
-    u
-}
 
 /// Run `sh -c script` as the test user with `stdin` as its input.
 fn as_user(script: &str, stdin: Stdio) {

@@ -1,4 +1,4 @@
-//! Helpers shared by the ckptfs crates' tests. Used only as a dev-dependency, so test
+//! Helpers shared by the ckptfs crates' tests (reference data, the unprivileged test user). Used only as a dev-dependency, so test
 //! code never pulls benchmark or CLI crates into a library's dependencies.
 #![deny(missing_docs)]
 
@@ -13,6 +13,43 @@ pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// The unprivileged user the other-user tests act as (created with `useradd`).
+pub const TEST_USER: &str = "ckptfs-test1";
+
+/// Is this process root (effective uid 0)?
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The uid of `user`, if it exists.
+pub fn uid_of(user: &str) -> Option<u32> {
+    let o = std::process::Command::new("id")
+        .args(["-u", user])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&o.stdout).trim().parse().ok()
+}
+
+/// The uid of [`TEST_USER`], creating the user if needed; `None`, with the reason
+/// printed (`SKIPPED: ...`), when not root or when `useradd` cannot create it.
+pub fn test_user() -> Option<u32> {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root (to create and run as the user {TEST_USER})");
+        return None;
+    }
+    if uid_of(TEST_USER).is_none() {
+        let _ = std::process::Command::new("useradd")
+            .args(["--system", "--no-create-home", "--shell", "/bin/sh", TEST_USER])
+            .status();
+    }
+    let u = uid_of(TEST_USER);
+    if u.is_none() {
+        eprintln!("SKIPPED: cannot create the user {TEST_USER} with useradd");
+    }
+    u
 }
 
 #[cfg(test)]
