@@ -21,6 +21,7 @@ mod cmd;
 mod setns;
 
 use std::net::Ipv4Addr;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -137,13 +138,31 @@ impl Node {
     }
 
     /// Start `prog args` on this node (stdio inherited unless set on [`Node::command`]).
+    ///
+    /// Returns once the child is inside the node's network namespace (nsenter has
+    /// entered it and exec'd `prog`), so that a `kill_node` right after it finds the
+    /// process: otherwise, on a loaded machine, the kill could run before the child
+    /// joined the namespace and miss it.
     pub fn spawn(&self, prog: &str, args: &[&str]) -> Result<Child> {
         let mut c = self.command(prog);
         c.args(args);
-        c.spawn().map_err(|e| NetsimError::Io {
+        let mut child = c.spawn().map_err(|e| NetsimError::Io {
             what: format!("start {}", cmd::describe(&c)),
             source: e,
-        })
+        })?;
+        let want = std::fs::metadata(self.netns_path()).map(|m| m.ino()).ok();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while let Some(want) = want {
+            let ns = std::fs::metadata(format!("/proc/{}/ns/net", child.id())).map(|m| m.ino());
+            if ns.ok() == Some(want)
+                || matches!(child.try_wait(), Ok(Some(_)))
+                || std::time::Instant::now() > deadline
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        Ok(child)
     }
 
     /// Run `f` on a thread inside this node's network namespace (sockets it makes stay
