@@ -65,7 +65,15 @@ def teardown_module():
         ckptfs.destroy(_STORE.pop("s").name)
 
 
-@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# derandomize: CI runs the same 150 sequences every time (a failure is reproducible and
+# never a one-off); HYPOTHESIS_SEED / a local run with derandomize off explores further.
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(
     initial=st.binary(max_size=2000),
     mode=st.sampled_from(["r+b", "w+b", "a+b"]),
