@@ -74,6 +74,7 @@ pub(crate) struct Counters {
     pub changed_during_copy: u64,
     pub chunks_resent: u64,
     pub copies_received: u64,
+    pub chunks_refused: u64,
 }
 
 /// State shared by the daemon's tasks.
@@ -178,6 +179,7 @@ impl Shared {
             changed_during_copy: c.changed_during_copy,
             chunks_resent: c.chunks_resent,
             copies_received: c.copies_received,
+            chunks_refused: c.chunks_refused,
             in_flight: self
                 .in_flight
                 .lock()

@@ -9,7 +9,7 @@
 
 use crate::daemon::Shared;
 use crate::error::NodeError;
-use crate::partner_store::{self, check_rel_path, Incoming};
+use crate::partner_store::{self, check_rel_path, InState, Incoming, Take};
 use crate::peer::{Conn, Msg};
 use std::sync::Arc;
 
@@ -43,34 +43,47 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn) -> Result<(), NodeError> 
                     }
                 }
             }
-            Msg::Chunk { offset, crc, data } => {
+            Msg::Chunk { offset, crc, len } => {
                 let Some(inc) = incoming.as_mut() else {
                     return Err(protocol(&peer, "chunk outside a copy"));
                 };
-                match inc.chunk(offset, &data, crc) {
-                    Ok(()) => conn.send(Msg::Ack).await?,
-                    Err(e @ NodeError::BadChunk { .. }) => {
-                        // Refused, nothing of it stored; the sender sends it again.
-                        tracing::warn!("{e}: asking for it again");
-                        conn.send(nack(&e)).await?;
-                    }
-                    Err(e @ NodeError::Protocol { .. }) => return Err(e),
-                    Err(e) => {
-                        incoming = None;
-                        conn.send(nack(&e)).await?;
-                    }
+                if inc.accept(offset, len)? == Take::Skip {
+                    conn.skip_chunk().await?;
+                    continue;
+                }
+                // No per-chunk answer: the sender streams; only a refusal goes back.
+                if !conn.chunk_data(inc.buffer(len)).await? {
+                    // Refused, nothing of it stored; the sender sends it again.
+                    tracing::warn!(
+                        "peer {peer}: the chunk at {offset} failed its CRC32C check: asking for it again"
+                    );
+                    inc.refused(offset);
+                    shared.counters.lock().expect("counters").chunks_refused += 1;
+                    conn.send(Msg::Resend { offset }).await?;
+                    continue;
+                }
+                if let Err(e) = inc.store_chunk(offset, crc) {
+                    tracing::warn!("peer {peer}: no partner copy: {e}");
+                    inc.fail();
+                    conn.send(nack(&e)).await?;
                 }
             }
             Msg::PutEnd => {
-                let Some(inc) = incoming.take() else {
+                let Some(inc) = incoming.as_ref() else {
                     return Err(protocol(&peer, "end outside a copy"));
                 };
-                match inc.finish() {
-                    Ok(()) => {
-                        shared.counters.lock().expect("counters").copies_received += 1;
-                        conn.send(Msg::Ack).await?;
-                    }
-                    Err(e) => conn.send(nack(&e)).await?,
+                match inc.state() {
+                    // Already answered (the Nack): the copy is dropped.
+                    InState::Failed => incoming = None,
+                    // Answered by the Resend: the sender sends again from there.
+                    InState::WaitResend(_) => {}
+                    InState::Receiving => match incoming.take().expect("checked").finish() {
+                        Ok(()) => {
+                            shared.counters.lock().expect("counters").copies_received += 1;
+                            conn.send(Msg::Ack).await?;
+                        }
+                        Err(e) => conn.send(nack(&e)).await?,
+                    },
                 }
             }
             Msg::Delete { path } => {

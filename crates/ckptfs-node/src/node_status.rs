@@ -66,6 +66,9 @@ pub struct NodeStatus {
     pub chunks_resent: u64,
     /// Partner copies received and stored since start.
     pub copies_received: u64,
+    /// Chunks received whose CRC32C did not match (refused, asked for again).
+    #[serde(default)]
+    pub chunks_refused: u64,
     /// Copies in flight.
     pub in_flight: Vec<CopyInFlight>,
     /// Files this node holds for other nodes, per source node.

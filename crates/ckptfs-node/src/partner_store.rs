@@ -7,15 +7,17 @@
 //! ```
 //!
 //! A copy is received into `incoming` chunk by chunk, each chunk's CRC32C checked
-//! before its bytes are written, strictly in order (a chunk that fails is refused and
-//! must be sent again at the same offset), and renamed into `partners` only when every
-//! byte up to the announced size has arrived and the store's own checksums verify. A
+//! before its bytes are written, strictly in order (a chunk that fails is refused with a
+//! Resend; what follows it is dropped until it is sent again), and renamed into
+//! `partners` only when every byte up to the announced size has arrived and the store
+//! recorded for every chunk the CRC32C the sender announced. A
 //! receiver killed in the middle leaves only an `incoming` file, removed by the next
 //! daemon at start ([`clear_incoming`]).
 
 use crate::error::{NodeError, Result};
-use ckptfs_store::checksum::crc32c;
+use ckptfs_store::checksum::{crc32c, crc32c_append_zeros};
 use ckptfs_store::{FileHandle, FileKind, OpenFlags, Store, StoreError, WriteState};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Directory of the complete partner copies, one subdirectory per source node.
@@ -191,6 +193,28 @@ pub fn open_copy(store: &Store, src: &str, path: &str) -> Result<FileHandle> {
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Where a copy being received stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InState {
+    /// Taking chunks in order.
+    Receiving,
+    /// The chunk at this offset failed its CRC: chunks until it comes again are dropped
+    /// unread, and so is an end of copy (the sender answers the Resend by sending again
+    /// from there).
+    WaitResend(u64),
+    /// Refused (an errno was sent back): everything until the end of the copy is dropped.
+    Failed,
+}
+
+/// What to do with an arriving chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// Read it into [`Incoming::buffer`] and store it.
+    Store,
+    /// Read and drop it.
+    Skip,
+}
+
 /// A partner copy being received.
 pub struct Incoming {
     store: Store,
@@ -201,6 +225,11 @@ pub struct Incoming {
     received: u64,
     peer: String,
     path: String,
+    state: InState,
+    buf: Vec<u8>,
+    /// Offset, length and CRC32C of every stored wire chunk (checked against the
+    /// store's own chunk records at the end).
+    wire: Vec<(u64, usize, u32)>,
 }
 
 impl Incoming {
@@ -230,6 +259,9 @@ impl Incoming {
             received: 0,
             peer: src.to_string(),
             path: path.to_string(),
+            state: InState::Receiving,
+            buf: Vec::new(),
+            wire: Vec::new(),
         })
     }
 
@@ -238,29 +270,55 @@ impl Incoming {
         self.received
     }
 
-    /// Store one chunk: `data` at `offset` with CRC32C `crc`. Chunks come in order; a
-    /// chunk whose CRC does not match is refused ([`NodeError::BadChunk`]) and nothing
-    /// of it is written.
-    pub fn chunk(&mut self, offset: u64, data: &[u8], crc: u32) -> Result<()> {
-        if offset != self.received || offset.saturating_add(data.len() as u64) > self.size {
+    /// Where the copy stands.
+    pub fn state(&self) -> InState {
+        self.state
+    }
+
+    /// A chunk of `len` bytes at `offset` arrives: store it, drop it (after a refused
+    /// chunk, until it is sent again; after a failure), or a protocol error (out of
+    /// order, past the announced size).
+    pub fn accept(&mut self, offset: u64, len: u32) -> Result<Take> {
+        match self.state {
+            InState::Failed => return Ok(Take::Skip),
+            InState::WaitResend(at) if offset != at => return Ok(Take::Skip),
+            InState::WaitResend(_) => self.state = InState::Receiving,
+            InState::Receiving => {}
+        }
+        if offset != self.received || offset.saturating_add(len as u64) > self.size {
             return Err(NodeError::Protocol {
                 peer: self.peer.clone(),
                 what: format!(
-                    "chunk at {offset} (+{}) out of order or past the size {} (expected offset {})",
-                    data.len(),
-                    self.size,
-                    self.received
+                    "chunk at {offset} (+{len}) out of order or past the size {} (expected offset {})",
+                    self.size, self.received
                 ),
             });
         }
-        if crc32c(data) != crc {
-            return Err(NodeError::BadChunk {
-                peer: self.peer.clone(),
-                path: self.path.clone(),
-                offset,
-            });
-        }
+        Ok(Take::Store)
+    }
+
+    /// The buffer the accepted chunk's `len` bytes are read into.
+    pub fn buffer(&mut self, len: u32) -> &mut [u8] {
+        self.buf.resize(len as usize, 0);
+        &mut self.buf
+    }
+
+    /// The chunk read into [`Incoming::buffer`] did not match its CRC: nothing of it is
+    /// stored; wait for it to be sent again.
+    pub fn refused(&mut self, offset: u64) {
+        self.state = InState::WaitResend(offset);
+    }
+
+    /// Give up on this copy (an errno was sent back): drop what follows.
+    pub fn fail(&mut self) {
+        self.state = InState::Failed;
+    }
+
+    /// Store the chunk read into [`Incoming::buffer`] (its CRC32C `crc` already checked
+    /// on arrival) at `offset`.
+    pub fn store_chunk(&mut self, offset: u64, crc: u32) -> Result<()> {
         let f = self.file.as_mut().expect("file open until finish");
+        let data = &self.buf;
         let mut done = 0;
         while done < data.len() {
             let n = f
@@ -268,12 +326,32 @@ impl Incoming {
                 .map_err(|e| NodeError::store(format!("write {}", self.tmp), e))?;
             done += n;
         }
+        self.wire.push((offset, data.len(), crc));
         self.received += data.len() as u64;
         Ok(())
     }
 
-    /// All bytes arrived: close, verify the store's checksums, and rename into place
-    /// (replacing an older copy).
+    /// Store one chunk given as bytes (`data` at `offset` with CRC32C `crc`), checking
+    /// its CRC first: a mismatch is [`NodeError::BadChunk`] and nothing of it is written.
+    pub fn chunk(&mut self, offset: u64, data: &[u8], crc: u32) -> Result<()> {
+        if self.accept(offset, data.len() as u32)? == Take::Skip {
+            return Ok(());
+        }
+        if crc32c(data) != crc {
+            self.refused(offset);
+            return Err(NodeError::BadChunk {
+                peer: self.peer.clone(),
+                path: self.path.clone(),
+                offset,
+            });
+        }
+        self.buffer(data.len() as u32).copy_from_slice(data);
+        self.store_chunk(offset, crc)
+    }
+
+    /// All bytes arrived: close, check that the store recorded for every chunk the
+    /// CRC32C the sender announced (or verify every chunk when the two stores' chunk
+    /// sizes differ), and rename into place (replacing an older copy).
     pub fn finish(mut self) -> Result<()> {
         if self.received != self.size {
             return Err(NodeError::Protocol {
@@ -287,25 +365,73 @@ impl Incoming {
         let f = self.file.take().expect("file open until finish");
         f.close()
             .map_err(|e| NodeError::store(format!("close {}", self.tmp), e))?;
-        let mut r = self
+        let st = self
             .store
-            .open(&self.tmp, OpenFlags::READ, 0)
-            .map_err(|e| NodeError::store(format!("reopen {}", self.tmp), e))?;
-        r.verify_all()
-            .map_err(|e| NodeError::store(format!("verify {}", self.tmp), e))?;
-        if r.size() != self.size {
+            .stat(&self.tmp)
+            .map_err(|e| NodeError::store(format!("stat {}", self.tmp), e))?;
+        if st.size != self.size || st.state != WriteState::Complete {
             return Err(NodeError::Protocol {
                 peer: self.peer.clone(),
-                what: format!("{} has {} bytes, {} announced", self.path, r.size(), self.size),
+                what: format!("{} has {} bytes, {} announced", self.path, st.size, self.size),
             });
         }
-        drop(r);
+        self.verify()?;
         mkdir_p(&self.store, parent(&self.dest))?;
         self.store
             .rename(&self.tmp, &self.dest)
             .map_err(|e| NodeError::store(format!("rename {} to {}", self.tmp, self.dest), e))?;
         self.tmp.clear();
         Ok(())
+    }
+
+    /// The store's chunk records against the CRCs that arrived: a metadata check when
+    /// every wire chunk is one store chunk here (the same chunk size on both nodes),
+    /// else a pass over the data.
+    fn verify(&self) -> Result<()> {
+        let cs = self.store.chunk_size();
+        let aligned = self
+            .wire
+            .iter()
+            .all(|&(off, len, _)| off % cs == 0 && len as u64 == (self.size - off).min(cs));
+        let list = self
+            .store
+            .chunk_list(&self.tmp)
+            .map_err(|e| NodeError::store(format!("chunk list of {}", self.tmp), e))?;
+        if aligned {
+            let mut recorded = BTreeMap::new();
+            for c in &list {
+                if let Some(crc) = c.crc.filter(|_| c.written <= c.len) {
+                    recorded.insert(
+                        c.logical as u64 * cs,
+                        crc32c_append_zeros(crc, (c.len - c.written) as usize),
+                    );
+                }
+            }
+            for &(off, len, crc) in &self.wire {
+                let here = recorded
+                    .get(&off)
+                    .copied()
+                    .unwrap_or_else(|| crc32c_append_zeros(0, len));
+                if here != crc {
+                    return Err(NodeError::store(
+                        format!("verify {}: the chunk at {off} is not what arrived", self.tmp),
+                        StoreError::Corrupt {
+                            path: self.tmp.clone(),
+                            logical: (off / cs) as u32,
+                            stored: here,
+                            computed: crc,
+                        },
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        let mut r = self
+            .store
+            .open(&self.tmp, OpenFlags::READ, 0)
+            .map_err(|e| NodeError::store(format!("reopen {}", self.tmp), e))?;
+        r.verify_all()
+            .map_err(|e| NodeError::store(format!("verify {}", self.tmp), e))
     }
 }
 

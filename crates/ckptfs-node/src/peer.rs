@@ -22,14 +22,16 @@ pub enum Msg {
         /// Size in bytes.
         size: u64,
     },
-    /// Bytes of the file at `offset`, with their CRC32C.
+    /// Bytes of the file at `offset`, with their CRC32C. Received: the data is still
+    /// pending on the connection; read it with [`Conn::chunk_data`] (or drop it with
+    /// [`Conn::skip_chunk`]) before the next message. Sent with [`Conn::send_chunk`].
     Chunk {
         /// Byte offset.
         offset: u64,
-        /// CRC32C the sender computed.
+        /// CRC32C the sender announced.
         crc: u32,
-        /// The bytes as received (a CRC mismatch is for the receiver to see).
-        data: Vec<u8>,
+        /// Bytes of data.
+        len: u32,
     },
     /// End of the copy.
     PutEnd,
@@ -41,6 +43,12 @@ pub enum Msg {
         errno: i32,
         /// Why.
         message: String,
+    },
+    /// The chunk at `offset` failed its CRC check on arrival: send the copy again from
+    /// there (on the wire a Nack with errno EIO and tag = offset + 1).
+    Resend {
+        /// Byte offset of the refused chunk.
+        offset: u64,
     },
     /// Drop the copy of the sender's file `path`.
     Delete {
@@ -76,6 +84,7 @@ impl Msg {
             Msg::PutEnd => "PutEnd",
             Msg::Ack => "Ack",
             Msg::Nack { .. } => "Nack",
+            Msg::Resend { .. } => "Resend",
             Msg::Delete { .. } => "Delete",
             Msg::List { .. } => "List",
             Msg::Listing { .. } => "Listing",
@@ -217,24 +226,15 @@ impl Conn {
                     src_node: self.file_owner().to_string(),
                     path: wire(&path),
                     size,
-                    chunk_size: crate::source::PIECE as u32,
+                    chunk_size: tp::frame::DEFAULT_MAX_CHUNK,
                     mtime_ns: 0,
                     generation: 0,
                 })
             }
-            Msg::Chunk { offset, crc, data } => {
-                let hdr = ChunkHeader {
-                    index: self.chunks,
-                    offset,
-                    len: data.len() as u32,
-                    crc32c: crc,
-                };
-                self.chunks += 1;
-                return self
-                    .inner
-                    .send_chunk(&hdr, &data)
-                    .await
-                    .map_err(|e| terr(&peer, e));
+            Msg::Chunk { .. } => {
+                return Err(NodeError::Transport(format!(
+                    "{peer}: a chunk is sent with send_chunk, with its data"
+                )))
             }
             Msg::PutEnd => tp::Msg::PutEnd(tp::PutEnd {
                 generation: 0,
@@ -246,6 +246,11 @@ impl Conn {
                 tag: 0,
                 errno,
                 reason: message,
+            }),
+            Msg::Resend { offset } => tp::Msg::Nack(tp::Nack {
+                tag: offset.saturating_add(1),
+                errno: libc::EIO,
+                reason: format!("the chunk at byte {offset} failed its CRC32C check: send it again"),
             }),
             Msg::Delete { path } => tp::Msg::Delete {
                 path: wire(&path),
@@ -274,6 +279,40 @@ impl Conn {
             },
         };
         self.inner.send(&t).await.map_err(|e| terr(&peer, e))
+    }
+
+    /// Send the chunk at `offset` whose data writes itself to the socket (the store's
+    /// zero-copy [`ckptfs_store::netio::WireSource`]), with the CRC32C the store recorded.
+    pub async fn send_chunk(&mut self, offset: u64, crc: u32, data: &dyn tp::ChunkData) -> Result<()> {
+        let hdr = ChunkHeader {
+            index: self.chunks,
+            offset,
+            len: data.len() as u32,
+            crc32c: crc,
+        };
+        self.chunks += 1;
+        let peer = self.peer.clone();
+        self.inner
+            .send_chunk_from(&hdr, data)
+            .await
+            .map_err(|e| terr(&peer, e))
+    }
+
+    /// Read the pending chunk's data into `buf` (exactly its length); true when it
+    /// matches its CRC32C, false when it does not (the data was consumed: the connection
+    /// is still in step, the receiver asks for it again).
+    pub async fn chunk_data(&mut self, buf: &mut [u8]) -> Result<bool> {
+        match self.inner.recv_chunk_data(buf).await {
+            Ok(()) => Ok(true),
+            Err(TransportError::Frame(tp::FrameError::ChunkCrc { .. })) => Ok(false),
+            Err(e) => Err(terr(&self.peer.clone(), e)),
+        }
+    }
+
+    /// Read and drop the pending chunk's data.
+    pub async fn skip_chunk(&mut self) -> Result<()> {
+        let peer = self.peer.clone();
+        self.inner.skip_chunk_data().await.map_err(|e| terr(&peer, e))
     }
 
     /// Receive one message; None when the peer closed the connection (or said Bye).
@@ -317,17 +356,11 @@ impl Conn {
                 }
             }
             tp::Msg::Chunk(h) => {
-                let mut data = vec![0u8; h.len as usize];
-                match self.inner.recv_chunk_data(&mut data).await {
-                    // The data was consumed: the receiver sees the mismatch and Nacks.
-                    Ok(()) | Err(TransportError::Frame(tp::FrameError::ChunkCrc { .. })) => {}
-                    Err(e) => return Err(terr(&peer, e)),
-                }
                 self.chunks += 1;
                 Msg::Chunk {
                     offset: h.offset,
                     crc: h.crc32c,
-                    data,
+                    len: h.len,
                 }
             }
             tp::Msg::PutEnd(e) => {
@@ -343,6 +376,7 @@ impl Conn {
                 Msg::PutEnd
             }
             tp::Msg::Ack { .. } => Msg::Ack,
+            tp::Msg::Nack(n) if n.tag > 0 && n.errno == libc::EIO => Msg::Resend { offset: n.tag - 1 },
             tp::Msg::Nack(n) => Msg::Nack {
                 errno: n.errno,
                 message: n.reason,

@@ -2,17 +2,16 @@
 //! store to the node's partners, drops the copies of deleted files and re-sends
 //! rewritten ones, and records what the partners acknowledged ([`Levels`]).
 //!
-//! One file is sent at a time, chunk by chunk (each piece acknowledged before the
-//! next), so the memory used is one store chunk, whatever the file size. The loop scans
-//! the store's listing every `scan_interval` (cheap: metadata only).
+//! One file is sent at a time, its chunks back to back straight from the store (no
+//! per-chunk round trip, no buffer: the daemon's memory does not grow with the file).
+//! The loop scans the store's listing every `scan_interval` (cheap: metadata only).
 
 use crate::daemon::Shared;
 use crate::error::NodeError;
 use crate::levels::{FileLevels, Identity, Levels};
 use crate::node_status::CopyInFlight;
 use crate::peer::{Conn, Msg};
-use crate::source::{complete_files, FileReader, ReadProblem, PIECE};
-use ckptfs_store::checksum::crc32c;
+use crate::source::{complete_files, FileReader, ReadProblem};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -228,7 +227,10 @@ pub(crate) async fn request(conn: &mut Conn, m: Msg) -> Result<(), NodeError> {
     }
 }
 
-/// Copy one file to one partner.
+/// Copy one file to one partner: PutBegin (acknowledged: the partner has room), then
+/// every chunk back to back with no per-chunk round trip (the data written to the
+/// socket straight from the store), then PutEnd, answered by Ack (a complete, verified
+/// copy), Resend (a chunk failed its CRC on arrival: everything from it again) or Nack.
 async fn send_copy(
     shared: &Shared,
     conn: &mut Conn,
@@ -237,7 +239,7 @@ async fn send_copy(
     id: Identity,
     throttle: &mut Throttle,
 ) -> Result<Sent, NodeError> {
-    let mut reader = match FileReader::open(&shared.store, path) {
+    let reader = match FileReader::open(&shared.store, path) {
         Ok(r) if r.identity() == id => r,
         Ok(_) | Err(ReadProblem::Changed) | Err(ReadProblem::Gone) => return Ok(Sent::Changed),
         Err(ReadProblem::Corrupt(c)) => {
@@ -246,12 +248,15 @@ async fn send_copy(
         Err(ReadProblem::Failed(e)) => return Err(e),
     };
     let size = id.size;
-    shared.set_in_flight(Some(CopyInFlight {
-        path: path.to_string(),
-        to: to.to_string(),
-        size,
-        done: 0,
-    }));
+    let progress = |done: u64| {
+        shared.set_in_flight(Some(CopyInFlight {
+            path: path.to_string(),
+            to: to.to_string(),
+            size,
+            done,
+        }))
+    };
+    progress(0);
     match request(
         conn,
         Msg::PutBegin {
@@ -265,53 +270,58 @@ async fn send_copy(
         Err(NodeError::Refused { errno, what, .. }) => return Ok(Sent::Refused(errno, what)),
         Err(e) => return Err(e),
     }
-    let mut done = 0u64;
+    let n = reader.chunks().len();
+    let mut from = 0;
+    let mut resends = 0u32;
     loop {
-        let (off, data) = match reader.next_chunk() {
-            Ok(Some((off, data))) => (off, data.to_vec()),
-            Ok(None) => break,
-            Err(ReadProblem::Changed) | Err(ReadProblem::Gone) => return Ok(Sent::Changed),
-            Err(ReadProblem::Corrupt(c)) => {
-                return Ok(Sent::Refused(libc::EIO, format!("chunk {c} corrupt here")));
-            }
-            Err(ReadProblem::Failed(e)) => return Err(e),
-        };
-        for (i, piece) in data.chunks(PIECE).enumerate() {
-            let offset = off + (i * PIECE) as u64;
-            let crc = crc32c(piece);
-            let mut attempt = 0;
-            loop {
-                let msg = Msg::Chunk {
-                    offset,
-                    crc,
-                    data: piece.to_vec(),
-                };
-                match request(conn, msg).await {
-                    Ok(()) => break,
-                    Err(NodeError::Refused { errno, .. }) if errno == libc::EIO && attempt < RESEND_MAX => {
-                        attempt += 1;
-                        shared.counters.lock().expect("counters").chunks_resent += 1;
-                    }
-                    Err(NodeError::Refused { errno, what, .. }) => return Ok(Sent::Refused(errno, what)),
-                    Err(e) => return Err(e),
-                }
-            }
-            done += piece.len() as u64;
-            shared.set_in_flight(Some(CopyInFlight {
-                path: path.to_string(),
-                to: to.to_string(),
-                size,
-                done,
-            }));
-            throttle.sent(piece.len()).await;
+        for i in from..n {
+            let c = reader.chunks()[i];
+            conn.send_chunk(c.offset, c.crc, &reader.piece(i)).await?;
+            progress(c.offset + c.len as u64);
+            throttle.sent(c.len).await;
         }
-    }
-    if !reader.unchanged() {
-        return Ok(Sent::Changed);
-    }
-    match request(conn, Msg::PutEnd).await {
-        Ok(()) => Ok(Sent::Done(size)),
-        Err(NodeError::Refused { errno, what, .. }) => Ok(Sent::Refused(errno, what)),
-        Err(e) => Err(e),
+        // The file must not have changed while it was sent (no lock is taken).
+        if !reader.unchanged() {
+            return Ok(Sent::Changed);
+        }
+        conn.send(Msg::PutEnd).await?;
+        match conn.recv().await? {
+            Some(Msg::Ack) => return Ok(Sent::Done(size)),
+            Some(Msg::Nack { errno, message }) => return Ok(Sent::Refused(errno, message)),
+            Some(Msg::Resend { offset }) => {
+                let Some(i) = reader.chunks().iter().position(|c| c.offset == offset) else {
+                    return Err(NodeError::Protocol {
+                        peer: to.to_string(),
+                        what: format!("asks again for a chunk at {offset}, which was never sent"),
+                    });
+                };
+                if !reader.local_chunk_ok(i) {
+                    // Damaged here, or rewritten meanwhile: never sent as valid.
+                    return Ok(if reader.unchanged() {
+                        Sent::Refused(libc::EIO, format!("chunk {i} corrupt here"))
+                    } else {
+                        Sent::Changed
+                    });
+                }
+                resends += 1;
+                if resends > RESEND_MAX {
+                    return Err(NodeError::Transport(format!(
+                        "{to}: the chunk at {offset} of {path} failed its CRC on arrival {resends} times"
+                    )));
+                }
+                shared.counters.lock().expect("counters").chunks_resent += 1;
+                tracing::warn!(
+                    "{to} refused the chunk at {offset} of {path} (CRC): sending from there again"
+                );
+                from = i;
+            }
+            Some(other) => {
+                return Err(NodeError::Protocol {
+                    peer: to.to_string(),
+                    what: format!("expected the end of the copy acknowledged, got {}", other.name()),
+                })
+            }
+            None => return Err(NodeError::Transport(format!("{to} closed the connection"))),
+        }
     }
 }

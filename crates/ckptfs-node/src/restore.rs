@@ -11,7 +11,7 @@
 use crate::error::{NodeError, Result};
 use crate::partner_store::{self, check_rel_path, mkdir_p, HeldFile, INCOMING_DIR};
 use crate::peer::{Conn, Msg};
-use crate::source::PIECE;
+use crate::source::{FileReader, ReadProblem};
 use ckptfs_cluster::{Cluster, Secret};
 use ckptfs_store::checksum::crc32c;
 use ckptfs_store::{OpenFlags, Store, StoreError, WriteState};
@@ -20,46 +20,34 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Server side of Get: stream the copy of `path` held for `peer` (PutBegin, Chunk...,
-/// PutEnd), or a Nack if there is none.
+/// PutEnd) straight from the store, each chunk with the CRC32C the store recorded when
+/// the copy was received (the requester checks it), or a Nack if there is none.
 pub(crate) async fn send_held(store: &Store, peer: &str, path: &str, conn: &mut Conn) -> Result<()> {
-    let mut f = match partner_store::open_copy(store, peer, path) {
-        Ok(f) if f.stat().state == WriteState::Complete => f,
-        Ok(_) => {
+    let copy = partner_store::copy_path(peer, path);
+    let reader = match FileReader::open(store, &copy) {
+        Ok(r) => r,
+        Err(p) => {
+            let (errno, what) = match p {
+                ReadProblem::Gone => (libc::ENOENT, "no copy".to_string()),
+                ReadProblem::Changed => (libc::ENOENT, "no complete copy".to_string()),
+                ReadProblem::Corrupt(c) => (libc::EIO, format!("chunk {c} of the copy is damaged")),
+                ReadProblem::Failed(e) => (e.errno(), e.to_string()),
+            };
             return conn
                 .send(Msg::Nack {
-                    errno: libc::ENOENT,
-                    message: format!("no complete copy of {path}"),
+                    errno,
+                    message: format!("{what} of {path}"),
                 })
                 .await;
         }
-        Err(e) => return conn.send(crate::handler::nack(&e)).await,
     };
-    let size = f.size();
     conn.send(Msg::PutBegin {
         path: path.to_string(),
-        size,
+        size: reader.identity().size,
     })
     .await?;
-    let mut buf = vec![0u8; PIECE.min(size as usize)];
-    let mut off = 0u64;
-    while off < size {
-        let n = ((size - off) as usize).min(PIECE);
-        // The store verifies the chunk's recorded CRC32C as it reads (written by another
-        // process); a bad chunk fails the read and the Get.
-        let got = f
-            .pread(&mut buf[..n], off)
-            .map_err(|e| NodeError::store(format!("read the copy of {path}"), e))?;
-        if got == 0 {
-            break;
-        }
-        let data = buf[..got].to_vec();
-        conn.send(Msg::Chunk {
-            offset: off,
-            crc: crc32c(&data),
-            data,
-        })
-        .await?;
-        off += got as u64;
+    for (i, c) in reader.chunks().iter().enumerate() {
+        conn.send_chunk(c.offset, c.crc, &reader.piece(i)).await?;
     }
     conn.send(Msg::PutEnd).await
 }
@@ -281,22 +269,25 @@ async fn fetch(conn: &mut Conn, store: &Store, path: &str) -> Result<u64> {
         .map_err(|e| NodeError::store(format!("create {tmp}"), e))?;
     let guard = Unlink { store, path: &tmp };
     let mut off = 0u64;
+    let mut buf = Vec::new();
     loop {
         match conn.recv().await? {
-            Some(Msg::Chunk { offset, crc, data }) => {
-                if offset != off || off + data.len() as u64 > size {
+            Some(Msg::Chunk { offset, len, .. }) => {
+                if offset != off || off + len as u64 > size {
                     return Err(bad(format!("chunk at {offset} out of order")));
                 }
-                if crc32c(&data) != crc {
+                // One buffer for the whole file; the CRC32C is checked as it arrives.
+                buf.resize(len as usize, 0);
+                if !conn.chunk_data(&mut buf).await? {
                     return Err(NodeError::BadChunk {
                         peer: peer.clone(),
                         path: path.to_string(),
                         offset,
                     });
                 }
-                f.write_all(&data)
+                f.write_all(&buf)
                     .map_err(|e| NodeError::store(format!("write {path}"), e))?;
-                off += data.len() as u64;
+                off += len as u64;
             }
             Some(Msg::PutEnd) => break,
             Some(other) => return Err(bad(format!("unexpected {}", other.name()))),

@@ -1,18 +1,21 @@
-//! Reading a complete file out of the node store for a partner copy or a Get, chunk by
-//! chunk, each chunk checked against the CRC32C the store recorded for it
-//! ([`Store::chunk_list`], CRUISE section 4.6), without the writer.
+//! Reading a complete file out of the node store for a partner copy or a Get, without
+//! the writer and without copying its bytes: the file's chunk list
+//! ([`Store::chunk_list`], CRUISE section 4.6) becomes a [`WireSource`] whose chunks
+//! write themselves to the socket (`writev` from the shared mapping, `sendfile` from the
+//! spill file) with the CRC32C the store recorded for each; the receiver checks it.
 //!
-//! The daemon takes no store lock while it reads, so the application may rewrite the
+//! The daemon takes no store lock while it sends, so the application may rewrite the
 //! file meanwhile: [`FileReader::unchanged`] re-checks the identity and the chunk list
-//! at the end, and a copy whose file changed is abandoned and redone.
+//! before the copy ends, and a copy whose file changed is abandoned and redone. A chunk
+//! the receiver refuses is checked here against its recorded CRC
+//! ([`FileReader::local_chunk_ok`]): damaged here (the copy is refused, never sent as
+//! valid), or damaged on the wire (sent again).
 
 use crate::error::NodeError;
 use crate::levels::Identity;
-use ckptfs_store::checksum::{crc32c, crc32c_append_zeros};
+use ckptfs_store::netio::{NotSendable, WireChunk, WireSource};
 use ckptfs_store::{ChunkInfo, FileHandle, OpenFlags, Store, WriteState};
-
-/// Most bytes of one wire chunk: a store chunk is sent in pieces of at most this size.
-pub const PIECE: usize = 1 << 20;
+use std::os::fd::BorrowedFd;
 
 /// Why a file could not be read for a copy.
 #[derive(Debug)]
@@ -27,21 +30,36 @@ pub enum ReadProblem {
     Failed(NodeError),
 }
 
-/// A complete file being read for a copy.
+/// A complete file being sent.
 pub struct FileReader {
     store: Store,
     path: String,
-    file: FileHandle,
+    /// Held open so the file's chunks are not freed while they are sent (an unlinked
+    /// file lives on while it is open).
+    _file: FileHandle,
     identity: Identity,
     chunks: Vec<ChunkInfo>,
-    chunk_size: u64,
-    buf: Vec<u8>,
-    /// Next logical chunk to read.
-    next: u64,
+    wire: WireSource,
+}
+
+/// One wire chunk of a [`FileReader`], as the transport's zero-copy chunk data.
+pub struct WirePiece<'a> {
+    src: &'a WireSource,
+    i: usize,
+}
+
+impl ckptfs_transport::ChunkData for WirePiece<'_> {
+    fn len(&self) -> usize {
+        self.src.chunks()[self.i].len
+    }
+
+    fn write_to(&self, fd: BorrowedFd<'_>, head: &[u8], at: usize) -> std::io::Result<usize> {
+        self.src.write_to(self.i, fd, head, at)
+    }
 }
 
 impl FileReader {
-    /// Open `path` if it is a complete file.
+    /// Open `path` (also a partner copy under `/.ckptfs`) if it is a complete file.
     pub fn open(store: &Store, path: &str) -> std::result::Result<FileReader, ReadProblem> {
         let file = match store.open(path, OpenFlags::READ, 0) {
             Ok(f) => f,
@@ -53,15 +71,18 @@ impl FileReader {
             return Err(ReadProblem::Changed);
         }
         let chunks = file.chunk_list();
+        let wire = match WireSource::new(store, &chunks, st.size) {
+            Ok(w) => w,
+            Err(NotSendable::Changing(_)) => return Err(ReadProblem::Changed),
+            Err(NotSendable::OutOfRange(c)) => return Err(ReadProblem::Corrupt(c)),
+        };
         Ok(FileReader {
             store: store.clone(),
             path: path.to_string(),
             identity: Identity::of(&st),
-            chunk_size: store.chunk_size(),
-            file,
+            _file: file,
             chunks,
-            buf: Vec::new(),
-            next: 0,
+            wire,
         })
     }
 
@@ -70,54 +91,20 @@ impl FileReader {
         self.identity
     }
 
-    /// The next store chunk: its byte offset and bytes (verified), or None at the end.
-    /// Split it into pieces of at most [`PIECE`] bytes to send it.
-    pub fn next_chunk(&mut self) -> std::result::Result<Option<(u64, &[u8])>, ReadProblem> {
-        let off = self.next * self.chunk_size;
-        if off >= self.identity.size {
-            return Ok(None);
-        }
-        let len = (self.identity.size - off).min(self.chunk_size) as usize;
-        self.buf.resize(len, 0);
-        let mut done = 0;
-        while done < len {
-            match self.file.pread(&mut self.buf[done..], off + done as u64) {
-                Ok(0) => return Err(ReadProblem::Changed),
-                Ok(n) => done += n,
-                Err(ckptfs_store::StoreError::Corrupt { .. }) => {
-                    return Err(self.corrupt_or_changed(self.next as u32));
-                }
-                Err(e) => {
-                    return Err(ReadProblem::Failed(NodeError::store(
-                        format!("read {}", self.path),
-                        e,
-                    )));
-                }
-            }
-        }
-        let logical = self.next as u32;
-        let expected = match self.chunks.iter().find(|c| c.logical == logical) {
-            Some(c) => match c.crc {
-                Some(crc) if c.written <= len as u64 => crc32c_append_zeros(crc, len - c.written as usize),
-                // Being rewritten.
-                _ => return Err(ReadProblem::Changed),
-            },
-            // A hole reads as zeros.
-            None => crc32c_append_zeros(0, len),
-        };
-        if crc32c(&self.buf) != expected {
-            return Err(self.corrupt_or_changed(logical));
-        }
-        self.next += 1;
-        Ok(Some((off, &self.buf)))
+    /// The wire chunks (one per store chunk, holes included), in file order.
+    pub fn chunks(&self) -> &[WireChunk] {
+        self.wire.chunks()
     }
 
-    fn corrupt_or_changed(&self, logical: u32) -> ReadProblem {
-        if self.unchanged() {
-            ReadProblem::Corrupt(logical)
-        } else {
-            ReadProblem::Changed
-        }
+    /// Chunk `i` as the transport's zero-copy data.
+    pub fn piece(&self, i: usize) -> WirePiece<'_> {
+        WirePiece { src: &self.wire, i }
+    }
+
+    /// Whether chunk `i`'s bytes here still match the CRC the store recorded (after the
+    /// receiver refused it).
+    pub fn local_chunk_ok(&self, i: usize) -> bool {
+        self.wire.crc_now(i).is_ok_and(|c| c == self.wire.chunks()[i].crc)
     }
 
     /// Whether the file is still the version that was read (same identity, complete, same

@@ -174,34 +174,48 @@ async fn bad_chunk_is_refused_then_resent_and_a_cut_copy_is_never_listed() {
         .await
         .unwrap();
     assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
-    // First piece with a wrong CRC: Nack (EIO), nothing stored.
+    // First piece with a wrong CRC: refused at once (Nack EIO whose tag asks for the
+    // chunk at offset 0 again), nothing stored; the chunk after it is dropped unread, and
+    // so is an end of copy sent before the sender heard of the refusal.
     let mut h = ChunkHeader::for_data(0, 0, a);
     h.crc32c ^= 1;
     c.send_chunk(&h, a).await.unwrap();
+    c.send_chunk(&ChunkHeader::for_data(1, a.len() as u64, b), b)
+        .await
+        .unwrap();
+    c.send(&Msg::PutEnd(PutEnd {
+        generation: 0,
+        chunks: 2,
+        size: data.len() as u64,
+    }))
+    .await
+    .unwrap();
     match c.recv().await.unwrap() {
-        Msg::Nack(n) => assert_eq!(n.errno, libc::EIO),
+        Msg::Nack(n) => assert_eq!((n.errno, n.tag), (libc::EIO, 1), "{n:?}"),
         m => panic!("bad chunk acknowledged: {m:?}"),
     }
-    // Sent again, right: accepted; then the rest and the end.
-    c.send_chunk(&ChunkHeader::for_data(1, 0, a), a).await.unwrap();
-    assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
+    // Sent again from there, right: no answer per chunk, the end is acknowledged.
+    c.send_chunk(&ChunkHeader::for_data(2, 0, a), a).await.unwrap();
     assert!(
         partner_store::list(&tc.store("node2"), "node1").is_empty(),
         "listed before the end"
     );
-    c.send_chunk(&ChunkHeader::for_data(2, a.len() as u64, b), b)
+    c.send_chunk(&ChunkHeader::for_data(3, a.len() as u64, b), b)
         .await
         .unwrap();
-    assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
     c.send(&Msg::PutEnd(PutEnd {
         generation: 0,
-        chunks: 3,
+        chunks: 4,
         size: data.len() as u64,
     }))
     .await
     .unwrap();
     assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
     assert_eq!(copy_on(&tc.store("node2"), "node1", "/ckpt/x").unwrap(), data);
+    wait_for("node2's status to count the refused chunk", || {
+        ckptfs_node::status(&tc.store_opts("node2").name).is_some_and(|s| s.chunks_refused == 1)
+    })
+    .await;
 
     // A copy cut off in the middle (the sender dies): never listed, the half copy removed.
     let mut c = client(&tc, "node1", "node2").await;
@@ -210,7 +224,13 @@ async fn bad_chunk_is_refused_then_resent_and_a_cut_copy_is_never_listed() {
         .unwrap();
     assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
     c.send_chunk(&ChunkHeader::for_data(0, 0, a), a).await.unwrap();
-    assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
+    wait_for("the half copy to arrive", || {
+        system_files(&tc, "node2")
+            .iter()
+            .any(|p| p.starts_with(partner_store::INCOMING_DIR))
+    })
+    .await;
+    assert!(partner_store::list(&tc.store("node2"), "node1").len() == 1);
     drop(c);
     let s = tc.store("node2");
     wait_for("the half copy to go", || {

@@ -6,14 +6,15 @@ use crate::frame::{
     self, decode_chunk_fixed, decode_header, decode_payload, encode_head, ChunkHeader, Hello, Msg, MsgType,
     CHUNK_FIXED, HEADER_LEN,
 };
-use crate::{FrameError, Result, TransportError};
+use crate::{ChunkData, FrameError, Result, TransportError};
 use ckptfs_cluster::Secret;
 use std::collections::BTreeSet;
 use std::io::IoSlice;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
@@ -289,6 +290,39 @@ impl ConnWriter {
         .await
     }
 
+    /// Sends a chunk frame whose data writes itself to the socket ([`ChunkData`]: the
+    /// store's `writev` from its mapping or `sendfile` from its spill file), so the data
+    /// never passes through a buffer of this process. The header goes out in the same
+    /// system call as the first data bytes where the source allows.
+    pub async fn send_chunk_from(&mut self, hdr: &ChunkHeader, data: &dyn ChunkData) -> Result<()> {
+        if hdr.len as usize != data.len() {
+            return Err(TransportError::Protocol(format!(
+                "chunk {} header says {} bytes, data has {}",
+                hdr.index,
+                hdr.len,
+                data.len()
+            )));
+        }
+        let head = encode_head(&Msg::Chunk(*hdr))?;
+        let stream: &TcpStream = self.wr.as_ref();
+        timed(Some(self.write_timeout), "a chunk write", async move {
+            let total = head.len() + data.len();
+            let mut at = 0;
+            while at < total {
+                stream.writable().await?;
+                match stream.try_io(Interest::WRITABLE, || data.write_to(stream.as_fd(), &head, at)) {
+                    Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                    Ok(n) => at += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
     /// Sends Bye and shuts the sending direction down.
     pub async fn close(&mut self) -> Result<()> {
         self.send(&Msg::Bye).await?;
@@ -315,6 +349,12 @@ impl Conn {
     /// Sends a chunk with its data (one `writev`).
     pub async fn send_chunk(&mut self, hdr: &ChunkHeader, data: &[u8]) -> Result<()> {
         self.writer.send_chunk(hdr, data).await
+    }
+
+    /// Sends a chunk whose data writes itself to the socket (see
+    /// [`ConnWriter::send_chunk_from`]).
+    pub async fn send_chunk_from(&mut self, hdr: &ChunkHeader, data: &dyn ChunkData) -> Result<()> {
+        self.writer.send_chunk_from(hdr, data).await
     }
 
     /// Receives the next message (see [`ConnReader::recv`]).

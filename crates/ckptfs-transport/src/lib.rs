@@ -184,6 +184,22 @@ impl TransportError {
 /// Result alias of this crate.
 pub type Result<T, E = TransportError> = std::result::Result<T, E>;
 
+/// Chunk data that writes itself to a socket without passing through a buffer of this
+/// process (the store's `writev` from its shared mapping, `sendfile` from its spill file).
+/// An RDMA transport would register the same memory instead.
+pub trait ChunkData: Sync {
+    /// Bytes of data.
+    fn len(&self) -> usize;
+    /// Whether there are no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Writes `head[at..]` and then the data from `at - head.len()` to `fd` with one
+    /// system call; returns the bytes written (possibly fewer), `WouldBlock` when the
+    /// non-blocking socket is full.
+    fn write_to(&self, fd: std::os::fd::BorrowedFd<'_>, head: &[u8], at: usize) -> std::io::Result<usize>;
+}
+
 /// One authenticated connection, whatever carries it.
 pub trait PeerConn: Send {
     /// The authenticated peer's node id.
@@ -192,6 +208,12 @@ pub trait PeerConn: Send {
     fn send(&mut self, msg: &Msg) -> impl Future<Output = Result<()>> + Send;
     /// Sends a chunk and its data without copying the data.
     fn send_chunk(&mut self, hdr: &ChunkHeader, data: &[u8]) -> impl Future<Output = Result<()>> + Send;
+    /// Sends a chunk whose data writes itself to the connection (zero-copy sources).
+    fn send_chunk_from(
+        &mut self,
+        hdr: &ChunkHeader,
+        data: &dyn ChunkData,
+    ) -> impl Future<Output = Result<()>> + Send;
     /// Receives the next message; a Chunk's data is then read with `recv_chunk_data`.
     fn recv(&mut self) -> impl Future<Output = Result<Msg>> + Send;
     /// Reads the pending chunk's data into `buf` and verifies its CRC32C.
@@ -207,6 +229,9 @@ impl PeerConn for Conn {
     }
     async fn send_chunk(&mut self, hdr: &ChunkHeader, data: &[u8]) -> Result<()> {
         Conn::send_chunk(self, hdr, data).await
+    }
+    async fn send_chunk_from(&mut self, hdr: &ChunkHeader, data: &dyn ChunkData) -> Result<()> {
+        Conn::send_chunk_from(self, hdr, data).await
     }
     async fn recv(&mut self) -> Result<Msg> {
         Conn::recv(self).await

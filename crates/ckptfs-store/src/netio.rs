@@ -1,0 +1,333 @@
+//! A file's chunks written to a socket straight from the store, for partner copies and
+//! restores between node daemons: `writev` from the shared mapping for memory chunks,
+//! `sendfile` from the spill file for spilled ones, zeros from a static page for holes
+//! and for the bytes of a chunk past what was written. No byte passes through a user
+//! buffer on the sending side, and no checksum pass is made there: each wire chunk
+//! carries the CRC32C the store recorded when the application wrote it, and the
+//! receiver checks it (end to end: from the writer's buffer to the partner's store).
+//!
+//! The application may rewrite the file while it is sent (the daemon takes no lock):
+//! the kernel then reads some mix of old and new bytes, which the receiver's CRC check
+//! catches; the sender re-checks the chunk list before it ends the copy. No Rust
+//! reference to the shared bytes is ever made here (see [`crate::region_io`]).
+
+use crate::checksum::{crc32c, crc32c_append, crc32c_append_zeros};
+use crate::store::{ChunkInfo, ChunkLocation, Store};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::fs::FileExt;
+
+/// Zeros for holes and for the unwritten tail of a chunk.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+/// Most pieces handed to one `writev`.
+const MAX_IOV: usize = 64;
+
+/// Where a wire chunk's written bytes are.
+#[derive(Debug, Clone, Copy)]
+enum Src {
+    /// In the memory data region at this byte offset.
+    Mem(u64),
+    /// In the spill file at this byte offset.
+    Spill(u64),
+    /// A hole: zeros only.
+    Hole,
+}
+
+/// One store chunk of a file as sent on the wire.
+#[derive(Debug, Clone, Copy)]
+pub struct WireChunk {
+    /// Logical chunk index in the file.
+    pub logical: u32,
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// Bytes on the wire: the file's bytes in this chunk (zeros past what was written).
+    pub len: usize,
+    /// CRC32C of those bytes, from the store's chunk record (extended by the zeros).
+    pub crc: u32,
+    /// Bytes of `len` held by the chunk; the rest are zeros.
+    written: usize,
+    src: Src,
+}
+
+/// Why a chunk list cannot be sent as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotSendable {
+    /// This logical chunk is being rewritten (stale checksum, or more bytes written than
+    /// the file holds): the file is changing, send it later.
+    Changing(u32),
+    /// This chunk's recorded location is outside the store (a damaged record).
+    OutOfRange(u32),
+}
+
+/// The chunks of one version of a file, ready to be written to a socket. Keeps the store
+/// (and its mapping) alive.
+pub struct WireSource {
+    store: Store,
+    base: usize,
+    region_len: u64,
+    chunks: Vec<WireChunk>,
+}
+
+impl std::fmt::Debug for WireSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WireSource")
+            .field("chunks", &self.chunks.len())
+            .finish()
+    }
+}
+
+impl WireSource {
+    /// The wire chunks of a file of `size` bytes with chunk list `list` (a snapshot from
+    /// [`Store::chunk_list`] or `FileHandle::chunk_list`): one per store chunk, holes
+    /// included, each with the CRC32C the store recorded for it.
+    pub fn new(store: &Store, list: &[ChunkInfo], size: u64) -> Result<WireSource, NotSendable> {
+        let cs = store.chunk_size();
+        let region = store.data_region();
+        let n = size.div_ceil(cs);
+        let mut chunks = Vec::with_capacity(n as usize);
+        let mut it = list.iter().peekable();
+        for logical in 0..n {
+            let offset = logical * cs;
+            let len = (size - offset).min(cs) as usize;
+            while it.peek().is_some_and(|c| (c.logical as u64) < logical) {
+                it.next();
+            }
+            let l32 = logical as u32;
+            let chunk = match it.peek() {
+                Some(c) if c.logical as u64 == logical => {
+                    let written = c.written as usize;
+                    let Some(crc) = c.crc.filter(|_| written <= len) else {
+                        return Err(NotSendable::Changing(l32));
+                    };
+                    let src = match c.location {
+                        ChunkLocation::Memory(off) => {
+                            if off.checked_add(written as u64).is_none_or(|e| e > region.len) {
+                                return Err(NotSendable::OutOfRange(l32));
+                            }
+                            Src::Mem(off)
+                        }
+                        ChunkLocation::Spill(off) => {
+                            if store.seg.spill().is_none() {
+                                return Err(NotSendable::OutOfRange(l32));
+                            }
+                            Src::Spill(off)
+                        }
+                    };
+                    WireChunk {
+                        logical: l32,
+                        offset,
+                        len,
+                        crc: crc32c_append_zeros(crc, len - written),
+                        written,
+                        src,
+                    }
+                }
+                _ => WireChunk {
+                    logical: l32,
+                    offset,
+                    len,
+                    crc: crc32c_append_zeros(0, len),
+                    written: 0,
+                    src: Src::Hole,
+                },
+            };
+            chunks.push(chunk);
+        }
+        Ok(WireSource {
+            store: store.clone(),
+            base: region.base as usize,
+            region_len: region.len,
+            chunks,
+        })
+    }
+
+    /// The wire chunks, in file order.
+    pub fn chunks(&self) -> &[WireChunk] {
+        &self.chunks
+    }
+
+    /// Write `head[at..]` and then chunk `i`'s bytes from where `at` says (`at` counts
+    /// the header's bytes first) to `fd` with one system call: `writev` of the header,
+    /// the bytes in the mapping and zeros, or `sendfile` from the spill file once the
+    /// header is out. Returns the bytes written (possibly fewer: call again with `at`
+    /// advanced); a non-blocking socket that is full answers `WouldBlock`.
+    pub fn write_to(&self, i: usize, fd: BorrowedFd<'_>, head: &[u8], at: usize) -> io::Result<usize> {
+        let c = self.chunks[i];
+        let total = head.len() + c.len;
+        if at >= total {
+            return Ok(0);
+        }
+        let mut iov: Vec<libc::iovec> = Vec::with_capacity(8);
+        if at < head.len() {
+            iov.push(libc::iovec {
+                iov_base: head[at..].as_ptr() as *mut libc::c_void,
+                iov_len: head.len() - at,
+            });
+        }
+        let pos = at.saturating_sub(head.len());
+        if pos < c.written {
+            match c.src {
+                Src::Mem(off) => {
+                    // Inside the region: `off + written <= region_len` was checked in `new`.
+                    debug_assert!(off + c.written as u64 <= self.region_len);
+                    iov.push(libc::iovec {
+                        iov_base: (self.base + off as usize + pos) as *mut libc::c_void,
+                        iov_len: c.written - pos,
+                    });
+                }
+                Src::Spill(off) => {
+                    if !iov.is_empty() {
+                        // The header first; the data follows by sendfile.
+                        return writev(fd, &iov);
+                    }
+                    let spill = self.store.seg.spill().expect("checked in new");
+                    let mut o = (off + pos as u64) as libc::off_t;
+                    // SAFETY: plain system call on two descriptors we hold (the socket
+                    // borrowed for the call, the store's spill file kept open by
+                    // `self.store`) and a local offset variable; no memory of ours is
+                    // written.
+                    let r =
+                        unsafe { libc::sendfile(fd.as_raw_fd(), spill.as_raw_fd(), &mut o, c.written - pos) };
+                    return if r < 0 {
+                        Err(io::Error::last_os_error())
+                    } else {
+                        Ok(r as usize)
+                    };
+                }
+                Src::Hole => unreachable!("a hole has nothing written"),
+            }
+        }
+        let mut z = pos.max(c.written);
+        while z < c.len && iov.len() < MAX_IOV {
+            let k = (c.len - z).min(ZEROS.len());
+            iov.push(libc::iovec {
+                iov_base: ZEROS.as_ptr() as *mut libc::c_void,
+                iov_len: k,
+            });
+            z += k;
+        }
+        writev(fd, &iov)
+    }
+
+    /// CRC32C of chunk `i`'s bytes as they are now (after the receiver found a mismatch:
+    /// is the local chunk damaged, or was the wire?).
+    pub fn crc_now(&self, i: usize) -> io::Result<u32> {
+        let c = self.chunks[i];
+        let crc = match c.src {
+            Src::Hole => 0,
+            Src::Mem(off) => {
+                if c.written == 0 {
+                    0
+                } else {
+                    // SAFETY: the range is inside the live mapping (checked in `new`; the
+                    // store kept by `self` keeps it mapped). The view lives only for this
+                    // pure checksum and never leaves this function: a concurrent write
+                    // gives a CRC that does not match, which callers treat as a mismatch.
+                    let view = unsafe {
+                        std::slice::from_raw_parts((self.base + off as usize) as *const u8, c.written)
+                    };
+                    crc32c(view)
+                }
+            }
+            Src::Spill(off) => {
+                let spill = self.store.seg.spill().expect("checked in new");
+                let mut buf = vec![0u8; c.written];
+                spill.read_exact_at(&mut buf, off)?;
+                crc32c_append(0, &buf)
+            }
+        };
+        Ok(crc32c_append_zeros(crc, c.len - c.written))
+    }
+}
+
+fn writev(fd: BorrowedFd<'_>, iov: &[libc::iovec]) -> io::Result<usize> {
+    if iov.is_empty() {
+        return Ok(0);
+    }
+    // SAFETY: every iovec points into memory that outlives the call: the caller's header
+    // slice, the static zero page, or a bounds-checked range of the store mapping kept
+    // alive by the `WireSource`; the kernel only reads from them. `iov.len()` is at most
+    // MAX_IOV + 2, far below UIO_MAXIOV.
+    let r = unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{OpenFlags, StoreOptions};
+    use std::io::Read;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn wire_chunks_carry_the_file_bytes_holes_and_recorded_crcs() {
+        let name = format!("hnd-netio-{}", std::process::id());
+        let _ = Store::destroy(&name);
+        let store = Store::create(&StoreOptions {
+            name: name.clone(),
+            mem_size: Some(1 << 20),
+            chunk_size: Some(64 << 10),
+            max_files: Some(16),
+            ..Default::default()
+        })
+        .unwrap();
+        let data: Vec<u8> = (0..150_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+            .collect();
+        let mut f = store.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+        f.write_all(&data).unwrap();
+        // A hole of two chunks, then a short write: zeros past it in its chunk.
+        f.pwrite(b"tail", 5 * (64 << 10) + 10).unwrap();
+        f.close().unwrap();
+        let size = store.stat("/f").unwrap().size;
+        let mut want = data.clone();
+        want.resize(size as usize, 0);
+        want[5 * (64 << 10) + 10..].copy_from_slice(b"tail");
+        let src = WireSource::new(&store, &store.chunk_list("/f").unwrap(), size).unwrap();
+        assert_eq!(src.chunks().len(), 6);
+        // Sent on `b`, read from `a`.
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let sent = {
+            let mut out = Vec::new();
+            let mut rd = a;
+            for (i, c) in src.chunks().iter().enumerate() {
+                let head = format!("H{i}").into_bytes();
+                let total = head.len() + c.len;
+                let mut got = vec![0u8; total];
+                let (mut at, mut read) = (0, 0);
+                while read < total {
+                    if at < total {
+                        at += src.write_to(i, b.as_fd(), &head, at).unwrap();
+                    }
+                    while read < at {
+                        read += rd.read(&mut got[read..at]).unwrap();
+                    }
+                }
+                out.push((got[..head.len()].to_vec(), got[head.len()..].to_vec()));
+            }
+            out
+        };
+        let mut all = Vec::new();
+        for (i, (h, d)) in sent.iter().enumerate() {
+            assert_eq!(h, format!("H{i}").as_bytes());
+            assert_eq!(crc32c(d), src.chunks()[i].crc, "chunk {i}");
+            assert_eq!(src.crc_now(i).unwrap(), src.chunks()[i].crc);
+            all.extend_from_slice(d);
+        }
+        assert_eq!(all, want);
+        // A chunk being rewritten is not sendable.
+        let mut list = store.chunk_list("/f").unwrap();
+        list[1].crc = None;
+        assert_eq!(
+            WireSource::new(&store, &list, size).unwrap_err(),
+            NotSendable::Changing(1)
+        );
+        drop(src);
+        drop(store);
+        let _ = Store::destroy(&name);
+    }
+}
