@@ -32,6 +32,11 @@ pub struct NodeArgs {
     /// Seconds between scans of the store for files to copy.
     #[arg(long, value_name = "SECONDS", default_value_t = 0.2)]
     pub interval: f64,
+    /// CPU and IO priority of partner copies (their own threads; heartbeats keep the
+    /// daemon's): idle (nice 19, idle IO class), low (nice 10, the default, like the
+    /// drain) or normal. Also setting `partner_priority` / CKPTFS_PARTNER_PRIORITY.
+    #[arg(long, value_name = "idle|low|normal")]
+    pub partner_priority: Option<String>,
 }
 
 /// Subcommands of `ckptfs node`.
@@ -59,6 +64,16 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     cfg.max_bw = args.max_bw.map(|m| m * 1e6);
     cfg.partner_limit = args.partner_max;
     cfg.scan_interval = Duration::from_secs_f64(args.interval.max(0.01));
+    let prio = match &args.partner_priority {
+        Some(v) => v.clone(),
+        None => ctx
+            .settings
+            .row("partner_priority")
+            .map(|r| r.value.clone())
+            .unwrap_or_default(),
+    };
+    cfg.partner_priority =
+        ckptfs_node::parse_priority(&prio).context("setting partner_priority (--partner-priority)")?;
     if !args.dest.dest.is_empty() {
         cfg.drain = Some(args.dest.config(Some(node))?);
     }
@@ -122,13 +137,15 @@ pub fn print_status(s: &NodeStatus) {
         );
     }
     println!(
-        "  copies sent {} ({}), refused {}, changed during copy {}, chunks re-sent {}; received {}",
+        "  copies sent {} ({}), refused {}, changed during copy {}, chunks re-sent {}; received {} (chunks refused {}); priority {}",
         s.copies_sent,
         human(s.bytes_sent),
         s.copies_refused,
         s.changed_during_copy,
         s.chunks_resent,
-        s.copies_received
+        s.copies_received,
+        s.chunks_refused,
+        s.partner_priority
     );
     for f in &s.in_flight {
         println!(

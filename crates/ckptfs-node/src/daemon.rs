@@ -18,6 +18,7 @@ use crate::error::{NodeError, Result};
 use crate::node_status::{self, CopyInFlight, NodeStatus, PeerState};
 use crate::partner_store;
 use crate::peer::{Conn, Msg};
+use ckptfs_agent::sys::Priority;
 use ckptfs_agent::{Agent, AgentConfig};
 use ckptfs_cluster::{Cluster, Plan, Secret};
 use ckptfs_store::{Store, StoreOptions};
@@ -45,6 +46,31 @@ pub struct NodeConfig {
     pub partner_limit: Option<u64>,
     /// Time between scans of the store for files to copy.
     pub scan_interval: Duration,
+    /// CPU and IO priority of the partner-copy threads (copies out, copies in, Gets):
+    /// setting `partner_priority`, `low` (nice 10) by default like the drain.
+    pub partner_priority: Priority,
+}
+
+/// Parse a `partner_priority` value: `idle` (nice 19, idle IO class), `low` (nice 10,
+/// lowest best-effort IO level) or `normal` (left alone).
+pub fn parse_priority(v: &str) -> Result<Priority> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "idle" => Ok(Priority::Idle),
+        "low" => Ok(Priority::Low),
+        "normal" => Ok(Priority::Normal),
+        other => Err(NodeError::Invalid(format!(
+            "partner priority {other:?}: want idle, low or normal"
+        ))),
+    }
+}
+
+/// The name of a priority as `parse_priority` takes it.
+pub fn priority_name(p: Priority) -> &'static str {
+    match p {
+        Priority::Idle => "idle",
+        Priority::Low => "low",
+        Priority::Normal => "normal",
+    }
 }
 
 impl NodeConfig {
@@ -61,6 +87,7 @@ impl NodeConfig {
             max_bw: None,
             partner_limit: None,
             scan_interval: Duration::from_millis(200),
+            partner_priority: Priority::Low,
         })
     }
 }
@@ -92,6 +119,9 @@ pub(crate) struct Shared {
     pub started: Instant,
     /// The caller's runtime directory (status file).
     pub rundir: ckptfs_runtime::RuntimeDir,
+    /// The runtime of the partner-copy threads (at `partner_priority`): copies out, and
+    /// every connection that is not a heartbeat connection.
+    pub copies: tokio::runtime::Handle,
 }
 
 impl Shared {
@@ -180,6 +210,7 @@ impl Shared {
             chunks_resent: c.chunks_resent,
             copies_received: c.copies_received,
             chunks_refused: c.chunks_refused,
+            partner_priority: priority_name(self.cfg.partner_priority).to_string(),
             in_flight: self
                 .in_flight
                 .lock()
@@ -242,7 +273,26 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         .map(|a| a.to_string())
         .unwrap_or_else(|_| me.addr.clone());
     tracing::info!("node {} (store {name}) listening on {listen}", cfg.node_id);
+    // Partner copies run on threads of their own at the partner priority, so that they
+    // step back for the application while heartbeats and status stay on time.
+    let prio = cfg.partner_priority;
+    let copy_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(2)
+        .thread_name("partner-copy")
+        .on_thread_start(move || {
+            if let Err(e) = ckptfs_agent::sys::set_priority(prio) {
+                tracing::warn!(
+                    "cannot set the partner-copy priority {}: {e}",
+                    priority_name(prio)
+                );
+            }
+        })
+        .enable_all()
+        .build()
+        .map_err(|e| NodeError::io("start the partner-copy runtime", e))?;
     let shared = Arc::new(Shared {
+        copies: copy_rt.handle().clone(),
         store: store.clone(),
         secret,
         plan,
@@ -277,12 +327,14 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             tasks.spawn(heartbeat(shared.clone(), n.id.clone()));
         }
     }
-    tasks.spawn(crate::replicate::run(shared.clone()));
+    copy_rt.spawn(crate::replicate::run(shared.clone()));
     tasks.spawn(status_loop(shared.clone()));
 
     shutdown.await;
     tracing::info!("node {}: stopping", shared.cfg.node_id);
     tasks.shutdown().await;
+    // Every copy in flight is abandoned (the partner drops its half copy).
+    copy_rt.shutdown_background();
     let mut result = Ok(());
     if let Some((stop, t)) = drain {
         stop.trigger();

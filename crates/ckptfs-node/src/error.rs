@@ -56,6 +56,9 @@ pub enum NodeError {
     /// The drain agent failed.
     #[error("drain agent: {0}")]
     Agent(#[from] ckptfs_agent::AgentError),
+    /// A bad setting of the daemon.
+    #[error("{0}")]
+    Invalid(String),
     /// A received chunk failed its CRC32C check.
     #[error("checksum mismatch in {path} at offset {offset} from {peer}")]
     BadChunk {
@@ -82,6 +85,7 @@ impl NodeError {
             NodeError::Runtime(_) => libc::EACCES,
             NodeError::Agent(e) => e.errno(),
             NodeError::BadChunk { .. } => libc::EIO,
+            NodeError::Invalid(_) => libc::EINVAL,
         }
     }
 

@@ -14,19 +14,44 @@ use crate::peer::{Conn, Msg};
 use std::sync::Arc;
 
 /// Serve one authenticated connection until the peer closes it or breaks the protocol.
+/// A heartbeat connection stays on the daemon's runtime; any other (copies, Gets) moves
+/// to the partner-copy threads at their priority.
 pub(crate) async fn serve(shared: Arc<Shared>, mut conn: Conn) {
     let peer = conn.peer().to_string();
-    match serve_inner(&shared, &mut conn).await {
+    let first = match conn.recv().await {
+        Ok(Some(m)) => m,
+        Ok(None) => return,
+        Err(e) => return tracing::warn!("peer {peer}: disconnected: {e}"),
+    };
+    if matches!(first, Msg::Heartbeat) {
+        return finish(&peer, serve_inner(&shared, &mut conn, Some(first)).await);
+    }
+    let copies = shared.copies.clone();
+    copies.spawn(async move {
+        let r = serve_inner(&shared, &mut conn, Some(first)).await;
+        finish(&peer, r)
+    });
+}
+
+fn finish(peer: &str, r: Result<(), NodeError>) {
+    match r {
         Ok(()) => tracing::debug!("peer {peer}: connection closed"),
         Err(e) => tracing::warn!("peer {peer}: disconnected: {e}"),
     }
 }
 
-async fn serve_inner(shared: &Shared, conn: &mut Conn) -> Result<(), NodeError> {
+async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -> Result<(), NodeError> {
     let peer = conn.peer().to_string();
     let store = shared.store.clone();
     let mut incoming: Option<Incoming> = None;
-    while let Some(msg) = conn.recv().await? {
+    loop {
+        let msg = match first.take() {
+            Some(m) => m,
+            None => match conn.recv().await? {
+                Some(m) => m,
+                None => break,
+            },
+        };
         match msg {
             Msg::Heartbeat => conn.send(Msg::Heartbeat).await?,
             Msg::PutBegin { path, size } => {

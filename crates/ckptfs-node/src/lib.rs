@@ -31,7 +31,8 @@ mod replicate;
 pub mod restore;
 pub mod source;
 
-pub use daemon::{run, run_blocking, NodeConfig, NodeSummary};
+pub use ckptfs_agent::sys::Priority;
+pub use daemon::{parse_priority, priority_name, run, run_blocking, NodeConfig, NodeSummary};
 pub use error::{NodeError, Result};
 pub use levels::{LevelsView, Where};
 pub use node_status::{status, NodeStatus};

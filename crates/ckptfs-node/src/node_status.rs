@@ -69,6 +69,9 @@ pub struct NodeStatus {
     /// Chunks received whose CRC32C did not match (refused, asked for again).
     #[serde(default)]
     pub chunks_refused: u64,
+    /// CPU and IO priority of the partner-copy threads (`idle`, `low`, `normal`).
+    #[serde(default)]
+    pub partner_priority: String,
     /// Copies in flight.
     pub in_flight: Vec<CopyInFlight>,
     /// Files this node holds for other nodes, per source node.

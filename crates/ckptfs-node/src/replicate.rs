@@ -134,7 +134,10 @@ async fn pass(
     if dirty {
         save(shared, levels);
     }
-    for (path, id) in &files {
+    // Newest first: the latest checkpoint is the one a restart needs.
+    let mut queue: Vec<(&String, &Identity)> = files.iter().collect();
+    queue.sort_by(|a, b| b.1.mtime_ns.cmp(&a.1.mtime_ns).then_with(|| a.0.cmp(b.0)));
+    for (path, id) in queue {
         for p in &partners {
             let rec = levels.files.entry(path.clone()).or_insert_with(|| FileLevels {
                 identity: *id,

@@ -171,6 +171,16 @@ pub const SETTINGS: &[Setting] = &[
         help: "path prefixes served by `ckptfs run`",
         kind: Kind::Prefixes,
     },
+    // The node daemon (crate ckptfs-node, docs/cluster.md); `ckptfs node
+    // --partner-priority` overrides it.
+    Setting {
+        key: "partner_priority",
+        env: "CKPTFS_PARTNER_PRIORITY",
+        flag: "-",
+        default: || "low".into(),
+        help: "CPU and IO priority of partner copies in `ckptfs node`: idle (nice 19, idle IO), low (nice 10) or normal",
+        kind: Kind::Text,
+    },
     // The dataset rules (crate ckptfs-datasets, docs/datasets.md).
     Setting {
         key: "dataset_pattern",
