@@ -9,7 +9,7 @@
 
 use crate::daemon::Shared;
 use crate::error::NodeError;
-use crate::partner_store::{self, check_rel_path, InState, Incoming, Take};
+use crate::partner_store::{self, check_rel_path, InState, Incoming, Sink, Take};
 use crate::peer::{Conn, Msg};
 use std::sync::Arc;
 
@@ -76,18 +76,30 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                     conn.skip_chunk().await?;
                     continue;
                 }
+                // The bytes land straight in the copy's chunks (ENOSPC: refused).
+                let mut landing = match inc.land(offset, len) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        conn.skip_chunk().await?;
+                        tracing::warn!("peer {peer}: no partner copy: {e}");
+                        inc.fail();
+                        conn.send(nack(&e)).await?;
+                        continue;
+                    }
+                };
                 // No per-chunk answer: the sender streams; only a refusal goes back.
-                if !conn.chunk_data(inc.buffer(len)).await? {
-                    // Refused, nothing of it stored; the sender sends it again.
+                if !conn.chunk_into(&mut Sink(&mut landing)).await? {
+                    // Refused, nothing of it published; the sender sends it again.
                     tracing::warn!(
                         "peer {peer}: the chunk at {offset} failed its CRC32C check: asking for it again"
                     );
+                    drop(landing);
                     inc.refused(offset);
                     shared.counters.lock().expect("counters").chunks_refused += 1;
                     conn.send(Msg::Resend { offset }).await?;
                     continue;
                 }
-                if let Err(e) = inc.store_chunk(offset, crc) {
+                if let Err(e) = inc.commit(landing, crc) {
                     tracing::warn!("peer {peer}: no partner copy: {e}");
                     inc.fail();
                     conn.send(nack(&e)).await?;

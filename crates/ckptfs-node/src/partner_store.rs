@@ -16,6 +16,7 @@
 
 use crate::error::{NodeError, Result};
 use ckptfs_store::checksum::{crc32c, crc32c_append_zeros};
+use ckptfs_store::netin::Landing;
 use ckptfs_store::{FileHandle, FileKind, OpenFlags, Store, StoreError, WriteState};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -209,10 +210,28 @@ pub enum InState {
 /// What to do with an arriving chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Take {
-    /// Read it into [`Incoming::buffer`] and store it.
+    /// Land it ([`Incoming::land`]) and publish it ([`Incoming::commit`]).
     Store,
     /// Read and drop it.
     Skip,
+}
+
+/// A store [`Landing`] as the transport's chunk sink: chunk data read from the socket
+/// straight into a file's chunks.
+pub struct Sink<'a>(pub &'a mut Landing);
+
+impl ckptfs_transport::ChunkSink for Sink<'_> {
+    fn put(&mut self, data: &[u8]) {
+        self.0.put(data)
+    }
+
+    fn read_from(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize> {
+        self.0.read_from(fd)
+    }
+
+    fn crc(&self) -> u32 {
+        self.0.crc()
+    }
 }
 
 /// A partner copy being received.
@@ -226,7 +245,6 @@ pub struct Incoming {
     peer: String,
     path: String,
     state: InState,
-    buf: Vec<u8>,
     /// Offset, length and CRC32C of every stored wire chunk (checked against the
     /// store's own chunk records at the end).
     wire: Vec<(u64, usize, u32)>,
@@ -260,7 +278,6 @@ impl Incoming {
             peer: src.to_string(),
             path: path.to_string(),
             state: InState::Receiving,
-            buf: Vec::new(),
             wire: Vec::new(),
         })
     }
@@ -297,14 +314,28 @@ impl Incoming {
         Ok(Take::Store)
     }
 
-    /// The buffer the accepted chunk's `len` bytes are read into.
-    pub fn buffer(&mut self, len: u32) -> &mut [u8] {
-        self.buf.resize(len as usize, 0);
-        &mut self.buf
+    /// The place in the copy's chunks where the accepted chunk's `len` bytes land
+    /// straight from the socket (nothing is published before [`Incoming::commit`]).
+    pub fn land(&mut self, offset: u64, len: u32) -> Result<Landing> {
+        let f = self.file.as_ref().expect("file open until finish");
+        Landing::begin(f, offset, len as usize)
+            .map_err(|e| NodeError::store(format!("receive into {}", self.tmp), e))
     }
 
-    /// The chunk read into [`Incoming::buffer`] did not match its CRC: nothing of it is
-    /// stored; wait for it to be sent again.
+    /// Publish a landed chunk (its CRC32C `crc` checked on arrival).
+    pub fn commit(&mut self, landing: Landing, crc: u32) -> Result<()> {
+        let (offset, len) = (self.received, landing.len());
+        let f = self.file.as_mut().expect("file open until finish");
+        landing
+            .commit(f)
+            .map_err(|e| NodeError::store(format!("write {}", self.tmp), e))?;
+        self.wire.push((offset, len, crc));
+        self.received += len as u64;
+        Ok(())
+    }
+
+    /// The landed chunk did not match its CRC: nothing of it is published; wait for it
+    /// to be sent again.
     pub fn refused(&mut self, offset: u64) {
         self.state = InState::WaitResend(offset);
     }
@@ -312,23 +343,6 @@ impl Incoming {
     /// Give up on this copy (an errno was sent back): drop what follows.
     pub fn fail(&mut self) {
         self.state = InState::Failed;
-    }
-
-    /// Store the chunk read into [`Incoming::buffer`] (its CRC32C `crc` already checked
-    /// on arrival) at `offset`.
-    pub fn store_chunk(&mut self, offset: u64, crc: u32) -> Result<()> {
-        let f = self.file.as_mut().expect("file open until finish");
-        let data = &self.buf;
-        let mut done = 0;
-        while done < data.len() {
-            let n = f
-                .pwrite(&data[done..], offset + done as u64)
-                .map_err(|e| NodeError::store(format!("write {}", self.tmp), e))?;
-            done += n;
-        }
-        self.wire.push((offset, data.len(), crc));
-        self.received += data.len() as u64;
-        Ok(())
     }
 
     /// Store one chunk given as bytes (`data` at `offset` with CRC32C `crc`), checking
@@ -345,8 +359,9 @@ impl Incoming {
                 offset,
             });
         }
-        self.buffer(data.len() as u32).copy_from_slice(data);
-        self.store_chunk(offset, crc)
+        let mut landing = self.land(offset, data.len() as u32)?;
+        landing.put(data);
+        self.commit(landing, crc)
     }
 
     /// All bytes arrived: close, check that the store recorded for every chunk the

@@ -309,6 +309,19 @@ impl Conn {
         }
     }
 
+    /// Read the pending chunk's data straight into `sink` (a store [`Landing`] in a
+    /// file's chunks); true when it matches its CRC32C, false when it does not (consumed:
+    /// the connection is still in step).
+    ///
+    /// [`Landing`]: ckptfs_store::netin::Landing
+    pub async fn chunk_into(&mut self, sink: &mut (dyn tp::ChunkSink + Send)) -> Result<bool> {
+        match self.inner.recv_chunk_into(sink).await {
+            Ok(()) => Ok(true),
+            Err(TransportError::Frame(tp::FrameError::ChunkCrc { .. })) => Ok(false),
+            Err(e) => Err(terr(&self.peer.clone(), e)),
+        }
+    }
+
     /// Read and drop the pending chunk's data.
     pub async fn skip_chunk(&mut self) -> Result<()> {
         let peer = self.peer.clone();

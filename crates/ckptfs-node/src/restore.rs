@@ -9,11 +9,12 @@
 //! (the drain's restore, run after this one by the caller).
 
 use crate::error::{NodeError, Result};
-use crate::partner_store::{self, check_rel_path, mkdir_p, HeldFile, INCOMING_DIR};
+use crate::partner_store::{self, check_rel_path, mkdir_p, HeldFile, Sink, INCOMING_DIR};
 use crate::peer::{Conn, Msg};
 use crate::source::{FileReader, ReadProblem};
 use ckptfs_cluster::{Cluster, Secret};
 use ckptfs_store::checksum::crc32c;
+use ckptfs_store::netin::Landing;
 use ckptfs_store::{OpenFlags, Store, StoreError, WriteState};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -269,23 +270,25 @@ async fn fetch(conn: &mut Conn, store: &Store, path: &str) -> Result<u64> {
         .map_err(|e| NodeError::store(format!("create {tmp}"), e))?;
     let guard = Unlink { store, path: &tmp };
     let mut off = 0u64;
-    let mut buf = Vec::new();
     loop {
         match conn.recv().await? {
             Some(Msg::Chunk { offset, len, .. }) => {
                 if offset != off || off + len as u64 > size {
                     return Err(bad(format!("chunk at {offset} out of order")));
                 }
-                // One buffer for the whole file; the CRC32C is checked as it arrives.
-                buf.resize(len as usize, 0);
-                if !conn.chunk_data(&mut buf).await? {
+                // Straight into the file's chunks; the CRC32C is checked as it lands and
+                // nothing is published unless it matches.
+                let mut landing = Landing::begin(&f, offset, len as usize)
+                    .map_err(|e| NodeError::store(format!("receive {path}"), e))?;
+                if !conn.chunk_into(&mut Sink(&mut landing)).await? {
                     return Err(NodeError::BadChunk {
                         peer: peer.clone(),
                         path: path.to_string(),
                         offset,
                     });
                 }
-                f.write_all(&buf)
+                landing
+                    .commit(&mut f)
                     .map_err(|e| NodeError::store(format!("write {path}"), e))?;
                 off += len as u64;
             }

@@ -62,12 +62,10 @@ async fn partner_priority_reaches_the_copy_threads_and_the_status_only() {
     assert!(copy.iter().any(|x| x.1 == 19 && x.2 == 3), "{t:?}");
     assert!(copy.iter().any(|x| x.1 == 10), "{t:?}");
     assert!(copy.iter().all(|x| x.1 == 19 || x.1 == 10), "{t:?}");
-    // Everything else (the runtime that answers heartbeats) keeps the priority the
-    // test was started with.
-    assert!(
-        t.iter().filter(|x| x.0 != "partner-copy").all(|x| x.1 == base),
-        "{t:?}"
-    );
+    // The runtime the daemons were started on (heartbeats, status, accepting) keeps
+    // the priority the test was started with.
+    let main: Vec<_> = t.iter().filter(|x| x.0 == "tokio-rt-worker").collect();
+    assert!(!main.is_empty() && main.iter().all(|x| x.1 == base), "{t:?}");
     d1.stop().await;
     d2.stop().await;
 }

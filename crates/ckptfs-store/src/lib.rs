@@ -49,6 +49,7 @@ pub mod layout;
 mod leases;
 mod lock;
 mod namespace;
+pub mod netin;
 pub mod netio;
 pub mod process;
 pub mod region_io;

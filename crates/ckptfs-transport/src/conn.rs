@@ -6,7 +6,7 @@ use crate::frame::{
     self, decode_chunk_fixed, decode_header, decode_payload, encode_head, ChunkHeader, Hello, Msg, MsgType,
     CHUNK_FIXED, HEADER_LEN,
 };
-use crate::{ChunkData, FrameError, Result, TransportError};
+use crate::{ChunkData, ChunkSink, FrameError, Result, TransportError};
 use ckptfs_cluster::Secret;
 use std::collections::BTreeSet;
 use std::io::IoSlice;
@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, Interest};
+use tokio::io::{AsyncBufRead, AsyncReadExt, AsyncWriteExt, BufReader, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
@@ -202,6 +202,42 @@ impl ConnReader {
         Ok(())
     }
 
+    /// Reads the pending chunk's data straight into `sink` (what the read-ahead buffer
+    /// already holds by a copy, the rest by reads from the socket into the sink) and
+    /// checks the CRC32C the sink computed as it landed. On [`FrameError::ChunkCrc`]
+    /// the connection is still in step (the data was consumed).
+    pub async fn recv_chunk_into(&mut self, sink: &mut (dyn ChunkSink + Send)) -> Result<()> {
+        let c = self
+            .pending
+            .ok_or_else(|| TransportError::Protocol("no chunk data is pending".into()))?;
+        let len = c.len as usize;
+        let buffered = self.rd.buffer();
+        let k = buffered.len().min(len);
+        sink.put(&buffered[..k]);
+        std::pin::Pin::new(&mut self.rd).consume(k);
+        let mut at = k;
+        let stream: &TcpStream = self.rd.get_ref().as_ref();
+        timed(self.read_timeout, "chunk data", async {
+            while at < len {
+                stream.readable().await?;
+                match stream.try_io(Interest::READABLE, || sink.read_from(stream.as_fd())) {
+                    Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                    Ok(n) => at += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        self.pending = None;
+        if sink.crc() != c.crc32c {
+            return Err(FrameError::ChunkCrc { index: c.index }.into());
+        }
+        Ok(())
+    }
+
     /// Reads and drops the pending chunk's data.
     pub async fn skip_chunk_data(&mut self) -> Result<()> {
         let Some(c) = self.pending else {
@@ -365,6 +401,12 @@ impl Conn {
     /// Reads the pending chunk's data into `buf` (see [`ConnReader::recv_chunk_data`]).
     pub async fn recv_chunk_data(&mut self, buf: &mut [u8]) -> Result<()> {
         self.reader.recv_chunk_data(buf).await
+    }
+
+    /// Reads the pending chunk's data straight into `sink` (see
+    /// [`ConnReader::recv_chunk_into`]).
+    pub async fn recv_chunk_into(&mut self, sink: &mut (dyn ChunkSink + Send)) -> Result<()> {
+        self.reader.recv_chunk_into(sink).await
     }
 
     /// Reads and drops the pending chunk's data.

@@ -200,6 +200,19 @@ pub trait ChunkData: Sync {
     fn write_to(&self, fd: std::os::fd::BorrowedFd<'_>, head: &[u8], at: usize) -> std::io::Result<usize>;
 }
 
+/// A destination that chunk data lands in straight from the socket (the store's
+/// [`Landing`](https://docs.rs/ckptfs-store) into a file's chunks), checksummed as it
+/// lands.
+pub trait ChunkSink {
+    /// Bytes already read from the connection (its read-ahead), landed by a copy.
+    fn put(&mut self, data: &[u8]);
+    /// One read from `fd` into the rest of the sink; the bytes read (0 at end of
+    /// stream), `WouldBlock` when nothing is there.
+    fn read_from(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize>;
+    /// CRC32C of the bytes landed so far.
+    fn crc(&self) -> u32;
+}
+
 /// One authenticated connection, whatever carries it.
 pub trait PeerConn: Send {
     /// The authenticated peer's node id.
@@ -218,6 +231,11 @@ pub trait PeerConn: Send {
     fn recv(&mut self) -> impl Future<Output = Result<Msg>> + Send;
     /// Reads the pending chunk's data into `buf` and verifies its CRC32C.
     fn recv_chunk_data(&mut self, buf: &mut [u8]) -> impl Future<Output = Result<()>> + Send;
+    /// Reads the pending chunk's data straight into `sink` and verifies its CRC32C.
+    fn recv_chunk_into(
+        &mut self,
+        sink: &mut (dyn ChunkSink + Send),
+    ) -> impl Future<Output = Result<()>> + Send;
 }
 
 impl PeerConn for Conn {
@@ -238,6 +256,9 @@ impl PeerConn for Conn {
     }
     async fn recv_chunk_data(&mut self, buf: &mut [u8]) -> Result<()> {
         Conn::recv_chunk_data(self, buf).await
+    }
+    async fn recv_chunk_into(&mut self, sink: &mut (dyn ChunkSink + Send)) -> Result<()> {
+        Conn::recv_chunk_into(self, sink).await
     }
 }
 
