@@ -16,6 +16,20 @@ pub fn free_ports(n: usize) -> Vec<u16> {
     ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
 }
 
+/// The store settings of node `id` in the tests (small stores, 64 KiB chunks).
+pub fn store_opts_for(cluster: &Cluster, id: &str) -> StoreOptions {
+    StoreOptions {
+        name: cluster.node(id).unwrap().store.clone(),
+        mem_size: Some(64 << 20),
+        chunk_size: Some(64 << 10),
+        max_files: Some(256),
+        spill_dir: None,
+        spill_size: None,
+        private: false,
+        ..StoreOptions::named("")
+    }
+}
+
 /// A cluster map written to a file; stores destroyed on drop.
 pub struct TestCluster {
     pub cluster: Cluster,
@@ -26,11 +40,20 @@ pub struct TestCluster {
 impl TestCluster {
     /// `n` nodes, two per rack (node1, node2 in r1...), scheme and copies.
     pub fn new(tag: &str, n: usize, scheme: Scheme, copies: usize) -> TestCluster {
+        let addrs = free_ports(n)
+            .into_iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        Self::with_addrs(tag, addrs, scheme, copies)
+    }
+
+    /// As [`TestCluster::new`], the nodes at `addrs` (e.g. simulated nodes' addresses).
+    pub fn with_addrs(tag: &str, addrs: Vec<String>, scheme: Scheme, copies: usize) -> TestCluster {
+        let n = addrs.len();
         let job = format!("hn-{tag}-{}", std::process::id());
         let mut c = Cluster::local(n, &job, 1000).unwrap();
-        let ports = free_ports(n);
-        for (node, port) in c.nodes.iter_mut().zip(ports) {
-            node.addr = format!("127.0.0.1:{port}");
+        for (node, addr) in c.nodes.iter_mut().zip(addrs) {
+            node.addr = addr;
         }
         c.redundancy.scheme = scheme;
         c.redundancy.copies = copies;
@@ -49,16 +72,7 @@ impl TestCluster {
     }
 
     pub fn store_opts(&self, id: &str) -> StoreOptions {
-        StoreOptions {
-            name: self.cluster.node(id).unwrap().store.clone(),
-            mem_size: Some(64 << 20),
-            chunk_size: Some(64 << 10),
-            max_files: Some(256),
-            spill_dir: None,
-            spill_size: None,
-            private: false,
-            ..StoreOptions::named("")
-        }
+        store_opts_for(&self.cluster, id)
     }
 
     pub fn store(&self, id: &str) -> Store {
