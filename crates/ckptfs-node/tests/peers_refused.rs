@@ -6,6 +6,7 @@
 mod support;
 
 use ckptfs_cluster::{Scheme, Secret};
+use ckptfs_node::levels::Levels;
 use ckptfs_node::partner_store;
 use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Identity, Msg, PutBegin, PutEnd};
 use std::time::Duration;
@@ -246,4 +247,142 @@ async fn bad_chunk_is_refused_then_resent_and_a_cut_copy_is_never_listed() {
     assert_eq!(held, vec!["/ckpt/x"]);
     assert!(s.stat("/.ckptfs/partners/node1/ckpt/y").is_err());
     d.stop().await;
+}
+
+/// A fake partner (node2) that refuses the first chunk of a copy as damaged on the wire
+/// (a Resend), once: the real sender (node1's daemon) checks its own chunk, sends the
+/// copy again from that chunk, and records the copy only when the end is acknowledged.
+/// The bytes the partner accepted are the file's, every chunk with the store's CRC32C.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_refused_on_arrival_is_sent_again_from_there_and_the_copy_completes() {
+    let tc = TestCluster::new("resend", 2, Scheme::Ring, 1);
+    let listener = tokio::net::TcpListener::bind(&tc.cluster.node("node2").unwrap().addr)
+        .await
+        .unwrap();
+    let d1 = Daemon::start(tc.config("node1"));
+    let data = bytes(200_000, 21);
+    write(&tc.store("node1"), "/ckpt/r", &data);
+    let secret = tc.cluster.secret().unwrap();
+    let cfg = ckptfs_node::peer::conn_config(&tc.cluster);
+    let me = identity(&tc, "node2");
+    // Every connection served on its own task (heartbeats come on their own one).
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(Vec<u8>, Vec<u64>)>(1);
+    let want = data.len();
+    let server = tokio::spawn(async move {
+        loop {
+            let (sock, _) = listener.accept().await.unwrap();
+            let (secret, cfg, me, tx) = (secret.clone(), cfg.clone(), me.clone(), tx.clone());
+            tokio::spawn(async move {
+                let Ok(mut c) = tp::accept(sock, &me, &secret, &cfg).await else {
+                    return;
+                };
+                let mut file: Vec<u8> = Vec::new();
+                let mut offsets = Vec::new();
+                let mut refused = false;
+                loop {
+                    match c.recv().await {
+                        Ok(Msg::Heartbeat { seq, unix_ms }) => {
+                            let _ = c.send(&Msg::Heartbeat { seq, unix_ms }).await;
+                        }
+                        Ok(Msg::PutBegin(b)) => {
+                            assert_eq!((b.src_node.as_str(), b.path.as_str()), ("node1", "ckpt/r"));
+                            c.send(&Msg::Ack { tag: 0 }).await.unwrap();
+                        }
+                        Ok(Msg::Chunk(h)) => {
+                            let mut buf = vec![0u8; h.len as usize];
+                            c.recv_chunk_data(&mut buf).await.unwrap();
+                            offsets.push(h.offset);
+                            if !refused {
+                                // "Damaged on the wire": ask again from here.
+                                refused = true;
+                                c.send(&Msg::Nack(tp::Nack {
+                                    tag: h.offset + 1,
+                                    errno: libc::EIO,
+                                    reason: "test: bad crc".into(),
+                                }))
+                                .await
+                                .unwrap();
+                                continue;
+                            }
+                            if h.offset as usize == file.len() {
+                                file.extend_from_slice(&buf);
+                            }
+                        }
+                        Ok(Msg::PutEnd(_)) => {
+                            if file.len() == want {
+                                c.send(&Msg::Ack { tag: 0 }).await.unwrap();
+                                let _ = tx.send((file, offsets)).await;
+                                return;
+                            }
+                            // The end sent before the sender saw the Resend: no answer.
+                        }
+                        _ => return,
+                    }
+                }
+            });
+        }
+    });
+    let got = tokio::time::timeout(Duration::from_secs(120), rx.recv())
+        .await
+        .expect("the copy never completed")
+        .unwrap();
+    server.abort();
+    let (file, offsets) = got;
+    assert_eq!(file, data);
+    // The first chunk went twice: refused, then again with the rest.
+    assert_eq!(offsets[0], 0);
+    assert_eq!(offsets.iter().filter(|&&o| o == 0).count(), 2, "{offsets:?}");
+    let s1 = tc.store("node1");
+    let name1 = tc.store_opts("node1").name;
+    wait_for("node1 to record the copy and the re-send", || {
+        Levels::load(&s1)
+            .files
+            .get("/ckpt/r")
+            .is_some_and(|f| f.partners == ["node2"])
+            && ckptfs_node::status(&name1).is_some_and(|s| s.chunks_resent == 1)
+    })
+    .await;
+    d1.stop().await;
+}
+
+/// A chunk damaged in the source's own memory (a flipped byte after it was written):
+/// it goes out with the CRC32C the store recorded, the partner refuses it on arrival,
+/// the sender finds its own chunk bad and gives the copy up with EIO. No copy is ever
+/// stored or listed on the partner; the source records "no copy" for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_damaged_at_the_source_is_never_stored_as_a_valid_copy() {
+    let tc = TestCluster::new("dmg", 2, Scheme::Ring, 1);
+    let s1 = tc.store("node1");
+    let data = bytes(150_000, 5);
+    write(&s1, "/ckpt/d", &data);
+    let chunk = s1.chunk_list("/ckpt/d").unwrap()[1].clone();
+    let ckptfs_store::ChunkLocation::Memory(off) = chunk.location else {
+        panic!("a memory chunk expected: {chunk:?}");
+    };
+    let region = s1.data_region();
+    assert!(off + 100 < region.len);
+    // SAFETY: a byte inside the store's data region (bounds checked above), mapped
+    // shared and writable by this process, which keeps `s1` (and so the mapping) alive;
+    // nothing else writes this file now. This is the damage under test.
+    unsafe { *(region.base as *mut u8).add(off as usize + 100) ^= 0x40 };
+    let d1 = Daemon::start(tc.config("node1"));
+    let d2 = Daemon::start(tc.config("node2"));
+    wait_for("node1 to give the copy up", || {
+        Levels::load(&s1)
+            .files
+            .get("/ckpt/d")
+            .is_some_and(|f| f.refused.get("node2").is_some_and(|m| m.contains("corrupt here")))
+    })
+    .await;
+    let s2 = tc.store("node2");
+    assert!(copy_on(&s2, "node1", "/ckpt/d").is_none());
+    assert!(partner_store::list(&s2, "node1").is_empty());
+    assert!(Levels::load(&s1).files["/ckpt/d"].partners.is_empty());
+    let name2 = tc.store_opts("node2").name;
+    wait_for("node2 to count the refused chunk", || {
+        ckptfs_node::status(&name2).is_some_and(|s| s.chunks_refused >= 1)
+    })
+    .await;
+    d1.stop().await;
+    d2.stop().await;
 }

@@ -25,8 +25,8 @@ const MAX_IOV: usize = 64;
 /// Where a wire chunk's written bytes are.
 #[derive(Debug, Clone, Copy)]
 enum Src {
-    /// In the memory data region at this byte offset.
-    Mem(u64),
+    /// In the memory data region at this byte offset (chunk id, offset).
+    Mem(u32, u64),
     /// In the spill file at this byte offset.
     Spill(u64),
     /// A hole: zeros only.
@@ -104,7 +104,7 @@ impl WireSource {
                             if off.checked_add(written as u64).is_none_or(|e| e > region.len) {
                                 return Err(NotSendable::OutOfRange(l32));
                             }
-                            Src::Mem(off)
+                            Src::Mem(c.chunk_id, off)
                         }
                         ChunkLocation::Spill(off) => {
                             if store.seg.spill().is_none() {
@@ -167,7 +167,13 @@ impl WireSource {
         let pos = at.saturating_sub(head.len());
         if pos < c.written {
             match c.src {
-                Src::Mem(off) => {
+                Src::Mem(id, off) => {
+                    if pos == 0 {
+                        // This process's page tables for the chunk, in one call (a daemon
+                        // never touched the application's pages): no fault per page
+                        // while the kernel copies them.
+                        self.store.seg.populate(id);
+                    }
                     // Inside the region: `off + written <= region_len` was checked in `new`.
                     debug_assert!(off + c.written as u64 <= self.region_len);
                     iov.push(libc::iovec {
@@ -215,7 +221,7 @@ impl WireSource {
         let c = self.chunks[i];
         let crc = match c.src {
             Src::Hole => 0,
-            Src::Mem(off) => {
+            Src::Mem(_, off) => {
                 if c.written == 0 {
                     0
                 } else {
