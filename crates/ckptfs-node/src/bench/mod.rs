@@ -30,9 +30,20 @@ pub struct PartnerBenchArgs {
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
     /// Link settings, comma-separated: `none` (no limit) or a rate like `10gbit`, `1gbit`,
-    /// `500mbit`.
+    /// `500mbit`. On a limited link the checkpoints are made smaller when the rate would
+    /// need more than `--max-seconds` per transfer (the size used is in each row).
     #[arg(long, default_value = "none,10gbit,1gbit")]
     pub links: String,
+    /// Priority of the daemons' partner copies (`idle`, `low`: the default, `normal`):
+    /// `low` shows what the application keeps ((d)); on a machine loaded by other work
+    /// `normal` shows the copy path's own speed ((b), (c)) against the stream, which
+    /// runs at normal priority.
+    #[arg(long, default_value = "low")]
+    pub partner_priority: String,
+    /// Longest transfer wanted on a limited link, seconds (keeps the default run to a
+    /// few minutes: 1 GiB at 1 Gbit/s would take 9 s per transfer, dozens of times).
+    #[arg(long, default_value_t = 2.0)]
+    pub max_seconds: f64,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -62,6 +73,7 @@ fn parse_rate(s: &str) -> Result<Option<u64>> {
 
 struct Bed {
     sim: Sim,
+    priority: String,
     exe: PathBuf,
     dir: tempfile::TempDir,
     cluster: PathBuf,
@@ -71,7 +83,7 @@ struct Bed {
 }
 
 impl Bed {
-    fn new(size: u64) -> Result<Bed> {
+    fn new(size: u64, priority: &str) -> Result<Bed> {
         ckptfs_netsim::available()
             .map_err(|why| anyhow::anyhow!("bench partner needs simulated nodes: {why}"))?;
         let exe = std::env::current_exe().context("locate the ckptfs binary")?;
@@ -115,6 +127,7 @@ impl Bed {
         let stores = [c.node("node1")?.store.clone(), c.node("node2")?.store.clone()];
         let mut bed = Bed {
             sim,
+            priority: priority.to_string(),
             exe,
             dir,
             cluster,
@@ -149,7 +162,7 @@ impl Bed {
         let log = std::fs::File::create(self.log(i))?;
         let child = self
             .ckptfs(i)
-            .args(["node", "--interval", "0.01"])
+            .args(["node", "--interval", "0.01", "--partner-priority", &self.priority])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
@@ -293,24 +306,32 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         .split(',')
         .map(|s| Ok((s.trim().to_string(), parse_rate(s)?)))
         .collect::<Result<_>>()?;
-    let mut bed = Bed::new(a.size)?;
+    crate::parse_priority(&a.partner_priority)?;
+    let mut bed = Bed::new(a.size, &a.partner_priority)?;
     let mut results = Vec::new();
     let mut notes = Vec::new();
     for (label, rate) in &links {
         bed.sim.limit(0, *rate)?;
+        // At most max_seconds per transfer at the link's rate (whole MiB).
+        let size = match rate {
+            Some(r) => a
+                .size
+                .min(((*r as f64 / 8.0 * a.max_seconds) as u64 >> 20).max(1) << 20),
+            None => a.size,
+        };
         // (a) the wire.
         let tcp: Vec<f64> = (0..a.reps)
-            .map(|_| tcp_stream(&bed.sim, a.size))
+            .map(|_| tcp_stream(&bed.sim, size))
             .collect::<Result<_>>()?;
-        let tcp_gbps = a.size as f64 / median(&tcp) / 1e9;
+        let tcp_gbps = size as f64 / median(&tcp) / 1e9;
         // (b) partner copy: one checkpoint, close to verified copy; (d, on) the next
         // checkpoint written while the previous one's copy runs.
         let mut copy = Vec::new();
         let mut write_on = Vec::new();
         for _ in 0..a.reps {
-            let v = bed.worker(0, &bed.args("write", a.size, 1, true))?;
+            let v = bed.worker(0, &bed.args("write", size, 1, true))?;
             copy.extend(f64s(&v, "copy_s"));
-            let v = bed.worker(0, &bed.args("write", a.size, 2, true))?;
+            let v = bed.worker(0, &bed.args("write", size, 2, true))?;
             write_on.push(*f64s(&v, "write_s").get(1).context("worker write_s")?);
         }
         // (c) the node is lost: daemon stopped, store destroyed, both checkpoints back
@@ -319,26 +340,26 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         let mut restore = Vec::new();
         let mut restore_bytes = 0;
         for _ in 0..a.reps {
-            let v = bed.worker(0, &bed.args("restore", a.size, 0, false))?;
+            let v = bed.worker(0, &bed.args("restore", size, 0, false))?;
             restore.push(v["restore_s"].as_f64().context("restore_s")?);
             restore_bytes = v["bytes"].as_u64().context("bytes")?;
         }
         // (d, off) the same writes with no daemon on the node.
         let mut write_off = Vec::new();
         for _ in 0..a.reps {
-            let v = bed.worker(0, &bed.args("write", a.size, 2, false))?;
+            let v = bed.worker(0, &bed.args("write", size, 2, false))?;
             write_off.push(*f64s(&v, "write_s").get(1).context("worker write_s")?);
         }
         bed.start(0)?;
         bed.sim.limit(0, None)?;
 
-        let m_tcp = Measurement::new("tcp-stream", 1, a.size, tcp).with("link", label.as_str());
-        let m_copy = Measurement::new("partner-copy", 1, a.size, copy).with("link", label.as_str());
+        let m_tcp = Measurement::new("tcp-stream", 1, size, tcp).with("link", label.as_str());
+        let m_copy = Measurement::new("partner-copy", 1, size, copy).with("link", label.as_str());
         let m_rest =
             Measurement::new("restore-from-partner", 1, restore_bytes, restore).with("link", label.as_str());
         let m_off =
-            Measurement::new("app-write copying-off", 1, a.size, write_off).with("link", label.as_str());
-        let m_on = Measurement::new("app-write copying-on", 1, a.size, write_on).with("link", label.as_str());
+            Measurement::new("app-write copying-off", 1, size, write_off).with("link", label.as_str());
+        let m_on = Measurement::new("app-write copying-on", 1, size, write_on).with("link", label.as_str());
         let r_copy = m_copy.gbps() / tcp_gbps;
         let r_rest = m_rest.gbps() / tcp_gbps;
         let r_app = m_on.gbps() / m_off.gbps().max(1e-12);
@@ -367,8 +388,10 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         bench: "partner".into(),
         settings: serde_json::json!({
             "size": a.size,
+            "max_seconds": a.max_seconds,
             "reps": a.reps,
             "links": a.links,
+            "partner_priority": a.partner_priority,
             "nodes": 2,
             "machine": ckptfs_bench::report::machine(),
         }),
