@@ -436,7 +436,10 @@ impl Conn {
         let unknown: Arc<str> = Arc::from("?");
         Conn {
             reader: ConnReader {
-                rd: BufReader::with_capacity(64 << 10, r),
+                // Small: it holds headers and control messages; chunk data is read
+                // from the socket straight into its destination (what the buffer
+                // already holds of it is copied).
+                rd: BufReader::with_capacity(16 << 10, r),
                 pending: None,
                 max_chunk: cfg.max_chunk,
                 limit: Some(HANDSHAKE_MAX),
