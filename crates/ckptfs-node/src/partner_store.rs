@@ -15,7 +15,7 @@
 //! daemon at start ([`clear_incoming`]).
 
 use crate::error::{NodeError, Result};
-use ckptfs_store::checksum::{crc32c, crc32c_append_zeros};
+use ckptfs_store::checksum::crc32c_append_zeros;
 use ckptfs_store::netin::Landing;
 use ckptfs_store::{FileHandle, FileKind, OpenFlags, Store, StoreError, WriteState};
 use std::collections::BTreeMap;
@@ -343,25 +343,6 @@ impl Incoming {
     /// Give up on this copy (an errno was sent back): drop what follows.
     pub fn fail(&mut self) {
         self.state = InState::Failed;
-    }
-
-    /// Store one chunk given as bytes (`data` at `offset` with CRC32C `crc`), checking
-    /// its CRC first: a mismatch is [`NodeError::BadChunk`] and nothing of it is written.
-    pub fn chunk(&mut self, offset: u64, data: &[u8], crc: u32) -> Result<()> {
-        if self.accept(offset, data.len() as u32)? == Take::Skip {
-            return Ok(());
-        }
-        if crc32c(data) != crc {
-            self.refused(offset);
-            return Err(NodeError::BadChunk {
-                peer: self.peer.clone(),
-                path: self.path.clone(),
-                offset,
-            });
-        }
-        let mut landing = self.land(offset, data.len() as u32)?;
-        landing.put(data);
-        self.commit(landing, crc)
     }
 
     /// All bytes arrived: close, check that the store recorded for every chunk the

@@ -334,3 +334,44 @@ async fn hosted_drain_publishes_to_the_pfs_and_levels_show_it() {
     d2.stop().await;
     ckptfs_agent::status::remove_status(&tc.store_opts("node1").name);
 }
+
+/// A partner whose store fills up in the middle of a copy (no `--partner-max`, a small
+/// store): it answers ENOSPC, drops the rest of the copy and its half copy; the source
+/// records "no partner copy", never a silent loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partner_store_full_mid_copy_answers_enospc_and_keeps_no_half_copy() {
+    let tc = TestCluster::new("fullmid", 2, Scheme::Ring, 1);
+    let d1 = Daemon::start(tc.config("node1"));
+    let mut c2 = tc.config("node2");
+    c2.store.mem_size = Some(4 << 20);
+    let d2 = Daemon::start(c2);
+    let s1 = tc.store("node1");
+    write(&s1, "/ckpt/big", &bytes(6 << 20, 8));
+    wait_for("node1 to record no copy on node2", || {
+        Levels::load(&s1)
+            .files
+            .get("/ckpt/big")
+            .is_some_and(|f| f.refused.contains_key("node2"))
+    })
+    .await;
+    let l = Levels::load(&s1);
+    assert!(l.files["/ckpt/big"].partners.is_empty());
+    let why = &l.files["/ckpt/big"].refused["node2"];
+    assert!(why.to_lowercase().contains("no space"), "{why}");
+    // node2: nothing listed, no half copy left, its own store usable.
+    let name2 = tc.store_opts("node2").name;
+    let s2 = ckptfs_store::Store::attach(&ckptfs_store::StoreOptions::named(name2.clone())).unwrap();
+    wait_for("node2's half copy to go", || {
+        s2.list_all_system().iter().all(|(p, _)| {
+            !p.starts_with(ckptfs_node::partner_store::INCOMING_DIR)
+                || p == ckptfs_node::partner_store::INCOMING_DIR
+        })
+    })
+    .await;
+    assert!(ckptfs_node::partner_store::list(&s2, "node1").is_empty());
+    let st = ckptfs_node::status(&name2).unwrap();
+    assert_eq!(st.copies_received, 0);
+    drop(s2);
+    d1.stop().await;
+    d2.stop().await;
+}
