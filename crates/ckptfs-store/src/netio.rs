@@ -1,5 +1,7 @@
 //! A file's chunks written to a socket straight from the store, for partner copies and
-//! restores between node daemons: `writev` from the shared mapping for memory chunks,
+//! restores between node daemons: `sendfile` from the segment file for memory chunks
+//! (the socket takes references to the pages: no copy on this side; `writev` from the
+//! shared mapping when the segment file cannot be opened, e.g. a private segment),
 //! `sendfile` from the spill file for spilled ones, zeros from a static page for holes
 //! and for the bytes of a chunk past what was written. No byte passes through a user
 //! buffer on the sending side, and no checksum pass is made there: each wire chunk
@@ -66,6 +68,26 @@ pub struct WireSource {
     base: usize,
     region_len: u64,
     chunks: Vec<WireChunk>,
+    /// The segment file, read-only, when it could be opened and is the mapped one:
+    /// memory chunks then go out by `sendfile` (the socket references the pages, no
+    /// copy on this side); otherwise by `writev` from the mapping.
+    seg_file: Option<std::fs::File>,
+}
+
+/// The segment file of `store` opened read-only, if it is the file this process maps
+/// (`O_NOFOLLOW`, regular, same inode, long enough): a file renamed or replaced since
+/// the attach is not used.
+fn open_segment(store: &Store) -> Option<std::fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let seg = &*store.seg;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&seg.path)
+        .ok()?;
+    let md = f.metadata().ok()?;
+    let end = seg.layout.data_off + seg.layout.data_size();
+    (md.file_type().is_file() && md.ino() == seg.ino && md.len() >= end).then_some(f)
 }
 
 impl std::fmt::Debug for WireSource {
@@ -138,6 +160,7 @@ impl WireSource {
             base: region.base as usize,
             region_len: region.len,
             chunks,
+            seg_file: open_segment(store),
         })
     }
 
@@ -167,6 +190,38 @@ impl WireSource {
         let pos = at.saturating_sub(head.len());
         if pos < c.written {
             match c.src {
+                Src::Mem(_, off) if self.seg_file.is_some() => {
+                    let file = self.seg_file.as_ref().expect("checked");
+                    if at < head.len() {
+                        // The header alone, held back to leave with the data (MSG_MORE).
+                        // SAFETY: the header slice is valid for the call; the kernel only
+                        // reads it.
+                        let r = unsafe {
+                            libc::send(
+                                fd.as_raw_fd(),
+                                head[at..].as_ptr() as *const libc::c_void,
+                                head.len() - at,
+                                libc::MSG_MORE | libc::MSG_NOSIGNAL,
+                            )
+                        };
+                        return if r < 0 {
+                            Err(io::Error::last_os_error())
+                        } else {
+                            Ok(r as usize)
+                        };
+                    }
+                    let mut o = (self.store.seg.layout.data_off + off + pos as u64) as libc::off_t;
+                    // SAFETY: plain system call on the socket (borrowed for the call) and
+                    // the segment file this value holds, with a local offset variable; the
+                    // range is inside the data region (checked in `new`).
+                    let r =
+                        unsafe { libc::sendfile(fd.as_raw_fd(), file.as_raw_fd(), &mut o, c.written - pos) };
+                    return if r < 0 {
+                        Err(io::Error::last_os_error())
+                    } else {
+                        Ok(r as usize)
+                    };
+                }
                 Src::Mem(id, off) => {
                     if pos == 0 {
                         // This process's page tables for the chunk, in one call (a daemon
@@ -293,38 +348,45 @@ mod tests {
         let mut want = data.clone();
         want.resize(size as usize, 0);
         want[5 * (64 << 10) + 10..].copy_from_slice(b"tail");
-        let src = WireSource::new(&store, &store.chunk_list("/f").unwrap(), size).unwrap();
-        assert_eq!(src.chunks().len(), 6);
-        // Sent on `b`, read from `a`.
-        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let sent = {
-            let mut out = Vec::new();
-            let mut rd = a;
-            for (i, c) in src.chunks().iter().enumerate() {
-                let head = format!("H{i}").into_bytes();
-                let total = head.len() + c.len;
-                let mut got = vec![0u8; total];
-                let (mut at, mut read) = (0, 0);
-                while read < total {
-                    if at < total {
-                        at += src.write_to(i, b.as_fd(), &head, at).unwrap();
-                    }
-                    while read < at {
-                        read += rd.read(&mut got[read..at]).unwrap();
-                    }
-                }
-                out.push((got[..head.len()].to_vec(), got[head.len()..].to_vec()));
+        // sendfile from the segment file, and writev from the mapping without it.
+        for by_sendfile in [true, false] {
+            let mut src = WireSource::new(&store, &store.chunk_list("/f").unwrap(), size).unwrap();
+            assert!(src.seg_file.is_some());
+            if !by_sendfile {
+                src.seg_file = None;
             }
-            out
-        };
-        let mut all = Vec::new();
-        for (i, (h, d)) in sent.iter().enumerate() {
-            assert_eq!(h, format!("H{i}").as_bytes());
-            assert_eq!(crc32c(d), src.chunks()[i].crc, "chunk {i}");
-            assert_eq!(src.crc_now(i).unwrap(), src.chunks()[i].crc);
-            all.extend_from_slice(d);
+            assert_eq!(src.chunks().len(), 6);
+            // Sent on `b`, read from `a`.
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let sent = {
+                let mut out = Vec::new();
+                let mut rd = a;
+                for (i, c) in src.chunks().iter().enumerate() {
+                    let head = format!("H{i}").into_bytes();
+                    let total = head.len() + c.len;
+                    let mut got = vec![0u8; total];
+                    let (mut at, mut read) = (0, 0);
+                    while read < total {
+                        if at < total {
+                            at += src.write_to(i, b.as_fd(), &head, at).unwrap();
+                        }
+                        while read < at {
+                            read += rd.read(&mut got[read..at]).unwrap();
+                        }
+                    }
+                    out.push((got[..head.len()].to_vec(), got[head.len()..].to_vec()));
+                }
+                out
+            };
+            let mut all = Vec::new();
+            for (i, (h, d)) in sent.iter().enumerate() {
+                assert_eq!(h, format!("H{i}").as_bytes());
+                assert_eq!(crc32c(d), src.chunks()[i].crc, "chunk {i}");
+                assert_eq!(src.crc_now(i).unwrap(), src.chunks()[i].crc);
+                all.extend_from_slice(d);
+            }
+            assert_eq!(all, want);
         }
-        assert_eq!(all, want);
         // A chunk being rewritten is not sendable.
         let mut list = store.chunk_list("/f").unwrap();
         list[1].crc = None;
@@ -332,7 +394,6 @@ mod tests {
             WireSource::new(&store, &list, size).unwrap_err(),
             NotSendable::Changing(1)
         );
-        drop(src);
         drop(store);
         let _ = Store::destroy(&name);
     }
