@@ -10,7 +10,10 @@
 //! * [`frame`]: the byte layout, the encoder and the checked decoder (pure, fuzzed);
 //! * [`auth`]: the handshake's proofs;
 //! * [`connect`], [`accept`], [`Conn`]: the tokio connection (timeouts, one `writev`
-//!   per chunk, chunk data read straight into the caller's buffer).
+//!   per chunk, chunk data read straight into the caller's buffer);
+//! * [`ChunkData`] and [`ChunkSink`]: chunk data that writes itself to the socket and a
+//!   destination it lands in straight from the socket (the store's zero-copy paths),
+//!   so no chunk byte passes through a buffer of the transport.
 //!
 //! ## Frame layout (all integers little-endian)
 //!
