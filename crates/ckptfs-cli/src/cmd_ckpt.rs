@@ -84,7 +84,78 @@ pub fn open(ctx: &Ctx, dest: &[PathBuf]) -> Result<Datasets> {
     }
     let store = ckptfs_store::Store::open_or_create(&ctx.store)
         .with_context(|| format!("creating or attaching store {}", ctx.store.name))?;
+    // With --cluster and --node-id, completeness is job-wide: the other nodes' daemons
+    // are asked (docs/datasets.md, "Across nodes").
+    if let (Some(cluster), Some(node)) = (&ctx.cluster, &ctx.node_id) {
+        cfg.node = node.clone();
+        let timeout = std::env::var("CKPTFS_NODE_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(std::time::Duration::from_millis)
+            .unwrap_or(std::time::Duration::from_secs(3));
+        let nodes = ckptfs_node::datasets::ClusterNodes::new(cluster.clone(), node, store.clone(), timeout)?;
+        return Ok(Datasets::new(store, cfg, Box::new(nodes)));
+    }
     Ok(Datasets::single_node(store, cfg))
+}
+
+fn job_json(d: &ckptfs_datasets::JobDataset, evict: &[u64]) -> serde_json::Value {
+    serde_json::json!({
+        "id": d.id,
+        "name": d.name,
+        "state": d.state.name(),
+        "complete": d.state == ckptfs_datasets::JobState::Complete,
+        "reason": d.state.reason(),
+        "size": d.size(),
+        "files": d.parts.values().map(|p| p.files.len()).sum::<usize>(),
+        "levels": d.levels(),
+        "nodes": d.parts.keys().collect::<Vec<_>>(),
+        "unreachable": d.unreachable,
+        "created_ns": d.created_ns,
+        "closed_ns": d.closed_ns,
+        "evicted_next": evict.contains(&d.id),
+    })
+}
+
+/// `ckpt list` across the job's nodes.
+fn list_job(ds: &Datasets, json: bool) -> Result<()> {
+    let all = ds.job_list()?;
+    let (local, _) = ds.list()?;
+    let evict = ds.next_evictions(&local);
+    if json {
+        let v = serde_json::json!({
+            "node": ds.config().node,
+            "datasets": all.iter().map(|d| job_json(d, &evict)).collect::<Vec<_>>(),
+            "evicted_next": evict,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{:>5}  {:<20} {:<10} {:>10} {:<18} {:>6}  note (job-wide)",
+        "ID", "NAME", "STATE", "SIZE", "LEVELS", "AGE"
+    );
+    for d in &all {
+        let mut note = d.state.reason().unwrap_or_default().to_string();
+        if evict.contains(&d.id) {
+            note = "evicted from memory when the next dataset completes".into();
+        }
+        if !d.unreachable.is_empty() && note.is_empty() {
+            note = format!("unreachable: {}", d.unreachable.join(","));
+        }
+        let levels = d.levels().join(",");
+        println!(
+            "{:>5}  {:<20} {:<10} {:>10} {:<18} {:>6}  {}",
+            d.id,
+            esc(&d.name),
+            d.state.name(),
+            human(d.size()),
+            if levels.is_empty() { "-" } else { levels.as_str() },
+            age(d.closed_ns.unwrap_or(d.created_ns)),
+            esc(&note)
+        );
+    }
+    Ok(())
 }
 
 fn age(ns: u64) -> String {
@@ -136,6 +207,7 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
                     .unwrap_or_default()
             );
         }
+        CkptCommand::List { json } if ctx.cluster.is_some() && ctx.node_id.is_some() => list_job(&ds, json)?,
         CkptCommand::List { json } => {
             let (mut all, bad) = ds.list()?;
             for d in all.iter_mut() {
@@ -262,6 +334,11 @@ pub fn restart_before_run(ctx: &Ctx, dest: &[PathBuf]) -> Result<Option<String>>
                 r.restored.len(),
                 human(bytes)
             );
+            for (path, from) in &r.sources {
+                if from != "local" {
+                    eprintln!("ckptfs run:   {} from {}", esc(path), esc(from));
+                }
+            }
             Ok(Some(d.name.clone()))
         }
         None => {

@@ -27,14 +27,17 @@
 mod completion;
 mod config;
 mod error;
+pub mod jobwide;
 mod ops;
 pub mod policy;
 pub mod record;
 mod restart;
+mod restart_cluster;
 
-pub use completion::{Agreement, Completion, SingleNode};
+pub use completion::{Agreement, Completion, JobNodes, NodeRecords, SingleNode, Want};
 pub use config::{check_component, glob_match, CompleteRule, Config, FailureRule};
 pub use error::{DatasetError, Result};
+pub use jobwide::{judge, JobDataset, JobState, Views};
 pub use ops::{check_name, file_crc, Datasets};
-pub use record::{Dataset, DecisionRec, FileRec, Part, State};
-pub use restart::{Restart, Skipped, Source};
+pub use record::{Dataset, DecisionRec, FileRec, NodePart, Part, State};
+pub use restart::{pfs_has as pfs_holds, Restart, Skipped, Source};
