@@ -122,11 +122,13 @@ fn list_job(ds: &Datasets, json: bool) -> Result<()> {
     let all = ds.job_list()?;
     let (local, _) = ds.list()?;
     let evict = ds.next_evictions(&local);
+    let prune = ds.next_pfs_prunes(&local);
     if json {
         let v = serde_json::json!({
             "node": ds.config().node,
             "datasets": all.iter().map(|d| job_json(d, &evict)).collect::<Vec<_>>(),
             "evicted_next": evict,
+            "pfs_pruned_next": prune,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -139,6 +141,9 @@ fn list_job(ds: &Datasets, json: bool) -> Result<()> {
         let mut note = d.state.reason().unwrap_or_default().to_string();
         if evict.contains(&d.id) {
             note = "evicted from memory when the next dataset completes".into();
+        }
+        if prune.contains(&d.id) {
+            note = "removed from the PFS when the next dataset reaches it".into();
         }
         if !d.unreachable.is_empty() && note.is_empty() {
             note = format!("unreachable: {}", d.unreachable.join(","));
@@ -182,6 +187,7 @@ fn list_json(d: &Dataset) -> serde_json::Value {
         "reason": d.reason,
         "evicted": d.evicted,
         "flush": d.flush,
+        "pfs_pruned": d.pfs_pruned,
         "decision": d.decision.as_ref().map(|x| x.level.clone()),
     })
 }
@@ -214,10 +220,12 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
                 ds.refresh_levels(d);
             }
             let evict = ds.next_evictions(&all);
+            let prune = ds.next_pfs_prunes(&all);
             if json {
                 let v = serde_json::json!({
                     "datasets": all.iter().map(list_json).collect::<Vec<_>>(),
                     "evicted_next": evict,
+                    "pfs_pruned_next": prune,
                     "bad_records": bad.iter().map(|(p, m)| serde_json::json!({"path": p, "error": m})).collect::<Vec<_>>(),
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
@@ -230,6 +238,9 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
                     let mut note = d.reason.clone().unwrap_or_default();
                     if evict.contains(&d.id) {
                         note = "evicted from memory when the next dataset completes".into();
+                    }
+                    if prune.contains(&d.id) {
+                        note = "removed from the PFS when the next dataset reaches it".into();
                     }
                     if let Some(dec) = &d.decision {
                         if note.is_empty() {

@@ -357,8 +357,8 @@ fn four_nodes_two_ranks_restart_from_the_newest_wholly_recoverable_dataset() {
             job.lose(x);
             held.lose(x);
             // Other nodes whose partner this was may copy to a stand-in meanwhile.
-            for o in 0..NODES {
-                if partner[o] == x {
+            for (o, &p) in partner.iter().enumerate() {
+                if p == x {
                     for d in &model {
                         for (p, _) in d.files.get(&o).into_iter().flatten() {
                             held.maybe

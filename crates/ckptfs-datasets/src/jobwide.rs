@@ -400,3 +400,131 @@ impl Views {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{FileRec, Part, FORMAT};
+
+    fn rec(node: &str, id: u64, name: &str, ranks: &[(&str, State)], done: bool) -> Dataset {
+        Dataset {
+            format: FORMAT.into(),
+            id,
+            name: name.into(),
+            job: "j".into(),
+            state: State::Open,
+            reason: None,
+            created_ns: 1,
+            closed_ns: None,
+            parts_expected: 4,
+            parts: ranks
+                .iter()
+                .map(|(r, s)| {
+                    (
+                        r.to_string(),
+                        Part {
+                            state: *s,
+                            begun_ns: 1,
+                            done_ns: None,
+                            pid: None,
+                            pid_start: None,
+                        },
+                    )
+                })
+                .collect(),
+            dir: None,
+            files: [(
+                format!("/c/{node}/{id}"),
+                FileRec {
+                    size: 10,
+                    crc32c: 7,
+                    mtime_ns: 1,
+                    levels: vec!["local".into()],
+                },
+            )]
+            .into(),
+            decision: None,
+            flush: false,
+            evicted: false,
+            node: Some(node.into()),
+            local_expected: Some(2),
+            node_done: done,
+            nodes: BTreeMap::new(),
+            pfs_pruned: false,
+        }
+    }
+
+    fn views(by: Vec<(&str, NodeRecords)>) -> Views {
+        Views {
+            me: "a".into(),
+            nodes: vec!["a".into(), "b".into()],
+            by_node: by.into_iter().map(|(n, r)| (n.to_string(), r)).collect(),
+        }
+    }
+
+    const C: State = State::Complete;
+    const O: State = State::Open;
+
+    #[test]
+    fn complete_only_when_every_rank_on_every_node_is_in_and_checked() {
+        let a = rec("a", 1, "s", &[("0", C), ("1", C)], true);
+        let b_open = rec("b", 1, "s", &[("2", C), ("3", O)], false);
+        let v = views(vec![("a", Ok(vec![a.clone()])), ("b", Ok(vec![b_open]))]);
+        assert!(matches!(judge(&v, 1, 4).state, JobState::Open(_)));
+        let b = rec("b", 1, "s", &[("2", C), ("3", C)], true);
+        let v = views(vec![("a", Ok(vec![a.clone()])), ("b", Ok(vec![b]))]);
+        let j = judge(&v, 1, 4);
+        assert_eq!(j.state, JobState::Complete);
+        assert_eq!(j.parts.len(), 2);
+        assert_eq!(j.size(), 20);
+        // b has not begun yet: waiting, not lost.
+        let v = views(vec![("a", Ok(vec![a])), ("b", Ok(vec![]))]);
+        assert!(matches!(judge(&v, 1, 4).state, JobState::Open(_)));
+    }
+
+    #[test]
+    fn d7_a_node_lost_or_replaced_before_its_part_makes_it_incomplete() {
+        let a = rec("a", 1, "s", &[("0", C), ("1", C)], true);
+        let v = views(vec![
+            ("a", Ok(vec![a.clone()])),
+            ("b", Err("connection refused".into())),
+        ]);
+        match judge(&v, 1, 4).state {
+            JobState::Incomplete(r) => assert!(r.contains("node b was lost"), "{r}"),
+            s => panic!("{s:?}"),
+        }
+        // A replacement (empty store) that began a newer dataset without this one.
+        let newer = rec("b", 2, "t", &[("2", O)], false);
+        let v = views(vec![("a", Ok(vec![a.clone()])), ("b", Ok(vec![newer]))]);
+        match judge(&v, 1, 4).state {
+            JobState::Incomplete(r) => assert!(r.contains("began dataset 2 later"), "{r}"),
+            s => panic!("{s:?}"),
+        }
+        // Once agreed complete, a later loss does not change the verdict.
+        let mut done = a;
+        done.state = State::Complete;
+        done.nodes = [(
+            "a".to_string(),
+            NodePart {
+                ranks: vec!["0".into()],
+                files: BTreeMap::new(),
+            },
+        )]
+        .into();
+        let v = views(vec![("a", Ok(vec![done])), ("b", Err("gone".into()))]);
+        assert_eq!(judge(&v, 1, 4).state, JobState::Complete);
+    }
+
+    #[test]
+    fn an_invalid_or_incomplete_part_or_differing_names_decide_for_the_job() {
+        let a = rec("a", 1, "s", &[("0", C), ("1", C)], true);
+        let mut b = rec("b", 1, "s", &[("2", C), ("3", State::Invalid)], false);
+        b.state = State::Invalid;
+        b.reason = Some("rank 3 completed it as invalid".into());
+        let v = views(vec![("a", Ok(vec![a.clone()])), ("b", Ok(vec![b]))]);
+        assert!(matches!(judge(&v, 1, 4).state, JobState::Invalid(r) if r.contains("node b")));
+        let b = rec("b", 1, "other", &[("2", C), ("3", C)], true);
+        let v = views(vec![("a", Ok(vec![a])), ("b", Ok(vec![b]))]);
+        assert!(matches!(judge(&v, 1, 4).state, JobState::Incomplete(r) if r.contains("calls it")));
+    }
+}

@@ -29,6 +29,7 @@ mod config;
 mod error;
 pub mod jobwide;
 mod ops;
+mod pfs_retention;
 pub mod policy;
 pub mod record;
 mod restart;

@@ -347,9 +347,15 @@ impl Datasets {
         self.close(ds, State::Complete, None)
     }
 
+    /// Retention: in memory (`dataset_keep_memory`), then on the PFS (`dataset_keep_pfs`).
+    pub(crate) fn retention_locked(&self) -> Result<()> {
+        self.memory_retention_locked()?;
+        self.prune_pfs_locked()
+    }
+
     /// Datasets beyond the newest `keep_memory` complete ones lose their local copies
     /// (files whose content is still the dataset's and that no newer dataset holds).
-    pub(crate) fn retention_locked(&self) -> Result<()> {
+    fn memory_retention_locked(&self) -> Result<()> {
         let k = self.cfg.keep_memory as usize;
         if k == 0 {
             return Ok(());
