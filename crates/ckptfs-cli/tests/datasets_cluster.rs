@@ -500,3 +500,36 @@ fn four_nodes_two_ranks_restart_from_the_newest_wholly_recoverable_dataset() {
     assert!(restarts >= 5, "only {restarts} restarts");
     eprintln!("done in {:.1} s", t0.elapsed().as_secs_f64());
 }
+
+#[test]
+fn bench_datasets_partner_times_every_level() {
+    let port = (47284..47298)
+        .step_by(2)
+        .find(|&b| (b..b + 2).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
+        .expect("no 2 free ports in 47284-47299");
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ckptfs"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CKPTFS_") {
+            c.env_remove(k);
+        }
+    }
+    let o = c
+        .env("HOME", dir.path())
+        .args(["bench", "datasets", "--partner", "--size", "4M", "--json"])
+        .args(["--port", &port.to_string()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for k in [
+        "complete (job-wide)",
+        "complete + partner copy",
+        "complete + on the PFS",
+        "restart from local",
+        "restart from partner",
+        "restart from the PFS",
+    ] {
+        assert!(v["seconds"][k].as_f64().is_some_and(|s| s > 0.0), "{k}: {v}");
+    }
+}
