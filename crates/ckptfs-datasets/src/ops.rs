@@ -370,7 +370,15 @@ impl Datasets {
         let (old, keep) = complete.split_at(complete.len() - k);
         let kept: std::collections::HashSet<String> =
             keep.iter().flat_map(|&i| all[i].files.keys().cloned()).collect();
+        // Memory copies go only once a newer dataset is protected beyond this node's
+        // memory (partner or PFS level), when such a level exists.
+        let Some(safe) = complete.iter().rev().find(|&&i| self.protected(&all[i])).copied() else {
+            return Ok(());
+        };
         for &i in old {
+            if i >= safe {
+                break;
+            }
             let d = &mut all[i];
             if d.evicted {
                 continue;
@@ -380,6 +388,24 @@ impl Datasets {
             record::save(&self.store, d)?;
         }
         Ok(())
+    }
+
+    /// Whether `d` is held beyond this node's memory: on the partner level (cluster) or
+    /// on the PFS (a destination given); with neither level configured, every complete
+    /// dataset counts as protected.
+    fn protected(&self, d: &Dataset) -> bool {
+        if let Some(nodes) = self.completion.job_nodes() {
+            let mut v = vec![d.clone()];
+            nodes.fill_levels(&mut v, &self.cfg.dests);
+            return v[0].levels().iter().any(|l| l == "partner" || l == "pfs");
+        }
+        if self.cfg.dests.is_empty() {
+            return true;
+        }
+        !d.files.is_empty()
+            && d.files
+                .iter()
+                .all(|(p, f)| crate::restart::pfs_has(&self.cfg.dests, p, f.size, f.crc32c))
     }
 
     fn remove_local(&self, d: &mut Dataset, keep: &std::collections::HashSet<String>) {

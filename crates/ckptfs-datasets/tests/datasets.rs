@@ -691,3 +691,32 @@ fn keep_pfs_keeps_the_newest_m_datasets_on_the_pfs_and_says_which_go_next() {
     // Datasets 1 and 2 are on no level any more.
     assert!(r.skipped.iter().all(|s| s.id == 4));
 }
+
+#[test]
+fn memory_copies_go_only_once_a_newer_dataset_is_protected() {
+    let fx = fixture();
+    let dest = tempfile::tempdir().unwrap();
+    let mut c = cfg("0");
+    c.dests = vec![dest.path().to_path_buf()];
+    c.keep_memory = 1;
+    let ds = Datasets::single_node(fx.store.clone(), c);
+    for s in 1..=2u64 {
+        ds.begin(&format!("s{s}"), None).unwrap();
+        write(&fx.store, &format!("/m{s}"), &content(s, 0));
+        ds.complete(None, true).unwrap();
+    }
+    // Dataset 2 is complete but only in memory: dataset 1 stays.
+    let (all, _) = ds.list().unwrap();
+    assert!(!all[0].evicted && fx.store.stat("/m1").is_ok());
+    // Once dataset 2 is on the PFS, dataset 1 leaves memory.
+    let mut acfg = ckptfs_agent::AgentConfig::new(&[dest.path().to_path_buf()]);
+    acfg.node_id = "n0".into();
+    ckptfs_agent::Agent::new(&fx.store, acfg)
+        .unwrap()
+        .run_once()
+        .unwrap();
+    let (all, _) = ds.list().unwrap();
+    assert!(all[0].evicted && !all[1].evicted);
+    assert!(fx.store.stat("/m1").is_err());
+    assert_eq!(read(&fx.store, "/m2"), content(2, 0));
+}
