@@ -183,6 +183,9 @@ pub fn run(size: u64, files: u32, dest: &Path, port: u16) -> Result<Vec<(&'stati
     if r.chosen.is_none() || !r.restored.is_empty() {
         bail!("restart from memory: {:?}", r.skipped);
     }
+    // node1 is lost from here on: its daemon stopped (it would pass the removals below
+    // on to its partner as deletes), its files removed (its records kept).
+    bed.stop(0);
     // The PFS: node1's files gone, its partner stopped.
     bed.stop(1);
     for p in &paths {

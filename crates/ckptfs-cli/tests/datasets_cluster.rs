@@ -69,7 +69,7 @@ impl Job {
             .env("CKPTFS_RANK", rank.to_string())
             .env("CKPTFS_NRANKS", RANKS.to_string())
             .env("CKPTFS_LOCAL_NRANKS", "2")
-            .env("CKPTFS_NODE_TIMEOUT_MS", "3000")
+            .env("CKPTFS_NODE_TIMEOUT_MS", "10000")
             .env("CKPTFS_PRELOAD_LIB", preload_lib())
             .args(["--cluster", "c.toml", "--node-id", &node(n)])
             .args(args);

@@ -83,10 +83,16 @@ pub trait JobNodes: Send + Sync {
     /// Every other node's dataset records of `job` (an error text when a node could not
     /// be asked: unreachable, refused).
     fn records(&self, job: &str) -> std::collections::BTreeMap<String, NodeRecords>;
-    /// For each other node, which of `files` of node `owner` it holds with exactly this
-    /// content (size and CRC32C): the owner's own store when asking the owner, a partner
-    /// copy when asking any other node. Nodes that cannot be asked are left out.
-    fn holders(&self, owner: &str, files: &[Want]) -> std::collections::BTreeMap<String, Vec<bool>>;
+    /// For each node of `ask` (this node excluded), which of `files` of node `owner` it
+    /// holds with exactly this content (size and CRC32C): the owner's own store when
+    /// asking the owner, a partner copy when asking any other node. Nodes that cannot be
+    /// asked are left out.
+    fn holders(
+        &self,
+        owner: &str,
+        files: &[Want],
+        ask: &[String],
+    ) -> std::collections::BTreeMap<String, Vec<bool>>;
     /// Set the levels of this node's own records' files as this node sees them now
     /// (local, partner, pfs), the same way its daemon answers other nodes.
     fn fill_levels(&self, local: &mut [Dataset], dests: &[std::path::PathBuf]);

@@ -41,11 +41,29 @@ impl Datasets {
         } else {
             vec![false; wants.len()]
         };
-        let holders = if local.iter().all(|x| *x) {
-            BTreeMap::new()
-        } else {
-            nodes.holders(owner, &wants)
-        };
+        // The owner's own store first; partners only for what it lacks (each answer
+        // reads the files for their CRC32C).
+        let mut holders: BTreeMap<String, Vec<bool>> = BTreeMap::new();
+        if owner != me {
+            holders.extend(nodes.holders(owner, &wants, &[owner.to_string()]));
+        }
+        let owner_has = |k: usize| holders.get(owner).and_then(|v| v.get(k)).copied() == Some(true);
+        let missing: Vec<usize> = (0..wants.len()).filter(|&k| !local[k] && !owner_has(k)).collect();
+        if !missing.is_empty() {
+            let sub: Vec<Want> = missing.iter().map(|&k| wants[k].clone()).collect();
+            let others: Vec<String> = nodes
+                .nodes()
+                .into_iter()
+                .filter(|n| n != me && n != owner)
+                .collect();
+            for (n, v) in nodes.holders(owner, &sub, &others) {
+                let mut full = vec![false; wants.len()];
+                for (j, &k) in missing.iter().enumerate() {
+                    full[k] = v.get(j).copied().unwrap_or(false);
+                }
+                holders.insert(n, full);
+            }
+        }
         let mut out = Vec::new();
         for (k, w) in wants.iter().enumerate() {
             let held_by = |n: &str| holders.get(n).and_then(|v| v.get(k)).copied() == Some(true);

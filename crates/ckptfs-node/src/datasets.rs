@@ -235,6 +235,12 @@ impl ClusterNodes {
             .filter(|n| n.id != self.asker.me)
             .map(|n| n.id.clone())
             .collect();
+        self.ask(&others, req)
+    }
+
+    /// Ask `nodes` (never this one) the same question at once.
+    fn ask(&self, nodes: &[String], req: &Request) -> BTreeMap<String, std::result::Result<Reply, String>> {
+        let others: Vec<String> = nodes.iter().filter(|n| **n != self.asker.me).cloned().collect();
         self.rt.block_on(async {
             let mut set = tokio::task::JoinSet::new();
             for n in others {
@@ -278,12 +284,12 @@ impl JobNodes for ClusterNodes {
             .collect()
     }
 
-    fn holders(&self, owner: &str, files: &[Want]) -> BTreeMap<String, Vec<bool>> {
+    fn holders(&self, owner: &str, files: &[Want], ask: &[String]) -> BTreeMap<String, Vec<bool>> {
         let req = Request::Holds {
             owner: owner.to_string(),
             files: files.to_vec(),
         };
-        self.ask_all(&req)
+        self.ask(ask, &req)
             .into_iter()
             .filter_map(|(n, r)| match r {
                 Ok(Reply::Holds(v)) if v.len() == files.len() => Some((n, v)),
