@@ -159,18 +159,26 @@ struct Asker {
 }
 
 impl Asker {
+    /// Connect and authenticate. A refused connection fails at once (no daemon there);
+    /// a slow one (a loaded node) is tried once more with twice the time before the
+    /// node counts as lost.
     async fn connect(&self, node: &str) -> std::result::Result<Conn, String> {
         let addr = self.cluster.node(node).map_err(|e| e.to_string())?.addr.clone();
-        match tokio::time::timeout(
-            self.connect_timeout,
-            Conn::connect(&addr, &self.me, &self.secret, &self.cluster),
-        )
-        .await
-        {
-            Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(format!("{addr}: {e}")),
-            Err(_) => Err(format!("{addr}: no answer in {:?}", self.connect_timeout)),
+        let mut wait = self.connect_timeout;
+        for attempt in 0..2 {
+            match tokio::time::timeout(wait, Conn::connect(&addr, &self.me, &self.secret, &self.cluster))
+                .await
+            {
+                Ok(Ok(c)) => return Ok(c),
+                Ok(Err(e)) => return Err(format!("{addr}: {e}")),
+                Err(_) if attempt == 0 => wait *= 2,
+                Err(_) => {}
+            }
         }
+        Err(format!(
+            "{addr}: no answer in {:?} and then {wait:?}",
+            self.connect_timeout
+        ))
     }
 
     async fn ask(&self, node: &str, req: &Request) -> std::result::Result<Reply, String> {
