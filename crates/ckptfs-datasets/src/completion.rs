@@ -3,9 +3,10 @@
 //!
 //! Each participant records its own part in its node's record ([`crate::Datasets::complete`]).
 //! Whether *all* parts are in is asked of a [`Completion`]: [`SingleNode`] looks at
-//! this node's record alone (every rank of the job writes to this node's store); the node
-//! daemon's implementation (when its peer transport is merged) asks every node of the
-//! cluster for its parts and answers complete only when all of them are.
+//! this node's record alone (every rank of the job writes to this node's store); across
+//! nodes, [`Completion::job_nodes`] gives the other nodes ([`JobNodes`], implemented by
+//! `ckptfs_node::datasets::ClusterNodes` over the daemons' transport) and the job-wide
+//! rules of `jobwide` decide.
 
 use crate::record::{Dataset, State};
 

@@ -1,6 +1,6 @@
 //! Restart from the newest dataset that can be wholly recovered from the levels this
 //! node can see: its own store first, then the drain destinations (PFS manifests, via
-//! the agent's checked restore). Partner copies join when the node daemon is merged.
+//! the agent's checked restore). Across nodes, restart_cluster.rs adds partner memory.
 
 use crate::error::Result;
 use crate::ops::{file_crc, Datasets};
