@@ -108,9 +108,8 @@ impl Job {
     }
 
     fn addr(&self, n: usize) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join("c.toml")).unwrap();
-        let v: toml_lite::Nodes = toml_lite::parse(&text);
-        v[n].clone()
+        let c = ckptfs_cluster::Cluster::load(&self.dir.path().join("c.toml")).unwrap();
+        c.nodes[n].addr.clone()
     }
 
     /// Node loss: the daemon SIGKILLed, the store (node memory) destroyed.
@@ -154,17 +153,6 @@ impl Drop for Job {
                 );
             }
         }
-    }
-}
-
-/// The node addresses of a cluster file, in order (enough TOML for `addr = "..."`).
-mod toml_lite {
-    pub type Nodes = Vec<String>;
-    pub fn parse(text: &str) -> Nodes {
-        text.lines()
-            .filter_map(|l| l.trim().strip_prefix("addr = "))
-            .map(|a| a.trim_matches('"').to_string())
-            .collect()
     }
 }
 

@@ -15,7 +15,7 @@ use crate::ops::Datasets;
 use crate::record::{self, Dataset, State};
 use crate::restart::pfs_has;
 use ckptfs_agent::dest::{DestIo, PosixDest};
-use ckptfs_agent::manifest::{self, Manifest};
+use ckptfs_agent::manifest;
 use std::path::{Path, PathBuf};
 
 /// Remove `path`'s PFS copies (size and CRC32C as given) from every destination; how many.
@@ -37,17 +37,13 @@ fn remove_copies(dests: &[PathBuf], path: &str, size: u64, crc: u32) -> usize {
                 continue;
             }
             m.files.remove(name);
-            if save(&io, &m, &here).is_ok() {
+            if m.save(&io, &here).is_ok() {
                 let _ = io.remove(&here.join(name));
                 n += 1;
             }
         }
     }
     n
-}
-
-fn save(io: &dyn DestIo, m: &Manifest, dir: &Path) -> std::result::Result<(), ckptfs_agent::AgentError> {
-    m.save(io, dir)
 }
 
 impl Datasets {
