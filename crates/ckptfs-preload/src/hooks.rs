@@ -10,7 +10,9 @@
 
 use crate::dir;
 use crate::ops;
-use crate::state::{self, maybe_store_fd, Desc, Loc, R};
+use crate::ops::close_store;
+use crate::resolve::Loc;
+use crate::state::{self, maybe_store_fd, Desc, R};
 use crate::stdio;
 use crate::sys::{self, guarded, in_shim, real, ret, set_errno};
 use std::ffi::{c_char, c_int, c_long, c_uint, c_void, CStr};
@@ -45,7 +47,7 @@ pub(crate) unsafe fn on_path<T: From<i8>>(
     // SAFETY: path is the caller's C string (or null, which classify passes through).
     // The re-entrancy test (a TLS access) comes after the cheap prefix test, so that
     // pass-through calls never pay for it.
-    match unsafe { state::classify(dirfd, path) } {
+    match unsafe { crate::resolve::classify(dirfd, path) } {
         Ok(Loc::Real) => real(dirfd, path),
         _ if in_shim() => real(dirfd, path),
         Ok(Loc::RealAbs(p)) => real(libc::AT_FDCWD, p.as_ptr()),
@@ -59,18 +61,11 @@ pub(crate) unsafe fn on_path<T: From<i8>>(
 fn fresh_fd(fd: c_int) -> c_int {
     if fd >= 0 && maybe_store_fd(fd) {
         let _ = guarded(|| {
-            state::forget_stale(fd);
+            crate::ops::forget_stale(fd);
             Ok(())
         });
     }
     fd
-}
-
-/// Close store descriptor `fd` (None if it is not one).
-pub fn close_store(fd: c_int) -> Option<R<c_int>> {
-    let d = state::remove(fd)?;
-    state::raw_close(fd);
-    Some(state::release(d).map(|_| 0))
 }
 
 unsafe fn iov<'a>(iov: *const libc::iovec, cnt: c_int) -> R<Vec<&'a mut [u8]>> {
@@ -451,7 +446,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         crate::dirfds::forget_range(first, last);
         let _ = guarded(|| {
             for (_, d) in state::remove_range(first, last) {
-                let _ = state::release(d);
+                let _ = crate::ops::release(d);
             }
             Ok(())
         });
@@ -488,7 +483,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
             if state::desc_of(fd).is_some() {
                 install_dup(fd, n)
             } else {
-                state::forget_stale(n);
+                crate::ops::forget_stale(n);
                 Ok(n)
             }
         }));
@@ -508,7 +503,7 @@ unsafe fn dup_to(old: c_int, new: c_int, flags: c_int, three: bool) -> c_int {
     }
     ret(guarded(|| {
         if let Some(d) = state::remove(new) {
-            let _ = state::release(d);
+            let _ = crate::ops::release(d);
         }
         if state::desc_of(old).is_some() {
             let r = install_dup(old, new);
@@ -961,7 +956,7 @@ pub unsafe extern "C" fn renameat2(
         return ret(Err(libc::EFAULT));
     }
     // SAFETY: caller C strings.
-    let (l1, l2) = match unsafe { (state::classify(d1, p1), state::classify(d2, p2)) } {
+    let (l1, l2) = match unsafe { (crate::resolve::classify(d1, p1), crate::resolve::classify(d2, p2)) } {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => return ret(Err(e)),
     };
@@ -1019,7 +1014,7 @@ unsafe fn link_like(
         return ret(Err(libc::EFAULT));
     }
     // SAFETY: caller C strings.
-    let (l1, l2) = match unsafe { (state::classify(d1, p1), state::classify(d2, p2)) } {
+    let (l1, l2) = match unsafe { (crate::resolve::classify(d1, p1), crate::resolve::classify(d2, p2)) } {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => return ret(Err(e)),
     };
@@ -1341,7 +1336,7 @@ pub unsafe extern "C" fn chdir(p: *const c_char) -> c_int {
             |_, p| {
                 let r = real!(chdir: fn(*const c_char) -> c_int; -1; p);
                 if r == 0 {
-                    state::set_vcwd(None);
+                    crate::cwd::set_vcwd(None);
                 }
                 r
             },
@@ -1350,7 +1345,7 @@ pub unsafe extern "C" fn chdir(p: *const c_char) -> c_int {
                 if st.kind != ckptfs_store::FileKind::Dir {
                     return Err(libc::ENOTDIR);
                 }
-                state::set_vcwd(Some(crate::paths::full_path(&state::mounts()[m], p)));
+                crate::cwd::set_vcwd(Some(crate::paths::full_path(&state::mounts()[m], p)));
                 Ok(0)
             },
         )
@@ -1362,13 +1357,13 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
         if !d.is_dir {
             return Err(libc::ENOTDIR);
         }
-        state::set_vcwd(Some(d.full_path()));
+        crate::cwd::set_vcwd(Some(d.full_path()));
         Ok(0)
     })
     .unwrap_or_else(|| {
         let r = real!(fchdir: fn(c_int) -> c_int; -1; fd);
         if r == 0 {
-            state::set_vcwd(None);
+            crate::cwd::set_vcwd(None);
         }
         r
     })
@@ -1376,7 +1371,7 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn getcwd(b: *mut c_char, size: usize) -> *mut c_char {
     if !in_shim() {
-        if let Some(v) = state::vcwd() {
+        if let Some(v) = crate::cwd::vcwd() {
             let bytes = v.as_bytes();
             if b.is_null() {
                 let n = if size == 0 { bytes.len() + 1 } else { size };
@@ -1421,7 +1416,7 @@ pub unsafe extern "C" fn opendir(p: *const c_char) -> *mut libc::DIR {
         return real_open(0, p);
     }
     // SAFETY: caller C string.
-    match unsafe { state::classify(libc::AT_FDCWD, p) } {
+    match unsafe { crate::resolve::classify(libc::AT_FDCWD, p) } {
         Ok(Loc::Real) => real_open(0, p),
         Ok(Loc::RealAbs(c)) => real_open(0, c.as_ptr()),
         Ok(Loc::Store(m, sp)) => match guarded(|| {
@@ -1537,7 +1532,7 @@ unsafe fn fopen_impl(p: *const c_char, mode: *const c_char, sixty_four: bool) ->
         return fwd(p);
     }
     // SAFETY: caller C string.
-    match unsafe { state::classify(libc::AT_FDCWD, p) } {
+    match unsafe { crate::resolve::classify(libc::AT_FDCWD, p) } {
         Ok(Loc::Real) => fwd(p),
         Ok(Loc::RealAbs(c)) => fwd(c.as_ptr()),
         Ok(Loc::Store(m, sp)) => {
@@ -1586,7 +1581,7 @@ unsafe fn freopen_impl(p: *const c_char, mode: *const c_char, f: *mut libc::FILE
         Ok(Loc::Real)
     } else {
         // SAFETY: caller C string or null (checked above).
-        unsafe { state::classify(libc::AT_FDCWD, p) }
+        unsafe { crate::resolve::classify(libc::AT_FDCWD, p) }
     };
     let fail = |e| {
         set_errno(e);
@@ -1897,7 +1892,7 @@ pub unsafe extern "C" fn sendfile64(out: c_int, fin: c_int, off: *mut Off, count
 
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    state::before_exit();
+    crate::lifecycle::before_exit();
     // SAFETY: the raw exit_group syscall never returns.
     unsafe { libc::syscall(libc::SYS_exit_group, status) };
     unreachable!()
