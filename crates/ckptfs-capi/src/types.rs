@@ -272,7 +272,13 @@ mod header_sync {
         }
         code += rest;
         let declared = names_before_paren(&code, "ckptfs_");
-        let src = concat!(include_str!("ffi.rs"), include_str!("datasets.rs"));
+        let src = concat!(
+            include_str!("ffi/mod.rs"),
+            include_str!("ffi/files.rs"),
+            include_str!("ffi/namespace.rs"),
+            include_str!("ffi/region.rs"),
+            include_str!("datasets.rs"),
+        );
         let exported: BTreeSet<String> = src
             .split("extern \"C\" fn ")
             .skip(1)
