@@ -27,6 +27,7 @@
 mod completion;
 mod config;
 mod error;
+pub mod levels_record;
 mod ops;
 pub mod policy;
 pub mod record;
