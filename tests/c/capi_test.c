@@ -1,5 +1,5 @@
 /*
- * capi_test.c - exercises the file, namespace and mount calls of include/ckptfs.h
+ * capi_test.c - exercises the file, namespace, mount and levels calls of include/ckptfs.h
  * through libckptfs (capi_region_test.c covers the data-region calls, the limits, the
  * environment and damaged segments).
  *
@@ -432,6 +432,98 @@ static void t_unmount(void) {
     CHECK_EQ(ckptfs_unmount("/ckpt"), -EINVAL);
 }
 
+/* Which levels hold a file: the node daemon's record (/.ckptfs/levels.json, written
+ * here as the daemon writes it) counts a partner copy only for the current version. */
+static int write_levels_record(const char *json) {
+    int r = ckptfs_mkdir("/ckpt/.ckptfs", 0700);
+    if (r != 0 && r != -EEXIST)
+        return r;
+    r = put_file("/ckpt/.ckptfs/levels.json.tmp", json, strlen(json));
+    return r ? r : ckptfs_rename("/ckpt/.ckptfs/levels.json.tmp", "/ckpt/.ckptfs/levels.json");
+}
+
+static void t_levels(void) {
+    struct ckptfs_stat a, b;
+    ckptfs_levels lv;
+    char json[1024], list[64];
+    int fd;
+
+    CHECK_EQ(ckptfs_mkdir("/ckpt/lv", 0755), 0);
+    CHECK_EQ(put_file("/ckpt/lv/a.dat", "version one", 11), 0);
+    CHECK_EQ(put_file("/ckpt/lv/b.dat", "b", 1), 0);
+    CHECK_EQ(ckptfs_stat("/ckpt/lv/a.dat", &a), 0);
+    CHECK_EQ(ckptfs_stat("/ckpt/lv/b.dat", &b), 0);
+
+    /* No record (no node daemon): local only. */
+    memset(&lv, 0xff, sizeof lv);
+    CHECK_EQ(ckptfs_file_levels("/ckpt/lv/a.dat", &lv), 0);
+    CHECK_EQ(lv.flags, CKPTFS_LEVEL_LOCAL);
+    CHECK_EQ(lv.partners, 0);
+    CHECK_EQ(lv.refused, 0);
+    CHECK_EQ(lv.reserved, 0);
+    CHECK_EQ(ckptfs_file_partners("/ckpt/lv/a.dat", NULL, 0), 0);
+
+    /* The daemon's record: a.dat copied to node3 and node4; node2 refused b.dat. */
+    snprintf(json, sizeof json,
+             "{\"node\":\"node1\",\"files\":{"
+             "\"/lv/a.dat\":{\"identity\":{\"ino\":%llu,\"generation\":%u,\"size\":%llu,"
+             "\"mtime_ns\":%llu},\"partners\":[\"node3\",\"node4\"],\"refused\":{}},"
+             "\"/lv/b.dat\":{\"identity\":{\"ino\":%llu,\"generation\":%u,\"size\":%llu,"
+             "\"mtime_ns\":%llu},\"partners\":[],\"refused\":{\"node2\":\"ENOSPC\"}}}}",
+             (unsigned long long)a.ino, (unsigned)a.generation, (unsigned long long)a.size,
+             (unsigned long long)a.mtime_ns, (unsigned long long)b.ino, (unsigned)b.generation,
+             (unsigned long long)b.size, (unsigned long long)b.mtime_ns);
+    CHECK_EQ(write_levels_record(json), 0);
+
+    CHECK_EQ(ckptfs_file_levels("/ckpt/lv/a.dat", &lv), 0);
+    CHECK_EQ(lv.flags, CKPTFS_LEVEL_LOCAL | CKPTFS_LEVEL_PARTNER);
+    CHECK_EQ(lv.partners, 2);
+    CHECK_EQ(lv.refused, 0);
+    CHECK_EQ(ckptfs_file_levels("/ckpt/lv/b.dat", &lv), 0);
+    CHECK_EQ(lv.flags, CKPTFS_LEVEL_LOCAL);
+    CHECK_EQ(lv.partners, 0);
+    CHECK_EQ(lv.refused, 1);
+
+    /* The partner ids, as listxattr: the size, too small a buffer, the list. */
+    CHECK_EQ(ckptfs_file_partners("/ckpt/lv/a.dat", NULL, 0), 12);
+    CHECK_EQ(ckptfs_file_partners("/ckpt/lv/a.dat", list, 11), -ERANGE);
+    CHECK_EQ(ckptfs_file_partners("/ckpt/lv/a.dat", NULL, 11), -EFAULT);
+    memset(list, 'x', sizeof list);
+    CHECK_EQ(ckptfs_file_partners("/ckpt/lv/a.dat", list, sizeof list), 12);
+    CHECK(memcmp(list, "node3\0node4\0", 12) == 0);
+    CHECK_EQ(ckptfs_file_partners("/ckpt/lv/b.dat", list, sizeof list), 0);
+
+    /* A stale record: a.dat rewritten since its copies were made has no partner copy. */
+    CHECK_EQ(put_file("/ckpt/lv/a.dat", "version two, longer", 19), 0);
+    CHECK_EQ(ckptfs_file_levels("/ckpt/lv/a.dat", &lv), 0);
+    CHECK_EQ(lv.flags, CKPTFS_LEVEL_LOCAL);
+    CHECK_EQ(lv.partners, 0);
+    CHECK_EQ(ckptfs_file_partners("/ckpt/lv/a.dat", list, sizeof list), 0);
+
+    /* Open for writing: not complete, so not even local. */
+    fd = ckptfs_open("/ckpt/lv/b.dat", O_WRONLY | O_APPEND, 0);
+    CHECK(fd >= 0);
+    CHECK_EQ(ckptfs_write(fd, "more", 4), 4);
+    CHECK_EQ(ckptfs_file_levels("/ckpt/lv/b.dat", &lv), 0);
+    CHECK_EQ(lv.flags, 0);
+    CHECK_EQ(ckptfs_close(fd), 0);
+    CHECK_EQ(ckptfs_file_levels("/ckpt/lv/b.dat", &lv), 0);
+    CHECK_EQ(lv.flags, CKPTFS_LEVEL_LOCAL);
+    CHECK_EQ(lv.refused, 0); /* the refusal was of the old version */
+
+    /* A record that does not parse counts as none (as ckptfs ls -l). */
+    CHECK_EQ(write_levels_record("{not json"), 0);
+    CHECK_EQ(ckptfs_file_levels("/ckpt/lv/b.dat", &lv), 0);
+    CHECK_EQ(lv.flags, CKPTFS_LEVEL_LOCAL);
+
+    CHECK_EQ(ckptfs_file_levels("/ckpt/lv/none", &lv), -ENOENT);
+    CHECK_EQ(ckptfs_file_levels("/ckpt/lv", &lv), -EISDIR);
+    CHECK_EQ(ckptfs_file_levels("/ckpt/lv/a.dat", NULL), -EFAULT);
+    CHECK_EQ(ckptfs_file_levels(NULL, &lv), -EFAULT);
+    CHECK_EQ(ckptfs_file_levels("/elsewhere/a.dat", &lv), -ENOENT);
+    CHECK_EQ(ckptfs_file_partners("/ckpt/lv", list, sizeof list), -EISDIR);
+}
+
 int main(void) {
     char s_main[64], s_small[64];
     pid = (int)getpid();
@@ -454,6 +546,7 @@ int main(void) {
     t_dirs();
     t_enospc(s_small);
     t_rename();
+    t_levels();
     t_unmount();
 
     CHECK_EQ(ckptfs_unmount("/small"), 0);

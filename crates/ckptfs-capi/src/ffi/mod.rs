@@ -50,7 +50,7 @@ pub(crate) fn call(f: impl FnOnce() -> Result<i64>) -> i64 {
     }
 }
 
-fn efault(what: &str) -> CapiError {
+pub(crate) fn efault(what: &str) -> CapiError {
     CapiError::new(libc::EFAULT, format!("{what} is NULL"))
 }
 
@@ -111,8 +111,59 @@ unsafe fn buf<'a>(p: *const c_void, n: usize) -> Result<&'a [u8]> {
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n.min(MAX_IO)) })
 }
 
+/// Write `v` through an output pointer argument (EFAULT when NULL).
+///
+/// # Safety
+/// `p` is NULL or valid for writing a `T` (no alignment needed).
+pub(crate) unsafe fn write_out<T>(p: *mut T, v: T, what: &str) -> Result<()> {
+    if p.is_null() {
+        return Err(efault(what));
+    }
+    // SAFETY: non-NULL and writable per the caller's contract.
+    unsafe { p.write_unaligned(v) };
+    Ok(())
+}
+
+/// Copy `items` into `buf` as consecutive NUL-terminated strings, as `listxattr(2)`
+/// does: returns the bytes of the whole list; with `buf` NULL and `len` 0 only the
+/// length; ERANGE when `len` is smaller; EFAULT for `buf` NULL with `len` > 0.
+///
+/// # Safety
+/// `buf` is NULL or valid for writing `len` bytes.
+pub(crate) unsafe fn copy_list_out(
+    items: &[String],
+    buf: *mut c_char,
+    len: usize,
+    what: &str,
+) -> Result<i64> {
+    let total: usize = items.iter().map(|s| s.len() + 1).sum();
+    if buf.is_null() {
+        return if len == 0 {
+            Ok(total as i64)
+        } else {
+            Err(efault("buffer"))
+        };
+    }
+    if total > len {
+        return Err(CapiError::new(
+            libc::ERANGE,
+            format!("{what} needs {total} bytes, the buffer holds {len}"),
+        ));
+    }
+    let mut at = 0;
+    for s in items {
+        // SAFETY: at + s.len() + 1 <= total <= len bytes are writable per the contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s.as_ptr(), buf.add(at).cast::<u8>(), s.len());
+            buf.add(at + s.len()).write(0);
+        }
+        at += s.len() + 1;
+    }
+    Ok(total as i64)
+}
+
 /// Resolve `path` and run `f` on it; failures name the operation and the caller's path.
-fn at<T>(path: &str, op: &str, f: impl FnOnce(state::Resolved) -> Result<T>) -> Result<T> {
+pub(crate) fn at<T>(path: &str, op: &str, f: impl FnOnce(state::Resolved) -> Result<T>) -> Result<T> {
     state::resolve(path)
         .and_then(f)
         .map_err(|e| e.context(format_args!("{op} {path}")))
