@@ -15,9 +15,14 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
-/// Let the store's first attach register the fork and exit handlers.
+/// Let the store's first attach register the fork and exit handlers. If the store was
+/// attached before (another object's constructor ran first and used a store path),
+/// register them now.
 pub fn install() {
     state::set_attach_hook(register_handlers);
+    if state::attached() {
+        register_handlers();
+    }
 }
 
 // ------------------------------------------------------------------ fork and exit
@@ -52,15 +57,18 @@ extern "C" fn at_exit() {
 /// The process whose memory this is (a vfork child shares it but has another pid).
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 
-/// Register the fork and exit handlers (at the store's first attach).
+/// Register the fork and exit handlers (at the store's first attach; once).
 pub fn register_handlers() {
-    // SAFETY: getpid has no preconditions.
-    OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-    // SAFETY: registering plain extern "C" handlers.
-    unsafe {
-        libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
-        libc::atexit(at_exit);
-    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: getpid has no preconditions.
+        OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+        // SAFETY: registering plain extern "C" handlers.
+        unsafe {
+            libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
+            libc::atexit(at_exit);
+        }
+    });
 }
 
 /// Before _exit: release every store file.
