@@ -1,6 +1,11 @@
 //! Process state of the shim: the attached store, the mount prefixes, the descriptor
-//! table, the shared open-file descriptions, the virtual working directory, and the fork
-//! and exit handlers.
+//! table and the shared open-file descriptions.
+//!
+//! This is the lowest layer of the shim above `sys`, `lock`, `paths` and `shimfds`: it
+//! calls nothing else. The fork and exit handlers, which must also take the stream and
+//! directory locks, live in `lifecycle`, which calls [`fork_prepare`], [`fork_parent`]
+//! and [`fork_child`] here; the virtual working directory is in `cwd`, path
+//! classification in `resolve`, closing a descriptor (with its POSIX locks) in `ops`.
 //!
 //! Every store descriptor is a real kernel descriptor (an `O_PATH` descriptor of
 //! `/dev/null`), so its number is unique in the process. The table maps it to a
