@@ -26,7 +26,7 @@ use crate::error::AgentError;
 use crate::mover::{DrainPolicy, MovePolicy};
 use crate::pfs::publish::Renamed;
 use crate::pfs::{PfsLevel, PfsPut};
-use crate::status::{self, AgentStatus, Drained, Failed, InFlight, Queued};
+use crate::status::{self, AgentStatus, Drained, Failed, InFlight, LevelCost, Queued};
 use crate::sys::{self, AlignedBuf};
 use crate::throttle::Throttle;
 use ckptfs_level::{Direction, Level, StoreLevel};
@@ -318,6 +318,7 @@ impl Shared {
         failed.sort_by(|a, b| a.path.cmp(&b.path));
         out.failed = failed;
         out.skipped_by_policy = s.skipped.len() as u64;
+        out.levels = vec![LevelCost::of(&self.local), LevelCost::of(&self.pfs)];
         out.changed_during_copy = s.changed;
         out.bandwidth_mbps = if s.busy > 0.0 {
             s.st.drained_bytes as f64 / s.busy / 1e6
