@@ -20,6 +20,11 @@
 //! - **Restore** ([`mod@restore`]): multi-level read back into the store, checked against
 //!   the manifest.
 //!
+//! - **The mover between levels** ([`mover`]): the node store and the PFS directory are
+//!   levels behind `ckptfs_level::Level` ([`ckptfs_level::StoreLevel`], [`PfsLevel`]);
+//!   the drain is the store -> PFS path, restore the PFS -> store path, and [`fill`]
+//!   moves files between any two levels under a [`MovePolicy`].
+//!
 //! State is published for other processes in a JSON file next to the segment
 //! ([`status()`]).
 //!

@@ -1,7 +1,9 @@
-//! The drain engine: scan the store for complete files, stage them (check that the
-//! file is complete and stable, build the block plan), flush them to the destination
-//! with an IO thread pool (each block's CRC32C verified just before it is written),
-//! publish atomically and record them in the manifest.
+//! The drain engine, the store -> PFS path of the mover ([`crate::mover`]): scan the
+//! store level for complete files the policy routes to the PFS (`scan.rs`), stage them
+//! (check that the file is complete and stable, build the block plan: `stage.rs`),
+//! flush them to the PFS level with an IO thread pool (each block's CRC32C verified
+//! just before it is written), publish atomically and record them in the manifest
+//! (`flush.rs`, through [`crate::pfs`]).
 //!
 //! Staged marshaling (orchestration Algorithm 1): one stage thread and one flush
 //! thread joined by a rendezvous channel. The stage thread holds the "stage mutex"
@@ -31,6 +33,7 @@ use crate::sys::{self, AlignedBuf};
 use crate::throttle::Throttle;
 use ckptfs_level::{Direction, Level, StoreLevel};
 use ckptfs_runtime::{InstanceLock, RuntimeDir, Shutdown};
+use ckptfs_settings::now_ns;
 use ckptfs_store::{Stat, Store};
 use stage::Plan;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -39,6 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
 /// Identity of one version of a store file: any write, truncate or replacement changes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Fp {
@@ -145,8 +149,6 @@ impl StopHandle {
         self.0.store(true, Ordering::SeqCst);
     }
 }
-
-use ckptfs_settings::now_ns;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
