@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 
 /// Weight of a new sample in the smoothed bandwidths.
-pub const SMOOTH: f64 = 0.3;
+pub const SMOOTH: f64 = 0.5;
 
 /// Transfers shorter than this are not timed reliably: their bytes count, their
 /// bandwidth does not (a 10-byte file "at 40 GB/s" would skew the estimate).

@@ -2,10 +2,10 @@
 //! node's manifests, and what restore reads back.
 //!
 //! - `put`: the publish protocol (temporary file, fsync, rename, directory fsync,
-//!   manifest: [`publish`]); the drain engine drives the same steps with its IO threads
+//!   manifest: `publish.rs`); the drain engine drives the same steps with its IO threads
 //!   and staged marshaling (it is the PFS path of the mover);
 //! - `get`: a manifest entry's data file read beneath the destination root, every
-//!   chunk checked against the manifest ([`read`]);
+//!   chunk checked against the manifest (`read.rs`);
 //! - `list`/`stat`: the manifest entries that pass restore's checks (the search over
 //!   the roots is restore's: the first root holding a path wins, and within one root the
 //!   most recently drained copy);
