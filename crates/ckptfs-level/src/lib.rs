@@ -123,7 +123,9 @@ pub trait Level: Send + Sync {
     /// Read the copy of `path`.
     fn get<'a>(&'a self, path: &str) -> Result<Box<dyn ChunkReader + 'a>, LevelError>;
     /// Start a new copy of the file `src` describes (its path, mode, mtime, size and
-    /// CRCs are kept with the copy).
+    /// CRCs are kept with the copy). The writer records `src`'s CRCs as given: the bytes
+    /// are checked against them on the way in by the source's reader ([`transfer`]),
+    /// and against them again whenever the copy is read back.
     fn put<'a>(&'a self, src: &Stored) -> Result<Box<dyn ChunkWriter + 'a>, LevelError>;
     /// Read the copy of `path` and check every chunk; it must be version `want`
     /// (same content). Returns the copy.
