@@ -30,6 +30,7 @@ mod completion;
 mod config;
 mod error;
 pub mod jobwide;
+pub mod levels_record;
 mod ops;
 mod pfs_retention;
 pub mod policy;
