@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import os
 import posixpath
+import threading
 from contextlib import contextmanager
 from typing import Any, Generator, List, Optional, Union
 
@@ -198,6 +199,40 @@ def _strip_url(path: Union[str, os.PathLike]) -> str:
     return _norm(s)
 
 
+_crc_lock = threading.Lock()
+_crc_off = 0
+_crc_saved: Any = None
+
+
+@contextmanager
+def _no_zip_crc32(enabled: bool) -> Generator[None, None, None]:
+    """Turn off torch.save's zip CRC32 (``torch.utils.serialization.config.save.
+    compute_crc32``) while ckptfs writers write (process-wide, reference counted across
+    threads). It is a second full pass over every tensor's bytes (measured: 5x the
+    copy into the store); the store checksums the same bytes (CRC32C per chunk, computed
+    during the copy) and torch.load reads such files."""
+    global _crc_off, _crc_saved
+    try:
+        from torch.utils.serialization import config
+    except ImportError:  # older torch: no such setting
+        enabled = False
+    if not enabled:
+        yield
+        return
+    with _crc_lock:
+        if _crc_off == 0:
+            _crc_saved = config.save.compute_crc32
+            config.save.compute_crc32 = False
+        _crc_off += 1
+    try:
+        yield
+    finally:
+        with _crc_lock:
+            _crc_off -= 1
+            if _crc_off == 0:
+                config.save.compute_crc32 = _crc_saved
+
+
 def _dist_rank_world() -> "tuple[int, int]":
     import torch.distributed as dist
 
@@ -221,6 +256,14 @@ class Writer(FileSystemWriter):
     ``$LOCAL_WORLD_SIZE``, else the process group's size, else 1); the rank is the
     process group's. After a save, ``writer.dataset`` is the coordinator's record of it
     (None on other ranks or with ``dataset=False``).
+
+    ``complete_in_background``: the coordinator's completion (which reads every file
+    of the checkpoint once to checksum it) runs on a thread, so ``dcp.save`` returns
+    once the data and ``.metadata`` are in the store; the dataset is complete (and
+    chosen for a restart) when ``writer.wait()`` returns. A process that dies before
+    leaves the dataset incomplete, never a checkpoint chosen unverified.
+    ``zip_crc32``: keep torch.save's zip CRC32 while writing (off by default: see
+    :func:`_no_zip_crc32`).
     """
 
     def __init__(
@@ -231,6 +274,8 @@ class Writer(FileSystemWriter):
         dataset: bool = True,
         job: Optional[str] = None,
         dataset_world: Optional[int] = None,
+        complete_in_background: bool = False,
+        zip_crc32: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("sync_files", False)
@@ -241,15 +286,41 @@ class Writer(FileSystemWriter):
         self.use_dataset = dataset
         self.job = job
         self.dataset_world = dataset_world
-        self.dataset: Optional[dict] = None
+        self.complete_in_background = complete_in_background
+        self.zip_crc32 = zip_crc32
+        self._dataset: Optional[dict] = None
+        self._completer: Optional[threading.Thread] = None
+        self._complete_error: Optional[BaseException] = None
         self._coordinator = True
         self._ds: Optional[_ds.Datasets] = None
         self._ds_id: Optional[int] = None
 
     def reset(self, checkpoint_id: Union[str, os.PathLike, None] = None) -> None:
+        self.wait()
         super().reset(_strip_url(checkpoint_id) if checkpoint_id else None)
-        self.dataset = None
+        self._dataset = None
         self._ds_id = None
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[dict]:
+        """Wait for a completion running in the background (``complete_in_background``)
+        and return the dataset record (None on non-coordinator ranks or without a
+        dataset). Re-raises the completion's error."""
+        t = self._completer
+        if t is not None:
+            t.join(timeout)
+            if t.is_alive():
+                raise TimeoutError(f"checkpoint {self.path}: dataset completion still running")
+            self._completer = None
+        if self._complete_error is not None:
+            e, self._complete_error = self._complete_error, None
+            raise e
+        return self._dataset
+
+    @property
+    def dataset(self) -> Optional[dict]:
+        """The coordinator's record of the last save's dataset (waits for a background
+        completion); None on other ranks or with ``dataset=False``."""
+        return self.wait()
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         super().set_up_storage_writer(is_coordinator, *args, **kwargs)
@@ -274,7 +345,8 @@ class Writer(FileSystemWriter):
         if self.use_dataset:
             self._begin()
         try:
-            fut = super().write_data(plan, planner)  # written when it returns (FileSystemWriter)
+            with _no_zip_crc32(not self.zip_crc32):
+                fut = super().write_data(plan, planner)  # written when it returns (FileSystemWriter)
         except BaseException:
             self._complete(False)
             raise
@@ -288,13 +360,24 @@ class Writer(FileSystemWriter):
         except BaseException:
             self._complete(False)
             raise
-        d = self._complete(True)
-        if d is not None:
-            self.dataset = d
-            if d["state"] in ("incomplete", "invalid"):
-                raise OSError(
-                    5, f"checkpoint {self.path}: dataset {d['id']} is {d['state']}: {d.get('reason') or ''}"
-                )
+        if self.complete_in_background and self._ds_id is not None:
+            self._completer = threading.Thread(target=self._complete_checked, name="ckptfs-dataset-complete")
+            self._completer.start()
+        else:
+            self._complete_checked()
+            self.wait()
+
+    def _complete_checked(self) -> None:
+        try:
+            d = self._complete(True)
+            if d is not None:
+                self._dataset = d
+                if d["state"] in ("incomplete", "invalid"):
+                    raise OSError(
+                        5, f"checkpoint {self.path}: dataset {d['id']} is {d['state']}: {d.get('reason') or ''}"
+                    )
+        except BaseException as e:  # handed to wait()
+            self._complete_error = e
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:

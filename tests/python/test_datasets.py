@@ -116,6 +116,25 @@ def test_each_dcp_save_is_one_dataset_completed_by_the_metadata(store):
     assert ct.latest_checkpoint("/run/step1", store, job="t") == "/run/step1"
 
 
+def test_background_completion_and_zip_crc32_setting(store):
+    from torch.utils.serialization import config
+
+    assert config.save.compute_crc32
+    w = ct.Writer(store=store, path="/run/bg", job="t", complete_in_background=True)
+    dcp.save(_state(4), storage_writer=w)
+    assert config.save.compute_crc32  # restored after the write
+    d = w.wait(timeout=60)
+    assert d["state"] == "complete" and d["name"] == "/run/bg"
+    assert ct.latest_checkpoint("/run", store, job="t") == "/run/bg"
+    dst = _zeros()
+    dcp.load(dst, storage_reader=ct.Reader(store=store, root="/run", job="t"))
+    assert torch.equal(dst["w"], _state(4)["w"])
+    # with zip_crc32 the shard's records carry CRC32s; both load the same
+    dcp.save(_state(5), storage_writer=ct.Writer(store=store, path="/run/crc", job="t", zip_crc32=True))
+    dcp.load(dst, storage_reader=ct.Reader(store=store, path="/run/crc"))
+    assert torch.equal(dst["w"], _state(5)["w"])
+
+
 def test_a_failed_save_completes_the_part_invalid(store):
     w = ct.Writer(store=store, path="/run/bad", job="t")
 
