@@ -175,8 +175,7 @@ def pfs_case(store, sd, nbytes, pfs, reps):
 def partner_case(sd, nbytes, work, port, reps, tag):
     """Two node daemons; save on node1, wait for node2's copy, lose node1, restore, load."""
     job = f"{tag}-p{os.getpid()}"
-    # Room for two versions on the partner while the previous repetition's copy is dropped.
-    env = dict(os.environ, CKPTFS_MEM_SIZE=str(int(nbytes * 2.5) + (128 << 20)), CKPTFS_CHUNK_SIZE="1M")
+    env = dict(os.environ, CKPTFS_MEM_SIZE=str(int(nbytes * 1.2) + (128 << 20)), CKPTFS_CHUNK_SIZE="1M")
     for k in ("CKPTFS_STORE", "CKPTFS_CLUSTER", "CKPTFS_NODE_ID", "CKPTFS_DEST"):
         env.pop(k, None)
     kw = {"cwd": work, "env": env}
@@ -196,27 +195,34 @@ def partner_case(sd, nbytes, work, port, reps, tag):
             time.sleep(0.1)
         raise SystemExit(f"bench torch: node daemon {n} did not start")
 
+    def stop(p):
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+
     def node(n, *a):
         return run(["--cluster", "c.toml", "--node-id", n, *a], **kw)
 
     rows = []
     try:
-        start("node2")
         for rep in range(reps):
+            # A fresh pair each repetition (both stores destroyed after it): a restored
+            # node's daemon does not know the partner still holds the previous copies.
+            start("node2")
             start("node1")
             store = ckptfs.Store(f"{job}.node1", create=False)
             if store.exists("/pb"):
                 store.rmtree("/pb")
             dcp.save(sd, storage_writer=ct.Writer(store=store, path=f"/pb/{rep}", job=job))
             files = [f"/pb/{rep}/.metadata", f"/pb/{rep}/__0_0.distcp"]
-            for _ in range(6000):
+            end = time.monotonic() + 300
+            while True:
                 lv = json.loads(node("node1", "status", "--json"))["levels"]
                 if all(lv.get(f, {}).get("partners") for f in files):
                     break
+                if time.monotonic() > end:
+                    raise SystemExit(f"bench torch: the partner copy did not complete in 300 s: {lv}")
                 time.sleep(0.05)
-            else:
-                raise SystemExit("bench torch: the partner copy did not complete")
-            daemons.pop("node1").send_signal(signal.SIGKILL)
+            stop(daemons.pop("node1"))
             del store
             node("node1", "destroy")
             t0 = time.perf_counter()
@@ -229,10 +235,13 @@ def partner_case(sd, nbytes, work, port, reps, tag):
             rows.append((restore, time.perf_counter() - t0))
             check_same(sd, dst, "partner load")
             del dst, store
+            for n in list(daemons):
+                stop(daemons.pop(n))
+            for n in ("node1", "node2"):
+                node(n, "destroy")
     finally:
         for p in daemons.values():
-            p.send_signal(signal.SIGKILL)
-            p.wait()
+            stop(p)
         for n in ("node1", "node2"):
             subprocess.run([CKPTFS, "--cluster", "c.toml", "--node-id", n, "destroy"], capture_output=True, **kw)
     restore = med(r[0] for r in rows)
