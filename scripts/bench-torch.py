@@ -183,17 +183,21 @@ def partner_case(sd, nbytes, work, port, reps, tag):
     daemons = {}
 
     def start(n):
-        daemons[n] = subprocess.Popen(
-            [CKPTFS, "node", "--cluster", "c.toml", "--node-id", n], stderr=subprocess.DEVNULL, **kw
-        )
-        for _ in range(600):
+        log = os.path.join(work, f"{n}.log")
+        with open(log, "ab") as f:
+            daemons[n] = subprocess.Popen([CKPTFS, "node", "--cluster", "c.toml", "--node-id", n], stderr=f, **kw)
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
             r = subprocess.run(
                 [CKPTFS, "--cluster", "c.toml", "--node-id", n, "node", "status"], capture_output=True, **kw
             )
             if r.returncode == 0:
                 return
+            if daemons[n].poll() is not None:
+                break
             time.sleep(0.1)
-        raise SystemExit(f"bench torch: node daemon {n} did not start")
+        with open(log) as f:
+            raise SystemExit(f"bench torch: node daemon {n} did not start: {r.stderr.strip()}; its log: {f.read()}")
 
     def stop(p):
         p.send_signal(signal.SIGKILL)
