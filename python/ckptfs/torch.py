@@ -112,7 +112,8 @@ def _datasets(store: Store, job: Optional[str], dests: Any = None, **kw: Any) ->
 def is_complete(path: str, store: StoreLike = None, job: Optional[str] = None) -> bool:
     """Whether the DCP checkpoint at ``path`` can be loaded from this store: the newest
     dataset named ``path`` is complete and every one of its files is in the store with
-    its recorded size and CRC32C; without a dataset record of that name, the directory
+    its recorded size and modification time (its ``local`` level; the CRC32C is checked
+    by :func:`latest_checkpoint`); without a dataset record of that name, the directory
     rule (module docs)."""
     st = _store(store)
     p = _norm(path)
