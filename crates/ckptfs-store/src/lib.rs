@@ -38,6 +38,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod ahead;
+mod alloc;
 pub mod checksum;
 pub mod copy;
 mod error;
@@ -49,11 +50,15 @@ pub mod layout;
 mod leases;
 mod lock;
 mod namespace;
+mod ops;
 pub mod process;
+mod query;
+mod recovery;
 pub mod region_io;
 mod segment;
 mod store;
 mod trust;
+mod types;
 
 pub use error::{Result, StoreError};
 pub use file::FileHandle;
