@@ -39,6 +39,7 @@
 
 mod ahead;
 mod alloc;
+mod changes;
 pub mod checksum;
 pub mod copy;
 mod error;
@@ -60,6 +61,7 @@ mod store;
 mod trust;
 mod types;
 
+pub use changes::{ChangedInode, ChangedName, Changes};
 pub use error::{Result, StoreError};
 pub use file::FileHandle;
 pub use fsck::{FsckReport, Problem};

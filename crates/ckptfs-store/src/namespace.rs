@@ -206,6 +206,7 @@ impl Store {
         self.hash_insert(ns, fid);
         self.link_child(ns, parent, fid);
         seg.inode(parent).mtime_ns.store(t, Relaxed);
+        self.note_name(ns, parent, fid, name);
         Ok(fid)
     }
 
@@ -217,6 +218,7 @@ impl Store {
         ino.size.store(0, Relaxed);
         ino.parent.store(NONE, Relaxed);
         ino.kind.store(kind::FREE, Release);
+        self.note_change(fid);
         let sb = seg.sb();
         let t = sb.fid_top.load(Relaxed);
         seg.fid_stack(t).store(fid, Relaxed);
@@ -231,6 +233,8 @@ impl Store {
         let parent = ino.parent.load(Relaxed);
         if fid_ok(seg, parent) {
             seg.inode(parent).mtime_ns.store(t, Relaxed);
+            // SAFETY: namespace lock held (the `Ns` proof).
+            self.note_name(ns, parent, fid, unsafe { seg.name_of(fid) });
         }
         self.hash_remove(ns, fid);
         self.unlink_child(ns, fid);

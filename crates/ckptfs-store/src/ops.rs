@@ -75,6 +75,7 @@ impl Store {
                     crate::fault::crash_point("otrunc-after-size");
                     self.free_chunks_from(fid, 0);
                     ino.mtime_ns.store(now(), Relaxed);
+                    self.note_change(fid);
                 }
             }
         }
@@ -194,6 +195,8 @@ impl Store {
             self.detach_and_release(&ns, v);
         }
         crate::fault::crash_point("rename-after-victim");
+        // SAFETY: namespace lock held.
+        self.note_name(&ns, sp, src, unsafe { seg.name_of(src) });
         self.hash_remove(&ns, src);
         self.unlink_child(&ns, src);
         seg.inode(sp).mtime_ns.store(now(), Relaxed);
@@ -205,6 +208,7 @@ impl Store {
         self.link_child(&ns, dp, src);
         seg.inode(src).ctime_ns.store(now(), Relaxed);
         seg.inode(dp).mtime_ns.store(now(), Relaxed);
+        self.note_name(&ns, dp, src, dname.as_bytes());
         ri.active.store(0, Release);
         Ok(())
     }
@@ -233,6 +237,7 @@ impl Store {
         ino.mode.store(mode & 0o7777, Relaxed);
         seal_ns(&self.seg, fid);
         ino.ctime_ns.store(now(), Relaxed);
+        self.note_change(fid);
         drop(ns);
         Ok(())
     }
@@ -244,6 +249,7 @@ impl Store {
             .inode((st.ino - 1) as u32)
             .mtime_ns
             .store(mtime_ns, Relaxed);
+        self.note_change((st.ino - 1) as u32);
         Ok(())
     }
 }

@@ -90,6 +90,7 @@ impl Store {
     /// replay an interrupted rename; free orphans nobody holds. Caller holds the ns lock.
     pub(crate) fn rebuild_namespace(&self, ns: &Ns) {
         let seg = &*self.seg;
+        self.note_lost();
         let sb = seg.sb();
         let ri = &sb.rename;
         if ri.active.load(Acquire) == 1 {
