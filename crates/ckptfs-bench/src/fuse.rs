@@ -445,7 +445,7 @@ fn part_c(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<String>) ->
         ("mount-direct-dd", IoMode::Auto),
         ("mount-cached-dd", IoMode::Cached),
     ] {
-        let session = mount::spawn(StoreFs::new(store.clone(), io), &mp, &format!("ckptfs:{name}"), 4)
+        let session = mount::spawn_store(StoreFs::new(store.clone(), io), &mp, &format!("ckptfs:{name}"), 4)
             .context("mount")?;
         let mut secs = Vec::new();
         for _ in 0..a.reps {
@@ -453,7 +453,7 @@ fn part_c(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<String>) ->
             secs.push(dd(&mp.join("f"), bytes, &[])?);
         }
         let _ = std::fs::remove_file(mp.join("f"));
-        mount::unmount_spawned(session, &mp).context("unmount")?;
+        session.unmount(&mp).context("unmount")?;
         table.push(Measurement::new(case, 1, bytes, secs));
     }
 

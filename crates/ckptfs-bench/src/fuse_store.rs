@@ -140,7 +140,7 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
         .context("temporary directory")?;
     let mp = tmp.path().join("mnt");
     std::fs::create_dir(&mp)?;
-    let session = mount::spawn(
+    let session = mount::spawn_store(
         StoreFs::new(store, IoMode::Auto),
         &mp,
         &format!("ckptfs:{name}"),
@@ -148,7 +148,7 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
     )
     .context("mount the store")?;
     let through = measure(&mp, a, bytes);
-    mount::unmount_spawned(session, &mp).context("unmount")?;
+    session.unmount(&mp).context("unmount")?;
     let through = through?;
 
     for ((case, n, t), (_, _, m)) in tmpfs.into_iter().zip(through) {

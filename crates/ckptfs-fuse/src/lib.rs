@@ -18,15 +18,17 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod cache;
 mod creds;
 pub mod crfs;
 mod dirs;
 pub mod mount;
 mod store_fs;
 
+pub use cache::CacheConfig;
 pub use crfs::{BackendSink, CrfsConfig, CrfsFs, DiscardSink, FileSink};
 pub use mount::{Mode, MountConfig, MountError};
-pub use store_fs::StoreFs;
+pub use store_fs::{Invalidator, StoreFs};
 
 use fuser::{Errno, FopenFlags, InitFlags, KernelConfig, ReplyEmpty};
 use std::cell::RefCell;

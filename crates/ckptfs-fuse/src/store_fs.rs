@@ -3,9 +3,11 @@
 //! FUSE inode numbers are the store's inode numbers (root = [`ROOT_INO`]), so the kernel's
 //! view and the preload shim's view are the same files. Path-based store calls take the
 //! path from [`Store::path_of`]; open files live in a handle table keyed by the FUSE file
-//! handle. Attributes and entries are never cached by the kernel (TTL 0) because other
-//! processes write the same store through the preload shim behind the kernel's back.
+//! handle. The kernel caches attributes and entries for [`CacheConfig::ttl`]; other
+//! processes write the same store behind the kernel's back (the preload shim, the C API),
+//! so the [`crate::cache`] poller invalidates what they changed.
 
+use crate::cache::{CacheConfig, KernelView, Poller};
 use crate::dirs::{dot_entries, DirTable, Listing};
 use crate::{errno_of, now_ns, reply_empty, split_name, system_time, Counters, IoMode};
 use ckptfs_store::{FileHandle, FileKind, OpenFlags, Stat, Store, StoreError, ROOT_INO};
@@ -18,9 +20,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
-
-const TTL: Duration = Duration::ZERO;
+use std::time::SystemTime;
 
 /// The store as a FUSE file system.
 pub struct StoreFs {
@@ -33,12 +33,40 @@ pub struct StoreFs {
     dirs: DirTable<String>,
     next_fh: AtomicU64,
     counters: Arc<Counters>,
+    cache: CacheConfig,
+    view: Arc<KernelView>,
+    /// Directory link counts, valid while the directory's (generation, mtime, ctime) is
+    /// unchanged (every name change in a directory sets its mtime).
+    dir_nlinks: Mutex<HashMap<u64, (u32, u64, u64, u32)>>,
+}
+
+/// Starts the invalidation poller of a mounted [`StoreFs`] (see [`StoreFs::invalidator`]).
+pub struct Invalidator {
+    view: Arc<KernelView>,
+    cache: CacheConfig,
+}
+
+impl Invalidator {
+    /// Start the poller with the session's notifier; `None` when caching is off. The
+    /// poller stops when the returned value is dropped (or the session ends).
+    pub fn start(self, notifier: fuser::Notifier) -> std::io::Result<Option<Poller>> {
+        Poller::start(self.view, self.cache, notifier)
+    }
 }
 
 impl StoreFs {
-    /// Serve `store`; `io` decides page cache vs direct I/O per open.
+    /// Serve `store`; `io` decides page cache vs direct I/O per open. Kernel caching
+    /// with invalidation is on ([`CacheConfig::DEFAULT`]).
     pub fn new(store: Store, io: IoMode) -> StoreFs {
+        StoreFs::with_cache(store, io, CacheConfig::DEFAULT)
+    }
+
+    /// Serve `store` with the given kernel caching.
+    pub fn with_cache(store: Store, io: IoMode, cache: CacheConfig) -> StoreFs {
         StoreFs {
+            view: Arc::new(KernelView::new(cache, store.clone())),
+            cache,
+            dir_nlinks: Mutex::new(HashMap::new()),
             store,
             io,
             files: Mutex::new(HashMap::new()),
@@ -49,6 +77,15 @@ impl StoreFs {
         }
     }
 
+    /// What starts the invalidation poller once the session exists (it needs the
+    /// session's notifier). Without it running, caching must be off.
+    pub fn invalidator(&self) -> Invalidator {
+        Invalidator {
+            view: self.view.clone(),
+            cache: self.cache,
+        }
+    }
+
     /// Request counters (shared with the daemon's status log).
     pub fn counters(&self) -> Arc<Counters> {
         self.counters.clone()
@@ -56,19 +93,32 @@ impl StoreFs {
 
     /// The link count: a directory has 2 + one per subdirectory (their ".."); a file 1,
     /// or 0 once unlinked while still open (the store has no hard links). Counting
-    /// subdirectories walks the directory, so only getattr/setattr replies (`exact`) do
-    /// it; entry replies of lookups, made at every step of every path walk, say 2 (the
-    /// kernel asks getattr before it shows a stat, the attributes having TTL 0).
+    /// subdirectories walks the directory; the count is kept while the directory's
+    /// mtime and ctime stay the same. With caching off, entry replies (made at every
+    /// step of every path walk, with TTL 0) say 2: the kernel asks getattr (`exact`)
+    /// before it shows a stat.
     fn nlink(&self, st: &Stat, exact: bool) -> u32 {
         match st.kind {
-            FileKind::Dir if !exact => 2,
+            FileKind::Dir if !exact && !self.cache.enabled() => 2,
             FileKind::Dir => {
+                let key = (st.generation, st.mtime_ns, st.ctime_ns);
+                if let Some(&(g, m, c, n)) = self.dir_nlinks.lock().unwrap().get(&st.ino) {
+                    if (g, m, c) == key {
+                        return n;
+                    }
+                }
                 let subdirs = self
                     .store
                     .read_dir_ino(st.ino)
                     .map(|l| l.iter().filter(|e| e.kind == FileKind::Dir).count())
                     .unwrap_or(0);
-                2 + subdirs as u32
+                let n = 2 + subdirs as u32;
+                let mut m = self.dir_nlinks.lock().unwrap();
+                if m.len() > 4096 {
+                    m.clear();
+                }
+                m.insert(st.ino, (key.0, key.1, key.2, n));
+                n
             }
             FileKind::File => {
                 let open = self.open_inos.lock().unwrap().contains_key(&st.ino);
@@ -149,15 +199,35 @@ impl StoreFs {
 
     fn reply_attr(&self, reply: ReplyAttr, r: Result<Stat, Errno>) {
         match r {
-            Ok(st) => reply.attr(&TTL, &self.attr_exact(&st)),
+            Ok(st) => {
+                self.view.attr(&st);
+                reply.attr(&self.cache.ttl, &self.attr_exact(&st))
+            }
             Err(e) => reply.error(e),
         }
     }
 
-    fn reply_entry(&self, reply: ReplyEntry, r: Result<Stat, Errno>) {
+    /// An entry reply for `name` in `parent` (recorded in the kernel view first).
+    fn reply_entry(&self, reply: ReplyEntry, parent: INodeNo, name: &OsStr, r: Result<Stat, Errno>) {
         match r {
-            Ok(st) => reply.entry(&TTL, &self.attr(&st), Generation(st.generation as u64)),
+            Ok(st) => {
+                if let Some(n) = name.to_str() {
+                    self.view.entry(parent.0, n, &st);
+                }
+                reply.entry(&self.cache.ttl, &self.attr(&st), Generation(st.generation as u64))
+            }
             Err(e) => reply.error(e),
+        }
+    }
+
+    /// Record the current attributes of `ino` as what the kernel knows, after a change
+    /// through the mount that the kernel accounts for itself (a namespace change in a
+    /// directory, a write), so that the poller does not invalidate it again.
+    fn refresh(&self, ino: u64) {
+        if self.view.enabled() {
+            if let Ok(st) = self.store.stat_ino(ino) {
+                self.view.attr(&st);
+            }
         }
     }
 
@@ -204,7 +274,33 @@ impl StoreFs {
     }
 
     fn open_flags(&self, posix: i32) -> FopenFlags {
-        self.io.fopen_flags(posix)
+        let f = self.io.fopen_flags(posix);
+        if self.view.enabled() && !f.contains(FopenFlags::FOPEN_DIRECT_IO) {
+            // Pages cached by an earlier open stay valid: the poller drops them when
+            // another process changes the file's data (size or mtime).
+            f | FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            f
+        }
+    }
+
+    /// The inode `name` in `parent` names now, if any.
+    fn child_ino(&self, parent: INodeNo, name: &OsStr) -> Option<u64> {
+        if !self.view.enabled() {
+            return None;
+        }
+        let name = name.to_str()?;
+        self.store.lookup(parent.0, name).ok().map(|st| st.ino)
+    }
+
+    /// `child` lost its name in `parent` through the mount (the kernel dropped the
+    /// dentry and updates the directory itself).
+    fn removed(&self, parent: INodeNo, child: Option<u64>) {
+        if let Some(c) = child {
+            self.view.unlinked(c);
+            self.refresh(c);
+        }
+        self.refresh(parent.0);
     }
 }
 
@@ -222,6 +318,10 @@ fn file_type(kind: FileKind) -> FileType {
 impl Filesystem for StoreFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         crate::configure_kernel(config, self.io);
+        if self.view.enabled() {
+            // A getattr that shows a new size or mtime also drops the cached pages.
+            let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
+        }
         Ok(())
     }
 
@@ -243,18 +343,31 @@ impl Filesystem for StoreFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        self.reply_entry(reply, self.store.lookup(parent.0, name).map_err(store_err));
+        let seq = self.view.seq();
+        let r = self.store.lookup(parent.0, name).map_err(store_err);
+        let ino = r.as_ref().map(|st| st.ino).ok();
+        self.reply_entry(reply, parent, OsStr::new(name), r);
+        if let Some(ino) = ino {
+            self.view.settle(seq, ino);
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.view.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<fuser::FileHandle>, reply: ReplyAttr) {
         self.counters.meta.fetch_add(1, Relaxed);
+        let seq = self.view.seq();
         if let Some(fh) = fh {
             if let Ok(h) = self.handle(fh.0) {
                 let st = h.lock().unwrap().stat();
-                return reply.attr(&TTL, &self.attr_exact(&st));
+                self.reply_attr(reply, Ok(st));
+                return self.view.settle(seq, ino.0);
             }
         }
         self.reply_attr(reply, self.store.stat_ino(ino.0).map_err(store_err));
+        self.view.settle(seq, ino.0);
     }
 
     fn setattr(
@@ -361,7 +474,8 @@ impl Filesystem for StoreFs {
             h.close().map_err(store_err)?;
             self.give_to_caller(req, parent, &path, st)
         })();
-        self.reply_entry(reply, r);
+        self.reply_entry(reply, parent, name, r);
+        self.refresh(parent.0);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
@@ -370,27 +484,32 @@ impl Filesystem for StoreFs {
             let st = self.store.mkdir(&p, mode & !umask & 0o7777).map_err(store_err)?;
             self.give_to_caller(req, parent, &p, st)
         });
-        self.reply_entry(reply, r);
+        self.reply_entry(reply, parent, name, r);
+        self.refresh(parent.0);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
+        let child = self.child_ino(parent, name);
         let r = self
             .child_path(parent, name)
             .and_then(|p| self.store.unlink(&p).map_err(store_err));
         if r.is_ok() {
             self.touch_dir(parent);
+            self.removed(parent, child);
         }
         reply_empty(reply, r);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
+        let child = self.child_ino(parent, name);
         let r = self
             .child_path(parent, name)
             .and_then(|p| self.store.rmdir(&p).map_err(store_err));
         if r.is_ok() {
             self.touch_dir(parent);
+            self.removed(parent, child);
         }
         reply_empty(reply, r);
     }
@@ -428,9 +547,24 @@ impl Filesystem for StoreFs {
                     return Err(Errno::EEXIST);
                 }
             }
-            self.store.rename(&from, &to).map_err(store_err)
+            let moved = self.child_ino(parent, name);
+            let victim = self.child_ino(newparent, newname);
+            self.store.rename(&from, &to).map_err(store_err)?;
+            Ok((moved, victim))
         })();
-        reply_empty(reply, r);
+        if let Ok((moved, victim)) = &r {
+            if let Some(v) = victim {
+                self.view.unlinked(*v);
+                self.refresh(*v);
+            }
+            if let (Some(m), Some(n)) = (moved, newname.to_str()) {
+                self.view.renamed(*m, newparent.0, n);
+                self.refresh(*m);
+            }
+            self.refresh(parent.0);
+            self.refresh(newparent.0);
+        }
+        reply_empty(reply, r.map(|_| ()));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
@@ -441,10 +575,17 @@ impl Filesystem for StoreFs {
             of.excl = false;
             let path = self.path(ino)?;
             let h = self.store.open(&path, of, 0).map_err(store_err)?;
-            Ok::<_, Errno>(self.insert(h))
+            let changed = self.view.changed_at_open(&h.stat());
+            Ok::<_, Errno>((self.insert(h), changed))
         })();
         match r {
-            Ok(fh) => reply.opened(fuser::FileHandle(fh), self.open_flags(flags.0)),
+            Ok((fh, changed)) => {
+                let mut f = self.open_flags(flags.0);
+                if changed {
+                    f.remove(FopenFlags::FOPEN_KEEP_CACHE);
+                }
+                reply.opened(fuser::FileHandle(fh), f)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -475,9 +616,12 @@ impl Filesystem for StoreFs {
             }
             Ok::<_, Errno>((self.insert(h), st))
         })();
+        if let (Ok((_, st)), Some(n)) = (&r, name.to_str()) {
+            self.view.entry(parent.0, n, st);
+        }
         match r {
             Ok((fh, st)) => reply.created(
-                &TTL,
+                &self.cache.ttl,
                 &self.attr(&st),
                 Generation(st.generation as u64),
                 fuser::FileHandle(fh),
@@ -485,6 +629,7 @@ impl Filesystem for StoreFs {
             ),
             Err(e) => reply.error(e),
         }
+        self.refresh(parent.0);
     }
 
     fn read(
@@ -545,7 +690,15 @@ impl Filesystem for StoreFs {
                 }
             }
         }
-        let r = h.lock().unwrap().pwrite(data, offset);
+        let r = {
+            let mut h = h.lock().unwrap();
+            let r = h.pwrite(data, offset);
+            if r.is_ok() && self.view.enabled() {
+                // The kernel updates the size itself and refreshes mtime on its own.
+                self.view.attr(&h.stat());
+            }
+            r
+        };
         match r {
             Ok(n) => {
                 self.counters.write_bytes.fetch_add(n as u64, Relaxed);
@@ -564,7 +717,8 @@ impl Filesystem for StoreFs {
         reply: ReplyEmpty,
     ) {
         // Data is in the store as soon as write() returns; nothing is buffered here.
-        reply.ok();
+        // ENOSYS: the kernel stops sending FLUSH at every close (one request less).
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -581,7 +735,8 @@ impl Filesystem for StoreFs {
         let Some(h) = h else {
             return reply.error(Errno::EBADF);
         };
-        self.forget_open(h.lock().unwrap().stat().ino);
+        let ino = h.lock().unwrap().stat().ino;
+        self.forget_open(ino);
         // Another request may still hold the Arc for a moment; the last holder closes.
         match Arc::try_unwrap(h) {
             Ok(m) => match m.into_inner().unwrap().close() {
@@ -590,6 +745,7 @@ impl Filesystem for StoreFs {
             },
             Err(_) => reply.ok(),
         }
+        self.refresh(ino);
     }
 
     fn fsync(
@@ -703,6 +859,7 @@ impl Filesystem for StoreFs {
                         .set_times(&p, st.atime_ns, now_ns())
                         .map_err(store_err)?;
                 }
+                self.refresh(st.ino);
             }
             Ok(())
         });

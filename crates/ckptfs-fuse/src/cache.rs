@@ -1,0 +1,455 @@
+//! Kernel attribute/entry caching for the store mount, with invalidation driven by the
+//! store's change counter.
+//!
+//! The store mount answers lookups and getattrs with a long TTL ([`CacheConfig::ttl`]) so
+//! that a stat of a known path costs no FUSE request at all. Other processes change the
+//! same store behind the kernel's back (the preload shim, the C API, the agent), so a
+//! poller thread watches the store's change sequence ([`Store::change_seq`], store
+//! format 4) and, when it moved, asks [`Store::changed_since`] which inodes changed and
+//! tells the kernel what is now wrong:
+//!
+//! * [`KernelView`] records what the kernel was told and still holds: for each inode it
+//!   has looked up (until FORGET) the attributes it was given and the one name it knows
+//!   it under (the store has one name per inode).
+//! * For every inode the store lists as changed since the last round (or every known
+//!   inode when the store cannot say), the poller compares the store with that record:
+//!   different size or mtime: `notify_inval_inode(ino, 0, 0)` (attributes and cached
+//!   pages); other attributes: `notify_inval_inode(ino, -1, 0)` (attributes only); the
+//!   inode gone or its name now naming something else: `notify_inval_entry(parent,
+//!   name)`. A changed directory also has each child name the kernel holds checked
+//!   (a rename or unlink through the shim changes the directory).
+//! * Requests through the mount update the record as they answer, so a change made
+//!   through the mount compares equal and invalidates nothing extra.
+//! * A reply computed from a store state that moved before the reply reached the kernel
+//!   could install a stale entry after the poller already looked: handlers read the
+//!   sequence before the store and after replying, and if it moved they queue the inode
+//!   as a suspect the poller checks in its next round.
+//!
+//! The poller never holds the view's lock while it notifies: an invalidation waits for
+//! the kernel's inode and directory locks, which a request in flight holds until a
+//! request thread answers it, and request threads take the view's lock.
+
+use ckptfs_store::{FileKind, Stat, Store};
+use fuser::{INodeNo, Notifier};
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// Caching settings of the store mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// How long the kernel may keep attributes and entries without asking. Zero turns
+    /// caching off (every stat and every path step is a request, and no poller runs).
+    pub ttl: Duration,
+    /// How often the poller reads the store's change sequence.
+    pub poll: Duration,
+}
+
+impl CacheConfig {
+    /// No kernel caching (TTL 0): what the mount does when the store has no change
+    /// counter.
+    pub const OFF: CacheConfig = CacheConfig {
+        ttl: Duration::ZERO,
+        poll: Duration::ZERO,
+    };
+
+    /// The default: 10 s attributes and entries, a 2 ms poll (a change made outside the
+    /// mount is visible through it within about one poll interval).
+    pub const DEFAULT: CacheConfig = CacheConfig {
+        ttl: Duration::from_secs(10),
+        poll: Duration::from_millis(2),
+    };
+
+    /// Is kernel caching on?
+    pub fn enabled(&self) -> bool {
+        !self.ttl.is_zero()
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig::DEFAULT
+    }
+}
+
+/// What a stat shows that the kernel caches: compared to decide what to invalidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AttrKey {
+    size: u64,
+    mtime_ns: u64,
+    ctime_ns: u64,
+    atime_ns: u64,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+}
+
+impl AttrKey {
+    fn of(st: &Stat) -> AttrKey {
+        AttrKey {
+            size: st.size,
+            mtime_ns: st.mtime_ns,
+            ctime_ns: st.ctime_ns,
+            atime_ns: st.atime_ns,
+            mode: st.mode,
+            uid: st.uid,
+            gid: st.gid,
+        }
+    }
+
+    fn data_differs(&self, o: &AttrKey) -> bool {
+        self.size != o.size || self.mtime_ns != o.mtime_ns
+    }
+}
+
+/// One inode the kernel holds.
+#[derive(Debug)]
+struct Known {
+    /// Lookups not yet forgotten (the kernel's reference count).
+    nlookup: u64,
+    generation: u32,
+    dir: bool,
+    /// The name the kernel has a dentry for, if any.
+    entry: Option<(u64, String)>,
+    /// The attributes the kernel was last given.
+    attr: AttrKey,
+}
+
+#[derive(Default)]
+struct View {
+    inodes: HashMap<u64, Known>,
+    /// Parent directory -> children with a dentry the kernel holds.
+    children: HashMap<u64, HashSet<u64>>,
+    /// Inodes whose reply may have been computed from a state that moved meanwhile.
+    suspects: Vec<u64>,
+}
+
+impl View {
+    fn unlink_entry(&mut self, ino: u64) {
+        let Some(k) = self.inodes.get_mut(&ino) else {
+            return;
+        };
+        if let Some((parent, _)) = k.entry.take() {
+            if let Some(set) = self.children.get_mut(&parent) {
+                set.remove(&ino);
+                if set.is_empty() {
+                    self.children.remove(&parent);
+                }
+            }
+        }
+    }
+
+    fn set_entry(&mut self, ino: u64, parent: u64, name: &str) {
+        self.unlink_entry(ino);
+        if let Some(k) = self.inodes.get_mut(&ino) {
+            k.entry = Some((parent, name.to_string()));
+            self.children.entry(parent).or_default().insert(ino);
+        }
+    }
+}
+
+/// What the kernel holds (see the module documentation). All methods are cheap no-ops
+/// when caching is off.
+pub(crate) struct KernelView {
+    enabled: bool,
+    store: Store,
+    view: Mutex<View>,
+    /// Set when the poller starts (the notifier exists only once the session does).
+    notifier: OnceLock<Notifier>,
+}
+
+impl KernelView {
+    pub(crate) fn new(cfg: CacheConfig, store: Store) -> KernelView {
+        KernelView {
+            enabled: cfg.enabled(),
+            store,
+            view: Mutex::new(View::default()),
+            notifier: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The change sequence before a store read (0 when caching is off).
+    pub(crate) fn seq(&self) -> u64 {
+        if self.enabled {
+            self.store.change_seq()
+        } else {
+            0
+        }
+    }
+
+    /// After a reply computed from a store read that started at sequence `before`: if
+    /// the store moved meanwhile, have the poller check `ino` again.
+    pub(crate) fn settle(&self, before: u64, ino: u64) {
+        if self.enabled && self.seq() != before {
+            self.view.lock().unwrap().suspects.push(ino);
+        }
+    }
+
+    /// An entry reply for `name` in `parent` (lookup, create, mkdir, mknod): the kernel
+    /// holds one more reference to the inode and a dentry for the name.
+    pub(crate) fn entry(&self, parent: u64, name: &str, st: &Stat) {
+        if !self.enabled {
+            return;
+        }
+        let mut v = self.view.lock().unwrap();
+        let k = v.inodes.entry(st.ino).or_insert(Known {
+            nlookup: 0,
+            generation: st.generation,
+            dir: st.kind == FileKind::Dir,
+            entry: None,
+            attr: AttrKey::of(st),
+        });
+        // A reused slot (new generation): the kernel makes a new inode under the same
+        // number and later forgets the old one with its own count, so the counts add up
+        // per number; the record follows the newest generation.
+        k.generation = st.generation;
+        k.nlookup += 1;
+        k.attr = AttrKey::of(st);
+        k.dir = st.kind == FileKind::Dir;
+        v.set_entry(st.ino, parent, name);
+    }
+
+    /// An attribute reply (getattr, setattr), or a change through the mount whose new
+    /// attributes the kernel derives itself (write, truncate).
+    pub(crate) fn attr(&self, st: &Stat) {
+        if !self.enabled {
+            return;
+        }
+        let mut v = self.view.lock().unwrap();
+        if let Some(k) = v.inodes.get_mut(&st.ino) {
+            if k.generation == st.generation {
+                k.attr = AttrKey::of(st);
+            }
+        }
+    }
+
+    /// `ino` lost its name through the mount (unlink, rmdir): the kernel dropped the
+    /// dentry itself.
+    pub(crate) fn unlinked(&self, ino: u64) {
+        if self.enabled {
+            self.view.lock().unwrap().unlink_entry(ino);
+        }
+    }
+
+    /// `ino` was renamed through the mount to `name` in `parent` (the kernel moved its
+    /// dentry itself).
+    pub(crate) fn renamed(&self, ino: u64, parent: u64, name: &str) {
+        if self.enabled {
+            self.view.lock().unwrap().set_entry(ino, parent, name);
+        }
+    }
+
+    /// At open (close-to-open consistency): if `st`, the store's current state, differs
+    /// from what the kernel was told, the kernel's attributes are invalidated now,
+    /// before the open is answered (attributes only: no page locks are taken, so this
+    /// is safe inside a request), and `true` says the open must drop the cached pages.
+    pub(crate) fn changed_at_open(&self, st: &Stat) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let stale = {
+            let mut v = self.view.lock().unwrap();
+            match v.inodes.get_mut(&st.ino) {
+                Some(k) if k.generation == st.generation && k.attr != AttrKey::of(st) => {
+                    k.attr = AttrKey::of(st);
+                    true
+                }
+                _ => false,
+            }
+        };
+        if stale {
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(INodeNo(st.ino), -1, 0);
+            }
+        }
+        stale
+    }
+
+    /// FORGET: the kernel dropped `n` references.
+    pub(crate) fn forget(&self, ino: u64, n: u64) {
+        if !self.enabled {
+            return;
+        }
+        let mut v = self.view.lock().unwrap();
+        let gone = match v.inodes.get_mut(&ino) {
+            Some(k) => {
+                k.nlookup = k.nlookup.saturating_sub(n);
+                k.nlookup == 0
+            }
+            None => false,
+        };
+        if gone {
+            v.unlink_entry(ino);
+            v.inodes.remove(&ino);
+        }
+    }
+
+    /// Inodes the kernel holds (tests and the status log).
+    pub(crate) fn known(&self) -> usize {
+        self.view.lock().unwrap().inodes.len()
+    }
+
+    /// One poll round over `changed` (None: every known inode) plus the suspects:
+    /// compares with the store and returns the notifications to send (sent by the
+    /// caller, without the lock).
+    fn round(&self, changed: Option<Vec<u64>>) -> Vec<Inval> {
+        let store = &self.store;
+        let mut v = self.view.lock().unwrap();
+        let mut todo: Vec<u64> = match changed {
+            Some(list) => list,
+            None => v.inodes.keys().copied().collect(),
+        };
+        todo.append(&mut v.suspects);
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        for ino in todo {
+            if !seen.insert(ino) || !v.inodes.contains_key(&ino) {
+                continue;
+            }
+            check_inode(&mut v, store, ino, &mut out);
+            if v.inodes.get(&ino).is_some_and(|k| k.dir) {
+                let kids: Vec<u64> = v
+                    .children
+                    .get(&ino)
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default();
+                for c in kids {
+                    if seen.insert(c) {
+                        check_inode(&mut v, store, c, &mut out);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A notification to send.
+#[derive(Debug, PartialEq, Eq)]
+enum Inval {
+    /// Attributes (and with `data`, the cached pages) of an inode.
+    Inode { ino: u64, data: bool },
+    /// A name in a directory.
+    Entry { parent: u64, name: String },
+}
+
+fn check_inode(v: &mut View, store: &Store, ino: u64, out: &mut Vec<Inval>) {
+    let Some(k) = v.inodes.get(&ino) else {
+        return;
+    };
+    let generation = k.generation;
+    let cur = store.stat_ino(ino).ok().filter(|st| st.generation == generation);
+    // Is the name the kernel holds still this inode's?
+    if let Some((parent, name)) = k.entry.clone() {
+        let same = cur.is_some()
+            && store
+                .lookup(parent, &name)
+                .is_ok_and(|st| st.ino == ino && st.generation == generation);
+        if !same {
+            out.push(Inval::Entry { parent, name });
+            v.unlink_entry(ino);
+        }
+    }
+    let Some(k) = v.inodes.get_mut(&ino) else {
+        return;
+    };
+    match cur {
+        None => out.push(Inval::Inode { ino, data: true }),
+        Some(st) => {
+            let now = AttrKey::of(&st);
+            if now != k.attr {
+                out.push(Inval::Inode {
+                    ino,
+                    data: now.data_differs(&k.attr),
+                });
+                k.attr = now;
+            }
+        }
+    }
+}
+
+/// The poller thread; stops (and is joined) when dropped.
+pub struct Poller {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Poller {
+    /// Start polling for `fs`'s view; `None` when caching is off.
+    pub(crate) fn start(
+        view: Arc<KernelView>,
+        cfg: CacheConfig,
+        notifier: Notifier,
+    ) -> std::io::Result<Option<Poller>> {
+        if !view.enabled {
+            return Ok(None);
+        }
+        let _ = view.notifier.set(notifier.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("ckptfs-inval".into())
+            .spawn(move || poll_loop(&view, cfg.poll, &notifier, &stop2))?;
+        Ok(Some(Poller {
+            stop,
+            thread: Some(thread),
+        }))
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn poll_loop(view: &KernelView, every: Duration, notifier: &Notifier, stop: &AtomicBool) {
+    let store = &view.store;
+    let mut last = store.change_seq();
+    let mut sent = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(every);
+        let seq = store.change_seq();
+        let suspects = !view.view.lock().unwrap().suspects.is_empty();
+        if seq == last && !suspects {
+            continue;
+        }
+        let changed = if seq == last {
+            Some(Vec::new())
+        } else {
+            // A change landing during the call is listed now or next round (the
+            // answer's seq was read before the inodes), never missed.
+            let c = store.changed_since(last);
+            last = c.seq;
+            c.complete.then(|| c.inodes.into_iter().map(|i| i.ino).collect())
+        };
+        for inval in view.round(changed) {
+            let r = match &inval {
+                Inval::Inode { ino, data } => {
+                    notifier.inval_inode(INodeNo(*ino), if *data { 0 } else { -1 }, 0)
+                }
+                Inval::Entry { parent, name } => notifier.inval_entry(INodeNo(*parent), OsStr::new(name)),
+            };
+            match r {
+                Ok(()) => sent += 1,
+                // The session is gone (unmounted): stop.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENODEV) | Some(libc::EBADF)) => return,
+                Err(e) => tracing::debug!(error = %e, ?inval, "invalidation refused"),
+            }
+        }
+    }
+    tracing::info!(
+        invalidations = sent,
+        known = view.known(),
+        "invalidation poller stopped"
+    );
+}
