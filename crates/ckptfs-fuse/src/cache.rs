@@ -158,6 +158,10 @@ pub(crate) struct KernelView {
     view: Mutex<View>,
     /// Set when the poller starts (the notifier exists only once the session does).
     notifier: OnceLock<Notifier>,
+    /// Subdirectory counts of directories (for their link count): dropped when a
+    /// directory name is added to or removed from the directory, through the mount or
+    /// (seen by the poller in the store's name-change log) outside it.
+    subdirs: Mutex<HashMap<u64, (u32, u32)>>,
 }
 
 impl KernelView {
@@ -167,6 +171,7 @@ impl KernelView {
             store,
             view: Mutex::new(View::default()),
             notifier: OnceLock::new(),
+            subdirs: Mutex::new(HashMap::new()),
         }
     }
 
@@ -269,6 +274,35 @@ impl KernelView {
             }
         }
         stale
+    }
+
+    /// The cached subdirectory count of directory `ino` (generation `generation`).
+    pub(crate) fn subdirs(&self, ino: u64, generation: u32) -> Option<u32> {
+        if !self.enabled {
+            return None;
+        }
+        match self.subdirs.lock().unwrap().get(&ino) {
+            Some(&(g, n)) if g == generation => Some(n),
+            _ => None,
+        }
+    }
+
+    /// Remember the subdirectory count of a directory.
+    pub(crate) fn set_subdirs(&self, ino: u64, generation: u32, n: u32) {
+        if self.enabled {
+            let mut m = self.subdirs.lock().unwrap();
+            if m.len() >= 65536 {
+                m.clear();
+            }
+            m.insert(ino, (generation, n));
+        }
+    }
+
+    /// A directory name was added to or removed from `dir`.
+    pub(crate) fn drop_subdirs(&self, dir: u64) {
+        if self.enabled {
+            self.subdirs.lock().unwrap().remove(&dir);
+        }
     }
 
     /// FORGET: the kernel dropped `n` references.
@@ -430,6 +464,18 @@ fn poll_loop(view: &KernelView, every: Duration, notifier: &Notifier, stop: &Ato
             // answer's seq was read before the inodes), never missed.
             let c = store.changed_since(last);
             last = c.seq;
+            if !c.complete {
+                view.subdirs.lock().unwrap().clear();
+            }
+            for n in &c.names {
+                // A file's name leaves the parent's link count alone.
+                let file = store
+                    .stat_ino(n.ino)
+                    .is_ok_and(|st| st.generation == n.generation && st.kind == FileKind::File);
+                if !file {
+                    view.drop_subdirs(n.parent_ino);
+                }
+            }
             c.complete.then(|| c.inodes.into_iter().map(|i| i.ino).collect())
         };
         for inval in view.round(changed) {

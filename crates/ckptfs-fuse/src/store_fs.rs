@@ -35,9 +35,6 @@ pub struct StoreFs {
     counters: Arc<Counters>,
     cache: CacheConfig,
     view: Arc<KernelView>,
-    /// Directory link counts, valid while the directory's (generation, mtime, ctime) is
-    /// unchanged (every name change in a directory sets its mtime).
-    dir_nlinks: Mutex<HashMap<u64, (u32, u64, u64, u32)>>,
 }
 
 /// Starts the invalidation poller of a mounted [`StoreFs`] (see [`StoreFs::invalidator`]).
@@ -66,7 +63,6 @@ impl StoreFs {
         StoreFs {
             view: Arc::new(KernelView::new(cache, store.clone())),
             cache,
-            dir_nlinks: Mutex::new(HashMap::new()),
             store,
             io,
             files: Mutex::new(HashMap::new()),
@@ -93,32 +89,29 @@ impl StoreFs {
 
     /// The link count: a directory has 2 + one per subdirectory (their ".."); a file 1,
     /// or 0 once unlinked while still open (the store has no hard links). Counting
-    /// subdirectories walks the directory; the count is kept while the directory's
-    /// mtime and ctime stay the same. With caching off, entry replies (made at every
-    /// step of every path walk, with TTL 0) say 2: the kernel asks getattr (`exact`)
-    /// before it shows a stat.
+    /// subdirectories walks the directory; with caching on the count is kept until a
+    /// directory name in it changes (see `KernelView::subdirs`). With caching off, entry
+    /// replies (made at every step of every path walk, with TTL 0) say 2: the kernel
+    /// asks getattr (`exact`) before it shows a stat.
     fn nlink(&self, st: &Stat, exact: bool) -> u32 {
         match st.kind {
             FileKind::Dir if !exact && !self.cache.enabled() => 2,
             FileKind::Dir => {
-                let key = (st.generation, st.mtime_ns, st.ctime_ns);
-                if let Some(&(g, m, c, n)) = self.dir_nlinks.lock().unwrap().get(&st.ino) {
-                    if (g, m, c) == key {
-                        return n;
-                    }
+                if let Some(n) = self.view.subdirs(st.ino, st.generation) {
+                    return 2 + n;
                 }
+                let seq = self.view.seq();
                 let subdirs = self
                     .store
                     .read_dir_ino(st.ino)
                     .map(|l| l.iter().filter(|e| e.kind == FileKind::Dir).count())
-                    .unwrap_or(0);
-                let n = 2 + subdirs as u32;
-                let mut m = self.dir_nlinks.lock().unwrap();
-                if m.len() > 4096 {
-                    m.clear();
+                    .unwrap_or(0) as u32;
+                // Kept only if nothing changed during the walk (the poller may have
+                // dropped the count meanwhile).
+                if self.view.seq() == seq {
+                    self.view.set_subdirs(st.ino, st.generation, subdirs);
                 }
-                m.insert(st.ino, (key.0, key.1, key.2, n));
-                n
+                2 + subdirs
             }
             FileKind::File => {
                 let open = self.open_inos.lock().unwrap().contains_key(&st.ino);
@@ -482,6 +475,7 @@ impl Filesystem for StoreFs {
         self.counters.meta.fetch_add(1, Relaxed);
         let r = self.child_path(parent, name).and_then(|p| {
             let st = self.store.mkdir(&p, mode & !umask & 0o7777).map_err(store_err)?;
+            self.view.drop_subdirs(parent.0);
             self.give_to_caller(req, parent, &p, st)
         });
         self.reply_entry(reply, parent, name, r);
@@ -507,6 +501,7 @@ impl Filesystem for StoreFs {
         let r = self
             .child_path(parent, name)
             .and_then(|p| self.store.rmdir(&p).map_err(store_err));
+        self.view.drop_subdirs(parent.0);
         if r.is_ok() {
             self.touch_dir(parent);
             self.removed(parent, child);
@@ -549,7 +544,10 @@ impl Filesystem for StoreFs {
             }
             let moved = self.child_ino(parent, name);
             let victim = self.child_ino(newparent, newname);
-            self.store.rename(&from, &to).map_err(store_err)?;
+            let r = self.store.rename(&from, &to).map_err(store_err);
+            self.view.drop_subdirs(parent.0);
+            self.view.drop_subdirs(newparent.0);
+            r?;
             Ok((moved, victim))
         })();
         if let Ok((moved, victim)) = &r {
