@@ -16,8 +16,8 @@
 //!   different size or mtime: `notify_inval_inode(ino, 0, 0)` (attributes and cached
 //!   pages); other attributes: `notify_inval_inode(ino, -1, 0)` (attributes only); the
 //!   inode gone or its name now naming something else: `notify_inval_entry(parent,
-//!   name)`. A changed directory also has each child name the kernel holds checked
-//!   (a rename or unlink through the shim changes the directory).
+//!   name)`. Each name in the store's name-change log that the kernel holds a dentry
+//!   for has its inode checked the same way (a rename or unlink through the shim).
 //! * Requests through the mount update the record as they answer, so a change made
 //!   through the mount compares equal and invalidates nothing extra.
 //! * A reply computed from a store state that moved before the reply reached the kernel
@@ -110,7 +110,6 @@ struct Known {
     /// Lookups not yet forgotten (the kernel's reference count).
     nlookup: u64,
     generation: u32,
-    dir: bool,
     /// The name the kernel has a dentry for, if any.
     entry: Option<(u64, String)>,
     /// The attributes the kernel was last given.
@@ -120,8 +119,8 @@ struct Known {
 #[derive(Default)]
 struct View {
     inodes: HashMap<u64, Known>,
-    /// Parent directory -> children with a dentry the kernel holds.
-    children: HashMap<u64, HashSet<u64>>,
+    /// Parent directory -> names the kernel holds a dentry for -> inode.
+    children: HashMap<u64, HashMap<String, u64>>,
     /// Inodes whose reply may have been computed from a state that moved meanwhile.
     suspects: Vec<u64>,
 }
@@ -131,9 +130,11 @@ impl View {
         let Some(k) = self.inodes.get_mut(&ino) else {
             return;
         };
-        if let Some((parent, _)) = k.entry.take() {
+        if let Some((parent, name)) = k.entry.take() {
             if let Some(set) = self.children.get_mut(&parent) {
-                set.remove(&ino);
+                if set.get(&name) == Some(&ino) {
+                    set.remove(&name);
+                }
                 if set.is_empty() {
                     self.children.remove(&parent);
                 }
@@ -145,7 +146,10 @@ impl View {
         self.unlink_entry(ino);
         if let Some(k) = self.inodes.get_mut(&ino) {
             k.entry = Some((parent, name.to_string()));
-            self.children.entry(parent).or_default().insert(ino);
+            self.children
+                .entry(parent)
+                .or_default()
+                .insert(name.to_string(), ino);
         }
     }
 }
@@ -206,7 +210,6 @@ impl KernelView {
         let k = v.inodes.entry(st.ino).or_insert(Known {
             nlookup: 0,
             generation: st.generation,
-            dir: st.kind == FileKind::Dir,
             entry: None,
             attr: AttrKey::of(st),
         });
@@ -216,7 +219,6 @@ impl KernelView {
         k.generation = st.generation;
         k.nlookup += 1;
         k.attr = AttrKey::of(st);
-        k.dir = st.kind == FileKind::Dir;
         v.set_entry(st.ino, parent, name);
     }
 
@@ -329,14 +331,22 @@ impl KernelView {
         self.view.lock().unwrap().inodes.len()
     }
 
-    /// One poll round over `changed` (None: every known inode) plus the suspects:
-    /// compares with the store and returns the notifications to send (sent by the
-    /// caller, without the lock).
-    fn round(&self, changed: Option<Vec<u64>>) -> Vec<Inval> {
+    /// One poll round over the changed inodes and the inodes behind the changed names
+    /// the kernel holds (None: every known inode) plus the suspects: compares with the
+    /// store and returns the notifications to send (sent by the caller, without the
+    /// lock).
+    fn round(&self, changed: Option<Changed>) -> Vec<Inval> {
         let store = &self.store;
         let mut v = self.view.lock().unwrap();
         let mut todo: Vec<u64> = match changed {
-            Some(list) => list,
+            Some((mut inodes, names)) => {
+                for (parent, name) in names {
+                    if let Some(&ino) = v.children.get(&parent).and_then(|m| m.get(&name)) {
+                        inodes.push(ino);
+                    }
+                }
+                inodes
+            }
             None => v.inodes.keys().copied().collect(),
         };
         todo.append(&mut v.suspects);
@@ -347,22 +357,13 @@ impl KernelView {
                 continue;
             }
             check_inode(&mut v, store, ino, &mut out);
-            if v.inodes.get(&ino).is_some_and(|k| k.dir) {
-                let kids: Vec<u64> = v
-                    .children
-                    .get(&ino)
-                    .map(|s| s.iter().copied().collect())
-                    .unwrap_or_default();
-                for c in kids {
-                    if seen.insert(c) {
-                        check_inode(&mut v, store, c, &mut out);
-                    }
-                }
-            }
         }
         out
     }
 }
+
+/// Changed inodes, and changed names as (parent, name).
+type Changed = (Vec<u64>, Vec<(u64, String)>);
 
 /// A notification to send.
 #[derive(Debug, PartialEq, Eq)]
@@ -458,7 +459,7 @@ fn poll_loop(view: &KernelView, every: Duration, notifier: &Notifier, stop: &Ato
             continue;
         }
         let changed = if seq == last {
-            Some(Vec::new())
+            Some((Vec::new(), Vec::new()))
         } else {
             // A change landing during the call is listed now or next round (the
             // answer's seq was read before the inodes), never missed.
@@ -476,7 +477,12 @@ fn poll_loop(view: &KernelView, every: Duration, notifier: &Notifier, stop: &Ato
                     view.drop_subdirs(n.parent_ino);
                 }
             }
-            c.complete.then(|| c.inodes.into_iter().map(|i| i.ino).collect())
+            c.complete.then(|| {
+                (
+                    c.inodes.into_iter().map(|i| i.ino).collect(),
+                    c.names.into_iter().map(|n| (n.parent_ino, n.name)).collect(),
+                )
+            })
         };
         for inval in view.round(changed) {
             let r = match &inval {
