@@ -117,6 +117,8 @@ pub fn run(a: BenchArgs) -> Result<Report> {
             "md_files": a.md_files,
             "fuse_threads": 4,
             "max_write": ckptfs_fuse::MAX_WRITE,
+            "cache_ttl_s": ckptfs_fuse::CacheConfig::DEFAULT.ttl.as_secs_f64(),
+            "cache_poll_ms": ckptfs_fuse::CacheConfig::DEFAULT.poll.as_millis() as u64,
         }),
         results,
         notes,

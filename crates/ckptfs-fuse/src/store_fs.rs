@@ -603,7 +603,10 @@ impl Filesystem for StoreFs {
             let path = self.child_path(parent, name)?;
             let mut of = OpenFlags::from_posix(flags).map_err(store_err)?;
             of.create = true;
-            let existed = self.store.stat(&path).is_ok();
+            // One hash lookup (the path walk is the open's).
+            let existed = name
+                .to_str()
+                .is_some_and(|n| self.store.lookup(parent.0, n).is_ok());
             let h = self
                 .store
                 .open(&path, of, mode & !umask & 0o7777)
