@@ -338,8 +338,18 @@ impl KernelView {
     fn round(&self, changed: Option<Changed>) -> Vec<Inval> {
         let store = &self.store;
         let mut v = self.view.lock().unwrap();
+        let mut freed = HashSet::new();
         let mut todo: Vec<u64> = match changed {
-            Some((mut inodes, names)) => {
+            Some((inodes, names)) => {
+                let mut inodes: Vec<u64> = inodes
+                    .into_iter()
+                    .map(|(ino, exists)| {
+                        if !exists {
+                            freed.insert(ino);
+                        }
+                        ino
+                    })
+                    .collect();
                 for (parent, name) in names {
                     if let Some(&ino) = v.children.get(&parent).and_then(|m| m.get(&name)) {
                         inodes.push(ino);
@@ -356,14 +366,14 @@ impl KernelView {
             if !seen.insert(ino) || !v.inodes.contains_key(&ino) {
                 continue;
             }
-            check_inode(&mut v, store, ino, &mut out);
+            check_inode(&mut v, store, ino, &freed, &mut out);
         }
         out
     }
 }
 
-/// Changed inodes, and changed names as (parent, name).
-type Changed = (Vec<u64>, Vec<(u64, String)>);
+/// Changed inodes (number, still allocated), and changed names as (parent, name).
+type Changed = (Vec<(u64, bool)>, Vec<(u64, String)>);
 
 /// A notification to send.
 #[derive(Debug, PartialEq, Eq)]
@@ -374,22 +384,27 @@ enum Inval {
     Entry { parent: u64, name: String },
 }
 
-fn check_inode(v: &mut View, store: &Store, ino: u64, out: &mut Vec<Inval>) {
+fn check_inode(v: &mut View, store: &Store, ino: u64, freed: &HashSet<u64>, out: &mut Vec<Inval>) {
     let Some(k) = v.inodes.get(&ino) else {
         return;
     };
     let generation = k.generation;
-    let cur = store.stat_ino(ino).ok().filter(|st| st.generation == generation);
-    // Is the name the kernel holds still this inode's?
+    let mine = |st: &Stat| st.ino == ino && st.generation == generation;
+    // Is the name the kernel holds still this inode's? The lookup's answer is also the
+    // inode's state; only an inode without its name is stat'ed, and not one the store
+    // listed as freed (a stat racing with the free would be reported as damage).
+    let mut cur = None;
     if let Some((parent, name)) = k.entry.clone() {
-        let same = cur.is_some()
-            && store
-                .lookup(parent, &name)
-                .is_ok_and(|st| st.ino == ino && st.generation == generation);
-        if !same {
-            out.push(Inval::Entry { parent, name });
-            v.unlink_entry(ino);
+        match store.lookup(parent, &name) {
+            Ok(st) if mine(&st) => cur = Some(st),
+            _ => {
+                out.push(Inval::Entry { parent, name });
+                v.unlink_entry(ino);
+            }
         }
+    }
+    if cur.is_none() && !freed.contains(&ino) {
+        cur = store.stat_ino(ino).ok().filter(mine);
     }
     let Some(k) = v.inodes.get_mut(&ino) else {
         return;
@@ -479,7 +494,7 @@ fn poll_loop(view: &KernelView, every: Duration, notifier: &Notifier, stop: &Ato
             }
             c.complete.then(|| {
                 (
-                    c.inodes.into_iter().map(|i| i.ino).collect(),
+                    c.inodes.into_iter().map(|i| (i.ino, i.exists)).collect(),
                     c.names.into_iter().map(|n| (n.parent_ino, n.name)).collect(),
                 )
             })

@@ -290,8 +290,9 @@ impl StoreFs {
     /// dentry and updates the directory itself).
     fn removed(&self, parent: INodeNo, child: Option<u64>) {
         if let Some(c) = child {
+            // Not stat'ed: the slot is free now (the kernel updates the open inode's
+            // link count itself).
             self.view.unlinked(c);
-            self.refresh(c);
         }
         self.refresh(parent.0);
     }
@@ -553,7 +554,6 @@ impl Filesystem for StoreFs {
         if let Ok((moved, victim)) = &r {
             if let Some(v) = victim {
                 self.view.unlinked(*v);
-                self.refresh(*v);
             }
             if let (Some(m), Some(n)) = (moved, newname.to_str()) {
                 self.view.renamed(*m, newparent.0, n);
