@@ -162,10 +162,33 @@ pub(crate) struct KernelView {
     view: Mutex<View>,
     /// Set when the poller starts (the notifier exists only once the session does).
     notifier: OnceLock<Notifier>,
-    /// Subdirectory counts of directories (for their link count): dropped when a
-    /// directory name is added to or removed from the directory, through the mount or
-    /// (seen by the poller in the store's name-change log) outside it.
-    subdirs: Mutex<HashMap<u64, (u32, u32)>>,
+    /// Subdirectory counts of directories (for their link count).
+    subdirs: Mutex<Subdirs>,
+}
+
+/// Subdirectory counts: dropped when a directory name is added to or removed from the
+/// directory, through the mount or (seen by the poller in the store's name-change log)
+/// outside it. A count computed while a drop happened is not kept (`drops` epoch).
+#[derive(Default)]
+struct Subdirs {
+    /// Directory inode -> (generation, subdirectories).
+    counts: HashMap<u64, (u32, u32)>,
+    drops: u64,
+    /// Inodes seen to be directories (a removed name's inode is freed and cannot be
+    /// asked its kind any more).
+    dirs: HashSet<u64>,
+}
+
+impl Subdirs {
+    fn note_dir(&mut self, ino: u64) {
+        if self.dirs.len() >= 1 << 16 && !self.dirs.contains(&ino) {
+            // Forgetting which inodes were directories forgets the counts they affect.
+            self.dirs.clear();
+            self.counts.clear();
+            self.drops += 1;
+        }
+        self.dirs.insert(ino);
+    }
 }
 
 impl KernelView {
@@ -175,7 +198,7 @@ impl KernelView {
             store,
             view: Mutex::new(View::default()),
             notifier: OnceLock::new(),
-            subdirs: Mutex::new(HashMap::new()),
+            subdirs: Mutex::new(Subdirs::default()),
         }
     }
 
@@ -278,32 +301,53 @@ impl KernelView {
         stale
     }
 
-    /// The cached subdirectory count of directory `ino` (generation `generation`).
-    pub(crate) fn subdirs(&self, ino: u64, generation: u32) -> Option<u32> {
-        if !self.enabled {
-            return None;
-        }
-        match self.subdirs.lock().unwrap().get(&ino) {
-            Some(&(g, n)) if g == generation => Some(n),
-            _ => None,
+    /// The cached subdirectory count of directory `ino` (generation `generation`), or
+    /// the epoch to pass to [`KernelView::set_subdirs`] after counting.
+    pub(crate) fn subdirs(&self, ino: u64, generation: u32) -> Result<u32, u64> {
+        let mut m = self.subdirs.lock().unwrap();
+        m.note_dir(ino);
+        match m.counts.get(&ino) {
+            Some(&(g, n)) if self.enabled && g == generation => Ok(n),
+            _ => Err(m.drops),
         }
     }
 
-    /// Remember the subdirectory count of a directory.
-    pub(crate) fn set_subdirs(&self, ino: u64, generation: u32, n: u32) {
+    /// Remember the subdirectory count of a directory counted since `epoch`.
+    pub(crate) fn set_subdirs(&self, ino: u64, generation: u32, n: u32, epoch: u64) {
         if self.enabled {
             let mut m = self.subdirs.lock().unwrap();
-            if m.len() >= 65536 {
-                m.clear();
+            if m.drops != epoch {
+                return;
             }
-            m.insert(ino, (generation, n));
+            if m.counts.len() >= 65536 {
+                m.counts.clear();
+            }
+            m.counts.insert(ino, (generation, n));
         }
     }
 
     /// A directory name was added to or removed from `dir`.
     pub(crate) fn drop_subdirs(&self, dir: u64) {
-        if self.enabled {
-            self.subdirs.lock().unwrap().remove(&dir);
+        let mut m = self.subdirs.lock().unwrap();
+        m.drops += 1;
+        m.counts.remove(&dir);
+    }
+
+    /// The poller's part: a name `name_ino` (generation `generation`, `freed` if its
+    /// slot is free now) was added to or removed from `dir`.
+    fn name_changed(&self, dir: u64, name_ino: u64, generation: u32, freed: bool) {
+        let was_dir = self.subdirs.lock().unwrap().dirs.contains(&name_ino);
+        // Not freed and not a file now: a directory, or unknown (then dropped too).
+        let is_dir = !freed
+            && !self
+                .store
+                .stat_ino(name_ino)
+                .is_ok_and(|st| st.generation == generation && st.kind == FileKind::File);
+        if is_dir {
+            self.subdirs.lock().unwrap().note_dir(name_ino);
+        }
+        if was_dir || is_dir {
+            self.drop_subdirs(dir);
         }
     }
 
@@ -334,41 +378,122 @@ impl KernelView {
     /// One poll round over the changed inodes and the inodes behind the changed names
     /// the kernel holds (None: every known inode) plus the suspects: compares with the
     /// store and returns the notifications to send (sent by the caller, without the
-    /// lock).
+    /// lock). The store is read without the view's lock held (request threads take it
+    /// at every reply, and the poller may be descheduled on a busy machine), between a
+    /// snapshot of the records and the update of those still unchanged.
     fn round(&self, changed: Option<Changed>) -> Vec<Inval> {
-        let store = &self.store;
-        let mut v = self.view.lock().unwrap();
         let mut freed = HashSet::new();
-        let mut todo: Vec<u64> = match changed {
-            Some((inodes, names)) => {
-                let mut inodes: Vec<u64> = inodes
-                    .into_iter()
-                    .map(|(ino, exists)| {
-                        if !exists {
-                            freed.insert(ino);
+        let snap: Vec<Snap> = {
+            let mut v = self.view.lock().unwrap();
+            let mut todo: Vec<u64> = match changed {
+                Some((inodes, names)) => {
+                    let mut inodes: Vec<u64> = inodes
+                        .into_iter()
+                        .map(|(ino, exists)| {
+                            if !exists {
+                                freed.insert(ino);
+                            }
+                            ino
+                        })
+                        .collect();
+                    for (parent, name) in names {
+                        if let Some(&ino) = v.children.get(&parent).and_then(|m| m.get(&name)) {
+                            inodes.push(ino);
                         }
-                        ino
-                    })
-                    .collect();
-                for (parent, name) in names {
-                    if let Some(&ino) = v.children.get(&parent).and_then(|m| m.get(&name)) {
-                        inodes.push(ino);
                     }
+                    inodes
                 }
-                inodes
-            }
-            None => v.inodes.keys().copied().collect(),
+                None => v.inodes.keys().copied().collect(),
+            };
+            todo.append(&mut v.suspects);
+            let mut seen = HashSet::new();
+            todo.into_iter()
+                .filter(|ino| seen.insert(*ino))
+                .filter_map(|ino| {
+                    v.inodes.get(&ino).map(|k| Snap {
+                        ino,
+                        generation: k.generation,
+                        entry: k.entry.clone(),
+                    })
+                })
+                .collect()
         };
-        todo.append(&mut v.suspects);
+        let looked: Vec<(Snap, bool, Option<Stat>)> = snap
+            .into_iter()
+            .map(|s| {
+                let (name_ok, cur) = probe(&self.store, &s, &freed);
+                (s, name_ok, cur)
+            })
+            .collect();
+        let mut v = self.view.lock().unwrap();
         let mut out = Vec::new();
-        let mut seen = HashSet::new();
-        for ino in todo {
-            if !seen.insert(ino) || !v.inodes.contains_key(&ino) {
-                continue;
-            }
-            check_inode(&mut v, store, ino, &freed, &mut out);
+        for (s, name_ok, cur) in looked {
+            apply(&mut v, s, name_ok, cur, &mut out);
         }
         out
+    }
+}
+
+/// A record as the poller saw it before reading the store.
+struct Snap {
+    ino: u64,
+    generation: u32,
+    entry: Option<(u64, String)>,
+}
+
+/// Read the store for one record: is the name the kernel holds still this inode's, and
+/// the inode's state. The lookup's answer is also the inode's state; only an inode
+/// without its name is stat'ed, and not one the store listed as freed (a stat racing
+/// with the free would be reported as damage).
+fn probe(store: &Store, s: &Snap, freed: &HashSet<u64>) -> (bool, Option<Stat>) {
+    let mine = |st: &Stat| st.ino == s.ino && st.generation == s.generation;
+    let mut cur = None;
+    let mut name_ok = true;
+    if let Some((parent, name)) = &s.entry {
+        match store.lookup(*parent, name) {
+            Ok(st) if mine(&st) => cur = Some(st),
+            _ => name_ok = false,
+        }
+    }
+    if cur.is_none() && !freed.contains(&s.ino) {
+        cur = store.stat_ino(s.ino).ok().filter(mine);
+    }
+    (name_ok, cur)
+}
+
+/// Compare a probe with the record (if the record is still the one probed) and queue
+/// the invalidations.
+fn apply(v: &mut View, s: Snap, name_ok: bool, cur: Option<Stat>, out: &mut Vec<Inval>) {
+    let Some(k) = v.inodes.get(&s.ino) else {
+        return;
+    };
+    if k.generation != s.generation {
+        return; // looked up again meanwhile: the kernel has the newer answer
+    }
+    if !name_ok && k.entry == s.entry {
+        if let Some((parent, name)) = s.entry {
+            out.push(Inval::Entry { parent, name });
+            v.unlink_entry(s.ino);
+        }
+    }
+    let Some(k) = v.inodes.get_mut(&s.ino) else {
+        return;
+    };
+    match cur {
+        None => out.push(Inval::Inode {
+            ino: s.ino,
+            data: true,
+        }),
+        Some(st) => {
+            let now = AttrKey::of(&st);
+            if now != k.attr {
+                out.push(Inval::Inode {
+                    ino: s.ino,
+                    data: now.data_differs(&k.attr),
+                });
+                k.attr = now;
+            }
+        }
     }
 }
 
@@ -382,46 +507,6 @@ enum Inval {
     Inode { ino: u64, data: bool },
     /// A name in a directory.
     Entry { parent: u64, name: String },
-}
-
-fn check_inode(v: &mut View, store: &Store, ino: u64, freed: &HashSet<u64>, out: &mut Vec<Inval>) {
-    let Some(k) = v.inodes.get(&ino) else {
-        return;
-    };
-    let generation = k.generation;
-    let mine = |st: &Stat| st.ino == ino && st.generation == generation;
-    // Is the name the kernel holds still this inode's? The lookup's answer is also the
-    // inode's state; only an inode without its name is stat'ed, and not one the store
-    // listed as freed (a stat racing with the free would be reported as damage).
-    let mut cur = None;
-    if let Some((parent, name)) = k.entry.clone() {
-        match store.lookup(parent, &name) {
-            Ok(st) if mine(&st) => cur = Some(st),
-            _ => {
-                out.push(Inval::Entry { parent, name });
-                v.unlink_entry(ino);
-            }
-        }
-    }
-    if cur.is_none() && !freed.contains(&ino) {
-        cur = store.stat_ino(ino).ok().filter(mine);
-    }
-    let Some(k) = v.inodes.get_mut(&ino) else {
-        return;
-    };
-    match cur {
-        None => out.push(Inval::Inode { ino, data: true }),
-        Some(st) => {
-            let now = AttrKey::of(&st);
-            if now != k.attr {
-                out.push(Inval::Inode {
-                    ino,
-                    data: now.data_differs(&k.attr),
-                });
-                k.attr = now;
-            }
-        }
-    }
 }
 
 /// The poller thread; stops (and is joined) when dropped.
@@ -481,16 +566,14 @@ fn poll_loop(view: &KernelView, every: Duration, notifier: &Notifier, stop: &Ato
             let c = store.changed_since(last);
             last = c.seq;
             if !c.complete {
-                view.subdirs.lock().unwrap().clear();
+                let mut m = view.subdirs.lock().unwrap();
+                m.counts.clear();
+                m.drops += 1;
             }
+            // A file's name leaves the parent's link count alone.
+            let freed: HashSet<u64> = c.inodes.iter().filter(|i| !i.exists).map(|i| i.ino).collect();
             for n in &c.names {
-                // A file's name leaves the parent's link count alone.
-                let file = store
-                    .stat_ino(n.ino)
-                    .is_ok_and(|st| st.generation == n.generation && st.kind == FileKind::File);
-                if !file {
-                    view.drop_subdirs(n.parent_ino);
-                }
+                view.name_changed(n.parent_ino, n.ino, n.generation, freed.contains(&n.ino));
             }
             c.complete.then(|| {
                 (

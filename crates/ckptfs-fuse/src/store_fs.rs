@@ -97,20 +97,17 @@ impl StoreFs {
         match st.kind {
             FileKind::Dir if !exact && !self.cache.enabled() => 2,
             FileKind::Dir => {
-                if let Some(n) = self.view.subdirs(st.ino, st.generation) {
-                    return 2 + n;
-                }
-                let seq = self.view.seq();
+                let epoch = match self.view.subdirs(st.ino, st.generation) {
+                    Ok(n) => return 2 + n,
+                    Err(epoch) => epoch,
+                };
                 let subdirs = self
                     .store
                     .read_dir_ino(st.ino)
                     .map(|l| l.iter().filter(|e| e.kind == FileKind::Dir).count())
                     .unwrap_or(0) as u32;
-                // Kept only if nothing changed during the walk (the poller may have
-                // dropped the count meanwhile).
-                if self.view.seq() == seq {
-                    self.view.set_subdirs(st.ino, st.generation, subdirs);
-                }
+                // Kept only if no directory name changed during the walk.
+                self.view.set_subdirs(st.ino, st.generation, subdirs, epoch);
                 2 + subdirs
             }
             FileKind::File => {

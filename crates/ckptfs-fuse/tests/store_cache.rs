@@ -139,6 +139,14 @@ fn store_changes_outside_the_mount_invalidate_its_caches() {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(mp.join("d")).unwrap().nlink() == 3
     });
+    // And back when it goes (its inode is freed: the link count must not stay 3).
+    s.unlink("/d/sub/x").unwrap();
+    s.rmdir("/d/sub").unwrap();
+    eventually("nlink after rmdir", || {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(mp.join("d")).unwrap().nlink() == 2
+    });
+    assert!(size_of(&mp.join("d/sub")).is_none());
 
     // The other way: what the mount writes, the store API reads at once.
     std::fs::write(mp.join("d/from-mount"), b"through the mount").unwrap();
