@@ -264,7 +264,7 @@ impl StoreFs {
     }
 
     fn open_flags(&self, posix: i32) -> FopenFlags {
-        let f = self.io.fopen_flags(posix);
+        let f = self.io.fopen_flags_for(posix, true);
         if self.view.enabled() && !f.contains(FopenFlags::FOPEN_DIRECT_IO) {
             // Pages cached by an earlier open stay valid: the poller drops them when
             // another process changes the file's data (size or mtime).

@@ -80,8 +80,13 @@ fn store_changes_outside_the_mount_invalidate_its_caches() {
     eventually("new size", || size_of(&f) == Some(300_000));
     assert_eq!(std::fs::read(&f).unwrap(), v2);
 
-    // Same size, new bytes, read through a descriptor opened before the change.
-    let mut open = std::fs::File::open(&f).unwrap();
+    // Same size, new bytes, read through a descriptor opened before the change
+    // (read-write: such opens use the page cache, whose pages must be dropped).
+    let mut open = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&f)
+        .unwrap();
     let mut buf = vec![0u8; v2.len()];
     open.read_exact(&mut buf).unwrap();
     assert_eq!(buf, v2);
