@@ -37,7 +37,8 @@ pub struct MountArgs {
     /// CRFS IO threads writing chunks to the backend.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub io_threads: usize,
-    /// Page cache or direct I/O: auto (direct for write-only opens), cached, direct.
+    /// Page cache or direct I/O: auto (direct for write-only opens, and in store mode
+    /// read-only ones; the page cache for read-write opens), cached, direct.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub io_mode: IoMode,
     /// Threads serving FUSE requests.
