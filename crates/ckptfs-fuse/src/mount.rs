@@ -346,7 +346,8 @@ fn ended_by_unmount(e: &io::Error, mp: &Path) -> bool {
 }
 
 /// Mount `fs` at `mp` served by background threads (benchmarks and tests in one
-/// process); unmount with [`unmount_spawned`].
+/// process); unmount with [`unmount_spawned`]. For a [`StoreFs`] use [`spawn_store`],
+/// which also runs the invalidation poller its kernel caching relies on.
 pub fn spawn<FS: fuser::Filesystem>(
     fs: FS,
     mp: &Path,
