@@ -301,6 +301,51 @@ ssize_t ckptfs_get_chunk_list(const char *path, ckptfs_chunk_meta *out, size_t m
  */
 ssize_t ckptfs_get_spill_path(const char *path, char *buf, size_t len);
 
+/* ------------------------------------------------------------------ levels
+ * Which levels hold a file: this node's store, partner nodes (the node daemon's partner
+ * copies, docs/cluster.md), the parallel file system (the drain). The same answer as
+ * `ckptfs ls -l` and `ckptfs status --json`, from the same sources: the file's state,
+ * the record the node daemon keeps in the store (/.ckptfs/levels.json) and the manifest
+ * the drain publishes next to the drained files. A partner or PFS copy counts only if it
+ * is of the file's current version (same inode, generation, size and mtime): a file
+ * rewritten since shows no partner copy until the daemon has sent the new version.
+ * Without a node daemon (or before its first copy) no file has a partner copy; a record
+ * that cannot be read counts as none. Each call reads the record again: ask once per
+ * file, not in a tight loop. See docs/capi.md, "Levels of a file".
+ */
+
+#define CKPTFS_LEVEL_LOCAL 1u   /* complete in this node's store (the last writer closed
+                                   it; a file being written, or whose writer died, is not) */
+#define CKPTFS_LEVEL_PARTNER 2u /* a complete, CRC-verified copy of this version on at
+                                   least one partner node */
+#define CKPTFS_LEVEL_PFS 4u     /* this version was drained to the parallel file system */
+
+typedef struct ckptfs_levels {
+    uint32_t flags;    /* CKPTFS_LEVEL_* */
+    uint32_t partners; /* partner nodes holding a copy of this version
+                          (ckptfs_file_partners names them) */
+    uint32_t refused;  /* partners that refused a copy (full: ENOSPC): "no partner copy"
+                          on those */
+    uint32_t reserved; /* 0 */
+} ckptfs_levels;
+
+/*
+ * The levels holding the current version of the file `path`, into *out.
+ * Errors: -ENOENT; -EISDIR a directory; -ENOTDIR; -ENAMETOOLONG; -EFAULT path or out
+ * NULL.
+ */
+int ckptfs_file_levels(const char *path, ckptfs_levels *out);
+
+/*
+ * The ids of the partner nodes holding a copy of the current version of `path`, copied
+ * into `buf` one after another, each NUL-terminated (as listxattr(2)): "node3\0node4\0".
+ * Returns the length of that list in bytes (0: no partner copy). With buf == NULL and
+ * len == 0 only returns the length.
+ * Errors: -ERANGE len smaller than the list (ask for the length and retry; it may grow
+ * meanwhile); -ENOENT; -EISDIR; -EFAULT path NULL, or buf NULL with len > 0.
+ */
+ssize_t ckptfs_file_partners(const char *path, char *buf, size_t len);
+
 /* ------------------------------------------------------------------ datasets */
 /*
  * Checkpoint datasets (docs/datasets.md), modelled on SCR's Start/Complete_output,

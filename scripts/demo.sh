@@ -4,7 +4,9 @@
 # restarts from its latest complete in-memory checkpoint, and must finish with exactly
 # the field of an uninterrupted run. Then the node store is lost: a killed run's
 # checkpoint is drained by `ckptfs agent`, the store destroyed, and `ckptfs run --restore`
-# restarts from the drained copy, again to the exact field. Prints checkpoint bandwidth
+# restarts from the drained copy, again to the exact field. Then the same program on 4
+# nodes x 2 ranks with datasets loses a node mid-checkpoint and all ranks restart from the
+# newest complete dataset (scripts/demo-datasets.sh). Prints checkpoint bandwidth
 # next to the same run writing to plain directories. Exits non-zero on any mismatch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -90,6 +92,12 @@ if cmp "$WORK/ref.bin" "$WORK/heat3.bin"; then
 else
     echo "FAIL: final field after restore differs from the uninterrupted run"
     exit 1
+fi
+
+echo "== 7. across nodes: 4 nodes x 2 ranks, every checkpoint a dataset, a node lost mid-checkpoint"
+echo "      (scripts/demo-datasets.sh; DEMO_DATASETS=0 skips it)"
+if [ "${DEMO_DATASETS:-1}" != 0 ]; then
+    bash scripts/demo-datasets.sh "$HEAT"
 fi
 
 echo

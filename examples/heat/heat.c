@@ -11,6 +11,12 @@
  *
  * The program knows nothing about ckptfs: run it under `ckptfs run` with CKPT_DIR under
  * the mount prefix and its checkpoints live in the node store.
+ *
+ * Two environment variables serve job scripts that checkpoint in segments (the
+ * multi-node demo, scripts/demo-datasets.sh): HEAT_SEGMENT=1 also checkpoints after the
+ * last step and keeps the previous checkpoints (each run ends with one, which the script
+ * makes a dataset); HEAT_MAX_STEP=N resumes from no checkpoint newer than step N (the
+ * dataset the whole job agreed to restart from, whatever newer files a node holds).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -58,6 +64,7 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
+static int segment_mode = 0;
 static double ckpt_seconds = 0;
 static uint64_t ckpt_bytes = 0;
 
@@ -77,7 +84,7 @@ static void save(const char *dir, const double *g, uint64_t nx, uint64_t ny, uin
     }
     ckpt_seconds += now() - t0;
     ckpt_bytes += sizeof h + bytes;
-    if (prev != UINT64_MAX) {
+    if (prev != UINT64_MAX && !segment_mode) {
         snprintf(fin, sizeof fin, "%s/heat.%llu", dir, (unsigned long long)prev);
         unlink(fin);
     }
@@ -96,6 +103,12 @@ static uint64_t restore(const char *dir, double *g, uint64_t nx, uint64_t ny) {
         if (sscanf(e->d_name, "heat.%llu%c", &s, &rest) == 1) steps[n++] = s;
     }
     closedir(d);
+    const char *max = getenv("HEAT_MAX_STEP");
+    if (max && *max) {
+        unsigned long long m = strtoull(max, 0, 10);
+        for (int i = 0; i < n; i++)
+            if (steps[i] > m) steps[i] = UINT64_MAX;
+    }
     size_t bytes = nx * ny * sizeof(double);
     for (;;) {
         int best = -1;
@@ -123,6 +136,8 @@ int main(int argc, char **argv) {
     uint64_t nx = strtoull(argv[1], 0, 10), ny = strtoull(argv[2], 0, 10);
     uint64_t steps = strtoull(argv[3], 0, 10), every = strtoull(argv[4], 0, 10);
     const char *dir = argv[5], *result = argv[6];
+    const char *seg = getenv("HEAT_SEGMENT");
+    segment_mode = seg && strcmp(seg, "1") == 0;
     mkdir(dir, 0755);
     double *a = calloc(nx * ny, sizeof(double)), *b = calloc(nx * ny, sizeof(double));
     uint64_t start = restore(dir, a, nx, ny), prev = start;
@@ -149,7 +164,7 @@ int main(int argc, char **argv) {
         double *t = a;
         a = b;
         b = t;
-        if ((s + 1) % every == 0 && s + 1 < steps) {
+        if ((s + 1) % every == 0 && (s + 1 < steps || segment_mode)) {
             save(dir, a, nx, ny, s + 1, prev);
             prev = s + 1;
         }

@@ -364,3 +364,6 @@ class Store:
 
     def __repr__(self) -> str:
         return f"ckptfs.Store({self.name!r})"
+
+
+from . import datasets  # noqa: E402  (ckptfs.datasets; imports Store from here)

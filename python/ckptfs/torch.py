@@ -7,15 +7,18 @@
 
 Each rank writes its shards (``__RANK_N.distcp``) straight into the node store (a memory
 copy, no file system); the coordinator writes ``.metadata`` last (as ``.metadata.tmp``,
-closed, then renamed), so a checkpoint directory is *complete* when its ``.metadata`` is
-present and closed complete, and no file in it is still being written or was left
-incomplete by a dead writer (:func:`is_complete`). :func:`latest_checkpoint` finds the
-newest complete one under a root; ``Reader(root=...)`` loads it.
+closed, then renamed). Each save is one checkpoint **dataset** (:mod:`ckptfs.datasets`,
+named after the checkpoint directory): every rank begins its part at its first write
+and completes it when its shards are closed; the coordinator completes its part after
+``.metadata`` is in place, which (all other parts being in) makes the dataset complete:
+its files checked closed complete and checksummed. :func:`latest_checkpoint` and
+``Reader()`` without a path take the newest dataset complete on any level (this store,
+or the PFS through the drain manifests: files only the PFS holds are restored first).
 
-Dataset hook: the dataset API (begin/complete/latest restartable, node daemons
-protecting it on partners and the PFS) is not in this package yet. Until it is, the two
-functions :func:`_dataset_complete` and :func:`_dataset_candidates` below are the whole
-contract and are the ones to replace.
+Checkpoints without dataset records (written with ``dataset=False``, or a store brought
+back from partners or the PFS without its records) are judged by the directory rule,
+:func:`is_complete`: ``.metadata`` present and closed complete, and no file in the
+directory being written or left incomplete by a dead writer.
 
 GPU tensors: DCP's planner hands CPU tensors to the writer after copying GPU tensors to
 host once (``per_thread_copy_ahead``); the writer then copies host memory into the store.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import io
 import os
 import posixpath
+import threading
 from contextlib import contextmanager
 from typing import Any, Generator, List, Optional, Union
 
@@ -33,6 +37,7 @@ import torch
 from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemReader, FileSystemWriter
 
 from . import Store, _norm
+from . import datasets as _ds
 
 __all__ = [
     "Writer",
@@ -58,10 +63,10 @@ def _store(store: StoreLike) -> Store:
     return Store(store or None, create=True)
 
 
-# -- the dataset hook (replace with the dataset API, issue 11) ---------------------------
-def _dataset_complete(store: Store, path: str) -> bool:
-    """Whether checkpoint directory ``path`` is complete: ``.metadata`` closed complete and
-    no file in the directory being written, incomplete (dead writer) or failed."""
+# -- completeness ------------------------------------------------------------------------
+def _dir_complete(store: Store, path: str) -> bool:
+    """The directory rule: ``.metadata`` closed complete and no file in the directory
+    being written, incomplete (dead writer) or failed."""
     try:
         if store.stat(posixpath.join(path, METADATA)).state != "complete":
             return False
@@ -74,7 +79,7 @@ def _dataset_complete(store: Store, path: str) -> bool:
     return True
 
 
-def _dataset_candidates(store: Store, root: str) -> List[str]:
+def _dir_candidates(store: Store, root: str) -> List[str]:
     """Checkpoint directories under ``root`` (the root itself and its subdirectories)."""
     out = []
     if not store.isdir(root):
@@ -85,23 +90,65 @@ def _dataset_candidates(store: Store, root: str) -> List[str]:
     return out
 
 
-# -----------------------------------------------------------------------------------------
-def is_complete(path: str, store: StoreLike = None) -> bool:
-    """Whether the DCP checkpoint at ``path`` is complete (see the module docs)."""
-    return _dataset_complete(_store(store), _norm(path))
-
-
-def latest_checkpoint(root: str = "/", store: StoreLike = None) -> Optional[str]:
-    """The newest complete DCP checkpoint directory under ``root`` (by the time its
-    ``.metadata`` was written), or None."""
-    st = _store(store)
+def _latest_by_dir(store: Store, root: str) -> Optional[str]:
     best = None
-    for p in _dataset_candidates(st, _norm(root)):
-        if _dataset_complete(st, p):
-            key = (st.stat(posixpath.join(p, METADATA)).mtime_ns, p)
+    for p in _dir_candidates(store, root):
+        if _dir_complete(store, p):
+            key = (store.stat(posixpath.join(p, METADATA)).mtime_ns, p)
             if best is None or key > best:
                 best = key
     return best[1] if best else None
+
+
+def _under(name: str, root: str) -> bool:
+    r = root.rstrip("/")
+    return r == "" or name == r or name.startswith(r + "/")
+
+
+def _datasets(store: Store, job: Optional[str], dests: Any = None, **kw: Any) -> "_ds.Datasets":
+    return _ds.Datasets(store, job=job, dests=dests, **kw)
+
+
+def is_complete(path: str, store: StoreLike = None, job: Optional[str] = None) -> bool:
+    """Whether the DCP checkpoint at ``path`` can be loaded from this store: the newest
+    dataset named ``path`` is complete and every one of its files is in the store with
+    its recorded size and modification time (its ``local`` level; the CRC32C is checked
+    by :func:`latest_checkpoint`); without a dataset record of that name, the directory
+    rule (module docs)."""
+    st = _store(store)
+    p = _norm(path)
+    ds = _datasets(st, job)
+    mine = [d for d in ds.list() if d["name"] == p]
+    if not mine:
+        return _dir_complete(st, p)
+    d = mine[-1]
+    if d["state"] != "complete":
+        return False
+    return all("local" in f["levels"] for f in d["files"].values())
+
+
+def latest_checkpoint(
+    root: str = "/",
+    store: StoreLike = None,
+    job: Optional[str] = None,
+    dests: Any = None,
+    restore: bool = False,
+) -> Optional[str]:
+    """The newest checkpoint under ``root`` complete on some level: the newest dataset
+    named ``root`` or below it that is complete in this store or in a drain destination
+    (``dests``, default ``$CKPTFS_DEST``); with ``restore`` its PFS-only files are
+    brought back first. When no dataset record names anything under ``root``, the
+    newest directory passing the directory rule (by its ``.metadata`` time). None if
+    there is none."""
+    st = _store(store)
+    r = _norm(root)
+    ds = _datasets(st, job, dests)
+    found = ds.restart_search(r, restore=restore)
+    if found["chosen"] is not None:
+        return found["chosen"]["name"]
+    if any(_under(d["name"], r) for d in ds.list()):
+        return None
+    return _latest_by_dir(st, r)
 
 
 class _StoreFileSystem(FileSystemBase):
@@ -153,6 +200,48 @@ def _strip_url(path: Union[str, os.PathLike]) -> str:
     return _norm(s)
 
 
+_crc_lock = threading.Lock()
+_crc_off = 0
+_crc_saved: Any = None
+
+
+@contextmanager
+def _no_zip_crc32(enabled: bool) -> Generator[None, None, None]:
+    """Turn off torch.save's zip CRC32 (``torch.utils.serialization.config.save.
+    compute_crc32``) while ckptfs writers write (process-wide, reference counted across
+    threads). It is a second full pass over every tensor's bytes (measured: 5x the
+    copy into the store); the store checksums the same bytes (CRC32C per chunk, computed
+    during the copy) and torch.load reads such files."""
+    global _crc_off, _crc_saved
+    try:
+        from torch.utils.serialization import config
+    except ImportError:  # older torch: no such setting
+        enabled = False
+    if not enabled:
+        yield
+        return
+    with _crc_lock:
+        if _crc_off == 0:
+            _crc_saved = config.save.compute_crc32
+            config.save.compute_crc32 = False
+        _crc_off += 1
+    try:
+        yield
+    finally:
+        with _crc_lock:
+            _crc_off -= 1
+            if _crc_off == 0:
+                config.save.compute_crc32 = _crc_saved
+
+
+def _dist_rank_world() -> "tuple[int, int]":
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 class Writer(FileSystemWriter):
     """``StorageWriter`` for ``dcp.save``/``dcp.async_save`` into a node store.
 
@@ -161,17 +250,135 @@ class Writer(FileSystemWriter):
     ``dcp.save`` replaces it). Other keyword arguments go to ``FileSystemWriter``
     (``thread_count``, ``single_file_per_rank``, ...); ``sync_files`` defaults to False:
     data is in the store when written, there is nothing to fsync.
+
+    Datasets: each save is one dataset named after the checkpoint directory (module
+    docs). ``dataset=False`` turns that off. ``job``: the dataset job (default
+    ``$CKPTFS_JOB``); ``dataset_world``: the ranks writing into this store (default
+    ``$LOCAL_WORLD_SIZE``, else the process group's size, else 1); the rank is the
+    process group's. After a save, ``writer.dataset`` is the coordinator's record of it
+    (None on other ranks or with ``dataset=False``).
+
+    ``complete_in_background``: the coordinator's completion (which reads every file
+    of the checkpoint once to checksum it) runs on a thread, so ``dcp.save`` returns
+    once the data and ``.metadata`` are in the store; the dataset is complete (and
+    chosen for a restart) when ``writer.wait()`` returns. A process that dies before
+    leaves the dataset incomplete, never a checkpoint chosen unverified.
+    ``zip_crc32``: keep torch.save's zip CRC32 while writing (off by default: see
+    :func:`_no_zip_crc32`).
     """
 
-    def __init__(self, store: StoreLike = None, path: Union[str, os.PathLike] = "/", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        store: StoreLike = None,
+        path: Union[str, os.PathLike] = "/",
+        *,
+        dataset: bool = True,
+        job: Optional[str] = None,
+        dataset_world: Optional[int] = None,
+        complete_in_background: bool = False,
+        zip_crc32: bool = False,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("sync_files", False)
         super().__init__(path="/", **kwargs)
         self.store = _store(store)
         self.fs = _StoreFileSystem(self.store)
         self.path = _strip_url(path)
+        self.use_dataset = dataset
+        self.job = job
+        self.dataset_world = dataset_world
+        self.complete_in_background = complete_in_background
+        self.zip_crc32 = zip_crc32
+        self._dataset: Optional[dict] = None
+        self._completer: Optional[threading.Thread] = None
+        self._complete_error: Optional[BaseException] = None
+        self._coordinator = True
+        self._ds: Optional[_ds.Datasets] = None
+        self._ds_id: Optional[int] = None
 
     def reset(self, checkpoint_id: Union[str, os.PathLike, None] = None) -> None:
+        self.wait()
         super().reset(_strip_url(checkpoint_id) if checkpoint_id else None)
+        self._dataset = None
+        self._ds_id = None
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[dict]:
+        """Wait for a completion running in the background (``complete_in_background``)
+        and return the dataset record (None on non-coordinator ranks or without a
+        dataset). Re-raises the completion's error."""
+        t = self._completer
+        if t is not None:
+            t.join(timeout)
+            if t.is_alive():
+                raise TimeoutError(f"checkpoint {self.path}: dataset completion still running")
+            self._completer = None
+        if self._complete_error is not None:
+            e, self._complete_error = self._complete_error, None
+            raise e
+        return self._dataset
+
+    @property
+    def dataset(self) -> Optional[dict]:
+        """The coordinator's record of the last save's dataset (waits for a background
+        completion); None on other ranks or with ``dataset=False``."""
+        return self.wait()
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        super().set_up_storage_writer(is_coordinator, *args, **kwargs)
+        self._coordinator = is_coordinator
+
+    def _begin(self) -> None:
+        rank, world = _dist_rank_world()
+        if self.dataset_world is not None:
+            world = self.dataset_world
+        elif os.environ.get("LOCAL_WORLD_SIZE", "").isdigit():
+            world = int(os.environ["LOCAL_WORLD_SIZE"])
+        self._ds = _ds.Datasets(self.store, job=self.job, rank=rank, world=world)
+        self._ds_id = self._ds.begin(str(self.path))
+
+    def _complete(self, valid: bool) -> Optional[dict]:
+        if self._ds is None or self._ds_id is None:
+            return None
+        i, self._ds_id = self._ds_id, None
+        return self._ds.complete(i, valid)
+
+    def write_data(self, plan: Any, planner: Any) -> Any:
+        if self.use_dataset:
+            self._begin()
+        try:
+            with _no_zip_crc32(not self.zip_crc32):
+                fut = super().write_data(plan, planner)  # written when it returns (FileSystemWriter)
+        except BaseException:
+            self._complete(False)
+            raise
+        if not self._coordinator:
+            self._complete(True)
+        return fut
+
+    def finish(self, metadata: Any, results: Any) -> None:
+        try:
+            super().finish(metadata, results)
+        except BaseException:
+            self._complete(False)
+            raise
+        if self.complete_in_background and self._ds_id is not None:
+            self._completer = threading.Thread(target=self._complete_checked, name="ckptfs-dataset-complete")
+            self._completer.start()
+        else:
+            self._complete_checked()
+            self.wait()
+
+    def _complete_checked(self) -> None:
+        try:
+            d = self._complete(True)
+            if d is not None:
+                self._dataset = d
+                if d["state"] in ("incomplete", "invalid"):
+                    raise OSError(
+                        5, f"checkpoint {self.path}: dataset {d['id']} is {d['state']}: {d.get('reason') or ''}"
+                    )
+        except BaseException as e:  # handed to wait()
+            self._complete_error = e
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:
@@ -181,9 +388,11 @@ class Writer(FileSystemWriter):
 class Reader(FileSystemReader):
     """``StorageReader`` for ``dcp.load`` from a node store.
 
-    ``path``: the checkpoint directory. Without it, the newest complete checkpoint under
-    ``root`` (default "/") is used (:func:`latest_checkpoint`); ``FileNotFoundError`` if
-    there is none. The chosen directory is ``reader.path``.
+    ``path``: the checkpoint directory. Without it, the newest checkpoint under ``root``
+    (default "/") complete on any level (:func:`latest_checkpoint` with ``restore``:
+    files only the PFS holds are brought back into the store first, from ``dests``,
+    default ``$CKPTFS_DEST``); ``FileNotFoundError`` if there is none. The chosen
+    directory is ``reader.path``. ``job``: the dataset job (default ``$CKPTFS_JOB``).
     """
 
     def __init__(
@@ -191,15 +400,19 @@ class Reader(FileSystemReader):
         store: StoreLike = None,
         path: Union[str, os.PathLike, None] = None,
         root: Union[str, os.PathLike] = "/",
+        *,
+        job: Optional[str] = None,
+        dests: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(path="/", **kwargs)
         self.store = _store(store)
         self.fs = _StoreFileSystem(self.store)
         if path is None:
-            found = latest_checkpoint(_strip_url(root), self.store)
+            r = _strip_url(root)
+            found = latest_checkpoint(r, self.store, job=job, dests=dests, restore=True)
             if found is None:
-                raise FileNotFoundError(2, f"no complete checkpoint under {_strip_url(root)} in store {self.store.name}")
+                raise FileNotFoundError(2, f"no complete checkpoint under {r} in store {self.store.name}")
             self.path = found
         else:
             self.path = _strip_url(path)

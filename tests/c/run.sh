@@ -36,10 +36,14 @@ cp "$out/h.c" "$out/h.cpp"
 "$cxx" -std=c++11 -pedantic "${warn[@]}" -I "$root/include" -c "$out/h.cpp" -o "$out/hpp.o"
 
 # The programs: C against the shared and the static library, C++ against the shared one.
-"$cc" -std=c99 -O1 "${warn[@]}" -I "$root/include" "$here/capi_test.c" \
-    -L "$libdir" -lckptfs -o "$out/capi_test"
-"$cc" -std=c99 -O1 "${warn[@]}" -I "$root/include" "$here/capi_test.c" \
-    "$libdir/libckptfs.a" -lgcc_s -lutil -lrt -lpthread -lm -ldl -o "$out/capi_test_static"
+# capi_test: files, namespace, mounts, levels; capi_region_test: data region, spill,
+# limits, environment, damaged segments (both include capi_check.h).
+for t in capi_test capi_region_test; do
+    "$cc" -std=c99 -O1 "${warn[@]}" -I "$root/include" "$here/$t.c" \
+        -L "$libdir" -lckptfs -o "$out/$t"
+    "$cc" -std=c99 -O1 "${warn[@]}" -I "$root/include" "$here/$t.c" \
+        "$libdir/libckptfs.a" -lgcc_s -lutil -lrt -lpthread -lm -ldl -o "$out/${t}_static"
+done
 "$cxx" -std=c++11 -O1 "${warn[@]}" -pthread -I "$root/include" "$here/capi_test.cpp" \
     -L "$libdir" -lckptfs -o "$out/capi_test_cpp"
 
@@ -52,7 +56,7 @@ if [[ "${1:-}" == bench ]]; then
 fi
 
 status=0
-for prog in capi_test capi_test_static capi_test_cpp; do
+for prog in capi_test capi_test_static capi_region_test capi_region_test_static capi_test_cpp; do
     echo "== $prog"
     "$out/$prog" &
     pid=$!

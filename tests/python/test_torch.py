@@ -51,9 +51,21 @@ def test_reader_without_path_loads_the_latest_complete_checkpoint(store):
     assert torch.equal(dst["w"], _state(2)["w"]) and int(dst["step"]) == 2
 
 
-def test_a_file_still_being_written_makes_the_checkpoint_incomplete(store):
+def test_a_save_missing_a_ranks_part_is_not_chosen(store):
     dcp.save(_state(1), storage_writer=ct.Writer(store=store, path="/run/a"))
-    dcp.save(_state(2), storage_writer=ct.Writer(store=store, path="/run/b"))
+    # b expects 2 ranks in this store; only rank 0 writes: its dataset stays open
+    w = ct.Writer(store=store, path="/run/b", dataset_world=2)
+    dcp.save(_state(2), storage_writer=w)
+    assert w.dataset["state"] == "open" and list(w.dataset["parts"]) == ["0"]
+    assert not ct.is_complete("/run/b", store)
+    assert ct.latest_checkpoint("/run", store) == "/run/a"
+    assert ct.Reader(store=store, root="/run").path == "/run/a"
+
+
+def test_without_dataset_records_a_file_still_being_written_makes_it_incomplete(store):
+    # The directory rule (checkpoints without records, e.g. a store restored from peers)
+    dcp.save(_state(1), storage_writer=ct.Writer(store=store, path="/run/a", dataset=False))
+    dcp.save(_state(2), storage_writer=ct.Writer(store=store, path="/run/b", dataset=False))
     f = store.open("/run/b/__1_0.distcp", "wb")  # another rank's shard, still open
     try:
         assert not ct.is_complete("/run/b", store)

@@ -15,6 +15,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: E402
 
 import ckptfs  # noqa: E402
+import ckptfs.datasets  # noqa: E402,F401
 import ckptfs.torch as ct  # noqa: E402
 
 WORLD = 2
@@ -43,10 +44,12 @@ def _state(model, opt, rank, step):
 
 
 class _DieMidShard(ct.Writer):
-    """Rank 1 starts its shard, writes part of it, then is SIGKILLed."""
+    """Rank 1 begins its part of the dataset, starts its shard, writes part of it, then
+    is SIGKILLed."""
 
     def write_data(self, plan, planner):
         if dist.get_rank() == 1:
+            self._begin()
             with self.store.open(f"{self.path}/__1_0.distcp", "wb", buffering=0) as f:
                 f.write(b"\0" * 10000)
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -127,4 +130,11 @@ def test_rank_killed_mid_save_job_resumes_from_latest_complete(store_name, tmp_p
     assert not ct.is_complete("/job/step3", store)
     assert store.stat("/job/step3/__1_0.distcp").state == "incomplete"
     assert ct.latest_checkpoint("/job", store) == "/job/step2"
+    # One dataset per save: step 1 and 2 complete with both ranks' parts, step 3
+    # incomplete because a rank died before completing its part.
+    recs = {d["name"]: d for d in ckptfs.datasets.Datasets(store).list()}
+    assert recs["/job/step1"]["state"] == "complete" and recs["/job/step2"]["state"] == "complete"
+    assert set(recs["/job/step2"]["parts"]) == {"0", "1"} and recs["/job/step2"]["parts_expected"] == 2
+    assert "/job/step2/.metadata" in recs["/job/step2"]["files"]
+    assert recs["/job/step3"]["state"] == "incomplete" and "died" in recs["/job/step3"]["reason"], recs["/job/step3"]
     mp.spawn(_resume_job, args=(store_name, str(tmp_path / "pg2"), str(tmp_path)), nprocs=WORLD, join=True)

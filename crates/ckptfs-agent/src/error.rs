@@ -1,5 +1,6 @@
 //! The agent's error type and its mapping to POSIX errno values.
 
+use ckptfs_level::LevelError;
 use ckptfs_store::StoreError;
 use std::io;
 use std::path::PathBuf;
@@ -96,6 +97,10 @@ pub enum AgentError {
     /// The runtime directory or a file in it (lock, status) is unusable or unsafe.
     #[error(transparent)]
     Runtime(#[from] ckptfs_runtime::RuntimeError),
+    /// A level operation failed (a level other than the PFS, or the node store seen
+    /// as a level).
+    #[error(transparent)]
+    Level(LevelError),
     /// Asked to stop (SIGTERM) before the file was published.
     #[error("stopped before {0} was published")]
     Stopped(String),
@@ -116,6 +121,7 @@ impl AgentError {
             AgentError::Config(_) => libc::EINVAL,
             AgentError::Busy { .. } => libc::EBUSY,
             AgentError::Runtime(e) => e.errno(),
+            AgentError::Level(e) => e.errno(),
             AgentError::Stopped(_) => libc::EINTR,
         }
     }
@@ -185,5 +191,21 @@ impl From<AgentError> for io::Error {
     fn from(e: AgentError) -> Self {
         let errno = e.errno();
         io::Error::new(io::Error::from_raw_os_error(errno).kind(), e)
+    }
+}
+
+/// A level error back as the agent's: the PFS level's own errors come back whole, the
+/// store's as [`AgentError::Store`], a changed source as [`AgentError::Changed`].
+impl From<LevelError> for AgentError {
+    fn from(e: LevelError) -> Self {
+        match e {
+            LevelError::Backend { errno, source } => match source.downcast::<AgentError>() {
+                Ok(a) => *a,
+                Err(source) => AgentError::Level(LevelError::Backend { errno, source }),
+            },
+            LevelError::Store(s) => AgentError::Store(s),
+            LevelError::Changed(p) => AgentError::Changed(p),
+            other => AgentError::Level(other),
+        }
     }
 }

@@ -20,6 +20,11 @@
 //! - **Restore** ([`mod@restore`]): multi-level read back into the store, checked against
 //!   the manifest.
 //!
+//! - **The mover between levels** ([`mover`]): the node store and the PFS directory are
+//!   levels behind `ckptfs_level::Level` ([`ckptfs_level::StoreLevel`], [`PfsLevel`]);
+//!   the drain is the store -> PFS path, restore the PFS -> store path, and [`fill`]
+//!   moves files between any two levels under a [`MovePolicy`].
+//!
 //! State is published for other processes in a JSON file next to the segment
 //! ([`status()`]).
 //!
@@ -33,6 +38,8 @@ pub mod dest;
 pub mod engine;
 mod error;
 pub mod manifest;
+pub mod mover;
+pub mod pfs;
 pub mod restore;
 pub mod status;
 pub mod sys;
@@ -41,5 +48,7 @@ mod throttle;
 pub use config::{AgentConfig, Target};
 pub use engine::{Agent, DrainSummary, StopHandle};
 pub use error::{AgentError, Refusal};
+pub use mover::{fill, DrainPolicy, MovePolicy};
+pub use pfs::PfsLevel;
 pub use restore::{restore, restore_path, RestoreReport};
 pub use status::{status, AgentStatus};

@@ -298,7 +298,7 @@ pub fn check_entry(rel: &str, name: &str, e: &Entry) -> Result<(), EntryError> {
     let mut crc = 0u32;
     for (i, c) in e.chunk_crc32c.iter().enumerate() {
         let len = (e.size - i as u64 * e.chunk_size).min(e.chunk_size);
-        crc = crate::engine::crc_combine(crc, *c, len);
+        crc = ckptfs_level::crc::crc_combine(crc, *c, len);
     }
     if crc != e.crc32c {
         return Err(EntryError::FileCrc);

@@ -9,11 +9,13 @@
 
 use crate::beneath::{valid_component, Dir, Kind};
 use crate::config::Target;
-use crate::engine::crcs_from_chunks;
 use crate::error::{AgentError, Refusal};
 use crate::manifest::{self, store_path_of, Entry, Manifest};
-use ckptfs_store::checksum::crc32c;
-use ckptfs_store::{OpenFlags, Store, StoreError, WriteState};
+use crate::pfs::read::PfsReader;
+use crate::pfs::PfsLevel;
+use ckptfs_level::crc::crcs_from_chunks;
+use ckptfs_level::{ChunkReader, Level, StoreLevel};
+use ckptfs_store::{Store, WriteState};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Read};
@@ -56,18 +58,18 @@ pub struct RestoreReport {
 }
 
 /// One manifest entry chosen for restore, with what ties it to where it was found.
-struct Found {
+pub(crate) struct Found {
     /// Destination root it was found under.
-    root: PathBuf,
+    pub(crate) root: PathBuf,
     /// Directory components below the root (the store directory).
-    rel: Vec<String>,
+    pub(crate) rel: Vec<String>,
     /// Device and inode of that directory when the manifest was read.
-    dir_id: (u64, u64),
+    pub(crate) dir_id: (u64, u64),
     /// Owner of the manifest: the data file must have the same.
-    manifest_uid: u32,
+    pub(crate) manifest_uid: u32,
     /// The entry's key: the data file's name in that directory.
-    name: String,
-    entry: Entry,
+    pub(crate) name: String,
+    pub(crate) entry: Entry,
 }
 
 impl Found {
@@ -100,7 +102,7 @@ fn failure(path: String, err: AgentError) -> RestoreFailure {
 }
 
 /// What an open or a type check of a destination entry refused, as an error.
-fn open_error(op: &'static str, path: &Path, e: io::Error) -> AgentError {
+pub(crate) fn open_error(op: &'static str, path: &Path, e: io::Error) -> AgentError {
     let reason = match e.raw_os_error() {
         Some(libc::ELOOP) => Some(Refusal::Symlink),
         Some(libc::EISDIR) => Some(Refusal::NotRegular),
@@ -118,7 +120,7 @@ fn open_error(op: &'static str, path: &Path, e: io::Error) -> AgentError {
 
 /// Open subdirectory `name` of `dir` without following a symbolic link. `Ok(None)`: it
 /// does not exist or is not a directory.
-fn open_sub(dir: &Dir, name: &str, path: &Path) -> Result<Option<Dir>, AgentError> {
+pub(crate) fn open_sub(dir: &Dir, name: &str, path: &Path) -> Result<Option<Dir>, AgentError> {
     match dir.open_dir(name) {
         Ok(d) => Ok(Some(d)),
         Err(e) => match e.raw_os_error() {
@@ -304,7 +306,7 @@ fn components(prefix: &str) -> Result<Vec<String>, AgentError> {
 /// Collect the manifest entries under store path `prefix` (components `comps`) from
 /// one destination root: the directory the prefix names and everything below it, and
 /// the manifests of its parent (the prefix may name a file).
-type Collected = (BTreeMap<String, Found>, Vec<(String, AgentError)>);
+pub(crate) type Collected = (BTreeMap<String, Found>, Vec<(String, AgentError)>);
 
 fn collect(root: &Path, prefix: &str, comps: &[String]) -> Collected {
     let mut w = Walk {
@@ -351,19 +353,6 @@ fn collect(root: &Path, prefix: &str, comps: &[String]) -> Collected {
     (w.found, w.failed)
 }
 
-fn mkdir_p(store: &Store, dir: &str) -> Result<(), AgentError> {
-    let mut cur = String::new();
-    for c in dir.split('/').filter(|c| !c.is_empty()) {
-        cur.push('/');
-        cur.push_str(c);
-        match store.mkdir(&cur, 0o755) {
-            Ok(_) | Err(StoreError::Exists(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
 /// Is this exact content already in the store?
 fn present(store: &Store, e: &Entry) -> bool {
     let Ok(st) = store.stat(&e.store_path) else {
@@ -379,124 +368,18 @@ fn present(store: &Store, e: &Entry) -> bool {
         .is_some_and(|(crc, _)| crc == e.crc32c)
 }
 
-/// Open the data file of `f` beneath its destination root, one component at a time
-/// without following symbolic links, and check it is what its manifest describes:
-/// the same directory the manifest was read from, a regular file, the manifest's owner,
-/// the manifest's size.
-fn open_data(f: &Found) -> Result<(std::fs::File, PathBuf), AgentError> {
-    let mut path = f.root.clone();
-    let mut dir = Dir::open_root(&f.root).map_err(|e| AgentError::dest("open", &f.root, e))?;
-    for c in &f.rel {
-        path.push(c);
-        dir = open_sub(&dir, c, &path)?
-            .ok_or_else(|| AgentError::dest("open", &path, io::Error::from_raw_os_error(libc::ENOENT)))?;
-    }
-    let id = dir.ident().map_err(|e| AgentError::dest("stat", &path, e))?;
-    if (id.dev, id.ino) != f.dir_id {
-        return Err(AgentError::Refused {
-            path,
-            reason: Refusal::DirChanged,
-        });
-    }
-    path.push(&f.name);
-    let (file, id) = dir.open_file(&f.name).map_err(|e| open_error("open", &path, e))?;
-    if id.uid != f.manifest_uid {
-        return Err(AgentError::Refused {
-            path,
-            reason: Refusal::Owner {
-                file: id.uid,
-                manifest: f.manifest_uid,
-            },
-        });
-    }
-    if id.size != f.entry.size {
-        return Err(AgentError::Refused {
-            path,
-            reason: Refusal::Size {
-                found: id.size,
-                expected: f.entry.size,
-            },
-        });
-    }
-    Ok((file, path))
-}
-
-fn restore_one(store: &Store, f: &Found) -> Result<(), AgentError> {
-    let e = &f.entry;
-    // check_entry tied the store path to the directory: "/REL/NAME".
-    let dir = match e.store_path.rsplit_once('/') {
-        Some(("", _)) | None => "/",
-        Some((d, _)) => d,
-    };
-    let (mut src, file) = open_data(f)?;
-    mkdir_p(store, dir)?;
-    let tmp = format!(
-        "{}/.ckptfs-restore.{}.{:08x}",
-        dir.trim_end_matches('/'),
-        std::process::id(),
-        crc32c(f.name.as_bytes())
-    );
-    // Permission bits only: a restored checkpoint never becomes set-id.
-    let mut out = store.open(&tmp, OpenFlags::CREATE, e.mode & 0o777)?;
-    let r = (|| {
-        // check_entry bounded chunk_size to the store's legal range (at most 64 MiB).
-        let cs = e.chunk_size;
-        let mut buf = vec![0u8; cs.min(e.size) as usize];
-        for (i, want) in e.chunk_crc32c.iter().enumerate() {
-            let off = i as u64 * cs;
-            let n = (e.size - off).min(cs) as usize;
-            src.read_exact(&mut buf[..n]).map_err(|err| {
-                if err.kind() == io::ErrorKind::UnexpectedEof {
-                    AgentError::Refused {
-                        path: file.clone(),
-                        reason: Refusal::Size {
-                            found: off,
-                            expected: e.size,
-                        },
-                    }
-                } else {
-                    AgentError::dest("read", &file, err)
-                }
-            })?;
-            if crc32c(&buf[..n]) != *want {
-                return Err(AgentError::Mismatch {
-                    path: file.clone(),
-                    chunk: i as u64,
-                    offset: off,
-                    end: off + n as u64,
-                });
-            }
-            out.write_all(&buf[..n])?;
-        }
-        let mut one = [0u8; 1];
-        if src
-            .read(&mut one)
-            .map_err(|err| AgentError::dest("read", &file, err))?
-            != 0
-        {
-            return Err(AgentError::Refused {
-                path: file.clone(),
-                reason: Refusal::Size {
-                    found: e.size + 1,
-                    expected: e.size,
-                },
-            });
-        }
-        Ok(())
-    })();
-    let r = r.and_then(|_| out.close().map_err(AgentError::from));
-    if let Err(err) = r {
-        let _ = store.unlink(&tmp);
-        return Err(err);
-    }
-    store.rename(&tmp, &e.store_path)?;
-    store.set_mtime(&e.store_path, e.mtime_ns)?;
+/// Bring one file back: the PFS level's reader (every chunk checked against the
+/// manifest) into the store level's writer (temporary name, renamed when complete).
+fn restore_one(pfs: &PfsLevel, local: &StoreLevel, f: &Found) -> Result<(), AgentError> {
+    let r = PfsReader::open(f)?;
+    let w = local.put(r.stored())?;
+    ckptfs_level::transfer(Box::new(r), w, (pfs.meter(), local.meter()))?;
     Ok(())
 }
 
 /// Find what to restore under `prefix` in `dirs` (searched in order: the first one
 /// holding a store path wins; within one, the most recently drained copy).
-fn find(dirs: &[&Path], prefix: &str) -> Result<Collected, AgentError> {
+pub(crate) fn find(dirs: &[&Path], prefix: &str) -> Result<Collected, AgentError> {
     let comps = components(prefix)?;
     let prefix = format!("/{}", comps.join("/"));
     let mut found = BTreeMap::new();
@@ -521,18 +404,27 @@ fn find(dirs: &[&Path], prefix: &str) -> Result<Collected, AgentError> {
 /// describes: they are in [`RestoreReport::failed`] (store path and reason), the others
 /// are restored. `Err` only for a prefix that is not a store path.
 pub fn restore(store: &Store, targets: &[Target], prefix: &str) -> Result<RestoreReport, AgentError> {
-    let dirs: Vec<&Path> = targets.iter().map(|t| t.dir.as_path()).collect();
-    let (found, failed) = find(&dirs, prefix)?;
+    let dirs: Vec<PathBuf> = targets.iter().map(|t| t.dir.clone()).collect();
+    // The mover in the other direction: PFS level -> store level.
+    let pfs = PfsLevel::reading(&dirs);
+    let (found, failed) = pfs.found(prefix)?;
     let mut rep = RestoreReport {
         failed: failed.into_iter().map(|(p, e)| failure(p, e)).collect(),
         ..Default::default()
     };
+    let mut local = None;
     for (path, f) in found {
         if present(store, &f.entry) {
             rep.present.push(path);
             continue;
         }
-        match restore_one(store, &f) {
+        let l = match local.take() {
+            Some(l) => l,
+            None => StoreLevel::new(store)?,
+        };
+        let r = restore_one(&pfs, &l, &f);
+        local = Some(l);
+        match r {
             Ok(()) => rep.restored.push(Restored {
                 path,
                 size: f.entry.size,
@@ -552,8 +444,8 @@ pub fn restore(store: &Store, targets: &[Target], prefix: &str) -> Result<Restor
 /// error.
 pub fn restore_path(store: &Store, dests: &[PathBuf], path: &str) -> Result<bool, AgentError> {
     let path = format!("/{}", path.trim_start_matches('/'));
-    let dirs: Vec<&Path> = dests.iter().map(PathBuf::as_path).collect();
-    let (mut found, failed) = find(&dirs, &path)?;
+    let pfs = PfsLevel::reading(dests);
+    let (mut found, failed) = pfs.found(&path)?;
     let Some(f) = found.remove(&path) else {
         // A refused manifest or entry may have been the one listing it.
         let i = failed.iter().position(|(p, _)| *p == path).unwrap_or(0);
@@ -563,7 +455,7 @@ pub fn restore_path(store: &Store, dests: &[PathBuf], path: &str) -> Result<bool
         };
     };
     if !present(store, &f.entry) {
-        restore_one(store, &f)?;
+        restore_one(&pfs, &StoreLevel::new(store)?, &f)?;
     }
     Ok(true)
 }

@@ -65,6 +65,39 @@ pub struct Failed {
     pub will_retry: bool,
 }
 
+/// A level's measured cost, from this agent's own transfers (bytes per second smoothed
+/// exponentially; `ckptfs_level::cost`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LevelCost {
+    /// The level (`local`, `pfs`).
+    pub level: String,
+    /// Which one (`local:STORE`, `pfs:DIR`).
+    pub name: String,
+    /// Smoothed bytes per second written to it; None until measured.
+    pub put_bps: Option<f64>,
+    /// Smoothed bytes per second read from it; None until measured.
+    pub get_bps: Option<f64>,
+    /// Files written to it.
+    pub puts: u64,
+    /// Files read from it.
+    pub gets: u64,
+}
+
+impl LevelCost {
+    /// The cost of `l` as measured so far.
+    pub fn of(l: &dyn ckptfs_level::Level) -> LevelCost {
+        let c = l.cost();
+        LevelCost {
+            level: l.kind().name().to_string(),
+            name: l.name(),
+            put_bps: c.put_bps,
+            get_bps: c.get_bps,
+            puts: c.puts,
+            gets: c.gets,
+        }
+    }
+}
+
 /// Everything `ckptfs agent status` shows.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct AgentStatus {
@@ -114,6 +147,9 @@ pub struct AgentStatus {
     pub bandwidth_mbps: f64,
     /// Ordinal of every checkpoint directory seen (`--every`), kept across restarts.
     pub dirs: BTreeMap<String, u64>,
+    /// The measured cost of the levels this agent moves files between (source first).
+    #[serde(default)]
+    pub levels: Vec<LevelCost>,
 }
 
 fn status_name(store: &str) -> String {

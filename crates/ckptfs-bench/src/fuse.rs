@@ -117,6 +117,8 @@ pub fn run(a: BenchArgs) -> Result<Report> {
             "md_files": a.md_files,
             "fuse_threads": 4,
             "max_write": ckptfs_fuse::MAX_WRITE,
+            "cache_ttl_s": ckptfs_fuse::CacheConfig::DEFAULT.ttl.as_secs_f64(),
+            "cache_poll_ms": ckptfs_fuse::CacheConfig::DEFAULT.poll.as_millis() as u64,
         }),
         results,
         notes,
@@ -445,7 +447,7 @@ fn part_c(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<String>) ->
         ("mount-direct-dd", IoMode::Auto),
         ("mount-cached-dd", IoMode::Cached),
     ] {
-        let session = mount::spawn(StoreFs::new(store.clone(), io), &mp, &format!("ckptfs:{name}"), 4)
+        let session = mount::spawn_store(StoreFs::new(store.clone(), io), &mp, &format!("ckptfs:{name}"), 4)
             .context("mount")?;
         let mut secs = Vec::new();
         for _ in 0..a.reps {
@@ -453,7 +455,7 @@ fn part_c(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<String>) ->
             secs.push(dd(&mp.join("f"), bytes, &[])?);
         }
         let _ = std::fs::remove_file(mp.join("f"));
-        mount::unmount_spawned(session, &mp).context("unmount")?;
+        session.unmount(&mp).context("unmount")?;
         table.push(Measurement::new(case, 1, bytes, secs));
     }
 

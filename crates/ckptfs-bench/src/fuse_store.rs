@@ -4,16 +4,18 @@
 //!   1 MiB `write()`/`read()` calls (IOR file-per-process style, one process), in a
 //!   /dev/shm directory (tmpfs) and through a store mount (`--io-mode auto`: the
 //!   write-only open uses direct I/O, the read-only one the page cache with read-ahead;
-//!   every open starts with an empty page cache, the mount's rule).
+//!   the page cache of the file just written with direct I/O is empty).
 //! - `md-create` / `md-stat` / `md-remove`: mdtest-like rates on `--md-files` empty
-//!   files in one directory (open(O_CREAT|O_EXCL)+close, stat, unlink), one process.
+//!   files in one directory (open(O_CREAT|O_EXCL)+close, stat, unlink), one process;
+//!   through the default mount (kernel attribute/entry caching invalidated by the
+//!   store's change counter) and again with caching off (`store-mount-ttl0-*`).
 //!
 //! Each case runs `--reps` times; the median is reported with the ratio to tmpfs.
 
 use crate::fuse::BenchArgs;
 use crate::report::Measurement;
 use anyhow::{Context, Result};
-use ckptfs_fuse::{mount, IoMode, StoreFs};
+use ckptfs_fuse::{mount, CacheConfig, IoMode, StoreFs};
 use ckptfs_store::{Store, StoreOptions};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -80,15 +82,21 @@ fn metadata_round(dir: &Path, n: usize) -> Result<[f64; 3]> {
 }
 
 /// Every case on one target directory: (case, bytes or files, seconds per rep).
-fn measure(dir: &Path, a: &BenchArgs, bytes: u64) -> Result<Vec<(&'static str, u64, Vec<f64>)>> {
-    let mut buf = vec![0x5au8; BLOCK];
-    let (mut w, mut r) = (Vec::new(), Vec::new());
-    let file = dir.join("seq");
-    for _ in 0..a.reps {
-        w.push(seq_write(&file, bytes, &buf)?);
-        r.push(seq_read(&file, bytes, &mut buf)?);
+/// `seq` false: the metadata cases only.
+fn measure(dir: &Path, a: &BenchArgs, bytes: u64, seq: bool) -> Result<Vec<(&'static str, u64, Vec<f64>)>> {
+    let mut out = Vec::new();
+    if seq {
+        let mut buf = vec![0x5au8; BLOCK];
+        let (mut w, mut r) = (Vec::new(), Vec::new());
+        let file = dir.join("seq");
+        for _ in 0..a.reps {
+            w.push(seq_write(&file, bytes, &buf)?);
+            r.push(seq_read(&file, bytes, &mut buf)?);
+        }
+        std::fs::remove_file(&file)?;
+        out.push(("seq-write", bytes, w));
+        out.push(("seq-read", bytes, r));
     }
-    std::fs::remove_file(&file)?;
     let md = dir.join("md");
     std::fs::create_dir(&md)?;
     let mut rounds = [Vec::new(), Vec::new(), Vec::new()];
@@ -101,13 +109,12 @@ fn measure(dir: &Path, a: &BenchArgs, bytes: u64) -> Result<Vec<(&'static str, u
     std::fs::remove_dir(&md)?;
     let files = a.md_files as u64;
     let [c, s, rm] = rounds;
-    Ok(vec![
-        ("seq-write", bytes, w),
-        ("seq-read", bytes, r),
+    out.extend([
         ("md-create", files, c),
         ("md-stat", files, s),
         ("md-remove", files, rm),
-    ])
+    ]);
+    Ok(out)
 }
 
 /// Part (d): store mount vs tmpfs, sequential 1 MiB I/O and metadata rates.
@@ -132,7 +139,7 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
         .prefix("ckptfs-bench-fuse-d-")
         .tempdir_in("/dev/shm")
         .context("temporary directory in /dev/shm")?;
-    let tmpfs = measure(shm.path(), a, bytes)?;
+    let tmpfs = measure(shm.path(), a, bytes, true)?;
 
     let tmp = tempfile::Builder::new()
         .prefix("ckptfs-bench-fuse-d-")
@@ -140,40 +147,66 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
         .context("temporary directory")?;
     let mp = tmp.path().join("mnt");
     std::fs::create_dir(&mp)?;
-    let session = mount::spawn(
-        StoreFs::new(store, IoMode::Auto),
-        &mp,
-        &format!("ckptfs:{name}"),
-        4,
-    )
-    .context("mount the store")?;
-    let through = measure(&mp, a, bytes);
-    mount::unmount_spawned(session, &mp).context("unmount")?;
-    let through = through?;
+    // The default mount (kernel caching with invalidation), then the same metadata
+    // cases with caching off (TTL 0, what the mount did before store format 4).
+    let mut through = Vec::new();
+    for (cache, seq) in [(CacheConfig::DEFAULT, true), (CacheConfig::OFF, false)] {
+        let session = mount::spawn_store(
+            StoreFs::with_cache(store.clone(), IoMode::Auto, cache),
+            &mp,
+            &format!("ckptfs:{name}"),
+            4,
+        )
+        .context("mount the store")?;
+        let r = measure(&mp, a, bytes, seq);
+        session.unmount(&mp).context("unmount")?;
+        through.push(r?);
+    }
+    let nocache = through.pop().unwrap_or_default();
+    let through = through.pop().unwrap_or_default();
 
-    for ((case, n, t), (_, _, m)) in tmpfs.into_iter().zip(through) {
-        let base = Measurement::new(format!("tmpfs-{case}"), 1, 0, t);
-        let mnt = Measurement::new(format!("store-mount-{case}"), 1, 0, m);
-        let ratio = base.median_s() / mnt.median_s();
-        for (meas, r) in [(base, 1.0), (mnt, ratio)] {
-            let meas = if case.starts_with("seq") {
-                let mut m = Measurement::new(meas.case, 1, n, meas.seconds);
-                m = m.with("vs_tmpfs", (r * 100.0).round() / 100.0);
-                m
-            } else {
-                let rate = n as f64 / meas.median_s();
-                meas.with("files", n)
-                    .with("ops_per_s", rate.round())
-                    .with("vs_tmpfs", (r * 1000.0).round() / 1000.0)
-            };
-            out.push(meas);
-        }
+    let find = |case: &str| {
+        tmpfs
+            .iter()
+            .find(|(c, _, _)| *c == case)
+            .map(|(_, _, t)| t.clone())
+    };
+    let rows = tmpfs
+        .iter()
+        .map(|(case, n, t)| (format!("tmpfs-{case}"), *case, *n, t.clone()))
+        .chain(
+            through
+                .into_iter()
+                .map(|(case, n, t)| (format!("store-mount-{case}"), case, n, t)),
+        )
+        .chain(
+            nocache
+                .into_iter()
+                .map(|(case, n, t)| (format!("store-mount-ttl0-{case}"), case, n, t)),
+        )
+        .collect::<Vec<_>>();
+    for (label, case, n, t) in rows {
+        let meas = Measurement::new(label, 1, 0, t);
+        let base = find(case).map(|b| Measurement::new("base", 1, 0, b));
+        let r = base.map(|b| b.median_s() / meas.median_s()).unwrap_or(1.0);
+        let meas = if case.starts_with("seq") {
+            Measurement::new(meas.case, 1, n, meas.seconds).with("vs_tmpfs", (r * 100.0).round() / 100.0)
+        } else {
+            let rate = n as f64 / meas.median_s();
+            meas.with("files", n)
+                .with("ops_per_s", rate.round())
+                .with("vs_tmpfs", (r * 1000.0).round() / 1000.0)
+        };
+        out.push(meas);
     }
     notes.push(format!(
-        "(d) one process; seq: {} MiB in 1 MiB calls; md: {} files in one directory; the store \
-         mount gives the kernel no attribute/entry cache (TTL 0), see docs/fuse.md",
+        "(d) one process; seq: {} MiB in 1 MiB calls; md: {} files in one directory; store-mount: \
+         kernel attribute/entry cache (TTL {} s) invalidated by the store's change counter \
+         (poll {} ms); store-mount-ttl0: caching off; see docs/fuse.md",
         bytes >> 20,
-        a.md_files
+        a.md_files,
+        CacheConfig::DEFAULT.ttl.as_secs(),
+        CacheConfig::DEFAULT.poll.as_millis(),
     ));
     Ok(())
 }

@@ -16,6 +16,9 @@
 //! file out without the writer: `ckptfs_get_data_region` gives the base and size of the
 //! memory chunks as mapped in the caller, `ckptfs_get_chunk_list` the chunks of a file
 //! with their offsets, lengths and CRC32C.
+//!
+//! `ckptfs_file_levels` and `ckptfs_file_partners` ([`levels`]) tell which levels hold
+//! the current version of a file: this node's store, partner nodes, the PFS.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -23,5 +26,6 @@ pub mod datasets;
 pub mod env;
 pub mod error;
 pub mod ffi;
+pub mod levels;
 pub mod state;
 pub mod types;

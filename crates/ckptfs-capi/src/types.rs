@@ -30,6 +30,13 @@ pub const CHUNK_MEMORY: u32 = 0;
 /// `CKPTFS_CHUNK_SPILL`: the chunk is in the spill file, at byte `offset`.
 pub const CHUNK_SPILL: u32 = 1;
 
+/// `CKPTFS_LEVEL_LOCAL`: the file is complete in this node's store.
+pub const LEVEL_LOCAL: u32 = 1;
+/// `CKPTFS_LEVEL_PARTNER`: at least one partner node holds a verified copy of this version.
+pub const LEVEL_PARTNER: u32 = 2;
+/// `CKPTFS_LEVEL_PFS`: this version was drained to the parallel file system.
+pub const LEVEL_PFS: u32 = 4;
+
 /// Most descriptors one process can hold open at once (EMFILE beyond).
 pub const MAX_DESCRIPTORS: usize = 1 << 16;
 
@@ -121,6 +128,21 @@ pub struct CkptfsDirent {
     pub name: [c_char; 256],
 }
 
+/// `ckptfs_levels`: the levels holding the current version of a file.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CkptfsLevels {
+    /// `CKPTFS_LEVEL_*` bits.
+    pub flags: u32,
+    /// Partner nodes holding a verified copy of this version (`ckptfs_file_partners`
+    /// names them).
+    pub partners: u32,
+    /// Partners that refused a copy of it (full: ENOSPC), i.e. "no partner copy" there.
+    pub refused: u32,
+    /// Always 0.
+    pub reserved: u32,
+}
+
 #[cfg(test)]
 mod header_sync {
     //! The header must describe the same ABI as the Rust: compile it (pedantic C99 and
@@ -172,6 +194,12 @@ mod header_sync {
             [logical, location, offset, length, written, crc32c, crc_valid, chunk_id]
         );
         layout!(m, "ckptfs_dirent", CkptfsDirent, [ino, kind, namelen, name]);
+        layout!(
+            m,
+            "ckptfs_levels",
+            CkptfsLevels,
+            [flags, partners, refused, reserved]
+        );
         for (k, v) in [
             ("CKPTFS_MOUNT_ATTACH", MOUNT_ATTACH),
             ("CKPTFS_MOUNT_EXCL", MOUNT_EXCL),
@@ -183,6 +211,9 @@ mod header_sync {
             ("CKPTFS_STATE_INCOMPLETE", STATE_INCOMPLETE),
             ("CKPTFS_CHUNK_MEMORY", CHUNK_MEMORY),
             ("CKPTFS_CHUNK_SPILL", CHUNK_SPILL),
+            ("CKPTFS_LEVEL_LOCAL", LEVEL_LOCAL),
+            ("CKPTFS_LEVEL_PARTNER", LEVEL_PARTNER),
+            ("CKPTFS_LEVEL_PFS", LEVEL_PFS),
             ("CKPTFS_NAME_MAX", ckptfs_store::layout::NAME_MAX as u32),
             ("CKPTFS_PATH_MAX", ckptfs_store::layout::PATH_MAX as u32),
         ] {
@@ -272,7 +303,14 @@ mod header_sync {
         }
         code += rest;
         let declared = names_before_paren(&code, "ckptfs_");
-        let src = concat!(include_str!("ffi.rs"), include_str!("datasets.rs"));
+        let src = concat!(
+            include_str!("ffi/mod.rs"),
+            include_str!("ffi/files.rs"),
+            include_str!("ffi/namespace.rs"),
+            include_str!("ffi/region.rs"),
+            include_str!("datasets.rs"),
+            include_str!("levels.rs"),
+        );
         let exported: BTreeSet<String> = src
             .split("extern \"C\" fn ")
             .skip(1)

@@ -291,6 +291,23 @@ pub fn print_status(s: &AgentStatus) {
         s.bandwidth_mbps,
         s.already_drained
     );
+    // The levels' costs as measured from this agent's transfers (ckptfs-level).
+    let costs: Vec<String> = s
+        .levels
+        .iter()
+        .flat_map(|l| {
+            let get = l
+                .get_bps
+                .map(|b| format!("{} get {:.0} MB/s ({} files)", l.level, b / 1e6, l.gets));
+            let put = l
+                .put_bps
+                .map(|b| format!("{} put {:.0} MB/s ({} files)", l.level, b / 1e6, l.puts));
+            get.into_iter().chain(put)
+        })
+        .collect();
+    if !costs.is_empty() {
+        println!("  measured: {}", costs.join(", "));
+    }
     println!(
         "  queued: {}   in flight: {}   failed: {}   skipped by --every: {}",
         s.queued.len(),

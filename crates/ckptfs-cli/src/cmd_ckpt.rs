@@ -84,7 +84,83 @@ pub fn open(ctx: &Ctx, dest: &[PathBuf]) -> Result<Datasets> {
     }
     let store = ckptfs_store::Store::open_or_create(&ctx.store)
         .with_context(|| format!("creating or attaching store {}", ctx.store.name))?;
+    // With --cluster and --node-id, completeness is job-wide: the other nodes' daemons
+    // are asked (docs/datasets.md, "Across nodes").
+    if let (Some(cluster), Some(node)) = (&ctx.cluster, &ctx.node_id) {
+        cfg.node = node.clone();
+        let timeout = std::env::var("CKPTFS_NODE_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(std::time::Duration::from_millis)
+            .unwrap_or(std::time::Duration::from_secs(3));
+        let nodes = ckptfs_node::datasets::ClusterNodes::new(cluster.clone(), node, store.clone(), timeout)?;
+        return Ok(Datasets::new(store, cfg, Box::new(nodes)));
+    }
     Ok(Datasets::single_node(store, cfg))
+}
+
+fn job_json(d: &ckptfs_datasets::JobDataset, evict: &[u64]) -> serde_json::Value {
+    serde_json::json!({
+        "id": d.id,
+        "name": d.name,
+        "state": d.state.name(),
+        "complete": d.state == ckptfs_datasets::JobState::Complete,
+        "reason": d.state.reason(),
+        "size": d.size(),
+        "files": d.parts.values().map(|p| p.files.len()).sum::<usize>(),
+        "levels": d.levels(),
+        "nodes": d.parts.keys().collect::<Vec<_>>(),
+        "unreachable": d.unreachable,
+        "created_ns": d.created_ns,
+        "closed_ns": d.closed_ns,
+        "evicted_next": evict.contains(&d.id),
+    })
+}
+
+/// `ckpt list` across the job's nodes.
+fn list_job(ds: &Datasets, json: bool) -> Result<()> {
+    let all = ds.job_list()?;
+    let (local, _) = ds.list()?;
+    let evict = ds.next_evictions(&local);
+    let prune = ds.next_pfs_prunes(&local);
+    if json {
+        let v = serde_json::json!({
+            "node": ds.config().node,
+            "datasets": all.iter().map(|d| job_json(d, &evict)).collect::<Vec<_>>(),
+            "evicted_next": evict,
+            "pfs_pruned_next": prune,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{:>5}  {:<20} {:<10} {:>10} {:<18} {:>6}  note (job-wide)",
+        "ID", "NAME", "STATE", "SIZE", "LEVELS", "AGE"
+    );
+    for d in &all {
+        let mut note = d.state.reason().unwrap_or_default().to_string();
+        if evict.contains(&d.id) {
+            note = "evicted from memory when the next dataset completes".into();
+        }
+        if prune.contains(&d.id) {
+            note = "removed from the PFS when the next dataset reaches it".into();
+        }
+        if !d.unreachable.is_empty() && note.is_empty() {
+            note = format!("unreachable: {}", d.unreachable.join(","));
+        }
+        let levels = d.levels().join(",");
+        println!(
+            "{:>5}  {:<20} {:<10} {:>10} {:<18} {:>6}  {}",
+            d.id,
+            esc(&d.name),
+            d.state.name(),
+            human(d.size()),
+            if levels.is_empty() { "-" } else { levels.as_str() },
+            age(d.closed_ns.unwrap_or(d.created_ns)),
+            esc(&note)
+        );
+    }
+    Ok(())
 }
 
 fn age(ns: u64) -> String {
@@ -111,6 +187,7 @@ fn list_json(d: &Dataset) -> serde_json::Value {
         "reason": d.reason,
         "evicted": d.evicted,
         "flush": d.flush,
+        "pfs_pruned": d.pfs_pruned,
         "decision": d.decision.as_ref().map(|x| x.level.clone()),
     })
 }
@@ -136,16 +213,19 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
                     .unwrap_or_default()
             );
         }
+        CkptCommand::List { json } if ctx.cluster.is_some() && ctx.node_id.is_some() => list_job(&ds, json)?,
         CkptCommand::List { json } => {
             let (mut all, bad) = ds.list()?;
             for d in all.iter_mut() {
                 ds.refresh_levels(d);
             }
             let evict = ds.next_evictions(&all);
+            let prune = ds.next_pfs_prunes(&all);
             if json {
                 let v = serde_json::json!({
                     "datasets": all.iter().map(list_json).collect::<Vec<_>>(),
                     "evicted_next": evict,
+                    "pfs_pruned_next": prune,
                     "bad_records": bad.iter().map(|(p, m)| serde_json::json!({"path": p, "error": m})).collect::<Vec<_>>(),
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
@@ -158,6 +238,9 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
                     let mut note = d.reason.clone().unwrap_or_default();
                     if evict.contains(&d.id) {
                         note = "evicted from memory when the next dataset completes".into();
+                    }
+                    if prune.contains(&d.id) {
+                        note = "removed from the PFS when the next dataset reaches it".into();
                     }
                     if let Some(dec) = &d.decision {
                         if note.is_empty() {
@@ -262,6 +345,11 @@ pub fn restart_before_run(ctx: &Ctx, dest: &[PathBuf]) -> Result<Option<String>>
                 r.restored.len(),
                 human(bytes)
             );
+            for (path, from) in &r.sources {
+                if from != "local" {
+                    eprintln!("ckptfs run:   {} from {}", esc(path), esc(from));
+                }
+            }
             Ok(Some(d.name.clone()))
         }
         None => {
@@ -286,6 +374,14 @@ pub struct BenchArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Two nodes on 127.0.0.1 (two `ckptfs node` daemons, one rank each): adds the
+    /// partner level (close to "complete and copied to the partner") and restart from
+    /// the partner's memory.
+    #[arg(long)]
+    pub partner: bool,
+    /// With --partner: the first of 2 free TCP ports on 127.0.0.1 for the daemons.
+    #[arg(long, default_value_t = 7490)]
+    pub port: u16,
 }
 
 /// `ckptfs bench datasets`: from the last close to "dataset complete" (local) and to
@@ -296,6 +392,11 @@ pub fn bench(a: BenchArgs) -> Result<i32> {
     let dest = a.dest.clone().unwrap_or_else(|| tmp.clone());
     std::fs::create_dir_all(&dest)?;
     let _tmp = TmpDir((a.dest.is_none()).then_some(tmp));
+    if a.partner {
+        let rows = crate::bench_datasets_partner::run(a.size, a.files, &dest, a.port)?;
+        print_rows(&a, &dest, &rows)?;
+        return Ok(0);
+    }
     let name = format!("bench-ds-{}", std::process::id());
     let mut o = ckptfs_store::StoreOptions::named(&name);
     let chunk = 1u64 << 20;
@@ -345,13 +446,18 @@ pub fn bench(a: BenchArgs) -> Result<i32> {
         "restart from the PFS restored {} files",
         r.restored.len()
     );
-    let gib = a.size as f64 / f64::from(1u32 << 30);
     let rows = [
         ("complete, local", local_s),
         ("complete + on the PFS", pfs_s),
         ("restart from local", restart_local_s),
         ("restart from the PFS", restart_pfs_s),
     ];
+    print_rows(&a, &dest, &rows)?;
+    Ok(0)
+}
+
+fn print_rows(a: &BenchArgs, dest: &std::path::Path, rows: &[(&str, f64)]) -> Result<()> {
+    let gib = a.size as f64 / f64::from(1u32 << 30);
     if a.json {
         let v: serde_json::Map<String, serde_json::Value> = rows
             .iter()
@@ -373,7 +479,7 @@ pub fn bench(a: BenchArgs) -> Result<i32> {
         }
         println!("  (complete includes reading every file once for its CRC32C; restart verifies every CRC)");
     }
-    Ok(0)
+    Ok(())
 }
 
 struct Cleanup(String);

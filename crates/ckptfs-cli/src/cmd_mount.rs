@@ -37,12 +37,22 @@ pub struct MountArgs {
     /// CRFS IO threads writing chunks to the backend.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub io_threads: usize,
-    /// Page cache or direct I/O: auto (direct for write-only opens), cached, direct.
+    /// Page cache or direct I/O: auto (direct for write-only opens, and in store mode
+    /// read-only ones; the page cache for read-write opens), cached, direct.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub io_mode: IoMode,
     /// Threads serving FUSE requests.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub threads: usize,
+    /// Store mode: how long the kernel may cache attributes and names (seconds; 0 turns
+    /// caching off). Changes made outside the mount (preload shim, C API, agent) are
+    /// invalidated by a poller of the store's change counter.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub cache_ttl: f64,
+    /// Store mode: how often the invalidation poller reads the store's change counter
+    /// (milliseconds): the delay before a change made outside the mount shows through it.
+    #[arg(long, value_name = "MS", default_value_t = 2)]
+    pub cache_poll_ms: u64,
     /// Stay in the foreground and log to stderr (debugging).
     #[arg(long)]
     pub foreground: bool,
@@ -171,6 +181,10 @@ fn serve(args: &MountArgs, ctx: &Ctx) -> Result<i32> {
         mode,
         io: args.io_mode,
         threads: args.threads,
+        cache: ckptfs_fuse::CacheConfig {
+            ttl: Duration::from_secs_f64(args.cache_ttl.max(0.0)),
+            poll: Duration::from_millis(args.cache_poll_ms.max(1)),
+        },
     };
     let pid = pid_name(&args.mountpoint);
     let rt = runtime_dir()?;

@@ -5,6 +5,7 @@
 //! (`config`), runs the benchmarks (`bench`) and the level policy (`policy`). Store
 //! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
 
+mod bench_datasets_partner;
 mod cmd_agent;
 mod cmd_ckpt;
 mod cmd_cluster;
@@ -171,6 +172,9 @@ enum BenchCommand {
     /// The part of `bench partner` that runs on a simulated node (internal).
     #[command(hide = true)]
     PartnerWorker(ckptfs_node::bench::WorkerArgs),
+    /// PyTorch dcp.save stall and load times: ckptfs writer vs FileSystemWriter vs memcpy
+    /// (runs scripts/bench-torch.py with the checkout's .venv).
+    Torch(ckptfs_bench::torch::TorchBenchArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -248,6 +252,7 @@ fn run(cli: Cli) -> Result<i32> {
                 ckptfs_node::bench::worker(a)?;
                 Ok(0)
             }
+            BenchCommand::Torch(a) => ckptfs_bench::torch::run(a),
             BenchCommand::Fuse(a) => {
                 let json = a.json;
                 ckptfs_bench::fuse::run(a)?.print(json);

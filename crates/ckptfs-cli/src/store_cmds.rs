@@ -138,7 +138,7 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
-    let used = (i.mem_chunks - i.mem_free_chunks) as u64 * i.chunk_size;
+    let used = (i.mem_chunks.saturating_sub(i.mem_free_chunks) as u64).saturating_mul(i.chunk_size);
     println!(
         "store       {} ({}), format v{}, {}",
         i.name,
@@ -157,7 +157,7 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
     match &i.spill_path {
         Some(p) => println!(
             "spill       {} used, {} free of {} at {}",
-            human((i.spill_chunks - i.spill_free_chunks) as u64 * i.chunk_size),
+            human((i.spill_chunks.saturating_sub(i.spill_free_chunks) as u64).saturating_mul(i.chunk_size)),
             human(i.spill_free_chunks as u64 * i.chunk_size),
             human(i.spill_size),
             p.display()

@@ -3,9 +3,10 @@
 //!
 //! Each participant records its own part in its node's record ([`crate::Datasets::complete`]).
 //! Whether *all* parts are in is asked of a [`Completion`]: [`SingleNode`] looks at
-//! this node's record alone (every rank of the job writes to this node's store); the node
-//! daemon's implementation (when its peer transport is merged) asks every node of the
-//! cluster for its parts and answers complete only when all of them are.
+//! this node's record alone (every rank of the job writes to this node's store); across
+//! nodes, [`Completion::job_nodes`] gives the other nodes ([`JobNodes`], implemented by
+//! `ckptfs_node::datasets::ClusterNodes` over the daemons' transport) and the job-wide
+//! rules of `jobwide` decide.
 
 use crate::record::{Dataset, State};
 
@@ -29,6 +30,11 @@ pub enum Agreement {
 pub trait Completion {
     /// The agreement on `ds`'s parts, as far as this implementation can see.
     fn agree(&self, ds: &Dataset) -> Agreement;
+    /// The job's other nodes, when the parts are spread over a cluster: then the
+    /// job-wide rules (docs/datasets.md, "Across nodes") are used instead of [`Self::agree`].
+    fn job_nodes(&self) -> Option<&dyn JobNodes> {
+        None
+    }
 }
 
 /// Every participant writes to this node's store: the record holds all parts.
@@ -50,4 +56,50 @@ impl Completion for SingleNode {
             }
         }
     }
+}
+
+/// A file of some node's part, as the record has it (what a holder must match).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Want {
+    /// Store path on the owning node.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// CRC32C of the whole file.
+    pub crc32c: u32,
+}
+
+/// Another node's answer to "your records of this job".
+pub type NodeRecords = std::result::Result<Vec<Dataset>, String>;
+
+/// The other nodes of a job, reached through their node daemons (the implementation is
+/// `ckptfs_node::datasets::ClusterNodes`; tests use an in-memory one). Every method asks
+/// only; the job-wide rules over the answers are in this crate (`jobwide`), so that
+/// every rank, on any node, computes the same result from the same answers.
+pub trait JobNodes: Send + Sync {
+    /// This node's id.
+    fn me(&self) -> &str;
+    /// Every node of the cluster, this one included, in the cluster file's order.
+    fn nodes(&self) -> Vec<String>;
+    /// Every other node's dataset records of `job` (an error text when a node could not
+    /// be asked: unreachable, refused).
+    fn records(&self, job: &str) -> std::collections::BTreeMap<String, NodeRecords>;
+    /// For each node of `ask` (this node excluded), which of `files` of node `owner` it
+    /// holds with exactly this content (size and CRC32C): the owner's own store when
+    /// asking the owner, a partner copy when asking any other node. Nodes that cannot be
+    /// asked are left out.
+    fn holders(
+        &self,
+        owner: &str,
+        files: &[Want],
+        ask: &[String],
+    ) -> std::collections::BTreeMap<String, Vec<bool>>;
+    /// Set the levels of this node's own records' files as this node sees them now
+    /// (local, partner, pfs), the same way its daemon answers other nodes.
+    fn fill_levels(&self, local: &mut [Dataset], dests: &[std::path::PathBuf]);
+    /// Whether this node holds a partner copy of `owner`'s file with exactly this content.
+    fn holds_copy(&self, owner: &str, file: &Want) -> bool;
+    /// Bring this node's file `path` back into `store` from the partner copy on node
+    /// `from` (CRC32C checked per chunk); its size.
+    fn fetch(&self, store: &ckptfs_store::Store, from: &str, path: &str) -> std::result::Result<u64, String>;
 }

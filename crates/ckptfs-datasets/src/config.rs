@@ -92,6 +92,9 @@ pub struct Config {
     pub pfs_bandwidth: f64,
     /// Drain destinations (PFS level), for levels and restart.
     pub dests: Vec<PathBuf>,
+    /// Ranks on this node (`CKPTFS_LOCAL_NRANKS`, `OMPI_COMM_WORLD_LOCAL_SIZE`,
+    /// `MPI_LOCALNRANKS`, `SLURM_NTASKS_PER_NODE`); None: ranks / nodes, rounded up.
+    pub local_nranks: Option<u32>,
 }
 
 fn first_env(env: &dyn Fn(&str) -> Option<String>, vars: &[&str]) -> Option<String> {
@@ -221,7 +224,25 @@ impl Config {
             interval: Some(num(s, "checkpoint_interval")?).filter(|t| *t > 0.0),
             pfs_bandwidth: num(s, "pfs_bandwidth")?.max(1.0),
             dests,
+            local_nranks: first_env(
+                env,
+                &[
+                    "CKPTFS_LOCAL_NRANKS",
+                    "OMPI_COMM_WORLD_LOCAL_SIZE",
+                    "MPI_LOCALNRANKS",
+                    "SLURM_NTASKS_PER_NODE",
+                ],
+            )
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|n| *n > 0),
         })
+    }
+
+    /// Ranks expected on this node of a cluster of `nodes` nodes.
+    pub fn local_ranks(&self, nodes: usize) -> u32 {
+        self.local_nranks
+            .unwrap_or_else(|| self.world.div_ceil((nodes as u32).max(1)))
+            .max(1)
     }
 
     /// Defaults with the given job (tests, tools).

@@ -5,17 +5,19 @@
 //! CRUISE section 2.2). This crate keeps that set as a **dataset**: an id monotonic per
 //! job, a name, per-rank parts, a state (open, complete, invalid, incomplete), the files
 //! with size and CRC32C, and per file the levels holding it. docs/datasets.md has the
-//! state machine, the record format and the numbered failure cases D1-D6.
+//! state machine, the record format and the numbered failure cases D1-D8.
 //!
 //! - Explicit API: [`Datasets::begin`], [`Datasets::complete`] (the C ABI's
 //!   `ckptfs_ckpt_begin`/`ckptfs_ckpt_complete`, `ckptfs ckpt begin|complete`).
 //! - Transparent mode: directories matching the `dataset_pattern` setting are datasets,
 //!   complete per `dataset_complete` (`files:N` or `marker:NAME`).
-//! - Job-wide agreement is one small step, [`Completion`]: [`SingleNode`] now, the node
-//!   daemon's implementation when its peer transport is merged.
+//! - Job-wide agreement is one small step, [`Completion`]: [`SingleNode`] when every rank
+//!   writes to this node; across nodes its [`JobNodes`] (the node daemons, in
+//!   `ckptfs-node`) answer, and [`jobwide::judge`] gives the verdict (failure case D7).
 //! - Restart: [`Datasets::restart`] picks the newest wholly recoverable dataset (local
-//!   store, then PFS manifests) and brings missing files back, CRC-checked.
-//! - Retention (`dataset_keep_memory`, `dataset_flush_every`) and the runtime level
+//!   store, then partner memory across nodes, then PFS manifests) and brings missing files
+//!   back, CRC-checked; across nodes every rank chooses the same one.
+//! - Retention (`dataset_keep_memory`, `dataset_keep_pfs`, `dataset_flush_every`) and the runtime level
 //!   policy ([`policy`]): REMEM's generalised Algorithm 1 on measured costs, recorded
 //!   per dataset; Young/Daly advice in [`policy::need`].
 //!
@@ -27,14 +29,19 @@
 mod completion;
 mod config;
 mod error;
+pub mod jobwide;
+pub mod levels_record;
 mod ops;
+mod pfs_retention;
 pub mod policy;
 pub mod record;
 mod restart;
+mod restart_cluster;
 
-pub use completion::{Agreement, Completion, SingleNode};
+pub use completion::{Agreement, Completion, JobNodes, NodeRecords, SingleNode, Want};
 pub use config::{check_component, glob_match, CompleteRule, Config, FailureRule};
 pub use error::{DatasetError, Result};
+pub use jobwide::{judge, JobDataset, JobState, Views};
 pub use ops::{check_name, file_crc, Datasets};
-pub use record::{Dataset, DecisionRec, FileRec, Part, State};
-pub use restart::{Restart, Skipped, Source};
+pub use record::{Dataset, DecisionRec, FileRec, NodePart, Part, State};
+pub use restart::{pfs_has as pfs_holds, Restart, Skipped, Source};

@@ -82,19 +82,26 @@ impl Datasets {
     }
 
     fn next_id(&self, all: &[Dataset]) -> Result<u64> {
+        self.next_id_from(all, 1)
+    }
+
+    /// The next id, at least `floor` (cluster mode: one past the largest any node knows).
+    fn next_id_from(&self, all: &[Dataset], floor: u64) -> Result<u64> {
         let path = format!("{}/next_id", job_dir(&self.cfg.job));
         let stored = match record::read_file(&self.store, &path) {
             Ok(b) => String::from_utf8_lossy(&b).trim().parse::<u64>().unwrap_or(1),
             Err(DatasetError::Store(StoreError::NotFound(_))) => 1,
             Err(e) => return Err(e),
         };
-        let id = stored.max(all.iter().map(|d| d.id + 1).max().unwrap_or(1));
+        let id = stored
+            .max(all.iter().map(|d| d.id + 1).max().unwrap_or(1))
+            .max(floor);
         record::mkdir_p(&self.store, &job_dir(&self.cfg.job))?;
         record::write_atomic(&self.store, &path, format!("{}\n", id + 1).as_bytes())?;
         Ok(id)
     }
 
-    fn new_record(&self, id: u64, name: &str, dir: Option<String>) -> Dataset {
+    pub(crate) fn new_record(&self, id: u64, name: &str, dir: Option<String>) -> Dataset {
         Dataset {
             format: FORMAT.into(),
             id,
@@ -111,6 +118,14 @@ impl Datasets {
             decision: None,
             flush: false,
             evicted: false,
+            node: self.completion.job_nodes().map(|c| c.me().to_string()),
+            local_expected: self
+                .completion
+                .job_nodes()
+                .map(|c| self.cfg.local_ranks(c.nodes().len())),
+            node_done: false,
+            nodes: BTreeMap::new(),
+            pfs_pruned: false,
         }
     }
 
@@ -142,11 +157,26 @@ impl Datasets {
             pid: pid.map(|p| p.pid),
             pid_start: pid.map(|p| p.start),
         };
-        let mut ds = match join {
-            Some(i) => all.swap_remove(i),
-            None => {
+        let mut ds = match (join, self.completion.job_nodes()) {
+            (Some(i), _) => all.swap_remove(i),
+            (None, None) => {
                 let id = self.next_id(&all)?;
                 self.new_record(id, name, None)
+            }
+            (None, Some(nodes)) => {
+                // Ids agree across nodes: join the dataset other nodes' ranks began under
+                // this name, else take one past the largest id any node knows.
+                let (join, floor) = self.cluster_id(nodes, &all, name);
+                match join {
+                    Some(id) => {
+                        self.next_id_from(&all, id + 1)?;
+                        self.new_record(id, name, None)
+                    }
+                    None => {
+                        let id = self.next_id_from(&all, floor)?;
+                        self.new_record(id, name, None)
+                    }
+                }
             }
         };
         ds.parts.insert(rank, part);
@@ -154,7 +184,7 @@ impl Datasets {
         Ok(ds.id)
     }
 
-    fn close(&self, d: &mut Dataset, state: State, reason: Option<String>) -> Result<()> {
+    pub(crate) fn close(&self, d: &mut Dataset, state: State, reason: Option<String>) -> Result<()> {
         d.state = state;
         d.reason = reason;
         d.closed_ns = Some(now_ns());
@@ -210,6 +240,9 @@ impl Datasets {
         let p = ds.parts.get_mut(&rank).expect("checked above");
         p.state = if valid { State::Complete } else { State::Invalid };
         p.done_ns = Some(now);
+        if let Some(nodes) = self.completion.job_nodes() {
+            return self.complete_in_cluster(nodes, ds, &rank, valid);
+        }
         match self.completion.agree(&ds) {
             Agreement::Invalid(why) => self.close(&mut ds, State::Invalid, Some(why))?,
             Agreement::Waiting { .. } => record::save(&self.store, &ds)?,
@@ -221,28 +254,66 @@ impl Datasets {
         Ok(ds)
     }
 
+    /// Cluster mode: this rank's part is recorded in `ds`. When every rank of this node
+    /// is in, this node's files are checked; then the job-wide verdict is asked for.
+    fn complete_in_cluster(
+        &self,
+        nodes: &dyn crate::JobNodes,
+        mut ds: Dataset,
+        rank: &str,
+        valid: bool,
+    ) -> Result<Dataset> {
+        if !valid {
+            self.close(
+                &mut ds,
+                State::Invalid,
+                Some(format!("rank {rank} completed it as invalid")),
+            )?;
+            return Ok(ds);
+        }
+        let here = ds.parts.values().filter(|p| p.state == State::Complete).count() as u32;
+        let expected = ds.local_expected.unwrap_or(1);
+        if here >= expected && !ds.node_done {
+            if let Some(msg) = self.check_files(&mut ds)? {
+                self.close(&mut ds, State::Incomplete, Some(msg))?;
+                return Ok(ds);
+            }
+            ds.node_done = true;
+        }
+        record::save(&self.store, &ds)?;
+        self.settle_locked(nodes)?;
+        record::load(&self.store, &self.cfg.job, ds.id)
+    }
+
     /// Every part is in: check the files, checksum them, choose the level.
     fn finish(&self, ds: &mut Dataset, older: &[Dataset]) -> Result<()> {
+        if let Some(msg) = self.check_files(ds)? {
+            return self.close(ds, State::Incomplete, Some(msg));
+        }
+        self.decide_and_close(ds, older)
+    }
+
+    /// Check that every file of `ds` is closed complete and record its size and CRC32C;
+    /// the reason when one is not.
+    fn check_files(&self, ds: &mut Dataset) -> Result<Option<String>> {
         let mut recs = BTreeMap::new();
         for path in ds.files.keys() {
             let st = match self.store.stat(path) {
                 Ok(st) => st,
                 Err(StoreError::NotFound(_)) => {
-                    let msg = format!("file {path} was removed before the dataset completed");
-                    return self.close(ds, State::Incomplete, Some(msg));
+                    return Ok(Some(format!(
+                        "file {path} was removed before the dataset completed"
+                    )));
                 }
                 Err(e) => return Err(e.into()),
             };
             if st.state != WriteState::Complete {
                 let msg = format!("file {path} is {:?}, not closed complete", st.state).to_lowercase();
-                return self.close(ds, State::Incomplete, Some(msg));
+                return Ok(Some(msg));
             }
             let (size, crc) = match file_crc(&self.store, path) {
                 Ok(v) => v,
-                Err(e) => {
-                    let msg = format!("file {path} cannot be read back: {e}");
-                    return self.close(ds, State::Incomplete, Some(msg));
-                }
+                Err(e) => return Ok(Some(format!("file {path} cannot be read back: {e}"))),
             };
             let mut r = file_rec(&st);
             r.size = size;
@@ -250,6 +321,11 @@ impl Datasets {
             recs.insert(path.clone(), r);
         }
         ds.files = recs;
+        Ok(None)
+    }
+
+    /// Choose the level (the runtime policy), mark the flush, close it complete.
+    pub(crate) fn decide_and_close(&self, ds: &mut Dataset, older: &[Dataset]) -> Result<()> {
         let begun = ds
             .parts
             .values()
@@ -271,9 +347,15 @@ impl Datasets {
         self.close(ds, State::Complete, None)
     }
 
+    /// Retention: in memory (`dataset_keep_memory`), then on the PFS (`dataset_keep_pfs`).
+    pub(crate) fn retention_locked(&self) -> Result<()> {
+        self.memory_retention_locked()?;
+        self.prune_pfs_locked()
+    }
+
     /// Datasets beyond the newest `keep_memory` complete ones lose their local copies
     /// (files whose content is still the dataset's and that no newer dataset holds).
-    fn retention_locked(&self) -> Result<()> {
+    fn memory_retention_locked(&self) -> Result<()> {
         let k = self.cfg.keep_memory as usize;
         if k == 0 {
             return Ok(());
@@ -288,7 +370,15 @@ impl Datasets {
         let (old, keep) = complete.split_at(complete.len() - k);
         let kept: std::collections::HashSet<String> =
             keep.iter().flat_map(|&i| all[i].files.keys().cloned()).collect();
+        // Memory copies go only once a newer dataset is protected beyond this node's
+        // memory (partner or PFS level), when such a level exists.
+        let Some(safe) = complete.iter().rev().find(|&&i| self.protected(&all[i])).copied() else {
+            return Ok(());
+        };
         for &i in old {
+            if i >= safe {
+                break;
+            }
             let d = &mut all[i];
             if d.evicted {
                 continue;
@@ -298,6 +388,24 @@ impl Datasets {
             record::save(&self.store, d)?;
         }
         Ok(())
+    }
+
+    /// Whether `d` is held beyond this node's memory: on the partner level (cluster) or
+    /// on the PFS (a destination given); with neither level configured, every complete
+    /// dataset counts as protected.
+    fn protected(&self, d: &Dataset) -> bool {
+        if let Some(nodes) = self.completion.job_nodes() {
+            let mut v = vec![d.clone()];
+            nodes.fill_levels(&mut v, &self.cfg.dests);
+            return v[0].levels().iter().any(|l| l == "partner" || l == "pfs");
+        }
+        if self.cfg.dests.is_empty() {
+            return true;
+        }
+        !d.files.is_empty()
+            && d.files
+                .iter()
+                .all(|(p, f)| crate::restart::pfs_has(&self.cfg.dests, p, f.size, f.crc32c))
     }
 
     fn remove_local(&self, d: &mut Dataset, keep: &std::collections::HashSet<String>) {
@@ -430,6 +538,9 @@ impl Datasets {
         let _l = self.lock()?;
         let (mut all, bad) = record::load_all(&self.store, &self.cfg.job)?;
         self.refresh_locked(&mut all)?;
+        if let Some(nodes) = self.completion.job_nodes() {
+            self.settle_locked(nodes)?;
+        }
         self.retention_locked()?;
         let (all, _) = record::load_all(&self.store, &self.cfg.job)?;
         Ok((all, bad))

@@ -125,6 +125,32 @@ pub struct Dataset {
     pub flush: bool,
     /// Local copies deleted by retention.
     pub evicted: bool,
+    /// Cluster mode: the node whose record this is (None: single node).
+    #[serde(default)]
+    pub node: Option<String>,
+    /// Cluster mode: ranks expected on this node (its part is done when they all are).
+    #[serde(default)]
+    pub local_expected: Option<u32>,
+    /// Cluster mode: every local rank completed and this node's files were checked
+    /// (closed complete, size and CRC32C recorded).
+    #[serde(default)]
+    pub node_done: bool,
+    /// Cluster mode, once complete job-wide: every node's part as agreed (so that a
+    /// surviving node knows a lost node's files).
+    #[serde(default)]
+    pub nodes: BTreeMap<String, NodePart>,
+    /// Its PFS copies were removed by `dataset_keep_pfs` (M flushed datasets kept).
+    #[serde(default)]
+    pub pfs_pruned: bool,
+}
+
+/// One node's part of a dataset, as agreed at job-wide completion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodePart {
+    /// Ranks that completed on that node.
+    pub ranks: Vec<String>,
+    /// That node's files.
+    pub files: BTreeMap<String, FileRec>,
 }
 
 impl Dataset {

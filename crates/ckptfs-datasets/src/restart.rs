@@ -1,6 +1,6 @@
 //! Restart from the newest dataset that can be wholly recovered from the levels this
 //! node can see: its own store first, then the drain destinations (PFS manifests, via
-//! the agent's checked restore). Partner copies join when the node daemon is merged.
+//! the agent's checked restore). Across nodes, restart_cluster.rs adds partner memory.
 
 use crate::error::Result;
 use crate::ops::{file_crc, Datasets};
@@ -17,6 +17,19 @@ pub enum Source {
     Local,
     /// A drain destination's manifest lists the exact content (size and CRC32C).
     Pfs,
+    /// The node named holds a partner copy with the exact content.
+    Partner(String),
+}
+
+impl Source {
+    /// `local`, `partner:NODE` or `pfs`.
+    pub fn label(&self) -> String {
+        match self {
+            Source::Local => "local".into(),
+            Source::Pfs => "pfs".into(),
+            Source::Partner(n) => format!("partner:{n}"),
+        }
+    }
 }
 
 /// A dataset passed over, and why.
@@ -39,9 +52,12 @@ pub struct Restart {
     pub restored: Vec<(String, u64)>,
     /// Newer datasets passed over.
     pub skipped: Vec<Skipped>,
+    /// Where each file of this node's part came from (`local`, `partner:NODE`, `pfs`).
+    #[serde(default)]
+    pub sources: std::collections::BTreeMap<String, String>,
 }
 
-fn local_ok(ds: &Datasets, path: &str, size: u64, crc: u32) -> bool {
+pub(crate) fn local_ok(ds: &Datasets, path: &str, size: u64, crc: u32) -> bool {
     match ds.store.stat(path) {
         Ok(st) if st.state == ckptfs_store::WriteState::Complete && st.size == size => {
             matches!(file_crc(&ds.store, path), Ok((n, c)) if n == size && c == crc)
@@ -50,7 +66,8 @@ fn local_ok(ds: &Datasets, path: &str, size: u64, crc: u32) -> bool {
     }
 }
 
-fn pfs_has(dests: &[std::path::PathBuf], path: &str, size: u64, crc: u32) -> bool {
+/// Whether a drain destination's manifest lists `path` with exactly this size and CRC32C.
+pub fn pfs_has(dests: &[std::path::PathBuf], path: &str, size: u64, crc: u32) -> bool {
     let io = PosixDest::new(None);
     let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
     for d in dests {
@@ -107,6 +124,9 @@ impl Datasets {
     /// (CRC32C checked against the manifest while copying, then against the dataset
     /// record). Datasets that fail are skipped with the reason.
     pub fn restart(&self) -> Result<Restart> {
+        if let Some(nodes) = self.completion.job_nodes() {
+            return self.restart_cluster(nodes);
+        }
         let (all, _) = self.list()?;
         let mut skipped = Vec::new();
         for d in all.iter().rev() {
@@ -150,16 +170,19 @@ impl Datasets {
             }
             let bytes: u64 = restored.iter().map(|r| r.1).sum();
             let _ = crate::policy::record_pfs_transfer(self, bytes, t0.elapsed().as_secs_f64());
+            let sources = srcs.iter().map(|(p, s)| (p.clone(), s.label())).collect();
             return Ok(Restart {
                 chosen: Some(d.clone()),
                 restored,
                 skipped,
+                sources,
             });
         }
         Ok(Restart {
             chosen: None,
             restored: Vec::new(),
             skipped,
+            sources: Default::default(),
         })
     }
 

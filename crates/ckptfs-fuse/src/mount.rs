@@ -5,8 +5,9 @@
 //! into an unmount; the session loop then sees the connection end, the file system is
 //! destroyed (CRFS mode writes its remaining chunks first) and `run` returns.
 
+use crate::cache::Poller;
 use crate::crfs::{CrfsConfig, CrfsFs};
-use crate::{IoMode, StoreFs};
+use crate::{Invalidator, IoMode, StoreFs};
 use ckptfs_runtime::Shutdown;
 use ckptfs_store::{Store, StoreError, StoreOptions};
 use fuser::{Config, MountOption, SessionACL};
@@ -37,6 +38,8 @@ pub struct MountConfig {
     pub io: IoMode,
     /// FUSE request threads (CRFS close() blocks one while chunks drain).
     pub threads: usize,
+    /// Store mode: kernel attribute/entry caching and its invalidation poller.
+    pub cache: crate::CacheConfig,
 }
 
 /// Errors of mounting and unmounting.
@@ -248,15 +251,16 @@ pub fn run(cfg: &MountConfig, shutdown: &Shutdown, on_ready: impl FnOnce()) -> R
             let store = Store::open_or_create(opts)?;
             options.push(MountOption::FSName(format!("ckptfs:{}", store.name())));
             config.mount_options = options;
-            let fs = StoreFs::new(store, cfg.io);
-            serve(fs, mp, &config, sigs, on_ready)
+            let fs = StoreFs::with_cache(store, cfg.io, cfg.cache);
+            let inval = fs.invalidator();
+            serve(fs, mp, &config, sigs, Some(inval), on_ready)
         }
         Mode::Crfs(c) => {
             let fs =
                 CrfsFs::new(c.clone(), cfg.io).map_err(io_err(format!("backend {}", c.backend.display())))?;
             options.push(MountOption::FSName(format!("crfs:{}", c.backend.display())));
             config.mount_options = options;
-            serve(fs, mp, &config, sigs, on_ready)
+            serve(fs, mp, &config, sigs, None, on_ready)
         }
     }
 }
@@ -266,10 +270,18 @@ fn serve<FS: fuser::Filesystem>(
     mp: &Path,
     config: &Config,
     shutdown: Shutdown,
+    inval: Option<Invalidator>,
     on_ready: impl FnOnce(),
 ) -> Result<(), MountError> {
     let mut session =
         fuser::Session::new(fs, mp, config).map_err(io_err(format!("mount {}", mp.display())))?;
+    // Stopped (dropped) when serve returns, after the session has ended.
+    let _poller = match inval {
+        Some(i) => i
+            .start(session.notifier())
+            .map_err(io_err("spawn the invalidation thread"))?,
+        None => None,
+    };
     let mut unmounter = session.unmount_callable();
     let target = mp.to_path_buf();
     // Ends the watcher once the session is over, whoever unmounted.
@@ -334,7 +346,8 @@ fn ended_by_unmount(e: &io::Error, mp: &Path) -> bool {
 }
 
 /// Mount `fs` at `mp` served by background threads (benchmarks and tests in one
-/// process); unmount with [`unmount_spawned`].
+/// process); unmount with [`unmount_spawned`]. For a [`StoreFs`] use [`spawn_store`],
+/// which also runs the invalidation poller its kernel caching relies on.
 pub fn spawn<FS: fuser::Filesystem>(
     fs: FS,
     mp: &Path,
@@ -347,4 +360,28 @@ pub fn spawn<FS: fuser::Filesystem>(
     config.mount_options = base_options();
     config.mount_options.push(MountOption::FSName(fsname.into()));
     fuser::spawn_mount(fs, mp, &config)
+}
+
+/// A store mount served by background threads, with its invalidation poller.
+pub struct StoreSession {
+    session: fuser::BackgroundSession,
+    poller: Option<Poller>,
+}
+
+impl StoreSession {
+    /// Unmount and wait for the session's threads and the poller.
+    pub fn unmount(self, mp: &Path) -> io::Result<()> {
+        let r = unmount_spawned(self.session, mp);
+        drop(self.poller);
+        r
+    }
+}
+
+/// Mount a store file system at `mp` served by background threads, with its
+/// invalidation poller running (benchmarks and tests in one process).
+pub fn spawn_store(fs: StoreFs, mp: &Path, fsname: &str, threads: usize) -> io::Result<StoreSession> {
+    let inval = fs.invalidator();
+    let session = spawn(fs, mp, fsname, threads)?;
+    let poller = inval.start(session.notifier())?;
+    Ok(StoreSession { session, poller })
 }

@@ -144,6 +144,10 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                 let path = check_path(&peer, &path)?;
                 crate::restore::send_held(&store, &peer, &path, conn).await?;
             }
+            Msg::Query(body) => {
+                let reply = crate::datasets::answer_async(shared, body).await;
+                conn.send(Msg::QueryReply(reply)).await?;
+            }
             other => return Err(protocol(&peer, &format!("unexpected {}", other.name()))),
         }
     }

@@ -21,6 +21,7 @@
 
 pub mod bench;
 pub mod daemon;
+pub mod datasets;
 mod error;
 mod handler;
 pub mod levels;

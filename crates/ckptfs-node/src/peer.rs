@@ -72,6 +72,10 @@ pub enum Msg {
         /// Absolute store path on the source node.
         path: String,
     },
+    /// A dataset question (JSON, [`crate::datasets::Request`]).
+    Query(String),
+    /// Its answer (JSON, [`crate::datasets::Reply`]).
+    QueryReply(String),
 }
 
 impl Msg {
@@ -89,6 +93,8 @@ impl Msg {
             Msg::List { .. } => "List",
             Msg::Listing { .. } => "Listing",
             Msg::Get { .. } => "Get",
+            Msg::Query(_) => "Query",
+            Msg::QueryReply(_) => "QueryReply",
         }
     }
 }
@@ -277,6 +283,8 @@ impl Conn {
                 src_node: self.me.clone(),
                 path: wire(&path),
             },
+            Msg::Query(body) => tp::Msg::Query { body },
+            Msg::QueryReply(body) => tp::Msg::QueryReply { body },
         };
         self.inner.send(&t).await.map_err(|e| terr(&peer, e))
     }
@@ -425,6 +433,8 @@ impl Conn {
                 }
             }
             tp::Msg::Bye => return Ok(None),
+            tp::Msg::Query { body } => Msg::Query(body),
+            tp::Msg::QueryReply { body } => Msg::QueryReply(body),
             other => {
                 return Err(NodeError::Protocol {
                     peer,

@@ -236,7 +236,7 @@ async fn list_peer(
 }
 
 /// Get one file into the store: temporary name, every chunk's CRC checked, rename.
-async fn fetch(conn: &mut Conn, store: &Store, path: &str) -> Result<u64> {
+pub(crate) async fn fetch(conn: &mut Conn, store: &Store, path: &str) -> Result<u64> {
     let peer = conn.peer().to_string();
     let bad = |what: String| NodeError::Protocol {
         peer: peer.clone(),

@@ -17,7 +17,32 @@
 
 use crate::paths;
 use crate::state;
+use crate::sys;
 use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+static VCWD_SET: AtomicBool = AtomicBool::new(false);
+static VCWD: Mutex<Option<String>> = Mutex::new(None);
+
+/// The virtual working directory (a store directory entered with chdir), if any.
+pub fn vcwd() -> Option<String> {
+    if !VCWD_SET.load(Ordering::Acquire) {
+        return None;
+    }
+    VCWD.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Set or clear the virtual working directory (and its `CKPTFS_CWD` environment entry).
+pub fn set_vcwd(p: Option<String>) {
+    let mut g = VCWD.lock().unwrap_or_else(|e| e.into_inner());
+    let was = VCWD_SET.swap(p.is_some(), Ordering::AcqRel);
+    if was || p.is_some() {
+        // Children (exec, posix_spawn, system, popen) inherit it through the environment.
+        publish(p.as_deref());
+    }
+    *g = p;
+}
 
 /// Name of the environment variable carrying the virtual cwd.
 pub const CWD_ENV: &str = "CKPTFS_CWD";
@@ -25,7 +50,7 @@ const CWD_ENV_C: &CStr = c"CKPTFS_CWD";
 
 /// The variable's value for virtual cwd `v` over the current kernel cwd.
 fn value(v: &str) -> Option<CString> {
-    let k = state::real_cwd().ok()?;
+    let k = sys::real_cwd().ok()?;
     CString::new(format!("{v}\x1e{k}")).ok()
 }
 
@@ -45,7 +70,7 @@ pub fn publish(v: Option<&str>) {
 
 /// The `CKPTFS_CWD=...` entry for a child's explicit environment, if a virtual cwd is set.
 pub fn entry() -> Option<CString> {
-    let v = state::vcwd()?;
+    let v = vcwd()?;
     let val = value(&v)?;
     let mut e = format!("{CWD_ENV}=").into_bytes();
     e.extend_from_slice(val.as_bytes());
@@ -68,12 +93,12 @@ pub fn adopt() {
     let Some(val) = std::env::var_os(CWD_ENV) else {
         return;
     };
-    let v = state::real_cwd()
+    let v = sys::real_cwd()
         .ok()
         .and_then(|k| parse(&val.to_string_lossy(), &k, state::mounts()));
     // set_vcwd publishes the value again (or removes the stale one).
-    state::set_vcwd(v);
-    if state::vcwd().is_none() {
+    set_vcwd(v);
+    if vcwd().is_none() {
         publish(None);
     }
 }

@@ -14,7 +14,8 @@
 //! EACCES; a missing file ENOENT.
 
 use crate::ops;
-use crate::state::{self, Loc};
+use crate::resolve::Loc;
+use crate::state;
 use std::ffi::{c_char, CStr, CString};
 
 /// An exec target rewritten to something the kernel can run.
@@ -32,7 +33,7 @@ pub struct Resolved {
 impl Drop for Resolved {
     fn drop(&mut self) {
         if let Some(fd) = self.memfd.take() {
-            state::raw_close(fd);
+            crate::sys::raw_close(fd);
         }
     }
 }
@@ -86,7 +87,7 @@ fn memfd_with(data: &[u8]) -> Result<i32, i32> {
         let n = unsafe { libc::syscall(libc::SYS_write, fd, data[off..].as_ptr(), data.len() - off) };
         if n <= 0 {
             let e = crate::sys::errno();
-            state::raw_close(fd);
+            crate::sys::raw_close(fd);
             return Err(if n == 0 { libc::EIO } else { e });
         }
         off += n as usize;
@@ -101,7 +102,7 @@ fn memfd_with(data: &[u8]) -> Result<i32, i32> {
 /// `path` is a C string, `argv` a NULL-terminated array of C strings.
 pub unsafe fn resolve(path: *const c_char, argv: *const *const c_char) -> Option<Result<Resolved, i32>> {
     // SAFETY: caller's C string.
-    let sp = match unsafe { state::classify(libc::AT_FDCWD, path) } {
+    let sp = match unsafe { crate::resolve::classify(libc::AT_FDCWD, path) } {
         Ok(Loc::Store(_, sp)) => sp,
         Ok(_) => return None,
         Err(e) => return Some(Err(e)),
@@ -136,7 +137,7 @@ fn resolve_store(mut sp: String, mut given: CString, mut args: Vec<CString>) -> 
         new.extend(args.into_iter().skip(1));
         args = new;
         // SAFETY: interp is a C string.
-        match unsafe { state::classify(libc::AT_FDCWD, interp.as_ptr()) }? {
+        match unsafe { crate::resolve::classify(libc::AT_FDCWD, interp.as_ptr()) }? {
             Loc::Store(_, isp) => {
                 sp = isp;
                 given = interp;
@@ -172,7 +173,7 @@ pub fn search_path(name: &CStr) -> Option<CString> {
         let dir = if dir.is_empty() { "." } else { dir };
         let cand = CString::new(format!("{dir}/{n}")).ok()?;
         // SAFETY: a C string.
-        match unsafe { state::classify(libc::AT_FDCWD, cand.as_ptr()) } {
+        match unsafe { crate::resolve::classify(libc::AT_FDCWD, cand.as_ptr()) } {
             Ok(Loc::Store(_, sp)) => {
                 if ops::stat(&sp)
                     .is_ok_and(|(st, _)| st.kind == ckptfs_store::FileKind::File && st.mode & 0o111 != 0)

@@ -26,6 +26,7 @@ pub mod exec_store;
 pub mod fsinfo;
 #[cfg(not(test))]
 pub mod hooks;
+pub mod lifecycle;
 pub mod lock;
 pub mod locks;
 #[cfg(not(test))]
@@ -33,6 +34,8 @@ pub mod names;
 pub mod ops;
 pub mod paths;
 pub mod perms;
+pub mod resolve;
+pub mod shimfds;
 pub mod shmap;
 #[cfg(not(test))]
 pub mod spawn;
@@ -46,8 +49,9 @@ pub mod tmpfiles;
 #[cfg(not(test))]
 extern "C" fn init() {
     let _ = sys::guarded(|| {
+        lifecycle::install();
         cwd::adopt();
-        state::adopt_inherited();
+        lifecycle::adopt_inherited();
         Ok(())
     });
 }
@@ -56,16 +60,3 @@ extern "C" fn init() {
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;
-
-#[cfg(test)]
-mod hooks {
-    //! Stand-in for the hooks in unit tests (the real ones would interpose on the test
-    //! binary itself).
-    use crate::state::{self, R};
-    /// Close store descriptor `fd`.
-    pub fn close_store(fd: i32) -> Option<R<i32>> {
-        let d = state::remove(fd)?;
-        state::raw_close(fd);
-        Some(state::release(d).map(|_| 0))
-    }
-}

@@ -20,48 +20,15 @@
 //! Stand-in descriptors are the shim's: close-on-exec, moved to high numbers, and kept
 //! open by `close`/`close_range` (see [`is_shim_fd`]).
 
+use crate::shimfds::{add_shim_fd, forget_shim_fd, ino_of, lock, raw, still_ours};
 use crate::state::{self, Desc, R};
 use crate::sys;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-/// Per-description lock state: the OFD/flock stand-in descriptor (-1 until first use).
-#[derive(Debug, Default)]
-pub struct DescLocks {
-    /// The stand-in descriptor (if opened) and its inode, to recognise it after a
-    /// program's dup2 onto the number.
-    ofd: Mutex<Option<(i32, u64)>>,
-}
-
-impl Drop for DescLocks {
-    fn drop(&mut self) {
-        let cur = self.ofd.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some((fd, ino)) = cur {
-            forget_shim_fd(fd);
-            // Never close a program's descriptor that took the number (dup2 onto it).
-            if still_ours(fd, ino) {
-                state::raw_close(fd);
-            }
-        }
-    }
-}
-
-/// The inode of kernel descriptor `fd`, or 0.
-fn ino_of(fd: i32) -> u64 {
-    // SAFETY: all-zero is a valid stat buffer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    match raw(libc::SYS_fstat, fd as _, &mut st as *mut _ as _, 0) {
-        Ok(_) => st.st_ino,
-        Err(_) => 0,
-    }
-}
-
-/// Is `fd` still the stand-in of inode `ino` (not replaced by the program's dup2)?
-fn still_ours(fd: i32, ino: u64) -> bool {
-    ino != 0 && ino_of(fd) == ino
-}
+pub use crate::shimfds::{is_shim_fd, shim_fds_in, DescLocks};
 
 /// (inode, generation) of a store file.
 type Key = (u64, u32);
@@ -69,54 +36,6 @@ type Key = (u64, u32);
 /// Process-associated stand-ins: one per locked file in this process.
 static POSIX: Mutex<BTreeMap<Key, (i32, u64)>> = Mutex::new(BTreeMap::new());
 static POSIX_N: AtomicUsize = AtomicUsize::new(0);
-/// Every stand-in descriptor of this process (close/close_range leave them alone).
-static SHIM_FDS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
-static SHIM_N: AtomicUsize = AtomicUsize::new(0);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Is `fd` one of the shim's stand-in descriptors?
-#[inline(always)]
-pub fn is_shim_fd(fd: i32) -> bool {
-    SHIM_N.load(Ordering::Relaxed) > 0 && is_shim_fd_slow(fd)
-}
-
-#[cold]
-#[inline(never)]
-fn is_shim_fd_slow(fd: i32) -> bool {
-    lock(&SHIM_FDS).contains(&fd)
-}
-
-/// The stand-in descriptors inside `[lo, hi]`, sorted.
-pub fn shim_fds_in(lo: u32, hi: u32) -> Vec<i32> {
-    if SHIM_N.load(Ordering::Relaxed) == 0 {
-        return Vec::new();
-    }
-    lock(&SHIM_FDS)
-        .iter()
-        .copied()
-        .filter(|f| (lo..=hi).contains(&(*f as u32)))
-        .collect()
-}
-
-fn forget_shim_fd(fd: i32) {
-    if lock(&SHIM_FDS).remove(&fd) {
-        SHIM_N.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-fn raw(nr: libc::c_long, a: libc::c_long, b: libc::c_long, c: libc::c_long) -> R<i64> {
-    // SAFETY: raw syscalls on descriptor numbers and caller-validated pointers.
-    let r = unsafe { libc::syscall(nr, a, b, c) };
-    if r < 0 {
-        Err(sys::errno())
-    } else {
-        Ok(r)
-    }
-}
-
 /// The runtime directory, opened and checked: a directory owned by the caller with no
 /// group or other access.
 fn runtime_dir() -> R<i32> {
@@ -141,20 +60,14 @@ fn runtime_dir() -> R<i32> {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         raw(libc::SYS_fstat, fd as _, &mut st as *mut _ as _, 0)?;
         if st.st_uid != uid || st.st_mode & 0o077 != 0 {
-            state::raw_close(fd);
+            crate::sys::raw_close(fd);
             eprintln!("ckptfs-preload: lock directory {path} is not a private (0700) directory of uid {uid}: locks unavailable (ENOLCK)");
             return Err(libc::ENOLCK);
         }
-        let fd = state::move_high(fd);
+        let fd = crate::sys::move_high(fd);
         add_shim_fd(fd);
         Ok(fd)
     })
-}
-
-fn add_shim_fd(fd: i32) {
-    if lock(&SHIM_FDS).insert(fd) {
-        SHIM_N.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 fn key_of(d: &Desc) -> R<Key> {
@@ -199,10 +112,10 @@ fn open_standin(key: Key) -> R<i32> {
         || st.st_mode & libc::S_IFMT != libc::S_IFREG
         || st.st_uid != uid
     {
-        state::raw_close(fd);
+        crate::sys::raw_close(fd);
         return Err(libc::ENOLCK);
     }
-    let fd = state::move_high(fd);
+    let fd = crate::sys::move_high(fd);
     add_shim_fd(fd);
     Ok(fd)
 }

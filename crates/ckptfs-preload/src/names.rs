@@ -10,7 +10,8 @@
 use crate::hooks::on_path;
 use crate::ops;
 use crate::paths;
-use crate::state::{self, Loc};
+use crate::resolve::Loc;
+use crate::state;
 use crate::sys::{guarded, in_shim, real, set_errno};
 use std::ffi::{c_char, c_int};
 
@@ -78,7 +79,7 @@ unsafe fn realpath_impl(
         return real(path);
     }
     // SAFETY: caller C string (or null, classified as Real and left to libc).
-    match unsafe { state::classify(libc::AT_FDCWD, path) } {
+    match unsafe { crate::resolve::classify(libc::AT_FDCWD, path) } {
         Ok(Loc::Real) => real(path),
         Ok(Loc::RealAbs(c)) => real(c.as_ptr()),
         Ok(Loc::Store(m, p)) => match guarded(|| store_realpath(m, &p)) {
@@ -153,7 +154,7 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const libc::sockaddr, len: libc:
     }
     let name: Vec<u8> = raw.iter().copied().take_while(|&c| c != 0).chain([0]).collect();
     // SAFETY: `name` is NUL-terminated.
-    match unsafe { state::classify(libc::AT_FDCWD, name.as_ptr().cast()) } {
+    match unsafe { crate::resolve::classify(libc::AT_FDCWD, name.as_ptr().cast()) } {
         Ok(Loc::Store(..)) => {
             set_errno(libc::EPERM);
             -1

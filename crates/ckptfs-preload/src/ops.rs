@@ -653,3 +653,31 @@ pub fn parent_of(path: &str) -> String {
         Some(i) => n[..i].to_string(),
     }
 }
+
+// ------------------------------------------------------------------ closing
+
+/// Drop a description this process no longer references through a descriptor: release
+/// the process's POSIX locks on the file (closing any descriptor of a file does), then,
+/// if it was the last reference, close the store handle and report its error.
+pub fn release(d: Arc<Desc>) -> R<()> {
+    crate::locks::on_close(&d);
+    state::finish(d)
+}
+
+/// Close store descriptor `fd` (None if it is not one).
+pub fn close_store(fd: i32) -> Option<R<i32>> {
+    let d = state::remove(fd)?;
+    crate::sys::raw_close(fd);
+    Some(release(d).map(|_| 0))
+}
+
+/// Called when a pass-through call returned kernel descriptor `fd`: a stale entry (its
+/// store descriptor was closed with a raw syscall) must not shadow the new file.
+#[inline]
+pub fn forget_stale(fd: i32) {
+    if state::maybe_store_fd(fd) {
+        if let Some(d) = state::remove(fd) {
+            let _ = release(d);
+        }
+    }
+}

@@ -58,7 +58,7 @@ unsafe fn exec_with(envp: *const *const c_char, f: impl FnOnce(*const *const c_c
         return f(envp);
     }
     let cwd = cwd_entry();
-    let prep = guarded(|| Ok(state::prepare_exec())).ok().flatten();
+    let prep = guarded(|| Ok(crate::lifecycle::prepare_exec())).ok().flatten();
     // SAFETY: envp per the exec contract.
     if prep.is_none() && cwd.is_none() && !unsafe { env_has(envp, b"CKPTFS_CWD=") } {
         return f(envp);
@@ -72,7 +72,7 @@ unsafe fn exec_with(envp: *const *const c_char, f: impl FnOnce(*const *const c_c
     let e = sys::errno();
     if let Some((inh, _)) = prep {
         let _ = guarded(|| {
-            state::exec_failed(inh);
+            crate::lifecycle::exec_failed(inh);
             Ok(())
         });
     }

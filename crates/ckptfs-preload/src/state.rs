@@ -1,6 +1,11 @@
 //! Process state of the shim: the attached store, the mount prefixes, the descriptor
-//! table, the shared open-file descriptions, the virtual working directory, and the fork
-//! and exit handlers.
+//! table and the shared open-file descriptions.
+//!
+//! This is the lowest layer of the shim above `sys`, `lock`, `paths` and `shimfds`: it
+//! calls nothing else. The fork and exit handlers, which must also take the stream and
+//! directory locks, live in `lifecycle`, which calls [`fork_prepare`], [`fork_parent`]
+//! and [`fork_child`] here; the virtual working directory is in `cwd`, path
+//! classification in `resolve`, closing a descriptor (with its POSIX locks) in `ops`.
 //!
 //! Every store descriptor is a real kernel descriptor (an `O_PATH` descriptor of
 //! `/dev/null`), so its number is unique in the process. The table maps it to a
@@ -15,7 +20,6 @@ use ckptfs_settings::{Settings, SettingsError};
 use ckptfs_store::{FileHandle, Store, StoreOptions};
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -64,6 +68,22 @@ pub fn options_from_env() -> Result<StoreOptions, &'static SettingsError> {
 
 static STORE: OnceLock<R<Store>> = OnceLock::new();
 
+/// Run once when the store is first attached, before any store file is opened: the
+/// process lifecycle module installs its fork and exit handlers here (see
+/// [`set_attach_hook`]), so that this module calls nothing above it.
+static ATTACH_HOOK: OnceLock<fn()> = OnceLock::new();
+
+/// Install the function [`store`] runs at the first attach (once; later calls are
+/// ignored). The library constructor installs `lifecycle::register_handlers`.
+pub fn set_attach_hook(f: fn()) {
+    let _ = ATTACH_HOOK.set(f);
+}
+
+/// Has the store been attached (or its attach tried) in this process?
+pub fn attached() -> bool {
+    STORE.get().is_some()
+}
+
 /// The store, attached (or created) on first use. Call inside [`sys::guarded`]. With an
 /// invalid `CKPTFS_*` variable every call is EINVAL; the first prints why.
 pub fn store() -> R<&'static Store> {
@@ -79,7 +99,9 @@ pub fn store() -> R<&'static Store> {
             }
         };
         slots();
-        register_handlers();
+        if let Some(hook) = ATTACH_HOOK.get() {
+            hook();
+        }
         Store::open_or_create(&opts).map_err(|e| {
             eprintln!("ckptfs-preload: cannot attach the store: {e}");
             se(e)
@@ -153,7 +175,7 @@ unsafe impl Sync for Slots {}
 static SLOTS: OnceLock<Slots> = OnceLock::new();
 const SLOTS_LEN: usize = NSLOTS * std::mem::size_of::<Slot>();
 
-fn map_slots(fd: i32) -> *const Slot {
+pub(crate) fn map_slots(fd: i32) -> *const Slot {
     // SAFETY: mapping a memfd of SLOTS_LEN bytes; zeroed memory is an array of free slots.
     let p = unsafe {
         libc::mmap(
@@ -185,7 +207,7 @@ fn slots() -> &'static Slots {
                 libc::MFD_CLOEXEC,
             )
         } as i32;
-        let fd = move_high(fd);
+        let fd = sys::move_high(fd);
         // SAFETY: as above.
         let ok = fd >= 0 && unsafe { libc::syscall(libc::SYS_ftruncate, fd, SLOTS_LEN) } == 0;
         Slots {
@@ -194,28 +216,6 @@ fn slots() -> &'static Slots {
             hint: AtomicUsize::new(0),
         }
     })
-}
-
-/// Move a descriptor of the shim's to a high number, out of the way of programs that
-/// pick their own numbers (shells use 3-9 for redirections and dup2 onto them).
-pub(crate) fn move_high(fd: i32) -> i32 {
-    if fd < 0 {
-        return fd;
-    }
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: raw getrlimit into a local struct.
-    unsafe { libc::syscall(libc::SYS_getrlimit, libc::RLIMIT_NOFILE, &mut rl) };
-    let start = (rl.rlim_cur.min(1 << 20) as i64 - 64).max(100);
-    // SAFETY: raw fcntl/close on descriptor numbers.
-    let n = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, start) } as i32;
-    if n < 0 {
-        return fd;
-    }
-    raw_close(fd);
-    n
 }
 
 /// The program is about to dup2 onto `fd`: if that is the shim's memfd, move it first.
@@ -232,18 +232,32 @@ pub fn protect_fd(fd: i32) {
     }
 }
 
+/// Adopt the slot region a previous program image passed on (its memfd `fd`), before
+/// the region is created. False if it cannot be mapped or a region exists already.
+pub(crate) fn adopt_slots(fd: i32) -> bool {
+    let base = map_slots(fd);
+    !base.is_null()
+        && SLOTS
+            .set(Slots {
+                base,
+                fd: AtomicI32::new(fd),
+                hint: AtomicUsize::new(0),
+            })
+            .is_ok()
+}
+
 /// The memfd of the slot region (close_range must not close it behind our back).
 pub fn slots_fd() -> i32 {
     SLOTS.get().map_or(-1, |s| s.fd.load(Ordering::Relaxed))
 }
 
-fn slot_at(i: usize) -> Option<&'static Slot> {
+pub(crate) fn slot_at(i: usize) -> Option<&'static Slot> {
     let s = slots();
     // SAFETY: i < NSLOTS, inside the mapping, which lives for the whole process.
     (i < NSLOTS && !s.base.is_null()).then(|| unsafe { &*s.base.add(i) })
 }
 
-fn slot_index(slot: &Slot) -> usize {
+pub(crate) fn slot_index(slot: &Slot) -> usize {
     (slot as *const Slot as usize - slots().base as usize) / std::mem::size_of::<Slot>()
 }
 
@@ -334,9 +348,9 @@ pub struct Desc {
     pub acc: i32,
     gen: AtomicU64,
     /// Its slot reference passes to the next program image (exec): do not drop it.
-    keep_slot: AtomicBool,
+    pub(crate) keep_slot: AtomicBool,
     /// OFD and flock locks (a stand-in kernel description, see `locks`).
-    pub locks: crate::locks::DescLocks,
+    pub locks: crate::shimfds::DescLocks,
 }
 
 impl Desc {
@@ -345,7 +359,13 @@ impl Desc {
         Ok(Self::with_slot(h, mount, path, acc, alloc_slot(flags)?))
     }
 
-    fn with_slot(h: FileHandle, mount: usize, path: String, acc: i32, slot: &'static Slot) -> Desc {
+    pub(crate) fn with_slot(
+        h: FileHandle,
+        mount: usize,
+        path: String,
+        acc: i32,
+        slot: &'static Slot,
+    ) -> Desc {
         Desc {
             slot,
             is_dir: h.is_dir(),
@@ -517,12 +537,6 @@ pub fn reserve_fd(cloexec: bool) -> R<i32> {
     Ok(fd as i32)
 }
 
-/// Close a kernel descriptor bypassing the hooks.
-pub fn raw_close(fd: i32) -> i32 {
-    // SAFETY: closing a descriptor number; no memory involved.
-    unsafe { libc::syscall(libc::SYS_close, fd) as i32 }
-}
-
 /// Enter `fd` -> `d` in the table; an older entry for the same number (its kernel
 /// descriptor was closed behind the shim's back) is dropped.
 pub fn install(fd: i32, d: Arc<Desc>) {
@@ -568,196 +582,53 @@ pub fn remove_range(lo: u32, hi: u32) -> Vec<(i32, Arc<Desc>)> {
 }
 
 /// Drop a description this process no longer references through `fd`; if it was the
-/// last reference, close the store handle and report its error.
-pub fn release(d: Arc<Desc>) -> R<()> {
-    // Closing any descriptor of a file drops the process's POSIX locks on it.
-    crate::locks::on_close(&d);
+/// last reference, close the store handle and report its error. (Closing a descriptor
+/// also drops the process's POSIX locks on the file: `ops::release` does both.)
+pub fn finish(d: Arc<Desc>) -> R<()> {
     match Arc::try_unwrap(d) {
         Ok(d) => d.finish(),
         Err(_) => Ok(()),
     }
 }
 
-/// Called when a pass-through call returned kernel descriptor `fd`: a stale entry (its
-/// store descriptor was closed with a raw syscall) must not shadow the new file.
-#[inline]
-pub fn forget_stale(fd: i32) {
-    if maybe_store_fd(fd) {
-        if let Some(d) = remove(fd) {
-            let _ = release(d);
-        }
+/// Empty the table (process exit, exec): every description, for the caller to release.
+pub fn take_all() -> BTreeMap<i32, Arc<Desc>> {
+    let w = WriteHold::new();
+    let m = std::mem::take(w.map());
+    for k in m.keys() {
+        set_bit(*k, false);
+    }
+    m
+}
+
+/// Run `f` on every (descriptor, description) of the table, under a shared hold.
+pub fn for_each(mut f: impl FnMut(i32, &Arc<Desc>)) {
+    let _h = ReadHold::new();
+    // SAFETY: shared hold of the table lock.
+    for (fd, d) in unsafe { &*TABLE.map.get() } {
+        f(*fd, d);
     }
 }
 
-/// Close every store descriptor (process exit, exec): flush stdio streams on store files,
-/// release leases so the files are complete.
-pub fn close_all() {
-    crate::stdio::flush_all();
-    // Shared writable mappings: bring the checksums of what they wrote up to date.
-    crate::shmap::flush_all();
-    let all = {
-        let w = WriteHold::new();
-        let m = std::mem::take(w.map());
-        for k in m.keys() {
-            set_bit(*k, false);
-        }
-        m
-    };
-    for (_, d) in all {
-        let _ = release(d);
-    }
-}
+// ------------------------------------------------------------------ fork
 
-// ------------------------------------------------------------------ working directory
-
-static VCWD_SET: AtomicBool = AtomicBool::new(false);
-static VCWD: Mutex<Option<String>> = Mutex::new(None);
-
-/// The virtual working directory (a store directory entered with chdir), if any.
-pub fn vcwd() -> Option<String> {
-    if !VCWD_SET.load(Ordering::Acquire) {
-        return None;
-    }
-    VCWD.lock().unwrap_or_else(|e| e.into_inner()).clone()
-}
-
-/// Set or clear the virtual working directory (and its `CKPTFS_CWD` environment entry).
-pub fn set_vcwd(p: Option<String>) {
-    let mut g = VCWD.lock().unwrap_or_else(|e| e.into_inner());
-    let was = VCWD_SET.swap(p.is_some(), Ordering::AcqRel);
-    if was || p.is_some() {
-        // Children (exec, posix_spawn, system, popen) inherit it through the environment.
-        crate::cwd::publish(p.as_deref());
-    }
-    *g = p;
-}
-
-/// The kernel's working directory (raw syscall, no hooks).
-pub fn real_cwd() -> R<String> {
-    let mut buf = [0u8; libc::PATH_MAX as usize];
-    // SAFETY: buffer and its length.
-    let n = unsafe { libc::syscall(libc::SYS_getcwd, buf.as_mut_ptr(), buf.len()) };
-    if n < 0 {
-        return Err(sys::errno());
-    }
-    let s = CStr::from_bytes_until_nul(&buf).map_err(|_| libc::EIO)?;
-    s.to_str().map(str::to_string).map_err(|_| libc::EILSEQ)
-}
-
-/// Where a path argument leads.
-pub enum Loc {
-    /// To the kernel, with the caller's arguments unchanged.
-    Real,
-    /// To the kernel, with this absolute path instead (relative to a store directory but
-    /// leaving the mount through `..`).
-    RealAbs(CString),
-    /// To the store: mount index and store path.
-    Store(usize, String),
-}
-
-fn classify_full(full: String) -> Loc {
-    match paths::match_mount(mounts(), &full) {
-        Some((m, p)) => Loc::Store(m, p),
-        None => CString::new(full).map(Loc::RealAbs).unwrap_or(Loc::Real),
-    }
-}
-
-/// Classify `path` relative to `dirfd` (AT_FDCWD or a descriptor).
-///
-/// # Safety
-/// `path` is null or a NUL-terminated string.
-pub unsafe fn classify(dirfd: i32, path: *const libc::c_char) -> R<Loc> {
-    if path.is_null() {
-        return Ok(Loc::Real);
-    }
-    // The kernel answers EFAULT for an address the program cannot read: so does the shim
-    // for the addresses it can tell apart without a system call (see plausible_user_ptr).
-    if !paths::plausible_user_ptr(path as usize) {
-        return Err(libc::EFAULT);
-    }
-    // SAFETY: caller guarantees a C string; the address is in the user half.
-    let b = unsafe { CStr::from_ptr(path) }.to_bytes();
-    if b.is_empty() {
-        return Ok(Loc::Real);
-    }
-    if b.len() >= paths::PATH_MAX {
-        return Err(libc::ENAMETOOLONG);
-    }
-    let ms = mounts();
-    if b[0] == b'/' {
-        if !paths::needs_normalize(b) {
-            if !paths::quick_prefix(ms, b) {
-                return Ok(Loc::Real);
-            }
-            let s = std::str::from_utf8(b).map_err(|_| libc::EILSEQ)?;
-            return Ok(match paths::match_mount(ms, s) {
-                Some((m, p)) => Loc::Store(m, p),
-                None => Loc::Real,
-            });
-        }
-        let Ok(s) = std::str::from_utf8(b) else {
-            return Ok(Loc::Real);
-        };
-        let n = paths::normalize(s);
-        return Ok(match paths::match_mount(ms, &n) {
-            Some((m, p)) => Loc::Store(m, p),
-            // `/ckpt/..`: the kernel cannot walk through the mount, which does not exist.
-            None if paths::quick_prefix(ms, b) => CString::new(n).map(Loc::RealAbs).unwrap_or(Loc::Real),
-            None => Loc::Real,
-        });
-    }
-    let Ok(s) = std::str::from_utf8(b) else {
-        return Ok(Loc::Real);
-    };
-    if dirfd == libc::AT_FDCWD {
-        if let Some(v) = vcwd() {
-            return Ok(classify_full(paths::join(&v, s)));
-        }
-        let cwd = real_cwd()?;
-        return Ok(match paths::match_mount(ms, &paths::join(&cwd, s)) {
-            Some((m, p)) => Loc::Store(m, p),
-            None => Loc::Real,
-        });
-    }
-    if let Some(d) = desc_of(dirfd) {
-        if !d.is_dir {
-            return Err(libc::ENOTDIR);
-        }
-        return Ok(classify_full(paths::join(&d.full_path(), s)));
-    }
-    if let Some(base) = crate::dirfds::path_of(dirfd) {
-        // A kernel directory above a mount prefix (rsync walks from "/").
-        return Ok(classify_full(paths::join(&base, s)));
-    }
-    Ok(Loc::Real)
-}
-
-// ------------------------------------------------------------------ fork and exit
-
-static STDIO_LOCKS: [&RwSpin; 2] = [&crate::stdio::LOCK, &crate::dir::LOCK];
-
-extern "C" fn before_fork() {
-    for l in STDIO_LOCKS {
-        l.write();
-    }
+/// Before fork: hold the table exclusively so the child gets it in a consistent state.
+/// (`lifecycle` takes the stream and directory locks first.)
+pub fn fork_prepare() {
     TABLE.lock.write();
 }
 
-extern "C" fn after_fork_parent() {
+/// After fork, in the parent: let go of the table.
+pub fn fork_parent() {
     TABLE.lock.write_unlock();
-    for l in STDIO_LOCKS.iter().rev() {
-        l.write_unlock();
-    }
 }
 
-extern "C" fn after_fork_child() {
+/// After fork, in the child: reset the table lock (only the forking thread survives),
+/// start a new fork generation (descriptions adopt the parent's leases on first use) and
+/// count the child's references to the shared descriptions.
+pub fn fork_child() {
     TABLE.lock.reset();
-    for l in STDIO_LOCKS {
-        l.reset();
-    }
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: getpid has no preconditions.
-    OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     // SAFETY: only this thread exists in the child and the lock is free.
     let m = unsafe { &*TABLE.map.get() };
     let mut seen: Vec<*const Desc> = Vec::new();
@@ -768,204 +639,6 @@ extern "C" fn after_fork_child() {
             d.slot.refs.fetch_add(1, Ordering::AcqRel);
         }
     }
-}
-
-extern "C" fn at_exit() {
-    let _ = sys::guarded(|| {
-        close_all();
-        Ok(())
-    });
-}
-
-/// The process whose memory this is (a vfork child shares it but has another pid).
-static OWNER_PID: AtomicI32 = AtomicI32::new(0);
-
-fn register_handlers() {
-    // SAFETY: getpid has no preconditions.
-    OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-    // SAFETY: registering plain extern "C" handlers.
-    unsafe {
-        libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
-        libc::atexit(at_exit);
-    }
-}
-
-/// Before _exit: release every store file.
-pub fn before_exit() {
-    if STORE.get().is_some() {
-        at_exit();
-    }
-}
-
-// ------------------------------------------------------------------ exec
-
-/// Environment variable describing the store descriptors a new program image inherits:
-/// `SLOTSFD;MODE` then one record per descriptor `FD,SLOT,ACC,DIR,MOUNT,PATH`, records
-/// separated by 0x1e. MODE `T`: the slot references pass to the new image (exec in the
-/// owning process); `A`: the new image adds its own (exec in a vfork child, whose parent
-/// keeps its descriptors).
-pub const INHERIT_ENV: &str = "CKPTFS_INHERIT";
-
-/// One inherited descriptor.
-#[derive(Debug, Clone)]
-pub struct Inherit {
-    fd: i32,
-    slot: usize,
-    acc: i32,
-    dir: bool,
-    mount: usize,
-    path: String,
-}
-
-fn kernel_cloexec(fd: i32) -> bool {
-    // SAFETY: raw fcntl on a descriptor number.
-    let f = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_GETFD) };
-    f < 0 || f as i32 & libc::FD_CLOEXEC != 0
-}
-
-fn set_cloexec(fd: i32, on: bool) {
-    // SAFETY: raw fcntl on a descriptor number.
-    unsafe {
-        libc::syscall(
-            libc::SYS_fcntl,
-            fd,
-            libc::F_SETFD,
-            if on { libc::FD_CLOEXEC } else { 0 },
-        )
-    };
-}
-
-/// Before exec: which store descriptors survive it, and the environment entry that
-/// tells the new image about them. In the owning process (not a vfork child) every
-/// store file is released (leases dropped, streams flushed); the slots of inherited
-/// descriptors are kept for the new image. Returns None when nothing is inherited.
-pub fn prepare_exec() -> Option<(Vec<Inherit>, CString)> {
-    STORE.get()?;
-    // SAFETY: getpid has no preconditions.
-    let owner = unsafe { libc::getpid() } == OWNER_PID.load(Ordering::Relaxed);
-    let mut inh = Vec::new();
-    {
-        let _h = ReadHold::new();
-        // SAFETY: shared hold.
-        for (fd, d) in unsafe { &*TABLE.map.get() } {
-            if !kernel_cloexec(*fd) {
-                inh.push(Inherit {
-                    fd: *fd,
-                    slot: slot_index(d.slot),
-                    acc: d.acc,
-                    dir: d.is_dir,
-                    mount: d.mount,
-                    path: d.path.clone(),
-                });
-                if owner {
-                    d.keep_slot.store(true, Ordering::Relaxed);
-                }
-            }
-        }
-    }
-    if owner {
-        close_all();
-    }
-    if inh.is_empty() {
-        return None;
-    }
-    let sfd = slots_fd();
-    set_cloexec(sfd, false);
-    let mut v = format!("{INHERIT_ENV}={sfd};{}", if owner { 'T' } else { 'A' });
-    for i in &inh {
-        v.push('\x1e');
-        v.push_str(&format!(
-            "{},{},{},{},{},{}",
-            i.fd, i.slot, i.acc, i.dir as u8, i.mount, i.path
-        ));
-    }
-    CString::new(v).ok().map(|c| (inh, c))
-}
-
-/// exec failed: take the descriptors back.
-pub fn exec_failed(inh: Vec<Inherit>) {
-    set_cloexec(slots_fd(), true);
-    // SAFETY: getpid has no preconditions.
-    if unsafe { libc::getpid() } == OWNER_PID.load(Ordering::Relaxed) {
-        adopt(inh, false);
-    }
-}
-
-/// Open the store files of inherited descriptors and enter them in the table.
-fn adopt(inh: Vec<Inherit>, add_ref: bool) {
-    let Ok(store) = store() else { return };
-    let mut by_slot: BTreeMap<usize, Arc<Desc>> = BTreeMap::new();
-    for i in inh {
-        if let Some(d) = by_slot.get(&i.slot) {
-            // Another descriptor of the same description (dup): share it.
-            install(i.fd, d.clone());
-            crate::stdio::install_std(i.fd);
-            continue;
-        }
-        let Some(slot) = slot_at(i.slot) else { continue };
-        if add_ref {
-            slot.refs.fetch_add(1, Ordering::AcqRel);
-        }
-        let flags = ckptfs_store::OpenFlags {
-            read: i.acc != libc::O_WRONLY,
-            write: i.acc != libc::O_RDONLY,
-            directory: i.dir,
-            ..Default::default()
-        };
-        match store.open(&i.path, flags, 0) {
-            Ok(h) => {
-                let d = Arc::new(Desc::with_slot(h, i.mount, i.path, i.acc, slot));
-                by_slot.insert(i.slot, d.clone());
-                install(i.fd, d);
-                crate::stdio::install_std(i.fd);
-            }
-            Err(e) => {
-                eprintln!("ckptfs-preload: inherited descriptor {} ({}): {e}", i.fd, i.path);
-                slot.refs.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-    }
-}
-
-/// At load: adopt the store descriptors inherited across exec, if any.
-pub fn adopt_inherited() {
-    let Some(v) = std::env::var_os(INHERIT_ENV) else {
-        return;
-    };
-    // SAFETY: removing our own variable while single-threaded (library constructor).
-    unsafe { libc::unsetenv(c"CKPTFS_INHERIT".as_ptr()) };
-    let v = v.to_string_lossy().to_string();
-    let mut recs = v.split('\x1e');
-    let head = recs.next().unwrap_or("");
-    let (sfd, mode) = head.split_once(';').unwrap_or(("", ""));
-    let Ok(sfd) = sfd.parse::<i32>() else { return };
-    let base = map_slots(sfd);
-    set_cloexec(sfd, true);
-    if base.is_null()
-        || SLOTS
-            .set(Slots {
-                base,
-                fd: AtomicI32::new(sfd),
-                hint: AtomicUsize::new(0),
-            })
-            .is_err()
-    {
-        return;
-    }
-    let inh: Vec<Inherit> = recs
-        .filter_map(|r| {
-            let mut f = r.splitn(6, ',');
-            Some(Inherit {
-                fd: f.next()?.parse().ok()?,
-                slot: f.next()?.parse().ok()?,
-                acc: f.next()?.parse().ok()?,
-                dir: f.next()? == "1",
-                mount: f.next()?.parse().ok().filter(|m| *m < mounts().len())?,
-                path: f.next()?.to_string(),
-            })
-        })
-        .collect();
-    adopt(inh, mode == "A");
 }
 
 /// umask of the process (two raw syscalls; no hooks involved).

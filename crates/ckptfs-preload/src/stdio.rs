@@ -105,7 +105,7 @@ unsafe extern "C" fn ck_close(c: *mut c_void) -> c_int {
     // SAFETY: the cookie was created by Box::into_raw in open_stream and is freed once here.
     drop(unsafe { Box::from_raw(c as *mut AtomicI32) });
     sys::ret(sys::guarded(|| {
-        crate::hooks::close_store(fd).unwrap_or(Err(libc::EBADF))
+        crate::ops::close_store(fd).unwrap_or(Err(libc::EBADF))
     }))
 }
 

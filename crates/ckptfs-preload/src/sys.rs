@@ -112,3 +112,43 @@ pub fn ret<T: From<i8>>(r: Result<T, i32>) -> T {
         }
     }
 }
+
+/// Close a kernel descriptor bypassing the hooks.
+pub fn raw_close(fd: i32) -> i32 {
+    // SAFETY: closing a descriptor number; no memory involved.
+    unsafe { libc::syscall(libc::SYS_close, fd) as i32 }
+}
+
+/// Move a descriptor of the shim's to a high number, out of the way of programs that
+/// pick their own numbers (shells use 3-9 for redirections and dup2 onto them).
+pub fn move_high(fd: i32) -> i32 {
+    if fd < 0 {
+        return fd;
+    }
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: raw getrlimit into a local struct.
+    unsafe { libc::syscall(libc::SYS_getrlimit, libc::RLIMIT_NOFILE, &mut rl) };
+    let start = (rl.rlim_cur.min(1 << 20) as i64 - 64).max(100);
+    // SAFETY: raw fcntl/close on descriptor numbers.
+    let n = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, start) } as i32;
+    if n < 0 {
+        return fd;
+    }
+    raw_close(fd);
+    n
+}
+
+/// The kernel's working directory (raw syscall, no hooks).
+pub fn real_cwd() -> Result<String, i32> {
+    let mut buf = [0u8; libc::PATH_MAX as usize];
+    // SAFETY: buffer and its length.
+    let n = unsafe { libc::syscall(libc::SYS_getcwd, buf.as_mut_ptr(), buf.len()) };
+    if n < 0 {
+        return Err(errno());
+    }
+    let s = CStr::from_bytes_until_nul(&buf).map_err(|_| libc::EIO)?;
+    s.to_str().map(str::to_string).map_err(|_| libc::EILSEQ)
+}

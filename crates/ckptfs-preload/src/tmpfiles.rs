@@ -7,7 +7,7 @@
 #![allow(clippy::missing_safety_doc, missing_docs)]
 
 use crate::ops;
-use crate::state::{self, Loc};
+use crate::resolve::Loc;
 use crate::sys::{guarded, in_shim, real, ret, set_errno};
 use std::ffi::{c_char, c_int, CStr};
 
@@ -60,7 +60,7 @@ unsafe fn make_unique<T>(t: *mut c_char, suffix: c_int, make: impl Fn(usize, &st
     // SAFETY: the caller's NUL-terminated template.
     let tb = unsafe { CStr::from_ptr(t) }.to_bytes();
     // SAFETY: as above.
-    let (m, sp) = match unsafe { state::classify(libc::AT_FDCWD, t) } {
+    let (m, sp) = match unsafe { crate::resolve::classify(libc::AT_FDCWD, t) } {
         Ok(Loc::Store(m, sp)) => (m, sp),
         Ok(_) => return None,
         Err(e) => return Some(Err(e)),

@@ -11,6 +11,7 @@
 //! released around every copy and every store call that takes a lock.
 
 mod buffer;
+mod datasets;
 mod file;
 mod store;
 
@@ -34,6 +35,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PyStore>()?;
     m.add_class::<store::PyStat>()?;
     m.add_class::<file::PyFile>()?;
+    m.add_class::<datasets::PyDatasets>()?;
     m.add_function(wrap_pyfunction!(store::destroy, m)?)?;
     m.add_function(wrap_pyfunction!(store::default_store_name, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 /// A node store attached to this process (the native half of `ckptfs.Store`).
 #[pyclass(module = "ckptfs._native", name = "Store", frozen)]
 pub struct PyStore {
-    store: Store,
+    pub(crate) store: Store,
 }
 
 /// Attributes of a store file or directory.
@@ -91,10 +91,13 @@ fn setting_text(v: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(v.str()?.to_string())
 }
 
-/// Resolve the store options like the CLI does: keyword arguments (as flags) over
-/// `CKPTFS_*` variables over the settings file (`config`, or `$CKPTFS_CONFIG`).
-fn resolve_options(flags: &HashMap<&'static str, String>, config: Option<String>) -> PyResult<StoreOptions> {
-    let env = |k: &str| std::env::var(k).ok();
+/// Resolve the settings like the CLI does: `flags` (keyword arguments) over the
+/// variables `env` gives over the settings file (`config`, or `$CKPTFS_CONFIG`).
+pub(crate) fn resolve_settings(
+    flags: &HashMap<&'static str, String>,
+    config: Option<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> PyResult<ckptfs_settings::Settings> {
     let path = config.or_else(|| env(ckptfs_settings::CONFIG_ENV).filter(|s| !s.is_empty()));
     let text = match &path {
         Some(p) => Some(std::fs::read_to_string(p).map_err(|e| {
@@ -109,13 +112,19 @@ fn resolve_options(flags: &HashMap<&'static str, String>, config: Option<String>
         (Some(name), Some(text)) => Some(FileText { name, text }),
         _ => None,
     };
-    let s = ckptfs_settings::resolve(&Inputs {
+    ckptfs_settings::resolve(&Inputs {
         flags: &|k| flags.get(k).cloned(),
-        env: &env,
+        env,
         file,
     })
-    .map_err(|e| einval(e.to_string()))?;
-    Ok(s.store.into())
+    .map_err(|e| einval(e.to_string()))
+}
+
+/// Resolve the store options like the CLI does: keyword arguments (as flags) over
+/// `CKPTFS_*` variables over the settings file (`config`, or `$CKPTFS_CONFIG`).
+fn resolve_options(flags: &HashMap<&'static str, String>, config: Option<String>) -> PyResult<StoreOptions> {
+    let env = |k: &str| std::env::var(k).ok();
+    Ok(resolve_settings(flags, config, &env)?.store.into())
 }
 
 #[pymethods]

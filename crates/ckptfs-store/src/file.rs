@@ -563,6 +563,7 @@ impl FileHandle {
             }
         }
         ino.mtime_ns.store(now(), Relaxed);
+        self.store.note_change(self.fid);
         Ok((done, off + done as u64))
     }
 
@@ -648,6 +649,7 @@ impl FileHandle {
         ino.size.store(len, Release);
         crate::integrity::seal_data(seg, self.fid);
         ino.mtime_ns.store(now(), Relaxed);
+        store.note_change(self.fid);
         if len < size {
             crate::fault::crash_point("trunc-after-size");
             let cs = 1u64 << shift;

@@ -55,6 +55,10 @@ impl Store {
         let cs = l.chunk_size();
         let mut rep = FsckReport::default();
         let ns = self.ns();
+        if repair {
+            // Repairs move, free and trim without logging each change.
+            self.note_lost();
+        }
         let add = |rep: &mut FsckReport, kind, detail: String, repaired| {
             rep.problems.push(crate::fsck::Problem {
                 kind,

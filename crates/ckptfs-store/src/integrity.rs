@@ -170,6 +170,7 @@ impl Store {
         ino.gid.store(gid, Relaxed);
         seal_ns(&self.seg, fid);
         ino.ctime_ns.store(crate::segment::now(), Relaxed);
+        self.note_change(fid);
         Ok(())
     }
 
@@ -182,6 +183,7 @@ impl Store {
         ino.atime_ns.store(atime_ns, Relaxed);
         ino.mtime_ns.store(mtime_ns, Relaxed);
         ino.ctime_ns.store(crate::segment::now(), Relaxed);
+        self.note_change(fid);
         Ok(())
     }
 

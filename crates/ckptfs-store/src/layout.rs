@@ -9,6 +9,7 @@
 //! spill_stack  u32[spill_chunks]           free spill chunk ids (stack)
 //! fid_stack    u32[max_files]              free file ids (stack)
 //! hash_off     u32[hash_cap]               (parent, name) -> file id + 1, linear probing
+//! change_off   ChangeEntry[CHANGE_LOG]     ring of recent name changes (288 B each)
 //! data_off     chunk data (2 MiB aligned)  mem_chunks * chunk_size
 //! ```
 //! Chunk ids `0..mem_chunks` live in the data region, ids `mem_chunks..` in the spill file
@@ -20,10 +21,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// First 8 bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"CKPTFS\0\x01";
-/// Format version this build reads and writes (3: metadata checksums in the superblock,
-/// inodes and chunk entries; uid, gid and atime in inodes; 24-byte chunk entries.
-/// 2: 64 leases per inode, 2 KiB inodes).
-pub const FORMAT_VERSION: u32 = 3;
+/// Format version this build reads and writes (4: change counters: a store-wide change
+/// sequence, a per-inode `changed_seq` and a ring of recent name changes.
+/// 3: metadata checksums in the superblock, inodes and chunk entries; uid, gid and atime
+/// in inodes; 24-byte chunk entries. 2: 64 leases per inode, 2 KiB inodes).
+pub const FORMAT_VERSION: u32 = 4;
+/// Entries in the ring of recent name changes ([`ChangeEntry`]).
+pub const CHANGE_LOG: u32 = 1024;
+/// Bytes per [`ChangeEntry`].
+pub const CHANGE_ENTRY_SIZE: u64 = 288;
 /// Bytes per chunk table entry.
 pub const CHUNK_ENTRY_SIZE: u64 = 24;
 /// Size reserved for the superblock.
@@ -121,6 +127,8 @@ pub struct Layout {
     pub fid_stack_off: u64,
     /// Offset of the name hash table.
     pub hash_off: u64,
+    /// Offset of the ring of recent name changes.
+    pub change_off: u64,
     /// Offset of the data region.
     pub data_off: u64,
     /// Path of the spill file, NUL padded.
@@ -141,7 +149,8 @@ impl Layout {
         let spill_stack_off = align(mem_stack_off + mem_chunks as u64 * 4, 64);
         let fid_stack_off = align(spill_stack_off + spill_chunks as u64 * 4, 64);
         let hash_off = align(fid_stack_off + max_files as u64 * 4, 64);
-        let data_off = align(hash_off + hash_cap as u64 * 4, DATA_ALIGN);
+        let change_off = align(hash_off + hash_cap as u64 * 4, 64);
+        let data_off = align(change_off + CHANGE_LOG as u64 * CHANGE_ENTRY_SIZE, DATA_ALIGN);
         let total_size = data_off + ((mem_chunks as u64) << chunk_shift);
         Layout {
             total_size,
@@ -157,6 +166,7 @@ impl Layout {
             spill_stack_off,
             fid_stack_off,
             hash_off,
+            change_off,
             data_off,
             spill_path: [0; 512],
         }
@@ -273,7 +283,45 @@ pub struct Superblock {
     pub ident_crc: u32,
     /// Rename in progress.
     pub rename: RenameIntent,
+    /// Change counters (on their own cache line: every write bumps `seq`).
+    pub changes: ChangeCounters,
 }
+
+/// The store-wide change counters, polled by the FUSE daemon to invalidate kernel caches.
+#[repr(C, align(64))]
+pub struct ChangeCounters {
+    /// Bumped (fetch_add) on every namespace change and every change of a file's data,
+    /// size, times, mode or owner; the new value is stored in the inode's `changed_seq`.
+    pub seq: AtomicU64,
+    /// Name changes logged so far; entry `n` is in ring slot `n % CHANGE_LOG`.
+    pub names: AtomicU64,
+    /// Highest `seq` of a change a poller may have missed: of a ring entry overwritten,
+    /// or of a recovery or repair that changed the namespace without logging it. A
+    /// poller whose last seen seq is below it must drop all its cached entries.
+    pub lost_seq: AtomicU64,
+}
+
+/// One name change in the ring: `name` was added to or removed from directory `parent`.
+/// Written under the namespace lock, `seq` last.
+#[repr(C)]
+pub struct ChangeEntry {
+    /// Change sequence number of the event (0 = empty slot).
+    pub seq: AtomicU64,
+    /// Directory file id.
+    pub parent: AtomicU32,
+    /// File id the name referred to.
+    pub fid: AtomicU32,
+    /// Generation of that inode.
+    pub igen: AtomicU32,
+    /// Length of `name`.
+    pub name_len: AtomicU32,
+    /// The name.
+    pub name: UnsafeCell<[u8; 256]>,
+    /// Padding.
+    pub _pad: [u8; 8],
+}
+
+const _: () = assert!(std::mem::size_of::<ChangeEntry>() == CHANGE_ENTRY_SIZE as usize);
 
 const _: () = assert!(std::mem::size_of::<Superblock>() <= SUPERBLOCK_SIZE as usize);
 
@@ -347,6 +395,9 @@ pub struct Inode {
     pub data_crc: AtomicU32,
     /// Access time, ns since the epoch (set explicitly; reads do not update it).
     pub atime_ns: AtomicU64,
+    /// Value of the store's change `seq` at this inode's last change (see
+    /// [`ChangeCounters`]); also bumped when the slot is freed.
+    pub changed_seq: AtomicU64,
     /// Open leases.
     pub leases: [Lease; LEASES],
     /// Name of the last path component.

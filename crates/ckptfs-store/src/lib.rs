@@ -38,6 +38,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod ahead;
+mod alloc;
+mod changes;
 pub mod checksum;
 pub mod copy;
 mod error;
@@ -51,12 +53,17 @@ mod lock;
 mod namespace;
 pub mod netin;
 pub mod netio;
+mod ops;
 pub mod process;
+mod query;
+mod recovery;
 pub mod region_io;
 mod segment;
 mod store;
 mod trust;
+mod types;
 
+pub use changes::{ChangedInode, ChangedName, Changes};
 pub use error::{Result, StoreError};
 pub use file::FileHandle;
 pub use fsck::{FsckReport, Problem};

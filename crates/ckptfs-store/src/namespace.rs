@@ -1,5 +1,5 @@
-//! The namespace: name hash, child lists, inode allocation and release, and the
-//! rebuild of these derived structures from the inode records after a crash.
+//! The namespace: name hash, child lists, inode allocation and release, and path
+//! resolution. Their rebuild after a crash is in `recovery.rs`.
 
 use crate::error::{Result, StoreError};
 use crate::integrity::{fid_ok, seal_data, seal_ns};
@@ -206,6 +206,7 @@ impl Store {
         self.hash_insert(ns, fid);
         self.link_child(ns, parent, fid);
         seg.inode(parent).mtime_ns.store(t, Relaxed);
+        self.note_name(ns, parent, fid, name);
         Ok(fid)
     }
 
@@ -217,6 +218,7 @@ impl Store {
         ino.size.store(0, Relaxed);
         ino.parent.store(NONE, Relaxed);
         ino.kind.store(kind::FREE, Release);
+        self.note_change(fid);
         let sb = seg.sb();
         let t = sb.fid_top.load(Relaxed);
         seg.fid_stack(t).store(fid, Relaxed);
@@ -231,6 +233,8 @@ impl Store {
         let parent = ino.parent.load(Relaxed);
         if fid_ok(seg, parent) {
             seg.inode(parent).mtime_ns.store(t, Relaxed);
+            // SAFETY: namespace lock held (the `Ns` proof).
+            self.note_name(ns, parent, fid, unsafe { seg.name_of(fid) });
         }
         self.hash_remove(ns, fid);
         self.unlink_child(ns, fid);
@@ -253,101 +257,6 @@ impl Store {
             && crate::integrity::ns_ok(&self.seg, fid)
         {
             self.free_inode(ns, fid);
-        }
-    }
-
-    /// Rebuild the name hash, child lists and file id stack from the inode records;
-    /// replay an interrupted rename; free orphans nobody holds. Caller holds the ns lock.
-    pub(crate) fn rebuild_namespace(&self, ns: &Ns) {
-        let seg = &*self.seg;
-        let sb = seg.sb();
-        let ri = &sb.rename;
-        if ri.active.load(Acquire) == 1 {
-            let src = ri.src.load(Relaxed);
-            let dst_parent = ri.dst_parent.load(Relaxed);
-            let victim = ri.victim.load(Relaxed);
-            let n = (ri.name_len.load(Relaxed) as usize).min(NAME_MAX);
-            // SAFETY: namespace lock held.
-            let name = unsafe { seg.intent_name()[..n].to_vec() };
-            if fid_ok(seg, victim) && victim != src && seg.inode(victim).kind.load(Relaxed) != kind::FREE {
-                seg.inode(victim).flags.fetch_or(iflag::ORPHAN, Relaxed);
-                seg.inode(victim).parent.store(NONE, Relaxed);
-                seal_ns(seg, victim);
-            }
-            if fid_ok(seg, src) && fid_ok(seg, dst_parent) {
-                seg.inode(src).parent.store(dst_parent, Relaxed);
-                // SAFETY: namespace lock held.
-                unsafe { seg.set_name(src, &name) };
-                seal_ns(seg, src);
-            } else {
-                tracing::warn!(store = %seg.name, src, dst_parent, "rename intent names no valid inode (damaged); dropped");
-            }
-            ri.active.store(0, Release);
-        }
-        for i in 0..seg.layout.hash_cap {
-            seg.hash_slot(i).store(0, Relaxed);
-        }
-        let max = seg.layout.max_files;
-        for fid in 0..max {
-            let ino = seg.inode(fid);
-            ino.first_child.store(NONE, Relaxed);
-            ino.next_sib.store(NONE, Relaxed);
-            ino.prev_sib.store(NONE, Relaxed);
-        }
-        let mut top = 0;
-        for fid in (1..max).rev() {
-            if seg.inode(fid).kind.load(Acquire) == kind::FREE {
-                seg.fid_stack(top).store(fid, Relaxed);
-                top += 1;
-            }
-        }
-        sb.fid_top.store(top, Release);
-        let mut orphans = Vec::new();
-        let mut misplaced = Vec::new();
-        // Records whose checksum holds claim their names first: a name damaged into
-        // another file's name must not push the undamaged file out.
-        let order: Vec<u32> = {
-            let (good, bad): (Vec<u32>, Vec<u32>) = (1..max).partition(|&f| crate::integrity::ns_ok(seg, f));
-            good.into_iter().chain(bad).collect()
-        };
-        for fid in order {
-            let ino = seg.inode(fid);
-            if ino.kind.load(Acquire) == kind::FREE {
-                continue;
-            }
-            let parent = ino.parent.load(Relaxed);
-            let broken = parent == NONE
-                || parent >= max
-                || seg.inode(parent).kind.load(Relaxed) != kind::DIR
-                // SAFETY: namespace lock held.
-                || self.lookup_child(ns, parent, unsafe { seg.name_of(fid) }).is_some();
-            if ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
-                if crate::integrity::ns_ok(seg, fid) {
-                    ino.parent.store(NONE, Relaxed);
-                    orphans.push(fid);
-                } else {
-                    // Maybe a named file whose flag was damaged: kept, not freed.
-                    misplaced.push(fid);
-                }
-                continue;
-            }
-            if broken {
-                // A named file whose parent is gone or whose name another file already
-                // has: only damage does this. Keep it (quarantined below), never free it.
-                misplaced.push(fid);
-                continue;
-            }
-            self.hash_insert(ns, fid);
-            self.link_child(ns, parent, fid);
-        }
-        // Any record may have been half-changed by the dead holder (or just orphaned).
-        self.reseal_all_ns();
-        for fid in misplaced {
-            let to = self.quarantine_inode(ns, fid);
-            tracing::warn!(store = %seg.name, fid, ?to, "inode with a broken or duplicate name moved to lost+found");
-        }
-        for fid in orphans {
-            self.release_if_unused(ns, fid);
         }
     }
 

@@ -456,6 +456,35 @@ impl Segment {
         self.at(self.layout.hash_off, i as u64, 4)
     }
 
+    /// Slot `i` of the ring of recent name changes.
+    pub fn change_entry(&self, i: u32) -> &ChangeEntry {
+        assert!(i < CHANGE_LOG);
+        self.at(self.layout.change_off, i as u64, CHANGE_ENTRY_SIZE)
+    }
+
+    /// Name bytes of change-ring slot `i`.
+    ///
+    /// # Safety
+    /// Hold the namespace lock (ring entries change only under it).
+    pub unsafe fn change_name(&self, i: u32) -> &[u8] {
+        let e = self.change_entry(i);
+        let n = (e.name_len.load(Ordering::Relaxed) as usize).min(NAME_MAX);
+        // SAFETY: the cell is only written under the namespace lock, which the caller holds.
+        unsafe { &(&*e.name.get())[..n] }
+    }
+
+    /// Set the name of change-ring slot `i`.
+    ///
+    /// # Safety
+    /// Hold the namespace lock.
+    pub unsafe fn set_change_name(&self, i: u32, name: &[u8]) {
+        let e = self.change_entry(i);
+        let n = name.len().min(NAME_MAX);
+        // SAFETY: exclusive under the namespace lock held by the caller.
+        unsafe { (&mut *e.name.get())[..n].copy_from_slice(&name[..n]) };
+        e.name_len.store(n as u32, Ordering::Relaxed);
+    }
+
     /// Base address of the data region in this process.
     pub fn data_base(&self) -> *mut u8 {
         // SAFETY: data_off < len by layout validation.

@@ -298,6 +298,16 @@ fn other_version_damaged_and_truncated_segments_are_refused() {
         "{e}"
     );
 
+    // A store of the previous format (3: before the change counters) is refused by name.
+    let mut v3 = original.clone();
+    v3[8..12].copy_from_slice(&3u32.to_le_bytes());
+    std::fs::write(&path, &v3).unwrap();
+    let e = attach_err();
+    assert!(
+        e.contains("format version 3") && e.contains(&path.display().to_string()),
+        "{e}"
+    );
+
     let mut d = original.clone();
     d[40] ^= 0xff; // inside the layout block
     std::fs::write(&path, &d).unwrap();

@@ -57,6 +57,8 @@
 //! 14 Get        name src_node | path
 //! 15 Error      i32 errno | str reason (<= 1024 bytes); the sender then closes
 //! 16 Bye        (empty)
+//! 17 Query      u32 len | UTF-8 JSON[len]   (a dataset request, ckptfs-node::datasets)
+//! 18 QueryReply u32 len | UTF-8 JSON[len]   (its answer); both at most 1 MiB
 //! ```
 //! A payload must be used up exactly; flag bytes must be 0 or 1.
 //!

@@ -444,3 +444,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn query_frames_round_trip_and_are_bounded() {
+    for m in [
+        Msg::Query {
+            body: r#"{"op":"records","job":"j"}"#.into(),
+        },
+        Msg::QueryReply {
+            body: "{\"records\":[]} \u{e9}".into(),
+        },
+        Msg::Query { body: String::new() },
+    ] {
+        let b = encode_frame(&m, &[]).unwrap();
+        let (got, data, used) = decode_frame(&b, DEFAULT_MAX_CHUNK).unwrap().unwrap();
+        assert_eq!(got, m);
+        assert!(data.is_empty() && used == b.len());
+    }
+    // A body longer than one frame carries is refused when encoding.
+    let big = Msg::QueryReply {
+        body: "x".repeat(MAX_CONTROL as usize),
+    };
+    assert!(matches!(encode_frame(&big, &[]), Err(FrameError::TooLong { .. })));
+    // A length that runs past the payload, and bytes that are not UTF-8, are malformed.
+    let mut b = encode_frame(&Msg::Query { body: "abc".into() }, &[]).unwrap();
+    b[16] = 200;
+    assert!(decode_frame(&b, DEFAULT_MAX_CHUNK).is_err());
+    let mut b = encode_frame(&Msg::Query { body: "abc".into() }, &[]).unwrap();
+    b[20] = 0xff;
+    assert!(matches!(
+        decode_frame(&b, DEFAULT_MAX_CHUNK),
+        Err(FrameError::Malformed { .. })
+    ));
+}

@@ -59,6 +59,11 @@ impl Daemon {
         Self::start(format!("store\n{name}\n{}\n{io}", mp.display()), mp)
     }
 
+    /// Mount store `name` at `mp` with kernel caching for `ttl_s` seconds (0 = off).
+    pub fn store_cached(name: &str, mp: &Path, ttl_s: u64) -> Daemon {
+        Self::start(format!("store\n{name}\n{}\nauto\n{ttl_s}", mp.display()), mp)
+    }
+
     /// CRFS mode over `backend`.
     pub fn crfs(backend: &Path, mp: &Path, pool: usize, chunk: usize, io_threads: usize) -> Daemon {
         let spec = format!(
@@ -161,12 +166,19 @@ impl Drop for Daemon {
 pub fn daemon_entry() {
     let Ok(spec) = std::env::var(ENV) else { return };
     let f: Vec<&str> = spec.split('\n').collect();
+    // An optional last line of a store spec: the cache TTL in seconds (0 = off).
+    let mut cache = ckptfs_fuse::CacheConfig::DEFAULT;
     let (mode, mp, io) = match f[0] {
-        "store" => (
-            Mode::Store(ckptfs_store::StoreOptions::named(f[1])),
-            PathBuf::from(f[2]),
-            f[3].parse::<IoMode>().unwrap(),
-        ),
+        "store" => {
+            if let Some(ttl) = f.get(4) {
+                cache.ttl = Duration::from_secs(ttl.parse().unwrap());
+            }
+            (
+                Mode::Store(ckptfs_store::StoreOptions::named(f[1])),
+                PathBuf::from(f[2]),
+                f[3].parse::<IoMode>().unwrap(),
+            )
+        }
         "crfs" => {
             let mut c = CrfsConfig::new(f[1]);
             c.pool_size = f[3].parse().unwrap();
@@ -183,6 +195,7 @@ pub fn daemon_entry() {
         mode,
         io,
         threads: 4,
+        cache,
     };
     let shutdown =
         ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).unwrap();

@@ -153,6 +153,10 @@ pub fn encode_payload(msg: &Msg) -> Result<Vec<u8>, FrameError> {
             w.i32(*errno);
             w.str(cut(reason));
         }
+        Msg::Query { body } | Msg::QueryReply { body } => {
+            w.u32(body.len().min(u32::MAX as usize) as u32);
+            w.bytes(body.as_bytes());
+        }
     }
     let max = max_payload(msg.kind(), u32::MAX);
     if w.0.len() > max as usize {
@@ -308,6 +312,8 @@ pub fn decode_payload(kind: MsgType, payload: &[u8]) -> Result<Msg, FrameError> 
         MsgType::Get => "Get",
         MsgType::Error => "Error",
         MsgType::Bye => "Bye",
+        MsgType::Query => "Query",
+        MsgType::QueryReply => "QueryReply",
     };
     let mut r = R {
         b: payload,
@@ -407,6 +413,21 @@ pub fn decode_payload(kind: MsgType, payload: &[u8]) -> Result<Msg, FrameError> 
             errno: r.i32()?,
             reason: r.str(MAX_REASON)?,
         },
+        MsgType::Query | MsgType::QueryReply => {
+            let n = r.u32()? as usize;
+            let b = r.take(n)?;
+            let body = std::str::from_utf8(b)
+                .map(str::to_string)
+                .map_err(|_| FrameError::Malformed {
+                    kind: name,
+                    why: "body is not UTF-8".into(),
+                })?;
+            if kind == MsgType::Query {
+                Msg::Query { body }
+            } else {
+                Msg::QueryReply { body }
+            }
+        }
     };
     r.end()?;
     Ok(msg)

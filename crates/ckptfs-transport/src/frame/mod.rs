@@ -76,6 +76,10 @@ pub enum MsgType {
     Error = 15,
     /// Orderly close.
     Bye = 16,
+    /// A dataset request (JSON), answered by one QueryReply.
+    Query = 17,
+    /// Answer to Query (JSON).
+    QueryReply = 18,
 }
 
 impl MsgType {
@@ -99,6 +103,8 @@ impl MsgType {
             14 => Get,
             15 => Error,
             16 => Bye,
+            17 => Query,
+            18 => QueryReply,
             _ => return None,
         })
     }
@@ -287,6 +293,17 @@ pub enum Msg {
     },
     /// Orderly close.
     Bye,
+    /// A dataset request between node daemons: JSON text (`ckptfs-node`'s datasets
+    /// module defines it), at most [`MAX_CONTROL`] bytes.
+    Query {
+        /// UTF-8 JSON.
+        body: String,
+    },
+    /// The answer to a Query: JSON text, at most [`MAX_CONTROL`] bytes.
+    QueryReply {
+        /// UTF-8 JSON.
+        body: String,
+    },
 }
 
 impl Msg {
@@ -309,6 +326,8 @@ impl Msg {
             Msg::Get { .. } => MsgType::Get,
             Msg::Error { .. } => MsgType::Error,
             Msg::Bye => MsgType::Bye,
+            Msg::Query { .. } => MsgType::Query,
+            Msg::QueryReply { .. } => MsgType::QueryReply,
         }
     }
 }
@@ -361,6 +380,7 @@ pub fn max_payload(kind: MsgType, max_chunk: u32) -> u32 {
     match kind {
         MsgType::Chunk => (CHUNK_FIXED as u32).saturating_add(max_chunk),
         MsgType::ListReply | MsgType::Nack | MsgType::Error => MAX_CONTROL,
+        MsgType::Query | MsgType::QueryReply => MAX_CONTROL,
         _ => 4096 + 2 * MAX_PATH as u32,
     }
 }

@@ -3,24 +3,26 @@
 //! FUSE inode numbers are the store's inode numbers (root = [`ROOT_INO`]), so the kernel's
 //! view and the preload shim's view are the same files. Path-based store calls take the
 //! path from [`Store::path_of`]; open files live in a handle table keyed by the FUSE file
-//! handle. Attributes and entries are never cached by the kernel (TTL 0) because other
-//! processes write the same store through the preload shim behind the kernel's back.
+//! handle. The kernel caches attributes and entries for [`CacheConfig::ttl`]; other
+//! processes write the same store behind the kernel's back (the preload shim, the C API),
+//! so the [`crate::cache`] poller invalidates what they changed.
 
+mod attrs;
+
+use crate::cache::{CacheConfig, KernelView, Poller};
 use crate::dirs::{dot_entries, DirTable, Listing};
-use crate::{errno_of, now_ns, reply_empty, split_name, system_time, Counters, IoMode};
+use crate::{errno_of, now_ns, reply_empty, split_name, Counters, IoMode};
+use attrs::file_type;
 use ckptfs_store::{FileHandle, FileKind, OpenFlags, Stat, Store, StoreError, ROOT_INO};
 use fuser::{
-    Errno, FileAttr, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    Request, TimeOrNow,
+    Errno, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
-
-const TTL: Duration = Duration::ZERO;
+use std::time::SystemTime;
 
 /// The store as a FUSE file system.
 pub struct StoreFs {
@@ -33,12 +35,36 @@ pub struct StoreFs {
     dirs: DirTable<String>,
     next_fh: AtomicU64,
     counters: Arc<Counters>,
+    cache: CacheConfig,
+    view: Arc<KernelView>,
+}
+
+/// Starts the invalidation poller of a mounted [`StoreFs`] (see [`StoreFs::invalidator`]).
+pub struct Invalidator {
+    view: Arc<KernelView>,
+    cache: CacheConfig,
+}
+
+impl Invalidator {
+    /// Start the poller with the session's notifier; `None` when caching is off. The
+    /// poller stops when the returned value is dropped (or the session ends).
+    pub fn start(self, notifier: fuser::Notifier) -> std::io::Result<Option<Poller>> {
+        Poller::start(self.view, self.cache, notifier)
+    }
 }
 
 impl StoreFs {
-    /// Serve `store`; `io` decides page cache vs direct I/O per open.
+    /// Serve `store`; `io` decides page cache vs direct I/O per open. Kernel caching
+    /// with invalidation is on ([`CacheConfig::DEFAULT`]).
     pub fn new(store: Store, io: IoMode) -> StoreFs {
+        StoreFs::with_cache(store, io, CacheConfig::DEFAULT)
+    }
+
+    /// Serve `store` with the given kernel caching.
+    pub fn with_cache(store: Store, io: IoMode, cache: CacheConfig) -> StoreFs {
         StoreFs {
+            view: Arc::new(KernelView::new(cache, store.clone())),
+            cache,
             store,
             io,
             files: Mutex::new(HashMap::new()),
@@ -49,116 +75,18 @@ impl StoreFs {
         }
     }
 
+    /// What starts the invalidation poller once the session exists (it needs the
+    /// session's notifier). Without it running, caching must be off.
+    pub fn invalidator(&self) -> Invalidator {
+        Invalidator {
+            view: self.view.clone(),
+            cache: self.cache,
+        }
+    }
+
     /// Request counters (shared with the daemon's status log).
     pub fn counters(&self) -> Arc<Counters> {
         self.counters.clone()
-    }
-
-    /// The link count: a directory has 2 + one per subdirectory (their ".."); a file 1,
-    /// or 0 once unlinked while still open (the store has no hard links). Counting
-    /// subdirectories walks the directory, so only getattr/setattr replies (`exact`) do
-    /// it; entry replies of lookups, made at every step of every path walk, say 2 (the
-    /// kernel asks getattr before it shows a stat, the attributes having TTL 0).
-    fn nlink(&self, st: &Stat, exact: bool) -> u32 {
-        match st.kind {
-            FileKind::Dir if !exact => 2,
-            FileKind::Dir => {
-                let subdirs = self
-                    .store
-                    .read_dir_ino(st.ino)
-                    .map(|l| l.iter().filter(|e| e.kind == FileKind::Dir).count())
-                    .unwrap_or(0);
-                2 + subdirs as u32
-            }
-            FileKind::File => {
-                let open = self.open_inos.lock().unwrap().contains_key(&st.ino);
-                if open && self.store.path_of(st.ino).is_ok_and(|p| p.is_empty()) {
-                    0
-                } else {
-                    1
-                }
-            }
-        }
-    }
-
-    fn attr(&self, st: &Stat) -> FileAttr {
-        self.attr_of(st, false)
-    }
-
-    /// Attributes for a getattr/setattr reply (exact directory link count).
-    fn attr_exact(&self, st: &Stat) -> FileAttr {
-        self.attr_of(st, true)
-    }
-
-    fn attr_of(&self, st: &Stat, exact: bool) -> FileAttr {
-        let nlink = self.nlink(st, exact);
-        let kind = file_type(st.kind);
-        let perm = (st.mode & 0o7777) as u16;
-        let mtime = system_time(st.mtime_ns);
-        FileAttr {
-            ino: INodeNo(st.ino),
-            size: st.size,
-            // du shows what the file really occupies: whole chunks.
-            blocks: st.allocated / 512,
-            atime: system_time(st.atime_ns),
-            mtime,
-            ctime: system_time(st.ctime_ns),
-            crtime: system_time(st.ctime_ns),
-            kind,
-            perm,
-            nlink,
-            uid: st.uid,
-            gid: st.gid,
-            rdev: 0,
-            blksize: 1 << 20,
-            flags: 0,
-        }
-    }
-
-    /// A file or directory just created at `path` in `parent` belongs to the caller:
-    /// uid = the caller's fsuid, gid = the parent's when it is setgid (a new directory
-    /// then also gets the setgid bit), else the caller's fsgid.
-    fn give_to_caller(&self, req: &Request, parent: INodeNo, path: &str, st: Stat) -> Result<Stat, Errno> {
-        let pst = self.store.stat_ino(parent.0).map_err(store_err)?;
-        let setgid_dir = pst.mode & libc::S_ISGID != 0;
-        let gid = if setgid_dir { pst.gid } else { req.gid() };
-        let mut changed = false;
-        if (st.uid, st.gid) != (req.uid(), gid) {
-            self.store.chown(path, req.uid(), gid).map_err(store_err)?;
-            changed = true;
-        }
-        if st.kind == FileKind::Dir && setgid_dir && st.mode & libc::S_ISGID == 0 {
-            self.store
-                .chmod(path, st.mode | libc::S_ISGID)
-                .map_err(store_err)?;
-            changed = true;
-        }
-        if changed {
-            self.store.stat(path).map_err(store_err)
-        } else {
-            Ok(st)
-        }
-    }
-
-    /// After an entry of `parent` was removed: its mtime and ctime are now.
-    fn touch_dir(&self, parent: INodeNo) {
-        if let (Ok(p), Ok(st)) = (self.path(parent), self.store.stat_ino(parent.0)) {
-            let _ = self.store.set_times(&p, st.atime_ns, now_ns());
-        }
-    }
-
-    fn reply_attr(&self, reply: ReplyAttr, r: Result<Stat, Errno>) {
-        match r {
-            Ok(st) => reply.attr(&TTL, &self.attr_exact(&st)),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn reply_entry(&self, reply: ReplyEntry, r: Result<Stat, Errno>) {
-        match r {
-            Ok(st) => reply.entry(&TTL, &self.attr(&st), Generation(st.generation as u64)),
-            Err(e) => reply.error(e),
-        }
     }
 
     fn child_path(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
@@ -204,7 +132,34 @@ impl StoreFs {
     }
 
     fn open_flags(&self, posix: i32) -> FopenFlags {
-        self.io.fopen_flags(posix)
+        let f = self.io.fopen_flags_for(posix, true);
+        if self.view.enabled() && !f.contains(FopenFlags::FOPEN_DIRECT_IO) {
+            // Pages cached by an earlier open stay valid: the poller drops them when
+            // another process changes the file's data (size or mtime).
+            f | FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            f
+        }
+    }
+
+    /// The inode `name` in `parent` names now, if any.
+    fn child_ino(&self, parent: INodeNo, name: &OsStr) -> Option<u64> {
+        if !self.view.enabled() {
+            return None;
+        }
+        let name = name.to_str()?;
+        self.store.lookup(parent.0, name).ok().map(|st| st.ino)
+    }
+
+    /// `child` lost its name in `parent` through the mount (the kernel dropped the
+    /// dentry and updates the directory itself).
+    fn removed(&self, parent: INodeNo, child: Option<u64>) {
+        if let Some(c) = child {
+            // Not stat'ed: the slot is free now (the kernel updates the open inode's
+            // link count itself).
+            self.view.unlinked(c);
+        }
+        self.refresh(parent.0);
     }
 }
 
@@ -212,16 +167,13 @@ fn store_err(e: StoreError) -> Errno {
     errno_of(&e)
 }
 
-fn file_type(kind: FileKind) -> FileType {
-    match kind {
-        FileKind::Dir => FileType::Directory,
-        FileKind::File => FileType::RegularFile,
-    }
-}
-
 impl Filesystem for StoreFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         crate::configure_kernel(config, self.io);
+        if self.view.enabled() {
+            // A getattr that shows a new size or mtime also drops the cached pages.
+            let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
+        }
         Ok(())
     }
 
@@ -243,18 +195,31 @@ impl Filesystem for StoreFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        self.reply_entry(reply, self.store.lookup(parent.0, name).map_err(store_err));
+        let seq = self.view.seq();
+        let r = self.store.lookup(parent.0, name).map_err(store_err);
+        let ino = r.as_ref().map(|st| st.ino).ok();
+        self.reply_entry(reply, parent, OsStr::new(name), r);
+        if let Some(ino) = ino {
+            self.view.settle(seq, ino);
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.view.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<fuser::FileHandle>, reply: ReplyAttr) {
         self.counters.meta.fetch_add(1, Relaxed);
+        let seq = self.view.seq();
         if let Some(fh) = fh {
             if let Ok(h) = self.handle(fh.0) {
                 let st = h.lock().unwrap().stat();
-                return reply.attr(&TTL, &self.attr_exact(&st));
+                self.reply_attr(reply, Ok(st));
+                return self.view.settle(seq, ino.0);
             }
         }
         self.reply_attr(reply, self.store.stat_ino(ino.0).map_err(store_err));
+        self.view.settle(seq, ino.0);
     }
 
     fn setattr(
@@ -361,36 +326,44 @@ impl Filesystem for StoreFs {
             h.close().map_err(store_err)?;
             self.give_to_caller(req, parent, &path, st)
         })();
-        self.reply_entry(reply, r);
+        self.reply_entry(reply, parent, name, r);
+        self.refresh(parent.0);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.counters.meta.fetch_add(1, Relaxed);
         let r = self.child_path(parent, name).and_then(|p| {
             let st = self.store.mkdir(&p, mode & !umask & 0o7777).map_err(store_err)?;
+            self.view.drop_subdirs(parent.0);
             self.give_to_caller(req, parent, &p, st)
         });
-        self.reply_entry(reply, r);
+        self.reply_entry(reply, parent, name, r);
+        self.refresh(parent.0);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
+        let child = self.child_ino(parent, name);
         let r = self
             .child_path(parent, name)
             .and_then(|p| self.store.unlink(&p).map_err(store_err));
         if r.is_ok() {
             self.touch_dir(parent);
+            self.removed(parent, child);
         }
         reply_empty(reply, r);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.counters.meta.fetch_add(1, Relaxed);
+        let child = self.child_ino(parent, name);
         let r = self
             .child_path(parent, name)
             .and_then(|p| self.store.rmdir(&p).map_err(store_err));
+        self.view.drop_subdirs(parent.0);
         if r.is_ok() {
             self.touch_dir(parent);
+            self.removed(parent, child);
         }
         reply_empty(reply, r);
     }
@@ -428,9 +401,26 @@ impl Filesystem for StoreFs {
                     return Err(Errno::EEXIST);
                 }
             }
-            self.store.rename(&from, &to).map_err(store_err)
+            let moved = self.child_ino(parent, name);
+            let victim = self.child_ino(newparent, newname);
+            let r = self.store.rename(&from, &to).map_err(store_err);
+            self.view.drop_subdirs(parent.0);
+            self.view.drop_subdirs(newparent.0);
+            r?;
+            Ok((moved, victim))
         })();
-        reply_empty(reply, r);
+        if let Ok((moved, victim)) = &r {
+            if let Some(v) = victim {
+                self.view.unlinked(*v);
+            }
+            if let (Some(m), Some(n)) = (moved, newname.to_str()) {
+                self.view.renamed(*m, newparent.0, n);
+                self.refresh(*m);
+            }
+            self.refresh(parent.0);
+            self.refresh(newparent.0);
+        }
+        reply_empty(reply, r.map(|_| ()));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
@@ -441,10 +431,17 @@ impl Filesystem for StoreFs {
             of.excl = false;
             let path = self.path(ino)?;
             let h = self.store.open(&path, of, 0).map_err(store_err)?;
-            Ok::<_, Errno>(self.insert(h))
+            let changed = self.view.changed_at_open(&h.stat());
+            Ok::<_, Errno>((self.insert(h), changed))
         })();
         match r {
-            Ok(fh) => reply.opened(fuser::FileHandle(fh), self.open_flags(flags.0)),
+            Ok((fh, changed)) => {
+                let mut f = self.open_flags(flags.0);
+                if changed {
+                    f.remove(FopenFlags::FOPEN_KEEP_CACHE);
+                }
+                reply.opened(fuser::FileHandle(fh), f)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -464,7 +461,10 @@ impl Filesystem for StoreFs {
             let path = self.child_path(parent, name)?;
             let mut of = OpenFlags::from_posix(flags).map_err(store_err)?;
             of.create = true;
-            let existed = self.store.stat(&path).is_ok();
+            // One hash lookup (the path walk is the open's).
+            let existed = name
+                .to_str()
+                .is_some_and(|n| self.store.lookup(parent.0, n).is_ok());
             let h = self
                 .store
                 .open(&path, of, mode & !umask & 0o7777)
@@ -475,9 +475,12 @@ impl Filesystem for StoreFs {
             }
             Ok::<_, Errno>((self.insert(h), st))
         })();
+        if let (Ok((_, st)), Some(n)) = (&r, name.to_str()) {
+            self.view.entry(parent.0, n, st);
+        }
         match r {
             Ok((fh, st)) => reply.created(
-                &TTL,
+                &self.cache.ttl,
                 &self.attr(&st),
                 Generation(st.generation as u64),
                 fuser::FileHandle(fh),
@@ -485,6 +488,7 @@ impl Filesystem for StoreFs {
             ),
             Err(e) => reply.error(e),
         }
+        self.refresh(parent.0);
     }
 
     fn read(
@@ -545,7 +549,15 @@ impl Filesystem for StoreFs {
                 }
             }
         }
-        let r = h.lock().unwrap().pwrite(data, offset);
+        let r = {
+            let mut h = h.lock().unwrap();
+            let r = h.pwrite(data, offset);
+            if r.is_ok() && self.view.enabled() {
+                // The kernel updates the size itself and refreshes mtime on its own.
+                self.view.attr(&h.stat());
+            }
+            r
+        };
         match r {
             Ok(n) => {
                 self.counters.write_bytes.fetch_add(n as u64, Relaxed);
@@ -564,7 +576,8 @@ impl Filesystem for StoreFs {
         reply: ReplyEmpty,
     ) {
         // Data is in the store as soon as write() returns; nothing is buffered here.
-        reply.ok();
+        // ENOSYS: the kernel stops sending FLUSH at every close (one request less).
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -581,7 +594,8 @@ impl Filesystem for StoreFs {
         let Some(h) = h else {
             return reply.error(Errno::EBADF);
         };
-        self.forget_open(h.lock().unwrap().stat().ino);
+        let ino = h.lock().unwrap().stat().ino;
+        self.forget_open(ino);
         // Another request may still hold the Arc for a moment; the last holder closes.
         match Arc::try_unwrap(h) {
             Ok(m) => match m.into_inner().unwrap().close() {
@@ -590,6 +604,7 @@ impl Filesystem for StoreFs {
             },
             Err(_) => reply.ok(),
         }
+        self.refresh(ino);
     }
 
     fn fsync(
@@ -703,6 +718,7 @@ impl Filesystem for StoreFs {
                         .set_times(&p, st.atime_ns, now_ns())
                         .map_err(store_err)?;
                 }
+                self.refresh(st.ino);
             }
             Ok(())
         });

@@ -1,0 +1,530 @@
+//! Datasets across the nodes of a job: job-wide completion (failure case D7) and the
+//! agreed ids.
+//!
+//! Each node keeps the records of its own ranks' parts in its own store. Whether a
+//! dataset is complete job-wide is a pure function ([`judge`]) of what every node
+//! reports (its records, through its node daemon: [`JobNodes::records`]), so every rank
+//! on every node that asks the same nodes reaches the same verdict. A node's record
+//! becomes `complete` only once the job-wide verdict is; it then keeps every node's part
+//! (`nodes`), so a surviving node knows the files of a node lost later.
+
+use crate::completion::{JobNodes, NodeRecords};
+use crate::error::Result;
+use crate::ops::Datasets;
+use crate::record::{self, Dataset, NodePart, State};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What every node of the job reported: this node's records and the others' answers.
+#[derive(Debug, Clone)]
+pub struct Views {
+    /// This node.
+    pub me: String,
+    /// Every node of the cluster.
+    pub nodes: Vec<String>,
+    /// Per node: its records, or why it could not be asked.
+    pub by_node: BTreeMap<String, NodeRecords>,
+}
+
+impl Views {
+    /// The records of dataset `id`, per node that has one.
+    pub fn records_of(&self, id: u64) -> Vec<(&str, &Dataset)> {
+        self.by_node
+            .iter()
+            .filter_map(|(n, r)| r.as_ref().ok().map(|l| (n, l)))
+            .filter_map(|(n, l)| l.iter().find(|d| d.id == id).map(|d| (n.as_str(), d)))
+            .collect()
+    }
+
+    /// Every dataset id any node knows, ascending.
+    pub fn ids(&self) -> BTreeSet<u64> {
+        self.by_node
+            .values()
+            .filter_map(|r| r.as_ref().ok())
+            .flat_map(|l| l.iter().map(|d| d.id))
+            .collect()
+    }
+
+    /// The largest id any node knows.
+    pub fn max_id(&self) -> u64 {
+        self.ids().last().copied().unwrap_or(0)
+    }
+}
+
+/// A dataset's state across the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "reason", rename_all = "lowercase")]
+pub enum JobState {
+    /// Every rank's part complete on every node, every node's files checked.
+    Complete,
+    /// A part was completed invalid.
+    Invalid(String),
+    /// It can never complete (a rank or node lost, a file not closed complete, ...).
+    Incomplete(String),
+    /// Still waiting for parts (the text says for what).
+    Open(String),
+}
+
+impl JobState {
+    /// Lower-case name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            JobState::Complete => "complete",
+            JobState::Invalid(_) => "invalid",
+            JobState::Incomplete(_) => "incomplete",
+            JobState::Open(_) => "open",
+        }
+    }
+
+    /// The reason, if any.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            JobState::Complete => None,
+            JobState::Invalid(r) | JobState::Incomplete(r) | JobState::Open(r) => Some(r),
+        }
+    }
+}
+
+/// One dataset as the whole job sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobDataset {
+    /// Id (the same on every node).
+    pub id: u64,
+    /// Name.
+    pub name: String,
+    /// Job-wide state.
+    pub state: JobState,
+    /// Every node's part (the agreed one once complete; else what the nodes report).
+    pub parts: BTreeMap<String, NodePart>,
+    /// Oldest creation time reported (ns, each node's own clock).
+    pub created_ns: u64,
+    /// Newest closing time reported.
+    pub closed_ns: Option<u64>,
+    /// Nodes that could not be asked.
+    pub unreachable: Vec<String>,
+}
+
+impl JobDataset {
+    /// Total bytes over every node's part.
+    pub fn size(&self) -> u64 {
+        self.parts
+            .values()
+            .flat_map(|p| p.files.values())
+            .map(|f| f.size)
+            .sum()
+    }
+
+    /// Levels holding every file of every node (as the nodes last checked), fastest
+    /// first.
+    pub fn levels(&self) -> Vec<String> {
+        let files: Vec<_> = self.parts.values().flat_map(|p| p.files.values()).collect();
+        ["local", "partner", "pfs"]
+            .iter()
+            .filter(|l| !files.is_empty() && files.iter().all(|f| f.levels.iter().any(|x| x == *l)))
+            .map(|l| l.to_string())
+            .collect()
+    }
+}
+
+fn complete_ranks(d: &Dataset) -> Vec<String> {
+    d.parts
+        .iter()
+        .filter(|(_, p)| p.state == State::Complete)
+        .map(|(r, _)| r.clone())
+        .collect()
+}
+
+/// The job-wide verdict on dataset `id` from `views` (docs/datasets.md, "Across nodes"):
+///
+/// 1. a node's record already agreed complete (it keeps every node's part): complete;
+/// 2. a node's record invalid or incomplete: the same, with that node named;
+/// 3. two nodes giving it different names: incomplete;
+/// 4. `world` ranks complete over all nodes and every node with a part checked its
+///    files: complete;
+/// 5. D7: a node that cannot be asked, or that has no part of it but began a newer
+///    dataset (its store was replaced after a loss), while parts are missing:
+///    incomplete;
+/// 6. otherwise open (waiting).
+pub fn judge(views: &Views, id: u64, world: u32) -> JobDataset {
+    let recs = views.records_of(id);
+    let unreachable: Vec<String> = views
+        .nodes
+        .iter()
+        .filter(|n| !matches!(views.by_node.get(*n), Some(Ok(_))))
+        .cloned()
+        .collect();
+    let name = recs.first().map(|(_, d)| d.name.clone()).unwrap_or_default();
+    let created_ns = recs.iter().map(|(_, d)| d.created_ns).min().unwrap_or(0);
+    let closed_ns = recs.iter().filter_map(|(_, d)| d.closed_ns).max();
+    let reported: BTreeMap<String, NodePart> = recs
+        .iter()
+        .map(|(n, d)| {
+            (
+                n.to_string(),
+                NodePart {
+                    ranks: complete_ranks(d),
+                    files: d.files.clone(),
+                },
+            )
+        })
+        .collect();
+    let mk = |state: JobState, parts: BTreeMap<String, NodePart>| JobDataset {
+        id,
+        name: name.clone(),
+        state,
+        parts,
+        created_ns,
+        closed_ns,
+        unreachable: unreachable.clone(),
+    };
+    if let Some((_, d)) = recs
+        .iter()
+        .find(|(_, d)| d.state == State::Complete && !d.nodes.is_empty())
+    {
+        // Levels as each node reports them now, where it does.
+        let mut parts = d.nodes.clone();
+        for (n, p) in parts.iter_mut() {
+            if let Some(r) = reported.get(n) {
+                for (path, f) in p.files.iter_mut() {
+                    if let Some(now) = r.files.get(path).filter(|x| x.crc32c == f.crc32c) {
+                        f.levels = now.levels.clone();
+                    }
+                }
+            }
+        }
+        return mk(JobState::Complete, parts);
+    }
+    for bad in [State::Invalid, State::Incomplete] {
+        if let Some((n, d)) = recs.iter().find(|(_, d)| d.state == bad) {
+            let why = format!(
+                "node {n}: {}",
+                d.reason.clone().unwrap_or_else(|| bad.name().into())
+            );
+            let st = if bad == State::Invalid {
+                JobState::Invalid(why)
+            } else {
+                JobState::Incomplete(why)
+            };
+            return mk(st, reported);
+        }
+    }
+    if let Some((n, d)) = recs.iter().find(|(_, d)| d.name != name) {
+        let why = format!("node {n} calls it {:?}, node {} {:?}", d.name, recs[0].0, name);
+        return mk(JobState::Incomplete(why), reported);
+    }
+    let world = recs
+        .iter()
+        .map(|(_, d)| d.parts_expected)
+        .max()
+        .unwrap_or(world)
+        .max(world);
+    let done: BTreeSet<&String> = recs
+        .iter()
+        .flat_map(|(_, d)| {
+            d.parts
+                .iter()
+                .filter(|(_, p)| p.state == State::Complete)
+                .map(|(r, _)| r)
+        })
+        .collect();
+    let unchecked: Vec<&str> = recs
+        .iter()
+        .filter(|(_, d)| !d.node_done)
+        .map(|(n, _)| *n)
+        .collect();
+    if done.len() as u32 >= world && unchecked.is_empty() {
+        return mk(JobState::Complete, reported);
+    }
+    // Failure case D7: a node lost between begin and complete.
+    for n in &views.nodes {
+        match views.by_node.get(n) {
+            Some(Ok(list)) => {
+                if recs.iter().any(|(m, _)| m == n) {
+                    continue;
+                }
+                if let Some(newer) = list.iter().filter(|d| d.id > id).map(|d| d.id).min() {
+                    let why = format!(
+                        "node {n} has no part of it but began dataset {newer} later (its store was replaced after a loss, or its ranks skipped it)"
+                    );
+                    return mk(JobState::Incomplete(why), reported);
+                }
+            }
+            Some(Err(e)) => {
+                let why = format!("node {n} was lost before its part completed ({e})");
+                return mk(JobState::Incomplete(why), reported);
+            }
+            None => {
+                let why = format!("node {n} was not asked");
+                return mk(JobState::Incomplete(why), reported);
+            }
+        }
+    }
+    let why = if unchecked.is_empty() {
+        format!("waiting: {} of {world} ranks complete", done.len())
+    } else {
+        format!(
+            "waiting: {} of {world} ranks complete; ranks still writing on {}",
+            done.len(),
+            unchecked.join(",")
+        )
+    };
+    mk(JobState::Open(why), reported)
+}
+
+impl Datasets {
+    /// Views of every node: this node's `local` records and the others' answers.
+    pub(crate) fn views(&self, nodes: &dyn JobNodes, local: &[Dataset]) -> Views {
+        let mut by_node = nodes.records(&self.cfg.job);
+        let mut mine = local.to_vec();
+        nodes.fill_levels(&mut mine, &self.cfg.dests);
+        by_node.insert(nodes.me().to_string(), Ok(mine));
+        Views {
+            me: nodes.me().to_string(),
+            nodes: nodes.nodes(),
+            by_node,
+        }
+    }
+
+    /// Every node's view now (this node's records as stored).
+    pub fn job_views(&self) -> Result<Option<Views>> {
+        let Some(nodes) = self.completion.job_nodes() else {
+            return Ok(None);
+        };
+        let (local, _) = self.list()?;
+        Ok(Some(self.views(nodes, &local)))
+    }
+
+    /// Settle this node's open records against the job-wide verdicts: records agreed
+    /// complete are finished (level decision, every node's part kept), those that can
+    /// never complete are closed with the reason. Called with the lock held.
+    pub(crate) fn settle_locked(&self, nodes: &dyn JobNodes) -> Result<()> {
+        let (mut all, _) = record::load_all(&self.store, &self.cfg.job)?;
+        if !all.iter().any(|d| d.state == State::Open && d.dir.is_none()) {
+            return Ok(());
+        }
+        let views = self.views(nodes, &all);
+        let mut changed = false;
+        for i in 0..all.len() {
+            if all[i].state != State::Open || all[i].dir.is_some() {
+                continue;
+            }
+            let j = judge(&views, all[i].id, self.cfg.world);
+            let (before, rest) = all.split_at_mut(i);
+            let d = &mut rest[0];
+            match j.state {
+                JobState::Complete => {
+                    d.nodes = j.parts;
+                    self.decide_and_close(d, before)?;
+                    changed = true;
+                }
+                JobState::Invalid(r) => {
+                    self.close(d, State::Invalid, Some(r))?;
+                }
+                JobState::Incomplete(r) => {
+                    self.close(d, State::Incomplete, Some(r))?;
+                }
+                JobState::Open(_) => {}
+            }
+        }
+        if changed {
+            self.retention_locked()?;
+        }
+        Ok(())
+    }
+
+    /// Every dataset of the job as the whole job sees it (cluster mode; on a single node
+    /// this node's records), oldest first.
+    pub fn job_list(&self) -> Result<Vec<JobDataset>> {
+        let Some(v) = self.job_views()? else {
+            let (all, _) = self.list()?;
+            return Ok(all
+                .into_iter()
+                .map(|d| JobDataset {
+                    id: d.id,
+                    name: d.name.clone(),
+                    state: match d.state {
+                        State::Complete => JobState::Complete,
+                        State::Invalid => JobState::Invalid(d.reason.clone().unwrap_or_default()),
+                        State::Incomplete => JobState::Incomplete(d.reason.clone().unwrap_or_default()),
+                        State::Open => JobState::Open("waiting".into()),
+                    },
+                    parts: [(
+                        self.cfg.node.clone(),
+                        NodePart {
+                            ranks: complete_ranks(&d),
+                            files: d.files.clone(),
+                        },
+                    )]
+                    .into(),
+                    created_ns: d.created_ns,
+                    closed_ns: d.closed_ns,
+                    unreachable: Vec::new(),
+                })
+                .collect());
+        };
+        Ok(v.ids()
+            .into_iter()
+            .map(|id| judge(&v, id, self.cfg.world))
+            .collect())
+    }
+
+    /// Cluster mode: the id for a rank beginning `name`: an open dataset of that name
+    /// on another node that this rank is not part of (join), else one past the largest
+    /// id any node knows.
+    pub(crate) fn cluster_id(
+        &self,
+        nodes: &dyn JobNodes,
+        local: &[Dataset],
+        name: &str,
+    ) -> (Option<u64>, u64) {
+        let views = self.views(nodes, local);
+        let rank = &self.cfg.rank;
+        let join = views
+            .records_of_name(name)
+            .into_iter()
+            .filter(|d| d.state == State::Open && d.dir.is_none() && !d.parts.contains_key(rank))
+            .filter(|d| !local.iter().any(|l| l.id == d.id))
+            .filter(|d| matches!(judge(&views, d.id, self.cfg.world).state, JobState::Open(_)))
+            .map(|d| d.id)
+            .max();
+        (join, views.max_id() + 1)
+    }
+}
+
+impl Views {
+    fn records_of_name(&self, name: &str) -> Vec<&Dataset> {
+        self.by_node
+            .values()
+            .filter_map(|r| r.as_ref().ok())
+            .flat_map(|l| l.iter().filter(|d| d.name == name))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{FileRec, Part, FORMAT};
+
+    fn rec(node: &str, id: u64, name: &str, ranks: &[(&str, State)], done: bool) -> Dataset {
+        Dataset {
+            format: FORMAT.into(),
+            id,
+            name: name.into(),
+            job: "j".into(),
+            state: State::Open,
+            reason: None,
+            created_ns: 1,
+            closed_ns: None,
+            parts_expected: 4,
+            parts: ranks
+                .iter()
+                .map(|(r, s)| {
+                    (
+                        r.to_string(),
+                        Part {
+                            state: *s,
+                            begun_ns: 1,
+                            done_ns: None,
+                            pid: None,
+                            pid_start: None,
+                        },
+                    )
+                })
+                .collect(),
+            dir: None,
+            files: [(
+                format!("/c/{node}/{id}"),
+                FileRec {
+                    size: 10,
+                    crc32c: 7,
+                    mtime_ns: 1,
+                    levels: vec!["local".into()],
+                },
+            )]
+            .into(),
+            decision: None,
+            flush: false,
+            evicted: false,
+            node: Some(node.into()),
+            local_expected: Some(2),
+            node_done: done,
+            nodes: BTreeMap::new(),
+            pfs_pruned: false,
+        }
+    }
+
+    fn views(by: Vec<(&str, NodeRecords)>) -> Views {
+        Views {
+            me: "a".into(),
+            nodes: vec!["a".into(), "b".into()],
+            by_node: by.into_iter().map(|(n, r)| (n.to_string(), r)).collect(),
+        }
+    }
+
+    const C: State = State::Complete;
+    const O: State = State::Open;
+
+    #[test]
+    fn complete_only_when_every_rank_on_every_node_is_in_and_checked() {
+        let a = rec("a", 1, "s", &[("0", C), ("1", C)], true);
+        let b_open = rec("b", 1, "s", &[("2", C), ("3", O)], false);
+        let v = views(vec![("a", Ok(vec![a.clone()])), ("b", Ok(vec![b_open]))]);
+        assert!(matches!(judge(&v, 1, 4).state, JobState::Open(_)));
+        let b = rec("b", 1, "s", &[("2", C), ("3", C)], true);
+        let v = views(vec![("a", Ok(vec![a.clone()])), ("b", Ok(vec![b]))]);
+        let j = judge(&v, 1, 4);
+        assert_eq!(j.state, JobState::Complete);
+        assert_eq!(j.parts.len(), 2);
+        assert_eq!(j.size(), 20);
+        // b has not begun yet: waiting, not lost.
+        let v = views(vec![("a", Ok(vec![a])), ("b", Ok(vec![]))]);
+        assert!(matches!(judge(&v, 1, 4).state, JobState::Open(_)));
+    }
+
+    #[test]
+    fn d7_a_node_lost_or_replaced_before_its_part_makes_it_incomplete() {
+        let a = rec("a", 1, "s", &[("0", C), ("1", C)], true);
+        let v = views(vec![
+            ("a", Ok(vec![a.clone()])),
+            ("b", Err("connection refused".into())),
+        ]);
+        match judge(&v, 1, 4).state {
+            JobState::Incomplete(r) => assert!(r.contains("node b was lost"), "{r}"),
+            s => panic!("{s:?}"),
+        }
+        // A replacement (empty store) that began a newer dataset without this one.
+        let newer = rec("b", 2, "t", &[("2", O)], false);
+        let v = views(vec![("a", Ok(vec![a.clone()])), ("b", Ok(vec![newer]))]);
+        match judge(&v, 1, 4).state {
+            JobState::Incomplete(r) => assert!(r.contains("began dataset 2 later"), "{r}"),
+            s => panic!("{s:?}"),
+        }
+        // Once agreed complete, a later loss does not change the verdict.
+        let mut done = a;
+        done.state = State::Complete;
+        done.nodes = [(
+            "a".to_string(),
+            NodePart {
+                ranks: vec!["0".into()],
+                files: BTreeMap::new(),
+            },
+        )]
+        .into();
+        let v = views(vec![("a", Ok(vec![done])), ("b", Err("gone".into()))]);
+        assert_eq!(judge(&v, 1, 4).state, JobState::Complete);
+    }
+
+    #[test]
+    fn an_invalid_or_incomplete_part_or_differing_names_decide_for_the_job() {
+        let a = rec("a", 1, "s", &[("0", C), ("1", C)], true);
+        let mut b = rec("b", 1, "s", &[("2", C), ("3", State::Invalid)], false);
+        b.state = State::Invalid;
+        b.reason = Some("rank 3 completed it as invalid".into());
+        let v = views(vec![("a", Ok(vec![a.clone()])), ("b", Ok(vec![b]))]);
+        assert!(matches!(judge(&v, 1, 4).state, JobState::Invalid(r) if r.contains("node b")));
+        let b = rec("b", 1, "other", &[("2", C), ("3", C)], true);
+        let v = views(vec![("a", Ok(vec![a])), ("b", Ok(vec![b]))]);
+        assert!(matches!(judge(&v, 1, 4).state, JobState::Incomplete(r) if r.contains("calls it")));
+    }
+}

@@ -1,0 +1,240 @@
+//! Which levels hold each file of a node: the record the node daemon keeps of the
+//! partner copies its partners acknowledged, and the view of it that `ckptfs ls -l`,
+//! `ckptfs status --json` and the C API's `ckptfs_file_levels` show (local, partner
+//! nodes, PFS).
+//!
+//! The record is one JSON file in the store's system namespace, `/.ckptfs/levels.json`,
+//! written only by the node daemon (one per store) and replaced atomically (written as
+//! `levels.json.tmp`, then renamed). It lives in node memory with the files it
+//! describes: when the store is lost, so is the record, and a replacement daemon
+//! rebuilds it as it re-establishes the copies. A copy counts only for the version it
+//! was made of ([`Identity`]: inode, generation, size, mtime): a rewritten file shows no
+//! partner copy until the daemon has sent the new version.
+//!
+//! The record types live here, not in `ckptfs-node`, so that readers without the
+//! daemon's dependencies (tokio, the transport) can use them: the node daemon writes it
+//! and re-exports these types; the CLI and the C API read it. The PFS level comes from
+//! the drain agent's status file and the manifest it publishes in each destination
+//! directory (`ckptfs-agent`).
+
+use ckptfs_store::{OpenFlags, Stat, Store, StoreError, WriteState};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Writing the record failed: what was being done, and the store's error.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} the levels record: {source}")]
+pub struct SaveError {
+    /// The step that failed ("write", "publish", ...).
+    pub what: &'static str,
+    /// The store's error.
+    #[source]
+    pub source: StoreError,
+}
+
+impl SaveError {
+    /// The POSIX errno of the failure.
+    pub fn errno(&self) -> i32 {
+        self.source.errno()
+    }
+}
+
+/// Store path of the record.
+pub const LEVELS_PATH: &str = "/.ckptfs/levels.json";
+const LEVELS_TMP: &str = "/.ckptfs/levels.json.tmp";
+
+/// What identifies one version of a file: any rewrite, truncate or replace changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// Inode number.
+    pub ino: u64,
+    /// Inode slot generation.
+    pub generation: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, ns.
+    pub mtime_ns: u64,
+}
+
+impl Identity {
+    /// The identity of a stat result.
+    pub fn of(st: &Stat) -> Identity {
+        Identity {
+            ino: st.ino,
+            generation: st.generation,
+            size: st.size,
+            mtime_ns: st.mtime_ns,
+        }
+    }
+}
+
+/// The levels of one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileLevels {
+    /// The version the copies are of.
+    pub identity: Identity,
+    /// Partner nodes that acknowledged a complete, verified copy of this version.
+    pub partners: Vec<String>,
+    /// Partners that refused a copy, with the reason (e.g. ENOSPC: "no partner copy").
+    #[serde(default)]
+    pub refused: BTreeMap<String, String>,
+}
+
+/// The whole record.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Levels {
+    /// Node id of the daemon that wrote it.
+    pub node: String,
+    /// Per store path.
+    pub files: BTreeMap<String, FileLevels>,
+}
+
+impl Levels {
+    /// Read the record of a store (empty if there is none or it is unreadable).
+    pub fn load(store: &Store) -> Levels {
+        let Ok(mut f) = store.open(LEVELS_PATH, OpenFlags::READ, 0) else {
+            return Levels::default();
+        };
+        let mut buf = vec![0u8; f.size() as usize];
+        if f.read_full(&mut buf).is_err() {
+            return Levels::default();
+        }
+        serde_json::from_slice(&buf).unwrap_or_default()
+    }
+
+    /// Replace the record atomically (the node daemon, its only writer).
+    pub fn save(&self, store: &Store) -> Result<(), SaveError> {
+        match store.mkdir(ckptfs_store::SYSTEM_DIR, 0o700) {
+            Ok(_) | Err(StoreError::Exists(_)) => {}
+            Err(source) => {
+                return Err(SaveError {
+                    what: "create the system directory for",
+                    source,
+                })
+            }
+        }
+        let data = serde_json::to_vec_pretty(self).expect("levels serialize");
+        let write = |source| SaveError {
+            what: "write",
+            source,
+        };
+        let mut f = store.open(LEVELS_TMP, OpenFlags::CREATE, 0o600).map_err(write)?;
+        f.write_all(&data).and_then(|_| f.close()).map_err(write)?;
+        store.rename(LEVELS_TMP, LEVELS_PATH).map_err(|source| SaveError {
+            what: "publish",
+            source,
+        })
+    }
+
+    /// Partners holding a copy of the file's current version `st` (empty if the record
+    /// is of another version).
+    pub fn partners_of(&self, path: &str, st: &Stat) -> &[String] {
+        match self.files.get(path) {
+            Some(l) if l.identity == Identity::of(st) => &l.partners,
+            _ => &[],
+        }
+    }
+}
+
+/// The levels holding one file, as `ckptfs ls -l` and `ckptfs status --json` show them.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Where {
+    /// In this node's store, complete.
+    pub local: bool,
+    /// Partner nodes holding a verified copy of this version.
+    pub partners: Vec<String>,
+    /// Partners that refused a copy (node: reason).
+    pub refused: BTreeMap<String, String>,
+    /// Drained to the parallel file system (by the drain agent of this store).
+    pub pfs: bool,
+}
+
+impl Where {
+    /// Short text: `local, node3, pfs` (`-` when nothing holds it).
+    pub fn summary(&self) -> String {
+        let mut v: Vec<String> = Vec::new();
+        if self.local {
+            v.push("local".into());
+        }
+        v.extend(self.partners.iter().cloned());
+        if self.pfs {
+            v.push("pfs".into());
+        }
+        for n in self.refused.keys() {
+            v.push(format!("no copy on {n}"));
+        }
+        if v.is_empty() {
+            "-".into()
+        } else {
+            v.join(", ")
+        }
+    }
+}
+
+/// A drain manifest's files: name -> (size, mtime_ns).
+type Drained = BTreeMap<String, (u64, u64)>;
+
+/// A snapshot of the levels of a store's files, for listings.
+pub struct LevelsView {
+    levels: Levels,
+    /// The drain agent's target directory and node id, if an agent ran on the store.
+    drain: Option<(std::path::PathBuf, String)>,
+    /// Its manifests read so far, per store directory (file name -> (size, mtime_ns)).
+    manifests: std::cell::RefCell<BTreeMap<String, Drained>>,
+}
+
+impl LevelsView {
+    /// Read the levels record and the drain agent's status of `store`.
+    pub fn load(store: &Store) -> LevelsView {
+        let drain = ckptfs_agent::status(store.name()).and_then(|a| {
+            let dir = a.target.split(" (OST ").next().unwrap_or_default().to_string();
+            (!dir.is_empty()).then(|| (std::path::PathBuf::from(dir), a.node))
+        });
+        LevelsView {
+            levels: Levels::load(store),
+            drain,
+            manifests: Default::default(),
+        }
+    }
+
+    /// Whether the drain published this version of `path` (its manifest in the
+    /// destination directory of `path`'s directory says so).
+    fn drained(&self, path: &str, st: &Stat) -> bool {
+        use ckptfs_agent::manifest::{file_name, Manifest};
+        let Some((target, node)) = &self.drain else {
+            return false;
+        };
+        let (dir, name) = match path.rfind('/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => ("", path),
+        };
+        let mut cache = self.manifests.borrow_mut();
+        let files = cache.entry(dir.to_string()).or_insert_with(|| {
+            let file = target.join(dir.trim_start_matches('/')).join(file_name(node));
+            match Manifest::load(&ckptfs_agent::dest::PosixDest::default(), &file) {
+                Ok(Some(m)) => m
+                    .files
+                    .into_iter()
+                    .map(|(k, e)| (k, (e.size, e.mtime_ns)))
+                    .collect(),
+                _ => BTreeMap::new(),
+            }
+        });
+        files.get(name) == Some(&(st.size, st.mtime_ns))
+    }
+
+    /// The levels holding `path` with stat `st`.
+    pub fn of(&self, path: &str, st: &Stat) -> Where {
+        let rec = self
+            .levels
+            .files
+            .get(path)
+            .filter(|l| l.identity == Identity::of(st));
+        Where {
+            local: st.state == WriteState::Complete,
+            partners: rec.map(|l| l.partners.clone()).unwrap_or_default(),
+            refused: rec.map(|l| l.refused.clone()).unwrap_or_default(),
+            pfs: self.drained(path, st),
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Restart across nodes: the newest dataset complete job-wide whose every node's part
+//! can be wholly recovered, judged by every rank from the same answers (the nodes'
+//! records and which node holds which file), and this node's files brought back from
+//! the fastest level: its own store, then a partner's memory, then the PFS, each file's
+//! CRC32C checked against the agreed record.
+
+use crate::completion::{JobNodes, Want};
+use crate::error::Result;
+use crate::jobwide::{judge, JobDataset, JobState};
+use crate::ops::Datasets;
+use crate::record::{self, Dataset, NodePart, State};
+use crate::restart::{local_ok, pfs_has, Restart, Skipped, Source};
+use std::collections::BTreeMap;
+
+impl Datasets {
+    /// Where each file of `owner`'s part can come from, fastest first, or the reason one
+    /// cannot. `owner`'s own store counts as `Local` (for this node: checked here; for
+    /// another: as that node's daemon answers).
+    fn part_sources(
+        &self,
+        nodes: &dyn JobNodes,
+        owner: &str,
+        part: &NodePart,
+    ) -> std::result::Result<Vec<(String, Source)>, String> {
+        let me = nodes.me();
+        let wants: Vec<Want> = part
+            .files
+            .iter()
+            .map(|(p, f)| Want {
+                path: p.clone(),
+                size: f.size,
+                crc32c: f.crc32c,
+            })
+            .collect();
+        // Ask the other nodes only for what this node cannot see itself.
+        let local: Vec<bool> = if owner == me {
+            wants
+                .iter()
+                .map(|w| local_ok(self, &w.path, w.size, w.crc32c))
+                .collect()
+        } else {
+            vec![false; wants.len()]
+        };
+        // The owner's own store first; partners only for what it lacks (each answer
+        // reads the files for their CRC32C).
+        let mut holders: BTreeMap<String, Vec<bool>> = BTreeMap::new();
+        if owner != me {
+            holders.extend(nodes.holders(owner, &wants, &[owner.to_string()]));
+        }
+        let owner_has = |k: usize| holders.get(owner).and_then(|v| v.get(k)).copied() == Some(true);
+        let missing: Vec<usize> = (0..wants.len()).filter(|&k| !local[k] && !owner_has(k)).collect();
+        if !missing.is_empty() {
+            let sub: Vec<Want> = missing.iter().map(|&k| wants[k].clone()).collect();
+            let others: Vec<String> = nodes
+                .nodes()
+                .into_iter()
+                .filter(|n| n != me && n != owner)
+                .collect();
+            for (n, v) in nodes.holders(owner, &sub, &others) {
+                let mut full = vec![false; wants.len()];
+                for (j, &k) in missing.iter().enumerate() {
+                    full[k] = v.get(j).copied().unwrap_or(false);
+                }
+                holders.insert(n, full);
+            }
+        }
+        let mut out = Vec::new();
+        for (k, w) in wants.iter().enumerate() {
+            let held_by = |n: &str| holders.get(n).and_then(|v| v.get(k)).copied() == Some(true);
+            let src = if local[k] || (owner != me && held_by(owner)) {
+                Source::Local
+            } else if let Some(n) = holders.keys().find(|n| n.as_str() != owner && held_by(n)) {
+                Source::Partner(n.clone())
+            } else if owner != me && nodes.holds_copy(owner, w) {
+                Source::Partner(me.to_string())
+            } else if pfs_has(&self.cfg.dests, &w.path, w.size, w.crc32c) {
+                Source::Pfs
+            } else {
+                return Err(format!(
+                    "file {} of node {owner} ({} bytes, crc32c {:08x}) is damaged or lost on every level (local, partner{})",
+                    w.path,
+                    w.size,
+                    w.crc32c,
+                    if self.cfg.dests.is_empty() {
+                        "; no PFS destination given"
+                    } else {
+                        ", pfs"
+                    }
+                ));
+            };
+            out.push((w.path.clone(), src));
+        }
+        Ok(out)
+    }
+
+    /// Bring one of this node's files back from `src`; the reason when it fails.
+    fn bring_back(
+        &self,
+        nodes: &dyn JobNodes,
+        path: &str,
+        size: u64,
+        crc: u32,
+        src: &Source,
+    ) -> Option<String> {
+        let r = match src {
+            Source::Local => return None,
+            Source::Partner(n) => nodes
+                .fetch(&self.store, n, path)
+                .map(|_| ())
+                .map_err(|e| format!("from the partner copy on {n}: {e}")),
+            Source::Pfs => match ckptfs_agent::restore_path(&self.store, &self.cfg.dests, path) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("from the PFS: no copy found".into()),
+                Err(e) => Err(format!("from the PFS: {e}")),
+            },
+        };
+        match r {
+            Err(e) => Some(format!("file {path}: restore {e}")),
+            Ok(()) if !local_ok(self, path, size, crc) => {
+                // Not the dataset's bytes: do not leave them under its name.
+                let _ = self.store.unlink(path);
+                Some(format!(
+                    "file {path}: the bytes brought back ({}) do not match the dataset's checksum",
+                    src.label()
+                ))
+            }
+            Ok(()) => None,
+        }
+    }
+
+    /// [`Datasets::restart`] across the job's nodes.
+    pub(crate) fn restart_cluster(&self, nodes: &dyn JobNodes) -> Result<Restart> {
+        let (local, _) = self.list()?;
+        let views = self.views(nodes, &local);
+        let me = nodes.me().to_string();
+        let mut skipped = Vec::new();
+        'ids: for id in views.ids().into_iter().rev() {
+            let j = judge(&views, id, self.cfg.world);
+            let skip = |reason: String| Skipped {
+                id,
+                name: j.name.clone(),
+                reason,
+            };
+            if j.state != JobState::Complete {
+                skipped.push(skip(format!(
+                    "{} job-wide{}",
+                    j.state.name(),
+                    j.state.reason().map(|r| format!(": {r}")).unwrap_or_default()
+                )));
+                continue;
+            }
+            let mut mine = Vec::new();
+            for (owner, part) in &j.parts {
+                match self.part_sources(nodes, owner, part) {
+                    Ok(s) if *owner == me => mine = s,
+                    Ok(_) => {}
+                    Err(reason) => {
+                        skipped.push(skip(reason));
+                        continue 'ids;
+                    }
+                }
+            }
+            let part = j.parts.get(&me).cloned().unwrap_or(NodePart {
+                ranks: Vec::new(),
+                files: BTreeMap::new(),
+            });
+            let t0 = std::time::Instant::now();
+            let mut restored = Vec::new();
+            let mut pfs_bytes = 0;
+            for (path, src) in &mine {
+                let f = &part.files[path];
+                if let Some(reason) = self.bring_back(nodes, path, f.size, f.crc32c, src) {
+                    skipped.push(skip(reason));
+                    continue 'ids;
+                }
+                if *src != Source::Local {
+                    restored.push((path.clone(), f.size));
+                }
+                if *src == Source::Pfs {
+                    pfs_bytes += f.size;
+                }
+            }
+            if pfs_bytes > 0 {
+                let _ = crate::policy::record_pfs_transfer(self, pfs_bytes, t0.elapsed().as_secs_f64());
+            }
+            let chosen = self.adopt(&local, &j, &part)?;
+            return Ok(Restart {
+                chosen: Some(chosen),
+                restored,
+                skipped,
+                sources: mine.iter().map(|(p, s)| (p.clone(), s.label())).collect(),
+            });
+        }
+        Ok(Restart {
+            chosen: None,
+            restored: Vec::new(),
+            skipped,
+            sources: BTreeMap::new(),
+        })
+    }
+
+    /// This node's record of the chosen dataset; a replacement node (its records lost
+    /// with its store) gets one rebuilt from the agreed parts.
+    fn adopt(&self, local: &[Dataset], j: &JobDataset, part: &NodePart) -> Result<Dataset> {
+        if let Some(d) = local.iter().find(|d| d.id == j.id) {
+            return Ok(d.clone());
+        }
+        let _l = self.lock()?;
+        let mut d = self.new_record(j.id, &j.name, None);
+        d.state = State::Complete;
+        d.reason = Some("rebuilt at restart from the other nodes' records".into());
+        d.closed_ns = j.closed_ns;
+        d.files = part.files.clone();
+        d.node_done = true;
+        d.nodes = j.parts.clone();
+        record::save(&self.store, &d)?;
+        Ok(d)
+    }
+}

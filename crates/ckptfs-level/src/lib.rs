@@ -1,0 +1,200 @@
+//! # ckptfs-level: the storage levels behind one interface
+//!
+//! A checkpoint file lives on one or more *levels* (`ckptfs_settings::types::Level`):
+//! the node store, a partner's memory, an erasure set, a memory pool, the parallel file
+//! system, object storage. Every level implements [`Level`]:
+//!
+//! - [`Level::list`] / [`Level::stat`]: what it holds, each copy with its identity and
+//!   version ([`Version`]: inode, generation, size, mtime, CRC32C) and per-chunk CRCs;
+//! - [`Level::get`]: a [`ChunkReader`] that hands out one verified chunk at a time as
+//!   gathered pieces ([`IoPart`]: ranges of the store's data region, buffers), never
+//!   the whole file in one buffer and never a `&[u8]` over shared memory;
+//! - [`Level::put`]: a [`ChunkWriter`] that takes those pieces at file offsets and
+//!   publishes the copy atomically on [`ChunkWriter::commit`] (dropped uncommitted,
+//!   nothing is published);
+//! - [`Level::verify`]: re-read the copy and check every chunk against its CRC;
+//! - [`Level::delete`]: remove the copy if it is still the version given;
+//! - [`Level::cost`]: bandwidth smoothed over the level's own recent transfers
+//!   ([`CostMeter`]).
+//!
+//! A *dataset* is a set of files: [`Level::holds`] answers for a whole set at once.
+//! [`transfer`] moves one file from a reader to a writer and charges both levels'
+//! meters; the agent (`ckptfs-agent`) is the mover that decides what goes where.
+//!
+//! This crate holds the interface and the node store as a level ([`StoreLevel`]); the
+//! PFS directory is implemented in `ckptfs-agent` (its drain pipeline is the PFS path
+//! of the mover). Errors carry one errno each ([`LevelError::errno`]).
+#![deny(missing_docs)]
+
+pub mod cost;
+pub mod crc;
+mod error;
+pub mod store_level;
+
+pub use ckptfs_settings::types::Level as LevelKind;
+pub use ckptfs_store::region_io::IoPart;
+pub use cost::{Cost, CostMeter, Direction};
+pub use error::LevelError;
+pub use store_level::StoreLevel;
+
+use std::time::Instant;
+
+/// Identity and version of one stored copy. Two copies hold the same content when
+/// [`Version::same_content`] says so; a copy changed when any field changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Version {
+    /// Inode number of the copy on its level (0 where the level has none).
+    pub ino: u64,
+    /// Generation of that inode number (0 where the level has none).
+    pub generation: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time of the content, ns since the epoch.
+    pub mtime_ns: u64,
+    /// CRC32C of the whole content; None while a checksum is stale (being rewritten).
+    pub crc32c: Option<u32>,
+}
+
+impl Version {
+    /// Same bytes (same size and whole-file CRC32C, both known)?
+    pub fn same_content(&self, other: &Version) -> bool {
+        self.size == other.size && self.crc32c.is_some() && self.crc32c == other.crc32c
+    }
+}
+
+/// One copy of a file on a level.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Store path of the file (`/a/b/c`), the same on every level.
+    pub path: String,
+    /// Identity and version of this copy.
+    pub version: Version,
+    /// Permission bits.
+    pub mode: u32,
+    /// Chunk size of `chunk_crc32c`.
+    pub chunk_size: u64,
+    /// CRC32C of each chunk's content (empty if unknown).
+    pub chunk_crc32c: Vec<u32>,
+}
+
+impl Stored {
+    /// Number of chunks of `chunk_size` the content spans.
+    pub fn chunks(&self) -> u64 {
+        self.version.size.div_ceil(self.chunk_size.max(1))
+    }
+}
+
+/// Hands out one copy's bytes, chunk by chunk, each checked against its CRC32C.
+pub trait ChunkReader {
+    /// The copy being read.
+    fn stored(&self) -> &Stored;
+    /// Pass chunk `i`'s content (`min(chunk_size, size - i * chunk_size)` bytes, in
+    /// order, as gathered pieces) to `sink`, after checking it. Chunks are read in
+    /// increasing order.
+    fn read_chunk(
+        &mut self,
+        i: u64,
+        sink: &mut dyn FnMut(&[IoPart<'_>]) -> Result<(), LevelError>,
+    ) -> Result<(), LevelError>;
+    /// After the last chunk: confirm the copy is still the version that was read (and,
+    /// for a file, that nothing follows its end).
+    fn finish(self: Box<Self>) -> Result<(), LevelError>;
+}
+
+/// Receives a new copy; nothing is visible on the level before [`ChunkWriter::commit`].
+/// Dropped without a commit, the partial copy is removed.
+pub trait ChunkWriter {
+    /// Write the pieces at byte offset `off`.
+    fn write_at(&mut self, parts: &[IoPart<'_>], off: u64) -> Result<(), LevelError>;
+    /// Make the copy durable and publish it under its path; returns it as stored.
+    fn commit(self: Box<Self>) -> Result<Stored, LevelError>;
+}
+
+/// A storage level (see the crate documentation).
+pub trait Level: Send + Sync {
+    /// Which level this is.
+    fn kind(&self) -> LevelKind;
+    /// A name for messages (`local:STORE`, `pfs:/dir`).
+    fn name(&self) -> String;
+    /// The copies under store path `prefix` (`/` for all).
+    fn list(&self, prefix: &str) -> Result<Vec<Stored>, LevelError>;
+    /// The copy of `path`, if any.
+    fn stat(&self, path: &str) -> Result<Option<Stored>, LevelError>;
+    /// Read the copy of `path`.
+    fn get<'a>(&'a self, path: &str) -> Result<Box<dyn ChunkReader + 'a>, LevelError>;
+    /// Start a new copy of the file `src` describes (its path, mode, mtime, size and
+    /// CRCs are kept with the copy). The writer records `src`'s CRCs as given: the bytes
+    /// are checked against them on the way in by the source's reader ([`transfer`]),
+    /// and against them again whenever the copy is read back.
+    fn put<'a>(&'a self, src: &Stored) -> Result<Box<dyn ChunkWriter + 'a>, LevelError>;
+    /// Read the copy of `path` and check every chunk; it must be version `want`
+    /// (same content). Returns the copy.
+    fn verify(&self, path: &str, want: &Version) -> Result<Stored, LevelError>;
+    /// Remove the copy of `path` if it still has `want`'s content. `Ok(false)`: there
+    /// is none, or it has other content (left alone).
+    fn delete(&self, path: &str, want: &Version) -> Result<bool, LevelError>;
+    /// The level's transfer meter.
+    fn meter(&self) -> &CostMeter;
+    /// Its measured cost.
+    fn cost(&self) -> Cost {
+        self.meter().cost()
+    }
+    /// A dataset's files: for each `(path, crc32c)`, does this level hold that content?
+    fn holds(&self, files: &[(String, u32)]) -> Result<Vec<bool>, LevelError> {
+        files
+            .iter()
+            .map(|(p, crc)| Ok(self.stat(p)?.is_some_and(|s| s.version.crc32c == Some(*crc))))
+            .collect()
+    }
+}
+
+/// What one [`transfer`] moved.
+#[derive(Debug, Clone)]
+pub struct Transfer {
+    /// The new copy.
+    pub stored: Stored,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+}
+
+/// Move one copy from `reader` to `writer`, chunk by chunk (no whole-file buffer), then
+/// confirm the source is unchanged and commit. On any error the writer is dropped (the
+/// partial copy removed). The time is charged to `meters` (the source's as a get, the
+/// destination's as a put).
+pub fn transfer(
+    mut reader: Box<dyn ChunkReader + '_>,
+    mut writer: Box<dyn ChunkWriter + '_>,
+    meters: (&CostMeter, &CostMeter),
+) -> Result<Transfer, LevelError> {
+    let t0 = Instant::now();
+    let src = reader.stored().clone();
+    let cs = src.chunk_size.max(1);
+    for i in 0..src.chunks() {
+        let mut off = i * cs;
+        reader.read_chunk(i, &mut |parts| {
+            writer.write_at(parts, off)?;
+            off += parts.iter().map(|p| p.len() as u64).sum::<u64>();
+            Ok(())
+        })?;
+    }
+    reader.finish()?;
+    let stored = writer.commit()?;
+    let seconds = t0.elapsed().as_secs_f64();
+    meters.0.record(Direction::Get, src.version.size, seconds);
+    meters.1.record(Direction::Put, src.version.size, seconds);
+    Ok(Transfer {
+        stored,
+        bytes: src.version.size,
+        seconds,
+    })
+}
+
+/// Copy `path` from level `from` to level `to` ([`transfer`] of `from.get` into
+/// `to.put`).
+pub fn copy(from: &dyn Level, to: &dyn Level, path: &str) -> Result<Transfer, LevelError> {
+    let r = from.get(path)?;
+    let w = to.put(r.stored())?;
+    transfer(r, w, (from.meter(), to.meter()))
+}

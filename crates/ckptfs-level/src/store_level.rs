@@ -1,0 +1,419 @@
+//! The node store as a level.
+//!
+//! - `list`/`stat`: complete files (closed by their last writer), with their identity
+//!   and the CRCs derived from the chunk list (no data read);
+//! - `get`: chunks straight from the data region as [`IoPart::Region`] pieces (checked
+//!   against the chunk list's CRC32C in place, through the store's `region_io`), spill
+//!   chunks `pread` into one reused buffer, holes and unwritten tails as zeros; `finish`
+//!   re-checks the file's identity and chunk list, so a copy that raced with a rewrite
+//!   fails with [`LevelError::Changed`] instead of mixing two versions;
+//! - `put`: written under `.ckptfs-restore.PID.HASH` in the file's directory, renamed to
+//!   its name and given the source's mtime on commit (an application never opens a
+//!   half-written copy); removed if dropped uncommitted;
+//! - `verify`: every chunk re-read and checked; `delete`: unlink if the identity
+//!   (inode, generation, size, mtime) is still the one given.
+
+use crate::crc::crcs_from_chunks;
+use crate::{ChunkReader, ChunkWriter, CostMeter, IoPart, Level, LevelError, LevelKind, Stored, Version};
+use ckptfs_store::checksum::crc32c;
+use ckptfs_store::region_io::RegionIo;
+use ckptfs_store::{
+    ChunkInfo, ChunkLocation, FileHandle, FileKind, OpenFlags, Stat, Store, StoreError, WriteState,
+};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+/// The node store as a level (cheap to keep around: one mapping of the data region and
+/// the spill file's descriptor).
+pub struct StoreLevel {
+    store: Store,
+    region: RegionIo,
+    spill: Option<File>,
+    cs: u64,
+    zeros: Vec<u8>,
+    meter: CostMeter,
+}
+
+impl std::fmt::Debug for StoreLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreLevel")
+            .field("store", &self.store.name())
+            .finish()
+    }
+}
+
+fn parent_of(path: &str) -> &str {
+    match path.rsplit_once('/') {
+        Some(("", _)) | None => "/",
+        Some((p, _)) => p,
+    }
+}
+
+fn under(path: &str, prefix: &str) -> bool {
+    let p = prefix.trim_end_matches('/');
+    p.is_empty() || path == p || path.starts_with(&format!("{p}/"))
+}
+
+/// The identity part of a version (what changes with any write, truncate or replace).
+fn identity(v: &Version) -> (u64, u32, u64, u64) {
+    (v.ino, v.generation, v.size, v.mtime_ns)
+}
+
+impl StoreLevel {
+    /// The store `store` as a level.
+    pub fn new(store: &Store) -> Result<StoreLevel, LevelError> {
+        let cs = store.chunk_size();
+        Ok(StoreLevel {
+            region: RegionIo::new(store),
+            spill: store.spill_file()?,
+            store: store.clone(),
+            cs,
+            zeros: vec![0; cs as usize],
+            meter: CostMeter::new(),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The data region as mapped here (the drain engine reads chunks through it).
+    pub fn region(&self) -> &RegionIo {
+        &self.region
+    }
+
+    /// The store's spill file, if it has one.
+    pub fn spill(&self) -> Option<&File> {
+        self.spill.as_ref()
+    }
+
+    /// The version of a file from its `stat` and chunk list.
+    pub fn version_of(st: &Stat, chunks: &[ChunkInfo], cs: u64) -> Version {
+        Version {
+            ino: st.ino,
+            generation: st.generation,
+            size: st.size,
+            mtime_ns: st.mtime_ns,
+            crc32c: crcs_from_chunks(st.size, cs, chunks).map(|c| c.0),
+        }
+    }
+
+    fn stored_of(&self, path: &str, st: &Stat) -> Result<Stored, LevelError> {
+        let chunks = self.store.chunk_list(path)?;
+        let crcs = crcs_from_chunks(st.size, self.cs, &chunks);
+        Ok(Stored {
+            path: path.to_string(),
+            version: Version {
+                ino: st.ino,
+                generation: st.generation,
+                size: st.size,
+                mtime_ns: st.mtime_ns,
+                crc32c: crcs.as_ref().map(|c| c.0),
+            },
+            mode: st.mode & 0o7777,
+            chunk_size: self.cs,
+            chunk_crc32c: crcs.map(|c| c.1).unwrap_or_default(),
+        })
+    }
+
+    /// A complete file's stat, or None (absent, a directory, or still being written).
+    fn complete(&self, path: &str) -> Result<Option<Stat>, LevelError> {
+        match self.store.stat(path) {
+            Ok(st) if st.kind == FileKind::File && st.state == WriteState::Complete => Ok(Some(st)),
+            Ok(_) | Err(StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn mkdir_p(&self, dir: &str) -> Result<(), LevelError> {
+        let mut cur = String::new();
+        for c in dir.split('/').filter(|c| !c.is_empty()) {
+            cur.push('/');
+            cur.push_str(c);
+            match self.store.mkdir(&cur, 0o755) {
+                Ok(_) | Err(StoreError::Exists(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Level for StoreLevel {
+    fn kind(&self) -> LevelKind {
+        LevelKind::Local
+    }
+
+    fn name(&self) -> String {
+        format!("local:{}", self.store.name())
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<Stored>, LevelError> {
+        let mut out = Vec::new();
+        for (path, st) in self.store.list_all() {
+            if st.kind != FileKind::File || st.state != WriteState::Complete || !under(&path, prefix) {
+                continue;
+            }
+            match self.stored_of(&path, &st) {
+                Ok(s) => out.push(s),
+                // Removed since the listing.
+                Err(LevelError::Store(StoreError::NotFound(_))) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    fn stat(&self, path: &str) -> Result<Option<Stored>, LevelError> {
+        match self.complete(path)? {
+            Some(st) => self.stored_of(path, &st).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn get<'a>(&'a self, path: &str) -> Result<Box<dyn ChunkReader + 'a>, LevelError> {
+        let st = self.complete(path)?.ok_or_else(|| LevelError::NotFound {
+            level: self.name(),
+            path: path.to_string(),
+        })?;
+        let chunks = self.store.chunk_list(path)?;
+        let stored = self.stored_of(path, &st)?;
+        if stored.version.crc32c.is_none() {
+            return Err(LevelError::Changed(path.to_string()));
+        }
+        Ok(Box::new(StoreReader {
+            lvl: self,
+            by: chunks.iter().map(|c| (c.logical, c.clone())).collect(),
+            chunks,
+            stored,
+            buf: Vec::new(),
+        }))
+    }
+
+    fn put<'a>(&'a self, src: &Stored) -> Result<Box<dyn ChunkWriter + 'a>, LevelError> {
+        let dir = parent_of(&src.path);
+        let name = src.path.rsplit('/').next().unwrap_or_default();
+        self.mkdir_p(dir)?;
+        let tmp = format!(
+            "{}/.ckptfs-restore.{}.{:08x}",
+            dir.trim_end_matches('/'),
+            std::process::id(),
+            crc32c(name.as_bytes())
+        );
+        // Permission bits only: a copy never becomes set-id.
+        let out = self.store.open(&tmp, OpenFlags::CREATE, src.mode & 0o777)?;
+        Ok(Box::new(StoreWriter {
+            lvl: self,
+            out: Some(out),
+            tmp,
+            src: src.clone(),
+            buf: Vec::new(),
+        }))
+    }
+
+    fn verify(&self, path: &str, want: &Version) -> Result<Stored, LevelError> {
+        let mut r = self.get(path)?;
+        let stored = r.stored().clone();
+        if !stored.version.same_content(want) {
+            return Err(LevelError::Changed(path.to_string()));
+        }
+        for i in 0..stored.chunks() {
+            r.read_chunk(i, &mut |_| Ok(()))?;
+        }
+        r.finish()?;
+        Ok(stored)
+    }
+
+    fn delete(&self, path: &str, want: &Version) -> Result<bool, LevelError> {
+        let Some(st) = self.complete(path)? else {
+            return Ok(false);
+        };
+        let v = Version {
+            ino: st.ino,
+            generation: st.generation,
+            size: st.size,
+            mtime_ns: st.mtime_ns,
+            crc32c: None,
+        };
+        if identity(&v) != identity(want) {
+            return Ok(false);
+        }
+        self.store.unlink(path)?;
+        Ok(true)
+    }
+
+    fn meter(&self) -> &CostMeter {
+        &self.meter
+    }
+}
+
+struct StoreReader<'a> {
+    lvl: &'a StoreLevel,
+    chunks: Vec<ChunkInfo>,
+    by: HashMap<u32, ChunkInfo>,
+    stored: Stored,
+    buf: Vec<u8>,
+}
+
+impl StoreReader<'_> {
+    /// Is the file still the version this reader started from?
+    fn unchanged(&self) -> bool {
+        let s = &self.lvl.store;
+        let Ok(st) = s.stat(&self.stored.path) else {
+            return false;
+        };
+        let v = &self.stored.version;
+        if (st.ino, st.generation, st.size, st.mtime_ns) != identity(v) || st.state != WriteState::Complete {
+            return false;
+        }
+        let Ok(now) = s.chunk_list(&self.stored.path) else {
+            return false;
+        };
+        now.len() == self.chunks.len()
+            && now.iter().zip(&self.chunks).all(|(a, b)| {
+                a.logical == b.logical && a.chunk_id == b.chunk_id && a.written == b.written && a.crc == b.crc
+            })
+    }
+
+    /// A CRC mismatch is corruption only if the file did not change meanwhile.
+    fn mismatch(&self, chunk: u64) -> LevelError {
+        if self.unchanged() {
+            LevelError::Corrupt {
+                level: self.lvl.name(),
+                path: self.stored.path.clone(),
+                chunk,
+            }
+        } else {
+            LevelError::Changed(self.stored.path.clone())
+        }
+    }
+}
+
+impl ChunkReader for StoreReader<'_> {
+    fn stored(&self) -> &Stored {
+        &self.stored
+    }
+
+    fn read_chunk(
+        &mut self,
+        i: u64,
+        sink: &mut dyn FnMut(&[IoPart<'_>]) -> Result<(), LevelError>,
+    ) -> Result<(), LevelError> {
+        let cs = self.lvl.cs;
+        let size = self.stored.version.size;
+        if i * cs >= size {
+            return Ok(());
+        }
+        let len = (size - i * cs).min(cs) as usize;
+        let changed = || LevelError::Changed(self.stored.path.clone());
+        let Some(c) = self.by.get(&(i as u32)).cloned() else {
+            return sink(&[IoPart::Buf(&self.lvl.zeros[..len])]);
+        };
+        let crc = c.crc.ok_or_else(changed)?;
+        if c.written > cs {
+            return Err(changed());
+        }
+        let written = c.written as usize;
+        let n = written.min(len);
+        let zeros = IoPart::Buf(&self.lvl.zeros[..len - n]);
+        match c.location {
+            ChunkLocation::Memory(off) => {
+                let r = self.lvl.region.slice(off, written).ok_or_else(|| {
+                    LevelError::Store(StoreError::Invalid(format!(
+                        "chunk bytes {off}+{written} lie outside the {}-byte data region",
+                        self.lvl.region.len()
+                    )))
+                })?;
+                if r.crc32c() != crc {
+                    return Err(self.mismatch(i));
+                }
+                sink(&[IoPart::Region(r.prefix(n)), zeros])
+            }
+            ChunkLocation::Spill(off) => {
+                let spill = self.lvl.spill.as_ref().ok_or_else(|| {
+                    LevelError::Store(StoreError::Invalid("spill chunk without a spill file".into()))
+                })?;
+                self.buf.resize(written, 0);
+                spill
+                    .read_exact_at(&mut self.buf, off)
+                    .map_err(|e| LevelError::io("read spill file of", self.lvl.store.name(), e))?;
+                if crc32c(&self.buf) != crc {
+                    return Err(self.mismatch(i));
+                }
+                sink(&[IoPart::Buf(&self.buf[..n]), zeros])
+            }
+        }
+    }
+
+    fn finish(self: Box<Self>) -> Result<(), LevelError> {
+        if self.unchanged() {
+            Ok(())
+        } else {
+            Err(LevelError::Changed(self.stored.path.clone()))
+        }
+    }
+}
+
+struct StoreWriter<'a> {
+    lvl: &'a StoreLevel,
+    out: Option<FileHandle>,
+    tmp: String,
+    src: Stored,
+    buf: Vec<u8>,
+}
+
+fn pwrite_all(out: &mut FileHandle, mut b: &[u8], mut off: u64) -> Result<(), LevelError> {
+    while !b.is_empty() {
+        let n = out.pwrite(b, off)?;
+        if n == 0 {
+            return Err(LevelError::Store(StoreError::Invalid(
+                "store write made no progress".into(),
+            )));
+        }
+        b = &b[n..];
+        off += n as u64;
+    }
+    Ok(())
+}
+
+impl ChunkWriter for StoreWriter<'_> {
+    fn write_at(&mut self, parts: &[IoPart<'_>], mut off: u64) -> Result<(), LevelError> {
+        let out = self.out.as_mut().expect("writer used after commit");
+        for p in parts {
+            match p {
+                IoPart::Buf(b) => pwrite_all(out, b, off)?,
+                IoPart::Region(r) => {
+                    // Region bytes are never borrowed as `&[u8]`: copy them out first.
+                    self.buf.resize(r.len(), 0);
+                    r.copy_to(&mut self.buf);
+                    pwrite_all(out, &self.buf, off)?;
+                }
+            }
+            off += p.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn commit(mut self: Box<Self>) -> Result<Stored, LevelError> {
+        let s = &self.lvl.store;
+        self.out.take().expect("committed once").close()?;
+        s.rename(&self.tmp, &self.src.path)?;
+        // Renamed: nothing left for Drop to remove.
+        self.tmp.clear();
+        s.set_mtime(&self.src.path, self.src.version.mtime_ns)?;
+        self.lvl
+            .stat(&self.src.path)?
+            .ok_or_else(|| LevelError::Changed(self.src.path.clone()))
+    }
+}
+
+impl Drop for StoreWriter<'_> {
+    fn drop(&mut self) {
+        if !self.tmp.is_empty() {
+            drop(self.out.take());
+            let _ = self.lvl.store.unlink(&self.tmp);
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! Datasets across nodes: the node daemon answers other nodes' dataset questions, and
+//! [`ClusterNodes`] asks them (the [`JobNodes`] of `ckptfs-datasets`, used by `ckptfs
+//! ckpt ...` and `ckptfs run --restart` with `--cluster/--node-id`).
+//!
+//! A question is one `Query` frame (JSON, [`Request`]) answered by one `QueryReply`
+//! ([`Reply`]) on the authenticated peer connection:
+//!
+//! - `records {job}`: this node's dataset records of the job, each file's levels
+//!   refreshed (local: the store holds that version complete; partner: a partner
+//!   acknowledged a copy of it; pfs: this node's drain published it);
+//! - `holds {owner, files}`: for each file (path, size, CRC32C), whether this node holds
+//!   exactly that content: its own store when `owner` is this node, else its partner
+//!   copy of `owner`'s file. The bytes are read and their CRC32C compared.
+//!
+//! Both only read. Any authenticated node of the cluster (same job and secret) may ask.
+
+use crate::error::{NodeError, Result};
+use crate::levels::LevelsView;
+use crate::partner_store;
+use crate::peer::{Conn, Msg};
+use ckptfs_cluster::{Cluster, Secret};
+use ckptfs_datasets::{Dataset, JobNodes, NodeRecords, Want};
+use ckptfs_store::{OpenFlags, Store, WriteState};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A question to another node's daemon.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Request {
+    /// Its dataset records of `job`.
+    Records {
+        /// Job id.
+        job: String,
+    },
+    /// Which of `owner`'s `files` it holds with exactly that content.
+    Holds {
+        /// Node whose files these are.
+        owner: String,
+        /// The files.
+        files: Vec<Want>,
+    },
+}
+
+/// An answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reply {
+    /// Answer to `records`.
+    Records(Vec<Dataset>),
+    /// Answer to `holds`: one flag per file asked.
+    Holds(Vec<bool>),
+    /// The question could not be answered.
+    Error(String),
+}
+
+/// CRC32C of a whole store file, and its size.
+fn crc_of(store: &Store, path: &str) -> Option<(u64, u32)> {
+    let mut f = store.open(path, OpenFlags::READ, 0).ok()?;
+    if f.stat().state != WriteState::Complete {
+        return None;
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut n, mut crc) = (0u64, 0u32);
+    loop {
+        let got = f.read(&mut buf).ok()?;
+        if got == 0 {
+            return Some((n, crc));
+        }
+        crc = ckptfs_store::checksum::crc32c_append(crc, &buf[..got]);
+        n += got as u64;
+    }
+}
+
+/// Whether `store` (of node `me`) holds `owner`'s file `w` with exactly its content.
+pub fn holds(store: &Store, me: &str, owner: &str, w: &Want) -> bool {
+    let path = if owner == me {
+        w.path.clone()
+    } else {
+        if partner_store::check_rel_path(&w.path).is_err() || partner_store::check_node_id(owner).is_err() {
+            return false;
+        }
+        partner_store::copy_path(owner, &w.path)
+    };
+    crc_of(store, &path) == Some((w.size, w.crc32c))
+}
+
+/// This node's records of `job`, with each file's levels as this node sees them.
+pub fn records(store: &Store, job: &str, dests: &[PathBuf]) -> std::result::Result<Vec<Dataset>, String> {
+    ckptfs_datasets::check_component("job", job).map_err(|e| e.to_string())?;
+    let (mut all, _) = ckptfs_datasets::record::load_all(store, job).map_err(|e| e.to_string())?;
+    fill_levels(store, &mut all, dests);
+    Ok(all)
+}
+
+/// Set each file's levels as this node sees them now: local (this version complete in
+/// the store), partner (a partner acknowledged a copy of this version), pfs (the drain
+/// published it, or a destination's manifest lists the same size and CRC32C).
+pub fn fill_levels(store: &Store, all: &mut [Dataset], dests: &[PathBuf]) {
+    let view = LevelsView::load(store);
+    for d in all.iter_mut() {
+        for (path, f) in d.files.iter_mut() {
+            let mut l = Vec::new();
+            if let Ok(st) = store.stat(path) {
+                if st.size == f.size && st.mtime_ns == f.mtime_ns {
+                    let w = view.of(path, &st);
+                    if w.local {
+                        l.push("local".to_string());
+                    }
+                    if !w.partners.is_empty() {
+                        l.push("partner".to_string());
+                    }
+                    if w.pfs {
+                        l.push("pfs".to_string());
+                    }
+                }
+            }
+            if !l.iter().any(|x| x == "pfs") && ckptfs_datasets::pfs_holds(dests, path, f.size, f.crc32c) {
+                l.push("pfs".to_string());
+            }
+            f.levels = l;
+        }
+    }
+}
+
+/// Server side: answer one question of `peer` (JSON in, JSON out; never fails).
+pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> String {
+    let reply = match serde_json::from_str::<Request>(body) {
+        Err(e) => Reply::Error(format!("not a dataset request: {e}")),
+        Ok(Request::Records { job }) => match records(store, &job, dests) {
+            Ok(v) => Reply::Records(v),
+            Err(e) => Reply::Error(e),
+        },
+        Ok(Request::Holds { owner, files }) => {
+            Reply::Holds(files.iter().map(|w| holds(store, me, &owner, w)).collect())
+        }
+    };
+    let text = serde_json::to_string(&reply).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    if text.len() > ckptfs_transport::frame::MAX_CONTROL as usize {
+        return serde_json::to_string(&Reply::Error(format!(
+            "the answer is {} bytes, more than one frame carries",
+            text.len()
+        )))
+        .unwrap_or_default();
+    }
+    text
+}
+
+/// What a question to a peer needs (shared with the tasks that ask).
+struct Asker {
+    cluster: Cluster,
+    me: String,
+    secret: Secret,
+    connect_timeout: Duration,
+    answer_timeout: Duration,
+}
+
+impl Asker {
+    /// Connect and authenticate. A refused connection fails at once (no daemon there);
+    /// a slow one (a loaded node) is tried once more with twice the time before the
+    /// node counts as lost.
+    async fn connect(&self, node: &str) -> std::result::Result<Conn, String> {
+        let addr = self.cluster.node(node).map_err(|e| e.to_string())?.addr.clone();
+        let mut wait = self.connect_timeout;
+        for attempt in 0..2 {
+            match tokio::time::timeout(wait, Conn::connect(&addr, &self.me, &self.secret, &self.cluster))
+                .await
+            {
+                Ok(Ok(c)) => return Ok(c),
+                Ok(Err(e)) => return Err(format!("{addr}: {e}")),
+                Err(_) if attempt == 0 => wait *= 2,
+                Err(_) => {}
+            }
+        }
+        Err(format!(
+            "{addr}: no answer in {:?} and then {wait:?}",
+            self.connect_timeout
+        ))
+    }
+
+    async fn ask(&self, node: &str, req: &Request) -> std::result::Result<Reply, String> {
+        let mut c = self.connect(node).await?;
+        let body = serde_json::to_string(req).map_err(|e| e.to_string())?;
+        let r = tokio::time::timeout(self.answer_timeout, async {
+            c.send(Msg::Query(body)).await.map_err(|e| e.to_string())?;
+            match c.recv().await.map_err(|e| e.to_string())? {
+                Some(Msg::QueryReply(text)) => {
+                    serde_json::from_str::<Reply>(&text).map_err(|e| e.to_string())
+                }
+                Some(other) => Err(format!("answered {}", other.name())),
+                None => Err("closed the connection".into()),
+            }
+        })
+        .await
+        .map_err(|_| format!("no answer in {:?}", self.answer_timeout))?;
+        match r? {
+            Reply::Error(e) => Err(e),
+            ok => Ok(ok),
+        }
+    }
+}
+
+/// The other nodes of the job, asked through their daemons.
+pub struct ClusterNodes {
+    asker: Arc<Asker>,
+    store: Store,
+    rt: tokio::runtime::Runtime,
+}
+
+impl ClusterNodes {
+    /// Node `me` of `cluster`, whose store is `store`. A node that does not accept a
+    /// connection within `connect_timeout` counts as lost (failure case D7).
+    pub fn new(cluster: Cluster, me: &str, store: Store, connect_timeout: Duration) -> Result<ClusterNodes> {
+        cluster.node(me).map_err(|e| NodeError::Cluster(e.to_string()))?;
+        let secret = cluster.secret().map_err(|e| NodeError::Cluster(e.to_string()))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| NodeError::io("start the runtime", e))?;
+        Ok(ClusterNodes {
+            asker: Arc::new(Asker {
+                cluster,
+                me: me.to_string(),
+                secret,
+                connect_timeout,
+                answer_timeout: Duration::from_secs(300),
+            }),
+            store,
+            rt,
+        })
+    }
+
+    /// Ask every other node the same question at once.
+    fn ask_all(&self, req: &Request) -> BTreeMap<String, std::result::Result<Reply, String>> {
+        let others: Vec<String> = self
+            .asker
+            .cluster
+            .nodes
+            .iter()
+            .filter(|n| n.id != self.asker.me)
+            .map(|n| n.id.clone())
+            .collect();
+        self.ask(&others, req)
+    }
+
+    /// Ask `nodes` (never this one) the same question at once.
+    fn ask(&self, nodes: &[String], req: &Request) -> BTreeMap<String, std::result::Result<Reply, String>> {
+        let others: Vec<String> = nodes.iter().filter(|n| **n != self.asker.me).cloned().collect();
+        self.rt.block_on(async {
+            let mut set = tokio::task::JoinSet::new();
+            for n in others {
+                let (a, req) = (self.asker.clone(), req.clone());
+                set.spawn(async move {
+                    let r = a.ask(&n, &req).await;
+                    (n, r)
+                });
+            }
+            let mut out = BTreeMap::new();
+            while let Some(r) = set.join_next().await {
+                if let Ok((n, r)) = r {
+                    out.insert(n, r);
+                }
+            }
+            out
+        })
+    }
+}
+
+impl JobNodes for ClusterNodes {
+    fn me(&self) -> &str {
+        &self.asker.me
+    }
+
+    fn nodes(&self) -> Vec<String> {
+        self.asker.cluster.nodes.iter().map(|n| n.id.clone()).collect()
+    }
+
+    fn records(&self, job: &str) -> BTreeMap<String, NodeRecords> {
+        self.ask_all(&Request::Records { job: job.to_string() })
+            .into_iter()
+            .map(|(n, r)| {
+                let v = match r {
+                    Ok(Reply::Records(v)) => Ok(v),
+                    Ok(_) => Err("answered something else".to_string()),
+                    Err(e) => Err(e),
+                };
+                (n, v)
+            })
+            .collect()
+    }
+
+    fn holders(&self, owner: &str, files: &[Want], ask: &[String]) -> BTreeMap<String, Vec<bool>> {
+        let req = Request::Holds {
+            owner: owner.to_string(),
+            files: files.to_vec(),
+        };
+        self.ask(ask, &req)
+            .into_iter()
+            .filter_map(|(n, r)| match r {
+                Ok(Reply::Holds(v)) if v.len() == files.len() => Some((n, v)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn fill_levels(&self, local: &mut [Dataset], dests: &[PathBuf]) {
+        fill_levels(&self.store, local, dests)
+    }
+
+    fn holds_copy(&self, owner: &str, file: &Want) -> bool {
+        owner != self.asker.me && holds(&self.store, &self.asker.me, owner, file)
+    }
+
+    fn fetch(&self, store: &Store, from: &str, path: &str) -> std::result::Result<u64, String> {
+        if from == self.asker.me {
+            return Err("this node holds no partner copy of its own files".into());
+        }
+        let a = &self.asker;
+        self.rt.block_on(async {
+            let mut c = a.connect(from).await?;
+            tokio::time::timeout(a.answer_timeout, crate::restore::fetch(&mut c, store, path))
+                .await
+                .map_err(|_| format!("no answer in {:?}", a.answer_timeout))?
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// [`answer`] for the daemon's connection handler, off the async threads (a `holds`
+/// question reads the files).
+pub(crate) async fn answer_async(shared: &crate::daemon::Shared, body: String) -> String {
+    let store = shared.store.clone();
+    let me = shared.cfg.node_id.clone();
+    let dests: Vec<PathBuf> = shared
+        .cfg
+        .drain
+        .as_ref()
+        .map(|d| d.targets.iter().map(|t| t.dir.clone()).collect())
+        .unwrap_or_default();
+    tokio::task::spawn_blocking(move || answer(&store, &me, &dests, &body))
+        .await
+        .unwrap_or_else(|e| {
+            serde_json::to_string(&Reply::Error(format!("the answer failed: {e}"))).unwrap_or_default()
+        })
+}
+
+impl ckptfs_datasets::Completion for ClusterNodes {
+    fn agree(&self, ds: &Dataset) -> ckptfs_datasets::Agreement {
+        // Not used while job_nodes() is Some (the job-wide rules decide); kept true.
+        ckptfs_datasets::SingleNode.agree(ds)
+    }
+
+    fn job_nodes(&self) -> Option<&dyn JobNodes> {
+        Some(self)
+    }
+}

@@ -1,0 +1,253 @@
+//! `ckptfs._native.Datasets`: the checkpoint datasets of a job in a node store (the
+//! dataset API of `ckptfs-datasets`, the same the C ABI's `ckptfs_ckpt_*` calls use).
+//!
+//! Records cross into Python as JSON text (the record format of docs/datasets.md);
+//! `python/ckptfs/datasets.py` parses them into dicts.
+
+use crate::store::{resolve_settings, PyStore};
+use ckptfs_datasets::{file_crc, Config, Dataset, DatasetError, Datasets, Source, State};
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+use std::collections::HashMap;
+
+/// `OSError(errno, message)` for a dataset error (ENOENT never begun, EALREADY completed
+/// already, EINVAL a bad name or setting, ...).
+fn derr(e: DatasetError) -> PyErr {
+    PyOSError::new_err((e.errno(), e.to_string()))
+}
+
+fn json<T: serde::Serialize>(v: &T) -> PyResult<String> {
+    serde_json::to_string(v)
+        .map_err(|e| PyOSError::new_err((libc::EIO, format!("encoding a dataset record: {e}"))))
+}
+
+/// The datasets of one job in a node store, seen as one rank.
+#[pyclass(module = "ckptfs._native", name = "Datasets", frozen)]
+pub struct PyDatasets {
+    ds: Datasets,
+}
+
+/// Whether dataset name `name` is `prefix` or below it (`/run1` holds `/run1/step5`).
+fn under(name: &str, prefix: &str) -> bool {
+    let p = prefix.trim_end_matches('/');
+    p.is_empty() || name == p || name.strip_prefix(p).is_some_and(|r| r.starts_with('/'))
+}
+
+/// One outcome of [`PyDatasets::latest_restartable`].
+#[derive(serde::Serialize)]
+struct Latest<'a> {
+    chosen: Option<&'a Dataset>,
+    restored: Vec<(String, u64)>,
+    skipped: Vec<ckptfs_datasets::Skipped>,
+}
+
+impl PyDatasets {
+    /// Bring the PFS-only files of `d` back into the store, each checked against the
+    /// record's size and CRC32C. Err: the reason the dataset cannot be used.
+    fn restore(&self, d: &Dataset, srcs: &[(String, Source)]) -> Result<Vec<(String, u64)>, String> {
+        let mut restored = Vec::new();
+        for (path, src) in srcs {
+            if *src != Source::Pfs {
+                continue;
+            }
+            let f = &d.files[path];
+            match ckptfs_agent::restore_path(self.ds.store(), &self.ds.config().dests, path) {
+                Ok(true) => {}
+                Ok(false) => return Err(format!("file {path}: no PFS destination holds it")),
+                Err(e) => return Err(format!("file {path}: restore from the PFS failed: {e}")),
+            }
+            match file_crc(self.ds.store(), path) {
+                Ok((n, c)) if n == f.size && c == f.crc32c => restored.push((path.clone(), f.size)),
+                _ => {
+                    return Err(format!(
+                        "file {path}: the restored bytes do not match the dataset's checksum"
+                    ))
+                }
+            }
+        }
+        Ok(restored)
+    }
+}
+
+#[pymethods]
+impl PyDatasets {
+    /// The datasets of job `job` (default `$CKPTFS_JOB`, else "default") in `store`,
+    /// as rank `rank` (default `$CKPTFS_RANK` or the launcher's) of `world` ranks
+    /// writing into this store (default `$CKPTFS_NRANKS`, ..., else 1). `dests`: the
+    /// drain destinations (PFS directories) a restart may take files from (default
+    /// `$CKPTFS_DEST`). The policy and retention settings come from the settings file
+    /// and `CKPTFS_*` variables as for the CLI.
+    #[new]
+    #[pyo3(signature = (store, job=None, rank=None, world=None, dests=None, node=None, config=None))]
+    fn new(
+        store: &PyStore,
+        job: Option<String>,
+        rank: Option<String>,
+        world: Option<u32>,
+        dests: Option<Vec<String>>,
+        node: Option<String>,
+        config: Option<String>,
+    ) -> PyResult<PyDatasets> {
+        let mut over: HashMap<&str, String> = HashMap::new();
+        if let Some(j) = job {
+            over.insert("CKPTFS_JOB", j);
+        }
+        if let Some(r) = rank {
+            over.insert("CKPTFS_RANK", r);
+        }
+        if let Some(w) = world {
+            if w == 0 {
+                return Err(crate::einval("world must be at least 1"));
+            }
+            over.insert("CKPTFS_NRANKS", w.to_string());
+        }
+        if let Some(d) = dests {
+            over.insert("CKPTFS_DEST", d.join(","));
+        }
+        if let Some(n) = node {
+            over.insert("CKPTFS_NODE_ID", n);
+        }
+        let env = |k: &str| {
+            over.get(k)
+                .cloned()
+                .or_else(|| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        };
+        let settings = resolve_settings(&HashMap::new(), config, &env)?;
+        let cfg = Config::from_settings(&settings, &env).map_err(derr)?;
+        Ok(PyDatasets {
+            ds: Datasets::single_node(store.store.clone(), cfg),
+        })
+    }
+
+    /// The job id.
+    #[getter]
+    fn job(&self) -> &str {
+        &self.ds.config().job
+    }
+
+    /// This caller's rank.
+    #[getter]
+    fn rank(&self) -> &str {
+        &self.ds.config().rank
+    }
+
+    /// Ranks writing each dataset into this store.
+    #[getter]
+    fn world(&self) -> u32 {
+        self.ds.config().world
+    }
+
+    /// The drain destinations a restart may take files from.
+    #[getter]
+    fn dests(&self) -> Vec<String> {
+        self.ds
+            .config()
+            .dests
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect()
+    }
+
+    /// Begin dataset `name` for this rank (joining an open one of that name another
+    /// rank began); returns its id. This process is recorded as the rank's: if it dies
+    /// before completing, the dataset becomes incomplete (docs/datasets.md, D3).
+    fn begin(&self, py: Python<'_>, name: String) -> PyResult<u64> {
+        py.allow_threads(|| self.ds.begin(&name, Some(ckptfs_store::process::me())))
+            .map_err(derr)
+    }
+
+    /// Complete this rank's part of dataset `id` (None: its newest open one), valid or
+    /// not; the record after the change as JSON. The last part checks and checksums
+    /// every file and makes the dataset complete.
+    #[pyo3(signature = (id=None, valid=true))]
+    fn complete(&self, py: Python<'_>, id: Option<u64>, valid: bool) -> PyResult<String> {
+        let d = py.allow_threads(|| self.ds.complete(id, valid)).map_err(derr)?;
+        json(&d)
+    }
+
+    /// Every dataset of the job, oldest first, as a JSON list of records (dead ranks
+    /// noticed and transparent directories judged first, as `ckptfs ckpt list` does).
+    fn list(&self, py: Python<'_>) -> PyResult<String> {
+        let (mut all, _) = py.allow_threads(|| self.ds.list()).map_err(derr)?;
+        for d in all.iter_mut() {
+            self.ds.refresh_levels(d);
+        }
+        json(&all)
+    }
+
+    /// One dataset's record as JSON (ENOENT if there is none).
+    fn show(&self, py: Python<'_>, id: u64) -> PyResult<String> {
+        let mut d = py.allow_threads(|| self.ds.show(id)).map_err(derr)?;
+        self.ds.refresh_levels(&mut d);
+        json(&d)
+    }
+
+    /// Delete dataset `id`: its record and its local files still holding its content.
+    fn delete(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+        py.allow_threads(|| self.ds.delete(id)).map_err(derr)
+    }
+
+    /// The newest dataset wholly recoverable from some level (its files in this store
+    /// with the recorded size and CRC32C, or in a drain destination's manifest), among
+    /// those whose name is `prefix` or below it (None: all). With `restore`, files only
+    /// the PFS holds are brought back into the store (CRC-checked) before it is
+    /// returned; a dataset whose restore fails is skipped. JSON: `{"chosen": record or
+    /// null, "restored": [[path, bytes]...], "skipped": [{"id", "name", "reason"}...]}`.
+    #[pyo3(signature = (prefix=None, restore=true))]
+    fn latest_restartable(&self, py: Python<'_>, prefix: Option<String>, restore: bool) -> PyResult<String> {
+        let (all, _) = py.allow_threads(|| self.ds.list()).map_err(derr)?;
+        let mut skipped = Vec::new();
+        for d in all.iter().rev() {
+            if prefix.as_deref().is_some_and(|p| !under(&d.name, p)) || d.state == State::Open {
+                continue;
+            }
+            let srcs = match self.ds.sources(d) {
+                Ok(s) => s,
+                Err(reason) => {
+                    skipped.push(ckptfs_datasets::Skipped {
+                        id: d.id,
+                        name: d.name.clone(),
+                        reason,
+                    });
+                    continue;
+                }
+            };
+            let restored = if restore {
+                match py.allow_threads(|| self.restore(d, &srcs)) {
+                    Ok(r) => r,
+                    Err(reason) => {
+                        skipped.push(ckptfs_datasets::Skipped {
+                            id: d.id,
+                            name: d.name.clone(),
+                            reason,
+                        });
+                        continue;
+                    }
+                }
+            } else {
+                Vec::new()
+            };
+            return json(&Latest {
+                chosen: Some(d),
+                restored,
+                skipped,
+            });
+        }
+        json(&Latest {
+            chosen: None,
+            restored: Vec::new(),
+            skipped,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        let c = self.ds.config();
+        format!(
+            "<ckptfs._native.Datasets job={:?} rank={:?} world={} store={:?}>",
+            c.job,
+            c.rank,
+            c.world,
+            self.ds.store().name()
+        )
+    }
+}

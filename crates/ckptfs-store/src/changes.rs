@@ -1,0 +1,165 @@
+//! Change counters, for caches of the store's contents outside the segment (the FUSE
+//! daemon's kernel attribute, entry and page caches).
+//!
+//! Every namespace change (create, unlink, rename, mkdir, rmdir, chmod, chown, times) and
+//! every change of a file's data or size takes the next value of the store-wide sequence
+//! `seq` ([`Store::change_seq`]) and stores it in the inode's `changed_seq`. Name changes
+//! (a name added to or removed from a directory) are also logged, under the namespace
+//! lock, in a ring of [`CHANGE_LOG`] entries. A poller remembers the sequence it last saw
+//! and asks [`Store::changed_since`] what changed after it: the inodes to invalidate and
+//! the directory entries to forget; when the ring was overwritten past its sequence, or a
+//! crash recovery or repair changed the namespace without logging, the answer says so
+//! (`complete: false`) and the poller drops everything it cached.
+//!
+//! Ordering, without a lock on the write path: a writer first marks the inode as changing
+//! (`changed_seq = u64::MAX`), then takes the next `seq`, then stores it in the inode (all
+//! `SeqCst`). A poller reads `seq` first, then the inodes. If the poller's read of an
+//! inode misses the mark, the writer's `seq` was taken after the poller's, so the next poll
+//! reports it; if it sees the mark, the inode is reported now. A writer killed between the
+//! two stores leaves the mark, so that inode is reported by every poll until its next
+//! change: extra invalidations, never a missed one.
+
+use crate::layout::*;
+use crate::store::{Ns, Store};
+use serde::Serialize;
+use std::sync::atomic::Ordering::{Relaxed, Release, SeqCst};
+
+/// An inode changed after the sequence a poll asked about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChangedInode {
+    /// Inode number.
+    pub ino: u64,
+    /// Its current generation (a freed and reused slot has a new one).
+    pub generation: u32,
+    /// False when the inode has been freed since.
+    pub exists: bool,
+}
+
+/// A name added to or removed from a directory after the sequence a poll asked about
+/// (a rename logs the old and the new name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChangedName {
+    /// Inode number of the directory.
+    pub parent_ino: u64,
+    /// The name (lossily converted to UTF-8).
+    pub name: String,
+    /// Inode number the name referred to.
+    pub ino: u64,
+    /// That inode's generation then.
+    pub generation: u32,
+    /// Sequence number of the change.
+    pub seq: u64,
+}
+
+/// What changed after a sequence number ([`Store::changed_since`]).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Changes {
+    /// The store's sequence when the answer was taken: pass it to the next call.
+    pub seq: u64,
+    /// False when changes may be missing from the lists (the ring of name changes was
+    /// overwritten past the sequence asked about, or a crash recovery or repair changed
+    /// the namespace): drop every cached entry and attribute.
+    pub complete: bool,
+    /// Inodes changed (attributes, data, size, names, freed), in inode order.
+    pub inodes: Vec<ChangedInode>,
+    /// Names added or removed, oldest first.
+    pub names: Vec<ChangedName>,
+}
+
+impl Store {
+    /// The store-wide change sequence: it grows with every change of the namespace or of
+    /// a file's data, size, times, mode or owner. Cheap (one atomic load): poll it, and
+    /// call [`Store::changed_since`] when it moved.
+    pub fn change_seq(&self) -> u64 {
+        self.seg.sb().changes.seq.load(SeqCst)
+    }
+
+    /// What changed after sequence `since` (a value [`Store::change_seq`] or an earlier
+    /// answer's `seq` returned). A change may be reported twice (in this answer and the
+    /// next); none is left out unless `complete` is false.
+    pub fn changed_since(&self, since: u64) -> Changes {
+        let seg = &*self.seg;
+        let ch = &seg.sb().changes;
+        let mut out = Changes {
+            complete: true,
+            ..Default::default()
+        };
+        {
+            let _ns = self.ns();
+            out.seq = ch.seq.load(SeqCst);
+            if out.seq == since {
+                return out;
+            }
+            out.complete = ch.lost_seq.load(SeqCst) <= since && out.seq > since;
+            let total = ch.names.load(Relaxed);
+            let first = total.saturating_sub(CHANGE_LOG as u64);
+            for n in first..total {
+                let slot = (n % CHANGE_LOG as u64) as u32;
+                let e = seg.change_entry(slot);
+                let seq = e.seq.load(Relaxed);
+                if seq <= since {
+                    continue;
+                }
+                out.names.push(ChangedName {
+                    parent_ino: e.parent.load(Relaxed) as u64 + 1,
+                    // SAFETY: namespace lock held.
+                    name: String::from_utf8_lossy(unsafe { seg.change_name(slot) }).into_owned(),
+                    ino: e.fid.load(Relaxed) as u64 + 1,
+                    generation: e.igen.load(Relaxed),
+                    seq,
+                });
+            }
+        }
+        for fid in 0..seg.layout.max_files {
+            let ino = seg.inode(fid);
+            if ino.changed_seq.load(SeqCst) > since {
+                out.inodes.push(ChangedInode {
+                    ino: fid as u64 + 1,
+                    generation: ino.igen.load(Relaxed),
+                    exists: ino.kind.load(Relaxed) != kind::FREE,
+                });
+            }
+        }
+        out
+    }
+
+    /// Record a change of inode `fid` (see the module comment for the ordering).
+    pub(crate) fn note_change(&self, fid: u32) {
+        let seg = &*self.seg;
+        let ino = seg.inode(fid);
+        ino.changed_seq.store(u64::MAX, SeqCst);
+        let s = seg.sb().changes.seq.fetch_add(1, SeqCst) + 1;
+        ino.changed_seq.store(s, SeqCst);
+    }
+
+    /// Record that `name` was added to or removed from directory `parent` (it referred to
+    /// `fid`), and the change of both inodes.
+    pub(crate) fn note_name(&self, _ns: &Ns, parent: u32, fid: u32, name: &[u8]) {
+        let seg = &*self.seg;
+        let ch = &seg.sb().changes;
+        self.note_change(fid);
+        self.note_change(parent);
+        let s = ch.seq.fetch_add(1, SeqCst) + 1;
+        let n = ch.names.load(Relaxed);
+        let slot = (n % CHANGE_LOG as u64) as u32;
+        let e = seg.change_entry(slot);
+        // Slot is about to be overwritten: a poller older than its entry misses it.
+        ch.lost_seq.fetch_max(e.seq.load(Relaxed), SeqCst);
+        e.seq.store(0, Relaxed);
+        e.parent.store(parent, Relaxed);
+        e.fid.store(fid, Relaxed);
+        e.igen.store(seg.inode(fid).igen.load(Relaxed), Relaxed);
+        // SAFETY: namespace lock held (the `Ns` proof).
+        unsafe { seg.set_change_name(slot, name) };
+        e.seq.store(s, Release);
+        ch.names.store(n + 1, Release);
+    }
+
+    /// Record that the namespace changed in ways not logged (a crash recovery's rebuild,
+    /// a repair): every poller must drop its caches.
+    pub(crate) fn note_lost(&self) {
+        let ch = &self.seg.sb().changes;
+        let s = ch.seq.fetch_add(1, SeqCst) + 1;
+        ch.lost_seq.fetch_max(s, SeqCst);
+    }
+}

@@ -1,0 +1,39 @@
+"""`ckptfs bench torch` end to end at a tiny size: every row is produced (memcpy, ckptfs
+with its stall profile, ckptfs-bg, FileSystemWriter on /dev/shm and disk, the PFS and
+partner loads), every load is checked tensor by tensor by the script itself, and nothing
+is left behind. Figures are not asserted (not a timed test)."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_torch_reports_every_row(tmp_path):
+    exe = Path(os.environ.get("CKPTFS_BIN_DIR") or ROOT / "target" / "release") / "ckptfs"
+    if not exe.is_file():
+        pytest.skip(f"{exe} not built")
+    port = int(os.environ.get("CKPTFS_TEST_PORT", 47300 + 2 * (os.getpid() % 25))) + 50
+    tag = f"{os.environ.get('CKPTFS_TEST_TAG', 'pytest')}-bt{os.getpid()}"
+    r = subprocess.run(
+        [str(exe), "bench", "torch", "--sizes", "4M", "--reps", "1", "--remote-max", "4M",
+         "--disk", str(tmp_path), "--port", str(port), "--tag", tag, "--json"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    rows = {x["target"]: x for x in doc["rows"]}
+    assert set(rows) == {"memcpy", "ckptfs", "ckptfs-bg", "fs-/dev/shm", "fs-disk", "pfs", "partner"}
+    assert all(x["bytes"] == 4 << 20 for x in doc["rows"])
+    assert set(rows["ckptfs"]["profile"]) == {"plan_s", "write_s", "metadata_s", "complete_s", "rest_s"}
+    for t in ("ckptfs", "fs-/dev/shm", "fs-disk", "pfs", "partner"):
+        assert rows[t]["load_s"] > 0, t
+    assert rows["partner"]["restore_s"] > 0 and rows["ckptfs-bg"]["save_total_s"] > 0
+    assert list(tmp_path.iterdir()) == []
+    assert not any(tag in n for n in os.listdir("/dev/shm")), os.listdir("/dev/shm")
