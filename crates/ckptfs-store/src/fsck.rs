@@ -210,7 +210,7 @@ impl Store {
             }
             let path = self.path_of_fid_locked(&ns, fid);
             let orphan = ino.flags.load(Relaxed) & iflag::ORPHAN != 0;
-            let holders = ino.leases.iter().any(|x| x.pid.load(Relaxed) != 0);
+            let holders = self.has_holder(fid);
             if orphan && !holders {
                 add(
                     &mut rep,

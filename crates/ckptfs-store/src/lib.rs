@@ -66,7 +66,7 @@ pub use error::{Result, StoreError};
 pub use file::FileHandle;
 pub use fsck::{FsckReport, Problem};
 pub use store::{
-    default_store_name, is_system_path, job_rank, segment_path, ChunkInfo, ChunkLocation, DataRegion,
-    DirEntry, FileKind, OpenFlags, Stat, Store, StoreInfo, StoreOptions, WriteState, DEFAULT_CHUNK_SIZE,
-    DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE, ROOT_INO, SYSTEM_DIR, SYSTEM_DIR_NAME,
+    default_max_files, default_store_name, is_system_path, job_rank, segment_path, ChunkInfo, ChunkLocation,
+    DataRegion, DirEntry, FileKind, OpenFlags, Stat, Store, StoreInfo, StoreOptions, WriteState,
+    DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE, ROOT_INO, SYSTEM_DIR, SYSTEM_DIR_NAME,
 };

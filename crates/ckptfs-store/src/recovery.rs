@@ -56,6 +56,8 @@ impl Store {
                 .filter(|&c| self.seg.chunk(c).owner.load(Acquire) == fid1)
                 .count();
             ino.nchunks.store(n as u32, Relaxed);
+            // It may have died between claiming a lease slot and counting it.
+            self.recount_leases(fid);
             // It may have died between changing the size or count and its checksum.
             seal_data(&self.seg, fid);
             // Its chunk list may have changed under every cached copy.

@@ -456,6 +456,12 @@ impl Segment {
         self.at(self.layout.hash_off, i as u64, 4)
     }
 
+    /// Slot `i` of the lease table.
+    pub fn lease(&self, i: u32) -> &LeaseSlot {
+        assert!(i < self.layout.lease_slots);
+        self.at(self.layout.lease_off, i as u64, LEASE_SLOT_SIZE)
+    }
+
     /// Slot `i` of the ring of recent name changes.
     pub fn change_entry(&self, i: u32) -> &ChangeEntry {
         assert!(i < CHANGE_LOG);
