@@ -79,8 +79,7 @@ fn data_crc_of(seg: &Segment, fid: u32) -> u32 {
     b[..4].copy_from_slice(&fid.to_le_bytes());
     b[4..8].copy_from_slice(&ino.nchunks.load(Relaxed).to_le_bytes());
     b[8..16].copy_from_slice(&ino.size.load(Relaxed).to_le_bytes());
-    b[16..20].copy_from_slice(&ino.sblock.load(Relaxed).to_le_bytes());
-    b[20..].copy_from_slice(&ino.sblocks.load(Relaxed).to_le_bytes());
+    b[16..].copy_from_slice(&ino.srun.load(Relaxed).to_le_bytes());
     crc32c(&b)
 }
 

@@ -461,12 +461,13 @@ pub struct Inode {
     /// Lease slots this file holds in the lease table (a count kept under the file lock;
     /// recounted from the table when a lock holder died).
     pub nleases: AtomicU32,
-    /// Small file: first 4 KiB block of its data in the memory data region + 1; 0 = none
-    /// (the data, if any, is in whole chunks). Set under the allocation lock, the commit
-    /// point of a small allocation, a growth and a move into chunks (cleared).
-    pub sblock: AtomicU32,
-    /// Small file: blocks of its run (a power of two).
-    pub sblocks: AtomicU32,
+    /// Padding.
+    pub _pad2: u32,
+    /// Small file: its run of 4 KiB blocks in the memory data region, `blocks << 32 |
+    /// (first block + 1)`; 0 = none (the data, if any, is in whole chunks). One store
+    /// under the allocation lock (and the file lock) is the commit point of a small
+    /// allocation, of a move to a larger run, and of a move into whole chunks (cleared).
+    pub srun: AtomicU64,
     /// Small file: `hwm << 32 | crc32c` of the run, with the `SUM_STALE` bit, as a
     /// chunk's `sum`.
     pub ssum: AtomicU64,

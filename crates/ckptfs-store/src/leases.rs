@@ -111,6 +111,7 @@ impl Store {
     /// EIO once no live writer explains it. Caller holds the file lock.
     pub(crate) fn recompute_stale(&self, fid: u32) {
         let seg = &*self.seg;
+        self.small_recompute_stale(fid);
         if seg.inode(fid).nchunks.load(Relaxed) == 0 {
             return;
         }
@@ -147,7 +148,8 @@ impl Store {
         let seg = &*self.seg;
         let size = seg.inode(fid).size.load(Acquire);
         let shift = seg.layout.chunk_shift;
-        self.free_chunks_from(fid, size.div_ceil(1 << shift) as u32);
+        self.free_data_from(fid, size.div_ceil(1 << shift) as u32);
+        self.small_trim(fid, size);
         let within = (size & ((1 << shift) - 1)) as u32;
         let last = (size >> shift) as u32;
         let found = (0..seg.nchunks()).find(|&c| {

@@ -57,9 +57,13 @@ mod query;
 mod recovery;
 pub mod region_io;
 mod segment;
+mod small;
+mod small_fsck;
+mod small_io;
 mod store;
 mod trust;
 mod types;
+mod verify;
 
 pub use changes::{ChangedInode, ChangedName, Changes};
 pub use error::{Result, StoreError};

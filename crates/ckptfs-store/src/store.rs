@@ -272,6 +272,12 @@ impl Store {
             spill_size: (l.spill_chunks as u64) << l.chunk_shift,
             spill_chunks: l.spill_chunks,
             spill_free_chunks: sb.spill_top.load(Relaxed),
+            small_chunks: (0..l.mem_chunks)
+                .filter(|&c| seg.chunk(c).owner.load(Relaxed) == SMALL_OWNER)
+                .count() as u32,
+            small_blocks_used: (0..l.mem_blocks().div_ceil(64))
+                .map(|i| seg.block_word(i).load(Relaxed).count_ones() as u64)
+                .sum(),
             max_files: l.max_files,
             files,
             dirs,

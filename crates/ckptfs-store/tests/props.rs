@@ -2,16 +2,22 @@
 //! data operations are applied to a store and to an in-memory model of POSIX semantics
 //! (names -> inodes -> bytes and allocated chunks). Every result (bytes written, errno),
 //! every file's content, size and chunk count, every directory listing, the free chunk
-//! count and fsck must agree with the model. Small stores make ENOSPC (short writes) and
+//! count and fsck must agree with the model. The model allocates as the store does (a
+//! stack of free chunk ids; small files in aligned runs of 4 KiB blocks of shared chunks,
+//! moved to larger runs and into whole chunks as they grow), so the chunk ids, the runs
+//! and the free counts must agree exactly. Small stores make ENOSPC (short writes) and
 //! a full inode table (ENFILE) part of the sequences; a small name hash makes probing and
 //! backward-shift deletion part of them too.
 
 use ckptfs_store::{FileHandle, FileKind, OpenFlags, Store, StoreError, StoreOptions};
 use proptest::prelude::*;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 const CS: u64 = 64 << 10;
+/// Blocks per chunk, and the largest small file (a quarter of a 64 KiB chunk).
+const BPC: u32 = (CS / 4096) as u32;
+const SMALL_MAX: u64 = CS / 4;
 
 // ------------------------------------------------------------------ the model
 
@@ -24,16 +30,93 @@ enum Node {
 #[derive(Debug, Default)]
 struct MInode {
     data: Vec<u8>,
-    chunks: BTreeSet<u64>,
+    /// Logical chunk index -> chunk id.
+    chunks: BTreeMap<u64, u64>,
+    /// Small file: (chunk id, first block in it, blocks).
+    run: Option<(u64, u32, u32)>,
     named: bool,
     handles: usize,
+}
+
+/// The store's allocator, step by step.
+struct Alloc {
+    /// Free chunk ids; the top (popped next) is the last.
+    stack: Vec<u64>,
+    /// Chunks divided into blocks: chunk id -> bitmap of its blocks in use.
+    small: BTreeMap<u64, u32>,
+    /// The chunk of the last run taken.
+    hint: u64,
+}
+
+impl Alloc {
+    fn mask(first: u32, blocks: u32) -> u32 {
+        (((1u64 << blocks) - 1) as u32) << first
+    }
+
+    fn free_in(&self, c: u64, blocks: u32) -> Option<u32> {
+        let bits = *self.small.get(&c)?;
+        (0..BPC)
+            .step_by(blocks as usize)
+            .find(|&f| bits & Self::mask(f, blocks) == 0)
+    }
+
+    /// A run of `blocks` (hint chunk, then the lowest small chunk with room, then a new
+    /// chunk), or None when no chunk is left.
+    fn take_run(&mut self, blocks: u32) -> Option<(u64, u32, u32)> {
+        let found = self
+            .free_in(self.hint, blocks)
+            .map(|f| (self.hint, f))
+            .or_else(|| {
+                self.small
+                    .keys()
+                    .find_map(|&c| self.free_in(c, blocks).map(|f| (c, f)))
+            });
+        let (c, f) = match found {
+            Some(x) => x,
+            None => {
+                let c = self.stack.pop()?;
+                self.small.insert(c, 0);
+                (c, 0)
+            }
+        };
+        self.hint = c;
+        *self.small.get_mut(&c).unwrap() |= Self::mask(f, blocks);
+        Some((c, f, blocks))
+    }
+
+    fn release_run(&mut self, (c, f, blocks): (u64, u32, u32)) {
+        let bits = self.small.get_mut(&c).unwrap();
+        *bits &= !Self::mask(f, blocks);
+        if *bits == 0 {
+            self.small.remove(&c);
+            self.stack.push(c);
+        }
+    }
+
+    /// Free `ino`'s chunks from logical index `from` (in id order, as the store scans),
+    /// and its run when `from` is 0.
+    fn free_from(&mut self, ino: &mut MInode, from: u64) {
+        let mut ids: Vec<u64> = ino.chunks.range(from..).map(|(_, &id)| id).collect();
+        ids.sort_unstable();
+        self.stack.extend(ids);
+        ino.chunks.retain(|&l, _| l < from);
+        if from == 0 {
+            if let Some(r) = ino.run.take() {
+                self.release_run(r);
+            }
+        }
+    }
+}
+
+fn blocks_for(end: u64) -> u32 {
+    (end.div_ceil(4096).max(1) as u32).next_power_of_two()
 }
 
 struct Model {
     names: BTreeMap<String, Node>,
     inodes: HashMap<u64, MInode>,
     next_id: u64,
-    total_chunks: usize,
+    alloc: Alloc,
     /// Inodes the store can hold besides the root.
     max_inodes: usize,
 }
@@ -54,7 +137,11 @@ impl Model {
             names: BTreeMap::new(),
             inodes: HashMap::new(),
             next_id: 0,
-            total_chunks,
+            alloc: Alloc {
+                stack: (0..total_chunks as u64).rev().collect(),
+                small: BTreeMap::new(),
+                hint: 0,
+            },
             max_inodes: max_files as usize - 1,
         }
     }
@@ -92,7 +179,13 @@ impl Model {
     }
 
     fn used_chunks(&self) -> usize {
-        self.inodes.values().map(|i| i.chunks.len()).sum()
+        self.inodes.values().map(|i| i.chunks.len()).sum::<usize>() + self.alloc.small.len()
+    }
+
+    /// The inode is gone: its chunks and run go back (chunks first, as the store frees).
+    fn release(&mut self, id: u64) {
+        let mut ino = self.inodes.remove(&id).unwrap();
+        self.alloc.free_from(&mut ino, 0);
     }
 
     fn children(&self, dir: &str) -> Vec<(String, Node)> {
@@ -125,7 +218,7 @@ impl Model {
         let ino = self.inodes.get_mut(&id).unwrap();
         ino.named = false;
         if ino.handles == 0 {
-            self.inodes.remove(&id);
+            self.release(id);
         }
     }
 
@@ -133,32 +226,61 @@ impl Model {
         let ino = self.inodes.get_mut(&id).unwrap();
         ino.handles -= 1;
         if ino.handles == 0 && !ino.named {
-            self.inodes.remove(&id);
+            self.release(id);
         }
     }
 
-    /// write(): allocate missing chunks in order; when none is left, a short write if
-    /// something was written, else ENOSPC.
+    /// write(): a small file takes (or moves to) a run large enough; otherwise allocate
+    /// missing chunks in order (after moving a run into chunk 0); when none is left, a
+    /// short write if something was written, else ENOSPC.
     fn write(&mut self, id: u64, off: u64, data: &[u8]) -> Res<usize> {
         if data.is_empty() {
             return Ok(0);
         }
-        let mut free = self.total_chunks - self.used_chunks();
         let ino = self.inodes.get_mut(&id).unwrap();
+        let alloc = &mut self.alloc;
+        let end = off + data.len() as u64;
+        if ino.chunks.is_empty() && end <= SMALL_MAX {
+            let fits = ino.run.is_some_and(|r| (r.2 as u64) * 4096 >= end);
+            let ok = fits
+                || match alloc.take_run(blocks_for(end)) {
+                    Some(new) => {
+                        if let Some(old) = ino.run.replace(new) {
+                            alloc.release_run(old);
+                        }
+                        true
+                    }
+                    None => false,
+                };
+            if ok {
+                if ino.data.len() < end as usize {
+                    ino.data.resize(end as usize, 0);
+                }
+                ino.data[off as usize..end as usize].copy_from_slice(data);
+                return Ok(data.len());
+            }
+        }
+        if let Some(r) = ino.run {
+            let Some(c) = alloc.stack.pop() else {
+                return Err(libc::ENOSPC);
+            };
+            ino.chunks.insert(0, c);
+            ino.run = None;
+            alloc.release_run(r);
+        }
         let mut done = 0usize;
         while done < data.len() {
             let p = off + done as u64;
             let l = p / CS;
             let k = ((CS - p % CS) as usize).min(data.len() - done);
-            if !ino.chunks.contains(&l) {
-                if free == 0 {
+            if let std::collections::btree_map::Entry::Vacant(slot) = ino.chunks.entry(l) {
+                let Some(c) = alloc.stack.pop() else {
                     if done == 0 {
                         return Err(libc::ENOSPC);
                     }
                     break;
-                }
-                free -= 1;
-                ino.chunks.insert(l);
+                };
+                slot.insert(c);
             }
             done += k;
         }
@@ -173,8 +295,7 @@ impl Model {
     fn set_len(&mut self, id: u64, len: u64) {
         let ino = self.inodes.get_mut(&id).unwrap();
         if len < ino.data.len() as u64 {
-            let keep = len.div_ceil(CS);
-            ino.chunks.retain(|&c| c < keep);
+            self.alloc.free_from(ino, len.div_ceil(CS));
         }
         ino.data.resize(len as usize, 0);
     }
@@ -510,20 +631,31 @@ impl Case {
         prop_assert_eq!(st.kind, FileKind::File);
         prop_assert_eq!(st.size, ino.data.len() as u64, "size of {}", p);
         prop_assert_eq!(st.chunks as usize, ino.chunks.len(), "chunks of {}", p);
+        let run_bytes = ino.run.map_or(0, |r| r.2 as u64 * 4096);
+        prop_assert_eq!(
+            st.allocated,
+            ino.chunks.len() as u64 * CS + run_bytes,
+            "allocated of {}",
+            p
+        );
         let mut f = self.store.open(p, OpenFlags::READ, 0).unwrap();
         let mut buf = vec![7u8; ino.data.len() + 10];
         let n = f.read_full(&mut buf).unwrap();
         prop_assert_eq!(n, ino.data.len());
         prop_assert!(buf[..n] == ino.data[..], "content of {} differs", p);
         // The chunk list the copy-out API gives agrees with the model's allocation.
-        let list: BTreeSet<u64> = self
+        let list: BTreeMap<u64, u64> = self
             .store
             .chunk_list(p)
             .unwrap()
             .iter()
-            .map(|c| c.logical as u64)
+            .map(|c| (c.logical as u64, c.chunk_id as u64))
             .collect();
-        prop_assert_eq!(&list, &ino.chunks, "chunk list of {}", p);
+        let mut want = ino.chunks.clone();
+        if let Some((c, _, _)) = ino.run {
+            want.insert(0, c); // a small file's run, as chunk 0 in its chunk
+        }
+        prop_assert_eq!(&list, &want, "chunk list (logical -> chunk id) of {}", p);
         Ok(())
     }
 
@@ -574,6 +706,13 @@ impl Case {
             m.used_chunks(),
             "used chunks"
         );
+        prop_assert_eq!(
+            info.small_chunks as usize,
+            m.alloc.small.len(),
+            "small-file chunks"
+        );
+        let blocks: u32 = m.alloc.small.values().map(|b| b.count_ones()).sum();
+        prop_assert_eq!(info.small_blocks_used, blocks as u64, "small-file blocks");
         let rep = s.fsck(false);
         prop_assert!(
             rep.problems.is_empty() && rep.incomplete.is_empty(),
