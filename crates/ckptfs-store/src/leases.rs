@@ -197,6 +197,7 @@ impl Store {
                         fid + 1
                     )));
                 };
+                crate::fault::crash_point("lease-after-claim");
                 ino.nleases.fetch_add(1, Relaxed);
                 l.writers.store(0, Relaxed);
                 l.readers.store(0, Relaxed);

@@ -3,9 +3,12 @@
 //! with other small files, instead of in whole chunks, so it costs what it holds (rounded
 //! up to a power of two of blocks: a 4 KiB file takes 4 KiB, a 5 KiB file 8 KiB).
 //!
-//! - A chunk divided into blocks has the owner [`SMALL_OWNER`] in the chunk table. Runs
+//! - A chunk divided into blocks has the owner [`SMALL_OWNER`] in the chunk table, and
+//!   the number of its blocks in use as its `logical` (with `meta` kept to match). Runs
 //!   are aligned to their size (a power of two), so one never crosses a bitmap word or a
-//!   chunk.
+//!   chunk. Before a run is taken from a chunk, the chunk's bits are counted against that
+//!   number: a damaged bitmap is rebuilt from the inodes, never trusted to hand out a
+//!   file's blocks.
 //! - Source of truth: each inode's `srun` (first block + 1, block count), one 64-bit store
 //!   made under the allocation lock and the file lock. The block bitmap at `block_map_off`
 //!   is derived: rebuilt from the inodes with the free stacks (a dead allocation-lock
@@ -152,11 +155,43 @@ impl Store {
         }
     }
 
+    /// Blocks of memory chunk `c` marked used in the bitmap. Allocation lock held.
+    fn chunk_blocks_used(&self, c: u32) -> u32 {
+        let bs = self.seg.layout.blocks_shift();
+        let (start, n) = (c << bs, 1u32 << bs);
+        if n <= 64 {
+            let (w, m) = self.block_bits(start, n);
+            (w.load(Relaxed) & m).count_ones()
+        } else {
+            (0..n / 64)
+                .map(|k| {
+                    self.seg
+                        .block_word((start / 64 + k) as u64)
+                        .load(Relaxed)
+                        .count_ones()
+                })
+                .sum()
+        }
+    }
+
+    /// Record `used` blocks in use in small-file chunk `c` (its `logical`, and `meta`
+    /// to match). Allocation lock held.
+    fn set_chunk_used(&self, c: u32, used: u32) {
+        let e = self.seg.chunk(c);
+        e.logical.store(used, Relaxed);
+        e.meta
+            .store(crate::integrity::chunk_meta(c, SMALL_OWNER, used), Relaxed);
+    }
+
     /// A free aligned run of `blocks` in small-file chunk `c`. Allocation lock held.
-    fn free_run_in(&self, c: u32, blocks: u32) -> Option<u32> {
+    /// `Err(())` when the chunk's bitmap does not match its count of used blocks.
+    fn free_run_in(&self, c: u32, blocks: u32) -> std::result::Result<Option<u32>, ()> {
         let seg = &*self.seg;
         if c >= seg.layout.mem_chunks || seg.chunk(c).owner.load(Relaxed) != SMALL_OWNER {
-            return None;
+            return Ok(None);
+        }
+        if self.chunk_blocks_used(c) != seg.chunk(c).logical.load(Relaxed) {
+            return Err(());
         }
         let bs = seg.layout.blocks_shift();
         let (start, end) = (c << bs, (c + 1) << bs);
@@ -165,7 +200,7 @@ impl Store {
             let (w, m) = self.block_bits(b, blocks);
             let v = w.load(Relaxed);
             if v & m == 0 {
-                return Some(b);
+                return Ok(Some(b));
             }
             if v == u64::MAX {
                 b = (b / 64 + 1) * 64; // a full word
@@ -173,7 +208,7 @@ impl Store {
                 b += blocks;
             }
         }
-        None
+        Ok(None)
     }
 
     /// Take a free run of `blocks` blocks: in a small-file chunk with room, or in a new one
@@ -182,20 +217,31 @@ impl Store {
         let seg = &*self.seg;
         let sb = seg.sb();
         let bs = seg.layout.blocks_shift();
-        let found = self
-            .free_run_in(sb.small_hint.load(Relaxed), blocks)
-            .or_else(|| (0..seg.layout.mem_chunks).find_map(|c| self.free_run_in(c, blocks)));
+        let hint = sb.small_hint.load(Relaxed);
+        let found = std::iter::once(hint)
+            .chain(0..seg.layout.mem_chunks)
+            .map(|c| self.free_run_in(c, blocks))
+            .find(|r| !matches!(r, Ok(None)));
         let first = match found {
-            Some(b) => b,
+            Some(Ok(Some(b))) => b,
+            Some(_) => {
+                // A chunk's bitmap disagrees with its count of used blocks: damage.
+                tracing::warn!(store = %seg.name, "small-file block bitmap damaged; rebuilding it");
+                self.mark_dirty();
+                self.rebuild_free_stacks();
+                return self.take_run_locked(blocks);
+            }
             None => match self.pop_chunk_locked(SMALL_OWNER, 0, true) {
                 Ok(c) => c << bs,
                 Err(StoreError::NoSpace) => return Ok(None),
                 Err(e) => return Err(e),
             },
         };
-        sb.small_hint.store(first >> bs, Relaxed);
+        let c = first >> bs;
+        sb.small_hint.store(c, Relaxed);
         let (w, m) = self.block_bits(first, blocks);
         w.fetch_or(m, Relaxed);
+        self.set_chunk_used(c, seg.chunk(c).logical.load(Relaxed) + blocks);
         Ok(Some(Run { first, blocks }))
     }
 
@@ -205,6 +251,8 @@ impl Store {
         let (w, m) = self.block_bits(run.first, run.blocks);
         w.fetch_and(!m, Relaxed);
         let c = run.first >> self.seg.layout.blocks_shift();
+        let used = self.seg.chunk(c).logical.load(Relaxed);
+        self.set_chunk_used(c, used.saturating_sub(run.blocks));
         if self.chunk_blocks_free(c) {
             self.release_small_chunk(c);
         }
@@ -245,10 +293,15 @@ impl Store {
             }
         }
         for c in 0..l.mem_chunks {
-            if seg.chunk(c).owner.load(Acquire) == SMALL_OWNER && self.chunk_blocks_free(c) {
+            if seg.chunk(c).owner.load(Acquire) != SMALL_OWNER {
+                continue;
+            }
+            if self.chunk_blocks_free(c) {
                 let e = seg.chunk(c);
                 e.owner.store(0, Release);
                 e.meta.store(0, Relaxed);
+            } else {
+                self.set_chunk_used(c, self.chunk_blocks_used(c));
             }
         }
     }

@@ -189,6 +189,32 @@ fn crash_at_unlink_after_orphan_flag_completes_the_unlink_not_a_quarantine() {
     );
 }
 
+#[test]
+fn crash_at_lease_after_claim_leaves_the_file_as_it_was_and_the_slot_reusable() {
+    // Killed inside open(), holding the file lock, after claiming a lease slot and
+    // before counting it: the file was not touched; the next opener recounts and reaps.
+    crash_point_case("lease-after-claim", 100_000, "append", "", 1_000, &[], |s, v| {
+        let st = s.stat(&v.file_path(0)).unwrap();
+        assert_eq!((st.state, st.size), (WriteState::Complete, 100_000));
+        assert_file_is(s, &v.file_path(0), v.file_seed(0), 100_000);
+        // Opened and closed again many times: slots are found and released as usual.
+        for _ in 0..100 {
+            let f = s
+                .open(
+                    &v.file_path(0),
+                    OpenFlags {
+                        write: true,
+                        ..Default::default()
+                    },
+                    0,
+                )
+                .unwrap();
+            f.close().unwrap();
+        }
+        assert_eq!(s.stat(&v.file_path(0)).unwrap().state, WriteState::Complete);
+    });
+}
+
 // ------------------------------------------------------------------ small files
 
 #[test]

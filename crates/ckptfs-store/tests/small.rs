@@ -239,3 +239,33 @@ fn small_files_fall_back_to_whole_chunks_when_no_memory_chunk_is_left() {
     assert!(s.fsck(false).problems.is_empty());
     assert_chunk_accounting(&s);
 }
+
+#[test]
+fn a_damaged_block_bitmap_is_rebuilt_before_any_block_is_handed_out() {
+    let t = TempStore::new("small-bitmap", 8 << 20, 64 << 10, 64, None);
+    let s = t.attach();
+    for i in 0..3 {
+        let mut f = s.open(&format!("/s{i}"), OpenFlags::CREATE, 0o644).unwrap();
+        f.write_all(&pattern(i, 0, 3000)).unwrap();
+        f.close().unwrap();
+    }
+    // Every bit of the bitmap cleared: the three runs look free.
+    let layout = ckptfs_store::layout::Layout::compute(16, 128, 0, 64);
+    let seg = std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment_path(s.name()))
+        .unwrap();
+    seg.write_all_at(&[0u8; 8], layout.block_map_off).unwrap();
+    let other = t.attach();
+    for i in 3..6 {
+        let mut f = other.open(&format!("/s{i}"), OpenFlags::CREATE, 0o644).unwrap();
+        f.write_all(&pattern(i, 0, 3000)).unwrap();
+        f.close().unwrap();
+    }
+    for i in 0..6 {
+        assert_file_is(&other, &format!("/s{i}"), i, 3000);
+    }
+    let info = other.info();
+    assert_eq!((info.small_chunks, info.small_blocks_used), (1, 6));
+    assert!(other.fsck(false).problems.is_empty());
+}
