@@ -210,6 +210,7 @@ impl Store {
                     .collect();
             }
             let path = self.path_of_fid_locked(&ns, fid);
+            self.fsck_lease_count(fid, &path, repair, &mut rep);
             let orphan = ino.flags.load(Relaxed) & iflag::ORPHAN != 0;
             let holders = self.has_holder(fid);
             if orphan && !holders {
@@ -365,6 +366,8 @@ impl Store {
                 }
             }
         }
+
+        self.fsck_lease_table(repair, &mut rep);
 
         // 3. Chunks owned by nothing valid (quarantined: their bytes may be someone's),
         //    and the free stacks.

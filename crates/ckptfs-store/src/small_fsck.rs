@@ -1,5 +1,6 @@
 //! fsck for small files (see `small.rs`): each run against its inode, size and checksum;
-//! the block bitmap against the runs; small-file chunks no run uses.
+//! the block bitmap against the runs; small-file chunks no run uses. And for the shared
+//! lease table: each file's slots against its count, slots naming no file.
 
 use crate::fsck::{FsckReport, Problem};
 use crate::layout::*;
@@ -178,5 +179,58 @@ fn bit_mask(run: Run) -> u64 {
         u64::MAX
     } else {
         ((1u64 << run.blocks) - 1) << (run.first % 64)
+    }
+}
+
+impl Store {
+    /// The lease slots of `fid` in the whole table against its count (`nleases`): a
+    /// claimer killed before counting, or damage, leaves slots the count misses. File
+    /// lock held (leases reaped).
+    pub(crate) fn fsck_lease_count(&self, fid: u32, path: &str, repair: bool, rep: &mut FsckReport) {
+        let seg = &*self.seg;
+        let counted = seg.inode(fid).nleases.load(Relaxed);
+        let held = (0..seg.layout.lease_slots)
+            .filter(|&i| seg.lease(i).fid.load(Acquire) == fid + 1)
+            .count() as u32;
+        if held != counted {
+            add(
+                rep,
+                "bad-lease-count",
+                format!("{path}: holds {held} lease slots, counts {counted}"),
+                repair,
+            );
+            if repair {
+                self.recount_leases(fid);
+                self.reap_leases(fid);
+            }
+        }
+    }
+
+    /// Lease slots naming no file or directory (its inode freed). Namespace lock held, so
+    /// no such inode can be created and claim meanwhile.
+    pub(crate) fn fsck_lease_table(&self, repair: bool, rep: &mut FsckReport) {
+        let seg = &*self.seg;
+        let l = &seg.layout;
+        let stray: Vec<u32> = (0..l.lease_slots)
+            .filter(|&i| {
+                let f = seg.lease(i).fid.load(Acquire);
+                f != 0 && (f > l.max_files || seg.inode(f - 1).kind.load(Acquire) == kind::FREE)
+            })
+            .collect();
+        if !stray.is_empty() {
+            add(
+                rep,
+                "leaked-lease",
+                format!("{} lease slots name a free inode", stray.len()),
+                repair,
+            );
+            if repair {
+                for i in stray {
+                    let s = seg.lease(i);
+                    s.pid.store(0, Relaxed);
+                    s.fid.store(0, Release);
+                }
+            }
+        }
     }
 }

@@ -420,6 +420,20 @@ case!(ino_lease_dead_writer, "ino.lease", false, |c| {
     )
 });
 
+case!(ino_srun_garbage, "ino.srun", true, |c| (
+    // A chunked file given a small-file run: its data record no longer matches.
+    c.inode(c.a, offset_of!(Inode, srun)),
+    Edit::Set64(0x0000_0004_0000_0011)
+));
+case!(ino_nleases_huge, "ino.nleases", false, |c| (
+    c.inode(c.a, offset_of!(Inode, nleases)),
+    Edit::Set32(1_000_000)
+));
+case!(block_map_all_set, "block_map", false, |c| (
+    c.layout.block_map_off,
+    Edit::Set64(u64::MAX)
+));
+
 // ---- chunk entry of /d/a's chunk 1
 case!(chunk_owner_to_other_file, "chunk.owner_other", true, |c| (
     c.chunk(c.a_chunks[1], offset_of!(ChunkEntry, owner)),
