@@ -18,3 +18,4 @@ pub mod preload;
 pub mod procs;
 pub mod report;
 pub mod store;
+mod store_small;
