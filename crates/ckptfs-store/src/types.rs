@@ -3,6 +3,8 @@
 
 use crate::error::{Result, StoreError};
 use crate::store::components;
+#[cfg(doc)]
+use crate::store::Store;
 use serde::Serialize;
 use std::path::PathBuf;
 
