@@ -18,4 +18,3 @@ pub mod preload;
 pub mod procs;
 pub mod report;
 pub mod store;
-mod store_small;

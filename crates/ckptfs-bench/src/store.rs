@@ -16,6 +16,9 @@
 //! - `small-create`/`-stat`/`-read`/`-remove`: many small files, ckptfs and /dev/shm
 //!   (see `store_small.rs`).
 
+#[path = "store_small.rs"]
+mod store_small;
+
 use crate::procs::run_parallel;
 use crate::report::{machine, median, Measurement, Report};
 use anyhow::{Context, Result};
@@ -388,7 +391,7 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
         spill_table(&a, &block, &mut results, &mut notes)?;
     }
     if a.small_files > 0 {
-        crate::store_small::small_table(a.small_files, a.small_size, a.reps, &mut results, &mut notes)?;
+        store_small::small_table(a.small_files, a.small_size, a.reps, &mut results, &mut notes)?;
     }
     let settings = serde_json::json!({
         "file_size": a.file_size, "block": a.block, "chunk_size": a.chunk_size,
