@@ -12,7 +12,12 @@
 //! - `ckptfs-read-again`: the same process reading them a second time;
 //! - `chunk-sweep`: ckptfs-write with chunk sizes 64 KiB to 64 MiB (CRUISE figure 6);
 //! - `spill`: one process, a share of the file in the spill file (CRUISE table 3), next
-//!   to the harmonic formula computed from the measured 0 % and 100 % rows.
+//!   to the harmonic formula computed from the measured 0 % and 100 % rows;
+//! - `small-create`/`-stat`/`-read`/`-remove`: many small files, ckptfs and /dev/shm
+//!   (see `store_small.rs`).
+
+#[path = "store_small.rs"]
+mod store_small;
 
 use crate::procs::run_parallel;
 use crate::report::{machine, median, Measurement, Report};
@@ -48,6 +53,12 @@ pub struct StoreBenchArgs {
     /// Skip the spill-over table.
     #[arg(long)]
     pub no_spill: bool,
+    /// Files of the small-file rows (0 skips them).
+    #[arg(long, default_value_t = 20_000)]
+    pub small_files: usize,
+    /// Size of each file of the small-file rows.
+    #[arg(long, default_value = "4K", value_parser = parse_size)]
+    pub small_size: u64,
     /// Print a JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -379,9 +390,13 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
     if !a.no_spill {
         spill_table(&a, &block, &mut results, &mut notes)?;
     }
+    if a.small_files > 0 {
+        store_small::small_table(a.small_files, a.small_size, a.reps, &mut results, &mut notes)?;
+    }
     let settings = serde_json::json!({
         "file_size": a.file_size, "block": a.block, "chunk_size": a.chunk_size,
         "reps": a.reps, "max_procs": nmax, "spill_dir": a.spill_dir, "machine": machine(),
+        "small_files": a.small_files, "small_size": a.small_size,
     });
     Ok(Report {
         bench: "store".into(),

@@ -28,7 +28,7 @@ pub struct StoreArgs {
     /// Chunk size, a power of two from 64K to 64M [env CKPTFS_CHUNK_SIZE; default 1M]
     #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size)]
     pub chunk_size: Option<u64>,
-    /// Maximum files and directories [env CKPTFS_MAX_FILES; default 4096]
+    /// Maximum files and directories [env CKPTFS_MAX_FILES; default one per 8K of memory]
     #[arg(long, global = true, value_name = "N")]
     pub max_files: Option<u32>,
     /// Directory for the spill file used when memory is full [env CKPTFS_SPILL_DIR]

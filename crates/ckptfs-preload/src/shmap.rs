@@ -143,6 +143,11 @@ pub unsafe fn map(
         put += n;
     }
     drop(buf);
+    // A small file's blocks move as it grows: pin its data in whole chunks first.
+    if let Err(e) = h.make_chunked() {
+        let _ = h.close();
+        return Err(state::se(e));
+    }
     let region = store.data_region();
     let cs = region.chunk_size;
     let chunks = h.chunk_list();

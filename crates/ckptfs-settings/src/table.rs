@@ -14,8 +14,12 @@ use std::path::PathBuf;
 pub const DEFAULT_MEM_SIZE: u64 = 1 << 30;
 /// Default chunk size: 1 MiB.
 pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
-/// Default maximum number of files and directories.
-pub const DEFAULT_MAX_FILES: u32 = 4096;
+/// Memory per file when the file count is not given: the store makes one inode per
+/// 8 KiB of its memory (as tmpfs's default), at least 256.
+pub const BYTES_PER_FILE: u64 = 8 << 10;
+/// Default maximum number of files and directories, for the default memory size (a store
+/// of another size gets one per [`BYTES_PER_FILE`] of its memory).
+pub const DEFAULT_MAX_FILES: u32 = (DEFAULT_MEM_SIZE / BYTES_PER_FILE) as u32;
 /// Smallest chunk size: 64 KiB.
 pub const MIN_CHUNK_SIZE: u64 = 64 << 10;
 /// Largest chunk size: 64 MiB.
@@ -128,7 +132,7 @@ pub const SETTINGS: &[Setting] = &[
         env: "CKPTFS_MAX_FILES",
         flag: "--max-files",
         default: || DEFAULT_MAX_FILES.to_string(),
-        help: "maximum files and directories",
+        help: "maximum files and directories (default: one per 8 KiB of memory)",
         kind: Kind::FileCount,
     },
     Setting {

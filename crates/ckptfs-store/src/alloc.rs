@@ -9,13 +9,20 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 impl Store {
     /// Pop a free chunk (memory first, then spill) and give it to `fid` at `logical`.
     pub(crate) fn alloc_chunk(&self, fid: u32, logical: u32) -> Result<u32> {
-        let seg = &*self.seg;
         let _g = self.alloc_lock();
+        self.pop_chunk_locked(fid + 1, logical, false)
+    }
+
+    /// Pop a free chunk (memory first, then spill unless `mem_only`) and give it to
+    /// `owner` (a file id + 1, or [`crate::layout::SMALL_OWNER`]) at `logical`. Caller holds the
+    /// allocation lock.
+    pub(crate) fn pop_chunk_locked(&self, owner: u32, logical: u32, mem_only: bool) -> Result<u32> {
+        let seg = &*self.seg;
         let sb = seg.sb();
         let (top, stack): (&std::sync::atomic::AtomicU32, &dyn Fn(u32) -> u32) =
             if sb.mem_top.load(Relaxed) > 0 {
                 (&sb.mem_top, &|i| seg.mem_stack(i).load(Relaxed))
-            } else if sb.spill_top.load(Relaxed) > 0 {
+            } else if sb.spill_top.load(Relaxed) > 0 && !mem_only {
                 (&sb.spill_top, &|i| seg.spill_stack(i).load(Relaxed))
             } else {
                 return Err(StoreError::NoSpace);
@@ -32,18 +39,17 @@ impl Store {
             tracing::warn!(store = %seg.name, top = t, id = c, "free chunk stack damaged; rebuilding it");
             self.mark_dirty();
             self.rebuild_free_stacks();
-            drop(_g);
-            return self.alloc_chunk(fid, logical);
+            return self.pop_chunk_locked(owner, logical, mem_only);
         }
         let e = seg.chunk(c);
         e.logical.store(logical, Relaxed);
         e.sum.store(0, Relaxed);
         e.meta
-            .store(crate::integrity::chunk_meta(c, fid + 1, logical), Relaxed);
+            .store(crate::integrity::chunk_meta(c, owner, logical), Relaxed);
         crate::fault::crash_point("alloc-before-owner");
         // Commit point: from here the chunk belongs to the file. A crash before the pop
         // below leaves it also on the stack; recovery rebuilds stacks from owners.
-        e.owner.store(fid + 1, Release);
+        e.owner.store(owner, Release);
         crate::fault::crash_point("alloc-after-owner");
         top.store(t - 1, Release);
         Ok(c)
@@ -76,7 +82,7 @@ impl Store {
         n
     }
 
-    fn push_free(&self, c: u32) {
+    pub(crate) fn push_free(&self, c: u32) {
         let seg = &*self.seg;
         let sb = seg.sb();
         let (top, cap) = if seg.is_mem(c) {

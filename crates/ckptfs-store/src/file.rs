@@ -14,22 +14,22 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 /// An open file or directory of a [`Store`]. Dropping it closes it (errors ignored); call
 /// [`FileHandle::close`] to see them.
 pub struct FileHandle {
-    store: Store,
-    fid: u32,
-    flags: OpenFlags,
-    is_dir: bool,
-    pos: u64,
+    pub(crate) store: Store,
+    pub(crate) fid: u32,
+    pub(crate) flags: OpenFlags,
+    pub(crate) is_dir: bool,
+    pub(crate) pos: u64,
     /// Logical chunk index -> chunk id (NONE = hole), valid while `map_gen` matches.
-    map: Vec<u32>,
-    map_gen: u64,
-    verify: bool,
-    verified: Vec<u64>,
-    spill_dirty: bool,
+    pub(crate) map: Vec<u32>,
+    pub(crate) map_gen: u64,
+    pub(crate) verify: bool,
+    pub(crate) verified: Vec<u64>,
+    pub(crate) spill_dirty: bool,
     /// This handle's process is recorded in its lease as having changed the file.
-    wrote_marked: bool,
-    owner: ProcId,
-    closed: bool,
-    path: String,
+    pub(crate) wrote_marked: bool,
+    pub(crate) owner: ProcId,
+    pub(crate) closed: bool,
+    pub(crate) path: String,
 }
 
 impl std::fmt::Debug for FileHandle {
@@ -201,7 +201,7 @@ impl FileHandle {
     /// chunk entry's checksum and that the chunks found are as many as the inode records
     /// (a chunk whose owner was changed away would otherwise read as a hole of zeros).
     /// Caller holds the file lock.
-    fn refresh_map(&mut self) -> Result<()> {
+    pub(crate) fn refresh_map(&mut self) -> Result<()> {
         let seg = &*self.store.seg;
         let ino = seg.inode(self.fid);
         self.store.check_data(self.fid, &self.path)?;
@@ -277,6 +277,9 @@ impl FileHandle {
         }
         let n = (buf.len() as u64).min(size - off) as usize;
         self.refresh_map()?;
+        if let Some(run) = store.run_of(self.fid, &self.path)? {
+            return self.read_small(run, buf, off, n);
+        }
         let shift = seg.layout.chunk_shift;
         let cs = 1usize << shift;
         let mut done = 0;
@@ -325,85 +328,6 @@ impl FileHandle {
         Ok(n)
     }
 
-    /// Check chunk `c` against its CRC once per handle. With `fill`, the chunk's bytes are
-    /// copied into it and checked there in the same pass, if it is exactly as long as the
-    /// checksummed range; returns whether that copy was made. Caller holds the file lock.
-    fn verify_chunk(&mut self, c: u32, logical: u32, fill: Option<&mut [u8]>) -> Result<bool> {
-        let word = logical as usize / 64;
-        let bit = 1u64 << (logical % 64);
-        if self.verified.get(word).is_some_and(|w| w & bit != 0) {
-            return Ok(false);
-        }
-        let seg = &*self.store.seg;
-        let (mut hwm, mut crc, mut stale) = unpack_sum(seg.chunk(c).sum.load(Acquire));
-        if stale {
-            // A stale checksum is legitimate only while a live writer is overwriting the
-            // chunk. If its writer died, reaping recomputes it (the bytes are what the
-            // file now holds) and we verify as usual; a stale checksum nobody explains is
-            // damage, and the bytes are not served unchecked.
-            self.store.reap_leases(self.fid);
-            (hwm, crc, stale) = unpack_sum(seg.chunk(c).sum.load(Acquire));
-            if stale {
-                if self.store.has_writer(self.fid) {
-                    return Ok(false); // checked on a later read, once it is current again
-                }
-                let path = self.path.clone();
-                tracing::error!(%path, logical, chunk = c, "stale checksum without a writer");
-                return Err(StoreError::Damaged {
-                    path,
-                    what: format!("chunk {logical} has no current checksum and no writer"),
-                });
-            }
-        }
-        if hwm as u64 > seg.layout.chunk_size() {
-            return Err(StoreError::Damaged {
-                path: self.path.clone(),
-                what: format!("chunk {logical} claims {hwm} bytes"),
-            });
-        }
-        let mut copied = false;
-        {
-            // Reaping a dead writer above may have trimmed the chunk: the copy is made only
-            // if the buffer covers exactly the checksummed bytes.
-            let computed = match fill {
-                Some(b) if b.len() == hwm as usize && seg.is_mem(c) => {
-                    copied = true;
-                    crate::copy::copy_chunk_crc(seg, c, b)
-                }
-                _ => chunk_crc(&self.store, c, hwm as usize)?,
-            };
-            if computed != crc && self.store.has_writer(self.fid) {
-                // A live writer may be changing the chunk outside the store's write path:
-                // stores through a shared mapping (the preload shim's `mmap(MAP_SHARED)`)
-                // bring the checksum up to date only at msync/munmap/exit. Not verified
-                // yet, and not marked verified: checked again on the next read, and by
-                // every reader once the writers have closed. (A copy made above is what
-                // the chunk held, served as any read during such a writer is.)
-                return Ok(copied);
-            }
-            if computed != crc {
-                let path = self.path.clone();
-                tracing::error!(%path, logical, chunk = c, "checksum mismatch");
-                return Err(StoreError::Corrupt {
-                    path,
-                    logical,
-                    stored: crc,
-                    computed,
-                });
-            }
-        }
-        self.set_verified(logical);
-        Ok(copied)
-    }
-
-    fn set_verified(&mut self, logical: u32) {
-        let word = logical as usize / 64;
-        if self.verified.len() <= word {
-            self.verified.resize(word + 1, 0);
-        }
-        self.verified[word] |= 1u64 << (logical % 64);
-    }
-
     /// Record (once per handle) that this handle's process changed the file. Caller
     /// holds the file lock.
     fn note_wrote(&mut self) {
@@ -416,20 +340,6 @@ impl FileHandle {
     /// Remember that a write or truncation of this file failed (see [`iflag::FAILED`]).
     fn note_failed(&self) {
         self.ino_ref().flags.fetch_or(iflag::FAILED, Release);
-    }
-
-    /// Verify every chunk of the file against its CRC (used when copying a file out).
-    pub fn verify_all(&mut self) -> Result<()> {
-        let store = self.store.clone();
-        let _g = store.file_lock(self.fid);
-        self.refresh_map()?;
-        for (l, &c) in self.map.clone().iter().enumerate() {
-            if c != NONE {
-                self.verified.clear();
-                self.verify_chunk(c, l as u32, None)?;
-            }
-        }
-        Ok(())
     }
 
     /// Positional write; does not move the position (except with O_APPEND semantics for
@@ -480,6 +390,18 @@ impl FileHandle {
         let len = (buf.len() as u64).min(max_size - off) as usize;
         self.refresh_map()?;
         self.note_wrote();
+        // A small file: blocks of a shared chunk (unless no memory is left for them).
+        let small = ino.nchunks.load(Relaxed) == 0 && off + len as u64 <= seg.layout.small_max();
+        if small && store.small_write(self.fid, &self.path, &buf[..len], off)? {
+            self.set_verified(0);
+            ino.mtime_ns.store(now(), Relaxed);
+            store.note_change(self.fid);
+            return Ok((len, off + len as u64));
+        }
+        if ino.srun.load(Relaxed) != 0 {
+            // Outgrowing its run (or no room for a larger one): into whole chunks.
+            self.move_to_chunks()?;
+        }
         let cs = 1usize << shift;
         let mut done = 0;
         while done < len {
@@ -579,7 +501,7 @@ impl FileHandle {
     }
 
     /// Copy `src` (or zeros) into chunk `c` at `at`.
-    fn put(&mut self, c: u32, at: usize, src: Option<&[u8]>, len: usize) -> Result<()> {
+    pub(crate) fn put(&mut self, c: u32, at: usize, src: Option<&[u8]>, len: usize) -> Result<()> {
         let seg = &*self.store.seg;
         if seg.is_mem(c) {
             // SAFETY: we hold the file lock and own chunk c; range within the chunk.
@@ -654,7 +576,8 @@ impl FileHandle {
             crate::fault::crash_point("trunc-after-size");
             let cs = 1u64 << shift;
             let keep = len.div_ceil(cs) as u32;
-            store.free_chunks_from(self.fid, keep);
+            store.free_data_from(self.fid, keep);
+            store.small_trim(self.fid, len);
             self.refresh_map()?;
             crate::fault::crash_point("trunc-after-free");
             // The chunk holding the new end keeps only bytes below it.
@@ -695,6 +618,7 @@ impl FileHandle {
         self.refresh_map()?;
         let store = self.store.clone();
         let seg = &*store.seg;
+        store.small_recompute_stale(self.fid);
         for &c in &self.map {
             if c == NONE {
                 continue;

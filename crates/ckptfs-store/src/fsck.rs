@@ -195,6 +195,7 @@ impl Store {
             }
         }
         let mut reclaimed = false;
+        let mut runs = Vec::new();
         for fid in 1..l.max_files {
             let ino = seg.inode(fid);
             if ino.kind.load(Acquire) != kind::FILE {
@@ -209,9 +210,13 @@ impl Store {
                     .collect();
             }
             let path = self.path_of_fid_locked(&ns, fid);
+            self.fsck_lease_count(fid, &path, repair, &mut rep);
             let orphan = ino.flags.load(Relaxed) & iflag::ORPHAN != 0;
-            let holders = ino.leases.iter().any(|x| x.pid.load(Relaxed) != 0);
+            let holders = self.has_holder(fid);
             if orphan && !holders {
+                if let (false, Ok(Some(r))) = (repair, self.run_raw(fid)) {
+                    runs.push((fid, r)); // still in the bitmap until the orphan is freed
+                }
                 add(
                     &mut rep,
                     "leaked-orphan",
@@ -227,6 +232,9 @@ impl Store {
             let writing = ino.wstate.load(Relaxed) == wstate::WRITING;
             if ino.wstate.load(Relaxed) == wstate::INCOMPLETE {
                 rep.incomplete.push(path.clone());
+            }
+            if let Some(run) = self.fsck_run(fid, &path, writing, repair, &mut rep) {
+                runs.push((fid, run));
             }
             let size = ino.size.load(Acquire);
             let mut seen = HashSet::new();
@@ -359,12 +367,15 @@ impl Store {
             }
         }
 
+        self.fsck_lease_table(repair, &mut rep);
+
         // 3. Chunks owned by nothing valid (quarantined: their bytes may be someone's),
         //    and the free stacks.
         let mut stacks_bad = false;
         for c in 0..seg.nchunks() {
             let o = seg.chunk(c).owner.load(Acquire);
-            if o != 0 && (o > l.max_files || seg.inode(o - 1).kind.load(Acquire) != kind::FILE) {
+            let small = o == SMALL_OWNER && seg.is_mem(c);
+            if o != 0 && !small && (o > l.max_files || seg.inode(o - 1).kind.load(Acquire) != kind::FILE) {
                 let mut detail = format!("chunk {c} owned by inode {o}, which is not a file");
                 if repair {
                     match self.quarantine_chunk(&ns, c) {
@@ -384,6 +395,7 @@ impl Store {
         }
         let _a = self.alloc_lock();
         stacks_bad |= reclaimed;
+        stacks_bad |= self.fsck_block_map(&runs, repair, &mut rep);
         let sb = seg.sb();
         let mut free_seen = HashSet::new();
         let mut check_stack = |top: u32, get: &dyn Fn(u32) -> u32, rep: &mut FsckReport| {
@@ -472,6 +484,9 @@ impl Store {
     fn cut_at_first_hole(&self, fid: u32, rep: &mut FsckReport, path: &str) {
         let seg = &*self.seg;
         let ino = seg.inode(fid);
+        if ino.srun.load(Acquire) != 0 {
+            return; // a small file's data is its run, not chunks
+        }
         let shift = seg.layout.chunk_shift;
         let mut have: Vec<u32> = (0..seg.nchunks())
             .filter(|&c| seg.chunk(c).owner.load(Acquire) == fid + 1)

@@ -1,4 +1,4 @@
-//! Metadata checksums (format version 3) and the checks that keep damaged metadata from
+//! Metadata checksums (format version 3 and later) and the checks that keep damaged metadata from
 //! being served as data.
 //!
 //! Three records carry a CRC32C of their own, each written by whoever changes the record
@@ -7,7 +7,7 @@
 //! | record | fields covered | lock | checked by |
 //! |---|---|---|---|
 //! | inode namespace record (`ns_crc`) | file id, kind, ORPHAN flag, parent, mode, uid, gid, name | namespace | open, stat, lookup, fsck |
-//! | inode data record (`data_crc`) | file id, size, chunk count | file | open, stat, every read and write, fsck |
+//! | inode data record (`data_crc`) | file id, size, chunk count, small-file run | file | open, stat, every read and write, fsck |
 //! | chunk entry (`meta`) | chunk id, owner, logical index | allocation (stored before `owner`) | every chunk-map rebuild, fsck |
 //!
 //! A reader holding the lock sees either the old or the new record with its matching CRC.
@@ -75,14 +75,15 @@ pub(crate) fn ns_ok(seg: &Segment, fid: u32) -> bool {
 
 fn data_crc_of(seg: &Segment, fid: u32) -> u32 {
     let ino = seg.inode(fid);
-    let mut b = [0u8; 16];
+    let mut b = [0u8; 24];
     b[..4].copy_from_slice(&fid.to_le_bytes());
     b[4..8].copy_from_slice(&ino.nchunks.load(Relaxed).to_le_bytes());
-    b[8..].copy_from_slice(&ino.size.load(Relaxed).to_le_bytes());
+    b[8..16].copy_from_slice(&ino.size.load(Relaxed).to_le_bytes());
+    b[16..].copy_from_slice(&ino.srun.load(Relaxed).to_le_bytes());
     crc32c(&b)
 }
 
-/// Store the data-record CRC of `fid` (size, chunk count). File lock held.
+/// Store the data-record CRC of `fid` (size, chunk count, small run). File lock held.
 pub(crate) fn seal_data(seg: &Segment, fid: u32) {
     seg.inode(fid).data_crc.store(data_crc_of(seg, fid), Release);
 }

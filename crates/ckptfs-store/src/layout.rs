@@ -3,13 +3,15 @@
 //!
 //! ```text
 //! 0            Superblock (4 KiB): magic, version, Layout, state, locks, intents
-//! inode_off    Inode[max_files]            2 KiB each, index = file id (0 = root dir)
+//! inode_off    Inode[max_files]            512 B each, index = file id (0 = root dir)
+//! lease_off    LeaseSlot[lease_slots]      32 B each: who holds which file open
 //! chunk_off    ChunkEntry[mem + spill]     24 B each, index = chunk id
 //! mem_stack    u32[mem_chunks]             free memory chunk ids (stack)
 //! spill_stack  u32[spill_chunks]           free spill chunk ids (stack)
 //! fid_stack    u32[max_files]              free file ids (stack)
 //! hash_off     u32[hash_cap]               (parent, name) -> file id + 1, linear probing
 //! change_off   ChangeEntry[CHANGE_LOG]     ring of recent name changes (288 B each)
+//! block_map    u64[mem_blocks / 64]        used 4 KiB blocks of small-file chunks (bitmap)
 //! data_off     chunk data (2 MiB aligned)  mem_chunks * chunk_size
 //! ```
 //! Chunk ids `0..mem_chunks` live in the data region, ids `mem_chunks..` in the spill file
@@ -22,7 +24,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// First 8 bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"CKPTFS\0\x01";
 /// Format version this build reads and writes (4: change counters: a store-wide change
-/// sequence, a per-inode `changed_seq` and a ring of recent name changes.
+/// sequence, a per-inode `changed_seq` and a ring of recent name changes; small files in
+/// 4 KiB blocks of shared chunks; leases in a shared table; 512-byte inodes, their number
+/// derived from the memory size.
 /// 3: metadata checksums in the superblock, inodes and chunk entries; uid, gid and atime
 /// in inodes; 24-byte chunk entries. 2: 64 leases per inode, 2 KiB inodes).
 pub const FORMAT_VERSION: u32 = 4;
@@ -45,6 +49,24 @@ pub const MAX_CHUNK: u64 = ckptfs_settings::MAX_CHUNK_SIZE;
 /// Distinct processes that may hold one file open at once (one node's ranks of an N-1
 /// checkpoint, or of a shared restart file, each open it).
 pub const LEASES: usize = 64;
+/// Default memory per inode when the file count is not given: one inode per 8 KiB of
+/// memory, as tmpfs's default (`nr_inodes` = half the pages).
+pub const BYTES_PER_INODE: u64 = ckptfs_settings::BYTES_PER_FILE;
+/// Block size of small files (data in shared chunks).
+pub const BLOCK_SIZE: u64 = 4096;
+/// log2([`BLOCK_SIZE`]).
+pub const BLOCK_SHIFT: u32 = 12;
+/// Largest small file: a file whose data fits in this many bytes (and in a quarter of a
+/// chunk) lives in blocks of a shared chunk; past it, it grows into whole chunks.
+pub const SMALL_MAX: u64 = 64 << 10;
+/// Owner value of a chunk divided into small-file blocks (never a file id + 1).
+pub const SMALL_OWNER: u32 = u32::MAX - 1;
+/// Lease slots per inode for the default lease table size (at least [`MIN_LEASE_SLOTS`]).
+pub const LEASE_SLOTS_PER_INODES: u32 = 4;
+/// Smallest lease table.
+pub const MIN_LEASE_SLOTS: u32 = 4096;
+/// Largest lease table.
+pub const MAX_LEASE_SLOTS: u32 = 1 << 20;
 /// "No file id" in parent/sibling links.
 pub const NONE: u32 = u32::MAX;
 /// File id of the root directory.
@@ -113,10 +135,12 @@ pub struct Layout {
     pub spill_chunks: u32,
     /// Capacity of the name hash table (power of two).
     pub hash_cap: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// Slots in the lease table.
+    pub lease_slots: u32,
     /// Offset of the inode table.
     pub inode_off: u64,
+    /// Offset of the lease table.
+    pub lease_off: u64,
     /// Offset of the chunk table.
     pub chunk_off: u64,
     /// Offset of the free memory chunk stack.
@@ -129,6 +153,8 @@ pub struct Layout {
     pub hash_off: u64,
     /// Offset of the ring of recent name changes.
     pub change_off: u64,
+    /// Offset of the small-file block bitmap.
+    pub block_map_off: u64,
     /// Offset of the data region.
     pub data_off: u64,
     /// Path of the spill file, NUL padded.
@@ -142,15 +168,19 @@ impl Layout {
             x.div_ceil(a) * a
         }
         let hash_cap = (max_files as u64 * 2).next_power_of_two().max(16) as u32;
+        let lease_slots = (max_files / LEASE_SLOTS_PER_INODES).clamp(MIN_LEASE_SLOTS, MAX_LEASE_SLOTS);
         let inode_off = SUPERBLOCK_SIZE;
-        let chunk_off = align(inode_off + max_files as u64 * INODE_SIZE, 64);
+        let lease_off = align(inode_off + max_files as u64 * INODE_SIZE, 64);
+        let chunk_off = align(lease_off + lease_slots as u64 * LEASE_SLOT_SIZE, 64);
         let nchunks = mem_chunks as u64 + spill_chunks as u64;
         let mem_stack_off = align(chunk_off + nchunks * CHUNK_ENTRY_SIZE, 64);
         let spill_stack_off = align(mem_stack_off + mem_chunks as u64 * 4, 64);
         let fid_stack_off = align(spill_stack_off + spill_chunks as u64 * 4, 64);
         let hash_off = align(fid_stack_off + max_files as u64 * 4, 64);
         let change_off = align(hash_off + hash_cap as u64 * 4, 64);
-        let data_off = align(change_off + CHANGE_LOG as u64 * CHANGE_ENTRY_SIZE, DATA_ALIGN);
+        let block_map_off = align(change_off + CHANGE_LOG as u64 * CHANGE_ENTRY_SIZE, 64);
+        let mem_blocks = (mem_chunks as u64) << (chunk_shift - BLOCK_SHIFT);
+        let data_off = align(block_map_off + mem_blocks.div_ceil(64) * 8, DATA_ALIGN);
         let total_size = data_off + ((mem_chunks as u64) << chunk_shift);
         Layout {
             total_size,
@@ -159,14 +189,16 @@ impl Layout {
             mem_chunks,
             spill_chunks,
             hash_cap,
-            _pad: 0,
+            lease_slots,
             inode_off,
+            lease_off,
             chunk_off,
             mem_stack_off,
             spill_stack_off,
             fid_stack_off,
             hash_off,
             change_off,
+            block_map_off,
             data_off,
             spill_path: [0; 512],
         }
@@ -180,6 +212,21 @@ impl Layout {
     /// Size of the memory data region.
     pub fn data_size(&self) -> u64 {
         (self.mem_chunks as u64) << self.chunk_shift
+    }
+
+    /// log2(blocks per chunk).
+    pub fn blocks_shift(&self) -> u32 {
+        self.chunk_shift - BLOCK_SHIFT
+    }
+
+    /// Largest small file of this layout: [`SMALL_MAX`], at most a quarter of a chunk.
+    pub fn small_max(&self) -> u64 {
+        SMALL_MAX.min(self.chunk_size() / 4)
+    }
+
+    /// Number of 4 KiB blocks in the memory data region.
+    pub fn mem_blocks(&self) -> u64 {
+        (self.mem_chunks as u64) << self.blocks_shift()
     }
 
     /// Spill file path, if any.
@@ -278,6 +325,8 @@ pub struct Superblock {
     pub spill_top: AtomicU32,
     /// Top of the free file id stack.
     pub fid_top: AtomicU32,
+    /// A small-file chunk likely to have free blocks (a hint; any value is safe).
+    pub small_hint: AtomicU32,
     /// CRC32C of the identity fields written once at creation (`creator_uid`,
     /// `created_ns`, `create_time_ns`), checked at attach.
     pub ident_crc: u32,
@@ -325,10 +374,17 @@ const _: () = assert!(std::mem::size_of::<ChangeEntry>() == CHANGE_ENTRY_SIZE as
 
 const _: () = assert!(std::mem::size_of::<Superblock>() <= SUPERBLOCK_SIZE as usize);
 
-/// One process's hold on an open file.
+/// Bytes per lease slot.
+pub const LEASE_SLOT_SIZE: u64 = 32;
+
+/// One process's hold on an open file, in the shared lease table. A slot belongs to file
+/// `fid - 1` while `fid != 0`; it is claimed with a compare-and-swap of `fid` from 0 and
+/// otherwise changed only under that file's lock.
 #[repr(C)]
-pub struct Lease {
-    /// Process id, 0 when the slot is free.
+pub struct LeaseSlot {
+    /// File id + 1 the slot belongs to; 0 = free.
+    pub fid: AtomicU32,
+    /// Process id, 0 while being claimed or released.
     pub pid: AtomicU32,
     /// Open handles for writing held by that process.
     pub writers: AtomicU32,
@@ -337,12 +393,16 @@ pub struct Lease {
     /// 1 once that process changed the file's data through this lease (write, truncate):
     /// only such a holder's death makes the file incomplete.
     pub wrote: AtomicU32,
+    /// Padding.
+    pub _pad: u32,
     /// Process start time (clock ticks since boot) to tell a reused pid apart.
     pub start: AtomicU64,
 }
 
+const _: () = assert!(std::mem::size_of::<LeaseSlot>() == LEASE_SLOT_SIZE as usize);
+
 /// Bytes per inode.
-pub const INODE_SIZE: u64 = 2048;
+pub const INODE_SIZE: u64 = 512;
 
 /// A file or directory. Index in the table is the file id.
 #[repr(C)]
@@ -398,8 +458,19 @@ pub struct Inode {
     /// Value of the store's change `seq` at this inode's last change (see
     /// [`ChangeCounters`]); also bumped when the slot is freed.
     pub changed_seq: AtomicU64,
-    /// Open leases.
-    pub leases: [Lease; LEASES],
+    /// Lease slots this file holds in the lease table (a count kept under the file lock;
+    /// recounted from the table when a lock holder died).
+    pub nleases: AtomicU32,
+    /// Padding.
+    pub _pad2: u32,
+    /// Small file: its run of 4 KiB blocks in the memory data region, `blocks << 32 |
+    /// (first block + 1)`; 0 = none (the data, if any, is in whole chunks). One store
+    /// under the allocation lock (and the file lock) is the commit point of a small
+    /// allocation, of a move to a larger run, and of a move into whole chunks (cleared).
+    pub srun: AtomicU64,
+    /// Small file: `hwm << 32 | crc32c` of the run, with the `SUM_STALE` bit, as a
+    /// chunk's `sum`.
+    pub ssum: AtomicU64,
     /// Name of the last path component.
     pub name: UnsafeCell<[u8; 256]>,
 }

@@ -1,5 +1,14 @@
 //! Leases (who holds a file open), dead-holder reaping, and what a dead writer leaves
 //! behind (trimmed past the size, stale checksums recomputed, the file incomplete).
+//!
+//! Leases live in one table shared by all files (`LeaseSlot`s at `lease_off`), so an inode
+//! need not reserve room for 64 of them. A file's slots are found from a home position
+//! derived from its id, scanning forward until the inode's `nleases` slots were seen; a
+//! file with no lease costs no scan. A slot is claimed with a compare-and-swap of its `fid`
+//! from 0 (files claim concurrently, each under its own lock) and changed afterwards only
+//! under its file's lock. A claimer killed between the swap and the count leaves a slot
+//! with pid 0, freed by the next reaping (the file lock's holder died, so the count is
+//! recomputed from the table first).
 
 use crate::error::{Result, StoreError};
 use crate::layout::*;
@@ -8,6 +17,49 @@ use crate::store::Store;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 impl Store {
+    fn lease_home(&self, fid: u32) -> u32 {
+        ((fid as u64).wrapping_mul(0x9E37_79B1) % self.seg.layout.lease_slots as u64) as u32
+    }
+
+    /// The lease slots of `fid`: from its home slot on, until `nleases` were found (none
+    /// scanned when it holds no lease). Caller holds the file lock.
+    pub(crate) fn leases_of(&self, fid: u32) -> impl Iterator<Item = &LeaseSlot> + '_ {
+        let seg = &*self.seg;
+        let n = seg.layout.lease_slots;
+        let home = self.lease_home(fid);
+        let want = seg.inode(fid).nleases.load(Relaxed).min(n) as usize;
+        (0..if want == 0 { 0 } else { n })
+            .map(move |k| seg.lease((home + k) % n))
+            .filter(move |l| l.fid.load(Acquire) == fid + 1)
+            .take(want)
+    }
+
+    /// Count `fid`'s lease slots in the whole table (after its lock holder died).
+    pub(crate) fn recount_leases(&self, fid: u32) {
+        let seg = &*self.seg;
+        let n = (0..seg.layout.lease_slots)
+            .filter(|&i| seg.lease(i).fid.load(Acquire) == fid + 1)
+            .count() as u32;
+        seg.inode(fid).nleases.store(n, Relaxed);
+    }
+
+    /// Give slot `l` of `fid` back to the table. Caller holds the file lock.
+    fn release_slot(&self, fid: u32, l: &LeaseSlot) {
+        l.writers.store(0, Relaxed);
+        l.readers.store(0, Relaxed);
+        l.wrote.store(0, Relaxed);
+        l.pid.store(0, Relaxed);
+        l.fid.store(0, Release);
+        let ino = self.seg.inode(fid);
+        let n = ino.nleases.load(Relaxed);
+        ino.nleases.store(n.saturating_sub(1), Relaxed);
+    }
+
+    /// Whether some live-or-not-yet-reaped process holds `fid` open. File lock held.
+    pub(crate) fn has_holder(&self, fid: u32) -> bool {
+        self.leases_of(fid).any(|l| l.pid.load(Relaxed) != 0)
+    }
+
     /// Drop leases of processes that no longer run. Returns true if a dead writer that
     /// had changed the file was found. Caller holds the file lock.
     ///
@@ -19,9 +71,12 @@ impl Store {
     pub(crate) fn reap_leases(&self, fid: u32) -> bool {
         let ino = self.seg.inode(fid);
         let mut dead_writer = false;
-        for l in &ino.leases {
+        let held: Vec<&LeaseSlot> = self.leases_of(fid).collect();
+        for l in held {
             let pid = l.pid.load(Relaxed);
             if pid == 0 {
+                // Left by a claimer killed before it filled the slot in.
+                self.release_slot(fid, l);
                 continue;
             }
             let p = ProcId {
@@ -32,10 +87,7 @@ impl Store {
                 if l.writers.load(Relaxed) > 0 && l.wrote.load(Relaxed) != 0 {
                     dead_writer = true;
                 }
-                l.writers.store(0, Relaxed);
-                l.readers.store(0, Relaxed);
-                l.wrote.store(0, Relaxed);
-                l.pid.store(0, Release);
+                self.release_slot(fid, l);
                 self.mark_dirty();
             }
         }
@@ -59,6 +111,7 @@ impl Store {
     /// EIO once no live writer explains it. Caller holds the file lock.
     pub(crate) fn recompute_stale(&self, fid: u32) {
         let seg = &*self.seg;
+        self.small_recompute_stale(fid);
         if seg.inode(fid).nchunks.load(Relaxed) == 0 {
             return;
         }
@@ -80,10 +133,7 @@ impl Store {
     /// file lock.
     pub(crate) fn mark_wrote(&self, fid: u32, who: ProcId) {
         if let Some(l) = self
-            .seg
-            .inode(fid)
-            .leases
-            .iter()
+            .leases_of(fid)
             .find(|l| l.pid.load(Relaxed) == who.pid && l.start.load(Relaxed) == who.start)
         {
             l.wrote.store(1, Release);
@@ -98,7 +148,8 @@ impl Store {
         let seg = &*self.seg;
         let size = seg.inode(fid).size.load(Acquire);
         let shift = seg.layout.chunk_shift;
-        self.free_chunks_from(fid, size.div_ceil(1 << shift) as u32);
+        self.free_data_from(fid, size.div_ceil(1 << shift) as u32);
+        self.small_trim(fid, size);
         let within = (size & ((1 << shift) - 1)) as u32;
         let last = (size >> shift) as u32;
         let found = (0..seg.nchunks()).find(|&c| {
@@ -117,58 +168,64 @@ impl Store {
     }
 
     pub(crate) fn has_writer(&self, fid: u32) -> bool {
-        self.seg
-            .inode(fid)
-            .leases
-            .iter()
+        self.leases_of(fid)
             .any(|l| l.pid.load(Relaxed) != 0 && l.writers.load(Relaxed) > 0)
     }
 
     /// Register `who` as holding `fid` open. Caller holds the file lock.
     pub(crate) fn add_lease(&self, fid: u32, who: ProcId, write: bool) -> Result<()> {
-        let ino = self.seg.inode(fid);
-        for attempt in 0..2 {
-            let slot = ino
-                .leases
-                .iter()
-                .find(|l| l.pid.load(Relaxed) == who.pid && l.start.load(Relaxed) == who.start)
-                .or_else(|| ino.leases.iter().find(|l| l.pid.load(Relaxed) == 0));
-            if let Some(l) = slot {
-                if l.pid.load(Relaxed) == 0 {
-                    l.writers.store(0, Relaxed);
-                    l.readers.store(0, Relaxed);
-                    l.wrote.store(0, Relaxed);
-                    l.start.store(who.start, Relaxed);
+        let seg = &*self.seg;
+        let ino = seg.inode(fid);
+        let mine = |l: &&LeaseSlot| l.pid.load(Relaxed) == who.pid && l.start.load(Relaxed) == who.start;
+        let slot = match self.leases_of(fid).find(mine) {
+            Some(l) => l,
+            None => {
+                if ino.nleases.load(Relaxed) as usize >= LEASES {
+                    self.reap_leases(fid);
+                    if ino.nleases.load(Relaxed) as usize >= LEASES {
+                        return Err(StoreError::TooManyOpeners(format!("inode {}", fid + 1)));
+                    }
                 }
-                if write {
-                    l.writers.fetch_add(1, Relaxed);
-                } else {
-                    l.readers.fetch_add(1, Relaxed);
-                }
-                l.pid.store(who.pid, Release);
-                return Ok(());
+                let n = seg.layout.lease_slots;
+                let home = self.lease_home(fid);
+                let claimed = (0..n).map(|k| seg.lease((home + k) % n)).find(|l| {
+                    l.fid.load(Relaxed) == 0 && l.fid.compare_exchange(0, fid + 1, Acquire, Relaxed).is_ok()
+                });
+                let Some(l) = claimed else {
+                    return Err(StoreError::TooManyOpeners(format!(
+                        "inode {}: the store's lease table ({n} slots) is full",
+                        fid + 1
+                    )));
+                };
+                crate::fault::crash_point("lease-after-claim");
+                ino.nleases.fetch_add(1, Relaxed);
+                l.writers.store(0, Relaxed);
+                l.readers.store(0, Relaxed);
+                l.wrote.store(0, Relaxed);
+                l.start.store(who.start, Relaxed);
+                l
             }
-            if attempt == 0 {
-                self.reap_leases(fid);
-            }
+        };
+        if write {
+            slot.writers.fetch_add(1, Relaxed);
+        } else {
+            slot.readers.fetch_add(1, Relaxed);
         }
-        Err(StoreError::TooManyOpeners(format!("inode {}", fid + 1)))
+        slot.pid.store(who.pid, Release);
+        Ok(())
     }
 
     /// Undo one `add_lease`. Caller holds the file lock.
     pub(crate) fn drop_lease(&self, fid: u32, who: ProcId, write: bool) {
-        let ino = self.seg.inode(fid);
-        if let Some(l) = ino
-            .leases
-            .iter()
+        if let Some(l) = self
+            .leases_of(fid)
             .find(|l| l.pid.load(Relaxed) == who.pid && l.start.load(Relaxed) == who.start)
         {
             let c = if write { &l.writers } else { &l.readers };
             let v = c.load(Relaxed);
             c.store(v.saturating_sub(1), Relaxed);
             if l.writers.load(Relaxed) == 0 && l.readers.load(Relaxed) == 0 {
-                l.wrote.store(0, Relaxed);
-                l.pid.store(0, Release);
+                self.release_slot(fid, l);
             }
         }
     }
@@ -183,7 +240,7 @@ impl Store {
             if ino.kind.load(Acquire) == kind::FREE {
                 continue;
             }
-            let busy = ino.leases.iter().any(|l| l.pid.load(Relaxed) != 0);
+            let busy = ino.nleases.load(Relaxed) != 0;
             if busy || ino.wstate.load(Relaxed) == wstate::WRITING {
                 let _g = self.file_lock(fid);
                 self.reap_leases(fid);

@@ -7,10 +7,12 @@
 //! that never page-faults (CRUISE, Rajachandrasekar et al., sections 4-5).
 //!
 //! Inside the segment (see [`layout`]): a superblock, an inode table (files and
-//! directories, addressed by file id), a chunk table (owner, logical index, checksum of
-//! every fixed-size chunk), free stacks, a name hash and the data region. Only offsets
-//! are stored, never pointers. When memory chunks run out, chunks are taken from an
-//! optional spill file on an SSD.
+//! directories, addressed by file id, one per 8 KiB of memory by default), a lease table,
+//! a chunk table (owner, logical index, checksum of every fixed-size chunk), free stacks,
+//! a name hash, a ring of name changes, a small-file block bitmap and the data region.
+//! Only offsets are stored, never pointers. A file of at most 64 KiB keeps its data in
+//! 4 KiB blocks of a chunk shared with other small files; larger files take whole chunks.
+//! When memory chunks run out, chunks are taken from an optional spill file on an SSD.
 //!
 //! Concurrency: many processes of a node share a store, each usually writing its own
 //! files. A namespace lock, an allocation lock and one lock per file are robust,
@@ -59,16 +61,20 @@ mod query;
 mod recovery;
 pub mod region_io;
 mod segment;
+mod small;
+mod small_fsck;
+mod small_io;
 mod store;
 mod trust;
 mod types;
+mod verify;
 
 pub use changes::{ChangedInode, ChangedName, Changes};
 pub use error::{Result, StoreError};
 pub use file::FileHandle;
 pub use fsck::{FsckReport, Problem};
 pub use store::{
-    default_store_name, is_system_path, job_rank, segment_path, ChunkInfo, ChunkLocation, DataRegion,
-    DirEntry, FileKind, OpenFlags, Stat, Store, StoreInfo, StoreOptions, WriteState, DEFAULT_CHUNK_SIZE,
-    DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE, ROOT_INO, SYSTEM_DIR, SYSTEM_DIR_NAME,
+    default_max_files, default_store_name, is_system_path, job_rank, segment_path, ChunkInfo, ChunkLocation,
+    DataRegion, DirEntry, FileKind, OpenFlags, Stat, Store, StoreInfo, StoreOptions, WriteState,
+    DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE, ROOT_INO, SYSTEM_DIR, SYSTEM_DIR_NAME,
 };

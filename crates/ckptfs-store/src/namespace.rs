@@ -188,11 +188,11 @@ impl Store {
         ino.mtime_ns.store(t, Relaxed);
         ino.ctime_ns.store(t, Relaxed);
         ino.last_writer_pid.store(0, Relaxed);
-        for l in &ino.leases {
-            l.pid.store(0, Relaxed);
-            l.writers.store(0, Relaxed);
-            l.readers.store(0, Relaxed);
-        }
+        // A freed inode holds no live lease (see `release_if_unused`); slots a killed
+        // claimer left half-filled are found by a recount when they matter.
+        ino.nleases.store(0, Relaxed);
+        ino.srun.store(0, Relaxed);
+        ino.ssum.store(0, Relaxed);
         ino.igen.fetch_add(1, Relaxed);
         ino.cgen.fetch_add(1, Relaxed);
         ino.ns_crc
@@ -213,7 +213,7 @@ impl Store {
     /// Free an inode nobody holds open: its chunks, then the slot.
     pub(crate) fn free_inode(&self, _ns: &Ns, fid: u32) {
         let seg = &*self.seg;
-        self.free_chunks_from(fid, 0);
+        self.free_data_from(fid, 0);
         let ino = seg.inode(fid);
         ino.size.store(0, Relaxed);
         ino.parent.store(NONE, Relaxed);
@@ -239,6 +239,7 @@ impl Store {
         self.hash_remove(ns, fid);
         self.unlink_child(ns, fid);
         ino.flags.fetch_or(iflag::ORPHAN, Release);
+        crate::fault::crash_point("unlink-after-orphan-flag");
         ino.parent.store(NONE, Relaxed);
         seal_ns(seg, fid);
         self.release_if_unused(ns, fid);
@@ -253,7 +254,7 @@ impl Store {
         // failing its checksum is never freed (fsck quarantines it).
         if ino.kind.load(Acquire) != kind::FREE
             && ino.flags.load(Relaxed) & iflag::ORPHAN != 0
-            && ino.leases.iter().all(|l| l.pid.load(Relaxed) == 0)
+            && !self.has_holder(fid)
             && crate::integrity::ns_ok(&self.seg, fid)
         {
             self.free_inode(ns, fid);

@@ -73,7 +73,7 @@ impl Store {
                     ino.size.store(0, Release);
                     seal_data(seg, fid);
                     crate::fault::crash_point("otrunc-after-size");
-                    self.free_chunks_from(fid, 0);
+                    self.free_data_from(fid, 0);
                     ino.mtime_ns.store(now(), Relaxed);
                     self.note_change(fid);
                 }

@@ -109,7 +109,8 @@ impl Store {
             },
             chunks,
             spill_chunks,
-            allocated: (chunks as u64) << seg.layout.chunk_shift,
+            allocated: ((chunks as u64) << seg.layout.chunk_shift)
+                + self.run_raw(fid).ok().flatten().map_or(0, |r| r.bytes()),
             mtime_ns: ino.mtime_ns.load(Relaxed),
             ctime_ns: ino.ctime_ns.load(Relaxed),
             atime_ns: ino.atime_ns.load(Relaxed),
@@ -279,6 +280,18 @@ impl Store {
                 }
             })
             .collect();
+        if let Ok(Some(run)) = self.run_raw(fid) {
+            // A small file: its run, as logical chunk 0 in the chunk that holds it.
+            let (hwm, crc, stale) = unpack_sum(seg.inode(fid).ssum.load(Acquire));
+            out.push(ChunkInfo {
+                logical: 0,
+                chunk_id: run.first >> seg.layout.blocks_shift(),
+                location: ChunkLocation::Memory(run.offset()),
+                len: size.min(cs),
+                written: (hwm as u64).min(run.bytes()),
+                crc: (!stale).then_some(crc),
+            });
+        }
         out.sort_by_key(|c| c.logical);
         out
     }

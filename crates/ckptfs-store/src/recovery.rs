@@ -21,6 +21,11 @@ impl Store {
             tracing::warn!(store = %self.seg.name, "a process died holding the namespace lock; rebuilding");
             self.seg.sb().recoveries.fetch_add(1, Relaxed);
             self.mark_dirty();
+            // The dead holder may have been between a field and its record checksum (an
+            // unlink between setting ORPHAN and resealing, say): adopt every record as it
+            // is before the rebuild judges them, or such a file would be taken for a
+            // damaged one and moved to lost+found instead of being freed.
+            self.reseal_all_ns();
             self.rebuild_namespace(&ns);
         }
         ns
@@ -56,6 +61,10 @@ impl Store {
                 .filter(|&c| self.seg.chunk(c).owner.load(Acquire) == fid1)
                 .count();
             ino.nchunks.store(n as u32, Relaxed);
+            // It may have died between claiming a lease slot and counting it.
+            self.recount_leases(fid);
+            // Or while moving a small file's data into chunks.
+            self.undo_interrupted_move(fid);
             // It may have died between changing the size or count and its checksum.
             seal_data(&self.seg, fid);
             // Its chunk list may have changed under every cached copy.
@@ -68,6 +77,8 @@ impl Store {
     /// the allocation lock.
     pub(crate) fn rebuild_free_stacks(&self) {
         let seg = &*self.seg;
+        // Small-file chunks none of whose blocks a file uses become free first.
+        self.rebuild_block_map();
         let sb = seg.sb();
         let (mut m, mut s) = (0u32, 0u32);
         // Push high ids first so that low ids are handed out first again.

@@ -456,6 +456,18 @@ impl Segment {
         self.at(self.layout.hash_off, i as u64, 4)
     }
 
+    /// Word `i` of the small-file block bitmap (bit `b % 64` of word `b / 64` = block `b`).
+    pub fn block_word(&self, i: u64) -> &AtomicU64 {
+        assert!(i < self.layout.mem_blocks().div_ceil(64));
+        self.at(self.layout.block_map_off, i, 8)
+    }
+
+    /// Slot `i` of the lease table.
+    pub fn lease(&self, i: u32) -> &LeaseSlot {
+        assert!(i < self.layout.lease_slots);
+        self.at(self.layout.lease_off, i as u64, LEASE_SLOT_SIZE)
+    }
+
     /// Slot `i` of the ring of recent name changes.
     pub fn change_entry(&self, i: u32) -> &ChangeEntry {
         assert!(i < CHANGE_LOG);

@@ -43,6 +43,12 @@ pub(crate) fn name_hash(parent: u32, name: &[u8]) -> u32 {
     h
 }
 
+/// The file count of a store of `mem_size` bytes of memory when none is given: one inode
+/// per [`BYTES_PER_INODE`] (8 KiB), at least 256, at most 4,194,304.
+pub fn default_max_files(mem_size: u64) -> u32 {
+    (mem_size / BYTES_PER_INODE).clamp(256, 1 << 22) as u32
+}
+
 /// Namespace lock held: proof for functions that need it.
 pub(crate) struct Ns<'a> {
     pub(crate) _g: Guard<'a>,
@@ -116,7 +122,9 @@ impl Store {
                     "memory size {mem}: must hold at least one chunk of {cs} bytes"
                 )));
             }
-            let max_files = opts.max_files.unwrap_or(DEFAULT_MAX_FILES);
+            let max_files = opts
+                .max_files
+                .unwrap_or_else(|| default_max_files(mem_chunks << shift));
             if !(2..=1 << 22).contains(&max_files) {
                 return Err(StoreError::Invalid(format!(
                     "max files {max_files}: must be 2 to 4194304"
@@ -264,6 +272,12 @@ impl Store {
             spill_size: (l.spill_chunks as u64) << l.chunk_shift,
             spill_chunks: l.spill_chunks,
             spill_free_chunks: sb.spill_top.load(Relaxed),
+            small_chunks: (0..l.mem_chunks)
+                .filter(|&c| seg.chunk(c).owner.load(Relaxed) == SMALL_OWNER)
+                .count() as u32,
+            small_blocks_used: (0..l.mem_blocks().div_ceil(64))
+                .map(|i| seg.block_word(i).load(Relaxed).count_ones() as u64)
+                .sum(),
             max_files: l.max_files,
             files,
             dirs,

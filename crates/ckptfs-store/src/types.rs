@@ -3,6 +3,8 @@
 
 use crate::error::{Result, StoreError};
 use crate::store::components;
+#[cfg(doc)]
+use crate::store::Store;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -138,7 +140,7 @@ pub struct Stat {
     pub chunks: u32,
     /// Chunks of those in the spill file.
     pub spill_chunks: u32,
-    /// Bytes allocated (chunks x chunk size).
+    /// Bytes allocated (chunks x chunk size, plus a small file's run of 4 KiB blocks).
     pub allocated: u64,
     /// Modification time, ns since the epoch.
     pub mtime_ns: u64,
@@ -190,6 +192,10 @@ pub struct StoreInfo {
     pub spill_chunks: u32,
     /// Free spill chunks.
     pub spill_free_chunks: u32,
+    /// Memory chunks divided into 4 KiB blocks for small files (counted in use).
+    pub small_chunks: u32,
+    /// 4 KiB blocks of those holding small files' data.
+    pub small_blocks_used: u64,
     /// Maximum files and directories.
     pub max_files: u32,
     /// Files.
@@ -231,7 +237,8 @@ pub enum ChunkLocation {
 pub struct ChunkInfo {
     /// Logical chunk index in the file (byte offset = index x chunk size).
     pub logical: u32,
-    /// Physical chunk id.
+    /// Physical chunk id (for a small file: the chunk holding its run of blocks, which
+    /// `location` gives exactly).
     pub chunk_id: u32,
     /// Where its bytes are.
     pub location: ChunkLocation,

@@ -161,7 +161,8 @@ fn directories_and_errors() {
     s.unlink("/a/g").unwrap();
     s.rmdir("/a").unwrap();
     assert!(s.read_dir("/").unwrap().is_empty());
-    assert!(s.fsck(false).is_clean());
+    let rep = s.fsck(false);
+    assert!(rep.is_clean(), "{:?}", rep.problems);
 }
 
 #[test]

@@ -224,7 +224,9 @@ fn concurrent_writes_are_never_missed_between_two_polls() {
     assert!(writes.len() > 100, "{} writes", writes.len());
     for &(i, p0, p1) in &writes {
         assert!(
-            reports[p0..=(p1 + 1).min(reports.len() - 1)].iter().any(|r| r.contains(&files[i])),
+            reports[p0..=(p1 + 1).min(reports.len() - 1)]
+                .iter()
+                .any(|r| r.contains(&files[i])),
             "a write to /f{i} done during polls {p0} to {p1} was reported by none of polls {p0} to {}",
             p1 + 1
         );

@@ -8,7 +8,9 @@
 
 mod support;
 
-use ckptfs_store::layout::{ChunkEntry, Inode, Layout, Superblock, CHUNK_ENTRY_SIZE, INODE_SIZE};
+use ckptfs_store::layout::{
+    ChunkEntry, Inode, Layout, Superblock, CHUNK_ENTRY_SIZE, INODE_SIZE, LEASE_SLOT_SIZE,
+};
 use ckptfs_store::{OpenFlags, Store, StoreOptions};
 use std::mem::offset_of;
 use std::os::unix::fs::FileExt;
@@ -100,6 +102,8 @@ enum Edit {
     Set32(u32),
     Set64(u64),
     Add64(i64),
+    /// Several edits at their own offsets (the offset given with it is ignored).
+    Multi(Vec<(u64, Edit)>),
 }
 
 /// Apply `edit` at `off` of the segment file (shared memory: every mapping sees it).
@@ -119,6 +123,11 @@ fn poke(name: &str, off: u64, edit: &Edit) {
             f.read_exact_at(&mut b8, off).unwrap();
             let v = (u64::from_le_bytes(b8) as i64 + d) as u64;
             f.write_all_at(&v.to_le_bytes(), off).unwrap();
+        }
+        Edit::Multi(ref edits) => {
+            for (o, e) in edits {
+                poke(name, *o, e);
+            }
         }
     }
 }
@@ -396,10 +405,33 @@ case!(ino_wstate, "ino.wstate", false, |c| (
     c.inode(c.a, offset_of!(Inode, wstate)),
     Edit::Set32(9)
 ));
-case!(ino_lease_dead_writer, "ino.lease", false, |c| (
-    c.inode(c.a, offset_of!(Inode, leases)),
-    // pid 0x3ffffff0 (no such process), writers = 1
-    Edit::Set64(DEAD_TID as u64 | (1 << 32))
+case!(ino_lease_dead_writer, "ino.lease", false, |c| {
+    // A lease slot of /d/a at its home position naming a process that does not exist
+    // (pid 0x3ffffff0) with writers = 1, and the inode's lease count saying so.
+    let home = (c.a as u64).wrapping_mul(0x9E37_79B1) % c.layout.lease_slots as u64;
+    let slot = c.layout.lease_off + home * LEASE_SLOT_SIZE;
+    (
+        0,
+        Edit::Multi(vec![
+            (slot, Edit::Set64((c.a as u64 + 1) | (DEAD_TID as u64) << 32)),
+            (slot + 8, Edit::Set32(1)),
+            (c.inode(c.a, offset_of!(Inode, nleases)), Edit::Set32(1)),
+        ]),
+    )
+});
+
+case!(ino_srun_garbage, "ino.srun", true, |c| (
+    // A chunked file given a small-file run: its data record no longer matches.
+    c.inode(c.a, offset_of!(Inode, srun)),
+    Edit::Set64(0x0000_0004_0000_0011)
+));
+case!(ino_nleases_huge, "ino.nleases", false, |c| (
+    c.inode(c.a, offset_of!(Inode, nleases)),
+    Edit::Set32(1_000_000)
+));
+case!(block_map_all_set, "block_map", false, |c| (
+    c.layout.block_map_off,
+    Edit::Set64(u64::MAX)
 ));
 
 // ---- chunk entry of /d/a's chunk 1

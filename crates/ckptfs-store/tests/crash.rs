@@ -158,12 +158,19 @@ impl Tracked {
     }
 }
 
-fn random_writer_spec(store: &str, dir: String, rng: &mut Rng) -> Spec {
+fn random_writer_spec(store: &str, dir: String, rng: &mut Rng, small: bool) -> Spec {
     let mut s = Spec::new(store, "files");
     s.dir = dir;
     s.count = 0; // until killed
-    s.size = 300_000;
-    s.blocks = vec![512, 4096, 65536, 100_000];
+    if small {
+        // Small files (runs of 4 KiB blocks up to 16 KiB with 64 KiB chunks), many growing
+        // past that into chunks, in small writes.
+        s.size = 40_000;
+        s.blocks = vec![100, 512, 3000, 4096, 9000];
+    } else {
+        s.size = 300_000;
+        s.blocks = vec![512, 4096, 65536, 100_000];
+    }
     s.seed = rng.next();
     s.tmp = rng.next().is_multiple_of(2);
     s.keep = rng.range(1, 4);
@@ -174,7 +181,13 @@ fn random_writer_spec(store: &str, dir: String, rng: &mut Rng) -> Spec {
 #[test]
 fn sigkilled_writers_keep_closed_files_intact_and_open_files_incomplete() {
     let t = TempStore::new("crash-random", 32 << 20, CHUNK, 512, None);
-    random_kills(&t, 14, 0x0c4a_54f5);
+    random_kills(&t, 14, 0x0c4a_54f5, false);
+}
+
+#[test]
+fn sigkilled_small_file_writers_keep_closed_files_intact_and_open_files_incomplete() {
+    let t = TempStore::new("crash-random-small", 16 << 20, CHUNK, 2048, None);
+    random_kills(&t, 14, 0x5a11, true);
 }
 
 #[test]
@@ -188,11 +201,11 @@ fn sigkilled_writers_keep_spilled_files_intact_and_open_files_incomplete() {
         512,
         Some((dir.path(), 32 << 20)),
     );
-    random_kills(&t, 6, 0x5b111);
+    random_kills(&t, 6, 0x5b111, false);
 }
 
 /// Rounds of three writers SIGKILLed at random times, each followed by a full check.
-fn random_kills(t: &TempStore, rounds: usize, seed: u64) {
+fn random_kills(t: &TempStore, rounds: usize, seed: u64, small: bool) {
     const WRITERS: usize = 3;
     let mut rng = Rng::from_env(seed);
     let start = Instant::now();
@@ -200,7 +213,7 @@ fn random_kills(t: &TempStore, rounds: usize, seed: u64) {
     let mut kills = 0;
     for round in 0..rounds {
         let specs: Vec<Spec> = (0..WRITERS)
-            .map(|k| random_writer_spec(&t.name, format!("/r{round}w{k}"), &mut rng))
+            .map(|k| random_writer_spec(&t.name, format!("/r{round}w{k}"), &mut rng, small))
             .collect();
         let mut procs: Vec<Proc> = specs.iter().map(|s| Proc::spawn(s, &[])).collect();
         let spawned = Instant::now();
@@ -230,6 +243,16 @@ fn random_kills(t: &TempStore, rounds: usize, seed: u64) {
             for tr in previous.iter().chain(&tracked) {
                 incomplete.extend(tr.check(&store));
             }
+            let listed: BTreeSet<String> = store
+                .list_all()
+                .into_iter()
+                .filter(|(_, st)| st.state == WriteState::Incomplete)
+                .map(|(p, _)| p)
+                .collect();
+            assert_eq!(
+                listed, incomplete,
+                "incomplete files: store vs the writers' reports"
+            );
             assert_eq!(store.info().incomplete as usize, incomplete.len());
             let rep = store.fsck(false);
             assert_eq!(

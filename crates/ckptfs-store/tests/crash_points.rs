@@ -8,7 +8,7 @@
 mod crash_support;
 mod support;
 
-use ckptfs_store::{ChunkLocation, OpenFlags, Store, WriteState};
+use ckptfs_store::{ChunkLocation, OpenFlags, Store, StoreError, WriteState};
 use crash_support::*;
 use std::time::{Duration, Instant};
 use support::*;
@@ -166,6 +166,124 @@ fn crash_at_write_before_size_keeps_size_at_last_completed_write() {
             );
         },
     );
+}
+
+#[test]
+fn crash_at_unlink_after_orphan_flag_completes_the_unlink_not_a_quarantine() {
+    // Killed holding the namespace lock between the ORPHAN flag and the record's
+    // checksum: the recovery adopts the record, so the file is freed as unlinked, not
+    // taken for a damaged one and moved to lost+found.
+    crash_point_case(
+        "unlink-after-orphan-flag",
+        100_000,
+        "unlink",
+        "",
+        0,
+        &[],
+        |s, v| {
+            assert!(matches!(s.stat(&v.file_path(0)), Err(StoreError::NotFound(_))));
+            assert!(s.read_dir("/lost+found").is_err(), "nothing quarantined");
+            assert_eq!(s.info().orphans, 0);
+            assert_file_is(s, &v.file_path(1), v.file_seed(1), 100_000);
+        },
+    );
+}
+
+#[test]
+fn crash_at_lease_after_claim_leaves_the_file_as_it_was_and_the_slot_reusable() {
+    // Killed inside open(), holding the file lock, after claiming a lease slot and
+    // before counting it: the file was not touched; the next opener recounts and reaps.
+    crash_point_case("lease-after-claim", 100_000, "append", "", 1_000, &[], |s, v| {
+        let st = s.stat(&v.file_path(0)).unwrap();
+        assert_eq!((st.state, st.size), (WriteState::Complete, 100_000));
+        assert_file_is(s, &v.file_path(0), v.file_seed(0), 100_000);
+        // Opened and closed again many times: slots are found and released as usual.
+        for _ in 0..100 {
+            let f = s
+                .open(
+                    &v.file_path(0),
+                    OpenFlags {
+                        write: true,
+                        ..Default::default()
+                    },
+                    0,
+                )
+                .unwrap();
+            f.close().unwrap();
+        }
+        assert_eq!(s.stat(&v.file_path(0)).unwrap().state, WriteState::Complete);
+    });
+}
+
+// ------------------------------------------------------------------ small files
+
+#[test]
+fn crash_at_small_grow_before_switch_keeps_the_old_run_and_its_bytes() {
+    // 5,000 bytes in a run of 2 blocks; appending 5,000 more needs 4: killed holding the
+    // allocation lock after the copy, before the run switch.
+    crash_point_case("small-before-switch", 5_000, "append", "", 5_000, &[], |s, v| {
+        let st = s.stat(&v.file_path(0)).unwrap();
+        assert_eq!(st.state, WriteState::Incomplete);
+        assert_eq!((st.size, st.allocated), (5_000, 8192));
+        assert_eq!(
+            assert_prefix_is(s, &v.file_path(0), v.file_seed(0), 10_000),
+            5_000
+        );
+        assert_file_is(s, &v.file_path(1), v.file_seed(1), 5_000);
+    });
+}
+
+#[test]
+fn crash_at_move_after_alloc_keeps_the_run_and_frees_the_chunk() {
+    // 10,000 bytes in a run; appending 20,000 takes it past 16 KiB: killed after the
+    // chunk was allocated, before the bytes were copied into it.
+    crash_point_case("move-after-alloc", 10_000, "append", "", 20_000, &[], |s, v| {
+        let st = s.stat(&v.file_path(0)).unwrap();
+        assert_eq!(st.state, WriteState::Incomplete);
+        assert_eq!((st.size, st.chunks, st.allocated), (10_000, 0, 16384));
+        assert_eq!(
+            assert_prefix_is(s, &v.file_path(0), v.file_seed(0), 30_000),
+            10_000
+        );
+    });
+}
+
+#[test]
+fn crash_at_move_before_switch_keeps_the_run_and_frees_the_chunk() {
+    crash_point_case("move-before-switch", 10_000, "append", "", 20_000, &[], |s, v| {
+        let st = s.stat(&v.file_path(0)).unwrap();
+        assert_eq!(st.state, WriteState::Incomplete);
+        assert_eq!((st.size, st.chunks), (10_000, 0));
+        assert_eq!(
+            assert_prefix_is(s, &v.file_path(0), v.file_seed(0), 30_000),
+            10_000
+        );
+    });
+}
+
+#[test]
+fn crash_at_write_before_size_in_a_small_file_keeps_its_size() {
+    crash_point_case("write-before-size", 3_000, "append", "", 2_000, &[], |s, v| {
+        let st = s.stat(&v.file_path(0)).unwrap();
+        assert_eq!(st.state, WriteState::Incomplete);
+        assert_eq!(st.size, 3_000);
+        assert_eq!(assert_prefix_is(s, &v.file_path(0), v.file_seed(0), 5_000), 3_000);
+        // Growing it shows zeros past the old end, not the dead write's bytes.
+        let mut f = s
+            .open(
+                &v.file_path(0),
+                OpenFlags {
+                    write: true,
+                    ..Default::default()
+                },
+                0,
+            )
+            .unwrap();
+        f.set_len(5_000).unwrap();
+        f.close().unwrap();
+        let data = read_all(s, &v.file_path(0)).unwrap();
+        assert!(data[3_000..].iter().all(|&b| b == 0));
+    });
 }
 
 // ------------------------------------------------------------------ overwrites, checksums

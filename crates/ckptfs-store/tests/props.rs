@@ -2,183 +2,21 @@
 //! data operations are applied to a store and to an in-memory model of POSIX semantics
 //! (names -> inodes -> bytes and allocated chunks). Every result (bytes written, errno),
 //! every file's content, size and chunk count, every directory listing, the free chunk
-//! count and fsck must agree with the model. Small stores make ENOSPC (short writes) and
+//! count and fsck must agree with the model. The model allocates as the store does (a
+//! stack of free chunk ids; small files in aligned runs of 4 KiB blocks of shared chunks,
+//! moved to larger runs and into whole chunks as they grow), so the chunk ids, the runs
+//! and the free counts must agree exactly. Small stores make ENOSPC (short writes) and
 //! a full inode table (ENFILE) part of the sequences; a small name hash makes probing and
 //! backward-shift deletion part of them too.
 
 use ckptfs_store::{FileHandle, FileKind, OpenFlags, Store, StoreError, StoreOptions};
 use proptest::prelude::*;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-const CS: u64 = 64 << 10;
+mod props_model;
 
-// ------------------------------------------------------------------ the model
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Node {
-    Dir,
-    File(u64),
-}
-
-#[derive(Debug, Default)]
-struct MInode {
-    data: Vec<u8>,
-    chunks: BTreeSet<u64>,
-    named: bool,
-    handles: usize,
-}
-
-struct Model {
-    names: BTreeMap<String, Node>,
-    inodes: HashMap<u64, MInode>,
-    next_id: u64,
-    total_chunks: usize,
-    /// Inodes the store can hold besides the root.
-    max_inodes: usize,
-}
-
-type Res<T> = Result<T, i32>;
-
-fn parent_of(p: &str) -> &str {
-    match p.rfind('/') {
-        Some(0) => "/",
-        Some(i) => &p[..i],
-        None => "/",
-    }
-}
-
-impl Model {
-    fn new(total_chunks: usize, max_files: u32) -> Model {
-        Model {
-            names: BTreeMap::new(),
-            inodes: HashMap::new(),
-            next_id: 0,
-            total_chunks,
-            max_inodes: max_files as usize - 1,
-        }
-    }
-
-    fn get(&self, p: &str) -> Option<Node> {
-        if p == "/" {
-            return Some(Node::Dir);
-        }
-        self.names.get(p).copied()
-    }
-
-    /// Errors of resolving every component of `p` before its last (as the store does).
-    fn check_parent(&self, p: &str) -> Res<()> {
-        let mut cur = String::new();
-        let comps: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
-        for c in &comps[..comps.len() - 1] {
-            cur.push('/');
-            cur.push_str(c);
-            match self.get(&cur) {
-                None => return Err(libc::ENOENT),
-                Some(Node::File(_)) => return Err(libc::ENOTDIR),
-                Some(Node::Dir) => {}
-            }
-        }
-        Ok(())
-    }
-
-    fn lookup(&self, p: &str) -> Res<Node> {
-        self.check_parent(p)?;
-        self.get(p).ok_or(libc::ENOENT)
-    }
-
-    fn live_inodes(&self) -> usize {
-        self.names.values().filter(|n| **n == Node::Dir).count() + self.inodes.len()
-    }
-
-    fn used_chunks(&self) -> usize {
-        self.inodes.values().map(|i| i.chunks.len()).sum()
-    }
-
-    fn children(&self, dir: &str) -> Vec<(String, Node)> {
-        let prefix = if dir == "/" {
-            "/".to_string()
-        } else {
-            format!("{dir}/")
-        };
-        self.names
-            .iter()
-            .filter(|(k, _)| k.starts_with(&prefix) && !k[prefix.len()..].contains('/'))
-            .map(|(k, v)| (k[prefix.len()..].to_string(), *v))
-            .collect()
-    }
-
-    fn new_inode(&mut self) -> u64 {
-        self.next_id += 1;
-        self.inodes.insert(
-            self.next_id,
-            MInode {
-                named: true,
-                ..Default::default()
-            },
-        );
-        self.next_id
-    }
-
-    /// The name of inode `id` went away.
-    fn drop_name(&mut self, id: u64) {
-        let ino = self.inodes.get_mut(&id).unwrap();
-        ino.named = false;
-        if ino.handles == 0 {
-            self.inodes.remove(&id);
-        }
-    }
-
-    fn close(&mut self, id: u64) {
-        let ino = self.inodes.get_mut(&id).unwrap();
-        ino.handles -= 1;
-        if ino.handles == 0 && !ino.named {
-            self.inodes.remove(&id);
-        }
-    }
-
-    /// write(): allocate missing chunks in order; when none is left, a short write if
-    /// something was written, else ENOSPC.
-    fn write(&mut self, id: u64, off: u64, data: &[u8]) -> Res<usize> {
-        if data.is_empty() {
-            return Ok(0);
-        }
-        let mut free = self.total_chunks - self.used_chunks();
-        let ino = self.inodes.get_mut(&id).unwrap();
-        let mut done = 0usize;
-        while done < data.len() {
-            let p = off + done as u64;
-            let l = p / CS;
-            let k = ((CS - p % CS) as usize).min(data.len() - done);
-            if !ino.chunks.contains(&l) {
-                if free == 0 {
-                    if done == 0 {
-                        return Err(libc::ENOSPC);
-                    }
-                    break;
-                }
-                free -= 1;
-                ino.chunks.insert(l);
-            }
-            done += k;
-        }
-        let end = off as usize + done;
-        if ino.data.len() < end {
-            ino.data.resize(end, 0);
-        }
-        ino.data[off as usize..end].copy_from_slice(&data[..done]);
-        Ok(done)
-    }
-
-    fn set_len(&mut self, id: u64, len: u64) {
-        let ino = self.inodes.get_mut(&id).unwrap();
-        if len < ino.data.len() as u64 {
-            let keep = len.div_ceil(CS);
-            ino.chunks.retain(|&c| c < keep);
-        }
-        ino.data.resize(len as usize, 0);
-    }
-}
+use props_model::*;
 
 // ------------------------------------------------------------------ operations
 
@@ -510,20 +348,31 @@ impl Case {
         prop_assert_eq!(st.kind, FileKind::File);
         prop_assert_eq!(st.size, ino.data.len() as u64, "size of {}", p);
         prop_assert_eq!(st.chunks as usize, ino.chunks.len(), "chunks of {}", p);
+        let run_bytes = ino.run.map_or(0, |r| r.2 as u64 * 4096);
+        prop_assert_eq!(
+            st.allocated,
+            ino.chunks.len() as u64 * CS + run_bytes,
+            "allocated of {}",
+            p
+        );
         let mut f = self.store.open(p, OpenFlags::READ, 0).unwrap();
         let mut buf = vec![7u8; ino.data.len() + 10];
         let n = f.read_full(&mut buf).unwrap();
         prop_assert_eq!(n, ino.data.len());
         prop_assert!(buf[..n] == ino.data[..], "content of {} differs", p);
         // The chunk list the copy-out API gives agrees with the model's allocation.
-        let list: BTreeSet<u64> = self
+        let list: BTreeMap<u64, u64> = self
             .store
             .chunk_list(p)
             .unwrap()
             .iter()
-            .map(|c| c.logical as u64)
+            .map(|c| (c.logical as u64, c.chunk_id as u64))
             .collect();
-        prop_assert_eq!(&list, &ino.chunks, "chunk list of {}", p);
+        let mut want = ino.chunks.clone();
+        if let Some((c, _, _)) = ino.run {
+            want.insert(0, c); // a small file's run, as chunk 0 in its chunk
+        }
+        prop_assert_eq!(&list, &want, "chunk list (logical -> chunk id) of {}", p);
         Ok(())
     }
 
@@ -574,6 +423,13 @@ impl Case {
             m.used_chunks(),
             "used chunks"
         );
+        prop_assert_eq!(
+            info.small_chunks as usize,
+            m.alloc.small.len(),
+            "small-file chunks"
+        );
+        let blocks: u32 = m.alloc.small.values().map(|b| b.count_ones()).sum();
+        prop_assert_eq!(info.small_blocks_used, blocks as u64, "small-file blocks");
         let rep = s.fsck(false);
         prop_assert!(
             rep.problems.is_empty() && rep.incomplete.is_empty(),

@@ -106,7 +106,13 @@ pub fn crash_point_case(
     allowed: &'static [&'static str],
     check: impl FnOnce(&Store, &Spec) + Send + 'static,
 ) {
-    let t = TempStore::new(&format!("cp-{point}-{op}"), 16 << 20, CHUNK, 64, None);
+    let t = TempStore::new(
+        &format!("cp-{point}-{op}-{victim_size}"),
+        16 << 20,
+        CHUNK,
+        64,
+        None,
+    );
     let keep = setup_files(&t.name, "/keep", 2, 150_000, 11);
     let victim = setup_files(&t.name, "/v", 2, victim_size, 22);
     let target = if to.is_empty() {

@@ -269,21 +269,41 @@ pub fn assert_prefix_is(store: &Store, path: &str, seed: u64, max: u64) -> u64 {
     data.len() as u64
 }
 
-/// Chunks owned according to the files' stats must equal the chunks missing from the
-/// free stacks (memory and spill).
+/// Chunks owned according to the files' stats, plus the chunks divided into small-file
+/// blocks, must equal the chunks missing from the free stacks (memory and spill); the
+/// small files' runs must be the blocks in use.
 pub fn assert_chunk_accounting(store: &Store) {
     let info = store.info();
     let used = (info.mem_chunks - info.mem_free_chunks) + (info.spill_chunks - info.spill_free_chunks);
-    let owned: u32 = store
-        .list_all()
-        .iter()
+    let files: Vec<_> = store
+        .list_all_system()
+        .into_iter()
+        .chain(store.list_all())
         .filter(|(_, st)| st.kind == FileKind::File)
-        .map(|(_, st)| st.chunks)
+        .collect();
+    let owned: u32 = files.iter().map(|(_, st)| st.chunks).sum();
+    assert_eq!(
+        owned + info.small_chunks,
+        used,
+        "files own {owned} chunks and {} chunks hold small files, but {used} are missing from the free stacks ({info:?})",
+        info.small_chunks
+    );
+    let chunk = info.chunk_size;
+    let run_bytes: u64 = files
+        .iter()
+        .map(|(_, st)| st.allocated - ((st.chunks as u64) * chunk))
         .sum();
     assert_eq!(
-        owned, used,
-        "files own {owned} chunks but {used} are missing from the free stacks ({info:?})"
+        run_bytes,
+        info.small_blocks_used * 4096,
+        "small-file blocks in use ({info:?})"
     );
+    if info.small_chunks > 0 {
+        assert!(
+            info.small_blocks_used > 0,
+            "a small-file chunk holds no blocks ({info:?})"
+        );
+    }
 }
 
 /// Remove a directory tree.
