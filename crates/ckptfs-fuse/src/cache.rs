@@ -8,7 +8,7 @@
 //! format 4) and, when it moved, asks [`Store::changed_since`] which inodes changed and
 //! tells the kernel what is now wrong:
 //!
-//! * [`KernelView`] records what the kernel was told and still holds: for each inode it
+//! * `KernelView` records what the kernel was told and still holds: for each inode it
 //!   has looked up (until FORGET) the attributes it was given and the one name it knows
 //!   it under (the store has one name per inode).
 //! * For every inode the store lists as changed since the last round (or every known
