@@ -57,7 +57,8 @@ extern "C" {
 /*
  * How ckptfs_mount finds or creates its store. Initialize with CKPTFS_OPTIONS_INIT and
  * set the fields you need. A zero or NULL field takes the existing segment's setting,
- * or the default when creating (1 GiB memory, 1 MiB chunks, 4096 files, no spill).
+ * or the default when creating (1 GiB memory, 1 MiB chunks, one file per 8 KiB of memory
+ * (131,072 for 1 GiB), no spill).
  * A non-zero field that differs from an existing segment's is -EINVAL.
  */
 typedef struct ckptfs_options {
@@ -194,13 +195,14 @@ int ckptfs_fsync(int fd);
 struct ckptfs_stat {
     uint64_t ino;          /* inode number; a mount's root is 1 */
     uint64_t size;         /* bytes (directories: 0) */
-    uint64_t allocated;    /* chunks * chunk size */
+    uint64_t allocated;    /* chunks * chunk size, plus a small file's 4 KiB blocks */
     uint64_t mtime_ns;     /* modification time, ns since the epoch */
     uint64_t ctime_ns;     /* status change time, ns since the epoch */
     uint32_t mode;         /* S_IFREG or S_IFDIR | permission bits, as st_mode */
     uint32_t kind;         /* CKPTFS_KIND_* */
     uint32_t state;        /* CKPTFS_STATE_* (directories: complete) */
-    uint32_t chunks;       /* chunks allocated */
+    uint32_t chunks;       /* whole chunks allocated (a small file of at most 64 KiB
+                            * lives in 4 KiB blocks of a shared chunk: 0) */
     uint32_t spill_chunks; /* of those, chunks in the spill file */
     uint32_t generation;   /* bumped each time an inode number is reused */
 };
