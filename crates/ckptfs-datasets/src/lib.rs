@@ -29,6 +29,7 @@
 mod completion;
 mod config;
 mod error;
+mod filecrc;
 pub mod jobwide;
 pub mod levels_record;
 mod ops;
@@ -41,7 +42,8 @@ mod restart_cluster;
 pub use completion::{Agreement, Completion, JobNodes, NodeRecords, SingleNode, Want};
 pub use config::{check_component, glob_match, CompleteRule, Config, FailureRule};
 pub use error::{DatasetError, Result};
+pub use filecrc::{file_crc, file_crc_from_chunks, ChunkCrc};
 pub use jobwide::{judge, JobDataset, JobState, Views};
-pub use ops::{check_name, file_crc, Datasets};
+pub use ops::{check_name, Datasets};
 pub use record::{Dataset, DecisionRec, FileRec, NodePart, Part, State};
 pub use restart::{pfs_has as pfs_holds, Restart, Skipped, Source};
