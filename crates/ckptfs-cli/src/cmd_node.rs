@@ -60,7 +60,9 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     cfg.partner_limit = args.partner_max;
     cfg.scan_interval = Duration::from_secs_f64(args.interval.max(0.01));
     if !args.dest.dest.is_empty() {
-        cfg.drain = Some(args.dest.config(Some(node))?);
+        let mut d = args.dest.config(Some(node))?;
+        crate::cmd_agent::use_dataset_policy(ctx, &mut d)?;
+        cfg.drain = Some(d);
     }
     let shutdown = ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT])?;
     eprintln!(

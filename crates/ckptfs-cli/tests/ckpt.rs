@@ -339,3 +339,51 @@ fn runtime_policy_and_policy_simulate_choose_the_same_levels() {
         "both levels used: {levels:?}"
     );
 }
+
+#[test]
+fn flush_every_second_dataset_drains_only_datasets_2_and_4() {
+    let st = Store::new("flush");
+    let pfs = st.dir.path().join("pfs");
+    std::fs::create_dir_all(&pfs).unwrap();
+    let pfs_s = pfs.to_str().unwrap();
+    // Every 2nd dataset is flushed; a slow PFS (1 B/s) keeps the runtime policy on `local`.
+    let with_env = |args: &[&str]| {
+        let mut c = st.cmd(args);
+        c.env("CKPTFS_DATASET_FLUSH_EVERY", "2")
+            .env("CKPTFS_PFS_BANDWIDTH", "1");
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    for s in 1..=4 {
+        with_env(&["ckpt", "begin", &format!("step{s}")]);
+        st.put(&format!("/ck/{s}/rank0"), format!("state {s}").as_bytes());
+        with_env(&["ckpt", "complete"]);
+        // The agent runs after each completion, as a daemon would: nothing of an
+        // unflushed dataset goes, whenever it looks.
+        with_env(&["agent", "--once", "--dest", pfs_s]);
+    }
+    // A file outside every dataset is drained as without datasets.
+    st.put("/other/log", b"not a checkpoint");
+    // A file of a dataset still open stays in memory.
+    with_env(&["ckpt", "begin", "step5"]);
+    st.put("/ck/5/rank0", b"state 5");
+    with_env(&["agent", "--once", "--dest", pfs_s]);
+    for s in 1..=5 {
+        let there = pfs.join(format!("ck/{s}/rank0")).exists();
+        assert_eq!(there, s == 2 || s == 4, "dataset {s} on the PFS: {there}");
+    }
+    assert_eq!(std::fs::read(pfs.join("other/log")).unwrap(), b"not a checkpoint");
+    // `ckpt list` shows it: flush marked on 2 and 4, and only they are on the PFS level.
+    let l = json(&with_env(&["ckpt", "list", "--json", "--dest", pfs_s]));
+    let rows = l["datasets"].as_array().unwrap();
+    for r in rows.iter().filter(|r| r["complete"] == true) {
+        let id = r["id"].as_u64().unwrap();
+        let on_pfs = r["levels"].as_array().unwrap().iter().any(|v| v == "pfs");
+        assert_eq!(r["flush"] == true, id % 2 == 0, "{r}");
+        assert_eq!(on_pfs, id % 2 == 0, "dataset {id}: {r}");
+    }
+    assert_eq!(rows.iter().filter(|r| r["complete"] == true).count(), 4, "{l}");
+    let text = with_env(&["ckpt", "list", "--dest", pfs_s]);
+    assert!(text.contains("pfs"), "{text}");
+}

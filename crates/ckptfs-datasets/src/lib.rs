@@ -30,6 +30,7 @@ mod completion;
 mod config;
 mod error;
 mod filecrc;
+mod flush_policy;
 pub mod jobwide;
 pub mod levels_record;
 mod ops;
@@ -43,6 +44,7 @@ pub use completion::{Agreement, Completion, JobNodes, NodeRecords, SingleNode, W
 pub use config::{check_component, glob_match, CompleteRule, Config, FailureRule};
 pub use error::{DatasetError, Result};
 pub use filecrc::{file_crc, file_crc_from_chunks, ChunkCrc};
+pub use flush_policy::FlushPolicy;
 pub use jobwide::{judge, JobDataset, JobState, Views};
 pub use ops::{check_name, Datasets};
 pub use record::{Dataset, DecisionRec, FileRec, NodePart, Part, State};
