@@ -228,36 +228,54 @@ fn transparent_marker_rule_from_settings_table() {
 #[test]
 fn runtime_policy_and_policy_simulate_choose_the_same_levels() {
     let st = Store::new("pol");
-    let env = [
-        ("CKPTFS_FAILURE_RULE", "remem"),
-        ("CKPTFS_CHECKPOINT_INTERVAL", "100"),
-        ("CKPTFS_PFS_BANDWIDTH", "10000"),
-    ];
-    let run = |args: &[&str]| {
-        let mut c = st.cmd(args);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let o = c.output().unwrap();
-        assert!(o.status.success(), "{args:?}: {o:?}");
-        String::from_utf8(o.stdout).unwrap()
-    };
+    let run = |args: &[&str]| policy_env(&st, args, &[]);
     let n = 10;
     for s in 1..=n {
         run(&["ckpt", "begin", &format!("s{s}")]);
         st.put(&format!("/p/{s}"), &vec![s as u8; 100_000]);
         run(&["ckpt", "complete"]);
     }
+    let levels = same_as_decide_and_simulate(&st, &run, (1..=n).collect());
+    let count = |l: &str| levels.iter().filter(|x| *x == l).count();
+    assert!(
+        count("local") > 0 && count("pfs") > 0,
+        "both levels used: {levels:?}"
+    );
+}
+
+/// The environment of the policy comparisons: REMEM's rule, a fixed interval, a slow PFS.
+fn policy_env(st: &Store, args: &[&str], extra: &[(&str, &str)]) -> String {
+    let mut c = st.cmd(args);
+    for (k, v) in [
+        ("CKPTFS_FAILURE_RULE", "remem"),
+        ("CKPTFS_CHECKPOINT_INTERVAL", "100"),
+        ("CKPTFS_PFS_BANDWIDTH", "10000"),
+    ]
+    .iter()
+    .chain(extra)
+    {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{args:?}: {o:?}");
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// Every recorded decision of `ids` is the one `ckptfs policy decide` makes on its
+/// recorded inputs, and `ckptfs policy simulate` with the same (mean) costs, tau and
+/// predictor over as many failure-free segments chooses each level as often. The
+/// levels chosen, in id order.
+fn same_as_decide_and_simulate(st: &Store, run: &dyn Fn(&[&str]) -> String, ids: Vec<u64>) -> Vec<String> {
     let mut levels = Vec::new();
-    let (mut cl, mut rl, mut cp, mut rp) = (0.0, 0.0, 0.0, 0.0);
-    for id in 1..=n {
+    let mut sum: std::collections::BTreeMap<&str, f64> = Default::default();
+    let mut partner_offered = 0;
+    for id in &ids {
         let d = json(&run(&["ckpt", "show", &id.to_string(), "--json"]));
         let dec = &d["decision"];
         let inp = &dec["input"];
         let c = &inp["costs"];
         let f = |v: &serde_json::Value| v.as_f64().unwrap();
-        // The same decision from `ckptfs policy decide` with this dataset's recorded inputs.
-        let o = st.ok(&[
+        let mut args: Vec<String> = [
             "policy",
             "decide",
             "--json",
@@ -277,18 +295,45 @@ fn runtime_policy_and_policy_simulate_choose_the_same_levels() {
             &f(&inp["predictor"]["recall"]).to_string(),
             "--n",
             &inp["n_pfs"].to_string(),
-        ]);
-        assert_eq!(json(&o)["decision"]["level"], dec["level"], "dataset {id}");
-        cl += f(&c["local"]["checkpoint_s"]);
-        rl += f(&c["local"]["restart_s"]);
-        cp += f(&c["pfs"]["checkpoint_s"]);
-        rp += f(&c["pfs"]["restart_s"]);
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if !c["partner"].is_null() {
+            partner_offered += 1;
+            for (k, v) in [
+                ("--ckpt-partner", &c["partner"]["checkpoint_s"]),
+                ("--restart-partner", &c["partner"]["restart_s"]),
+            ] {
+                args.push(k.into());
+                args.push(f(v).to_string());
+            }
+            if !inp["n_partner"].is_null() {
+                args.push("--n-partner".into());
+                args.push(inp["n_partner"].to_string());
+            }
+            *sum.entry("ckpt-partner").or_default() += f(&c["partner"]["checkpoint_s"]);
+            *sum.entry("restart-partner").or_default() += f(&c["partner"]["restart_s"]);
+        }
+        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let o = st.ok(&args);
+        assert_eq!(json(&o)["decision"]["level"], dec["level"], "dataset {id}: {dec}");
+        *sum.entry("ckpt-local").or_default() += f(&c["local"]["checkpoint_s"]);
+        *sum.entry("restart-local").or_default() += f(&c["local"]["restart_s"]);
+        *sum.entry("ckpt-pfs").or_default() += f(&c["pfs"]["checkpoint_s"]);
+        *sum.entry("restart-pfs").or_default() += f(&c["pfs"]["restart_s"]);
         levels.push(dec["level"].as_str().unwrap().to_string());
     }
-    let k = n as f64;
+    // The simulator offers a level for every segment or for none.
+    assert!(
+        partner_offered == 0 || partner_offered == ids.len(),
+        "partner offered for {partner_offered} of {} datasets",
+        ids.len()
+    );
+    let k = ids.len() as f64;
     let log = st.dir.path().join("no-failures.log");
     std::fs::write(&log, "").unwrap();
-    let sim = json(&st.ok(&[
+    let mut args: Vec<String> = [
         "policy",
         "simulate",
         "--json",
@@ -300,22 +345,23 @@ fn runtime_policy_and_policy_simulate_choose_the_same_levels() {
         "--failure-log",
         log.to_str().unwrap(),
         "--segments",
-        &n.to_string(),
+        &ids.len().to_string(),
         "--tau",
         "100",
-        "--ckpt-local",
-        &(cl / k).to_string(),
-        "--restart-local",
-        &(rl / k).to_string(),
-        "--ckpt-pfs",
-        &(cp / k).to_string(),
-        "--restart-pfs",
-        &(rp / k).to_string(),
         "--precision",
         "0.7",
         "--recall",
         "0.7",
-    ]));
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (key, total) in &sum {
+        args.push(format!("--{key}"));
+        args.push((total / k).to_string());
+    }
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let sim = json(&st.ok(&args));
     let adaptive = sim["report"]["results"]
         .as_array()
         .unwrap()
@@ -323,21 +369,145 @@ fn runtime_policy_and_policy_simulate_choose_the_same_levels() {
         .find(|r| r["strategy"].as_str().unwrap().starts_with("adaptive"))
         .unwrap()["checkpoints"]
         .clone();
-    let count = |l: &str| levels.iter().filter(|x| *x == l).count() as f64;
-    assert_eq!(
-        adaptive["local"].as_f64().unwrap(),
-        count("local"),
-        "{levels:?} vs {adaptive}"
-    );
-    assert_eq!(
-        adaptive["pfs"].as_f64().unwrap(),
-        count("pfs"),
-        "{levels:?} vs {adaptive}"
-    );
+    for l in ["local", "partner", "pfs"] {
+        let count = levels.iter().filter(|x| *x == l).count() as f64;
+        assert_eq!(
+            adaptive[l].as_f64().unwrap_or(0.0),
+            count,
+            "{l}: {levels:?} vs {adaptive}"
+        );
+    }
+    levels
+}
+
+/// A node daemon on 127.0.0.1 (loopback), killed on drop.
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn runtime_policy_offers_the_partner_level_with_measured_costs_as_simulate_does() {
+    // Two node daemons on loopback; the datasets are node1's (its store), its daemon
+    // copies every complete file to node2. Costs: the partner copy time is measured from
+    // node1's levels record, nothing is a constant but the PFS bandwidth setting.
+    let st = Store::new("ppol");
+    let dir = st.dir.path();
+    let port = (47400..47490)
+        .step_by(2)
+        .find(|&p| (p..p + 2).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
+        .expect("two free ports in 47400-47491");
+    let c = |args: &[&str]| {
+        let mut cmd = st.cmd(args);
+        cmd.current_dir(dir);
+        cmd
+    };
+    let o = c(&[
+        "cluster",
+        "init",
+        "--local",
+        "2",
+        "--out",
+        "c.toml",
+        "--heartbeat-ms",
+        "200",
+        "--port",
+        &port.to_string(),
+    ])
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    // Stores named for this test (the default names are shared by every local cluster).
+    let stores = [format!("{}-n1", st.name), format!("{}-n2", st.name)];
+    let toml = std::fs::read_to_string(dir.join("c.toml"))
+        .unwrap()
+        .replace("\"ckptfs.node1\"", &format!("\"{}\"", stores[0]))
+        .replace("\"ckptfs.node2\"", &format!("\"{}\"", stores[1]));
+    std::fs::write(dir.join("c.toml"), toml).unwrap();
+    let node1 = Store {
+        name: stores[0].clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let _node2 = Store {
+        name: stores[1].clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let run = |args: &[&str]| policy_env(&node1, args, &[]);
+    // No daemon yet: no partner level, and the record says why.
+    run(&["ckpt", "begin", "before"]);
+    node1.put("/b/0", b"before the daemons");
+    run(&["ckpt", "complete"]);
+    let d = json(&run(&["ckpt", "show", "1", "--json"]));
+    let m = &d["decision"]["measured"];
+    assert_eq!(m["partner"], false, "{d}");
     assert!(
-        count("local") > 0.0 && count("pfs") > 0.0,
-        "both levels used: {levels:?}"
+        m["partner_reason"].as_str().unwrap().contains("node daemon"),
+        "{m}"
     );
+    assert_eq!(m["pfs_put_source"], "setting", "{m}");
+    assert!(d["decision"]["input"]["costs"]["partner"].is_null(), "{d}");
+    run(&["ckpt", "delete", "1"]);
+    let mut daemons = Vec::new();
+    for (i, s) in stores.iter().enumerate() {
+        let node = format!("node{}", i + 1);
+        let log = std::fs::File::create(dir.join(format!("{node}.log"))).unwrap();
+        let child = c(&[
+            "--cluster",
+            "c.toml",
+            "--node-id",
+            &node,
+            "node",
+            "--interval",
+            "0.05",
+        ])
+        .env("CKPTFS_STORE", s)
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+        daemons.push(Daemon(child));
+    }
+    // A file is protected once node1's levels record lists a partner for it.
+    let copied = |path: &str| {
+        let t = std::time::Instant::now();
+        loop {
+            let o = node1.run(&["ls", "-l", path]);
+            if String::from_utf8_lossy(&o.stdout).contains("node2") {
+                return;
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(60),
+                "{path} not copied to node2: {o:?}\n{}",
+                std::fs::read_to_string(dir.join("node1.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    // Each dataset's file is copied before it completes: its own completion measures
+    // the copy time, so every compared dataset has the partner level offered.
+    let n = 10u64;
+    for s in 1..=n {
+        run(&["ckpt", "begin", &format!("s{s}")]);
+        node1.put(&format!("/p/{s}"), &vec![s as u8; 100_000]);
+        copied(&format!("/p/{s}"));
+        run(&["ckpt", "complete"]);
+    }
+    let d = json(&run(&["ckpt", "show", "2", "--json"]));
+    let m = &d["decision"]["measured"];
+    assert_eq!(m["partner"], true, "partner offered after a measured copy: {d}");
+    assert!(m["partner_bps"].as_f64().unwrap() > 0.0, "{m}");
+    assert!(!d["decision"]["input"]["costs"]["partner"].is_null(), "{d}");
+    let levels = same_as_decide_and_simulate(&node1, &run, (2..2 + n).collect());
+    eprintln!("levels chosen: {levels:?}");
+    assert!(
+        levels.iter().any(|l| l == "partner"),
+        "partner chosen sometimes: {levels:?}"
+    );
+    drop(daemons);
 }
 
 #[test]

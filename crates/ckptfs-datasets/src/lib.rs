@@ -33,6 +33,7 @@ mod filecrc;
 mod flush_policy;
 pub mod jobwide;
 pub mod levels_record;
+pub mod measured;
 mod ops;
 mod pfs_retention;
 pub mod policy;
