@@ -390,23 +390,16 @@ impl Drop for Daemon {
     }
 }
 
-#[test]
-fn runtime_policy_offers_the_partner_level_with_measured_costs_as_simulate_does() {
-    // Two node daemons on loopback; the datasets are node1's (its store), its daemon
-    // copies every complete file to node2. Costs: the partner copy time is measured from
-    // node1's levels record, nothing is a constant but the PFS bandwidth setting.
-    let st = Store::new("ppol");
+/// A two-node cluster file for loopback daemons in `st`'s directory, ports from
+/// `ports`, stores named after `st` (the default names are shared by every local
+/// cluster). The two store names.
+fn loopback_cluster(st: &Store, ports: std::ops::Range<u16>) -> [String; 2] {
     let dir = st.dir.path();
-    let port = (47400..47490)
+    let port = ports
         .step_by(2)
         .find(|&p| (p..p + 2).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .expect("two free ports in 47400-47491");
-    let c = |args: &[&str]| {
-        let mut cmd = st.cmd(args);
-        cmd.current_dir(dir);
-        cmd
-    };
-    let o = c(&[
+        .expect("two free ports");
+    let mut c = st.cmd(&[
         "cluster",
         "init",
         "--local",
@@ -417,17 +410,106 @@ fn runtime_policy_offers_the_partner_level_with_measured_costs_as_simulate_does(
         "200",
         "--port",
         &port.to_string(),
-    ])
-    .output()
-    .unwrap();
+    ]);
+    let o = c.current_dir(dir).output().unwrap();
     assert!(o.status.success(), "{o:?}");
-    // Stores named for this test (the default names are shared by every local cluster).
     let stores = [format!("{}-n1", st.name), format!("{}-n2", st.name)];
     let toml = std::fs::read_to_string(dir.join("c.toml"))
         .unwrap()
         .replace("\"ckptfs.node1\"", &format!("\"{}\"", stores[0]))
         .replace("\"ckptfs.node2\"", &format!("\"{}\"", stores[1]));
     std::fs::write(dir.join("c.toml"), toml).unwrap();
+    stores
+}
+
+/// Start both nodes' daemons (`ckptfs node`, logs `nodeN.log` in `st`'s directory).
+fn start_daemons(st: &Store, stores: &[String; 2], args: &[&str], env: &[(&str, &str)]) -> Vec<Daemon> {
+    let dir = st.dir.path();
+    let mut daemons = Vec::new();
+    for (i, s) in stores.iter().enumerate() {
+        let node = format!("node{}", i + 1);
+        let log = std::fs::File::create(dir.join(format!("{node}.log"))).unwrap();
+        let mut c = st.cmd(&[
+            "--cluster",
+            "c.toml",
+            "--node-id",
+            &node,
+            "node",
+            "--interval",
+            "0.05",
+        ]);
+        c.args(args).current_dir(dir).env("CKPTFS_STORE", s);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let child = c.stdout(std::process::Stdio::null()).stderr(log).spawn().unwrap();
+        daemons.push(Daemon(child));
+    }
+    daemons
+}
+
+#[test]
+fn node_daemon_drain_flushes_only_every_second_dataset() {
+    let st = Store::new("ndrain");
+    let stores = loopback_cluster(&st, 47450..47500);
+    let pfs = st.dir.path().join("pfs");
+    std::fs::create_dir_all(&pfs).unwrap();
+    let node1 = Store {
+        name: stores[0].clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let _node2 = Store {
+        name: stores[1].clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let env = [("CKPTFS_DATASET_FLUSH_EVERY", "2"), ("CKPTFS_PFS_BANDWIDTH", "1")];
+    // The daemons drain to the PFS; datasets configured: only those marked for flush.
+    let daemons = start_daemons(&st, &stores, &["--dest", pfs.to_str().unwrap()], &env);
+    let run = |args: &[&str]| policy_env(&node1, args, &env);
+    for s in 1..=4 {
+        run(&["ckpt", "begin", &format!("step{s}")]);
+        node1.put(&format!("/ck/{s}/r0"), format!("state {s}").as_bytes());
+        run(&["ckpt", "complete"]);
+    }
+    // Drained oldest first: once this later file outside every dataset is on the PFS,
+    // every dataset file the daemon would drain is there too.
+    node1.put("/other/last", b"outside every dataset");
+    let t = std::time::Instant::now();
+    while !pfs.join("other/last").exists() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "the node daemon drained nothing: {}",
+            std::fs::read_to_string(st.dir.path().join("node1.log")).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let t = std::time::Instant::now();
+    while !(pfs.join("ck/2/r0").exists() && pfs.join("ck/4/r0").exists()) {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "2 and 4 not drained"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // A few more scans: 1 and 3 stay in memory.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for s in [1, 3] {
+        assert!(
+            !pfs.join(format!("ck/{s}/r0")).exists(),
+            "dataset {s} drained by the node daemon"
+        );
+    }
+    drop(daemons);
+}
+
+#[test]
+fn runtime_policy_offers_the_partner_level_with_measured_costs_as_simulate_does() {
+    // Two node daemons on loopback; the datasets are node1's (its store), its daemon
+    // copies every complete file to node2. Costs: the partner copy time is measured from
+    // node1's levels record, nothing is a constant but the PFS bandwidth setting.
+    let st = Store::new("ppol");
+    let dir = st.dir.path();
+    let stores = loopback_cluster(&st, 47400..47450);
     let node1 = Store {
         name: stores[0].clone(),
         dir: tempfile::tempdir().unwrap(),
@@ -451,26 +533,7 @@ fn runtime_policy_offers_the_partner_level_with_measured_costs_as_simulate_does(
     assert_eq!(m["pfs_put_source"], "setting", "{m}");
     assert!(d["decision"]["input"]["costs"]["partner"].is_null(), "{d}");
     run(&["ckpt", "delete", "1"]);
-    let mut daemons = Vec::new();
-    for (i, s) in stores.iter().enumerate() {
-        let node = format!("node{}", i + 1);
-        let log = std::fs::File::create(dir.join(format!("{node}.log"))).unwrap();
-        let child = c(&[
-            "--cluster",
-            "c.toml",
-            "--node-id",
-            &node,
-            "node",
-            "--interval",
-            "0.05",
-        ])
-        .env("CKPTFS_STORE", s)
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-        daemons.push(Daemon(child));
-    }
+    let daemons = start_daemons(&st, &stores, &[], &[]);
     // A file is protected once node1's levels record lists a partner for it.
     let copied = |path: &str| {
         let t = std::time::Instant::now();
