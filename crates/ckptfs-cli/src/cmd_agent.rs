@@ -126,7 +126,10 @@ pub struct AgentArgs {
     /// the next (off: every queued file is flushed at once, one thread each).
     #[arg(long, value_enum, default_value = "on")]
     pub marshal: OnOff,
-    /// Drain only every Nth checkpoint directory (in creation order).
+    /// Drain only every Nth checkpoint directory (in creation order). With datasets
+    /// configured (`dataset_flush_every` or `dataset_pattern` set), a dataset's files are
+    /// drained only when the dataset is complete and marked for flush; this applies to
+    /// files outside every dataset.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub every: u32,
     /// Free the memory copy after a verified drain.
