@@ -79,6 +79,11 @@ pub struct AgentConfig {
     pub retry_max: Duration,
     /// The `lfs` program, if Lustre striping should be set.
     pub lfs: Option<PathBuf>,
+    /// Which files go to the PFS when the agent is built with [`crate::Agent::new`]
+    /// (`ckptfs agent`, the node daemon's drain): None = [`crate::DrainPolicy`] from
+    /// `every`/`evict`; `ckptfs_datasets::FlushPolicy` drains only the datasets marked
+    /// for flush.
+    pub policy: Option<std::sync::Arc<dyn crate::MovePolicy>>,
 }
 
 impl AgentConfig {
@@ -99,6 +104,7 @@ impl AgentConfig {
             interval: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),
             lfs: crate::dest::find_lfs(),
+            policy: None,
         }
     }
 

@@ -33,8 +33,13 @@ pub struct Candidate<'a> {
 }
 
 /// Decides what moves where.
-pub trait MovePolicy: Send + Sync {
-    /// The level a complete file on `from` should be copied to now (None: leave it).
+pub trait MovePolicy: Send + Sync + std::fmt::Debug {
+    /// Called once before each pass over the candidates (the drain's scan, [`fill`]):
+    /// a policy that depends on state outside the files (e.g. the dataset records of
+    /// `ckptfs_datasets::FlushPolicy`) takes its snapshot here.
+    fn refresh(&self) {}
+    /// The level a complete file on `from` should be copied to now (None: leave it; it
+    /// is asked again at the next pass).
     fn route(&self, from: LevelKind, c: &Candidate<'_>) -> Option<LevelKind>;
     /// Free the copy on `from` once its copy on `to` is published and verified?
     fn release_source(&self, from: LevelKind, to: LevelKind) -> bool;
@@ -97,6 +102,9 @@ pub fn fill(
     policy: Option<&dyn MovePolicy>,
 ) -> Result<FillReport, LevelError> {
     let mut rep = FillReport::default();
+    if let Some(p) = policy {
+        p.refresh();
+    }
     let ordinals = dir_ordinals(&from.list(prefix)?);
     for (s, ord) in ordinals {
         let c = Candidate {

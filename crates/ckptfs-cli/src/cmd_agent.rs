@@ -53,6 +53,26 @@ impl DestArgs {
     }
 }
 
+/// When datasets are configured (`dataset_flush_every` or `dataset_pattern` set), the
+/// drain flushes only the datasets marked for flush ([`ckptfs_datasets::FlushPolicy`];
+/// files outside datasets follow `every`/`evict` as before). Used by `ckptfs agent` and
+/// `ckptfs node --dest` (the node daemon's drain builds its agent from this config).
+/// Returns whether the dataset policy is in use.
+pub(crate) fn use_dataset_policy(ctx: &Ctx, c: &mut AgentConfig) -> Result<bool> {
+    let ds = ckptfs_datasets::Config::from_settings(&ctx.settings, &|k| std::env::var(k).ok())?;
+    if ds.flush_every == 0 && ds.pattern.is_none() {
+        return Ok(false);
+    }
+    let fallback = ckptfs_agent::DrainPolicy::from_config(c);
+    c.policy = Some(std::sync::Arc::new(ckptfs_datasets::FlushPolicy::new(
+        ctx.store.clone(),
+        &ds.job,
+        ds.pattern.clone(),
+        fallback,
+    )));
+    Ok(true)
+}
+
 /// Staged marshaling switch.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnOff {
@@ -106,7 +126,10 @@ pub struct AgentArgs {
     /// the next (off: every queued file is flushed at once, one thread each).
     #[arg(long, value_enum, default_value = "on")]
     pub marshal: OnOff,
-    /// Drain only every Nth checkpoint directory (in creation order).
+    /// Drain only every Nth checkpoint directory (in creation order). With datasets
+    /// configured (`dataset_flush_every` or `dataset_pattern` set), a dataset's files are
+    /// drained only when the dataset is complete and marked for flush; this applies to
+    /// files outside every dataset.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub every: u32,
     /// Free the memory copy after a verified drain.
@@ -171,6 +194,9 @@ pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
     c.every = args.every;
     c.evict = args.evict;
     c.interval = Duration::from_secs_f64(args.interval.max(0.01));
+    if use_dataset_policy(ctx, &mut c)? {
+        eprintln!("ckptfs agent: datasets configured: only datasets marked for flush are drained");
+    }
     // Only the binary installs signal handlers; the agent gets the trigger.
     let shutdown = ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT])?;
     let store = loop {

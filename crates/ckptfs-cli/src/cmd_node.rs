@@ -75,7 +75,9 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     cfg.partner_priority =
         ckptfs_node::parse_priority(&prio).context("setting partner_priority (--partner-priority)")?;
     if !args.dest.dest.is_empty() {
-        cfg.drain = Some(args.dest.config(Some(node))?);
+        let mut d = args.dest.config(Some(node))?;
+        crate::cmd_agent::use_dataset_policy(ctx, &mut d)?;
+        cfg.drain = Some(d);
     }
     let shutdown = ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT])?;
     eprintln!(

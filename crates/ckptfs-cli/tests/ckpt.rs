@@ -228,36 +228,54 @@ fn transparent_marker_rule_from_settings_table() {
 #[test]
 fn runtime_policy_and_policy_simulate_choose_the_same_levels() {
     let st = Store::new("pol");
-    let env = [
-        ("CKPTFS_FAILURE_RULE", "remem"),
-        ("CKPTFS_CHECKPOINT_INTERVAL", "100"),
-        ("CKPTFS_PFS_BANDWIDTH", "10000"),
-    ];
-    let run = |args: &[&str]| {
-        let mut c = st.cmd(args);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let o = c.output().unwrap();
-        assert!(o.status.success(), "{args:?}: {o:?}");
-        String::from_utf8(o.stdout).unwrap()
-    };
+    let run = |args: &[&str]| policy_env(&st, args, &[]);
     let n = 10;
     for s in 1..=n {
         run(&["ckpt", "begin", &format!("s{s}")]);
         st.put(&format!("/p/{s}"), &vec![s as u8; 100_000]);
         run(&["ckpt", "complete"]);
     }
+    let levels = same_as_decide_and_simulate(&st, &run, (1..=n).collect());
+    let count = |l: &str| levels.iter().filter(|x| *x == l).count();
+    assert!(
+        count("local") > 0 && count("pfs") > 0,
+        "both levels used: {levels:?}"
+    );
+}
+
+/// The environment of the policy comparisons: REMEM's rule, a fixed interval, a slow PFS.
+fn policy_env(st: &Store, args: &[&str], extra: &[(&str, &str)]) -> String {
+    let mut c = st.cmd(args);
+    for (k, v) in [
+        ("CKPTFS_FAILURE_RULE", "remem"),
+        ("CKPTFS_CHECKPOINT_INTERVAL", "100"),
+        ("CKPTFS_PFS_BANDWIDTH", "10000"),
+    ]
+    .iter()
+    .chain(extra)
+    {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{args:?}: {o:?}");
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// Every recorded decision of `ids` is the one `ckptfs policy decide` makes on its
+/// recorded inputs, and `ckptfs policy simulate` with the same (mean) costs, tau and
+/// predictor over as many failure-free segments chooses each level as often. The
+/// levels chosen, in id order.
+fn same_as_decide_and_simulate(st: &Store, run: &dyn Fn(&[&str]) -> String, ids: Vec<u64>) -> Vec<String> {
     let mut levels = Vec::new();
-    let (mut cl, mut rl, mut cp, mut rp) = (0.0, 0.0, 0.0, 0.0);
-    for id in 1..=n {
+    let mut sum: std::collections::BTreeMap<&str, f64> = Default::default();
+    let mut partner_offered = 0;
+    for id in &ids {
         let d = json(&run(&["ckpt", "show", &id.to_string(), "--json"]));
         let dec = &d["decision"];
         let inp = &dec["input"];
         let c = &inp["costs"];
         let f = |v: &serde_json::Value| v.as_f64().unwrap();
-        // The same decision from `ckptfs policy decide` with this dataset's recorded inputs.
-        let o = st.ok(&[
+        let mut args: Vec<String> = [
             "policy",
             "decide",
             "--json",
@@ -277,18 +295,45 @@ fn runtime_policy_and_policy_simulate_choose_the_same_levels() {
             &f(&inp["predictor"]["recall"]).to_string(),
             "--n",
             &inp["n_pfs"].to_string(),
-        ]);
-        assert_eq!(json(&o)["decision"]["level"], dec["level"], "dataset {id}");
-        cl += f(&c["local"]["checkpoint_s"]);
-        rl += f(&c["local"]["restart_s"]);
-        cp += f(&c["pfs"]["checkpoint_s"]);
-        rp += f(&c["pfs"]["restart_s"]);
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if !c["partner"].is_null() {
+            partner_offered += 1;
+            for (k, v) in [
+                ("--ckpt-partner", &c["partner"]["checkpoint_s"]),
+                ("--restart-partner", &c["partner"]["restart_s"]),
+            ] {
+                args.push(k.into());
+                args.push(f(v).to_string());
+            }
+            if !inp["n_partner"].is_null() {
+                args.push("--n-partner".into());
+                args.push(inp["n_partner"].to_string());
+            }
+            *sum.entry("ckpt-partner").or_default() += f(&c["partner"]["checkpoint_s"]);
+            *sum.entry("restart-partner").or_default() += f(&c["partner"]["restart_s"]);
+        }
+        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let o = st.ok(&args);
+        assert_eq!(json(&o)["decision"]["level"], dec["level"], "dataset {id}: {dec}");
+        *sum.entry("ckpt-local").or_default() += f(&c["local"]["checkpoint_s"]);
+        *sum.entry("restart-local").or_default() += f(&c["local"]["restart_s"]);
+        *sum.entry("ckpt-pfs").or_default() += f(&c["pfs"]["checkpoint_s"]);
+        *sum.entry("restart-pfs").or_default() += f(&c["pfs"]["restart_s"]);
         levels.push(dec["level"].as_str().unwrap().to_string());
     }
-    let k = n as f64;
+    // The simulator offers a level for every segment or for none.
+    assert!(
+        partner_offered == 0 || partner_offered == ids.len(),
+        "partner offered for {partner_offered} of {} datasets",
+        ids.len()
+    );
+    let k = ids.len() as f64;
     let log = st.dir.path().join("no-failures.log");
     std::fs::write(&log, "").unwrap();
-    let sim = json(&st.ok(&[
+    let mut args: Vec<String> = [
         "policy",
         "simulate",
         "--json",
@@ -300,22 +345,23 @@ fn runtime_policy_and_policy_simulate_choose_the_same_levels() {
         "--failure-log",
         log.to_str().unwrap(),
         "--segments",
-        &n.to_string(),
+        &ids.len().to_string(),
         "--tau",
         "100",
-        "--ckpt-local",
-        &(cl / k).to_string(),
-        "--restart-local",
-        &(rl / k).to_string(),
-        "--ckpt-pfs",
-        &(cp / k).to_string(),
-        "--restart-pfs",
-        &(rp / k).to_string(),
         "--precision",
         "0.7",
         "--recall",
         "0.7",
-    ]));
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (key, total) in &sum {
+        args.push(format!("--{key}"));
+        args.push((total / k).to_string());
+    }
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let sim = json(&st.ok(&args));
     let adaptive = sim["report"]["results"]
         .as_array()
         .unwrap()
@@ -323,19 +369,254 @@ fn runtime_policy_and_policy_simulate_choose_the_same_levels() {
         .find(|r| r["strategy"].as_str().unwrap().starts_with("adaptive"))
         .unwrap()["checkpoints"]
         .clone();
-    let count = |l: &str| levels.iter().filter(|x| *x == l).count() as f64;
-    assert_eq!(
-        adaptive["local"].as_f64().unwrap(),
-        count("local"),
-        "{levels:?} vs {adaptive}"
-    );
-    assert_eq!(
-        adaptive["pfs"].as_f64().unwrap(),
-        count("pfs"),
-        "{levels:?} vs {adaptive}"
-    );
+    for l in ["local", "partner", "pfs"] {
+        let count = levels.iter().filter(|x| *x == l).count() as f64;
+        assert_eq!(
+            adaptive[l].as_f64().unwrap_or(0.0),
+            count,
+            "{l}: {levels:?} vs {adaptive}"
+        );
+    }
+    levels
+}
+
+/// A node daemon on 127.0.0.1 (loopback), killed on drop.
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A two-node cluster file for loopback daemons in `st`'s directory, ports from
+/// `ports`, stores named after `st` (the default names are shared by every local
+/// cluster). The two store names.
+fn loopback_cluster(st: &Store, ports: std::ops::Range<u16>) -> [String; 2] {
+    let dir = st.dir.path();
+    let port = ports
+        .step_by(2)
+        .find(|&p| (p..p + 2).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
+        .expect("two free ports");
+    let mut c = st.cmd(&[
+        "cluster",
+        "init",
+        "--local",
+        "2",
+        "--out",
+        "c.toml",
+        "--heartbeat-ms",
+        "200",
+        "--port",
+        &port.to_string(),
+    ]);
+    let o = c.current_dir(dir).output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let stores = [format!("{}-n1", st.name), format!("{}-n2", st.name)];
+    let toml = std::fs::read_to_string(dir.join("c.toml"))
+        .unwrap()
+        .replace("\"ckptfs.node1\"", &format!("\"{}\"", stores[0]))
+        .replace("\"ckptfs.node2\"", &format!("\"{}\"", stores[1]));
+    std::fs::write(dir.join("c.toml"), toml).unwrap();
+    stores
+}
+
+/// Start both nodes' daemons (`ckptfs node`, logs `nodeN.log` in `st`'s directory).
+fn start_daemons(st: &Store, stores: &[String; 2], args: &[&str], env: &[(&str, &str)]) -> Vec<Daemon> {
+    let dir = st.dir.path();
+    let mut daemons = Vec::new();
+    for (i, s) in stores.iter().enumerate() {
+        let node = format!("node{}", i + 1);
+        let log = std::fs::File::create(dir.join(format!("{node}.log"))).unwrap();
+        let mut c = st.cmd(&[
+            "--cluster",
+            "c.toml",
+            "--node-id",
+            &node,
+            "node",
+            "--interval",
+            "0.05",
+        ]);
+        c.args(args).current_dir(dir).env("CKPTFS_STORE", s);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let child = c.stdout(std::process::Stdio::null()).stderr(log).spawn().unwrap();
+        daemons.push(Daemon(child));
+    }
+    daemons
+}
+
+#[test]
+fn node_daemon_drain_flushes_only_every_second_dataset() {
+    let st = Store::new("ndrain");
+    let stores = loopback_cluster(&st, 47450..47500);
+    let pfs = st.dir.path().join("pfs");
+    std::fs::create_dir_all(&pfs).unwrap();
+    let node1 = Store {
+        name: stores[0].clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let _node2 = Store {
+        name: stores[1].clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let env = [("CKPTFS_DATASET_FLUSH_EVERY", "2"), ("CKPTFS_PFS_BANDWIDTH", "1")];
+    // The daemons drain to the PFS; datasets configured: only those marked for flush.
+    let daemons = start_daemons(&st, &stores, &["--dest", pfs.to_str().unwrap()], &env);
+    let run = |args: &[&str]| policy_env(&node1, args, &env);
+    for s in 1..=4 {
+        run(&["ckpt", "begin", &format!("step{s}")]);
+        node1.put(&format!("/ck/{s}/r0"), format!("state {s}").as_bytes());
+        run(&["ckpt", "complete"]);
+    }
+    // Drained oldest first: once this later file outside every dataset is on the PFS,
+    // every dataset file the daemon would drain is there too.
+    node1.put("/other/last", b"outside every dataset");
+    let t = std::time::Instant::now();
+    while !pfs.join("other/last").exists() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "the node daemon drained nothing: {}",
+            std::fs::read_to_string(st.dir.path().join("node1.log")).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let t = std::time::Instant::now();
+    while !(pfs.join("ck/2/r0").exists() && pfs.join("ck/4/r0").exists()) {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "2 and 4 not drained"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // A few more scans: 1 and 3 stay in memory.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for s in [1, 3] {
+        assert!(
+            !pfs.join(format!("ck/{s}/r0")).exists(),
+            "dataset {s} drained by the node daemon"
+        );
+    }
+    drop(daemons);
+}
+
+#[test]
+fn runtime_policy_offers_the_partner_level_with_measured_costs_as_simulate_does() {
+    // Two node daemons on loopback; the datasets are node1's (its store), its daemon
+    // copies every complete file to node2. Costs: the partner copy time is measured from
+    // node1's levels record, nothing is a constant but the PFS bandwidth setting.
+    let st = Store::new("ppol");
+    let dir = st.dir.path();
+    let stores = loopback_cluster(&st, 47400..47450);
+    let node1 = Store {
+        name: stores[0].clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let _node2 = Store {
+        name: stores[1].clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let run = |args: &[&str]| policy_env(&node1, args, &[]);
+    // No daemon yet: no partner level, and the record says why.
+    run(&["ckpt", "begin", "before"]);
+    node1.put("/b/0", b"before the daemons");
+    run(&["ckpt", "complete"]);
+    let d = json(&run(&["ckpt", "show", "1", "--json"]));
+    let m = &d["decision"]["measured"];
+    assert_eq!(m["partner"], false, "{d}");
     assert!(
-        count("local") > 0.0 && count("pfs") > 0.0,
-        "both levels used: {levels:?}"
+        m["partner_reason"].as_str().unwrap().contains("node daemon"),
+        "{m}"
     );
+    assert_eq!(m["pfs_put_source"], "setting", "{m}");
+    assert!(d["decision"]["input"]["costs"]["partner"].is_null(), "{d}");
+    run(&["ckpt", "delete", "1"]);
+    let daemons = start_daemons(&st, &stores, &[], &[]);
+    // A file is protected once node1's levels record lists a partner for it.
+    let copied = |path: &str| {
+        let t = std::time::Instant::now();
+        loop {
+            let o = node1.run(&["ls", "-l", path]);
+            if String::from_utf8_lossy(&o.stdout).contains("node2") {
+                return;
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(60),
+                "{path} not copied to node2: {o:?}\n{}",
+                std::fs::read_to_string(dir.join("node1.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    // Each dataset's file is copied before it completes: its own completion measures
+    // the copy time, so every compared dataset has the partner level offered.
+    let n = 10u64;
+    for s in 1..=n {
+        run(&["ckpt", "begin", &format!("s{s}")]);
+        node1.put(&format!("/p/{s}"), &vec![s as u8; 100_000]);
+        copied(&format!("/p/{s}"));
+        run(&["ckpt", "complete"]);
+    }
+    let d = json(&run(&["ckpt", "show", "2", "--json"]));
+    let m = &d["decision"]["measured"];
+    assert_eq!(m["partner"], true, "partner offered after a measured copy: {d}");
+    assert!(m["partner_bps"].as_f64().unwrap() > 0.0, "{m}");
+    assert!(!d["decision"]["input"]["costs"]["partner"].is_null(), "{d}");
+    let levels = same_as_decide_and_simulate(&node1, &run, (2..2 + n).collect());
+    eprintln!("levels chosen: {levels:?}");
+    assert!(
+        levels.iter().any(|l| l == "partner"),
+        "partner chosen sometimes: {levels:?}"
+    );
+    drop(daemons);
+}
+
+#[test]
+fn flush_every_second_dataset_drains_only_datasets_2_and_4() {
+    let st = Store::new("flush");
+    let pfs = st.dir.path().join("pfs");
+    std::fs::create_dir_all(&pfs).unwrap();
+    let pfs_s = pfs.to_str().unwrap();
+    // Every 2nd dataset is flushed; a slow PFS (1 B/s) keeps the runtime policy on `local`.
+    let with_env = |args: &[&str]| {
+        let mut c = st.cmd(args);
+        c.env("CKPTFS_DATASET_FLUSH_EVERY", "2")
+            .env("CKPTFS_PFS_BANDWIDTH", "1");
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    for s in 1..=4 {
+        with_env(&["ckpt", "begin", &format!("step{s}")]);
+        st.put(&format!("/ck/{s}/rank0"), format!("state {s}").as_bytes());
+        with_env(&["ckpt", "complete"]);
+        // The agent runs after each completion, as a daemon would: nothing of an
+        // unflushed dataset goes, whenever it looks.
+        with_env(&["agent", "--once", "--dest", pfs_s]);
+    }
+    // A file outside every dataset is drained as without datasets.
+    st.put("/other/log", b"not a checkpoint");
+    // A file of a dataset still open stays in memory.
+    with_env(&["ckpt", "begin", "step5"]);
+    st.put("/ck/5/rank0", b"state 5");
+    with_env(&["agent", "--once", "--dest", pfs_s]);
+    for s in 1..=5 {
+        let there = pfs.join(format!("ck/{s}/rank0")).exists();
+        assert_eq!(there, s == 2 || s == 4, "dataset {s} on the PFS: {there}");
+    }
+    assert_eq!(std::fs::read(pfs.join("other/log")).unwrap(), b"not a checkpoint");
+    // `ckpt list` shows it: flush marked on 2 and 4, and only they are on the PFS level.
+    let l = json(&with_env(&["ckpt", "list", "--json", "--dest", pfs_s]));
+    let rows = l["datasets"].as_array().unwrap();
+    for r in rows.iter().filter(|r| r["complete"] == true) {
+        let id = r["id"].as_u64().unwrap();
+        let on_pfs = r["levels"].as_array().unwrap().iter().any(|v| v == "pfs");
+        assert_eq!(r["flush"] == true, id % 2 == 0, "{r}");
+        assert_eq!(on_pfs, id % 2 == 0, "dataset {id}: {r}");
+    }
+    assert_eq!(rows.iter().filter(|r| r["complete"] == true).count(), 4, "{l}");
+    let text = with_env(&["ckpt", "list", "--dest", pfs_s]);
+    assert!(text.contains("pfs"), "{text}");
 }

@@ -7,9 +7,10 @@
 use crate::completion::{Agreement, Completion};
 use crate::config::{glob_match, CompleteRule, Config};
 use crate::error::{DatasetError, Result};
+use crate::filecrc::file_crc_from_chunks;
 use crate::record::{self, job_dir, Dataset, FileRec, Part, State, FORMAT, SYSTEM_DIR};
 use ckptfs_settings::now_ns;
-use ckptfs_store::{FileKind, OpenFlags, Stat, Store, StoreError, WriteState};
+use ckptfs_store::{FileKind, Stat, Store, StoreError, WriteState};
 use std::collections::BTreeMap;
 
 /// The datasets of one job in one node store.
@@ -21,23 +22,6 @@ pub struct Datasets {
 
 /// The per-store lock; dropped = released.
 pub(crate) struct Lock(#[allow(dead_code)] std::fs::File);
-
-/// CRC32C of a whole store file (every chunk's checksum verified on the way).
-pub fn file_crc(store: &Store, path: &str) -> Result<(u64, u32)> {
-    let mut f = store.open(path, OpenFlags::READ, 0)?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut crc = 0u32;
-    let mut total = 0u64;
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        crc = ckptfs_store::checksum::crc32c_append(crc, &buf[..n]);
-        total += n as u64;
-    }
-    Ok((total, crc))
-}
 
 fn is_data_path(p: &str) -> bool {
     p != SYSTEM_DIR
@@ -311,8 +295,8 @@ impl Datasets {
                 let msg = format!("file {path} is {:?}, not closed complete", st.state).to_lowercase();
                 return Ok(Some(msg));
             }
-            let (size, crc) = match file_crc(&self.store, path) {
-                Ok(v) => v,
+            let (size, crc) = match file_crc_from_chunks(&self.store, path) {
+                Ok(c) => (c.size, c.crc32c),
                 Err(e) => return Ok(Some(format!("file {path} cannot be read back: {e}"))),
             };
             let mut r = file_rec(&st);

@@ -5,8 +5,12 @@
 //!   completion: the time the application is stopped) and the PFS's bandwidth at every
 //!   restore from it; a PFS checkpoint costs the local write plus the flush. Smoothed (exponential, weight [`SMOOTH`] on the new
 //!   sample) in `/.ckptfs/datasets/JOB/costs.json`. Until the PFS has been measured, the
-//!   `pfs_bandwidth` setting stands in. Partner copies are not offered until the node
-//!   daemon reports them (single node).
+//!   `pfs_bandwidth` setting stands in; the drain agent's published PFS bandwidths
+//!   (its status file's `levels[]`) come first when it has measured them. The partner
+//!   level is offered when a node daemon runs on this store with a partner and a
+//!   partner copy time has been measured from its levels record ([`crate::measured`]):
+//!   partner checkpoint = local time + bytes / partner copy bandwidth, restart = bytes /
+//!   the bandwidth of this job's fetches from partners (else the copy bandwidth).
 //! - Failure probabilities: an alarm for this node is a file `/.ckptfs/alarms/NODE`
 //!   (`ckptfs alarm NODE [--clear]`, or an external predictor writing it). `remem`:
 //!   precision with an alarm, 1 - recall without. `posterior` (default): with base
@@ -27,6 +31,7 @@ pub const SMOOTH: f64 = 0.5;
 
 /// Measured transfer rates of this job (smoothed).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Costs {
     /// Local level: bytes per second written (begin to complete).
     pub local_bps: Option<f64>,
@@ -36,9 +41,16 @@ pub struct Costs {
     pub pfs_bps: Option<f64>,
     /// Seconds between completions (smoothed).
     pub interval_s: Option<f64>,
+    /// Partner level: bytes per second from a dataset's last close to its last partner
+    /// acknowledgement (the node daemon's levels record).
+    pub partner_bps: Option<f64>,
+    /// Partner level: bytes per second of this job's fetches from partners (restart).
+    pub partner_get_bps: Option<f64>,
+    /// The newest dataset a partner copy time was sampled from (each is sampled once).
+    pub partner_sampled_id: Option<u64>,
 }
 
-fn smooth(old: Option<f64>, new: f64) -> Option<f64> {
+pub(crate) fn smooth(old: Option<f64>, new: f64) -> Option<f64> {
     Some(match old {
         Some(o) => o * (1.0 - SMOOTH) + new * SMOOTH,
         None => new,
@@ -71,6 +83,17 @@ pub fn record_pfs_transfer(ds: &Datasets, bytes: u64, secs: f64) -> Result<()> {
     let _l = ds.lock()?;
     let mut c = load_costs(ds);
     c.pfs_bps = smooth(c.pfs_bps, bytes as f64 / secs);
+    save_costs(ds, &c)
+}
+
+/// Record fetches of `bytes` from partners in `secs` (a restart).
+pub fn record_partner_transfer(ds: &Datasets, bytes: u64, secs: f64) -> Result<()> {
+    if bytes == 0 || secs <= 0.0 {
+        return Ok(());
+    }
+    let _l = ds.lock()?;
+    let mut c = load_costs(ds);
+    c.partner_get_bps = smooth(c.partner_get_bps, bytes as f64 / secs);
     save_costs(ds, &c)
 }
 
@@ -130,18 +153,47 @@ pub fn effective_predictor(
     }
 }
 
-/// Build the decision input for a dataset of `bytes` from the measured costs.
-pub fn decision_input(ds: &Datasets, costs: &Costs, bytes: u64, n_pfs: u32, alarm: bool) -> DecisionInput {
+/// The memory-level counters of Algorithm 1 for a dataset completing after `older`:
+/// `n_pfs`, complete datasets since the newest one flushed, and `n_partner`, complete
+/// datasets since the newest one whose decision was `partner`, when that one is newer
+/// than the newest flushed one (as `ckptfs policy simulate` counts them).
+pub fn counters(older: &[Dataset]) -> (u32, Option<u32>) {
+    let complete: Vec<&Dataset> = older.iter().filter(|o| o.state == State::Complete).collect();
+    let n_pfs = complete.iter().rev().take_while(|o| !o.flush).count() as u32;
+    let n_partner = complete
+        .iter()
+        .rev()
+        .take(n_pfs as usize)
+        .position(|o| o.decision.as_ref().is_some_and(|d| d.level == "partner"))
+        .map(|i| i as u32);
+    (n_pfs, n_partner)
+}
+
+/// Build the decision input for a dataset of `bytes` from the measured costs `m`.
+pub fn decision_input(
+    ds: &Datasets,
+    costs: &Costs,
+    m: &crate::measured::Measured,
+    bytes: u64,
+    (n_pfs, n_partner): (u32, Option<u32>),
+    alarm: bool,
+) -> DecisionInput {
     let cfg = &ds.cfg;
     let b = bytes.max(1) as f64;
-    let pfs_bps = costs.pfs_bps.unwrap_or(cfg.pfs_bandwidth);
     let mtbf_job = cfg.node_mtbf / f64::from(cfg.job_nodes.max(1));
     // The application is stopped for the local write (measured begin to complete); a PFS
     // checkpoint is that write plus the flush at the PFS's bandwidth.
     let local_c = costs
         .local_ckpt_s
         .unwrap_or_else(|| b / costs.local_bps.unwrap_or(4.0 * 1024.0 * 1024.0 * 1024.0));
-    let pfs_c = local_c + b / pfs_bps;
+    let pfs_c = local_c + b / m.pfs_put_bps;
+    let partner = match (m.partner, m.partner_bps) {
+        (true, Some(bps)) => Some(LevelCost {
+            checkpoint_s: local_c + b / bps,
+            restart_s: b / m.partner_get_bps.unwrap_or(bps),
+        }),
+        _ => None,
+    };
     let tau = cfg
         .interval
         .or(costs.interval_s)
@@ -154,10 +206,10 @@ pub fn decision_input(ds: &Datasets, costs: &Costs, bytes: u64, n_pfs: u32, alar
                 checkpoint_s: local_c,
                 restart_s: local_c,
             }),
-            partner: None,
+            partner,
             pfs: LevelCost {
                 checkpoint_s: pfs_c,
-                restart_s: b / pfs_bps,
+                restart_s: b / m.pfs_get_bps,
             },
         },
         tau,
@@ -165,7 +217,7 @@ pub fn decision_input(ds: &Datasets, costs: &Costs, bytes: u64, n_pfs: u32, alar
         source_alarm: alarm,
         backup_alarm: false,
         n_pfs,
-        n_partner: None,
+        n_partner: partner.and(n_partner),
         soft_fraction: 0.0,
         rollback: RollbackCount::Paper,
     }
@@ -197,15 +249,14 @@ pub(crate) fn decide_at_completion(
             costs.interval_s = smooth(costs.interval_s, (now - last) as f64 / 1e9);
         }
     }
+    let mut seen: Vec<&Dataset> = older.iter().filter(|o| o.state == State::Complete).collect();
+    seen.push(d);
+    crate::measured::sample_partner(ds, &seen, &mut costs);
     save_costs(ds, &costs)?;
-    let n_pfs = older
-        .iter()
-        .rev()
-        .filter(|o| o.state == State::Complete)
-        .take_while(|o| !o.flush)
-        .count() as u32;
+    let (n_pfs, n_partner) = counters(older);
     let alarm = alarm_set(&ds.store, &ds.cfg.node);
-    let input = decision_input(ds, &costs, bytes, n_pfs, alarm);
+    let measured = crate::measured::measure(ds, &costs);
+    let input = decision_input(ds, &costs, &measured, bytes, (n_pfs, n_partner), alarm);
     input
         .validate()
         .map_err(|e| DatasetError::Policy(e.to_string()))?;
@@ -216,7 +267,7 @@ pub(crate) fn decide_at_completion(
         .map(|e| (e.level.name().to_string(), e.overhead_s))
         .collect();
     let reason = format!(
-        "{} has the lowest expected overhead ({}), failure probability {:.3e} in the next {:.0} s ({} rule{}), {} checkpoints since the last PFS one",
+        "{} has the lowest expected overhead ({}), failure probability {:.3e} in the next {:.0} s ({} rule{}), {} checkpoints since the last PFS one; PFS bandwidth from {}, partner level: {}",
         dec.level,
         dec.estimates
             .iter()
@@ -227,7 +278,9 @@ pub(crate) fn decide_at_completion(
         input.tau,
         ds.cfg.rule.name(),
         if alarm { ", alarm raised" } else { "" },
-        n_pfs
+        n_pfs,
+        measured.pfs_put_source,
+        measured.partner_reason
     );
     Ok(DecisionRec {
         level: dec.level.name().to_string(),
@@ -237,6 +290,7 @@ pub(crate) fn decide_at_completion(
         rule: ds.cfg.rule.name().to_string(),
         p_source: dec.p_source,
         alarm,
+        measured: Some(measured),
     })
 }
 

@@ -90,6 +90,10 @@ pub struct DecisionRec {
     pub p_source: f64,
     /// Was there an alarm for this node?
     pub alarm: bool,
+    /// The measured costs it used and where each came from (absent in records written
+    /// before it existed).
+    #[serde(default)]
+    pub measured: Option<crate::measured::Measured>,
 }
 
 /// One dataset.

@@ -3,7 +3,8 @@
 //! the agent's checked restore). Across nodes, restart_cluster.rs adds partner memory.
 
 use crate::error::Result;
-use crate::ops::{file_crc, Datasets};
+use crate::filecrc::file_crc;
+use crate::ops::Datasets;
 use crate::record::{Dataset, State};
 use ckptfs_agent::dest::PosixDest;
 use ckptfs_agent::manifest;

@@ -167,11 +167,17 @@ impl Datasets {
             let t0 = std::time::Instant::now();
             let mut restored = Vec::new();
             let mut pfs_bytes = 0;
+            let (mut partner_bytes, mut partner_s) = (0, 0.0);
             for (path, src) in &mine {
                 let f = &part.files[path];
+                let t1 = std::time::Instant::now();
                 if let Some(reason) = self.bring_back(nodes, path, f.size, f.crc32c, src) {
                     skipped.push(skip(reason));
                     continue 'ids;
+                }
+                if matches!(src, Source::Partner(_)) {
+                    partner_bytes += f.size;
+                    partner_s += t1.elapsed().as_secs_f64();
                 }
                 if *src != Source::Local {
                     restored.push((path.clone(), f.size));
@@ -182,6 +188,9 @@ impl Datasets {
             }
             if pfs_bytes > 0 {
                 let _ = crate::policy::record_pfs_transfer(self, pfs_bytes, t0.elapsed().as_secs_f64());
+            }
+            if partner_bytes > 0 {
+                let _ = crate::policy::record_partner_transfer(self, partner_bytes, partner_s);
             }
             let chosen = self.adopt(&local, &j, &part)?;
             return Ok(Restart {

@@ -171,9 +171,13 @@ impl Agent {
         Self::with_dest(store, cfg, io)
     }
 
-    /// An agent with its own destination I/O (fault injection in tests).
+    /// An agent with its own destination I/O (fault injection in tests); its policy is
+    /// `cfg.policy`, else `--every`/`--evict`'s [`DrainPolicy`].
     pub fn with_dest(store: &Store, cfg: AgentConfig, io: Arc<dyn DestIo>) -> Result<Agent, AgentError> {
-        let policy = Arc::new(DrainPolicy::from_config(&cfg));
+        let policy = match &cfg.policy {
+            Some(p) => p.clone(),
+            None => Arc::new(DrainPolicy::from_config(&cfg)),
+        };
         Self::with_policy(store, cfg, io, policy)
     }
 

@@ -12,6 +12,9 @@ use std::time::Instant;
 
 impl Shared {
     pub(super) fn scan(&self) {
+        // The policy's snapshot first: a file listed below that changed after it is
+        // the policy's to defer.
+        self.policy.refresh();
         let all = self.store.list_all();
         let now = Instant::now();
         // Checkpoint directories (parents of files) get ordinals in creation order.

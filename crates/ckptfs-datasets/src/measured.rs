@@ -1,0 +1,148 @@
+//! The levels' costs as this job measured them, read where they are published: the
+//! drain agent's status file (`levels[]`: the PFS level's smoothed put and get
+//! bandwidths), the node daemon's status file (is it running, with which partners) and
+//! its levels record (which files a partner acknowledged, `/.ckptfs/levels.json`, whose
+//! store mtime is the time of the last acknowledgement), plus this job's own restores
+//! (`costs.json`). Read only: neither the agent nor the node daemon is changed.
+//!
+//! **Partner copy time.** The daemon copies every complete file to its partners in the
+//! background; a dataset is protected on the partner level once the last of its files
+//! is acknowledged. At each completion the newest dataset not sampled yet whose every
+//! file (this version) has a partner copy, and whose files are the newest ones the
+//! record lists, gives one sample: seconds from its last file's close (mtime) to the
+//! record's last change, and bytes / seconds as the partner bandwidth (smoothed like
+//! the other costs). A later acknowledgement of another file would make the sample too
+//! long, so such datasets are not sampled (the estimate errs on the slow side only).
+
+use crate::levels_record::{Levels, LEVELS_PATH};
+use crate::ops::Datasets;
+use crate::policy::Costs;
+use crate::record::Dataset;
+use serde::{Deserialize, Serialize};
+
+/// Transfers shorter than this are not timed reliably (as `ckptfs_level::cost`).
+const MIN_SECONDS: f64 = 1e-4;
+
+/// The measured costs one decision used, and where each came from (recorded with the
+/// decision, `ckpt show ID --json`: `decision.measured`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// Bytes per second of a flush to the PFS.
+    pub pfs_put_bps: f64,
+    /// `agent` (its status file's `levels[]`), `restores` (this job's restores from the
+    /// PFS) or `setting` (`pfs_bandwidth`, nothing measured yet).
+    pub pfs_put_source: String,
+    /// Bytes per second of a restore from the PFS.
+    pub pfs_get_bps: f64,
+    /// As `pfs_put_source`.
+    pub pfs_get_source: String,
+    /// Whether the partner level was offered: a node daemon runs on this store with at
+    /// least one partner, and a partner copy time has been measured.
+    pub partner: bool,
+    /// Why the partner level was (not) offered.
+    pub partner_reason: String,
+    /// Smoothed partner copy bandwidth (close of a dataset's last file to its last
+    /// acknowledgement), bytes per second.
+    pub partner_bps: Option<f64>,
+    /// Smoothed bandwidth of fetches from partners at restart, bytes per second.
+    pub partner_get_bps: Option<f64>,
+}
+
+/// The node daemon of `store_name`: running (its lock held) and its partners now.
+fn node_daemon(store_name: &str) -> Option<(bool, Vec<String>)> {
+    let dir = ckptfs_runtime::RuntimeDir::for_caller().ok()?;
+    let text = dir.read(&format!("{store_name}.node.json")).ok()??;
+    let v: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    let partners = v["partners"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    Some((dir.is_locked(&format!("{store_name}.node.lock")), partners))
+}
+
+/// The PFS level's smoothed bandwidths from the drain agent's status file.
+fn agent_pfs(store_name: &str) -> (Option<f64>, Option<f64>) {
+    let Some(st) = ckptfs_agent::status(store_name) else {
+        return (None, None);
+    };
+    let Some(l) = st.levels.iter().find(|l| l.level == "pfs") else {
+        return (None, None);
+    };
+    let ok = |b: Option<f64>| b.filter(|b| b.is_finite() && *b > 0.0);
+    (ok(l.put_bps), ok(l.get_bps))
+}
+
+/// Take a partner copy time sample into `costs` (see the module documentation) from
+/// `all`: the complete datasets and the one completing now, oldest first.
+pub(crate) fn sample_partner(ds: &Datasets, all: &[&Dataset], costs: &mut Costs) {
+    let levels = Levels::load(&ds.store);
+    if levels.files.is_empty() {
+        return;
+    }
+    let Ok(rec) = ds.store.stat(LEVELS_PATH) else {
+        return;
+    };
+    let copied = |d: &Dataset| {
+        !d.files.is_empty()
+            && d.files.iter().all(|(p, f)| {
+                levels.files.get(p).is_some_and(|l| {
+                    !l.partners.is_empty() && l.identity.size == f.size && l.identity.mtime_ns == f.mtime_ns
+                })
+            })
+    };
+    let Some(d) = all.iter().rev().find(|d| copied(d)) else {
+        return;
+    };
+    if costs.partner_sampled_id.is_some_and(|id| id >= d.id) {
+        return;
+    }
+    let last_close = d.files.values().map(|f| f.mtime_ns).max().unwrap_or(0);
+    // Another file acknowledged after this dataset's: the record's mtime is not its.
+    let newer = levels
+        .files
+        .iter()
+        .any(|(p, l)| !d.files.contains_key(p) && !l.partners.is_empty() && l.identity.mtime_ns > last_close);
+    costs.partner_sampled_id = Some(d.id);
+    if newer || rec.mtime_ns < last_close {
+        return;
+    }
+    let secs = ((rec.mtime_ns - last_close) as f64 / 1e9).max(MIN_SECONDS);
+    let bytes = d.size().max(1) as f64;
+    costs.partner_bps = crate::policy::smooth(costs.partner_bps, bytes / secs);
+}
+
+/// The measured inputs for a decision, given the job's smoothed `costs`.
+pub(crate) fn measure(ds: &Datasets, costs: &Costs) -> Measured {
+    let name = ds.store.name().to_string();
+    let (agent_put, agent_get) = agent_pfs(&name);
+    let setting = ds.cfg.pfs_bandwidth;
+    let pick = |agent: Option<f64>| match (agent, costs.pfs_bps) {
+        (Some(a), _) => (a, "agent"),
+        (None, Some(r)) => (r, "restores"),
+        (None, None) => (setting, "setting"),
+    };
+    let (pfs_put_bps, put_src) = pick(agent_put);
+    let (pfs_get_bps, get_src) = pick(agent_get);
+    let (partner, partner_reason) = match node_daemon(&name) {
+        None => (false, format!("no node daemon status for store {name}")),
+        Some((false, _)) => (false, format!("the node daemon of store {name} is not running")),
+        Some((true, p)) if p.is_empty() => (false, "the node daemon has no partner".to_string()),
+        Some((true, p)) => match costs.partner_bps {
+            None => (
+                false,
+                format!("partners {} but no partner copy time measured yet", p.join(",")),
+            ),
+            Some(_) => (true, format!("partners {}, copy time measured", p.join(","))),
+        },
+    };
+    Measured {
+        pfs_put_bps,
+        pfs_put_source: put_src.into(),
+        pfs_get_bps,
+        pfs_get_source: get_src.into(),
+        partner,
+        partner_reason,
+        partner_bps: costs.partner_bps,
+        partner_get_bps: costs.partner_get_bps,
+    }
+}
