@@ -9,7 +9,9 @@
 //! the /dev/shm file of (c) (the restart baseline). Then (e) one process loops
 //! open/fstat/close of a non-store file with and without the shim loaded, and (f) one
 //! process loops a locked write (fcntl F_SETLKW, pwrite of one block, F_UNLCK) on a
-//! store file and on /dev/shm.
+//! store file and on /dev/shm. Then small files (`preload_small.rs`): one process
+//! creates, stats, reads back and removes `--small-files` files through the shim and on
+//! /dev/shm.
 //! Workers start together (each reports its CLOCK_MONOTONIC start and end; the aggregate
 //! time is last end - first start); every case is repeated and the median reported.
 
@@ -18,6 +20,9 @@ use crate::store::parse_size;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "preload_small.rs"]
+mod small;
 
 /// Arguments of `ckptfs bench preload`.
 #[derive(clap::Args, Debug)]
@@ -37,6 +42,14 @@ pub struct PreloadBenchArgs {
     /// open/fstat/close iterations of the pass-through case.
     #[arg(long, default_value_t = 1_000_000)]
     pub passthrough_ops: u64,
+    /// Files of the small-file rows (0 skips them): created, written (one write),
+    /// closed, stat-ed, read back and removed by one process, through the shim and on
+    /// /dev/shm.
+    #[arg(long, default_value_t = 20_000)]
+    pub small_files: usize,
+    /// Size of each file of the small-file rows.
+    #[arg(long, default_value = "4K", value_parser = parse_size)]
+    pub small_size: u64,
     /// The shim library [default: libckptfs_preload.so next to this binary, then
     /// $CKPTFS_BIN_DIR, $CKPTFS_PRELOAD_LIB].
     #[arg(long, value_name = "FILE")]
@@ -151,6 +164,23 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// Compile C source `src` into `dir/name`.
+fn compile(dir: &Path, name: &str, src: &str) -> Result<PathBuf> {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, src)?;
+    let out = dir.join(name);
+    let st = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(&c)
+        .status()
+        .context("running cc")?;
+    if !st.success() {
+        bail!("compiling the benchmark worker {name} failed");
+    }
+    Ok(out)
+}
+
 fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
     let name = "libckptfs_preload.so";
     let mut c: Vec<PathBuf> = explicit.map(Path::to_path_buf).into_iter().collect();
@@ -178,22 +208,14 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
         .procs
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let tmp = tempfile::tempdir()?;
-    let src = tmp.path().join("worker.c");
-    std::fs::write(&src, WORKER_C)?;
-    let worker = tmp.path().join("worker");
-    let st = Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&worker)
-        .arg(&src)
-        .status()
-        .context("running cc")?;
-    if !st.success() {
-        bail!("compiling the benchmark worker failed");
-    }
+    let worker = compile(tmp.path(), "worker", WORKER_C)?;
+    let small_worker = compile(tmp.path(), "small", small::SMALL_C)?;
     let w = worker.display().to_string();
     let store = format!("bench-preload-{}", std::process::id());
     let chunk = 1u64 << 20;
-    let mem = (a.file_size.div_ceil(chunk) * chunk) * 2 * nmax as u64 + (64 << 20);
+    let mem = (a.file_size.div_ceil(chunk) * chunk) * 2 * nmax as u64
+        + (64 << 20)
+        + small::store_room(a.small_files, a.small_size).next_multiple_of(chunk);
     let opts = ckptfs_store::StoreOptions {
         mem_size: Some(mem),
         ..ckptfs_store::StoreOptions::named(&store)
@@ -342,6 +364,20 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
             }
         ));
     }
+    if a.small_files > 0 {
+        anyhow::ensure!(a.small_size > 0, "--small-size must be positive");
+        small::small_rows(
+            &small_worker,
+            &store,
+            &shim_env,
+            &shm,
+            a.small_files,
+            a.small_size,
+            a.reps,
+            &mut results,
+            &mut notes,
+        )?;
+    }
     // (e) pass-through cost on a non-store path.
     let target = tmp.path().join("plain-file");
     std::fs::write(&target, b"x")?;
@@ -429,6 +465,7 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
         settings: serde_json::json!({
             "procs": nmax, "file_size": a.file_size, "block": a.block, "reps": a.reps,
             "passthrough_ops": a.passthrough_ops, "chunk_size": chunk, "machine": machine(),
+            "small_files": a.small_files, "small_size": a.small_size, "store_mem_size": mem,
         }),
         results,
         notes,

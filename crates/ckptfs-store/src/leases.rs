@@ -231,11 +231,13 @@ impl Store {
     }
 
     /// At attach: turn files whose writers died into `incomplete` and free orphans whose
-    /// holders died. Cheap when nothing is open.
+    /// holders died. Visits only the inodes in use (see [`Store::fids_in_use`]): a store
+    /// sized for many files but holding few costs a read of the free-id stack, not of
+    /// every inode.
     pub(crate) fn recover_dead_openers(&self) {
         let seg = &*self.seg;
         let ns = self.ns();
-        for fid in 1..seg.layout.max_files {
+        for fid in self.fids_in_use(&ns) {
             let ino = seg.inode(fid);
             if ino.kind.load(Acquire) == kind::FREE {
                 continue;

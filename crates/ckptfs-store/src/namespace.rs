@@ -210,6 +210,42 @@ impl Store {
         Ok(fid)
     }
 
+    /// The file ids in use, ascending, the root left out: those not on the free-id stack.
+    /// Reads the stack (4 bytes per free id, in order) instead of every inode's `kind`
+    /// (one cache line per inode, 512 bytes apart): on a store whose file count is sized
+    /// by its memory (131,072 ids per GiB) the inode scan took 10-20 ms of every attach.
+    /// Under the namespace lock the stack holds exactly the free ids (a holder killed
+    /// between an inode's `kind` and the stack change left EOWNERDEAD, and the rebuild
+    /// has run). A damaged stack (a top past the table, an id out of range) gives every
+    /// id; an in-use id damaged onto the stack is left out, which only defers its
+    /// reaping to the next open, stat or listing of it (callers check `kind` anyway).
+    pub(crate) fn fids_in_use(&self, _ns: &Ns) -> impl Iterator<Item = u32> {
+        let seg = &*self.seg;
+        let max = seg.layout.max_files;
+        let mut used = vec![u64::MAX; (max as usize).div_ceil(64)];
+        let top = seg.sb().fid_top.load(Acquire);
+        if top < max {
+            for i in 0..top {
+                let f = seg.fid_stack(i).load(Relaxed);
+                if f >= max {
+                    used.fill(u64::MAX);
+                    break;
+                }
+                used[f as usize / 64] &= !(1 << (f % 64));
+            }
+        }
+        used[0] &= !1; // the root
+        (0..used.len()).flat_map(move |w| {
+            let mut bits = used[w];
+            std::iter::from_fn(move || {
+                let b = (bits != 0).then(|| bits.trailing_zeros())?;
+                bits &= bits - 1;
+                Some(w as u32 * 64 + b)
+            })
+            .filter(move |&f| f < max)
+        })
+    }
+
     /// Free an inode nobody holds open: its chunks, then the slot.
     pub(crate) fn free_inode(&self, _ns: &Ns, fid: u32) {
         let seg = &*self.seg;
@@ -300,5 +336,53 @@ impl Store {
             .lookup_child(ns, parent, name.as_bytes())
             .ok_or_else(|| StoreError::NotFound(path.into()))?;
         Ok((parent, fid))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::layout::ROOT;
+    use crate::{OpenFlags, Store, StoreOptions};
+    use std::sync::atomic::Ordering::Relaxed;
+
+    #[test]
+    fn fids_in_use_are_the_ids_off_the_free_stack_or_all_when_it_is_damaged() {
+        let name = format!("hsm-fids-{}", std::process::id());
+        let _ = Store::destroy(&name);
+        let opts = StoreOptions {
+            mem_size: Some(8 << 20),
+            chunk_size: Some(64 << 10),
+            max_files: Some(300),
+            ..StoreOptions::named(&name)
+        };
+        let s = Store::create(&opts).unwrap();
+        s.mkdir("/d", 0o755).unwrap();
+        for i in 0..200 {
+            s.open(&format!("/d/f{i}"), OpenFlags::CREATE, 0o644)
+                .unwrap()
+                .close()
+                .unwrap();
+        }
+        for i in (0..200).step_by(3) {
+            s.unlink(&format!("/d/f{i}")).unwrap();
+        }
+        // Held open and unlinked: an orphan, in use until closed.
+        let held = s.open("/d/f1", OpenFlags::READ, 0).unwrap();
+        s.unlink("/d/f1").unwrap();
+        let mut want: Vec<u32> = s.list_all().iter().map(|(_, st)| st.ino as u32 - 1).collect();
+        want.retain(|&f| f != ROOT);
+        want.push(held.ino() as u32 - 1);
+        want.sort();
+        let got: Vec<u32> = s.fids_in_use(&s.ns()).collect();
+        assert_eq!(got, want);
+        // A damaged stack (top past the table) yields every id: nothing is skipped.
+        let sb = s.seg.sb();
+        let top = sb.fid_top.load(Relaxed);
+        sb.fid_top.store(u32::MAX, Relaxed);
+        assert_eq!(s.fids_in_use(&s.ns()).count(), 299);
+        sb.fid_top.store(top, Relaxed);
+        drop(held);
+        drop(s);
+        Store::destroy(&name).unwrap();
     }
 }

@@ -107,8 +107,10 @@ impl Store {
             return Err(StoreError::Exists(path.into()));
         }
         let fid = self.alloc_inode(&ns, kind::DIR, parent, name.as_bytes(), mode, false)?;
+        // Taken before the lock is let go: a racing rmdir could free the slot after it.
+        let st = self.stat_fid(fid);
         drop(ns);
-        Ok(self.stat_fid(fid))
+        Ok(st)
     }
 
     /// Remove an empty directory.

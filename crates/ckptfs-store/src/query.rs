@@ -18,21 +18,21 @@ impl Store {
 
     /// Attributes by inode number.
     pub fn stat_ino(&self, ino: u64) -> Result<Stat> {
-        let fid = self.fid_of_ino(ino)?;
-        {
-            let _ns = self.ns();
-            self.check_inode(fid, "")?;
-        }
-        Ok(self.stat_fid(fid))
+        let ns = self.ns();
+        let fid = self.fid_of_ino(&ns, ino)?;
+        self.check_inode(fid, "")?;
+        let st = self.stat_fid(fid);
+        drop(ns);
+        Ok(st)
     }
 
     /// Look a name up in a directory given by inode number (FUSE style).
     pub fn lookup(&self, parent_ino: u64, name: &str) -> Result<Stat> {
-        let pfid = self.fid_of_ino(parent_ino)?;
         if name.len() > NAME_MAX {
             return Err(StoreError::NameTooLong(name.into()));
         }
         let ns = self.ns();
+        let pfid = self.fid_of_ino(&ns, parent_ino)?;
         if self.seg.inode(pfid).kind.load(Relaxed) != kind::DIR {
             return Err(StoreError::NotDir(name.into()));
         }
@@ -53,11 +53,16 @@ impl Store {
                 .ok_or_else(|| StoreError::NotFound(name.into()))?,
         };
         self.check_inode(fid, name)?;
+        let st = self.stat_fid(fid);
         drop(ns);
-        Ok(self.stat_fid(fid))
+        Ok(st)
     }
 
-    pub(crate) fn fid_of_ino(&self, ino: u64) -> Result<u32> {
+    /// The file id of inode number `ino`, which must be in use. Namespace lock held: a
+    /// slot checked without it can be freed by an unlink before the caller takes the lock,
+    /// and its record (whose checksum then no longer matches its kind) would be reported
+    /// as damaged instead of gone.
+    pub(crate) fn fid_of_ino(&self, _ns: &Ns, ino: u64) -> Result<u32> {
         if ino == 0 || ino > self.seg.layout.max_files as u64 {
             return Err(StoreError::NotFound(format!("inode {ino}")));
         }
@@ -140,8 +145,8 @@ impl Store {
 
     /// Entries of a directory given by inode number ([`SYSTEM_DIR`] left out of the root).
     pub fn read_dir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
-        let fid = self.fid_of_ino(ino)?;
         let ns = self.ns();
+        let fid = self.fid_of_ino(&ns, ino)?;
         self.read_dir_fid(&ns, fid, &format!("inode {ino}"), false)
     }
 
@@ -204,10 +209,20 @@ impl Store {
                 })
                 .collect()
         };
+        // Each file's path and attributes under one hold of the namespace lock (taken per
+        // file, so that a large store's listing does not stop every create for its whole
+        // length): a file removed since the scan above is left out, and a slot reused
+        // since is listed as the file it is now, never a path of one with another's
+        // attributes.
         let mut out: Vec<(String, Stat)> = fids
             .into_iter()
             .filter_map(|f| {
-                let p = self.path_of_fid(f);
+                let ns = self.ns();
+                let i = seg.inode(f);
+                if i.kind.load(Relaxed) == kind::FREE || i.flags.load(Relaxed) & iflag::ORPHAN != 0 {
+                    return None;
+                }
+                let p = self.path_of_fid_locked(&ns, f);
                 (!p.is_empty()).then(|| (p, self.stat_fid(f)))
             })
             .collect();
@@ -217,13 +232,9 @@ impl Store {
 
     /// Full store path of an inode (`/` for the root).
     pub fn path_of(&self, ino: u64) -> Result<String> {
-        let fid = self.fid_of_ino(ino)?;
-        Ok(self.path_of_fid(fid))
-    }
-
-    pub(crate) fn path_of_fid(&self, fid: u32) -> String {
         let ns = self.ns();
-        self.path_of_fid_locked(&ns, fid)
+        let fid = self.fid_of_ino(&ns, ino)?;
+        Ok(self.path_of_fid_locked(&ns, fid))
     }
 
     pub(crate) fn path_of_fid_locked(&self, _ns: &Ns, fid: u32) -> String {
