@@ -45,6 +45,8 @@ pub(crate) async fn send_held(store: &Store, peer: &str, path: &str, conn: &mut 
     conn.send(Msg::PutBegin {
         path: path.to_string(),
         size: reader.identity().size,
+        chunk_size: u32::try_from(store.chunk_size()).unwrap_or(0),
+        mtime_ns: reader.identity().mtime_ns,
     })
     .await?;
     for (i, c) in reader.chunks().iter().enumerate() {
@@ -247,7 +249,7 @@ pub(crate) async fn fetch(conn: &mut Conn, store: &Store, path: &str) -> Result<
     })
     .await?;
     let size = match conn.recv().await? {
-        Some(Msg::PutBegin { path: p, size }) if p == path => size,
+        Some(Msg::PutBegin { path: p, size, .. }) if p == path => size,
         Some(Msg::Nack { errno, message }) => {
             return Err(NodeError::Refused {
                 peer: peer.clone(),

@@ -99,6 +99,7 @@ fn every_message() -> Vec<(Msg, Vec<u8>)> {
                         mtime_ns: 2,
                         generation: 3,
                         complete: true,
+                        crc32c: Some(7),
                     },
                     ListEntry {
                         path: "b/c".into(),
@@ -106,6 +107,7 @@ fn every_message() -> Vec<(Msg, Vec<u8>)> {
                         mtime_ns: 0,
                         generation: 0,
                         complete: false,
+                        crc32c: None,
                     },
                 ],
                 more: true,
