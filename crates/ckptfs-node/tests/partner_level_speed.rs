@@ -90,7 +90,7 @@ async fn replicator_pass_against_fill_through_the_partner_level() {
             let t = Instant::now();
             let rep = fill(&local, &p, "/f", None).unwrap();
             let secs = t.elapsed().as_secs_f64();
-            assert_eq!(rep.copied, [path.clone()], "{rep:?}");
+            assert_eq!(rep.copied, std::slice::from_ref(&path), "{rep:?}");
             st.unlink(&path).unwrap();
             secs
         })
