@@ -4,7 +4,7 @@
 //! the store under a temporary name, renamed into place only when complete. Each peer
 //! is a [`PartnerLevel`] and the store a [`StoreLevel`]: the move is the level crate's
 //! `copy`/`transfer`, the same mover the PFS restore uses. The server side of Get
-//! ([`send_held`]) streams the held copy straight from the store.
+//! (`send_held`) streams the held copy straight from the store.
 //!
 //! Order of levels (`ckptfs run --restore`, `ckptfs restore --from-peers`): a file
 //! already complete in the node's own store is kept; otherwise it comes from the first
