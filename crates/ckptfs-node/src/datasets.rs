@@ -16,10 +16,12 @@
 
 use crate::error::{NodeError, Result};
 use crate::levels::LevelsView;
+use crate::partner_level::PartnerLevel;
 use crate::partner_store;
 use crate::peer::{Conn, Msg};
 use ckptfs_cluster::{Cluster, Secret};
 use ckptfs_datasets::{Dataset, JobNodes, NodeRecords, Want};
+use ckptfs_level::{copy, StoreLevel};
 use ckptfs_store::{OpenFlags, Store, WriteState};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -318,14 +320,16 @@ impl JobNodes for ClusterNodes {
         if from == self.asker.me {
             return Err("this node holds no partner copy of its own files".into());
         }
+        // The partner step of a restart: the mover's copy from the partner's memory as
+        // a level into the store as a level (every chunk's CRC32C checked).
         let a = &self.asker;
-        self.rt.block_on(async {
-            let mut c = a.connect(from).await?;
-            tokio::time::timeout(a.answer_timeout, crate::restore::fetch(&mut c, store, path))
-                .await
-                .map_err(|_| format!("no answer in {:?}", a.answer_timeout))?
-                .map_err(|e| e.to_string())
-        })
+        let partner = PartnerLevel::new(&a.cluster, &a.me, from)
+            .map_err(|e| e.to_string())?
+            .with_connect_timeout(a.connect_timeout);
+        let local = StoreLevel::new(store).map_err(|e| e.to_string())?;
+        copy(&partner, &local, path)
+            .map(|t| t.bytes)
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -54,7 +54,7 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
         };
         match msg {
             Msg::Heartbeat => conn.send(Msg::Heartbeat).await?,
-            Msg::PutBegin { path, size } => {
+            Msg::PutBegin { path, size, .. } => {
                 let path = check_path(&peer, &path)?;
                 incoming = None;
                 match Incoming::begin(&store, &peer, &path, size, shared.cfg.partner_limit) {

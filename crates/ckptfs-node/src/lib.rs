@@ -12,6 +12,7 @@
 //!   split; heartbeats (soft state); status file.
 //! - [`replicate`](crate::daemon): partner copies out, chunk by chunk with CRC32C, one
 //!   file at a time (bounded memory), bandwidth cap; deletes and rewrites follow.
+//! - [`partner_level`]: a partner's memory as a [`ckptfs_level::Level`] ([`PartnerLevel`]).
 //! - [`partner_store`]: partner copies in, received under a temporary name and renamed
 //!   into place only when complete and verified.
 //! - [`levels`]: which levels hold each file (local, partner nodes, PFS).
@@ -26,6 +27,7 @@ mod error;
 mod handler;
 pub mod levels;
 pub mod node_status;
+pub mod partner_level;
 pub mod partner_store;
 pub mod peer;
 mod replicate;
@@ -37,4 +39,5 @@ pub use daemon::{parse_priority, priority_name, run, run_blocking, NodeConfig, N
 pub use error::{NodeError, Result};
 pub use levels::{LevelsView, Where};
 pub use node_status::{status, NodeStatus};
+pub use partner_level::PartnerLevel;
 pub use restore::{restore_from_peers, restore_from_peers_blocking, PeerRestoreReport};

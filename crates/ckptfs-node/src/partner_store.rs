@@ -15,6 +15,7 @@
 //! daemon at start ([`clear_incoming`]).
 
 use crate::error::{NodeError, Result};
+use ckptfs_level::crc::crcs_from_chunks;
 use ckptfs_store::checksum::crc32c_append_zeros;
 use ckptfs_store::netin::Landing;
 use ckptfs_store::{FileHandle, FileKind, OpenFlags, Store, StoreError, WriteState};
@@ -140,20 +141,39 @@ pub struct HeldFile {
     pub path: String,
     /// Size in bytes.
     pub size: u64,
+    /// Modification time of the copy here, ns since the epoch (when it was received).
+    #[serde(default)]
+    pub mtime_ns: u64,
+    /// CRC32C of the whole copy, from its chunk records (no data read); None if a
+    /// record is stale.
+    #[serde(default)]
+    pub crc32c: Option<u32>,
 }
 
-/// The complete partner copies of node `src` held here, sorted by path.
+/// The complete partner copies of node `src` held here, sorted by path, each with its
+/// whole-file CRC32C combined from the store's chunk CRCs
+/// ([`ckptfs_level::crc::crcs_from_chunks`]).
 pub fn list(store: &Store, src: &str) -> Vec<HeldFile> {
     let prefix = format!("{PARTNERS_DIR}/{src}/");
+    let cs = store.chunk_size();
     store
         .list_all_system()
         .into_iter()
         .filter(|(p, st)| {
             st.kind == FileKind::File && st.state == WriteState::Complete && p.starts_with(&prefix)
         })
-        .map(|(p, st)| HeldFile {
-            path: p[prefix.len() - 1..].to_string(),
-            size: st.size,
+        .map(|(p, st)| {
+            let crc32c = store
+                .chunk_list(&p)
+                .ok()
+                .and_then(|c| crcs_from_chunks(st.size, cs, &c))
+                .map(|c| c.0);
+            HeldFile {
+                path: p[prefix.len() - 1..].to_string(),
+                size: st.size,
+                mtime_ns: st.mtime_ns,
+                crc32c,
+            }
         })
         .collect()
 }

@@ -21,6 +21,11 @@ pub enum Msg {
         path: String,
         /// Size in bytes.
         size: u64,
+        /// Chunk size of the sender's store: every Chunk that follows but the last is
+        /// this long (0: not said).
+        chunk_size: u32,
+        /// Modification time of the copy, ns since the epoch (0: not said).
+        mtime_ns: u64,
     },
     /// Bytes of the file at `offset`, with their CRC32C. Received: the data is still
     /// pending on the connection; read it with [`Conn::chunk_data`] (or drop it with
@@ -225,15 +230,24 @@ impl Conn {
                         .unwrap_or(0),
                 }
             }
-            Msg::PutBegin { path, size } => {
+            Msg::PutBegin {
+                path,
+                size,
+                chunk_size,
+                mtime_ns,
+            } => {
                 self.chunks = 0;
                 self.size = size;
                 tp::Msg::PutBegin(tp::PutBegin {
                     src_node: self.file_owner().to_string(),
                     path: wire(&path),
                     size,
-                    chunk_size: tp::frame::DEFAULT_MAX_CHUNK,
-                    mtime_ns: 0,
+                    chunk_size: if chunk_size == 0 {
+                        tp::frame::DEFAULT_MAX_CHUNK
+                    } else {
+                        chunk_size
+                    },
+                    mtime_ns: mtime_ns.min(i64::MAX as u64) as i64,
                     generation: 0,
                 })
             }
@@ -272,9 +286,10 @@ impl Conn {
                     .map(|f| tp::ListEntry {
                         path: wire(&f.path),
                         size: f.size,
-                        mtime_ns: 0,
+                        mtime_ns: f.mtime_ns.min(i64::MAX as u64) as i64,
                         generation: 0,
                         complete: true,
+                        crc32c: f.crc32c,
                     })
                     .collect(),
                 more,
@@ -302,6 +317,22 @@ impl Conn {
         let peer = self.peer.clone();
         self.inner
             .send_chunk_from(&hdr, data)
+            .await
+            .map_err(|e| terr(&peer, e))
+    }
+
+    /// Send the chunk at `offset` from a buffer (its CRC32C computed by the caller).
+    pub async fn send_chunk_buf(&mut self, offset: u64, crc: u32, data: &[u8]) -> Result<()> {
+        let hdr = ChunkHeader {
+            index: self.chunks,
+            offset,
+            len: data.len() as u32,
+            crc32c: crc,
+        };
+        self.chunks += 1;
+        let peer = self.peer.clone();
+        self.inner
+            .send_chunk(&hdr, data)
             .await
             .map_err(|e| terr(&peer, e))
     }
@@ -374,6 +405,8 @@ impl Conn {
                 Msg::PutBegin {
                     path: store_path(&b.path),
                     size: b.size,
+                    chunk_size: b.chunk_size,
+                    mtime_ns: b.mtime_ns.max(0) as u64,
                 }
             }
             tp::Msg::Chunk(h) => {
@@ -422,6 +455,8 @@ impl Conn {
                     .map(|e| HeldFile {
                         path: store_path(&e.path),
                         size: e.size,
+                        mtime_ns: e.mtime_ns.max(0) as u64,
+                        crc32c: e.crc32c,
                     })
                     .collect(),
                 more,

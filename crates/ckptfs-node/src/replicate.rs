@@ -265,6 +265,8 @@ async fn send_copy(
         Msg::PutBegin {
             path: path.to_string(),
             size,
+            chunk_size: 0,
+            mtime_ns: id.mtime_ns,
         },
     )
     .await

@@ -1,7 +1,10 @@
 //! Recovery from partners: a replacement node (empty store, same node id) asks every
 //! peer daemon for the copies it holds of this node's files (List), fetches each file
 //! this store lacks (Get), checks every chunk's CRC32C on arrival, and writes it into
-//! the store under a temporary name, renamed into place only when complete.
+//! the store under a temporary name, renamed into place only when complete. Each peer
+//! is a [`PartnerLevel`] and the store a [`StoreLevel`]: the move is the level crate's
+//! `copy`/`transfer`, the same mover the PFS restore uses. The server side of Get
+//! (`send_held`) streams the held copy straight from the store.
 //!
 //! Order of levels (`ckptfs run --restore`, `ckptfs restore --from-peers`): a file
 //! already complete in the node's own store is kept; otherwise it comes from the first
@@ -9,16 +12,15 @@
 //! (the drain's restore, run after this one by the caller).
 
 use crate::error::{NodeError, Result};
-use crate::partner_store::{self, check_rel_path, mkdir_p, HeldFile, Sink, INCOMING_DIR};
+use crate::partner_level::PartnerLevel;
+use crate::partner_store;
 use crate::peer::{Conn, Msg};
 use crate::source::{FileReader, ReadProblem};
-use ckptfs_cluster::{Cluster, Secret};
-use ckptfs_store::checksum::crc32c;
-use ckptfs_store::netin::Landing;
-use ckptfs_store::{OpenFlags, Store, StoreError, WriteState};
+use ckptfs_cluster::Cluster;
+use ckptfs_level::{copy, Level, StoreLevel};
+use ckptfs_store::{Store, WriteState};
 use serde::Serialize;
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Server side of Get: stream the copy of `path` held for `peer` (PutBegin, Chunk...,
 /// PutEnd) straight from the store, each chunk with the CRC32C the store recorded when
@@ -45,6 +47,8 @@ pub(crate) async fn send_held(store: &Store, peer: &str, path: &str, conn: &mut 
     conn.send(Msg::PutBegin {
         path: path.to_string(),
         size: reader.identity().size,
+        chunk_size: u32::try_from(store.chunk_size()).unwrap_or(0),
+        mtime_ns: reader.identity().mtime_ns,
     })
     .await?;
     for (i, c) in reader.chunks().iter().enumerate() {
@@ -88,14 +92,38 @@ pub struct PeerRestoreReport {
     pub unreachable: BTreeMap<String, String>,
 }
 
-/// Restore this node's files under `prefix` from the peers' memory into `store`.
+/// Restore this node's files under `prefix` from the peers' memory into `store` (for a
+/// caller on a tokio runtime: the levels block, so the work runs on a blocking thread).
 pub async fn restore_from_peers(
     cluster: &Cluster,
     node_id: &str,
     store: &Store,
     prefix: &str,
 ) -> Result<PeerRestoreReport> {
-    let secret = cluster.secret().map_err(|e| NodeError::Cluster(e.to_string()))?;
+    let (cluster, node_id, store, prefix) = (
+        cluster.clone(),
+        node_id.to_string(),
+        store.clone(),
+        prefix.to_string(),
+    );
+    tokio::task::spawn_blocking(move || restore_from_peers_blocking(&cluster, &node_id, &store, &prefix))
+        .await
+        .map_err(|e| NodeError::Transport(format!("the restore from peers failed: {e}")))?
+}
+
+/// Restore this node's files under `prefix` from the peers' memory into `store`: each
+/// peer is a [`PartnerLevel`], the store a [`StoreLevel`], and every missing file is
+/// moved by the mover's [`transfer`](ckptfs_level::transfer) (`copy`: the partner's
+/// reader, every chunk's CRC32C checked as it comes off the socket, into the store
+/// level's writer, published under its name only when complete). Call it from a plain
+/// thread, not from an async task.
+pub fn restore_from_peers_blocking(
+    cluster: &Cluster,
+    node_id: &str,
+    store: &Store,
+    prefix: &str,
+) -> Result<PeerRestoreReport> {
+    cluster.secret().map_err(|e| NodeError::Cluster(e.to_string()))?;
     cluster
         .node(node_id)
         .map_err(|e| NodeError::Cluster(e.to_string()))?;
@@ -111,32 +139,26 @@ pub async fn restore_from_peers(
     }
     let prefix = normalize_prefix(prefix);
     let mut rep = PeerRestoreReport::default();
-    let mut conns: Vec<(String, Conn, Vec<HeldFile>)> = Vec::new();
+    let local =
+        StoreLevel::new(store).map_err(|e| NodeError::Invalid(format!("the store as a level: {e}")))?;
+    // Each peer's listing (the copies it holds of this node's files, complete and
+    // verified, paths checked).
+    let mut peers: Vec<(PartnerLevel, BTreeSet<String>)> = Vec::new();
     for peer in order {
-        let addr = cluster
-            .node(&peer)
-            .map_err(|e| NodeError::Cluster(e.to_string()))?
-            .addr
-            .clone();
-        match list_peer(&addr, node_id, &secret, cluster).await {
-            Ok((conn, files)) => conns.push((peer, conn, files)),
+        let listed = PartnerLevel::new(cluster, node_id, &peer).and_then(|p| {
+            let files = p.list(&prefix)?;
+            Ok((p, files.into_iter().map(|s| s.path).collect::<BTreeSet<_>>()))
+        });
+        match listed {
+            Ok(x) => peers.push(x),
             Err(e) => {
                 rep.unreachable.insert(peer, e.to_string());
             }
         }
     }
-    let mut wanted: BTreeMap<String, u64> = BTreeMap::new();
-    for (_, _, files) in &conns {
-        for f in files {
-            if under(&f.path, &prefix) {
-                wanted.entry(f.path.clone()).or_insert(f.size);
-            }
-        }
-    }
-    for (path, _) in wanted {
-        if check_rel_path(&path).is_err() {
-            continue;
-        }
+    let wanted: BTreeSet<String> = peers.iter().flat_map(|(_, f)| f.iter().cloned()).collect();
+    for path in wanted {
+        // The fastest level first: a file complete in this store is kept.
         if let Ok(st) = store.stat(&path) {
             if st.state == WriteState::Complete {
                 rep.present.push(path);
@@ -145,23 +167,22 @@ pub async fn restore_from_peers(
         }
         let mut last_err = String::from("no peer holds it");
         let mut done = false;
-        for (peer, conn, files) in conns.iter_mut() {
-            if !files.iter().any(|f| f.path == path) {
+        for (p, files) in &peers {
+            if !files.contains(&path) {
                 continue;
             }
-            let t = Instant::now();
-            match fetch(conn, store, &path).await {
-                Ok(size) => {
+            match copy(p, &local, &path) {
+                Ok(t) => {
                     rep.restored.push(PeerRestored {
                         path: path.clone(),
-                        size,
-                        from: peer.clone(),
-                        seconds: t.elapsed().as_secs_f64(),
+                        size: t.bytes,
+                        from: p.peer().to_string(),
+                        seconds: t.seconds,
                     });
                     done = true;
                     break;
                 }
-                Err(e) => last_err = format!("{peer}: {e}"),
+                Err(e) => last_err = format!("{}: {e}", p.peer()),
             }
         }
         if !done {
@@ -174,20 +195,6 @@ pub async fn restore_from_peers(
     Ok(rep)
 }
 
-/// [`restore_from_peers`] on a runtime of its own (for the command line).
-pub fn restore_from_peers_blocking(
-    cluster: &Cluster,
-    node_id: &str,
-    store: &Store,
-    prefix: &str,
-) -> Result<PeerRestoreReport> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| NodeError::io("start the runtime", e))?;
-    rt.block_on(restore_from_peers(cluster, node_id, store, prefix))
-}
-
 fn normalize_prefix(p: &str) -> String {
     let t = p.trim_end_matches('/');
     if t.is_empty() {
@@ -196,145 +203,5 @@ fn normalize_prefix(p: &str) -> String {
         t.into()
     } else {
         format!("/{t}")
-    }
-}
-
-fn under(path: &str, prefix: &str) -> bool {
-    prefix == "/" || path == prefix || path.starts_with(&format!("{prefix}/"))
-}
-
-async fn list_peer(
-    addr: &str,
-    me: &str,
-    secret: &Secret,
-    cluster: &Cluster,
-) -> Result<(Conn, Vec<HeldFile>)> {
-    let mut conn = tokio::time::timeout(Duration::from_secs(15), Conn::connect(addr, me, secret, cluster))
-        .await
-        .map_err(|_| NodeError::Transport(format!("connect to {addr}: timed out")))??;
-    let mut all: Vec<HeldFile> = Vec::new();
-    loop {
-        let after = all.last().map(|f| f.path.clone()).unwrap_or_default();
-        conn.send(Msg::List { after }).await?;
-        match conn.recv().await? {
-            Some(Msg::Listing { files, more }) => {
-                let empty = files.is_empty();
-                all.extend(files);
-                if !more || empty {
-                    return Ok((conn, all));
-                }
-            }
-            Some(other) => {
-                return Err(NodeError::Protocol {
-                    peer: addr.to_string(),
-                    what: format!("expected a listing, got {}", other.name()),
-                })
-            }
-            None => return Err(NodeError::Transport(format!("{addr} closed the connection"))),
-        }
-    }
-}
-
-/// Get one file into the store: temporary name, every chunk's CRC checked, rename.
-pub(crate) async fn fetch(conn: &mut Conn, store: &Store, path: &str) -> Result<u64> {
-    let peer = conn.peer().to_string();
-    let bad = |what: String| NodeError::Protocol {
-        peer: peer.clone(),
-        what,
-    };
-    conn.send(Msg::Get {
-        path: path.to_string(),
-    })
-    .await?;
-    let size = match conn.recv().await? {
-        Some(Msg::PutBegin { path: p, size }) if p == path => size,
-        Some(Msg::Nack { errno, message }) => {
-            return Err(NodeError::Refused {
-                peer: peer.clone(),
-                what: message,
-                errno,
-            })
-        }
-        Some(other) => return Err(bad(format!("expected the file, got {}", other.name()))),
-        None => return Err(NodeError::Transport(format!("{peer} closed the connection"))),
-    };
-    mkdir_p(store, INCOMING_DIR)?;
-    let tmp = format!(
-        "{INCOMING_DIR}/restore.{}.{}",
-        std::process::id(),
-        crc32c(path.as_bytes())
-    );
-    let _ = store.unlink(&tmp);
-    let mut f = store
-        .open(&tmp, OpenFlags::CREATE, 0o644)
-        .map_err(|e| NodeError::store(format!("create {tmp}"), e))?;
-    let guard = Unlink { store, path: &tmp };
-    let mut off = 0u64;
-    loop {
-        match conn.recv().await? {
-            Some(Msg::Chunk { offset, len, .. }) => {
-                if offset != off || off + len as u64 > size {
-                    return Err(bad(format!("chunk at {offset} out of order")));
-                }
-                // Straight into the file's chunks; the CRC32C is checked as it lands and
-                // nothing is published unless it matches.
-                let mut landing = Landing::begin(&f, offset, len as usize)
-                    .map_err(|e| NodeError::store(format!("receive {path}"), e))?;
-                if !conn.chunk_into(&mut Sink(&mut landing)).await? {
-                    return Err(NodeError::BadChunk {
-                        peer: peer.clone(),
-                        path: path.to_string(),
-                        offset,
-                    });
-                }
-                landing
-                    .commit(&mut f)
-                    .map_err(|e| NodeError::store(format!("write {path}"), e))?;
-                off += len as u64;
-            }
-            Some(Msg::PutEnd) => break,
-            Some(other) => return Err(bad(format!("unexpected {}", other.name()))),
-            None => return Err(NodeError::Transport(format!("{peer} closed the connection"))),
-        }
-    }
-    if off != size {
-        return Err(bad(format!("{path}: {off} of {size} bytes")));
-    }
-    f.close()
-        .map_err(|e| NodeError::store(format!("close {path}"), e))?;
-    if let Some(i) = path.rfind('/') {
-        if i > 0 {
-            mkdir_p_app(store, &path[..i])?;
-        }
-    }
-    store
-        .rename(&tmp, path)
-        .map_err(|e| NodeError::store(format!("rename into {path}"), e))?;
-    std::mem::forget(guard);
-    Ok(size)
-}
-
-/// Parents of an application file: mode 0755 like `ckptfs put -p`.
-fn mkdir_p_app(store: &Store, dir: &str) -> Result<()> {
-    let mut cur = String::new();
-    for c in dir.split('/').filter(|c| !c.is_empty()) {
-        cur.push('/');
-        cur.push_str(c);
-        match store.mkdir(&cur, 0o755) {
-            Ok(_) | Err(StoreError::Exists(_)) => {}
-            Err(e) => return Err(NodeError::store(format!("mkdir {cur}"), e)),
-        }
-    }
-    Ok(())
-}
-
-struct Unlink<'a> {
-    store: &'a Store,
-    path: &'a str,
-}
-
-impl Drop for Unlink<'_> {
-    fn drop(&mut self) {
-        let _ = self.store.unlink(self.path);
     }
 }

@@ -53,7 +53,8 @@
 //! 11 Delete     u64 generation | path
 //! 12 List       name src_node | str after (empty or a path)
 //! 13 ListReply  u8 more | u32 count (<= 4096) | count x
-//!               (u64 size | i64 mtime_ns | u64 generation | u8 complete | path)
+//!               (u64 size | i64 mtime_ns | u64 generation | u8 complete
+//!                | u8 crc_known | u32 crc32c (0 when unknown) | path)
 //! 14 Get        name src_node | path
 //! 15 Error      i32 errno | str reason (<= 1024 bytes); the sender then closes
 //! 16 Bye        (empty)

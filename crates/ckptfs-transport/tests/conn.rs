@@ -142,6 +142,7 @@ async fn right_secret_authenticates_both_ways_and_every_message_crosses() {
                 mtime_ns: 3,
                 generation: 4,
                 complete: true,
+                crc32c: Some(0xdead_beef),
             }],
             more: false,
         },

@@ -99,6 +99,7 @@ fn every_message() -> Vec<(Msg, Vec<u8>)> {
                         mtime_ns: 2,
                         generation: 3,
                         complete: true,
+                        crc32c: Some(7),
                     },
                     ListEntry {
                         path: "b/c".into(),
@@ -106,6 +107,7 @@ fn every_message() -> Vec<(Msg, Vec<u8>)> {
                         mtime_ns: 0,
                         generation: 0,
                         complete: false,
+                        crc32c: None,
                     },
                 ],
                 more: true,
@@ -476,4 +478,51 @@ fn query_frames_round_trip_and_are_bounded() {
         decode_frame(&b, DEFAULT_MAX_CHUNK),
         Err(FrameError::Malformed { .. })
     ));
+}
+
+#[test]
+fn list_reply_entries_carry_the_copys_crc32c_and_an_unknown_one_is_zero_on_the_wire() {
+    let entry = |crc32c| ListEntry {
+        path: "ckpt/a".into(),
+        size: 5,
+        mtime_ns: 6,
+        generation: 0,
+        complete: true,
+        crc32c,
+    };
+    for crc in [Some(0), Some(0xdead_beef), None] {
+        let m = Msg::ListReply {
+            entries: vec![entry(crc)],
+            more: false,
+        };
+        let f = encode_frame(&m, &[]).unwrap();
+        let (back, _, _) = decode_frame(&f, DEFAULT_MAX_CHUNK).unwrap().unwrap();
+        assert_eq!(back, m);
+    }
+    // u8 more | u32 count | u64 size | i64 mtime | u64 generation | u8 complete |
+    // u8 crc_known | u32 crc32c | path: an unknown CRC that is not 0 is not canonical.
+    let mut p = vec![0u8];
+    p.extend_from_slice(&1u32.to_le_bytes());
+    p.extend_from_slice(&5u64.to_le_bytes());
+    p.extend_from_slice(&6i64.to_le_bytes());
+    p.extend_from_slice(&0u64.to_le_bytes());
+    p.push(1);
+    p.push(0);
+    p.extend_from_slice(&7u32.to_le_bytes());
+    p.extend_from_slice(&6u16.to_le_bytes());
+    p.extend_from_slice(b"ckpt/a");
+    let mut f = encode_header(MsgType::ListReply, p.len() as u32).to_vec();
+    f.extend_from_slice(&p);
+    assert!(matches!(
+        decode_frame(&f, DEFAULT_MAX_CHUNK),
+        Err(FrameError::Malformed { .. })
+    ));
+    // The same bytes with the CRC marked known decode to it.
+    let at = f.len() - 2 - 6 - 4 - 1;
+    f[at] = 1;
+    let (back, _, _) = decode_frame(&f, DEFAULT_MAX_CHUNK).unwrap().unwrap();
+    let Msg::ListReply { entries, .. } = back else {
+        panic!("{back:?}")
+    };
+    assert_eq!(entries[0].crc32c, Some(7));
 }

@@ -142,6 +142,8 @@ pub fn encode_payload(msg: &Msg) -> Result<Vec<u8>, FrameError> {
                 w.i64(e.mtime_ns);
                 w.u64(e.generation);
                 w.u8(e.complete as u8);
+                w.u8(e.crc32c.is_some() as u8);
+                w.u32(e.crc32c.unwrap_or(0));
                 w.str(&e.path);
             }
         }
@@ -381,9 +383,9 @@ pub fn decode_payload(kind: MsgType, payload: &[u8]) -> Result<Msg, FrameError> 
         MsgType::ListReply => {
             let more = r.bool()?;
             let n = r.u32()? as usize;
-            // Each entry takes at least 27 bytes: bound the count by what is left
+            // Each entry takes at least 32 bytes: bound the count by what is left
             // before allocating for it.
-            if n > MAX_LIST_ENTRIES || n.saturating_mul(27) > r.b.len() {
+            if n > MAX_LIST_ENTRIES || n.saturating_mul(32) > r.b.len() {
                 return Err(FrameError::Malformed {
                     kind: "ListReply",
                     why: format!("{n} entries do not fit in the payload"),
@@ -395,12 +397,22 @@ pub fn decode_payload(kind: MsgType, payload: &[u8]) -> Result<Msg, FrameError> 
                 let mtime_ns = r.i64()?;
                 let generation = r.u64()?;
                 let complete = r.bool()?;
+                let known = r.bool()?;
+                let crc = r.u32()?;
+                if !known && crc != 0 {
+                    // Canonical form: an unknown CRC is sent as 0.
+                    return Err(FrameError::Malformed {
+                        kind: "ListReply",
+                        why: "a CRC32C marked unknown is not 0".into(),
+                    });
+                }
                 entries.push(ListEntry {
                     path: r.path()?,
                     size,
                     mtime_ns,
                     generation,
                     complete,
+                    crc32c: known.then_some(crc),
                 });
             }
             Msg::ListReply { entries, more }

@@ -220,6 +220,9 @@ pub struct ListEntry {
     pub generation: u64,
     /// Complete and verified (only those may be restored).
     pub complete: bool,
+    /// CRC32C of the whole copy, computed by the holder from its chunk records (no
+    /// data read); None where unknown. On the wire: u8 known | u32 crc32c.
+    pub crc32c: Option<u32>,
 }
 
 /// A protocol message. A `Chunk`'s data travels beside it (see `Conn::send_chunk`).
