@@ -241,7 +241,7 @@ pub fn stat(path: &str) -> R<(Stat, u64)> {
 
 fn nlink(_s: &Store, st: &Stat, entries: impl FnOnce() -> Option<Vec<ckptfs_store::DirEntry>>) -> u64 {
     match st.kind {
-        FileKind::File => 1,
+        FileKind::File | FileKind::Symlink => 1,
         FileKind::Dir => {
             2 + entries().map_or(0, |v| v.iter().filter(|e| e.kind == FileKind::Dir).count() as u64)
         }
@@ -253,6 +253,7 @@ pub fn mode_of(st: &Stat) -> u32 {
     let t = match st.kind {
         FileKind::File => libc::S_IFREG,
         FileKind::Dir => libc::S_IFDIR,
+        FileKind::Symlink => libc::S_IFLNK,
     };
     t | (st.mode & 0o7777)
 }
@@ -261,14 +262,14 @@ pub fn mode_of(st: &Stat) -> u32 {
 fn size_of(st: &Stat) -> u64 {
     match st.kind {
         FileKind::Dir => 4096,
-        FileKind::File => st.size,
+        FileKind::File | FileKind::Symlink => st.size,
     }
 }
 
 fn blocks_of(st: &Stat) -> u64 {
     match st.kind {
         FileKind::Dir => 8,
-        FileKind::File => st.allocated / 512,
+        FileKind::File | FileKind::Symlink => st.allocated / 512,
     }
 }
 

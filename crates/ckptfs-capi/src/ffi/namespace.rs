@@ -126,6 +126,7 @@ pub unsafe extern "C" fn ckptfs_readdir(fd: c_int, ent: *mut CkptfsDirent) -> c_
             kind: match e.kind {
                 FileKind::File => KIND_FILE,
                 FileKind::Dir => KIND_DIR,
+                FileKind::Symlink => KIND_SYMLINK,
             },
             namelen: 0,
             name: [0; 256],
