@@ -358,6 +358,9 @@ pub fn truncate(path: &str, len: i64) -> R<()> {
     if st.kind == FileKind::Dir {
         return Err(libc::EISDIR);
     }
+    if st.kind == FileKind::Symlink {
+        return Err(libc::ELOOP); // followed by the hook (links.rs)
+    }
     if !crate::perms::may_write(&st) {
         return Err(libc::EACCES);
     }
@@ -434,6 +437,9 @@ pub fn fcntl(d: &Desc, cmd: i32, arg: u64) -> R<i32> {
 /// group and mode (the store keeps them; the shim checks them only here and in chown).
 pub fn access(path: &str, amode: i32) -> R<()> {
     let (st, _) = stat(path)?;
+    if st.kind == FileKind::Symlink {
+        return Err(libc::ELOOP); // followed by the hook (links.rs)
+    }
     if amode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
         return Err(libc::EINVAL);
     }
@@ -517,6 +523,10 @@ pub fn rename(from: &str, to: &str, flags: u32) -> R<()> {
 pub fn chmod(path: &str, mode: u32) -> R<()> {
     let s = state::store()?;
     let st = s.stat(path).map_err(se)?;
+    if st.kind == FileKind::Symlink {
+        // Followed by the hook (links.rs); a symlink's own mode cannot change (Linux).
+        return Err(libc::ELOOP);
+    }
     crate::perms::check_owner(&st)?;
     let mut mode = mode;
     if !crate::perms::is_root() && !crate::perms::in_groups(st.gid) {
@@ -528,9 +538,14 @@ pub fn chmod(path: &str, mode: u32) -> R<()> {
 /// chown(2) with the kernel's rules: root changes anything; the owner may set the group
 /// to one of its groups and the owner to itself; anyone else is EPERM. A regular file
 /// loses its set-user-id bit (and set-group-id if group-executable), as on Linux.
-pub fn chown(path: &str, uid: u32, gid: u32) -> R<()> {
+/// With `follow`, a symlink is ELOOP (the hook follows it); without (lchown), the
+/// symlink itself changes owner.
+pub fn chown(path: &str, uid: u32, gid: u32, follow: bool) -> R<()> {
     let s = state::store()?;
     let st = s.stat(path).map_err(se)?;
+    if follow && st.kind == FileKind::Symlink {
+        return Err(libc::ELOOP);
+    }
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let new_uid = if uid == u32::MAX { st.uid } else { uid };
@@ -565,9 +580,14 @@ fn now_ns() -> u64 {
 }
 
 /// utimensat(2): access and modification times; UTIME_OMIT keeps one, UTIME_NOW is now.
-pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>) -> R<()> {
+/// With `follow`, a symlink is ELOOP (the hook follows it); without
+/// (AT_SYMLINK_NOFOLLOW), the symlink's own times change.
+pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>, follow: bool) -> R<()> {
     let s = state::store()?;
     let st = s.stat(path).map_err(se)?;
+    if follow && st.kind == FileKind::Symlink {
+        return Err(libc::ELOOP);
+    }
     // UTIME_OMIT keeps `cur`.
     let pick = |t: &libc::timespec, cur: u64| -> R<u64> {
         Ok(match t.tv_nsec {
