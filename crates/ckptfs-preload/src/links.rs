@@ -127,3 +127,20 @@ pub fn readlink(path: &str, buf: &mut [u8]) -> R<isize> {
     buf[..n].copy_from_slice(&t[..n]);
     Ok(n as isize)
 }
+
+/// rename(2) retried after ENOTDIR with the symlinks in the directories of both paths
+/// followed (neither last component is: rename acts on links themselves). ENOTDIR when
+/// neither path holds one; EXDEV when one leads out of the store.
+pub fn rename_followed(ma: usize, a: &str, mb: usize, b: &str, flags: u32) -> R<()> {
+    let fa = follow(ma, a, false)?;
+    let fb = follow(mb, b, false)?;
+    if fa.is_none() && fb.is_none() {
+        return Err(libc::ENOTDIR);
+    }
+    let pick = |f: Option<Followed>, p: &str| match f {
+        None => Ok(p.to_string()),
+        Some(Followed::Store(_, p)) => Ok(p),
+        Some(Followed::Host(_)) => Err(libc::EXDEV),
+    };
+    crate::ops::rename(&pick(fa, a)?, &pick(fb, b)?, flags)
+}

@@ -115,7 +115,7 @@ fn a_flipped_byte_in_a_symlink_target_is_eio_for_readlink_and_reported_by_fsck()
     let mut b = [0u8; 1];
     seg.read_exact_at(&mut b, data_off + at + 5).unwrap();
     assert_eq!(b[0], b't');
-    seg.write_all_at(&[b'T'], data_off + at + 5).unwrap();
+    seg.write_all_at(b"T", data_off + at + 5).unwrap();
     let other = t.attach();
     let e = other.readlink("/l").unwrap_err();
     assert!(matches!(e, StoreError::Corrupt { .. }), "{e:?}");
@@ -126,7 +126,7 @@ fn a_flipped_byte_in_a_symlink_target_is_eio_for_readlink_and_reported_by_fsck()
     assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
     assert!(rep.problems[0].detail.starts_with("/l:"), "{:?}", rep.problems);
     // Restored, it reads back again.
-    seg.write_all_at(&[b't'], data_off + at + 5).unwrap();
+    seg.write_all_at(b"t", data_off + at + 5).unwrap();
     assert_eq!(other.readlink("/l").unwrap(), b"/the/target/of/this/link");
 }
 

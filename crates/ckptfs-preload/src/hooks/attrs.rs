@@ -103,10 +103,9 @@ pub unsafe extern "C" fn utimensat(
 #[no_mangle]
 pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int {
     // SAFETY: t is null or two timespecs.
-    on_fd(fd, |d| {
-        ops::utimens(&d.path, unsafe { times_of(t) }, true).map(|_| 0)
-    })
-    .unwrap_or_else(|| real!(futimens: fn(c_int, *const libc::timespec) -> c_int; -1; fd, t))
+    let times = unsafe { times_of(t) };
+    on_fd(fd, |d| ops::utimens(&d.path, times, true).map(|_| 0))
+        .unwrap_or_else(|| real!(futimens: fn(c_int, *const libc::timespec) -> c_int; -1; fd, t))
 }
 #[no_mangle]
 pub unsafe extern "C" fn utimes(p: *const c_char, tv: *const libc::timeval) -> c_int {

@@ -115,7 +115,7 @@ pub unsafe extern "C" fn renameat2(
         (Err(e), _) | (_, Err(e)) => return ret(Err(e)),
     };
     match (l1, l2) {
-        (Loc::Store(_, a), Loc::Store(_, b)) => {
+        (Loc::Store(ma, a), Loc::Store(mb, b)) => {
             // SAFETY: classify read both C strings already.
             let dots = [p1, p2].iter().any(|&p| {
                 matches!(
@@ -127,7 +127,11 @@ pub unsafe extern "C" fn renameat2(
             if dots {
                 return ret(Err(libc::EBUSY));
             }
-            ret(guarded(|| ops::rename(&a, &b, flags).map(|_| 0)))
+            ret(guarded(|| match ops::rename(&a, &b, flags) {
+                // Store symlinks in the directories of either path (links.rs).
+                Err(libc::ENOTDIR) => crate::links::rename_followed(ma, &a, mb, &b, flags).map(|_| 0),
+                r => r.map(|_| 0),
+            }))
         }
         (Loc::Store(..), _) | (_, Loc::Store(..)) => ret(Err(libc::EXDEV)),
         (a, b) => {
