@@ -601,10 +601,21 @@ readlink l2
 rm l2 dangling loop1 loop2 out
 ls -1
 ln -s d/f l && ln -s d/f l 2>/dev/null || echo "exists: $?"
+printf '#!/bin/sh\necho ran\n' > d/prog
+chmod +x d/prog
+ln -s d/prog lp
+./lp
+find . -type l | sort
+ls -F
 "#);
     assert_eq!(o.code, Some(0), "{o:?}");
     assert!(o.stdout.contains("symbolic link 3"), "{o:?}");
     assert!(o.stdout.contains("regular file 6"), "{o:?}");
     assert!(o.stdout.contains("loop: 1"), "{o:?}");
     assert!(o.stdout.contains("out of the store: ok"), "{o:?}");
+    assert!(
+        o.stdout
+            .contains("ran\n./d/sub/up\n./l\n./ld\n./lp\nd/\nl@\nld@\nlp@\n"),
+        "{o:?}"
+    );
 }
