@@ -182,6 +182,7 @@ int ckptfs_fsync(int fd);
 
 #define CKPTFS_KIND_FILE 1
 #define CKPTFS_KIND_DIR 2
+#define CKPTFS_KIND_SYMLINK 3 /* a symbolic link: ckptfs_readlink reads its target */
 
 #define CKPTFS_STATE_COMPLETE 0   /* the last writer closed it */
 #define CKPTFS_STATE_WRITING 1    /* a live process has it open for writing */
@@ -235,6 +236,17 @@ int ckptfs_mkdir(const char *path, mode_t mode);
 
 /* Errors: -ENOENT; -ENOTDIR; -ENOTEMPTY; -EBUSY the mount's root. */
 int ckptfs_rmdir(const char *path);
+
+/* A symbolic link `path` to `target` (kept as given, at most CKPTFS_PATH_MAX bytes).
+ * The C API never follows symlinks: ckptfs_open of one is -ELOOP, and a path through
+ * one is -ENOTDIR. Errors: -EEXIST; -ENOENT parent missing or empty target; -ENOTDIR;
+ * -ENFILE; -ENOSPC; -ENAMETOOLONG. */
+int ckptfs_symlink(const char *target, const char *path);
+
+/* Copies the target of symlink `path` into buf (at most size bytes, no NUL added, as
+ * readlink(2)); returns the bytes copied. Errors: -EINVAL not a symlink or size 0;
+ * -ENOENT; -EIO its target record fails its checksum. */
+ssize_t ckptfs_readlink(const char *path, char *buf, size_t size);
 
 /* One directory entry ("." and ".." are not listed). */
 typedef struct ckptfs_dirent {

@@ -308,6 +308,22 @@ static void t_dirs(void) {
     CHECK_EQ(ckptfs_rmdir("/ckpt/d1/none"), -ENOENT);
     CHECK_EQ(ckptfs_unlink("/ckpt/d1"), -EISDIR);
 
+    /* Symbolic links: kept and read back, never followed by the C API. */
+    {
+        char t[32];
+        CHECK_EQ(ckptfs_symlink("d1/f2", "/ckpt/ln"), 0);
+        CHECK_EQ(ckptfs_symlink("x", "/ckpt/ln"), -EEXIST);
+        CHECK_EQ(ckptfs_stat("/ckpt/ln", &st), 0);
+        CHECK(S_ISLNK(st.mode) && st.kind == CKPTFS_KIND_SYMLINK && st.size == 5);
+        CHECK_EQ(ckptfs_readlink("/ckpt/ln", t, sizeof t), 5);
+        CHECK(memcmp(t, "d1/f2", 5) == 0);
+        CHECK_EQ(ckptfs_readlink("/ckpt/ln", t, 2), 2);
+        CHECK_EQ(ckptfs_readlink("/ckpt/d1/f1", t, sizeof t), -EINVAL);
+        CHECK_EQ(ckptfs_open("/ckpt/ln", O_RDONLY, 0), -ELOOP);
+        CHECK_EQ(ckptfs_unlink("/ckpt/ln"), 0);
+        CHECK_EQ(ckptfs_readlink("/ckpt/ln", t, sizeof t), -ENOENT);
+    }
+
     /* Reading a directory. */
     fd = ckptfs_open("/ckpt/d1", O_RDONLY, 0);
     CHECK(fd >= 0);

@@ -15,6 +15,8 @@ pub const MOUNT_PRIVATE: u32 = 4;
 pub const KIND_FILE: u32 = 1;
 /// `CKPTFS_KIND_DIR`.
 pub const KIND_DIR: u32 = 2;
+/// `CKPTFS_KIND_SYMLINK`: a symbolic link (`ckptfs_readlink` reads its target).
+pub const KIND_SYMLINK: u32 = 3;
 
 /// `CKPTFS_STATE_COMPLETE`: the last writer closed the file.
 pub const STATE_COMPLETE: u32 = 0;
@@ -206,6 +208,7 @@ mod header_sync {
             ("CKPTFS_MOUNT_PRIVATE", MOUNT_PRIVATE),
             ("CKPTFS_KIND_FILE", KIND_FILE),
             ("CKPTFS_KIND_DIR", KIND_DIR),
+            ("CKPTFS_KIND_SYMLINK", KIND_SYMLINK),
             ("CKPTFS_STATE_COMPLETE", STATE_COMPLETE),
             ("CKPTFS_STATE_WRITING", STATE_WRITING),
             ("CKPTFS_STATE_INCOMPLETE", STATE_INCOMPLETE),

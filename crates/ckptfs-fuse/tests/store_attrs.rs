@@ -1,6 +1,7 @@
 //! Store mode attributes and limits without a store format change: directory link
 //! counts, an open-but-unlinked file's nlink 0, 255-byte names and paths near PATH_MAX,
-//! and the documented errno of each call the store cannot serve (docs/fuse.md).
+//! the documented errno of each call the store cannot serve (docs/fuse.md), and symbolic
+//! links kept by the store and followed by the kernel.
 
 mod common;
 
@@ -114,11 +115,6 @@ fn store_unsupported_calls_answer_their_documented_errno() {
     let (f, l) = (c("f"), c("l"));
     // SAFETY: valid NUL-terminated paths and buffers for each call.
     unsafe {
-        assert_eq!(
-            errno_of(libc::symlink(f.as_ptr(), l.as_ptr())),
-            libc::EPERM,
-            "symlink"
-        );
         assert_eq!(errno_of(libc::link(f.as_ptr(), l.as_ptr())), libc::EPERM, "link");
         assert_eq!(errno_of(libc::mkfifo(l.as_ptr(), 0o644)), libc::EPERM, "mkfifo");
         let dev = libc::makedev(1, 3);
@@ -255,5 +251,63 @@ fn store_root_daemon_files_belong_to_the_caller_and_sticky_rules_hold() {
     assert_eq!(rc, 0, "{err}");
     let m = std::fs::metadata(mp.join("sgid/s1")).unwrap();
     assert_eq!((m.mtime(), m.atime()), (978307200, 1012608000));
+    assert_eq!(d.stop(), 0);
+}
+
+#[test]
+fn store_symlinks_are_kept_by_the_store_and_followed_by_the_kernel() {
+    let (g, _tmp, mp, d) = mounted("symlink");
+    std::fs::create_dir(mp.join("d")).unwrap();
+    std::fs::write(mp.join("d/f"), b"through the link").unwrap();
+    std::os::unix::fs::symlink("d/f", mp.join("l")).unwrap();
+    std::os::unix::fs::symlink("d", mp.join("ld")).unwrap();
+    std::os::unix::fs::symlink("nowhere", mp.join("dangling")).unwrap();
+    // lstat: a symlink of the target's length; stat and open follow it.
+    let m = std::fs::symlink_metadata(mp.join("l")).unwrap();
+    assert!(m.file_type().is_symlink());
+    assert_eq!((m.len(), m.nlink(), m.mode() & 0o7777), (3, 1, 0o777));
+    assert_eq!(std::fs::read_link(mp.join("l")).unwrap(), Path::new("d/f"));
+    assert_eq!(std::fs::read(mp.join("l")).unwrap(), b"through the link");
+    assert_eq!(std::fs::read(mp.join("ld/f")).unwrap(), b"through the link");
+    assert!(std::fs::metadata(mp.join("ld")).unwrap().is_dir());
+    let e = std::fs::read(mp.join("dangling")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    assert_eq!(
+        std::os::unix::fs::symlink("x", mp.join("l"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EEXIST)
+    );
+    // Writing through the link writes the file; the store sees the same objects.
+    std::fs::write(mp.join("l"), b"rewritten").unwrap();
+    let s = Store::attach(&StoreOptions::named(&g.0)).unwrap();
+    assert_eq!(s.readlink("/l").unwrap(), b"d/f");
+    assert_eq!(s.stat("/l").unwrap().kind, ckptfs_store::FileKind::Symlink);
+    s.symlink(b"d/f", "/from-store").unwrap();
+    assert_eq!(std::fs::read(mp.join("from-store")).unwrap(), b"rewritten");
+    // Rename and unlink act on the link, not its target.
+    std::fs::rename(mp.join("l"), mp.join("d/l2")).unwrap();
+    assert_eq!(std::fs::read_link(mp.join("d/l2")).unwrap(), Path::new("d/f"));
+    std::fs::remove_file(mp.join("d/l2")).unwrap();
+    assert_eq!(std::fs::read(mp.join("d/f")).unwrap(), b"rewritten");
+    let names: Vec<String> = std::fs::read_dir(mp.join("."))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            format!(
+                "{}{}",
+                e.file_name().to_string_lossy(),
+                if e.file_type().unwrap().is_symlink() {
+                    "@"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(names, vec!["d", "dangling@", "from-store@", "ld@"]);
+    assert!(s.fsck(false).problems.is_empty());
     assert_eq!(d.stop(), 0);
 }

@@ -49,10 +49,10 @@ fn snapshot(fd: i32) -> R<Vec<(Vec<u8>, u64, u8)>> {
             (b"..".to_vec(), parent, libc::DT_DIR),
         ];
         for e in h.read_dir().map_err(se)? {
-            let t = if e.kind == FileKind::Dir {
-                libc::DT_DIR
-            } else {
-                libc::DT_REG
+            let t = match e.kind {
+                FileKind::Dir => libc::DT_DIR,
+                FileKind::Symlink => libc::DT_LNK,
+                FileKind::File => libc::DT_REG,
             };
             v.push((e.name.into_bytes(), e.ino, t));
         }

@@ -102,8 +102,8 @@ fn memfd_with(data: &[u8]) -> Result<i32, i32> {
 /// `path` is a C string, `argv` a NULL-terminated array of C strings.
 pub unsafe fn resolve(path: *const c_char, argv: *const *const c_char) -> Option<Result<Resolved, i32>> {
     // SAFETY: caller's C string.
-    let sp = match unsafe { crate::resolve::classify(libc::AT_FDCWD, path) } {
-        Ok(Loc::Store(_, sp)) => sp,
+    let (m, sp) = match unsafe { crate::resolve::classify(libc::AT_FDCWD, path) } {
+        Ok(Loc::Store(m, sp)) => (m, sp),
         Ok(_) => return None,
         Err(e) => return Some(Err(e)),
     };
@@ -118,11 +118,22 @@ pub unsafe fn resolve(path: *const c_char, argv: *const *const c_char) -> Option
     }
     // SAFETY: caller's C string.
     let given = unsafe { CStr::from_ptr(path) }.to_owned();
-    Some(crate::sys::guarded(|| resolve_store(sp, given, args)))
+    Some(crate::sys::guarded(|| resolve_store(m, sp, given, args)))
 }
 
-fn resolve_store(mut sp: String, mut given: CString, mut args: Vec<CString>) -> Result<Resolved, i32> {
+fn resolve_store(
+    mut m: usize,
+    mut sp: String,
+    mut given: CString,
+    mut args: Vec<CString>,
+) -> Result<Resolved, i32> {
     for _ in 0..5 {
+        // A store symlink (the program or an interpreter) is followed (links.rs).
+        match crate::links::follow(m, &sp, true)? {
+            Some(crate::links::Followed::Store(_, p)) => sp = p,
+            Some(crate::links::Followed::Host(h)) => return Ok(finish(h, args, None)),
+            None => {}
+        }
         let data = read_all(&sp)?;
         let Some((interp, arg)) = shebang(&data) else {
             let fd = memfd_with(&data)?;
@@ -138,7 +149,8 @@ fn resolve_store(mut sp: String, mut given: CString, mut args: Vec<CString>) -> 
         args = new;
         // SAFETY: interp is a C string.
         match unsafe { crate::resolve::classify(libc::AT_FDCWD, interp.as_ptr()) }? {
-            Loc::Store(_, isp) => {
+            Loc::Store(im, isp) => {
+                m = im;
                 sp = isp;
                 given = interp;
             }

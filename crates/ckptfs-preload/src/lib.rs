@@ -27,6 +27,7 @@ pub mod fsinfo;
 #[cfg(not(test))]
 pub mod hooks;
 pub mod lifecycle;
+pub mod links;
 pub mod lock;
 pub mod locks;
 #[cfg(not(test))]

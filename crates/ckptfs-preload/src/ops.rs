@@ -241,7 +241,7 @@ pub fn stat(path: &str) -> R<(Stat, u64)> {
 
 fn nlink(_s: &Store, st: &Stat, entries: impl FnOnce() -> Option<Vec<ckptfs_store::DirEntry>>) -> u64 {
     match st.kind {
-        FileKind::File => 1,
+        FileKind::File | FileKind::Symlink => 1,
         FileKind::Dir => {
             2 + entries().map_or(0, |v| v.iter().filter(|e| e.kind == FileKind::Dir).count() as u64)
         }
@@ -253,6 +253,7 @@ pub fn mode_of(st: &Stat) -> u32 {
     let t = match st.kind {
         FileKind::File => libc::S_IFREG,
         FileKind::Dir => libc::S_IFDIR,
+        FileKind::Symlink => libc::S_IFLNK,
     };
     t | (st.mode & 0o7777)
 }
@@ -261,14 +262,14 @@ pub fn mode_of(st: &Stat) -> u32 {
 fn size_of(st: &Stat) -> u64 {
     match st.kind {
         FileKind::Dir => 4096,
-        FileKind::File => st.size,
+        FileKind::File | FileKind::Symlink => st.size,
     }
 }
 
 fn blocks_of(st: &Stat) -> u64 {
     match st.kind {
         FileKind::Dir => 8,
-        FileKind::File => st.allocated / 512,
+        FileKind::File | FileKind::Symlink => st.allocated / 512,
     }
 }
 
@@ -357,6 +358,9 @@ pub fn truncate(path: &str, len: i64) -> R<()> {
     if st.kind == FileKind::Dir {
         return Err(libc::EISDIR);
     }
+    if st.kind == FileKind::Symlink {
+        return Err(libc::ELOOP); // followed by the hook (links.rs)
+    }
     if !crate::perms::may_write(&st) {
         return Err(libc::EACCES);
     }
@@ -433,6 +437,9 @@ pub fn fcntl(d: &Desc, cmd: i32, arg: u64) -> R<i32> {
 /// group and mode (the store keeps them; the shim checks them only here and in chown).
 pub fn access(path: &str, amode: i32) -> R<()> {
     let (st, _) = stat(path)?;
+    if st.kind == FileKind::Symlink {
+        return Err(libc::ELOOP); // followed by the hook (links.rs)
+    }
     if amode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
         return Err(libc::EINVAL);
     }
@@ -516,6 +523,10 @@ pub fn rename(from: &str, to: &str, flags: u32) -> R<()> {
 pub fn chmod(path: &str, mode: u32) -> R<()> {
     let s = state::store()?;
     let st = s.stat(path).map_err(se)?;
+    if st.kind == FileKind::Symlink {
+        // Followed by the hook (links.rs); a symlink's own mode cannot change (Linux).
+        return Err(libc::ELOOP);
+    }
     crate::perms::check_owner(&st)?;
     let mut mode = mode;
     if !crate::perms::is_root() && !crate::perms::in_groups(st.gid) {
@@ -527,9 +538,14 @@ pub fn chmod(path: &str, mode: u32) -> R<()> {
 /// chown(2) with the kernel's rules: root changes anything; the owner may set the group
 /// to one of its groups and the owner to itself; anyone else is EPERM. A regular file
 /// loses its set-user-id bit (and set-group-id if group-executable), as on Linux.
-pub fn chown(path: &str, uid: u32, gid: u32) -> R<()> {
+/// With `follow`, a symlink is ELOOP (the hook follows it); without (lchown), the
+/// symlink itself changes owner.
+pub fn chown(path: &str, uid: u32, gid: u32, follow: bool) -> R<()> {
     let s = state::store()?;
     let st = s.stat(path).map_err(se)?;
+    if follow && st.kind == FileKind::Symlink {
+        return Err(libc::ELOOP);
+    }
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let new_uid = if uid == u32::MAX { st.uid } else { uid };
@@ -564,9 +580,14 @@ fn now_ns() -> u64 {
 }
 
 /// utimensat(2): access and modification times; UTIME_OMIT keeps one, UTIME_NOW is now.
-pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>) -> R<()> {
+/// With `follow`, a symlink is ELOOP (the hook follows it); without
+/// (AT_SYMLINK_NOFOLLOW), the symlink's own times change.
+pub fn utimens(path: &str, times: Option<[libc::timespec; 2]>, follow: bool) -> R<()> {
     let s = state::store()?;
     let st = s.stat(path).map_err(se)?;
+    if follow && st.kind == FileKind::Symlink {
+        return Err(libc::ELOOP);
+    }
     // UTIME_OMIT keeps `cur`.
     let pick = |t: &libc::timespec, cur: u64| -> R<u64> {
         Ok(match t.tv_nsec {

@@ -565,3 +565,57 @@ print(open(f"{r}/forked", "rb").read(16))
     assert!(rep.incomplete.is_empty(), "{:?}", rep.incomplete);
     assert!(rep.bytes_verified >= 10 << 20, "{rep:?}");
 }
+
+#[test]
+fn symlinks_in_the_store_are_created_read_and_followed_like_on_a_plain_directory() {
+    // ln -s, readlink, ls -l / stat -L / test -L, cat and writes through a link to a file,
+    // into a directory through a link, a dangling link, rename and rm of a link, a link
+    // loop (ELOOP after 40 hops), and a link leading out of the store.
+    let o = sh(r#"set -e
+cd "$ROOT"
+mkdir -p d/sub
+echo hello > d/f
+ln -s d/f l
+ln -s d ld
+ln -s ../f d/sub/up
+ln -s nowhere dangling
+ln -s loop2 loop1
+ln -s loop1 loop2
+ln -s "$SRC" out
+readlink l ld d/sub/up dangling
+test -L l && test -f l && test -d ld && test -L ld && ! test -e dangling && test -L dangling
+stat -c '%F %s' l
+stat -L -c '%F %s' l
+cat l ld/f d/sub/up
+echo more >> l
+cat d/f
+echo new > ld/sub/created
+cat d/sub/created
+ls ld/sub
+cat loop1 2>/dev/null || echo "loop: $?"
+cat dangling 2>/dev/null || echo "dangling: $?"
+ls out | head -2 >/dev/null && echo "out of the store: ok"
+cd ld/sub && cat created && cd ../..
+mv l l2
+readlink l2
+rm l2 dangling loop1 loop2 out
+ls -1
+ln -s d/f l && ln -s d/f l 2>/dev/null || echo "exists: $?"
+printf '#!/bin/sh\necho ran\n' > d/prog
+chmod +x d/prog
+ln -s d/prog lp
+./lp
+find . -type l | sort
+ls -F
+"#);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert!(o.stdout.contains("symbolic link 3"), "{o:?}");
+    assert!(o.stdout.contains("regular file 6"), "{o:?}");
+    assert!(o.stdout.contains("loop: 1"), "{o:?}");
+    assert!(o.stdout.contains("out of the store: ok"), "{o:?}");
+    assert!(
+        o.stdout
+            .contains("ran\n./d/sub/up\n./l\n./ld\n./lp\nd/\nl@\nld@\nlp@\n"),
+        "{o:?}"
+    );
+}

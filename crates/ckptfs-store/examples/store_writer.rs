@@ -475,6 +475,9 @@ fn run_op(store: &Store, spec: &Spec) -> Result<(), StoreError> {
             f.close()?;
         }
         "unlink" => store.unlink(&spec.path)?,
+        "symlink" => {
+            store.symlink(spec.to.as_bytes(), &spec.path)?;
+        }
         "rename" => store.rename(&spec.path, &spec.to)?,
         "truncate" => store.truncate(&spec.path, spec.size)?,
         "rewrite" => {

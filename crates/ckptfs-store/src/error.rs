@@ -108,6 +108,10 @@ pub enum StoreError {
     /// Permission denied.
     #[error("permission denied: {0}")]
     Permission(String),
+    /// A symbolic link where the operation does not follow one (opening a symlink in
+    /// the store, or more than 40 links followed while resolving a path).
+    #[error("symbolic link: {0}")]
+    Loop(String),
     /// An operation the store does not support.
     #[error("operation not supported: {0}")]
     Unsupported(&'static str),
@@ -147,6 +151,7 @@ impl StoreError {
             BadSegment { .. } => libc::EINVAL,
             Permission(_) | Untrusted { .. } => libc::EACCES,
             Unsupported(_) => libc::EOPNOTSUPP,
+            Loop(_) => libc::ELOOP,
             Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }

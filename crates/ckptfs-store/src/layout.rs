@@ -82,6 +82,9 @@ pub mod kind {
     pub const FILE: u32 = 1;
     /// Directory.
     pub const DIR: u32 = 2;
+    /// Symbolic link: its target is its data (a small-file run), never followed by the
+    /// store's own path resolution.
+    pub const SYMLINK: u32 = 3;
 }
 
 /// Inode write states (files only).

@@ -65,6 +65,7 @@ mod small;
 mod small_fsck;
 mod small_io;
 mod store;
+mod symlink;
 mod trust;
 mod types;
 mod verify;
@@ -78,3 +79,4 @@ pub use store::{
     DataRegion, DirEntry, FileKind, OpenFlags, Stat, Store, StoreInfo, StoreOptions, WriteState,
     DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE, ROOT_INO, SYSTEM_DIR, SYSTEM_DIR_NAME,
 };
+pub use symlink::SYMLINK_MAX;

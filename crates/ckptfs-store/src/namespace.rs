@@ -142,6 +142,24 @@ impl Store {
         mode: u32,
         writing: bool,
     ) -> Result<u32> {
+        self.alloc_inode_with(ns, k, parent, name, mode, writing, &|_| Ok(()))
+    }
+
+    /// [`Store::alloc_inode`], calling `fill` on the new id before the `kind` store that
+    /// commits it (a symlink's target is written there, so that a creator killed at any
+    /// point leaves either no symlink or a complete one). A `fill` error frees what it
+    /// took and creates nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn alloc_inode_with(
+        &self,
+        ns: &Ns,
+        k: u32,
+        parent: u32,
+        name: &[u8],
+        mode: u32,
+        writing: bool,
+        fill: &dyn Fn(u32) -> Result<()>,
+    ) -> Result<u32> {
         let seg = &*self.seg;
         let sb = seg.sb();
         let top = sb.fid_top.load(Relaxed);
@@ -161,7 +179,7 @@ impl Store {
             if sb.fid_top.load(Relaxed) == 0 {
                 return Err(StoreError::TooManyFiles(seg.layout.max_files));
             }
-            return self.alloc_inode(ns, k, parent, name, mode, writing);
+            return self.alloc_inode_with(ns, k, parent, name, mode, writing, fill);
         }
         let ino = seg.inode(fid);
         let t = now();
@@ -198,6 +216,11 @@ impl Store {
         ino.ns_crc
             .store(crate::integrity::ns_crc_with_kind(seg, fid, k), Relaxed);
         seal_data(seg, fid);
+        if let Err(e) = fill(fid) {
+            let _g = self.file_lock(fid);
+            self.free_run(fid);
+            return Err(e);
+        }
         // Commit point; a crash before the pop leaves it on the stack too, which the
         // namespace rebuild corrects.
         ino.kind.store(k, Release);

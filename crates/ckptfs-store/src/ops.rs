@@ -39,6 +39,10 @@ impl Store {
             self.check_inode(fid, path)?;
         }
         let ino = seg.inode(fid);
+        if ino.kind.load(Relaxed) == kind::SYMLINK {
+            // The store never follows a symlink (the front-ends do): as O_NOFOLLOW.
+            return Err(StoreError::Loop(path.into()));
+        }
         let is_dir = ino.kind.load(Relaxed) == kind::DIR;
         if is_dir && (flags.write || flags.trunc) {
             return Err(StoreError::IsDir(path.into()));

@@ -76,11 +76,7 @@ impl Store {
     pub(crate) fn stat_fid(&self, fid: u32) -> Stat {
         let seg = &*self.seg;
         let ino = seg.inode(fid);
-        let k = if ino.kind.load(Acquire) == kind::DIR {
-            FileKind::Dir
-        } else {
-            FileKind::File
-        };
+        let k = file_kind(ino.kind.load(Acquire));
         let mut state = match ino.wstate.load(Acquire) {
             wstate::WRITING => WriteState::Writing,
             wstate::INCOMPLETE => WriteState::Incomplete,
@@ -172,11 +168,7 @@ impl Store {
                 // SAFETY: namespace lock held.
                 name: String::from_utf8_lossy(unsafe { seg.name_of(c) }).into_owned(),
                 ino: c as u64 + 1,
-                kind: if ino.kind.load(Relaxed) == kind::DIR {
-                    FileKind::Dir
-                } else {
-                    FileKind::File
-                },
+                kind: file_kind(ino.kind.load(Relaxed)),
             });
             c = ino.next_sib.load(Relaxed);
         }
@@ -305,5 +297,15 @@ impl Store {
         }
         out.sort_by_key(|c| c.logical);
         out
+    }
+}
+
+/// The public kind of an inode's `kind` word (anything unknown reads as a file, which
+/// fsck reports).
+pub(crate) fn file_kind(k: u32) -> FileKind {
+    match k {
+        kind::DIR => FileKind::Dir,
+        kind::SYMLINK => FileKind::Symlink,
+        _ => FileKind::File,
     }
 }

@@ -137,13 +137,24 @@ impl Store {
             ino.prev_sib.store(NONE, Relaxed);
         }
         let mut top = 0;
+        let mut dropped_runs = false;
         for fid in (1..max).rev() {
             if seg.inode(fid).kind.load(Acquire) == kind::FREE {
                 seg.fid_stack(top).store(fid, Relaxed);
                 top += 1;
+                // A symlink creator killed after writing its target, before the `kind`
+                // store that commits it: nothing was created; its run goes back.
+                if seg.inode(fid).srun.load(Relaxed) != 0 {
+                    seg.inode(fid).srun.store(0, Release);
+                    dropped_runs = true;
+                }
             }
         }
         sb.fid_top.store(top, Release);
+        if dropped_runs {
+            let _a = self.alloc_lock();
+            self.rebuild_free_stacks();
+        }
         let mut orphans = Vec::new();
         let mut misplaced = Vec::new();
         // Records whose checksum holds claim their names first: a name damaged into

@@ -98,7 +98,7 @@ impl From<ckptfs_settings::StoreSettings> for StoreOptions {
     }
 }
 
-/// File or directory.
+/// File, directory or symbolic link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FileKind {
@@ -106,6 +106,8 @@ pub enum FileKind {
     File,
     /// Directory.
     Dir,
+    /// Symbolic link (its size is the target's length; [`Store::readlink`] reads it).
+    Symlink,
 }
 
 /// Whether a file's content is final.

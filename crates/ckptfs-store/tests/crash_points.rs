@@ -218,6 +218,32 @@ fn crash_at_lease_after_claim_leaves_the_file_as_it_was_and_the_slot_reusable() 
 // ------------------------------------------------------------------ small files
 
 #[test]
+fn crash_in_symlink_creation_before_the_kind_store_leaves_no_symlink_and_no_block() {
+    // Killed holding the namespace lock after the target was written into a run, before
+    // the inode's kind commits it: nothing is created and the run goes back.
+    crash_point_case("symlink-before-kind", 5_000, "symlink", "to", 0, &[], |s, v| {
+        assert_eq!(
+            s.stat(&format!("{}/new", v.dir)).unwrap_err().errno(),
+            libc::ENOENT
+        );
+        let names: Vec<String> = s.read_dir("/v").unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert_file_is(s, &v.file_path(0), v.file_seed(0), 5_000);
+        // The two 5,000-byte files' runs are all the blocks in use.
+        assert_eq!(s.info().small_blocks_used, 4);
+    });
+}
+
+#[test]
+fn crash_in_symlink_creation_after_the_kind_store_leaves_a_complete_symlink() {
+    crash_point_case("inode-after-kind", 5_000, "symlink", "to", 0, &[], |s, v| {
+        let p = format!("{}/new", v.dir);
+        assert_eq!(s.stat(&p).unwrap().kind, ckptfs_store::FileKind::Symlink);
+        assert_eq!(s.readlink(&p).unwrap(), v.file_path(1).as_bytes());
+    });
+}
+
+#[test]
 fn crash_at_small_grow_before_switch_keeps_the_old_run_and_its_bytes() {
     // 5,000 bytes in a run of 2 blocks; appending 5,000 more needs 4: killed holding the
     // allocation lock after the copy, before the run switch.

@@ -177,6 +177,7 @@ fn to_c_stat(s: &Stat) -> CkptfsStat {
     let (kind, ifmt) = match s.kind {
         FileKind::File => (KIND_FILE, libc::S_IFREG),
         FileKind::Dir => (KIND_DIR, libc::S_IFDIR),
+        FileKind::Symlink => (KIND_SYMLINK, libc::S_IFLNK),
     };
     CkptfsStat {
         ino: s.ino,

@@ -1,4 +1,4 @@
-//! Namespace calls: stat, unlink, rename, mkdir, rmdir and directory listing.
+//! Namespace calls: stat, unlink, rename, mkdir, rmdir, symlinks and directory listing.
 
 use super::*;
 
@@ -70,6 +70,56 @@ pub unsafe extern "C" fn ckptfs_mkdir(path: *const c_char, mode: libc::mode_t) -
     }) as c_int
 }
 
+/// Create a symbolic link `path` whose target is `target` (kept as given). The C API,
+/// like the store, never follows symlinks: `ckptfs_open` of one is -ELOOP.
+///
+/// # Safety
+/// `target` and `path` are C strings.
+#[no_mangle]
+pub unsafe extern "C" fn ckptfs_symlink(target: *const c_char, path: *const c_char) -> c_int {
+    call(|| {
+        if target.is_null() {
+            return Err(efault("target"));
+        }
+        // SAFETY: non-NULL and NUL-terminated per the contract.
+        let t = unsafe { std::ffi::CStr::from_ptr(target) }.to_bytes();
+        // SAFETY: forwarded contract.
+        let path = unsafe { cstr(path, "path") }?;
+        at(path, "symlink", |r| {
+            Ok(r.store.symlink(t, &r.path).map(|_| ())?)
+        })?;
+        Ok(0)
+    }) as c_int
+}
+
+/// Copy the target of the symbolic link `path` into `buf` (at most `size` bytes, no
+/// NUL added, as readlink(2)); returns the bytes copied. -EINVAL if `path` is not a
+/// symlink or `size` is 0.
+///
+/// # Safety
+/// `path` is a C string; `buf` is valid for writing `size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ckptfs_readlink(path: *const c_char, buf: *mut c_char, size: usize) -> isize {
+    call(|| {
+        // SAFETY: forwarded contract.
+        let path = unsafe { cstr(path, "path") }?;
+        if buf.is_null() {
+            return Err(efault("buffer"));
+        }
+        if size == 0 {
+            return Err(CapiError::new(
+                libc::EINVAL,
+                format!("readlink {path}: buffer size 0"),
+            ));
+        }
+        let t = at(path, "readlink", |r| Ok(r.store.readlink(&r.path)?))?;
+        let n = t.len().min(size);
+        // SAFETY: buf is valid for size >= n bytes per the contract; t is our own vector.
+        unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), buf.cast::<u8>(), n) };
+        Ok(n as i64)
+    }) as isize
+}
+
 /// Remove an empty directory.
 ///
 /// # Safety
@@ -126,6 +176,7 @@ pub unsafe extern "C" fn ckptfs_readdir(fd: c_int, ent: *mut CkptfsDirent) -> c_
             kind: match e.kind {
                 FileKind::File => KIND_FILE,
                 FileKind::Dir => KIND_DIR,
+                FileKind::Symlink => KIND_SYMLINK,
             },
             namelen: 0,
             name: [0; 256],

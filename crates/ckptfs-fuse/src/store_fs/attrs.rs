@@ -32,6 +32,7 @@ impl StoreFs {
                 self.view.set_subdirs(st.ino, st.generation, subdirs, epoch);
                 2 + subdirs
             }
+            FileKind::Symlink => 1,
             FileKind::File => {
                 let open = self.open_inos.lock().unwrap().contains_key(&st.ino);
                 if open && self.store.path_of(st.ino).is_ok_and(|p| p.is_empty()) {
@@ -160,5 +161,6 @@ pub(super) fn file_type(kind: FileKind) -> FileType {
     match kind {
         FileKind::Dir => FileType::Directory,
         FileKind::File => FileType::RegularFile,
+        FileKind::Symlink => FileType::Symlink,
     }
 }

@@ -368,9 +368,34 @@ impl Filesystem for StoreFs {
         reply_empty(reply, r);
     }
 
-    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &std::path::Path, reply: ReplyEntry) {
-        // The store has no symbolic links (documented; same errno as vfat).
-        reply.error(Errno::EPERM);
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        use std::os::unix::ffi::OsStrExt;
+        self.counters.meta.fetch_add(1, Relaxed);
+        // The store keeps the target; the kernel follows it (the store never does).
+        let r = self.child_path(parent, name).and_then(|p| {
+            let st = self
+                .store
+                .symlink(target.as_os_str().as_bytes(), &p)
+                .map_err(store_err)?;
+            self.give_to_caller(req, parent, &p, st)
+        });
+        self.reply_entry(reply, parent, name, r);
+        self.refresh(parent.0);
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        match self.store.readlink_ino(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(store_err(e)),
+        }
     }
 
     fn link(&self, _req: &Request, _i: INodeNo, _p: INodeNo, _n: &OsStr, reply: ReplyEntry) {

@@ -9,9 +9,10 @@ use super::*;
 unsafe fn chmod_at(dirfd: c_int, p: *const c_char, mode: Mode, fl: c_int) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     unsafe {
-        on_path(
+        on_path_f(
             dirfd,
             p,
+            fl & libc::AT_SYMLINK_NOFOLLOW == 0,
             |d, p| real!(fchmodat: fn(c_int, *const c_char, Mode, c_int) -> c_int; -1; d, p, mode, fl),
             |_, p| ops::chmod(p, mode).map(|_| 0),
         )
@@ -35,11 +36,13 @@ pub unsafe extern "C" fn fchmod(fd: c_int, mode: Mode) -> c_int {
 unsafe fn chown_at(dirfd: c_int, p: *const c_char, u: libc::uid_t, g: libc::gid_t, fl: c_int) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     unsafe {
-        on_path(
+        let follow = fl & libc::AT_SYMLINK_NOFOLLOW == 0;
+        on_path_f(
             dirfd,
             p,
+            follow,
             |d, p| real!(fchownat: fn(c_int, *const c_char, libc::uid_t, libc::gid_t, c_int) -> c_int; -1; d, p, u, g, fl),
-            |_, p| ops::chown(p, u, g).map(|_| 0),
+            |_, p| ops::chown(p, u, g, follow).map(|_| 0),
         )
     }
 }
@@ -66,7 +69,7 @@ pub unsafe extern "C" fn fchownat(
 }
 #[no_mangle]
 pub unsafe extern "C" fn fchown(fd: c_int, u: libc::uid_t, g: libc::gid_t) -> c_int {
-    on_fd(fd, |d| ops::chown(&d.path, u, g).map(|_| 0))
+    on_fd(fd, |d| ops::chown(&d.path, u, g, true).map(|_| 0))
         .unwrap_or_else(|| real!(fchown: fn(c_int, libc::uid_t, libc::gid_t) -> c_int; -1; fd, u, g))
 }
 unsafe fn times_of(t: *const libc::timespec) -> Option<[libc::timespec; 2]> {
@@ -87,27 +90,31 @@ pub unsafe extern "C" fn utimensat(
     }
     // SAFETY: forwarding the caller's arguments.
     unsafe {
-        on_path(
+        let follow = fl & libc::AT_SYMLINK_NOFOLLOW == 0;
+        on_path_f(
             dirfd,
             p,
+            follow,
             |d, p| real!(utimensat: fn(c_int, *const c_char, *const libc::timespec, c_int) -> c_int; -1; d, p, t, fl),
-            |_, p| ops::utimens(p, times_of(t)).map(|_| 0),
+            |_, p| ops::utimens(p, times_of(t), follow).map(|_| 0),
         )
     }
 }
 #[no_mangle]
 pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int {
     // SAFETY: t is null or two timespecs.
-    on_fd(fd, |d| ops::utimens(&d.path, unsafe { times_of(t) }).map(|_| 0))
+    let times = unsafe { times_of(t) };
+    on_fd(fd, |d| ops::utimens(&d.path, times, true).map(|_| 0))
         .unwrap_or_else(|| real!(futimens: fn(c_int, *const libc::timespec) -> c_int; -1; fd, t))
 }
 #[no_mangle]
 pub unsafe extern "C" fn utimes(p: *const c_char, tv: *const libc::timeval) -> c_int {
     // SAFETY: forwarding the caller's arguments; tv is null or two timevals.
     unsafe {
-        on_path(
+        on_path_f(
             libc::AT_FDCWD,
             p,
+            true,
             |_, p| real!(utimes: fn(*const c_char, *const libc::timeval) -> c_int; -1; p, tv),
             |_, p| {
                 let t = (!tv.is_null()).then(|| {
@@ -117,7 +124,7 @@ pub unsafe extern "C" fn utimes(p: *const c_char, tv: *const libc::timeval) -> c
                     };
                     [c(*tv), c(*tv.add(1))]
                 });
-                ops::utimens(p, t).map(|_| 0)
+                ops::utimens(p, t, true).map(|_| 0)
             },
         )
     }
@@ -126,9 +133,10 @@ pub unsafe extern "C" fn utimes(p: *const c_char, tv: *const libc::timeval) -> c
 pub unsafe extern "C" fn utime(p: *const c_char, ut: *const libc::utimbuf) -> c_int {
     // SAFETY: forwarding the caller's arguments; ut is null or one utimbuf.
     unsafe {
-        on_path(
+        on_path_f(
             libc::AT_FDCWD,
             p,
+            true,
             |_, p| real!(utime: fn(*const c_char, *const libc::utimbuf) -> c_int; -1; p, ut),
             |_, p| {
                 let t = (!ut.is_null()).then(|| {
@@ -138,7 +146,7 @@ pub unsafe extern "C" fn utime(p: *const c_char, ut: *const libc::utimbuf) -> c_
                     };
                     [s((*ut).actime), s((*ut).modtime)]
                 });
-                ops::utimens(p, t).map(|_| 0)
+                ops::utimens(p, t, true).map(|_| 0)
             },
         )
     }

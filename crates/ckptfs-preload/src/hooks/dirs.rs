@@ -10,9 +10,10 @@ use super::*;
 pub unsafe extern "C" fn chdir(p: *const c_char) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     unsafe {
-        on_path(
+        on_path_f(
             libc::AT_FDCWD,
             p,
+            true,
             |_, p| {
                 let r = real!(chdir: fn(*const c_char) -> c_int; -1; p);
                 if r == 0 {
@@ -22,6 +23,9 @@ pub unsafe extern "C" fn chdir(p: *const c_char) -> c_int {
             },
             |m, p| {
                 let (st, _) = ops::stat(p)?;
+                if st.kind == ckptfs_store::FileKind::Symlink {
+                    return Err(libc::ELOOP); // followed by on_path_f
+                }
                 if st.kind != ckptfs_store::FileKind::Dir {
                     return Err(libc::ENOTDIR);
                 }
@@ -99,18 +103,35 @@ pub unsafe extern "C" fn opendir(p: *const c_char) -> *mut libc::DIR {
     match unsafe { crate::resolve::classify(libc::AT_FDCWD, p) } {
         Ok(Loc::Real) => real_open(0, p),
         Ok(Loc::RealAbs(c)) => real_open(0, c.as_ptr()),
-        Ok(Loc::Store(m, sp)) => match guarded(|| {
-            let fd = ops::open(m, &sp, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0)?;
-            dir::open(fd).inspect_err(|_| {
-                let _ = close_store(fd);
-            })
-        }) {
-            Ok(d) => d,
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null_mut()
+        Ok(Loc::Store(m, sp)) => {
+            let open_store = |m: usize, sp: &str| {
+                guarded(|| {
+                    let fd = ops::open(m, sp, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0)?;
+                    dir::open(fd).inspect_err(|_| {
+                        let _ = close_store(fd);
+                    })
+                })
+            };
+            // A store symlink on the way (or last) is followed, as in `on_path_f`.
+            let r = match open_store(m, &sp) {
+                Err(e) if e == libc::ENOTDIR || e == libc::ELOOP => {
+                    match guarded(|| crate::links::follow(m, &sp, true)) {
+                        Ok(Some(crate::links::Followed::Store(m2, p2))) => open_store(m2, &p2),
+                        Ok(Some(crate::links::Followed::Host(c))) => return real_open(0, c.as_ptr()),
+                        Ok(None) => Err(e),
+                        Err(e2) => Err(e2),
+                    }
+                }
+                r => r,
+            };
+            match r {
+                Ok(d) => d,
+                Err(e) => {
+                    set_errno(e);
+                    std::ptr::null_mut()
+                }
             }
-        },
+        }
         Err(e) => {
             set_errno(e);
             std::ptr::null_mut()

@@ -233,9 +233,10 @@ pub unsafe extern "C" fn ftruncate64(fd: c_int, len: Off) -> c_int {
 pub unsafe extern "C" fn truncate(path: *const c_char, len: Off) -> c_int {
     // SAFETY: path per truncate(2).
     unsafe {
-        on_path(
+        on_path_f(
             libc::AT_FDCWD,
             path,
+            true,
             |_, p| real!(truncate64: fn(*const c_char, Off) -> c_int; -1; p, len),
             |_, p| ops::truncate(p, len).map(|_| 0),
         )

@@ -60,12 +60,31 @@ pub(crate) fn on_fd<T: From<i8>>(fd: c_int, f: impl FnOnce(&Arc<Desc>) -> R<T>) 
 }
 
 /// Dispatch a path call: to the store, or to libc with the (possibly rewritten) path.
+/// Symlinks inside the store are followed in every component but the last (see
+/// [`on_path_f`]).
 #[inline]
 pub(crate) unsafe fn on_path<T: From<i8>>(
     dirfd: c_int,
     path: *const c_char,
     real: impl FnOnce(c_int, *const c_char) -> T,
-    store: impl FnOnce(usize, &str) -> R<T>,
+    store: impl FnMut(usize, &str) -> R<T>,
+) -> T {
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { on_path_f(dirfd, path, false, real, store) }
+}
+
+/// [`on_path`], following a symlink in the last component too when `follow_last` (the
+/// store call answers ELOOP for one: `open` of a symlink does; `stat` closures do when
+/// they find one). A store call failing with ENOTDIR (or ELOOP) is retried once on the
+/// path with its store symlinks followed (`links::follow`), or given to the kernel when
+/// a link leads out of the store; paths without symlinks never pay for it.
+#[inline]
+pub(crate) unsafe fn on_path_f<T: From<i8>>(
+    dirfd: c_int,
+    path: *const c_char,
+    follow_last: bool,
+    real: impl FnOnce(c_int, *const c_char) -> T,
+    mut store: impl FnMut(usize, &str) -> R<T>,
 ) -> T {
     // SAFETY: path is the caller's C string (or null, which classify passes through).
     // The re-entrancy test (a TLS access) comes after the cheap prefix test, so that
@@ -74,7 +93,17 @@ pub(crate) unsafe fn on_path<T: From<i8>>(
         Ok(Loc::Real) => real(dirfd, path),
         _ if in_shim() => real(dirfd, path),
         Ok(Loc::RealAbs(p)) => real(libc::AT_FDCWD, p.as_ptr()),
-        Ok(Loc::Store(m, p)) => ret(guarded(|| store(m, &p))),
+        Ok(Loc::Store(m, p)) => match guarded(|| store(m, &p)) {
+            Err(e) if e == libc::ENOTDIR || (follow_last && e == libc::ELOOP) => {
+                match guarded(|| crate::links::follow(m, &p, follow_last)) {
+                    Ok(Some(crate::links::Followed::Store(m2, p2))) => ret(guarded(|| store(m2, &p2))),
+                    Ok(Some(crate::links::Followed::Host(c))) => real(libc::AT_FDCWD, c.as_ptr()),
+                    Ok(None) => ret(Err(e)),
+                    Err(e2) => ret(Err(e2)),
+                }
+            }
+            r => ret(r),
+        },
         Err(e) => ret(Err(e)),
     }
 }

@@ -9,9 +9,10 @@ use super::*;
 unsafe fn access_at(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     unsafe {
-        on_path(
+        on_path_f(
             dirfd,
             path,
+            true,
             |d, p| real!(faccessat: fn(c_int, *const c_char, c_int, c_int) -> c_int; -1; d, p, mode, flags),
             |_, p| ops::access(p, mode).map(|_| 0),
         )
@@ -114,7 +115,7 @@ pub unsafe extern "C" fn renameat2(
         (Err(e), _) | (_, Err(e)) => return ret(Err(e)),
     };
     match (l1, l2) {
-        (Loc::Store(_, a), Loc::Store(_, b)) => {
+        (Loc::Store(ma, a), Loc::Store(mb, b)) => {
             // SAFETY: classify read both C strings already.
             let dots = [p1, p2].iter().any(|&p| {
                 matches!(
@@ -126,7 +127,11 @@ pub unsafe extern "C" fn renameat2(
             if dots {
                 return ret(Err(libc::EBUSY));
             }
-            ret(guarded(|| ops::rename(&a, &b, flags).map(|_| 0)))
+            ret(guarded(|| match ops::rename(&a, &b, flags) {
+                // Store symlinks in the directories of either path (links.rs).
+                Err(libc::ENOTDIR) => crate::links::rename_followed(ma, &a, mb, &b, flags).map(|_| 0),
+                r => r.map(|_| 0),
+            }))
         }
         (Loc::Store(..), _) | (_, Loc::Store(..)) => ret(Err(libc::EXDEV)),
         (a, b) => {
@@ -215,7 +220,7 @@ pub unsafe extern "C" fn linkat(
 }
 #[no_mangle]
 pub unsafe extern "C" fn symlink(target: *const c_char, p: *const c_char) -> c_int {
-    // SAFETY: symbolic links in the store are not supported (EPERM).
+    // SAFETY: forwarding the caller's arguments; target is checked readable before use.
     unsafe {
         on_path(
             libc::AT_FDCWD,
@@ -225,10 +230,7 @@ pub unsafe extern "C" fn symlink(target: *const c_char, p: *const c_char) -> c_i
                 if crate::paths::unreadable(target) {
                     return Err(libc::EFAULT);
                 }
-                if CStr::from_ptr(target).to_bytes().len() >= crate::paths::PATH_MAX {
-                    return Err(libc::ENAMETOOLONG);
-                }
-                ops::unsupported_create(p)
+                crate::links::symlink(CStr::from_ptr(target).to_bytes(), p).map(|_| 0)
             },
         )
     }
@@ -245,22 +247,26 @@ pub unsafe extern "C" fn symlinkat(target: *const c_char, dirfd: c_int, p: *cons
                 if crate::paths::unreadable(target) {
                     return Err(libc::EFAULT);
                 }
-                if CStr::from_ptr(target).to_bytes().len() >= crate::paths::PATH_MAX {
-                    return Err(libc::ENAMETOOLONG);
-                }
-                ops::unsupported_create(p)
+                crate::links::symlink(CStr::from_ptr(target).to_bytes(), p).map(|_| 0)
             },
         )
     }
 }
 unsafe fn readlink_at(dirfd: c_int, p: *const c_char, b: *mut c_char, n: usize) -> isize {
-    // SAFETY: store objects are never symbolic links: EINVAL if it exists.
+    // SAFETY: forwarding the caller's arguments; b is the caller's buffer of n bytes
+    // (checked readable-range plausible before it is written).
     unsafe {
         on_path(
             dirfd,
             p,
             |d, p| real!(readlinkat: fn(c_int, *const c_char, *mut c_char, usize) -> isize; -1; d, p, b, n),
-            |_, p| ops::stat(p).and(Err(libc::EINVAL)),
+            |_, p| {
+                if b.is_null() || !crate::paths::plausible_user_ptr(b as usize) {
+                    return Err(libc::EFAULT);
+                }
+                let n = n.min(isize::MAX as usize);
+                crate::links::readlink(p, std::slice::from_raw_parts_mut(b.cast::<u8>(), n))
+            },
         )
     }
 }

@@ -9,9 +9,10 @@ use super::*;
 unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: Mode) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     unsafe {
-        on_path(
+        on_path_f(
             dirfd,
             path,
+            flags & libc::O_NOFOLLOW == 0,
             |d, p| {
                 let fd = fresh_fd(
                     real!(openat: fn(c_int, *const c_char, c_int, Mode) -> c_int; -1; d, p, flags, mode),

@@ -22,12 +22,17 @@ unsafe fn stat_at(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags
     }
     // SAFETY: forwarding the caller's arguments.
     unsafe {
-        on_path(
+        let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+        on_path_f(
             dirfd,
             path,
+            follow,
             |d, p| real!(fstatat64: fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int; -1; d, p, out, flags),
             |_, p| {
                 let (st, nl) = ops::stat(p)?;
+                if follow && st.kind == ckptfs_store::FileKind::Symlink {
+                    return Err(libc::ELOOP); // followed by on_path_f
+                }
                 ops::fill_stat(&st, nl, &mut *out);
                 Ok(0)
             },
@@ -167,12 +172,17 @@ pub unsafe extern "C" fn statx(
     }
     // SAFETY: forwarding the caller's arguments.
     unsafe {
-        on_path(
+        let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+        on_path_f(
             dirfd,
             path,
+            follow,
             |d, p| real!(statx: fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int; -1; d, p, flags, mask, out),
             |_, p| {
                 let (st, nl) = ops::stat(p)?;
+                if follow && st.kind == ckptfs_store::FileKind::Symlink {
+                    return Err(libc::ELOOP); // followed by on_path_f
+                }
                 ops::fill_statx(&st, nl, &mut *out);
                 Ok(0)
             },

@@ -121,7 +121,7 @@ pub fn run(cmd: &[&str], root: &str, envs: &[(&str, String)]) -> Outcome {
     }
 }
 
-/// Mode, size and content of every file and directory below a root.
+/// Mode, size and content of every file, directory and symlink (its target) below a root.
 pub type Tree = BTreeMap<String, (String, u32, Vec<u8>)>;
 
 pub fn plain_tree(root: &Path) -> Tree {
@@ -136,6 +136,10 @@ pub fn plain_tree(root: &Path) -> Tree {
             if md.is_dir() {
                 out.insert(rel, ("dir".into(), mode, Vec::new()));
                 walk(base, &p, out);
+            } else if md.file_type().is_symlink() {
+                use std::os::unix::ffi::OsStrExt;
+                let t = std::fs::read_link(&p).unwrap();
+                out.insert(rel, ("symlink".into(), mode, t.as_os_str().as_bytes().to_vec()));
             } else {
                 out.insert(rel, ("file".into(), mode, std::fs::read(&p).unwrap()));
             }
@@ -155,6 +159,9 @@ pub fn store_tree(s: &Store, under: &str) -> Tree {
         };
         if st.kind == FileKind::Dir {
             t.insert(rel.to_string(), ("dir".into(), st.mode & 0o7777, Vec::new()));
+        } else if st.kind == FileKind::Symlink {
+            let target = s.readlink(&path).unwrap();
+            t.insert(rel.to_string(), ("symlink".into(), st.mode & 0o7777, target));
         } else {
             let mut f = s.open(&path, OpenFlags::READ, 0).unwrap();
             let mut data = vec![0u8; st.size as usize];

@@ -120,7 +120,7 @@ pub fn crash_point_case(
     } else {
         victim.file_path(1)
     };
-    let path = if op == "create" {
+    let path = if op == "create" || op == "symlink" {
         format!("{}/new", victim.dir)
     } else {
         victim.file_path(0)
