@@ -10,8 +10,11 @@ Run:  ckptfs bench torch [--sizes 1G,4G] [--reps 3] [--disk DIR] [--remote-max 1
 
 Rows (median of --reps; one process, no process group: the per-rank cost):
   memcpy       Tensor.copy_ of every tensor into warm preallocated tensors
-  ckptfs       ckptfs.torch.Writer (dataset completion, which checksums the files once,
-               inside dcp.save), its async_save, and dcp.load with ckptfs.torch.Reader
+  store-raw    File.write of every tensor's buffer into one store file (no torch.save,
+               no DCP): the floor of any writer copying into the store
+  ckptfs       ckptfs.torch.Writer (dataset completion inside dcp.save: it combines the
+               store's per-chunk CRC32Cs, no read), its async_save, and dcp.load with
+               ckptfs.torch.Reader
   ckptfs-bg    the same writer with complete_in_background=True (stall: until dcp.save
                returns; total: until the dataset is complete)
   fs-/dev/shm, fs-disk   torch's FileSystemWriter/Reader (its defaults: sync_files=True)
@@ -291,6 +294,17 @@ def main():
                 if store.exists("/bench"):
                     store.rmtree("/bench")
 
+            raw = []
+            for _ in range(a.reps):
+                rm_store()
+                store.makedirs("/bench")
+                t0 = time.perf_counter()
+                with store.open("/bench/raw", "wb", buffering=0) as f:
+                    for v in sd.values():
+                        f.write(v)  # the tensor's buffer, copied once into the store
+                raw.append(time.perf_counter() - t0)
+            rm_store()
+            rows.append({"target": "store-raw", "bytes": nbytes, "save_stall_s": med(raw)})
             rows.append(
                 {
                     "target": "ckptfs",

@@ -258,10 +258,11 @@ class Writer(FileSystemWriter):
     process group's. After a save, ``writer.dataset`` is the coordinator's record of it
     (None on other ranks or with ``dataset=False``).
 
-    ``complete_in_background``: the coordinator's completion (which reads every file
-    of the checkpoint once to checksum it) runs on a thread, so ``dcp.save`` returns
-    once the data and ``.metadata`` are in the store; the dataset is complete (and
-    chosen for a restart) when ``writer.wait()`` returns. A process that dies before
+    ``complete_in_background``: the coordinator's completion (which checks every file
+    closed complete and records its CRC32C, combined from the store's per-chunk CRCs
+    without reading the data) runs on a thread, so ``dcp.save`` returns once the data
+    and ``.metadata`` are in the store; the dataset is complete (and chosen for a
+    restart) when ``writer.wait()`` returns. A process that dies before
     leaves the dataset incomplete, never a checkpoint chosen unverified.
     ``zip_crc32``: keep torch.save's zip CRC32 while writing (off by default: see
     :func:`_no_zip_crc32`).

@@ -1,4 +1,4 @@
-"""`ckptfs bench torch` end to end at a tiny size: every row is produced (memcpy, ckptfs
+"""`ckptfs bench torch` end to end at a tiny size: every row is produced (memcpy, store-raw, ckptfs
 with its stall profile, ckptfs-bg, FileSystemWriter on /dev/shm and disk, the PFS and
 partner loads), every load is checked tensor by tensor by the script itself, and nothing
 is left behind. Figures are not asserted (not a timed test)."""
@@ -29,11 +29,12 @@ def test_bench_torch_reports_every_row(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     rows = {x["target"]: x for x in doc["rows"]}
-    assert set(rows) == {"memcpy", "ckptfs", "ckptfs-bg", "fs-/dev/shm", "fs-disk", "pfs", "partner"}
+    assert set(rows) == {"memcpy", "store-raw", "ckptfs", "ckptfs-bg", "fs-/dev/shm", "fs-disk", "pfs", "partner"}
     assert all(x["bytes"] == 4 << 20 for x in doc["rows"])
     assert set(rows["ckptfs"]["profile"]) == {"plan_s", "write_s", "metadata_s", "complete_s", "rest_s"}
     for t in ("ckptfs", "fs-/dev/shm", "fs-disk", "pfs", "partner"):
         assert rows[t]["load_s"] > 0, t
+    assert rows["store-raw"]["save_stall_s"] > 0
     assert rows["partner"]["restore_s"] > 0 and rows["ckptfs-bg"]["save_total_s"] > 0
     assert list(tmp_path.iterdir()) == []
     assert not any(tag in n for n in os.listdir("/dev/shm")), os.listdir("/dev/shm")
