@@ -56,7 +56,11 @@ fn time_str(ns: u64) -> String {
 }
 
 fn mode_str(st: &Stat) -> String {
-    let mut s = String::from(if st.kind == FileKind::Dir { "d" } else { "-" });
+    let mut s = String::from(match st.kind {
+        FileKind::Dir => "d",
+        FileKind::Symlink => "l",
+        _ => "-",
+    });
     for shift in [6, 3, 0] {
         let b = (st.mode >> shift) & 7;
         s.push(if b & 4 != 0 { 'r' } else { '-' });
@@ -199,10 +203,19 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
 }
 
 /// Long listings show, per file, the levels holding it (`local, node3, pfs`).
-fn print_entry(name: &str, st: &Stat, long: Option<(&ckptfs_node::LevelsView, &str)>) {
+fn print_entry(store: &Store, name: &str, st: &Stat, long: Option<(&ckptfs_node::LevelsView, &str)>) {
     if let Some((levels, path)) = long {
+        // A symbolic link shows its target, as `ls -l` does.
+        let target = if st.kind == FileKind::Symlink {
+            match store.readlink(path) {
+                Ok(t) => format!(" -> {}", esc(&String::from_utf8_lossy(&t))),
+                Err(e) => format!(" -> ? ({e})"),
+            }
+        } else {
+            String::new()
+        };
         println!(
-            "{} {:>10} {:>12} {:>5} chunks{} {} {} {}{}",
+            "{} {:>10} {:>12} {:>5} chunks{} {} {} {}{}{}",
             mode_str(st),
             state_str(st.state),
             st.size,
@@ -221,6 +234,7 @@ fn print_entry(name: &str, st: &Stat, long: Option<(&ckptfs_node::LevelsView, &s
             },
             esc(name),
             if st.kind == FileKind::Dir { "/" } else { "" },
+            target,
         );
     } else {
         println!("{}{}", esc(name), if st.kind == FileKind::Dir { "/" } else { "" });
@@ -243,7 +257,7 @@ pub fn ls(ctx: &Ctx, path: &str, long: bool, recursive: bool) -> Result<i32> {
         |p: &str| -> Option<(&ckptfs_node::LevelsView, String)> { long.then(|| (&levels, p.to_string())) };
     if st.kind == FileKind::File {
         let l = lv(path);
-        print_entry(path, &st, l.as_ref().map(|(v, p)| (*v, p.as_str())));
+        print_entry(&store, path, &st, l.as_ref().map(|(v, p)| (*v, p.as_str())));
         return Ok(0);
     }
     let mut dirs = vec![path.to_string()];
@@ -264,7 +278,7 @@ pub fn ls(ctx: &Ctx, path: &str, long: bool, recursive: bool) -> Result<i32> {
             // An entry may vanish between listing and stat: skip it.
             let Ok(st) = store.stat(&p) else { continue };
             let l = lv(&p);
-            print_entry(&e.name, &st, l.as_ref().map(|(v, p)| (*v, p.as_str())));
+            print_entry(&store, &e.name, &st, l.as_ref().map(|(v, p)| (*v, p.as_str())));
             if recursive && e.kind == FileKind::Dir {
                 sub.push(p);
             }

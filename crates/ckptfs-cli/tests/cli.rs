@@ -292,6 +292,24 @@ fn ls_prints_names_with_newlines_escaped_so_they_cannot_forge_lines() {
     assert!(err.contains("nope\\nfake line"), "{err}");
 }
 
+/// A symbolic link (made through the store API, as the FUSE mount and the shim make them)
+/// is listed as `ls -l` lists one: type `l` and ` -> target` after the name.
+#[test]
+fn ls_long_shows_a_symlink_with_its_target() {
+    let s = Store::new("lslink");
+    s.ok(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+    {
+        let store = ckptfs_store::Store::attach(&ckptfs_store::StoreOptions::named(&s.0)).unwrap();
+        store.mkdir("/d", 0o755).unwrap();
+        store.symlink(b"../data/step\n1", "/d/latest").unwrap();
+    }
+    let long = s.ok(&["ls", "-l", "/d"]);
+    let line = long.lines().next().unwrap_or_default();
+    assert!(line.starts_with("lrwxrwxrwx "), "{long}");
+    assert!(line.ends_with(" latest -> ../data/step\\n1"), "{long}");
+    assert_eq!(s.ok(&["ls", "/d"]), "latest\n");
+}
+
 /// `ckptfs ... | head -c1`: when the reader is gone, every printing command ends
 /// quietly (SIGPIPE, as coreutils), never with a panic message.
 #[test]
