@@ -11,7 +11,7 @@ _Setting = Union[int, str, bool, os.PathLike]
 
 class Stat:
     ino: int
-    kind: str  # "file" | "dir"
+    kind: str  # "file" | "dir" | "symlink"
     mode: int
     size: int
     chunks: int

@@ -66,7 +66,11 @@ impl From<Stat> for PyStat {
     fn from(s: Stat) -> PyStat {
         PyStat {
             ino: s.ino,
-            kind: if s.kind == FileKind::Dir { "dir" } else { "file" },
+            kind: match s.kind {
+                FileKind::Dir => "dir",
+                FileKind::Symlink => "symlink",
+                _ => "file",
+            },
             mode: s.mode,
             size: s.size,
             chunks: s.chunks,
