@@ -54,10 +54,12 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
         };
         match msg {
             Msg::Heartbeat => conn.send(Msg::Heartbeat).await?,
-            Msg::PutBegin { path, size, .. } => {
+            Msg::PutBegin {
+                path, size, mtime_ns, ..
+            } => {
                 let path = check_path(&peer, &path)?;
                 incoming = None;
-                match Incoming::begin(&store, &peer, &path, size, shared.cfg.partner_limit) {
+                match Incoming::begin(&store, &peer, &path, size, mtime_ns, shared.cfg.partner_limit) {
                     Ok(inc) => {
                         incoming = Some(inc);
                         conn.send(Msg::Ack).await?;

@@ -261,6 +261,9 @@ pub struct Incoming {
     dest: String,
     file: Option<FileHandle>,
     size: u64,
+    /// The source file's modification time: the copy keeps it (a restore then gives
+    /// back the file's own mtime, which readers use to order checkpoints).
+    mtime_ns: u64,
     received: u64,
     peer: String,
     path: String,
@@ -271,9 +274,17 @@ pub struct Incoming {
 }
 
 impl Incoming {
-    /// Start receiving `path` (already checked) of `size` bytes from node `src`.
+    /// Start receiving `path` (already checked) of `size` bytes from node `src`, whose
+    /// modification time there is `mtime_ns` (0: unknown, the copy keeps its own).
     /// `limit`: most bytes of partner copies this node holds (ENOSPC past it).
-    pub fn begin(store: &Store, src: &str, path: &str, size: u64, limit: Option<u64>) -> Result<Incoming> {
+    pub fn begin(
+        store: &Store,
+        src: &str,
+        path: &str,
+        size: u64,
+        mtime_ns: u64,
+        limit: Option<u64>,
+    ) -> Result<Incoming> {
         if let Some(limit) = limit {
             if held_bytes(store).saturating_add(size) > limit {
                 return Err(NodeError::store(
@@ -294,6 +305,7 @@ impl Incoming {
             dest: copy_path(src, path),
             file: Some(file),
             size,
+            mtime_ns,
             received: 0,
             peer: src.to_string(),
             path: path.to_string(),
@@ -392,6 +404,11 @@ impl Incoming {
             });
         }
         self.verify()?;
+        if self.mtime_ns > 0 {
+            self.store
+                .set_times(&self.tmp, self.mtime_ns, self.mtime_ns)
+                .map_err(|e| NodeError::store(format!("set the times of {}", self.tmp), e))?;
+        }
         mkdir_p(&self.store, parent(&self.dest))?;
         self.store
             .rename(&self.tmp, &self.dest)
