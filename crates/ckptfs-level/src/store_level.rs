@@ -213,19 +213,6 @@ impl Level for StoreLevel {
         }))
     }
 
-    fn verify(&self, path: &str, want: &Version) -> Result<Stored, LevelError> {
-        let mut r = self.get(path)?;
-        let stored = r.stored().clone();
-        if !stored.version.same_content(want) {
-            return Err(LevelError::Changed(path.to_string()));
-        }
-        for i in 0..stored.chunks() {
-            r.read_chunk(i, &mut |_| Ok(()))?;
-        }
-        r.finish()?;
-        Ok(stored)
-    }
-
     fn delete(&self, path: &str, want: &Version) -> Result<bool, LevelError> {
         let Some(st) = self.complete(path)? else {
             return Ok(false);

@@ -161,19 +161,6 @@ impl Level for PfsLevel {
         }))
     }
 
-    fn verify(&self, path: &str, want: &Version) -> Result<Stored, LevelError> {
-        let mut r = self.get(path)?;
-        let stored = r.stored().clone();
-        if !stored.version.same_content(want) {
-            return Err(LevelError::Changed(path.to_string()));
-        }
-        for i in 0..stored.chunks() {
-            r.read_chunk(i, &mut |_| Ok(()))?;
-        }
-        r.finish()?;
-        Ok(stored)
-    }
-
     fn delete(&self, path: &str, want: &Version) -> Result<bool, LevelError> {
         let Some((e, _)) = self.published(path).map_err(to_level)? else {
             return Ok(false);
