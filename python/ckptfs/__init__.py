@@ -199,7 +199,7 @@ class Store:
 
     Keyword options are the settings table's store options and override the
     ``CKPTFS_*`` variables and the settings file (``config`` or ``$CKPTFS_CONFIG``):
-    ``mem_size``, ``chunk_size``, ``max_files``, ``spill_dir``, ``spill_size``,
+    ``mem_size``, ``chunk_size``, ``max_files``, ``shm_dir``, ``spill_dir``, ``spill_size``,
     ``private``, ``allow_foreign_owner``. Sizes may be ints or strings like ``"256M"``.
     A store outlives the process (``ckptfs.destroy(name)`` removes it).
     """

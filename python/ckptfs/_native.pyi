@@ -48,6 +48,7 @@ class Store:
         mem_size: Optional[_Setting] = None,
         chunk_size: Optional[_Setting] = None,
         max_files: Optional[_Setting] = None,
+        shm_dir: Optional[_Setting] = None,
         spill_dir: Optional[_Setting] = None,
         spill_size: Optional[_Setting] = None,
         private: Optional[_Setting] = None,

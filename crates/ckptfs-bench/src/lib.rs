@@ -14,6 +14,7 @@
 pub mod drain;
 pub mod fuse;
 mod fuse_store;
+pub mod huge;
 pub mod preload;
 pub mod procs;
 pub mod report;

@@ -54,6 +54,11 @@ pub struct PreloadBenchArgs {
     /// $CKPTFS_BIN_DIR, $CKPTFS_PRELOAD_LIB].
     #[arg(long, value_name = "FILE")]
     pub preload_lib: Option<PathBuf>,
+    /// Skip the huge-page rows (a fresh process's first checkpoint and restart read on a
+    /// store whose segment is on a tmpfs mounted with huge=within_size, which the bench
+    /// mounts for the run: root only, else the rows are skipped with a note).
+    #[arg(long)]
+    pub no_huge: bool,
     /// Print a JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -234,6 +239,40 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
         ("CKPTFS_STORE".to_string(), store.clone()),
         ("CKPTFS_MOUNT".to_string(), "/ckpt".to_string()),
     ];
+    // The huge-page rows: the same store size on a huge-page tmpfs (`shm_dir`).
+    let mut notes = Vec::new();
+    let huge = if a.no_huge {
+        None
+    } else {
+        match crate::huge::HugeTmpfs::mount(mem + (64 << 20)) {
+            Ok(h) => Some(h),
+            Err(why) => {
+                notes.push(format!("huge-page rows skipped: {why}"));
+                None
+            }
+        }
+    };
+    let huge_store = format!("bench-preload-huge-{}", std::process::id());
+    let huge_opts = huge.as_ref().map(|h| ckptfs_store::StoreOptions {
+        mem_size: Some(mem),
+        shm_dir: Some(h.path().to_path_buf()),
+        ..ckptfs_store::StoreOptions::named(&huge_store)
+    });
+    if let Some(o) = &huge_opts {
+        let st = ckptfs_store::Store::create(o).context("creating the huge-page benchmark store")?;
+        if !st.info().huge_pages.enabled {
+            notes.push(format!("huge-page store: {}", st.info().huge_pages.describe()));
+        }
+    }
+    // Its segment goes with its tmpfs (unmounted when `huge` drops).
+    let huge_env = huge.as_ref().map(|h| {
+        vec![
+            ("LD_PRELOAD".to_string(), lib.display().to_string()),
+            ("CKPTFS_STORE".to_string(), huge_store.clone()),
+            ("CKPTFS_SHM_DIR".to_string(), h.path().display().to_string()),
+            ("CKPTFS_MOUNT".to_string(), "/ckpt".to_string()),
+        ]
+    });
     // A fresh 0700 directory with a random name (mkdtemp): /dev/shm is shared with
     // every user, so a predictable name could be planted first.
     let shm_dir = tempfile::Builder::new()
@@ -242,7 +281,6 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
     let shm = shm_dir.path().to_path_buf();
     let (size, block) = (a.file_size.to_string(), a.block.to_string());
     let mut results = Vec::new();
-    let mut notes = Vec::new();
     for n in 1..=nmax {
         let bytes = a.file_size * n as u64;
         let mut cases: Vec<(&str, Vec<f64>)> = vec![
@@ -252,6 +290,8 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
             ("d shim read", vec![]),
             ("g shim write, fresh process", vec![]),
             ("h read /dev/shm", vec![]),
+            ("i shim write, fresh process, huge pages", vec![]),
+            ("j shim read, fresh process, huge pages", vec![]),
         ];
         // Interleave the cases so that machine noise hits all of them alike.
         for _ in 0..a.reps {
@@ -332,11 +372,48 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
             for r in 0..n {
                 let _ = st.unlink(&format!("/g{r}"));
             }
+            // (i), (j) the same first checkpoint, then a fresh process's restart read of
+            // it, on the huge-page store.
+            if let (Some(env), Some(o)) = (&huge_env, &huge_opts) {
+                let s = crate::procs::run_commands(
+                    n,
+                    &|r| {
+                        vec![
+                            w.clone(),
+                            "W".into(),
+                            format!("/ckpt/g{r}"),
+                            size.clone(),
+                            block.clone(),
+                        ]
+                    },
+                    env,
+                )?;
+                cases[6].1.push(s);
+                let s = crate::procs::run_commands(
+                    n,
+                    &|r| vec![w.clone(), "r".into(), format!("/ckpt/g{r}"), block.clone()],
+                    env,
+                )?;
+                cases[7].1.push(s);
+                let st = ckptfs_store::Store::attach(o)?;
+                for r in 0..n {
+                    let _ = st.unlink(&format!("/g{r}"));
+                }
+            }
         }
         let gbps = |v: &[f64]| bytes as f64 / median(v) / 1e9;
         let (sa, sb, sc) = (gbps(&cases[0].1), gbps(&cases[1].1), gbps(&cases[2].1));
         let (sd, sg, sh) = (gbps(&cases[3].1), gbps(&cases[4].1), gbps(&cases[5].1));
+        let huge_rows = !cases[6].1.is_empty();
+        let (si, sj) = if huge_rows {
+            (gbps(&cases[6].1), gbps(&cases[7].1))
+        } else {
+            (0.0, 0.0)
+        };
         for (i, (name, secs)) in cases.into_iter().enumerate() {
+            if secs.is_empty() {
+                continue;
+            }
             let mut m = Measurement::new(name, n, bytes, secs);
             if i == 0 {
                 m = m.with("vs memcpy", sa / sb).with("vs /dev/shm", sa / sc);
@@ -344,8 +421,21 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
                 m = m.with("vs /dev/shm read", sd / sh);
             } else if i == 4 {
                 m = m.with("vs memcpy", sg / sb);
+            } else if i == 6 {
+                m = m.with("vs memcpy", si / sb);
+            } else if i == 7 {
+                m = m.with("vs /dev/shm read", sj / sh);
             }
             results.push(m);
+        }
+        if huge_rows {
+            notes.push(format!(
+                "{n} proc, huge pages (segment on a tmpfs with huge=within_size): a fresh process's first \
+                 checkpoint = {:.2}x memcpy (target >= 0.9); its restart read = {:.2}x a fresh read() from /dev/shm \
+                 (target >= 1.0)",
+                si / sb,
+                sj / sh
+            ));
         }
         notes.push(format!(
             "{n} proc: a fresh process's first checkpoint = {:.2}x memcpy (target >= 0.9); a fresh process's \

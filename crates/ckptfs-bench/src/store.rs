@@ -59,6 +59,11 @@ pub struct StoreBenchArgs {
     /// Size of each file of the small-file rows.
     #[arg(long, default_value = "4K", value_parser = parse_size)]
     pub small_size: u64,
+    /// Skip the huge-page rows (a fresh process's first checkpoint and restart read on a
+    /// store whose segment is on a tmpfs mounted with huge=within_size, which the bench
+    /// mounts for the run: root only, else the rows are skipped with a note).
+    #[arg(long)]
+    pub no_huge: bool,
     /// Print a JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -76,6 +81,7 @@ pub fn pattern(len: usize) -> Vec<u8> {
 
 struct BenchStore {
     name: String,
+    shm_dir: Option<PathBuf>,
 }
 
 impl BenchStore {
@@ -85,11 +91,22 @@ impl BenchStore {
         spill: Option<(PathBuf, u64)>,
         max_files: u32,
     ) -> Result<(Self, Store, f64)> {
+        Self::create_in(None, mem, chunk, spill, max_files)
+    }
+
+    fn create_in(
+        shm_dir: Option<&std::path::Path>,
+        mem: u64,
+        chunk: u64,
+        spill: Option<(PathBuf, u64)>,
+        max_files: u32,
+    ) -> Result<(Self, Store, f64)> {
         let name = format!("bench-{}-{}", std::process::id(), chunk);
-        let _ = Store::destroy(&name);
+        let _ = Store::destroy_in(shm_dir, &name);
         let t = Instant::now();
         let store = Store::create(&StoreOptions {
             name: name.clone(),
+            shm_dir: shm_dir.map(|d| d.to_path_buf()),
             mem_size: Some(mem),
             chunk_size: Some(chunk),
             max_files: Some(max_files),
@@ -99,13 +116,14 @@ impl BenchStore {
             ..Default::default()
         })
         .with_context(|| format!("creating a {} MiB bench store", mem >> 20))?;
-        Ok((BenchStore { name }, store, t.elapsed().as_secs_f64()))
+        let shm_dir = shm_dir.map(|d| d.to_path_buf());
+        Ok((BenchStore { name, shm_dir }, store, t.elapsed().as_secs_f64()))
     }
 }
 
 impl Drop for BenchStore {
     fn drop(&mut self) {
-        let _ = Store::destroy(&self.name);
+        let _ = Store::destroy_in(self.shm_dir.as_deref(), &self.name);
     }
 }
 
@@ -187,8 +205,23 @@ fn measure<T>(
 
 /// Store write bandwidth of `n` processes with the given chunk size.
 fn store_cases(a: &StoreBenchArgs, n: usize, chunk: u64, with_read: bool) -> Result<StoreTimes> {
+    store_cases_in(None, a, n, chunk, with_read)
+}
+
+/// [`store_cases`] on a store whose segment is in `shm_dir` (the huge-page rows).
+fn store_cases_in(
+    shm_dir: Option<&std::path::Path>,
+    a: &StoreBenchArgs,
+    n: usize,
+    chunk: u64,
+    with_read: bool,
+) -> Result<StoreTimes> {
     let per = a.file_size.div_ceil(chunk) * chunk;
-    let (_guard, store, create_s) = BenchStore::create(per * n as u64 + chunk, chunk, None, 64)?;
+    let (_guard, store, create_s) = BenchStore::create_in(shm_dir, per * n as u64 + chunk, chunk, None, 64)?;
+    let env: Vec<(String, String)> = shm_dir
+        .map(|d| ("CKPTFS_SHM_DIR".to_string(), d.display().to_string()))
+        .into_iter()
+        .collect();
     let block = pattern(a.block as usize);
     // Warm-up: write and delete once so that every chunk has been used (steady state).
     for r in 0..n {
@@ -235,11 +268,11 @@ fn store_cases(a: &StoreBenchArgs, n: usize, chunk: u64, with_read: bool) -> Res
     // Second and first checkpoints interleaved, so that machine noise hits both alike.
     for _ in 0..a.reps {
         clean()?;
-        t.write.push(crate::procs::run_commands(n, &write_argv, &[])?);
+        t.write.push(crate::procs::run_commands(n, &write_argv, &env)?);
         if with_read {
             clean()?;
             t.write_fresh
-                .push(crate::procs::run_commands(n, &fresh_argv, &[])?);
+                .push(crate::procs::run_commands(n, &fresh_argv, &env)?);
         }
     }
     clean()?;
@@ -250,9 +283,9 @@ fn store_cases(a: &StoreBenchArgs, n: usize, chunk: u64, with_read: bool) -> Res
         let read_argv = argv("read");
         let again_argv = argv("read-again");
         for _ in 0..a.reps {
-            t.read.push(crate::procs::run_commands(n, &read_argv, &[])?);
+            t.read.push(crate::procs::run_commands(n, &read_argv, &env)?);
             t.read_again
-                .push(crate::procs::run_commands(n, &again_argv, &[])?);
+                .push(crate::procs::run_commands(n, &again_argv, &env)?);
         }
     }
     Ok(t)
@@ -312,6 +345,19 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
     let mut results = Vec::new();
     let mut notes = Vec::new();
     let block = pattern(a.block as usize);
+    // The huge-page rows: the store's segment on a tmpfs mounted with huge=within_size.
+    let huge = if a.no_huge {
+        None
+    } else {
+        let room = (a.file_size.div_ceil(a.chunk_size) * a.chunk_size) * nmax as u64 + (256 << 20);
+        match crate::huge::HugeTmpfs::mount(room) {
+            Ok(h) => Some(h),
+            Err(why) => {
+                notes.push(format!("huge-page rows skipped: {why}"));
+                None
+            }
+        }
+    };
     for n in 1..=nmax {
         let total = a.file_size * n as u64;
         // (a) memcpy into a pre-faulted shared mapping (the ceiling).
@@ -373,7 +419,27 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
              a fresh process's restart read = {r_vs_tmpfs:.2}x a fresh read() from /dev/shm (target >= 1.0); \
              reading again in the same process {ra_vs_tmpfs:.2}x"
         ));
+        let huge_rows = match &huge {
+            Some(h) => {
+                let th = store_cases_in(Some(h.path()), &a, n, a.chunk_size, true)?;
+                let m_hf = Measurement::new("ckptfs-write-fresh-huge", n, total, th.write_fresh);
+                let hf_vs_memcpy = m_hf.gbps() / m_memcpy.gbps();
+                let m_hr = Measurement::new("ckptfs-read-huge", n, total, th.read);
+                let hr_vs_tmpfs = m_hr.gbps() / m_tr.gbps();
+                notes.push(format!(
+                    "{n} proc, huge pages (segment on a tmpfs with huge=within_size): a fresh process's first \
+                     checkpoint = {hf_vs_memcpy:.2}x memcpy (target >= 0.9); its restart read = {hr_vs_tmpfs:.2}x a \
+                     fresh read() from /dev/shm (target >= 1.0)"
+                ));
+                vec![
+                    m_hf.with("vs_memcpy", hf_vs_memcpy),
+                    m_hr.with("vs_devshm_read", hr_vs_tmpfs),
+                ]
+            }
+            None => Vec::new(),
+        };
         results.extend([m_memcpy, m_stream, m_shm, m_w, m_wf, m_tr, m_r, m_ra]);
+        results.extend(huge_rows);
     }
     if !a.no_sweep {
         // (e) chunk-size sweep with all processes (CRUISE figure 6).
@@ -597,7 +663,13 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         println!("{t0:.9} {t1:.9}");
         return Ok(());
     }
-    let s = Store::attach(&StoreOptions::named(&a.store))?;
+    let s = Store::attach(&StoreOptions {
+        // The huge-page rows' store lives in the directory the bench passes on.
+        shm_dir: std::env::var_os("CKPTFS_SHM_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from),
+        ..StoreOptions::named(&a.store)
+    })?;
     if a.mode == "write" {
         let warm = format!("{}.warm", a.path);
         write_file(&s, &warm, a.size, &block)?;

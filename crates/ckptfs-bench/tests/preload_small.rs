@@ -36,9 +36,30 @@ fn bench_preload_reports_small_file_rows_against_dev_shm() {
         small_files: files,
         small_size: 4096,
         preload_lib: Some(lib()),
+        no_huge: false,
         json: true,
     })
     .unwrap();
+    // As root the bench mounts a huge-page tmpfs for the fresh-process rows on huge pages.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        for case in [
+            "i shim write, fresh process, huge pages",
+            "j shim read, fresh process, huge pages",
+        ] {
+            let m = rep
+                .results
+                .iter()
+                .find(|m| m.case == case)
+                .unwrap_or_else(|| panic!("no row {case}: {:?}", rep.notes));
+            assert!(m.gbps() > 0.0, "{case}");
+        }
+        assert!(
+            !rep.notes.iter().any(|n| n.contains("huge-page store:")),
+            "the bench's huge-page store did not get huge pages: {:?}",
+            rep.notes
+        );
+    }
     for phase in ["create+write+close", "stat", "open+read+close", "unlink"] {
         for side in [", shim", " /dev/shm"] {
             let case = format!("s {phase}{side}");

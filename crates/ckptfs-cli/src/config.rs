@@ -19,7 +19,7 @@ pub use ckptfs_settings::{parse_size, Settings, Source, SETTINGS};
 #[derive(clap::Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Store settings (any subcommand)")]
 pub struct StoreArgs {
-    /// Store name: the segment is /dev/shm/ckptfs.NAME [env CKPTFS_STORE; default u<UID>]
+    /// Store name: the segment is /dev/shm/ckptfs.NAME (see --shm-dir) [env CKPTFS_STORE; default u<UID>]
     #[arg(long, global = true, value_name = "NAME")]
     pub store: Option<String>,
     /// Memory for file data, fixed at creation (K/M/G) [env CKPTFS_MEM_SIZE; default 1G]
@@ -31,6 +31,11 @@ pub struct StoreArgs {
     /// Maximum files and directories [env CKPTFS_MAX_FILES; default one per 8K of memory]
     #[arg(long, global = true, value_name = "N")]
     pub max_files: Option<u32>,
+    /// Directory of the store's segment file, a tmpfs; one mounted with huge=within_size
+    /// (or always) gives the store huge pages, so a fresh process's first checkpoint and
+    /// restart skip most page-table work [env CKPTFS_SHM_DIR; default /dev/shm]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub shm_dir: Option<PathBuf>,
     /// Directory for the spill file used when memory is full [env CKPTFS_SPILL_DIR]
     #[arg(long, global = true, value_name = "DIR")]
     pub spill_dir: Option<PathBuf>,
@@ -99,6 +104,7 @@ fn flag_value(a: &StoreArgs, key: &str) -> Option<String> {
         "mem_size" => a.mem_size.map(|v| v.to_string()),
         "chunk_size" => a.chunk_size.map(|v| v.to_string()),
         "max_files" => a.max_files.map(|v| v.to_string()),
+        "shm_dir" => a.shm_dir.as_ref().map(|p| p.display().to_string()),
         "spill_dir" => a.spill_dir.as_ref().map(|p| p.display().to_string()),
         "spill_size" => a.spill_size.map(|v| v.to_string()),
         "private" => a.private.then(|| "true".to_string()),

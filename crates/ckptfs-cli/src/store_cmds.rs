@@ -102,7 +102,7 @@ pub fn init(ctx: &Ctx) -> Result<i32> {
     })?;
     let i = store.info();
     println!(
-        "created store {} at {}: {} memory in {} chunks of {}, {} files max{}; pre-faulted in {:.2} s",
+        "created store {} at {}: {} memory in {} chunks of {}, {} files max{}; huge pages {}; pre-faulted in {:.2} s",
         i.name,
         i.segment.display(),
         human(i.mem_size),
@@ -113,6 +113,7 @@ pub fn init(ctx: &Ctx) -> Result<i32> {
             Some(p) => format!(", spill {} at {}", human(i.spill_size), p.display()),
             None => String::new(),
         },
+        if i.huge_pages.enabled { "yes" } else { "no" },
         i.create_seconds
     );
     Ok(0)
@@ -168,6 +169,7 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
         ),
         None => println!("spill       none"),
     }
+    println!("huge pages  {}", i.huge_pages.describe());
     println!(
         "files       {} files, {} directories (max {}); {} being written, {} incomplete, {} unlinked but open",
         i.files, i.dirs, i.max_files, i.writing, i.incomplete, i.orphans
@@ -543,7 +545,7 @@ pub fn fsck(ctx: &Ctx, repair: bool, json: bool) -> Result<i32> {
 
 pub fn destroy(ctx: &Ctx) -> Result<i32> {
     let name = ctx.store.effective_name()?;
-    Store::destroy(&name)?;
+    Store::destroy_in(ctx.store.shm_dir.as_deref(), &name)?;
     // The drain agent's state file lives next to the segment.
     ckptfs_agent::status::remove_status(&name);
     ckptfs_node::node_status::remove_status(&name);

@@ -257,6 +257,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         .store
         .effective_name()
         .map_err(|e| NodeError::store("store name", e))?;
+    let shm_dir = cfg.store.shm_dir.clone();
     let (rundir, _lock) = node_status::lock(&name)?;
     let store =
         Store::open_or_create(&cfg.store).map_err(|e| NodeError::store(format!("open store {name}"), e))?;
@@ -347,7 +348,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let mut st = shared.status();
     st.in_flight.clear();
     // Not for a store destroyed meanwhile (its status file went with it).
-    if ckptfs_store::segment_path(&name).exists() {
+    if ckptfs_store::segment_path_in(shm_dir.as_deref(), &name).exists() {
         let _ = node_status::write_status(&shared.rundir, &st);
     }
     result?;

@@ -138,7 +138,7 @@ impl PyStore {
     /// store options; they override `CKPTFS_*` variables and the settings file.
     #[new]
     #[pyo3(signature = (name=None, create=true, *, mem_size=None, chunk_size=None, max_files=None,
-                        spill_dir=None, spill_size=None, private=None, allow_foreign_owner=None, config=None))]
+                        shm_dir=None, spill_dir=None, spill_size=None, private=None, allow_foreign_owner=None, config=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -147,6 +147,7 @@ impl PyStore {
         mem_size: Option<Bound<'_, PyAny>>,
         chunk_size: Option<Bound<'_, PyAny>>,
         max_files: Option<Bound<'_, PyAny>>,
+        shm_dir: Option<Bound<'_, PyAny>>,
         spill_dir: Option<Bound<'_, PyAny>>,
         spill_size: Option<Bound<'_, PyAny>>,
         private: Option<Bound<'_, PyAny>>,
@@ -161,6 +162,7 @@ impl PyStore {
             ("mem_size", &mem_size),
             ("chunk_size", &chunk_size),
             ("max_files", &max_files),
+            ("shm_dir", &shm_dir),
             ("spill_dir", &spill_dir),
             ("spill_size", &spill_size),
             ("private", &private),
@@ -351,7 +353,12 @@ impl PyStore {
 /// their mapping.
 #[pyfunction]
 pub fn destroy(py: Python<'_>, name: String) -> PyResult<()> {
-    py.allow_threads(|| Store::destroy(&name)).map_err(os_err)
+    // The segment's directory comes from the environment (CKPTFS_SHM_DIR), as for
+    // every other store of this process.
+    let dir = std::env::var_os("CKPTFS_SHM_DIR")
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from);
+    py.allow_threads(|| Store::destroy_in(dir.as_deref(), &name)).map_err(os_err)
 }
 
 /// The default store name, `u<UID>`.

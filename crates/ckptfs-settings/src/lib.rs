@@ -34,7 +34,7 @@ pub use parse::{
 pub use table::{
     default_store_name, from_env, json_str, resolve, setting, FileText, Inputs, Kind, Row, Setting, Settings,
     SettingsError, Source, StoreSettings, BYTES_PER_FILE, CONFIG_ENV, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES,
-    DEFAULT_MEM_SIZE, MAX_CHUNK_SIZE, MAX_MAX_FILES, MIN_CHUNK_SIZE, SETTINGS,
+    DEFAULT_MEM_SIZE, DEFAULT_SHM_DIR, MAX_CHUNK_SIZE, MAX_MAX_FILES, MIN_CHUNK_SIZE, SETTINGS,
 };
 pub use types::{DatasetId, Errno, Level, NodeId, Rank};
 

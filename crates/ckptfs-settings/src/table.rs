@@ -12,6 +12,8 @@ use std::path::PathBuf;
 
 /// Default memory for file data: 1 GiB.
 pub const DEFAULT_MEM_SIZE: u64 = 1 << 30;
+/// Default directory of a store's segment file (`DIR/ckptfs.NAME`).
+pub const DEFAULT_SHM_DIR: &str = "/dev/shm";
 /// Default chunk size: 1 MiB.
 pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
 /// Memory per file when the file count is not given: the store makes one inode per
@@ -134,6 +136,14 @@ pub const SETTINGS: &[Setting] = &[
         default: || DEFAULT_MAX_FILES.to_string(),
         help: "maximum files and directories (default: one per 8 KiB of memory)",
         kind: Kind::FileCount,
+    },
+    Setting {
+        key: "shm_dir",
+        env: "CKPTFS_SHM_DIR",
+        flag: "--shm-dir",
+        default: || DEFAULT_SHM_DIR.into(),
+        help: "directory of the store's segment file: a tmpfs (mounted with huge= for huge pages)",
+        kind: Kind::Dir,
     },
     Setting {
         key: "spill_dir",
@@ -352,6 +362,8 @@ pub struct StoreSettings {
     pub chunk_size: Option<u64>,
     /// Maximum files and directories, when given.
     pub max_files: Option<u32>,
+    /// Directory of the segment file, when given and not the default `/dev/shm`.
+    pub shm_dir: Option<PathBuf>,
     /// Spill directory, when given and not empty.
     pub spill_dir: Option<PathBuf>,
     /// Spill size, when given and not zero.
@@ -495,7 +507,18 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
                 st.max_files = explicit.then_some(n as u32);
             }
             Kind::Dir => {
-                st.spill_dir = (explicit && !v.is_empty()).then(|| PathBuf::from(v));
+                let dir = (explicit && !v.is_empty()).then(|| PathBuf::from(v));
+                match s.key {
+                    "shm_dir" => {
+                        if let Some(d) = &dir {
+                            if !d.is_absolute() {
+                                return Err(bad(format!("{v:?} is not an absolute path")));
+                            }
+                        }
+                        st.shm_dir = dir.filter(|d| d != std::path::Path::new(DEFAULT_SHM_DIR));
+                    }
+                    _ => st.spill_dir = dir,
+                }
             }
             Kind::Bool => {
                 let b = parse_bool(v).map_err(bad)?;
@@ -564,11 +587,14 @@ impl Settings {
         let num = |v: Option<u64>| v.map_or("null".to_string(), |n| n.to_string());
         let mounts: Vec<String> = self.mounts.iter().map(|m| json_str(m)).collect();
         format!(
-            "{{\"store\":{},\"mem_size\":{},\"chunk_size\":{},\"max_files\":{},\"spill_dir\":{},\"spill_size\":{},\"private\":{},\"allow_foreign_owner\":{},\"mount\":[{}]}}",
+            "{{\"store\":{},\"mem_size\":{},\"chunk_size\":{},\"max_files\":{},\"shm_dir\":{},\"spill_dir\":{},\"spill_size\":{},\"private\":{},\"allow_foreign_owner\":{},\"mount\":[{}]}}",
             json_str(&st.name),
             num(st.mem_size),
             num(st.chunk_size),
             num(st.max_files.map(u64::from)),
+            st.shm_dir
+                .as_ref()
+                .map_or("null".to_string(), |p| json_str(&p.to_string_lossy())),
             st.spill_dir
                 .as_ref()
                 .map_or("null".to_string(), |p| json_str(&p.to_string_lossy())),
@@ -702,7 +728,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             s.to_json(),
-            r#"{"store":"j1","mem_size":null,"chunk_size":null,"max_files":100,"spill_dir":"/tmp/a\"b","spill_size":null,"private":true,"allow_foreign_owner":false,"mount":["/ckpt"]}"#
+            r#"{"store":"j1","mem_size":null,"chunk_size":null,"max_files":100,"shm_dir":null,"spill_dir":"/tmp/a\"b","spill_size":null,"private":true,"allow_foreign_owner":false,"mount":["/ckpt"]}"#
         );
         let env = s.child_env();
         assert!(env.contains(&("CKPTFS_PRIVATE", "yes".into())));

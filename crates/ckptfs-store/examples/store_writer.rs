@@ -216,6 +216,10 @@ impl Spec {
             mem_size: self.mem,
             chunk_size: self.chunk,
             private: self.private,
+            // A test running the writer on a store outside /dev/shm passes its directory.
+            shm_dir: std::env::var_os("CKPTFS_SHM_DIR")
+                .filter(|d| !d.is_empty())
+                .map(std::path::PathBuf::from),
             ..Default::default()
         }
     }

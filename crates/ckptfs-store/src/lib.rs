@@ -48,6 +48,7 @@ mod error;
 pub mod fault;
 mod file;
 mod fsck;
+pub mod hugepages;
 mod integrity;
 pub mod layout;
 mod leases;
@@ -75,8 +76,9 @@ pub use error::{Result, StoreError};
 pub use file::FileHandle;
 pub use fsck::{FsckReport, Problem};
 pub use store::{
-    default_max_files, default_store_name, is_system_path, job_rank, segment_path, ChunkInfo, ChunkLocation,
-    DataRegion, DirEntry, FileKind, OpenFlags, Stat, Store, StoreInfo, StoreOptions, WriteState,
-    DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE, ROOT_INO, SYSTEM_DIR, SYSTEM_DIR_NAME,
+    default_max_files, default_store_name, is_system_path, job_rank, segment_path, segment_path_in,
+    ChunkInfo, ChunkLocation, DataRegion, DirEntry, FileKind, OpenFlags, Stat, Store, StoreInfo,
+    StoreOptions, WriteState, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE, ROOT_INO, SYSTEM_DIR,
+    SYSTEM_DIR_NAME,
 };
 pub use symlink::SYMLINK_MAX;

@@ -73,8 +73,13 @@ impl Store {
     /// Remove the segment (and its spill file). Processes still attached keep their
     /// mapping until they exit; the name is free for a new store at once.
     pub fn destroy(name: &str) -> Result<()> {
+        Self::destroy_in(None, name)
+    }
+
+    /// [`Store::destroy`] for a store whose segment is in `shm_dir` (`None`: `/dev/shm`).
+    pub fn destroy_in(shm_dir: Option<&std::path::Path>, name: &str) -> Result<()> {
         ckptfs_settings::check_store_name(name).map_err(StoreError::Invalid)?;
-        let path = segment_path(name);
+        let path = segment_path_in(shm_dir, name);
         // Only a segment the caller owns (mode 0600) is trusted to name its spill file.
         let seg = Segment::attach(name, &path, false);
         let spill = seg.as_ref().ok().and_then(|s| s.layout.spill_path());
@@ -93,7 +98,10 @@ impl Store {
 
     fn open_inner(opts: &StoreOptions, create: bool, exclusive: bool) -> Result<Store> {
         let name = opts.effective_name()?;
-        let path = segment_path(&name);
+        if let Some(d) = &opts.shm_dir {
+            crate::hugepages::check_dir(d)?;
+        }
+        let path = segment_path_in(opts.shm_dir.as_deref(), &name);
         for _ in 0..5 {
             match Segment::attach(&name, &path, opts.allow_foreign_owner) {
                 Ok(seg) => {
@@ -263,6 +271,9 @@ impl Store {
         StoreInfo {
             name: seg.name.clone(),
             segment: seg.path.clone(),
+            huge_pages: crate::hugepages::for_dir(
+                seg.path.parent().unwrap_or(std::path::Path::new("/dev/shm")),
+            ),
             format_version: FORMAT_VERSION,
             chunk_size: l.chunk_size(),
             mem_size: l.data_size(),

@@ -24,6 +24,10 @@ pub struct StoreOptions {
     pub chunk_size: Option<u64>,
     /// Maximum number of files and directories (root included).
     pub max_files: Option<u32>,
+    /// Directory of the segment file (`DIR/ckptfs.NAME`); `None` = `/dev/shm`. It must
+    /// be a tmpfs; one mounted with `huge=` gives the data region huge pages
+    /// ([`crate::hugepages`]).
+    pub shm_dir: Option<PathBuf>,
     /// Directory of the spill file (used only when memory chunks run out).
     pub spill_dir: Option<PathBuf>,
     /// Size of the spill file in bytes (rounded down to whole chunks).
@@ -37,9 +41,15 @@ pub struct StoreOptions {
     pub allow_foreign_owner: bool,
 }
 
-/// Path of the segment file of store `name`.
+/// Path of the segment file of store `name` in the default directory (`/dev/shm`).
 pub fn segment_path(name: &str) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/ckptfs.{name}"))
+    segment_path_in(None, name)
+}
+
+/// Path of the segment file of store `name` in directory `dir` (`None`: `/dev/shm`).
+pub fn segment_path_in(dir: Option<&std::path::Path>, name: &str) -> PathBuf {
+    dir.unwrap_or(std::path::Path::new(ckptfs_settings::DEFAULT_SHM_DIR))
+        .join(format!("ckptfs.{name}"))
 }
 
 /// Rank of this process in its parallel job, from the usual launcher variables.
@@ -81,6 +91,11 @@ impl StoreOptions {
         ckptfs_settings::check_store_name(&name).map_err(StoreError::Invalid)?;
         Ok(name)
     }
+
+    /// The segment file these options name.
+    pub fn segment_path(&self) -> Result<PathBuf> {
+        Ok(segment_path_in(self.shm_dir.as_deref(), &self.effective_name()?))
+    }
 }
 
 impl From<ckptfs_settings::StoreSettings> for StoreOptions {
@@ -90,6 +105,7 @@ impl From<ckptfs_settings::StoreSettings> for StoreOptions {
             mem_size: s.mem_size,
             chunk_size: s.chunk_size,
             max_files: s.max_files,
+            shm_dir: s.shm_dir,
             spill_dir: s.spill_dir,
             spill_size: s.spill_size,
             private: s.private,
@@ -176,6 +192,9 @@ pub struct StoreInfo {
     pub name: String,
     /// Segment file.
     pub segment: PathBuf,
+    /// Whether the segment's directory gives it huge pages (`tmpfs` mounted with
+    /// `huge=`), as [`crate::hugepages::for_dir`] finds it.
+    pub huge_pages: crate::hugepages::HugePages,
     /// Format version.
     pub format_version: u32,
     /// Chunk size in bytes.

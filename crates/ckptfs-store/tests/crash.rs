@@ -204,6 +204,42 @@ fn sigkilled_writers_keep_spilled_files_intact_and_open_files_incomplete() {
     random_kills(&t, 6, 0x5b111, false);
 }
 
+/// The data region on huge pages (a tmpfs mounted with `huge=always`, the `shm_dir`
+/// setting): the same SIGKILL sweep, and the mapping really uses 2 MiB entries.
+#[test]
+fn sigkilled_writers_on_a_huge_page_tmpfs_keep_closed_files_intact_and_open_files_incomplete() {
+    let Some(h) = HugeTmpfs::mount(128 << 20) else {
+        return;
+    };
+    let t = TempStore::new_in(Some(h.path()), "crash-random-huge", 32 << 20, CHUNK, 512, None);
+    {
+        let store = t.attach();
+        let info = store.info();
+        assert!(info.huge_pages.enabled, "{:?}", info.huge_pages);
+        assert_eq!(info.segment.parent(), Some(h.path()));
+        // A fresh mapping that writes and reads a file maps its chunks with huge pages.
+        let data: Vec<u8> = (0..(8u32 << 20)).map(|i| (i * 7 + 3) as u8).collect();
+        let mut f = store
+            .open("/huge", ckptfs_store::OpenFlags::CREATE, 0o644)
+            .unwrap();
+        f.write_all(&data).unwrap();
+        f.close().unwrap();
+        let fresh = t.attach();
+        let mut back = vec![0u8; data.len()];
+        let mut r = fresh.open("/huge", ckptfs_store::OpenFlags::READ, 0).unwrap();
+        assert_eq!(r.pread(&mut back, 0).unwrap(), data.len());
+        assert!(back == data, "bytes read back differ");
+        assert!(
+            pmd_mapped_kb(&info.segment) >= 2048,
+            "no 2 MiB mapping of {} in /proc/self/smaps",
+            info.segment.display()
+        );
+        drop(r);
+        fresh.unlink("/huge").unwrap();
+    }
+    random_kills(&t, 8, 0x4a9e_9a6e, false);
+}
+
 /// Rounds of three writers SIGKILLed at random times, each followed by a full check.
 fn random_kills(t: &TempStore, rounds: usize, seed: u64, small: bool) {
     const WRITERS: usize = 3;
@@ -215,7 +251,9 @@ fn random_kills(t: &TempStore, rounds: usize, seed: u64, small: bool) {
         let specs: Vec<Spec> = (0..WRITERS)
             .map(|k| random_writer_spec(&t.name, format!("/r{round}w{k}"), &mut rng, small))
             .collect();
-        let mut procs: Vec<Proc> = specs.iter().map(|s| Proc::spawn(s, &[])).collect();
+        let env = t.child_env();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut procs: Vec<Proc> = specs.iter().map(|s| Proc::spawn(s, &env)).collect();
         let spawned = Instant::now();
         let mut delays: Vec<(u64, usize)> = (0..WRITERS).map(|k| (rng.range(15, 300), k)).collect();
         delays.sort();
@@ -235,9 +273,9 @@ fn random_kills(t: &TempStore, rounds: usize, seed: u64, small: bool) {
             .zip(&procs)
             .map(|(s, p)| Tracked::new(s, &p.lines()))
             .collect();
-        let name = t.name.clone();
+        let opts = t.options();
         previous = with_timeout(60, "checking the store after SIGKILL", move || {
-            let store = Store::attach(&ckptfs_store::StoreOptions::named(&name)).unwrap();
+            let store = Store::attach(&opts).unwrap();
             let mut incomplete = BTreeSet::new();
             // Earlier rounds' files again: later crashes must not have touched them.
             for tr in previous.iter().chain(&tracked) {

@@ -331,7 +331,11 @@ pub unsafe extern "C" fn ckptfs_unmount(prefix: *const c_char) -> c_int {
 pub unsafe extern "C" fn ckptfs_destroy_store(name: *const c_char) -> c_int {
     call(|| {
         // SAFETY: forwarded contract.
-        Store::destroy(unsafe { cstr(name, "name") }?)?;
+        let name = unsafe { cstr(name, "name") }?;
+        // The segment's directory comes from the environment (CKPTFS_SHM_DIR), as for
+        // every other store call of this process.
+        let dir = crate::env::options_from_env().ok().and_then(|o| o.shm_dir);
+        Store::destroy_in(dir.as_deref(), name)?;
         Ok(0)
     }) as c_int
 }

@@ -34,6 +34,8 @@ pub fn child_entry() {
 pub struct TempStore {
     /// Store name.
     pub name: String,
+    /// Directory of its segment (`None`: /dev/shm).
+    pub shm_dir: Option<std::path::PathBuf>,
 }
 
 impl TempStore {
@@ -45,10 +47,23 @@ impl TempStore {
         max_files: u32,
         spill: Option<(&std::path::Path, u64)>,
     ) -> Self {
+        Self::new_in(None, tag, mem, chunk, max_files, spill)
+    }
+
+    /// [`TempStore::new`] with the segment in `shm_dir`.
+    pub fn new_in(
+        shm_dir: Option<&std::path::Path>,
+        tag: &str,
+        mem: u64,
+        chunk: u64,
+        max_files: u32,
+        spill: Option<(&std::path::Path, u64)>,
+    ) -> Self {
         let name = format!("t-{tag}-{}", std::process::id());
-        let _ = Store::destroy(&name);
+        let _ = Store::destroy_in(shm_dir, &name);
         let opts = StoreOptions {
             name: name.clone(),
+            shm_dir: shm_dir.map(|d| d.to_path_buf()),
             mem_size: Some(mem),
             chunk_size: Some(chunk),
             max_files: Some(max_files),
@@ -58,18 +73,37 @@ impl TempStore {
             ..Default::default()
         };
         Store::create(&opts).unwrap();
-        TempStore { name }
+        TempStore {
+            name,
+            shm_dir: shm_dir.map(|d| d.to_path_buf()),
+        }
+    }
+
+    /// Options naming this store (and its segment directory).
+    pub fn options(&self) -> StoreOptions {
+        StoreOptions {
+            shm_dir: self.shm_dir.clone(),
+            ..StoreOptions::named(&self.name)
+        }
+    }
+
+    /// Environment a writer child needs to find this store.
+    pub fn child_env(&self) -> Vec<(&'static str, String)> {
+        self.shm_dir
+            .iter()
+            .map(|d| ("CKPTFS_SHM_DIR", d.display().to_string()))
+            .collect()
     }
 
     /// Attach a new handle (a fresh mapping, as a new process would).
     pub fn attach(&self) -> Store {
-        Store::attach(&StoreOptions::named(&self.name)).unwrap()
+        Store::attach(&self.options()).unwrap()
     }
 }
 
 impl Drop for TempStore {
     fn drop(&mut self) {
-        let _ = Store::destroy(&self.name);
+        let _ = Store::destroy_in(self.shm_dir.as_deref(), &self.name);
     }
 }
 
@@ -348,4 +382,68 @@ impl Rng {
 /// Is there a published segment of that name?
 pub fn segment_exists(name: &str) -> bool {
     ckptfs_store::segment_path(name).exists()
+}
+
+/// A tmpfs mounted with `huge=always` on a temporary directory (root only: returns `None`
+/// with a message otherwise), unmounted when dropped. Stores created in it get huge pages
+/// for their data region.
+pub struct HugeTmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl HugeTmpfs {
+    /// Mount one of `size` bytes.
+    pub fn mount(size: u64) -> Option<HugeTmpfs> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mounting a huge-page tmpfs needs root");
+            return None;
+        }
+        let dir = tempfile::Builder::new().prefix("ckptfs-huge-").tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("huge=always,size={size},mode=1777"))
+            .arg("ckptfs-huge-test")
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("skipped: mount -t tmpfs -o huge=always failed (no THP for tmpfs in this kernel?)");
+            return None;
+        }
+        Some(HugeTmpfs { dir })
+    }
+
+    /// Its mount point.
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for HugeTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// Kilobytes of `path`'s mappings in this process that are mapped with PMD (2 MiB) page
+/// table entries (`ShmemPmdMapped` + `FilePmdMapped` in /proc/self/smaps).
+pub fn pmd_mapped_kb(path: &std::path::Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let want = path.display().to_string();
+    let mut inside = false;
+    let mut kb = 0;
+    for l in smaps.lines() {
+        let first = l.split_ascii_whitespace().next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            inside = l.trim_end().ends_with(&want);
+        } else if inside && (l.starts_with("ShmemPmdMapped:") || l.starts_with("FilePmdMapped:")) {
+            kb += l
+                .split_ascii_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    kb
 }
