@@ -619,3 +619,75 @@ ls -F
         "{o:?}"
     );
 }
+
+/// A store whose segment is on a huge-page tmpfs (`CKPTFS_SHM_DIR`): programs under the
+/// shim write into that store (not a new one in /dev/shm), and what they wrote reads back
+/// through the store API. Needs root to mount the tmpfs.
+#[test]
+fn the_shim_writes_into_a_store_on_a_huge_page_tmpfs_named_by_ckptfs_shm_dir() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: mounting a huge-page tmpfs needs root");
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("ckptfs-huge-shim-")
+        .tempdir()
+        .unwrap();
+    let ok = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "huge=within_size,size=128m,mode=1777",
+            "ckptfs-huge-test",
+        ])
+        .arg(dir.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("SKIPPED: mount -t tmpfs -o huge=within_size failed");
+        return;
+    }
+    struct Umount(std::path::PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _u = Umount(dir.path().to_path_buf());
+    let name = format!("preload-huge-{}", std::process::id());
+    let opts = ckptfs_store::StoreOptions {
+        mem_size: Some(64 << 20),
+        shm_dir: Some(dir.path().to_path_buf()),
+        ..ckptfs_store::StoreOptions::named(&name)
+    };
+    let store = ckptfs_store::Store::create(&opts).unwrap();
+    assert!(store.info().huge_pages.enabled, "{:?}", store.info().huge_pages);
+    let o = Command::new(python())
+        .args([
+            "-c",
+            "import os\nb = bytes((i * 7 + 1) % 251 for i in range(8 << 20))\n\
+             with open('/ckpt/huge.bin', 'wb') as f: f.write(b)\n\
+             with open('/ckpt/huge.bin', 'rb') as f: assert f.read() == b\nprint('ok')",
+        ])
+        .env("LD_PRELOAD", lib())
+        .env("CKPTFS_STORE", &name)
+        .env("CKPTFS_SHM_DIR", dir.path())
+        .env("CKPTFS_MOUNT", "/ckpt")
+        .output()
+        .unwrap();
+    assert!(o.status.success() && o.stdout == b"ok\n", "{o:?}");
+    assert!(
+        !ckptfs_store::segment_path(&name).exists(),
+        "the shim created a store of that name in /dev/shm instead"
+    );
+    let want: Vec<u8> = (0..(8u64 << 20)).map(|i| ((i * 7 + 1) % 251) as u8).collect();
+    let mut back = vec![0u8; want.len() + 1];
+    let mut f = store.open("/huge.bin", ckptfs_store::OpenFlags::READ, 0).unwrap();
+    assert_eq!(f.pread(&mut back, 0).unwrap(), want.len());
+    assert!(back[..want.len()] == want[..], "bytes differ");
+    drop(f);
+    drop(store);
+    ckptfs_store::Store::destroy_in(Some(dir.path()), &name).unwrap();
+}

@@ -251,10 +251,25 @@ unsafe fn mount_options(opts: *const CkptfsOptions) -> Result<(StoreOptions, Att
             spill_dir: unsafe { opt_cstr(o.spill_dir, "ckptfs_options.spill_dir") }?.map(PathBuf::from),
             spill_size: nz(o.spill_size),
             private: o.flags & MOUNT_PRIVATE != 0,
+            // The segment's directory is a node setting, not in the struct (its layout
+            // is fixed): CKPTFS_SHM_DIR, as for `opts == NULL`.
+            shm_dir: shm_dir_from_env()?,
             ..Default::default()
         },
         how,
     ))
+}
+
+/// `CKPTFS_SHM_DIR` resolved by the settings layer alone (the other variables are not
+/// looked at: explicit options replace them).
+fn shm_dir_from_env() -> Result<Option<PathBuf>, CapiError> {
+    let only = |k: &str| {
+        (k == "CKPTFS_SHM_DIR")
+            .then(|| std::env::var("CKPTFS_SHM_DIR").ok())
+            .flatten()
+    };
+    let s = ckptfs_settings::from_env(&only).map_err(|e| CapiError::new(libc::EINVAL, e.to_string()))?;
+    Ok(s.store.shm_dir)
 }
 
 // ------------------------------------------------------------------------ library
