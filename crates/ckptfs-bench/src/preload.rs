@@ -244,7 +244,8 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
     let huge = if a.no_huge {
         None
     } else {
-        match crate::huge::HugeTmpfs::mount(mem + (64 << 20)) {
+        // Room for the segment: the data region plus its metadata (inodes: one per 8 KiB).
+        match crate::huge::HugeTmpfs::mount(mem + mem / 4 + (256 << 20)) {
             Ok(h) => Some(h),
             Err(why) => {
                 notes.push(format!("huge-page rows skipped: {why}"));
