@@ -183,6 +183,7 @@ int ckptfs_fsync(int fd);
 #define CKPTFS_KIND_FILE 1
 #define CKPTFS_KIND_DIR 2
 #define CKPTFS_KIND_SYMLINK 3 /* a symbolic link: ckptfs_readlink reads its target */
+#define CKPTFS_KIND_SPECIAL 4 /* a FIFO, socket or device node: mode's S_IFMT says which */
 
 #define CKPTFS_STATE_COMPLETE 0   /* the last writer closed it */
 #define CKPTFS_STATE_WRITING 1    /* a live process has it open for writing */

@@ -479,6 +479,9 @@ fn run_op(store: &Store, spec: &Spec) -> Result<(), StoreError> {
             store.symlink(spec.to.as_bytes(), &spec.path)?;
         }
         "rename" => store.rename(&spec.path, &spec.to)?,
+        "link" => {
+            store.link(&spec.path, &spec.to)?;
+        }
         "truncate" => store.truncate(&spec.path, spec.size)?,
         "rewrite" => {
             let mut f = store.open(&spec.path, OpenFlags::CREATE, 0)?;

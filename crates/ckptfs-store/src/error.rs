@@ -108,6 +108,12 @@ pub enum StoreError {
     /// Permission denied.
     #[error("permission denied: {0}")]
     Permission(String),
+    /// Operation not permitted (EPERM: a hard link to a directory).
+    #[error("operation not permitted: {0}")]
+    NotPermitted(String),
+    /// A file has the most names it may have ([`crate::LINK_MAX`]).
+    #[error("too many links: {0}")]
+    TooManyLinks(String),
     /// A symbolic link where the operation does not follow one (opening a symlink in
     /// the store, or more than 40 links followed while resolving a path).
     #[error("symbolic link: {0}")]
@@ -150,6 +156,8 @@ impl StoreError {
             Corrupt { .. } | Damaged { .. } => libc::EIO,
             BadSegment { .. } => libc::EINVAL,
             Permission(_) | Untrusted { .. } => libc::EACCES,
+            NotPermitted(_) => libc::EPERM,
+            TooManyLinks(_) => libc::EMLINK,
             Unsupported(_) => libc::EOPNOTSUPP,
             Loop(_) => libc::ELOOP,
             Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),

@@ -51,6 +51,7 @@ mod fsck;
 mod integrity;
 pub mod layout;
 mod leases;
+mod links;
 mod lock;
 mod namespace;
 pub mod netin;
@@ -74,6 +75,7 @@ pub use changes::{ChangedInode, ChangedName, Changes};
 pub use error::{Result, StoreError};
 pub use file::FileHandle;
 pub use fsck::{FsckReport, Problem};
+pub use links::LINK_MAX;
 pub use store::{
     default_max_files, default_store_name, is_system_path, job_rank, segment_path, ChunkInfo, ChunkLocation,
     DataRegion, DirEntry, FileKind, OpenFlags, Stat, Store, StoreInfo, StoreOptions, WriteState,

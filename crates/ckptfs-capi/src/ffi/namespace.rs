@@ -177,6 +177,7 @@ pub unsafe extern "C" fn ckptfs_readdir(fd: c_int, ent: *mut CkptfsDirent) -> c_
                 FileKind::File => KIND_FILE,
                 FileKind::Dir => KIND_DIR,
                 FileKind::Symlink => KIND_SYMLINK,
+                _ => KIND_SPECIAL,
             },
             namelen: 0,
             name: [0; 256],

@@ -155,9 +155,10 @@ impl StoreFs {
     /// dentry and updates the directory itself).
     fn removed(&self, parent: INodeNo, child: Option<u64>) {
         if let Some(c) = child {
-            // Not stat'ed: the slot is free now (the kernel updates the open inode's
-            // link count itself).
+            // The kernel updates the inode's link count itself; an inode with other
+            // names (hard links) has its new attributes recorded (a freed slot has none).
             self.view.unlinked(c);
+            self.refresh(c);
         }
         self.refresh(parent.0);
     }
@@ -302,13 +303,34 @@ impl Filesystem for StoreFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         self.counters.meta.fetch_add(1, Relaxed);
-        // Only regular files exist in the store.
-        if mode & libc::S_IFMT != libc::S_IFREG {
+        let kind = match FileKind::from_mode(mode) {
+            // mknod(2) with no type bits makes a regular file.
+            None if mode & libc::S_IFMT == 0 => FileKind::File,
+            Some(k) if k != FileKind::Dir && k != FileKind::Symlink => k,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) && req.uid() != 0 {
+            // As tmpfs: device nodes need CAP_MKNOD (the kernel checks it before the
+            // request is sent; this is the daemon's own guard).
             return reply.error(Errno::EPERM);
+        }
+        if kind != FileKind::File {
+            // FIFOs, sockets, device nodes: a name and attributes in the store; the
+            // kernel serves their I/O.
+            let r = self.child_path(parent, name).and_then(|p| {
+                let st = self
+                    .store
+                    .mknod(&p, kind, mode & !umask & 0o7777, rdev as u64)
+                    .map_err(store_err)?;
+                self.give_to_caller(req, parent, &p, st)
+            });
+            self.reply_entry(reply, parent, name, r);
+            self.refresh(parent.0);
+            return;
         }
         let r = (|| {
             let path = self.child_path(parent, name)?;
@@ -398,9 +420,17 @@ impl Filesystem for StoreFs {
         }
     }
 
-    fn link(&self, _req: &Request, _i: INodeNo, _p: INodeNo, _n: &OsStr, reply: ReplyEntry) {
-        // No hard links: every store inode has exactly one name.
-        reply.error(Errno::EPERM);
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.counters.meta.fetch_add(1, Relaxed);
+        // A link entry in the store (format 5); the kernel checked the permissions
+        // (default_permissions, protected_hardlinks).
+        let r = (|| {
+            let from = self.path(ino)?;
+            let to = self.child_path(newparent, newname)?;
+            self.store.link(&from, &to).map_err(store_err)
+        })();
+        self.reply_entry(reply, newparent, newname, r);
+        self.refresh(newparent.0);
     }
 
     fn rename(
