@@ -482,6 +482,7 @@ fn run_op(store: &Store, spec: &Spec) -> Result<(), StoreError> {
         "link" => {
             store.link(&spec.path, &spec.to)?;
         }
+        "setxattr" => store.setxattr(&spec.path, b"user.k", spec.to.as_bytes(), Default::default())?,
         "truncate" => store.truncate(&spec.path, spec.size)?,
         "rewrite" => {
             let mut f = store.open(&spec.path, OpenFlags::CREATE, 0)?;

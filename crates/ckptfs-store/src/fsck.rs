@@ -223,6 +223,20 @@ impl Store {
             }
         }
 
+        // 1b. Extended attribute records of no named inode (a crash between an inode's
+        //     last unlink and its record's removal).
+        for (fid, path) in self.stray_xattr_records(&ns) {
+            add(
+                &mut rep,
+                "stray-xattrs",
+                format!("{path}: extended attribute record of no named inode"),
+                repair,
+            );
+            if repair {
+                self.detach_and_release(&ns, fid);
+            }
+        }
+
         // 2. Files: leases, checksums, chunks past the end, duplicate logical chunks.
         // Chunk-list generations before the ownership scan: a file whose generation has
         // moved by the time we hold its lock (a live writer allocated, a dead writer's

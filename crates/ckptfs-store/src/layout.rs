@@ -129,6 +129,10 @@ pub mod iflag {
     /// A write, truncation or flush to the file failed since it was last emptied
     /// (`O_TRUNC`, `set_len(0)`): the last close leaves it `failed`.
     pub const FAILED: u32 = 4;
+    /// The inode may have extended attributes (a record under `/.ckptfs/xattr`): set
+    /// before the record is written, cleared after it is removed, so a clear bit means
+    /// none (a hint read without a lock; see `xattr.rs`).
+    pub const XATTRS: u32 = 8;
 }
 
 /// Superblock states.

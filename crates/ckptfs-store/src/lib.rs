@@ -70,6 +70,7 @@ mod symlink;
 mod trust;
 mod types;
 mod verify;
+mod xattr;
 
 pub use changes::{ChangedInode, ChangedName, Changes};
 pub use error::{Result, StoreError};
@@ -82,3 +83,4 @@ pub use store::{
     DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE, ROOT_INO, SYSTEM_DIR, SYSTEM_DIR_NAME,
 };
 pub use symlink::SYMLINK_MAX;
+pub use xattr::{XattrFlags, XATTR_NAME_MAX, XATTR_SIZE_MAX, XATTR_TOTAL_MAX};

@@ -347,6 +347,7 @@ impl Store {
             self.note_change(fid);
             return;
         }
+        self.drop_xattrs(ns, fid);
         ino.nlink.store(0, Relaxed);
         ino.flags.fetch_or(iflag::ORPHAN, Release);
         crate::fault::crash_point("unlink-after-orphan-flag");
@@ -375,6 +376,7 @@ impl Store {
         ino.nlink.store(n, Relaxed);
         ino.ctime_ns.store(t, Relaxed);
         if n == 0 {
+            self.drop_xattrs(ns, fid);
             ino.flags.fetch_or(iflag::ORPHAN, Release);
             ino.parent.store(NONE, Relaxed);
         }
