@@ -108,25 +108,71 @@ fn errno_of(r: libc::c_int) -> i32 {
 }
 
 #[test]
-fn store_unsupported_calls_answer_their_documented_errno() {
-    let (_g, _tmp, mp, d) = mounted("errno");
+fn store_xattrs_are_kept_by_the_store_with_linux_errnos_and_unsupported_calls_answer_theirs() {
+    let (g, _tmp, mp, d) = mounted("xattr");
     std::fs::write(mp.join("f"), b"x").unwrap();
     let c = |n: &str| CString::new(mp.join(n).as_os_str().as_bytes()).unwrap();
-    let f = c("f");
-    // SAFETY: valid NUL-terminated paths and buffers for each call.
-    unsafe {
-        let v = b"v";
-        let r = libc::setxattr(f.as_ptr(), c"user.k".as_ptr(), v.as_ptr().cast(), 1, 0);
-        assert_eq!(errno_of(r), libc::EOPNOTSUPP, "setxattr");
-        let mut buf = [0u8; 16];
-        let r = libc::getxattr(f.as_ptr(), c"user.k".as_ptr(), buf.as_mut_ptr().cast(), 16);
-        assert_eq!(r, -1);
-        assert_eq!(
-            std::io::Error::last_os_error().raw_os_error(),
-            Some(libc::EOPNOTSUPP),
-            "getxattr"
-        );
-    }
+    let (f, to) = (c("f"), c("to"));
+    let get = |name: &std::ffi::CStr, size: usize| -> Result<Vec<u8>, i32> {
+        let mut buf = vec![0u8; size];
+        // SAFETY: valid NUL-terminated path and name; buf has `size` writable bytes.
+        let r = unsafe { libc::getxattr(f.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), size) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+        }
+        buf.truncate(r as usize);
+        Ok(buf)
+    };
+    let set = |name: &std::ffi::CStr, v: &[u8], flags: i32| {
+        // SAFETY: valid NUL-terminated path and name; v is readable for its length.
+        errno_of(unsafe { libc::setxattr(f.as_ptr(), name.as_ptr(), v.as_ptr().cast(), v.len(), flags) })
+    };
+    assert_eq!(get(c"user.k", 16), Err(libc::ENODATA));
+    assert_eq!(set(c"user.k", b"value", 0), 0);
+    assert_eq!(set(c"trusted.t", b"root only", 0), 0);
+    assert_eq!(get(c"user.k", 16).unwrap(), b"value");
+    // SAFETY: a size query (NULL buffer, size 0) on a valid path and name.
+    let n = unsafe { libc::getxattr(f.as_ptr(), c"user.k".as_ptr(), std::ptr::null_mut(), 0) };
+    assert_eq!(n, 5);
+    assert_eq!(get(c"user.k", 2), Err(libc::ERANGE));
+    assert_eq!(set(c"user.k", b"again", libc::XATTR_CREATE), libc::EEXIST);
+    assert_eq!(set(c"user.nope", b"x", libc::XATTR_REPLACE), libc::ENODATA);
+    assert_eq!(set(c"user.big", &vec![1u8; 65537], 0), libc::E2BIG);
+    let mut list = vec![0u8; 256];
+    // SAFETY: valid path; list has 256 writable bytes.
+    let n = unsafe { libc::listxattr(f.as_ptr(), list.as_mut_ptr().cast(), 256) };
+    list.truncate(n as usize);
+    assert_eq!(list, b"user.k\0trusted.t\0");
+    // The store holds them, another process sees them, and they stay with the inode
+    // through a hard link.
+    let s = Store::attach(&StoreOptions::named(&g.0)).unwrap();
+    assert_eq!(s.getxattr("/f", b"user.k").unwrap(), b"value");
+    s.setxattr("/f", b"user.from-store", b"1", Default::default())
+        .unwrap();
+    assert_eq!(get(c"user.from-store", 16).unwrap(), b"1");
+    std::fs::hard_link(mp.join("f"), mp.join("g")).unwrap();
+    assert_eq!(s.getxattr("/g", b"trusted.t").unwrap(), b"root only");
+    // SAFETY: valid NUL-terminated path and name.
+    assert_eq!(
+        errno_of(unsafe { libc::removexattr(f.as_ptr(), c"user.k".as_ptr()) }),
+        0
+    );
+    assert_eq!(get(c"user.k", 16), Err(libc::ENODATA));
+    // Still refused, each with its errno (docs/fuse.md): RENAME_EXCHANGE EINVAL.
+    std::fs::write(mp.join("to"), b"y").unwrap();
+    // SAFETY: valid NUL-terminated paths; renameat2 through the raw syscall.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(errno_of(r as libc::c_int), libc::EINVAL, "RENAME_EXCHANGE");
+    assert!(s.fsck(false).problems.is_empty(), "{:?}", s.fsck(false).problems);
     assert_eq!(d.stop(), 0);
 }
 
@@ -378,6 +424,8 @@ fn store_hard_links_fifos_sockets_and_device_nodes_work_through_the_mount() {
     let mut got = String::new();
     l.accept().unwrap().0.read_to_string(&mut got).unwrap();
     assert_eq!(got, "via socket");
+    // A bound socket holds the mount busy until it is closed.
+    drop(l);
     // Device nodes (the tests run as root, as tmpfs needs too) with their numbers.
     for (n, mode, dev) in [
         ("chr", libc::S_IFCHR, libc::makedev(1, 3)),

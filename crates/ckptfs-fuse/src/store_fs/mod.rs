@@ -8,6 +8,7 @@
 //! so the [`crate::cache`] poller invalidates what they changed.
 
 mod attrs;
+mod xattrs;
 
 use crate::cache::{CacheConfig, KernelView, Poller};
 use crate::dirs::{dot_entries, DirTable, Listing};
@@ -319,18 +320,7 @@ impl Filesystem for StoreFs {
             return reply.error(Errno::EPERM);
         }
         if kind != FileKind::File {
-            // FIFOs, sockets, device nodes: a name and attributes in the store; the
-            // kernel serves their I/O.
-            let r = self.child_path(parent, name).and_then(|p| {
-                let st = self
-                    .store
-                    .mknod(&p, kind, mode & !umask & 0o7777, rdev as u64)
-                    .map_err(store_err)?;
-                self.give_to_caller(req, parent, &p, st)
-            });
-            self.reply_entry(reply, parent, name, r);
-            self.refresh(parent.0);
-            return;
+            return self.mknod_special(req, parent, name, kind, mode & !umask & 0o7777, rdev, reply);
         }
         let r = (|| {
             let path = self.child_path(parent, name)?;
@@ -421,16 +411,7 @@ impl Filesystem for StoreFs {
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.counters.meta.fetch_add(1, Relaxed);
-        // A link entry in the store (format 5); the kernel checked the permissions
-        // (default_permissions, protected_hardlinks).
-        let r = (|| {
-            let from = self.path(ino)?;
-            let to = self.child_path(newparent, newname)?;
-            self.store.link(&from, &to).map_err(store_err)
-        })();
-        self.reply_entry(reply, newparent, newname, r);
-        self.refresh(newparent.0);
+        self.hard_link(ino, newparent, newname, reply);
     }
 
     fn rename(
@@ -780,32 +761,30 @@ impl Filesystem for StoreFs {
         reply_empty(reply, r);
     }
 
-    // No extended attributes in the store (its inodes have no room for them): ENOSYS,
-    // after which the kernel answers EOPNOTSUPP itself and stops asking (it would
-    // otherwise ask for security.capability before every write).
+    // Extended attributes kept by the store (format 5): `xattrs.rs`.
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::ENOSYS);
+        reply_empty(reply, self.xattr_set(ino, name, value, flags));
     }
 
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: fuser::ReplyXattr) {
-        reply.error(Errno::ENOSYS);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
+        self.xattr_get(ino, name, size, reply);
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
-        reply.error(Errno::ENOSYS);
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        self.xattr_list(req, ino, size, reply);
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::ENOSYS);
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.xattr_remove(ino, name));
     }
 
     crate::quiet_defaults!();
