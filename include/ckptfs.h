@@ -238,6 +238,11 @@ int ckptfs_mkdir(const char *path, mode_t mode);
 /* Errors: -ENOENT; -ENOTDIR; -ENOTEMPTY; -EBUSY the mount's root. */
 int ckptfs_rmdir(const char *path);
 
+/* A hard link: the file `from` (not followed if a symlink) gets the additional name
+ * `to` in the same mount. Errors: -EPERM a directory; -EEXIST; -ENOENT; -ENOTDIR;
+ * -EXDEV another mount; -EMLINK; -ENFILE (each name takes an inode slot). */
+int ckptfs_link(const char *from, const char *to);
+
 /* A symbolic link `path` to `target` (kept as given, at most CKPTFS_PATH_MAX bytes).
  * The C API never follows symlinks: ckptfs_open of one is -ELOOP, and a path through
  * one is -ENOTDIR. Errors: -EEXIST; -ENOENT parent missing or empty target; -ENOTDIR;

@@ -153,10 +153,8 @@ fn store_xattrs_are_kept_by_the_store_with_linux_errnos_and_unsupported_calls_an
     std::fs::hard_link(mp.join("f"), mp.join("g")).unwrap();
     assert_eq!(s.getxattr("/g", b"trusted.t").unwrap(), b"root only");
     // SAFETY: valid NUL-terminated path and name.
-    assert_eq!(
-        errno_of(unsafe { libc::removexattr(f.as_ptr(), c"user.k".as_ptr()) }),
-        0
-    );
+    let r = unsafe { libc::removexattr(f.as_ptr(), c"user.k".as_ptr()) };
+    assert_eq!(errno_of(r), 0);
     assert_eq!(get(c"user.k", 16), Err(libc::ENODATA));
     // Still refused, each with its errno (docs/fuse.md): RENAME_EXCHANGE EINVAL.
     std::fs::write(mp.join("to"), b"y").unwrap();
