@@ -319,10 +319,23 @@ fn ls_long_shows_link_counts_and_special_file_types() {
     {
         let store = ckptfs_store::Store::attach(&ckptfs_store::StoreOptions::named(&s.0)).unwrap();
         store.mkdir("/d", 0o755).unwrap();
-        store.open("/d/a", ckptfs_store::OpenFlags::CREATE, 0o644).unwrap().close().unwrap();
+        store
+            .open("/d/a", ckptfs_store::OpenFlags::CREATE, 0o644)
+            .unwrap()
+            .close()
+            .unwrap();
         store.link("/d/a", "/d/b").unwrap();
-        store.mknod("/d/p", ckptfs_store::FileKind::Fifo, 0o600, 0).unwrap();
-        store.mknod("/d/c", ckptfs_store::FileKind::CharDevice, 0o600, libc::makedev(1, 3)).unwrap();
+        store
+            .mknod("/d/p", ckptfs_store::FileKind::Fifo, 0o600, 0)
+            .unwrap();
+        store
+            .mknod(
+                "/d/c",
+                ckptfs_store::FileKind::CharDevice,
+                0o600,
+                libc::makedev(1, 3),
+            )
+            .unwrap();
     }
     let long = s.ok(&["ls", "-l", "/d"]);
     let line = |n: &str| {
