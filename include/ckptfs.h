@@ -183,6 +183,7 @@ int ckptfs_fsync(int fd);
 #define CKPTFS_KIND_FILE 1
 #define CKPTFS_KIND_DIR 2
 #define CKPTFS_KIND_SYMLINK 3 /* a symbolic link: ckptfs_readlink reads its target */
+#define CKPTFS_KIND_SPECIAL 4 /* a FIFO, socket or device node: mode's S_IFMT says which */
 
 #define CKPTFS_STATE_COMPLETE 0   /* the last writer closed it */
 #define CKPTFS_STATE_WRITING 1    /* a live process has it open for writing */
@@ -236,6 +237,11 @@ int ckptfs_mkdir(const char *path, mode_t mode);
 
 /* Errors: -ENOENT; -ENOTDIR; -ENOTEMPTY; -EBUSY the mount's root. */
 int ckptfs_rmdir(const char *path);
+
+/* A hard link: the file `from` (not followed if a symlink) gets the additional name
+ * `to` in the same mount. Errors: -EPERM a directory; -EEXIST; -ENOENT; -ENOTDIR;
+ * -EXDEV another mount; -EMLINK; -ENFILE (each name takes an inode slot). */
+int ckptfs_link(const char *from, const char *to);
 
 /* A symbolic link `path` to `target` (kept as given, at most CKPTFS_PATH_MAX bytes).
  * The C API never follows symlinks: ckptfs_open of one is -ELOOP, and a path through

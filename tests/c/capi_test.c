@@ -324,6 +324,20 @@ static void t_dirs(void) {
         CHECK_EQ(ckptfs_readlink("/ckpt/ln", t, sizeof t), -ENOENT);
     }
 
+    /* Hard links: one inode under two names, the data kept until the last goes. */
+    {
+        struct ckptfs_stat a, b;
+        CHECK_EQ(ckptfs_link("/ckpt/d1/f2", "/ckpt/hl"), 0);
+        CHECK_EQ(ckptfs_link("/ckpt/d1/f2", "/ckpt/hl"), -EEXIST);
+        CHECK_EQ(ckptfs_link("/ckpt/d1", "/ckpt/hd"), -EPERM);
+        CHECK_EQ(ckptfs_stat("/ckpt/hl", &a), 0);
+        CHECK_EQ(ckptfs_stat("/ckpt/d1/f2", &b), 0);
+        CHECK(a.ino == b.ino && a.size == 2);
+        CHECK_EQ(ckptfs_unlink("/ckpt/hl"), 0);
+        CHECK_EQ(ckptfs_stat("/ckpt/d1/f2", &b), 0);
+        CHECK(b.size == 2);
+    }
+
     /* Reading a directory. */
     fd = ckptfs_open("/ckpt/d1", O_RDONLY, 0);
     CHECK(fd >= 0);

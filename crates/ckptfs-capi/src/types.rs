@@ -17,6 +17,9 @@ pub const KIND_FILE: u32 = 1;
 pub const KIND_DIR: u32 = 2;
 /// `CKPTFS_KIND_SYMLINK`: a symbolic link (`ckptfs_readlink` reads its target).
 pub const KIND_SYMLINK: u32 = 3;
+/// `CKPTFS_KIND_SPECIAL`: a FIFO, socket or device node (the `S_IFMT` bits of `mode`
+/// say which; it has no data in the store).
+pub const KIND_SPECIAL: u32 = 4;
 
 /// `CKPTFS_STATE_COMPLETE`: the last writer closed the file.
 pub const STATE_COMPLETE: u32 = 0;
@@ -209,6 +212,7 @@ mod header_sync {
             ("CKPTFS_KIND_FILE", KIND_FILE),
             ("CKPTFS_KIND_DIR", KIND_DIR),
             ("CKPTFS_KIND_SYMLINK", KIND_SYMLINK),
+            ("CKPTFS_KIND_SPECIAL", KIND_SPECIAL),
             ("CKPTFS_STATE_COMPLETE", STATE_COMPLETE),
             ("CKPTFS_STATE_WRITING", STATE_WRITING),
             ("CKPTFS_STATE_INCOMPLETE", STATE_INCOMPLETE),

@@ -59,7 +59,11 @@ fn mode_str(st: &Stat) -> String {
     let mut s = String::from(match st.kind {
         FileKind::Dir => "d",
         FileKind::Symlink => "l",
-        _ => "-",
+        FileKind::Fifo => "p",
+        FileKind::Socket => "s",
+        FileKind::CharDevice => "c",
+        FileKind::BlockDevice => "b",
+        FileKind::File => "-",
     });
     for shift in [6, 3, 0] {
         let b = (st.mode >> shift) & 7;
@@ -217,8 +221,14 @@ fn print_entry(store: &Store, name: &str, st: &Stat, long: Option<(&ckptfs_node:
             String::new()
         };
         println!(
-            "{} {:>10} {:>12} {:>5} chunks{} {} {} {}{}{}",
+            "{} {:>3} {:>10} {:>12} {:>5} chunks{} {} {} {}{}{}",
             mode_str(st),
+            // Names of the file (hard links); a directory's count is not kept.
+            if st.kind == FileKind::Dir {
+                "-".to_string()
+            } else {
+                st.nlink.to_string()
+            },
             state_str(st.state),
             st.size,
             st.chunks,

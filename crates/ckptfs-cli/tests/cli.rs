@@ -310,6 +310,46 @@ fn ls_long_shows_a_symlink_with_its_target() {
     assert_eq!(s.ok(&["ls", "/d"]), "latest\n");
 }
 
+/// Hard links and special files (store format 5) in a long listing: the link count
+/// after the mode, `p`/`s`/`c`/`b` as the type letter.
+#[test]
+fn ls_long_shows_link_counts_and_special_file_types() {
+    let s = Store::new("lsnlink");
+    s.ok(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+    {
+        let store = ckptfs_store::Store::attach(&ckptfs_store::StoreOptions::named(&s.0)).unwrap();
+        store.mkdir("/d", 0o755).unwrap();
+        store
+            .open("/d/a", ckptfs_store::OpenFlags::CREATE, 0o644)
+            .unwrap()
+            .close()
+            .unwrap();
+        store.link("/d/a", "/d/b").unwrap();
+        store
+            .mknod("/d/p", ckptfs_store::FileKind::Fifo, 0o600, 0)
+            .unwrap();
+        store
+            .mknod(
+                "/d/c",
+                ckptfs_store::FileKind::CharDevice,
+                0o600,
+                libc::makedev(1, 3),
+            )
+            .unwrap();
+    }
+    let long = s.ok(&["ls", "-l", "/d"]);
+    let line = |n: &str| {
+        long.lines()
+            .find(|l| l.ends_with(&format!(" {n}")))
+            .unwrap_or_else(|| panic!("{n} not in {long}"))
+            .to_string()
+    };
+    assert!(line("a").starts_with("-rw-r--r--   2 "), "{long}");
+    assert!(line("b").starts_with("-rw-r--r--   2 "), "{long}");
+    assert!(line("p").starts_with("prw-------   1 "), "{long}");
+    assert!(line("c").starts_with("crw-------   1 "), "{long}");
+}
+
 /// `ckptfs ... | head -c1`: when the reader is gone, every printing command ends
 /// quietly (SIGPIPE, as coreutils), never with a panic message.
 #[test]

@@ -84,6 +84,7 @@ struct AttrKey {
     mode: u32,
     uid: u32,
     gid: u32,
+    nlink: u32,
 }
 
 impl AttrKey {
@@ -96,6 +97,7 @@ impl AttrKey {
             mode: st.mode,
             uid: st.uid,
             gid: st.gid,
+            nlink: st.nlink,
         }
     }
 

@@ -1,7 +1,7 @@
-//! Store mode attributes and limits without a store format change: directory link
-//! counts, an open-but-unlinked file's nlink 0, 255-byte names and paths near PATH_MAX,
-//! the documented errno of each call the store cannot serve (docs/fuse.md), and symbolic
-//! links kept by the store and followed by the kernel.
+//! Store mode attributes and limits: directory link counts, an open-but-unlinked file's
+//! nlink 0, 255-byte names and paths near PATH_MAX, the documented errno of each call the
+//! store cannot serve (docs/fuse.md), symbolic links kept by the store and followed by
+//! the kernel, and (format 5) hard links, FIFOs, sockets and device nodes.
 
 mod common;
 
@@ -108,33 +108,69 @@ fn errno_of(r: libc::c_int) -> i32 {
 }
 
 #[test]
-fn store_unsupported_calls_answer_their_documented_errno() {
-    let (_g, _tmp, mp, d) = mounted("errno");
+fn store_xattrs_are_kept_by_the_store_with_linux_errnos_and_unsupported_calls_answer_theirs() {
+    let (g, _tmp, mp, d) = mounted("xattr");
     std::fs::write(mp.join("f"), b"x").unwrap();
     let c = |n: &str| CString::new(mp.join(n).as_os_str().as_bytes()).unwrap();
-    let (f, l) = (c("f"), c("l"));
-    // SAFETY: valid NUL-terminated paths and buffers for each call.
-    unsafe {
-        assert_eq!(errno_of(libc::link(f.as_ptr(), l.as_ptr())), libc::EPERM, "link");
-        assert_eq!(errno_of(libc::mkfifo(l.as_ptr(), 0o644)), libc::EPERM, "mkfifo");
-        let dev = libc::makedev(1, 3);
-        assert_eq!(
-            errno_of(libc::mknod(l.as_ptr(), libc::S_IFCHR | 0o644, dev)),
-            libc::EPERM,
-            "mknod"
-        );
-        let v = b"v";
-        let r = libc::setxattr(f.as_ptr(), c"user.k".as_ptr(), v.as_ptr().cast(), 1, 0);
-        assert_eq!(errno_of(r), libc::EOPNOTSUPP, "setxattr");
-        let mut buf = [0u8; 16];
-        let r = libc::getxattr(f.as_ptr(), c"user.k".as_ptr(), buf.as_mut_ptr().cast(), 16);
-        assert_eq!(r, -1);
-        assert_eq!(
-            std::io::Error::last_os_error().raw_os_error(),
-            Some(libc::EOPNOTSUPP),
-            "getxattr"
-        );
-    }
+    let (f, to) = (c("f"), c("to"));
+    let get = |name: &std::ffi::CStr, size: usize| -> Result<Vec<u8>, i32> {
+        let mut buf = vec![0u8; size];
+        // SAFETY: valid NUL-terminated path and name; buf has `size` writable bytes.
+        let r = unsafe { libc::getxattr(f.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), size) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+        }
+        buf.truncate(r as usize);
+        Ok(buf)
+    };
+    let set = |name: &std::ffi::CStr, v: &[u8], flags: i32| {
+        // SAFETY: valid NUL-terminated path and name; v is readable for its length.
+        errno_of(unsafe { libc::setxattr(f.as_ptr(), name.as_ptr(), v.as_ptr().cast(), v.len(), flags) })
+    };
+    assert_eq!(get(c"user.k", 16), Err(libc::ENODATA));
+    assert_eq!(set(c"user.k", b"value", 0), 0);
+    assert_eq!(set(c"trusted.t", b"root only", 0), 0);
+    assert_eq!(get(c"user.k", 16).unwrap(), b"value");
+    // SAFETY: a size query (NULL buffer, size 0) on a valid path and name.
+    let n = unsafe { libc::getxattr(f.as_ptr(), c"user.k".as_ptr(), std::ptr::null_mut(), 0) };
+    assert_eq!(n, 5);
+    assert_eq!(get(c"user.k", 2), Err(libc::ERANGE));
+    assert_eq!(set(c"user.k", b"again", libc::XATTR_CREATE), libc::EEXIST);
+    assert_eq!(set(c"user.nope", b"x", libc::XATTR_REPLACE), libc::ENODATA);
+    assert_eq!(set(c"user.big", &vec![1u8; 65537], 0), libc::E2BIG);
+    let mut list = vec![0u8; 256];
+    // SAFETY: valid path; list has 256 writable bytes.
+    let n = unsafe { libc::listxattr(f.as_ptr(), list.as_mut_ptr().cast(), 256) };
+    list.truncate(n as usize);
+    assert_eq!(list, b"user.k\0trusted.t\0");
+    // The store holds them, another process sees them, and they stay with the inode
+    // through a hard link.
+    let s = Store::attach(&StoreOptions::named(&g.0)).unwrap();
+    assert_eq!(s.getxattr("/f", b"user.k").unwrap(), b"value");
+    s.setxattr("/f", b"user.from-store", b"1", Default::default())
+        .unwrap();
+    assert_eq!(get(c"user.from-store", 16).unwrap(), b"1");
+    std::fs::hard_link(mp.join("f"), mp.join("g")).unwrap();
+    assert_eq!(s.getxattr("/g", b"trusted.t").unwrap(), b"root only");
+    // SAFETY: valid NUL-terminated path and name.
+    let r = unsafe { libc::removexattr(f.as_ptr(), c"user.k".as_ptr()) };
+    assert_eq!(errno_of(r), 0);
+    assert_eq!(get(c"user.k", 16), Err(libc::ENODATA));
+    // Still refused, each with its errno (docs/fuse.md): RENAME_EXCHANGE EINVAL.
+    std::fs::write(mp.join("to"), b"y").unwrap();
+    // SAFETY: valid NUL-terminated paths; renameat2 through the raw syscall.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(errno_of(r as libc::c_int), libc::EINVAL, "RENAME_EXCHANGE");
+    assert!(s.fsck(false).problems.is_empty(), "{:?}", s.fsck(false).problems);
     assert_eq!(d.stop(), 0);
 }
 
@@ -309,5 +345,106 @@ fn store_symlinks_are_kept_by_the_store_and_followed_by_the_kernel() {
         .collect();
     assert_eq!(names, vec!["d", "dangling@", "from-store@", "ld@"]);
     assert!(s.fsck(false).problems.is_empty());
+    assert_eq!(d.stop(), 0);
+}
+
+#[test]
+fn store_hard_links_fifos_sockets_and_device_nodes_work_through_the_mount() {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::FileTypeExt;
+    let (g, _tmp, mp, d) = mounted("links");
+    std::fs::write(mp.join("f"), b"one inode").unwrap();
+    std::fs::create_dir(mp.join("d")).unwrap();
+    std::fs::hard_link(mp.join("f"), mp.join("d/g")).unwrap();
+    let (f, gm) = (
+        std::fs::metadata(mp.join("f")).unwrap(),
+        std::fs::metadata(mp.join("d/g")).unwrap(),
+    );
+    assert_eq!((f.ino(), f.nlink(), gm.nlink()), (gm.ino(), 2, 2));
+    std::fs::write(mp.join("d/g"), b"written through g").unwrap();
+    assert_eq!(std::fs::read(mp.join("f")).unwrap(), b"written through g");
+    let e = std::fs::hard_link(mp.join("d"), mp.join("d2")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM), "link of a directory");
+    let e = std::fs::hard_link(mp.join("f"), mp.join("d/g")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+    // The store holds one inode with two names.
+    let s = Store::attach(&StoreOptions::named(&g.0)).unwrap();
+    assert_eq!(s.stat("/d/g").unwrap().nlink, 2);
+    assert_eq!(s.stat("/d/g").unwrap().ino, f.ino());
+    // One name removed: the data stays under the other, with one link.
+    std::fs::remove_file(mp.join("f")).unwrap();
+    assert_eq!(std::fs::metadata(mp.join("d/g")).unwrap().nlink(), 1);
+    assert_eq!(std::fs::read(mp.join("d/g")).unwrap(), b"written through g");
+    // A link made by another process shows in the mount's link count (the kernel's
+    // cached attributes are invalidated by the change counters).
+    s.link("/d/g", "/h").unwrap();
+    let t = std::time::Instant::now();
+    while std::fs::metadata(mp.join("d/g")).unwrap().nlink() != 2 {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "link count never 2"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(std::fs::read(mp.join("h")).unwrap(), b"written through g");
+
+    // A FIFO: the kernel carries the bytes between a writer and a reader.
+    let fifo = CString::new(mp.join("p").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
+    let m = std::fs::symlink_metadata(mp.join("p")).unwrap();
+    assert!(m.file_type().is_fifo());
+    assert_eq!(m.mode() & 0o7777, 0o640);
+    let p = mp.join("p");
+    let w = std::thread::spawn(move || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(p)
+            .unwrap()
+            .write_all(b"through a fifo")
+    });
+    let mut got = String::new();
+    std::fs::File::open(mp.join("p"))
+        .unwrap()
+        .read_to_string(&mut got)
+        .unwrap();
+    w.join().unwrap().unwrap();
+    assert_eq!(got, "through a fifo");
+    // A unix socket bound in the mount.
+    let l = std::os::unix::net::UnixListener::bind(mp.join("sock")).unwrap();
+    assert!(std::fs::symlink_metadata(mp.join("sock"))
+        .unwrap()
+        .file_type()
+        .is_socket());
+    let mut c = std::os::unix::net::UnixStream::connect(mp.join("sock")).unwrap();
+    c.write_all(b"via socket").unwrap();
+    drop(c);
+    let mut got = String::new();
+    l.accept().unwrap().0.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "via socket");
+    // A bound socket holds the mount busy until it is closed.
+    drop(l);
+    // Device nodes (the tests run as root, as tmpfs needs too) with their numbers.
+    for (n, mode, dev) in [
+        ("chr", libc::S_IFCHR, libc::makedev(1, 3)),
+        ("blk", libc::S_IFBLK, libc::makedev(7, 0)),
+    ] {
+        let c = CString::new(mp.join(n).as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mknod(c.as_ptr(), mode | 0o600, dev) }, 0, "{n}");
+        let m = std::fs::symlink_metadata(mp.join(n)).unwrap();
+        assert_eq!((m.mode() & libc::S_IFMT, m.rdev()), (mode, dev), "{n}");
+    }
+    let kinds: Vec<ckptfs_store::FileKind> = ["/p", "/sock", "/chr", "/blk"]
+        .iter()
+        .map(|p| s.stat(p).unwrap().kind)
+        .collect();
+    use ckptfs_store::FileKind::*;
+    assert_eq!(kinds, vec![Fifo, Socket, CharDevice, BlockDevice]);
+    for n in ["p", "sock", "chr", "blk", "h", "d/g"] {
+        std::fs::remove_file(mp.join(n)).unwrap();
+    }
+    assert!(s.fsck(false).problems.is_empty(), "{:?}", s.fsck(false).problems);
+    assert_eq!(s.info().files, 0);
     assert_eq!(d.stop(), 0);
 }

@@ -53,6 +53,10 @@ fn snapshot(fd: i32) -> R<Vec<(Vec<u8>, u64, u8)>> {
                 FileKind::Dir => libc::DT_DIR,
                 FileKind::Symlink => libc::DT_LNK,
                 FileKind::File => libc::DT_REG,
+                FileKind::Fifo => libc::DT_FIFO,
+                FileKind::Socket => libc::DT_SOCK,
+                FileKind::CharDevice => libc::DT_CHR,
+                FileKind::BlockDevice => libc::DT_BLK,
             };
             v.push((e.name.into_bytes(), e.ino, t));
         }

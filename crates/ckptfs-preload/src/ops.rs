@@ -241,35 +241,30 @@ pub fn stat(path: &str) -> R<(Stat, u64)> {
 
 fn nlink(_s: &Store, st: &Stat, entries: impl FnOnce() -> Option<Vec<ckptfs_store::DirEntry>>) -> u64 {
     match st.kind {
-        FileKind::File | FileKind::Symlink => 1,
         FileKind::Dir => {
             2 + entries().map_or(0, |v| v.iter().filter(|e| e.kind == FileKind::Dir).count() as u64)
         }
+        _ => 1,
     }
 }
 
 /// `st_mode` of a store object.
 pub fn mode_of(st: &Stat) -> u32 {
-    let t = match st.kind {
-        FileKind::File => libc::S_IFREG,
-        FileKind::Dir => libc::S_IFDIR,
-        FileKind::Symlink => libc::S_IFLNK,
-    };
-    t | (st.mode & 0o7777)
+    st.kind.mode_bits() | (st.mode & 0o7777)
 }
 
 /// Directories report 4096 bytes, as ext4 and xfs do for small ones (du, ls -l agree).
 fn size_of(st: &Stat) -> u64 {
     match st.kind {
         FileKind::Dir => 4096,
-        FileKind::File | FileKind::Symlink => st.size,
+        _ => st.size,
     }
 }
 
 fn blocks_of(st: &Stat) -> u64 {
     match st.kind {
         FileKind::Dir => 8,
-        FileKind::File | FileKind::Symlink => st.allocated / 512,
+        _ => st.allocated / 512,
     }
 }
 

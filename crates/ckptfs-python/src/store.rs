@@ -69,7 +69,11 @@ impl From<Stat> for PyStat {
             kind: match s.kind {
                 FileKind::Dir => "dir",
                 FileKind::Symlink => "symlink",
-                _ => "file",
+                FileKind::Fifo => "fifo",
+                FileKind::Socket => "socket",
+                FileKind::CharDevice => "chardevice",
+                FileKind::BlockDevice => "blockdevice",
+                FileKind::File => "file",
             },
             mode: s.mode,
             size: s.size,

@@ -341,6 +341,7 @@ pub fn run(spec: &Spec) -> Result<(), StoreError> {
         "overwrite" => run_overwrite(&store, spec),
         "trunc" => run_trunc(&store, spec),
         "op" => run_op(&store, spec),
+        "links" => run_links(&store, spec),
         m => Err(StoreError::Invalid(format!("unknown mode {m}"))),
     }
 }
@@ -469,6 +470,56 @@ fn run_trunc(store: &Store, spec: &Spec) -> Result<(), StoreError> {
     }
 }
 
+/// Hard links (links mode): files `f0..` are written once (`ready`); then, endlessly,
+/// names of file j (`fj`, `lj_0..2`) are added with link, removed with unlink (never
+/// the last one), moved with rename among themselves, and the file's xattr `user.n`
+/// set, so that a SIGKILL lands inside every namespace change of a linked file.
+fn run_links(store: &Store, spec: &Spec) -> Result<(), StoreError> {
+    mkdir_p(store, &spec.dir)?;
+    let files = spec.count.max(1);
+    for j in 0..files {
+        let mut f = store.open(&spec.file_path(j), OpenFlags::CREATE, 0o644)?;
+        write_pattern(&mut f, spec.file_seed(j), 0, spec.size, spec.block_size(j))?;
+        f.close()?;
+    }
+    say("ready");
+    let names = |j: u64| -> Vec<String> {
+        let mut v = vec![spec.file_path(j)];
+        v.extend((0..3).map(|k| format!("{}/l{j}_{k}", spec.dir)));
+        v
+    };
+    let mut i = 0u64;
+    loop {
+        let j = i % files;
+        let all = names(j);
+        let live: Vec<&String> = all.iter().filter(|p| store.stat(p).is_ok()).collect();
+        let free: Vec<&String> = all.iter().filter(|p| store.stat(p).is_err()).collect();
+        let pick = |v: &[&String], k: u64| -> Option<String> {
+            (!v.is_empty()).then(|| v[(k % v.len() as u64) as usize].clone())
+        };
+        match (i / files) % 4 {
+            0 | 1 => {
+                if let (Some(a), Some(b)) = (pick(&live, i), pick(&free, i / 3)) {
+                    store.link(&a, &b)?;
+                }
+            }
+            2 if live.len() > 1 => store.unlink(&pick(&live, i / 5).unwrap_or_default())?,
+            2 => {}
+            _ => {
+                if let (Some(a), Some(b)) = (pick(&live, i), pick(&all.iter().collect::<Vec<_>>(), i / 7)) {
+                    store.rename(&a, &b)?;
+                }
+                if let Some(a) = pick(&live, i + 1) {
+                    if store.stat(&a).is_ok() {
+                        store.setxattr(&a, b"user.n", i.to_string().as_bytes(), Default::default())?;
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
 fn run_op(store: &Store, spec: &Spec) -> Result<(), StoreError> {
     match spec.op.as_str() {
         "create" => store.open(&spec.path, OpenFlags::CREATE, 0o644)?.close()?,
@@ -483,6 +534,10 @@ fn run_op(store: &Store, spec: &Spec) -> Result<(), StoreError> {
             store.symlink(spec.to.as_bytes(), &spec.path)?;
         }
         "rename" => store.rename(&spec.path, &spec.to)?,
+        "link" => {
+            store.link(&spec.path, &spec.to)?;
+        }
+        "setxattr" => store.setxattr(&spec.path, b"user.k", spec.to.as_bytes(), Default::default())?,
         "truncate" => store.truncate(&spec.path, spec.size)?,
         "rewrite" => {
             let mut f = store.open(&spec.path, OpenFlags::CREATE, 0)?;

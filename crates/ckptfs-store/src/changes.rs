@@ -116,7 +116,7 @@ impl Store {
                 out.inodes.push(ChangedInode {
                     ino: fid as u64 + 1,
                     generation: ino.igen.load(Relaxed),
-                    exists: ino.kind.load(Relaxed) != kind::FREE,
+                    exists: !matches!(ino.kind.load(Relaxed), kind::FREE | kind::LINK),
                 });
             }
         }
@@ -136,6 +136,18 @@ impl Store {
     /// `fid`), and the change of both inodes.
     pub(crate) fn note_name(&self, _ns: &Ns, parent: u32, fid: u32, name: &[u8]) {
         let seg = &*self.seg;
+        // A link entry's name means its target's inode (the one the kernel was given).
+        let fid = match seg.inode(fid).kind.load(Relaxed) {
+            kind::LINK => {
+                let t = seg.inode(fid).target.load(Relaxed);
+                if self.link_target_ok(t) {
+                    t
+                } else {
+                    fid
+                }
+            }
+            _ => fid,
+        };
         let ch = &seg.sb().changes;
         self.note_change(fid);
         self.note_change(parent);

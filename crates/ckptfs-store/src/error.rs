@@ -108,6 +108,21 @@ pub enum StoreError {
     /// Permission denied.
     #[error("permission denied: {0}")]
     Permission(String),
+    /// Operation not permitted (EPERM: a hard link to a directory).
+    #[error("operation not permitted: {0}")]
+    NotPermitted(String),
+    /// No such extended attribute (ENODATA).
+    #[error("no such extended attribute: {0}")]
+    NoAttr(String),
+    /// An extended attribute name empty or longer than 255 bytes (ERANGE).
+    #[error("bad extended attribute name length: {0}")]
+    AttrRange(String),
+    /// An extended attribute value longer than 64 KiB (E2BIG).
+    #[error("extended attribute value too large: {0}")]
+    AttrTooBig(String),
+    /// A file has the most names it may have ([`crate::LINK_MAX`]).
+    #[error("too many links: {0}")]
+    TooManyLinks(String),
     /// A symbolic link where the operation does not follow one (opening a symlink in
     /// the store, or more than 40 links followed while resolving a path).
     #[error("symbolic link: {0}")]
@@ -150,6 +165,11 @@ impl StoreError {
             Corrupt { .. } | Damaged { .. } => libc::EIO,
             BadSegment { .. } => libc::EINVAL,
             Permission(_) | Untrusted { .. } => libc::EACCES,
+            NotPermitted(_) => libc::EPERM,
+            NoAttr(_) => libc::ENODATA,
+            AttrRange(_) => libc::ERANGE,
+            AttrTooBig(_) => libc::E2BIG,
+            TooManyLinks(_) => libc::EMLINK,
             Unsupported(_) => libc::EOPNOTSUPP,
             Loop(_) => libc::ELOOP,
             Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),

@@ -94,7 +94,7 @@ impl Store {
                 let _g = self.file_lock(fid);
                 crate::integrity::data_ok(seg, fid)
             };
-            if ns_ok && data_ok && (k == kind::FILE || k == kind::DIR || k == kind::SYMLINK) {
+            if ns_ok && data_ok && crate::fsck::known_kind(k) {
                 continue;
             }
             let what = if !ns_ok {
@@ -121,6 +121,29 @@ impl Store {
         // 1. Namespace: every used inode reachable by name from a directory, free-id
         //    stack exact.
         let mut used = HashSet::new();
+        // Names per inode from the link entries, against each inode's `nlink`.
+        let mut links = vec![0u32; l.max_files as usize];
+        for fid in 1..l.max_files {
+            let ino = seg.inode(fid);
+            if ino.kind.load(Acquire) == kind::LINK {
+                let t = ino.target.load(Relaxed);
+                if self.link_target_ok(t) {
+                    links[t as usize] += 1;
+                } else {
+                    ns_bad = true;
+                    add(
+                        &mut rep,
+                        "bad-link",
+                        format!(
+                            "hard link inode {} names no file (inode {})",
+                            fid + 1,
+                            t as u64 + 1
+                        ),
+                        repair,
+                    );
+                }
+            }
+        }
         for fid in 1..l.max_files {
             let ino = seg.inode(fid);
             let k = ino.kind.load(Acquire);
@@ -128,7 +151,27 @@ impl Store {
                 continue;
             }
             used.insert(fid);
-            if k != kind::FILE && k != kind::DIR && k != kind::SYMLINK {
+            if k != kind::DIR && k != kind::LINK {
+                let named = ino.flags.load(Relaxed) & iflag::ORPHAN == 0 && ino.parent.load(Relaxed) != NONE;
+                let want = u32::from(named) + links[fid as usize];
+                if ino.nlink.load(Relaxed) != want {
+                    ns_bad = true;
+                    add(
+                        &mut rep,
+                        "bad-link-count",
+                        format!(
+                            "inode {} has link count {} but {want} names",
+                            fid + 1,
+                            ino.nlink.load(Relaxed)
+                        ),
+                        repair,
+                    );
+                }
+                if !named && links[fid as usize] > 0 {
+                    continue; // nameless: reached through its link entries
+                }
+            }
+            if !known_kind(k) {
                 add(
                     &mut rep,
                     "bad-inode",
@@ -177,6 +220,20 @@ impl Store {
             );
             if repair {
                 self.rebuild_namespace(&ns);
+            }
+        }
+
+        // 1b. Extended attribute records of no named inode (a crash between an inode's
+        //     last unlink and its record's removal).
+        for (fid, path) in self.stray_xattr_records(&ns) {
+            add(
+                &mut rep,
+                "stray-xattrs",
+                format!("{path}: extended attribute record of no named inode"),
+                repair,
+            );
+            if repair {
+                self.detach_and_release(&ns, fid);
             }
         }
 
@@ -532,4 +589,19 @@ impl Store {
         }
         self.rebuild_free_stacks();
     }
+}
+
+/// Kinds of inode this format knows.
+pub(crate) fn known_kind(k: u32) -> bool {
+    matches!(
+        k,
+        kind::FILE
+            | kind::DIR
+            | kind::SYMLINK
+            | kind::LINK
+            | kind::FIFO
+            | kind::SOCKET
+            | kind::CHAR_DEV
+            | kind::BLOCK_DEV
+    )
 }

@@ -6,7 +6,7 @@
 //!
 //! | record | fields covered | lock | checked by |
 //! |---|---|---|---|
-//! | inode namespace record (`ns_crc`) | file id, kind, ORPHAN flag, parent, mode, uid, gid, name | namespace | open, stat, lookup, fsck |
+//! | inode namespace record (`ns_crc`) | file id, kind, ORPHAN flag, parent, mode, uid, gid, name, link target, nlink, rdev | namespace | open, stat, lookup, fsck |
 //! | inode data record (`data_crc`) | file id, size, chunk count, small-file run | file | open, stat, every read and write, fsck |
 //! | chunk entry (`meta`) | chunk id, owner, logical index | allocation (stored before `owner`) | every chunk-map rebuild, fsck |
 //!
@@ -34,7 +34,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 pub(crate) fn ns_crc_with_kind(seg: &Segment, fid: u32, k: u32) -> u32 {
     let ino = seg.inode(fid);
     let len = ino.name_len.load(Relaxed);
-    let mut b = [0u8; 28 + 256];
+    let mut b = [0u8; 44 + 256];
     // The ORPHAN flag is part of the record (set under the namespace lock): a stray
     // ORPHAN bit must not get a named file freed.
     let k = k | (ino.flags.load(Relaxed) & iflag::ORPHAN) << 16;
@@ -46,17 +46,20 @@ pub(crate) fn ns_crc_with_kind(seg: &Segment, fid: u32, k: u32) -> u32 {
         ino.uid.load(Relaxed),
         ino.gid.load(Relaxed),
         len,
+        ino.target.load(Relaxed),
+        ino.nlink.load(Relaxed),
     ]
     .into_iter()
     .enumerate()
     {
         b[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
     }
+    b[36..44].copy_from_slice(&ino.rdev.load(Relaxed).to_le_bytes());
     let n = (len as usize).min(256);
     // SAFETY: the name cell is only written under the namespace lock, which the caller
     // holds (or the caller has exclusive access during creation).
-    b[28..28 + n].copy_from_slice(unsafe { &(&*ino.name.get())[..n] });
-    crc32c(&b[..28 + n])
+    b[44..44 + n].copy_from_slice(unsafe { &(&*ino.name.get())[..n] });
+    crc32c(&b[..44 + n])
 }
 
 /// Store the namespace CRC of `fid` for its current fields. Namespace lock held.
@@ -232,7 +235,9 @@ impl Store {
         // SAFETY: namespace lock held.
         unsafe { seg.set_name(fid, name.as_bytes()) };
         ino.flags.fetch_and(!iflag::ORPHAN, Release);
-        if ino.kind.load(Acquire) != kind::DIR {
+        // A hard link stays one (to its target, which counts it); anything else but a
+        // directory becomes a regular file holding what the inode holds.
+        if !matches!(ino.kind.load(Acquire), kind::DIR | kind::LINK) {
             ino.kind.store(kind::FILE, Release);
         }
         ino.mode.store(ino.mode.load(Relaxed) & 0o777, Relaxed);
@@ -269,6 +274,9 @@ impl Store {
         root.kind.store(kind::DIR, Release);
         root.parent.store(NONE, Relaxed);
         root.name_len.store(0, Relaxed);
+        root.target.store(NONE, Relaxed);
+        root.nlink.store(0, Relaxed);
+        root.rdev.store(0, Relaxed);
         root.mode.store(root.mode.load(Relaxed) & 0o7777, Relaxed);
         seal_ns(seg, ROOT);
         let _g = self.file_lock(ROOT);

@@ -23,13 +23,16 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// First 8 bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"CKPTFS\0\x01";
-/// Format version this build reads and writes (4: change counters: a store-wide change
+/// Format version this build reads and writes (5: hard links: name-only link entries
+/// (kind [`kind::LINK`]) pointing at a data inode whose `nlink` counts its names, and the
+/// `target`, `nlink` and `rdev` inode fields in the namespace record.
+/// 4: change counters: a store-wide change
 /// sequence, a per-inode `changed_seq` and a ring of recent name changes; small files in
 /// 4 KiB blocks of shared chunks; leases in a shared table; 512-byte inodes, their number
 /// derived from the memory size.
 /// 3: metadata checksums in the superblock, inodes and chunk entries; uid, gid and atime
 /// in inodes; 24-byte chunk entries. 2: 64 leases per inode, 2 KiB inodes).
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// Entries in the ring of recent name changes ([`ChangeEntry`]).
 pub const CHANGE_LOG: u32 = 1024;
 /// Bytes per [`ChangeEntry`].
@@ -85,6 +88,20 @@ pub mod kind {
     /// Symbolic link: its target is its data (a small-file run), never followed by the
     /// store's own path resolution.
     pub const SYMLINK: u32 = 3;
+    /// Hard link: a name only (parent, name, sibling links, like any entry) whose inode
+    /// is the one in its `target` field (a file, symlink or special file, never a
+    /// directory). It holds no data and is never opened; every lookup of its name gives
+    /// the target. Format 5.
+    pub const LINK: u32 = 4;
+    /// Named pipe (FIFO): a name and attributes only; the kernel of the FUSE mount
+    /// serves its I/O. Format 5.
+    pub const FIFO: u32 = 5;
+    /// Unix domain socket node (as FIFO).
+    pub const SOCKET: u32 = 6;
+    /// Character device node: its device number is the inode's `rdev`.
+    pub const CHAR_DEV: u32 = 7;
+    /// Block device node: its device number is the inode's `rdev`.
+    pub const BLOCK_DEV: u32 = 8;
 }
 
 /// Inode write states (files only).
@@ -112,6 +129,10 @@ pub mod iflag {
     /// A write, truncation or flush to the file failed since it was last emptied
     /// (`O_TRUNC`, `set_len(0)`): the last close leaves it `failed`.
     pub const FAILED: u32 = 4;
+    /// The inode may have extended attributes (a record under `/.ckptfs/xattr`): set
+    /// before the record is written, cleared after it is removed, so a clear bit means
+    /// none (a hint read without a lock; see `xattr.rs`).
+    pub const XATTRS: u32 = 8;
 }
 
 /// Superblock states.
@@ -464,8 +485,9 @@ pub struct Inode {
     /// Lease slots this file holds in the lease table (a count kept under the file lock;
     /// recounted from the table when a lock holder died).
     pub nleases: AtomicU32,
-    /// Padding.
-    pub _pad2: u32,
+    /// Link entry ([`kind::LINK`]): the file id of the inode it names. Others: NONE.
+    /// Part of the namespace record.
+    pub target: AtomicU32,
     /// Small file: its run of 4 KiB blocks in the memory data region, `blocks << 32 |
     /// (first block + 1)`; 0 = none (the data, if any, is in whole chunks). One store
     /// under the allocation lock (and the file lock) is the commit point of a small
@@ -476,6 +498,16 @@ pub struct Inode {
     pub ssum: AtomicU64,
     /// Name of the last path component.
     pub name: UnsafeCell<[u8; 256]>,
+    /// Names of this inode (files, symlinks, special files): 1 for its own name (0 once
+    /// it has none: unlinked, or only its link entries remain) plus its link entries.
+    /// Derived from the link entries and rebuilt with the namespace; part of the
+    /// namespace record. Directories and link entries: 0 (unused).
+    pub nlink: AtomicU32,
+    /// Padding.
+    pub _pad3: u32,
+    /// Device number of a character or block device node (0 otherwise). Part of the
+    /// namespace record.
+    pub rdev: AtomicU64,
 }
 
 const _: () = assert!(std::mem::size_of::<Inode>() <= INODE_SIZE as usize);

@@ -52,6 +52,7 @@ pub mod hugepages;
 mod integrity;
 pub mod layout;
 mod leases;
+mod links;
 mod lock;
 mod namespace;
 pub mod netin;
@@ -70,11 +71,13 @@ mod symlink;
 mod trust;
 mod types;
 mod verify;
+mod xattr;
 
 pub use changes::{ChangedInode, ChangedName, Changes};
 pub use error::{Result, StoreError};
 pub use file::FileHandle;
 pub use fsck::{FsckReport, Problem};
+pub use links::LINK_MAX;
 pub use store::{
     default_max_files, default_store_name, is_system_path, job_rank, segment_path, segment_path_in,
     ChunkInfo, ChunkLocation, DataRegion, DirEntry, FileKind, OpenFlags, Stat, Store, StoreInfo,
@@ -82,3 +85,4 @@ pub use store::{
     SYSTEM_DIR_NAME,
 };
 pub use symlink::SYMLINK_MAX;
+pub use xattr::{XattrFlags, XATTR_NAME_MAX, XATTR_SIZE_MAX, XATTR_TOTAL_MAX};

@@ -160,6 +160,24 @@ impl Store {
         writing: bool,
         fill: &dyn Fn(u32) -> Result<()>,
     ) -> Result<u32> {
+        self.alloc_inode_full(ns, k, parent, name, mode, writing, (NONE, 0), fill)
+    }
+
+    /// [`Store::alloc_inode_with`] with a link entry's target file id and a device
+    /// node's number (`(NONE, 0)` for anything else), both part of the namespace record
+    /// written before the `kind` store.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn alloc_inode_full(
+        &self,
+        ns: &Ns,
+        k: u32,
+        parent: u32,
+        name: &[u8],
+        mode: u32,
+        writing: bool,
+        (target, rdev): (u32, u64),
+        fill: &dyn Fn(u32) -> Result<()>,
+    ) -> Result<u32> {
         let seg = &*self.seg;
         let sb = seg.sb();
         let top = sb.fid_top.load(Relaxed);
@@ -179,7 +197,7 @@ impl Store {
             if sb.fid_top.load(Relaxed) == 0 {
                 return Err(StoreError::TooManyFiles(seg.layout.max_files));
             }
-            return self.alloc_inode_with(ns, k, parent, name, mode, writing, fill);
+            return self.alloc_inode_full(ns, k, parent, name, mode, writing, (target, rdev), fill);
         }
         let ino = seg.inode(fid);
         let t = now();
@@ -211,6 +229,11 @@ impl Store {
         ino.nleases.store(0, Relaxed);
         ino.srun.store(0, Relaxed);
         ino.ssum.store(0, Relaxed);
+        ino.target.store(target, Relaxed);
+        ino.rdev.store(rdev, Relaxed);
+        // Its own name; directories and link entries keep no count.
+        ino.nlink
+            .store(u32::from(k != kind::DIR && k != kind::LINK), Relaxed);
         ino.igen.fetch_add(1, Relaxed);
         ino.cgen.fetch_add(1, Relaxed);
         ino.ns_crc
@@ -284,7 +307,10 @@ impl Store {
         sb.fid_top.store(t + 1, Release);
     }
 
-    /// Remove an inode's name; free it unless some live process still has it open.
+    /// Remove a name (an entry: an inode's own name or a link entry). A link entry's slot
+    /// is freed at once and its target loses a name; an inode that still has other
+    /// names keeps its data (nameless, reached through its link entries); the last name
+    /// gone, it is freed unless some live process still has it open.
     pub(crate) fn detach_and_release(&self, ns: &Ns, fid: u32) {
         let seg = &*self.seg;
         let ino = seg.inode(fid);
@@ -297,11 +323,96 @@ impl Store {
         }
         self.hash_remove(ns, fid);
         self.unlink_child(ns, fid);
+        let k = ino.kind.load(Relaxed);
+        if k == kind::LINK {
+            let target = ino.target.load(Relaxed);
+            // A link entry holds no data and is never open: its slot goes back now. A
+            // crash from here on is repaired by the namespace rebuild, which recounts
+            // every target's names from the link entries left.
+            ino.parent.store(NONE, Relaxed);
+            crate::fault::crash_point("unlink-link-before-free");
+            self.free_slot(fid);
+            if self.link_target_ok(target) {
+                self.drop_name(ns, target, t);
+            }
+            return;
+        }
+        if k != kind::DIR && ino.nlink.load(Relaxed) > 1 {
+            // Other names remain (link entries): the inode loses its own name only.
+            ino.parent.store(NONE, Relaxed);
+            ino.nlink.fetch_sub(1, Relaxed);
+            ino.ctime_ns.store(t, Relaxed);
+            seal_ns(seg, fid);
+            crate::fault::crash_point("unlink-linked-after-detach");
+            self.note_change(fid);
+            return;
+        }
+        self.drop_xattrs(ns, fid);
+        ino.nlink.store(0, Relaxed);
         ino.flags.fetch_or(iflag::ORPHAN, Release);
         crate::fault::crash_point("unlink-after-orphan-flag");
         ino.parent.store(NONE, Relaxed);
         seal_ns(seg, fid);
         self.release_if_unused(ns, fid);
+    }
+
+    /// Does `target` name an inode a link entry may point at (a file, symlink or special
+    /// file in use)?
+    pub(crate) fn link_target_ok(&self, target: u32) -> bool {
+        fid_ok(&self.seg, target)
+            && target != ROOT
+            && !matches!(
+                self.seg.inode(target).kind.load(Acquire),
+                kind::FREE | kind::DIR | kind::LINK
+            )
+    }
+
+    /// One name of `fid` (a link entry) is gone: count it; with no name left, the inode
+    /// becomes an orphan, freed unless someone holds it open.
+    fn drop_name(&self, ns: &Ns, fid: u32, t: u64) {
+        let seg = &*self.seg;
+        let ino = seg.inode(fid);
+        let n = ino.nlink.load(Relaxed).saturating_sub(1);
+        ino.nlink.store(n, Relaxed);
+        ino.ctime_ns.store(t, Relaxed);
+        if n == 0 {
+            self.drop_xattrs(ns, fid);
+            ino.flags.fetch_or(iflag::ORPHAN, Release);
+            ino.parent.store(NONE, Relaxed);
+        }
+        seal_ns(seg, fid);
+        self.note_change(fid);
+        if n == 0 {
+            self.release_if_unused(ns, fid);
+        }
+    }
+
+    /// The inode a directory entry names: itself, or a link entry's target. A link entry
+    /// whose target is not a file in use is damaged metadata (EIO).
+    pub(crate) fn deref(&self, fid: u32, path: &str) -> Result<u32> {
+        let ino = self.seg.inode(fid);
+        if ino.kind.load(Acquire) != kind::LINK {
+            return Ok(fid);
+        }
+        let t = ino.target.load(Relaxed);
+        if self.link_target_ok(t) {
+            Ok(t)
+        } else {
+            Err(self.damaged(fid, path, "hard link names no file"))
+        }
+    }
+
+    /// Free a slot that holds no data and that nobody can hold open (a link entry).
+    pub(crate) fn free_slot(&self, fid: u32) {
+        let seg = &*self.seg;
+        let ino = seg.inode(fid);
+        ino.parent.store(NONE, Relaxed);
+        ino.kind.store(kind::FREE, Release);
+        self.note_change(fid);
+        let sb = seg.sb();
+        let t = sb.fid_top.load(Relaxed);
+        seg.fid_stack(t).store(fid, Relaxed);
+        sb.fid_top.store(t + 1, Release);
     }
 
     /// Free an orphan once no live process holds it.
@@ -331,6 +442,7 @@ impl Store {
             cur = self
                 .lookup_child(ns, cur, c.as_bytes())
                 .ok_or_else(|| StoreError::NotFound(path.into()))?;
+            cur = self.deref(cur, path)?;
         }
         Ok(cur)
     }

@@ -26,7 +26,7 @@ impl Store {
                     if flags.create && flags.excl {
                         return Err(StoreError::Exists(path.into()));
                     }
-                    fid
+                    self.deref(fid, path)?
                 }
                 None if flags.create && !flags.directory => {
                     created = true;
@@ -42,6 +42,15 @@ impl Store {
         if ino.kind.load(Relaxed) == kind::SYMLINK {
             // The store never follows a symlink (the front-ends do): as O_NOFOLLOW.
             return Err(StoreError::Loop(path.into()));
+        }
+        if matches!(
+            ino.kind.load(Relaxed),
+            kind::FIFO | kind::SOCKET | kind::CHAR_DEV | kind::BLOCK_DEV
+        ) {
+            // No data in the store: the kernel serves a FIFO's or device's I/O.
+            return Err(StoreError::Unsupported(
+                "opening a FIFO, socket or device node through the store (the kernel serves them)",
+            ));
         }
         let is_dir = ino.kind.load(Relaxed) == kind::DIR;
         if is_dir && (flags.write || flags.trunc) {
@@ -176,6 +185,13 @@ impl Store {
         if victim == Some(src) {
             return Ok(());
         }
+        let src_ino = self.deref(src, from)?;
+        if let Some(v) = victim {
+            // Two names of one inode (hard links): POSIX says do nothing.
+            if self.deref(v, to)? == src_ino {
+                return Ok(());
+            }
+        }
         if let Some(v) = victim {
             let vdir = seg.inode(v).kind.load(Relaxed) == kind::DIR;
             match (src_dir, vdir) {
@@ -212,7 +228,7 @@ impl Store {
         seal_ns(seg, src);
         self.hash_insert(&ns, src);
         self.link_child(&ns, dp, src);
-        seg.inode(src).ctime_ns.store(now(), Relaxed);
+        seg.inode(src_ino).ctime_ns.store(now(), Relaxed);
         seg.inode(dp).mtime_ns.store(now(), Relaxed);
         self.note_name(&ns, dp, src, dname.as_bytes());
         ri.active.store(0, Release);

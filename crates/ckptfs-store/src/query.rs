@@ -48,9 +48,12 @@ impl Store {
                     p
                 }
             }
-            _ => self
-                .lookup_child(&ns, pfid, name.as_bytes())
-                .ok_or_else(|| StoreError::NotFound(name.into()))?,
+            _ => {
+                let e = self
+                    .lookup_child(&ns, pfid, name.as_bytes())
+                    .ok_or_else(|| StoreError::NotFound(name.into()))?;
+                self.deref(e, name)?
+            }
         };
         self.check_inode(fid, name)?;
         let st = self.stat_fid(fid);
@@ -67,7 +70,8 @@ impl Store {
             return Err(StoreError::NotFound(format!("inode {ino}")));
         }
         let fid = (ino - 1) as u32;
-        if self.seg.inode(fid).kind.load(Acquire) == kind::FREE {
+        // A link entry is a name, not an inode: its number is never given out.
+        if matches!(self.seg.inode(fid).kind.load(Acquire), kind::FREE | kind::LINK) {
             return Err(StoreError::NotFound(format!("inode {ino}")));
         }
         Ok(fid)
@@ -103,7 +107,7 @@ impl Store {
             generation: ino.igen.load(Relaxed),
             kind: k,
             mode: ino.mode.load(Relaxed),
-            size: if k == FileKind::Dir {
+            size: if k == FileKind::Dir || k.is_special() {
                 0
             } else {
                 ino.size.load(Acquire)
@@ -117,6 +121,12 @@ impl Store {
             atime_ns: ino.atime_ns.load(Relaxed),
             uid: ino.uid.load(Relaxed),
             gid: ino.gid.load(Relaxed),
+            nlink: if k == FileKind::Dir {
+                0
+            } else {
+                ino.nlink.load(Relaxed)
+            },
+            rdev: ino.rdev.load(Relaxed),
             state,
         }
     }
@@ -164,11 +174,14 @@ impl Store {
                 c = ino.next_sib.load(Relaxed);
                 continue;
             }
+            // A hard link lists the inode it names (a damaged one as itself: a lookup of
+            // it is then EIO).
+            let t = self.deref(c, path).unwrap_or(c);
             out.push(DirEntry {
                 // SAFETY: namespace lock held.
                 name: String::from_utf8_lossy(unsafe { seg.name_of(c) }).into_owned(),
-                ino: c as u64 + 1,
-                kind: file_kind(ino.kind.load(Relaxed)),
+                ino: t as u64 + 1,
+                kind: file_kind(seg.inode(t).kind.load(Relaxed)),
             });
             c = ino.next_sib.load(Relaxed);
         }
@@ -214,8 +227,11 @@ impl Store {
                 if i.kind.load(Relaxed) == kind::FREE || i.flags.load(Relaxed) & iflag::ORPHAN != 0 {
                     return None;
                 }
-                let p = self.path_of_fid_locked(&ns, f);
-                (!p.is_empty()).then(|| (p, self.stat_fid(f)))
+                // A hard link is listed under its own path with its target's attributes
+                // (the target's own name, if any, is listed too).
+                let t = self.deref(f, "").ok()?;
+                let p = self.entry_path_locked(&ns, f);
+                (!p.is_empty()).then(|| (p, self.stat_fid(t)))
             })
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -229,7 +245,28 @@ impl Store {
         Ok(self.path_of_fid_locked(&ns, fid))
     }
 
-    pub(crate) fn path_of_fid_locked(&self, _ns: &Ns, fid: u32) -> String {
+    /// Full store path of inode `fid`: its own name's, else (a hard-linked file whose
+    /// own name was removed) one of its link entries'. Empty for an orphan.
+    pub(crate) fn path_of_fid_locked(&self, ns: &Ns, fid: u32) -> String {
+        let seg = &*self.seg;
+        let ino = seg.inode(fid);
+        if fid != ROOT
+            && ino.parent.load(Relaxed) == NONE
+            && ino.nlink.load(Relaxed) > 0
+            && ino.kind.load(Relaxed) != kind::LINK
+        {
+            if let Some(l) = self.fids_in_use(ns).find(|&l| {
+                let li = seg.inode(l);
+                li.kind.load(Relaxed) == kind::LINK && li.target.load(Relaxed) == fid
+            }) {
+                return self.entry_path_locked(ns, l);
+            }
+        }
+        self.entry_path_locked(ns, fid)
+    }
+
+    /// Full store path of the entry (an inode's own name or a link entry) `fid`.
+    pub(crate) fn entry_path_locked(&self, _ns: &Ns, fid: u32) -> String {
         let seg = &*self.seg;
         let mut parts = Vec::new();
         let mut cur = fid;
@@ -306,6 +343,10 @@ pub(crate) fn file_kind(k: u32) -> FileKind {
     match k {
         kind::DIR => FileKind::Dir,
         kind::SYMLINK => FileKind::Symlink,
+        kind::FIFO => FileKind::Fifo,
+        kind::SOCKET => FileKind::Socket,
+        kind::CHAR_DEV => FileKind::CharDevice,
+        kind::BLOCK_DEV => FileKind::BlockDevice,
         _ => FileKind::File,
     }
 }

@@ -97,8 +97,24 @@ impl Store {
         sb.spill_top.store(s, Release);
     }
 
+    /// Free a link entry's slot during the namespace rebuild (before the free-id stack
+    /// is final: it is pushed like any freed slot).
+    fn drop_slot_in_rebuild(&self, fid: u32) {
+        let seg = &*self.seg;
+        let ino = seg.inode(fid);
+        ino.parent.store(NONE, Relaxed);
+        ino.kind.store(kind::FREE, Release);
+        let sb = seg.sb();
+        let t = sb.fid_top.load(Relaxed);
+        if t < seg.layout.max_files {
+            seg.fid_stack(t).store(fid, Relaxed);
+            sb.fid_top.store(t + 1, Release);
+        }
+    }
+
     /// Rebuild the name hash, child lists and file id stack from the inode records;
-    /// replay an interrupted rename; free orphans nobody holds. Caller holds the ns lock.
+    /// replay an interrupted rename; recount hard links; free orphans nobody holds.
+    /// Caller holds the ns lock.
     pub(crate) fn rebuild_namespace(&self, ns: &Ns) {
         let seg = &*self.seg;
         self.note_lost();
@@ -155,6 +171,33 @@ impl Store {
             let _a = self.alloc_lock();
             self.rebuild_free_stacks();
         }
+        // Names per inode from the link entries (the source of truth for `nlink`): a
+        // link or unlink killed between the entry and the count is recounted here. An
+        // orphaned entry (a rename's victim) no longer counts; one naming no file is
+        // damage and is dropped (its target is gone: it named nothing readable).
+        let mut links = vec![0u32; max as usize];
+        let mut dead_links = Vec::new();
+        for fid in 1..max {
+            let ino = seg.inode(fid);
+            if ino.kind.load(Acquire) != kind::LINK {
+                continue;
+            }
+            let t = ino.target.load(Relaxed);
+            // No parent: its unlink was under way (the name is what a link entry is).
+            let nameless = ino.parent.load(Relaxed) == NONE;
+            if nameless || ino.flags.load(Relaxed) & iflag::ORPHAN != 0 || !self.link_target_ok(t) {
+                dead_links.push(fid);
+            } else {
+                links[t as usize] += 1;
+            }
+        }
+        for &fid in &dead_links {
+            let i = seg.inode(fid);
+            if i.flags.load(Relaxed) & iflag::ORPHAN == 0 && i.parent.load(Relaxed) != NONE {
+                tracing::warn!(store = %seg.name, fid, "hard link naming no file dropped");
+            }
+            self.drop_slot_in_rebuild(fid);
+        }
         let mut orphans = Vec::new();
         let mut misplaced = Vec::new();
         // Records whose checksum holds claim their names first: a name damaged into
@@ -169,6 +212,33 @@ impl Store {
                 continue;
             }
             let parent = ino.parent.load(Relaxed);
+            let k = ino.kind.load(Relaxed);
+            if k != kind::DIR && k != kind::LINK {
+                let was_ok = crate::integrity::ns_ok(seg, fid);
+                let extra = links[fid as usize];
+                let orphan = ino.flags.load(Relaxed) & iflag::ORPHAN != 0;
+                if extra > 0 && (orphan || parent == NONE) {
+                    // Nameless: reached through its link entries only (its own name was
+                    // removed, or it was a rename's victim), never an orphan.
+                    ino.flags.fetch_and(!iflag::ORPHAN, Relaxed);
+                    ino.parent.store(NONE, Relaxed);
+                    ino.nlink.store(extra, Relaxed);
+                    if was_ok {
+                        seal_ns(seg, fid);
+                    }
+                    continue;
+                }
+                if !orphan && parent == NONE && was_ok {
+                    // Its last link entry went away and the holder died before marking
+                    // it: an orphan, whose record says so itself (no name).
+                    ino.flags.fetch_or(iflag::ORPHAN, Relaxed);
+                }
+                let named = u32::from(ino.flags.load(Relaxed) & iflag::ORPHAN == 0);
+                ino.nlink.store(named + extra, Relaxed);
+                if was_ok {
+                    seal_ns(seg, fid);
+                }
+            }
             let broken = parent == NONE
                 || parent >= max
                 || seg.inode(parent).kind.load(Relaxed) != kind::DIR

@@ -390,6 +390,7 @@ impl Segment {
         root.uid.store(uid, Ordering::Relaxed);
         root.gid.store(gid, Ordering::Relaxed);
         root.mode.store(0o755, Ordering::Relaxed);
+        root.target.store(NONE, Ordering::Relaxed);
         root.mtime_ns.store(now_ns(), Ordering::Relaxed);
         root.ctime_ns.store(now_ns(), Ordering::Relaxed);
         root.ns_crc.store(

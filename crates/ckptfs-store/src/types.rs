@@ -124,6 +124,51 @@ pub enum FileKind {
     Dir,
     /// Symbolic link (its size is the target's length; [`Store::readlink`] reads it).
     Symlink,
+    /// Named pipe (FIFO; [`Store::mknod`]).
+    Fifo,
+    /// Unix domain socket node.
+    Socket,
+    /// Character device node ([`Stat::rdev`] is its number).
+    CharDevice,
+    /// Block device node.
+    BlockDevice,
+}
+
+impl FileKind {
+    /// A FIFO, socket or device node: a name and attributes only, no data in the store.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice
+        )
+    }
+
+    /// The `S_IFMT` bits of `st_mode` for this kind.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::File => libc::S_IFREG,
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::BlockDevice => libc::S_IFBLK,
+        }
+    }
+
+    /// The kind whose `S_IFMT` bits `mode` has (None for unknown bits).
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::File,
+            libc::S_IFDIR => FileKind::Dir,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => return None,
+        })
+    }
 }
 
 /// Whether a file's content is final.
@@ -170,6 +215,11 @@ pub struct Stat {
     pub uid: u32,
     /// Owner group id.
     pub gid: u32,
+    /// Names of the file (hard links, its own name included; 0 once unlinked while
+    /// held open). Directories: 0 (their count, 2 + subdirectories, is the caller's).
+    pub nlink: u32,
+    /// Device number of a device node (0 otherwise).
+    pub rdev: u64,
     /// Write state (directories: always complete).
     pub state: WriteState,
 }

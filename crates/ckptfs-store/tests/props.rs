@@ -35,6 +35,7 @@ enum Op {
     Unlink(String),
     Mkdir(String),
     Rmdir(String),
+    Link(String, String),
     Hold(String),
     HWrite {
         h: usize,
@@ -90,6 +91,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => path().prop_map(Op::Unlink),
         3 => dir_path().prop_map(Op::Mkdir),
         1 => path().prop_map(Op::Rmdir),
+        2 => (path(), file_path()).prop_map(|(a, b)| Op::Link(a, b)),
         2 => file_path().prop_map(Op::Hold),
         3 => (any::<usize>(), offset(), length(), any::<u8>())
             .prop_map(|(h, off, len, seed)| Op::HWrite { h, off, len, seed }),
@@ -170,7 +172,7 @@ impl Case {
                         if m.live_inodes() == m.max_inodes {
                             Err(libc::ENFILE)
                         } else {
-                            let id = m.new_inode();
+                            let id = m.new_inode(p);
                             m.names.insert(p.clone(), Node::File(id));
                             Ok(())
                         }
@@ -208,7 +210,7 @@ impl Case {
                         if m.live_inodes() == m.max_inodes {
                             Err(libc::ENFILE)
                         } else {
-                            let id = m.new_inode();
+                            let id = m.new_inode(p);
                             m.names.insert(p.clone(), Node::File(id));
                             Ok(id)
                         }
@@ -251,9 +253,28 @@ impl Case {
                     Ok(Node::Dir) => Err(libc::EISDIR),
                     Ok(Node::File(id)) => {
                         m.names.remove(p);
-                        m.drop_name(id);
+                        m.drop_name(id, p);
                         Ok(())
                     }
+                };
+                prop_assert_eq!(got, want, "{:?}", op);
+            }
+            Op::Link(a, b) => {
+                let got = errno(s.link(a, b).map(|st| st.nlink as usize));
+                let want = match m.lookup(a) {
+                    Err(e) => Err(e),
+                    Ok(Node::Dir) => Err(libc::EPERM),
+                    Ok(Node::File(id)) => match m.check_parent(b) {
+                        Err(e) => Err(e),
+                        Ok(()) if m.get(b).is_some() => Err(libc::EEXIST),
+                        Ok(()) if m.live_inodes() == m.max_inodes => Err(libc::ENFILE),
+                        Ok(()) => {
+                            m.names.insert(b.clone(), Node::File(id));
+                            let ino = m.inodes.get_mut(&id).unwrap();
+                            ino.names += 1;
+                            Ok(ino.names)
+                        }
+                    },
                 };
                 prop_assert_eq!(got, want, "{:?}", op);
             }
@@ -346,6 +367,7 @@ impl Case {
         let ino = &self.model.inodes[&id];
         let st = self.store.stat(p).unwrap();
         prop_assert_eq!(st.kind, FileKind::File);
+        prop_assert_eq!(st.nlink as usize, ino.names, "link count of {}", p);
         prop_assert_eq!(st.size, ino.data.len() as u64, "size of {}", p);
         prop_assert_eq!(st.chunks as usize, ino.chunks.len(), "chunks of {}", p);
         let run_bytes = ino.run.map_or(0, |r| r.2 as u64 * 4096);
@@ -411,12 +433,13 @@ impl Case {
         let want: Vec<String> = m.names.keys().cloned().collect();
         prop_assert_eq!(all, want);
         let info = s.info();
-        let files = m.names.values().filter(|n| matches!(n, Node::File(_))).count();
+        let files = m.inodes.values().filter(|i| i.names > 0).count();
         prop_assert_eq!(info.files as usize, files);
-        prop_assert_eq!(info.dirs as usize, m.names.len() - files + 1);
+        let dirs = m.names.values().filter(|n| **n == Node::Dir).count();
+        prop_assert_eq!(info.dirs as usize, dirs + 1);
         prop_assert_eq!(
             info.orphans as usize,
-            m.inodes.values().filter(|i| !i.named).count()
+            m.inodes.values().filter(|i| i.names == 0).count()
         );
         prop_assert_eq!(
             (info.mem_chunks - info.mem_free_chunks) as usize,
@@ -453,6 +476,11 @@ fn model_rename(m: &mut Model, a: &str, b: &str) -> Res<()> {
         return Ok(());
     }
     match (src, m.get(b)) {
+        // Two names of one inode: nothing happens (POSIX).
+        (Node::File(x), Some(Node::File(y))) if x == y => return Ok(()),
+        _ => {}
+    }
+    match (src, m.get(b)) {
         (_, None) => {}
         (Node::Dir, Some(Node::File(_))) => return Err(libc::ENOTDIR),
         (Node::File(_), Some(Node::Dir)) => return Err(libc::EISDIR),
@@ -462,7 +490,7 @@ fn model_rename(m: &mut Model, a: &str, b: &str) -> Res<()> {
         }
         (_, Some(Node::File(v))) => {
             m.names.remove(b);
-            m.drop_name(v);
+            m.drop_name(v, b);
         }
     }
     let moved: Vec<(String, Node)> = m
@@ -473,7 +501,14 @@ fn model_rename(m: &mut Model, a: &str, b: &str) -> Res<()> {
         .collect();
     for (k, v) in moved {
         m.names.remove(&k);
-        m.names.insert(format!("{b}{}", &k[a.len()..]), v);
+        let to = format!("{b}{}", &k[a.len()..]);
+        if let Node::File(id) = v {
+            let ino = m.inodes.get_mut(&id).unwrap();
+            if ino.own.as_deref() == Some(k.as_str()) {
+                ino.own = Some(to.clone());
+            }
+        }
+        m.names.insert(to, v);
     }
     Ok(())
 }

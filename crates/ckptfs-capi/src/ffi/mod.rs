@@ -178,6 +178,7 @@ fn to_c_stat(s: &Stat) -> CkptfsStat {
         FileKind::File => (KIND_FILE, libc::S_IFREG),
         FileKind::Dir => (KIND_DIR, libc::S_IFDIR),
         FileKind::Symlink => (KIND_SYMLINK, libc::S_IFLNK),
+        k => (KIND_SPECIAL, k.mode_bits()),
     };
     CkptfsStat {
         ino: s.ino,

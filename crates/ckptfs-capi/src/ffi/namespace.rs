@@ -54,6 +54,25 @@ pub unsafe extern "C" fn ckptfs_rename(from: *const c_char, to: *const c_char) -
     }) as c_int
 }
 
+/// Give the file `from` (not followed if a symlink) the additional name `to` (a hard
+/// link, store format 5).
+///
+/// # Safety
+/// `from` and `to` are C strings.
+#[no_mangle]
+pub unsafe extern "C" fn ckptfs_link(from: *const c_char, to: *const c_char) -> c_int {
+    call(|| {
+        // SAFETY: forwarded contract.
+        let (from, to) = unsafe { (cstr(from, "from")?, cstr(to, "to")?) };
+        (|| {
+            let (store, f, t) = state::resolve_pair(from, to)?;
+            Ok(store.link(&f, &t).map(|_| ())?)
+        })()
+        .map_err(|e: CapiError| e.context(format_args!("link {from} -> {to}")))?;
+        Ok(0)
+    }) as c_int
+}
+
 /// Create a directory.
 ///
 /// # Safety
@@ -177,6 +196,7 @@ pub unsafe extern "C" fn ckptfs_readdir(fd: c_int, ent: *mut CkptfsDirent) -> c_
                 FileKind::File => KIND_FILE,
                 FileKind::Dir => KIND_DIR,
                 FileKind::Symlink => KIND_SYMLINK,
+                _ => KIND_SPECIAL,
             },
             namelen: 0,
             name: [0; 256],

@@ -9,8 +9,9 @@ use fuser::{Errno, FileAttr, FileType, Generation, INodeNo, ReplyAttr, ReplyEntr
 use std::ffi::OsStr;
 
 impl StoreFs {
-    /// The link count: a directory has 2 + one per subdirectory (their ".."); a file 1,
-    /// or 0 once unlinked while still open (the store has no hard links). Counting
+    /// The link count: a directory has 2 + one per subdirectory (their ".."); anything
+    /// else its names in the store (hard links, format 5; 0 once unlinked while still
+    /// open). Counting
     /// subdirectories walks the directory; with caching on the count is kept until a
     /// directory name in it changes (see `KernelView::subdirs`). With caching off, entry
     /// replies (made at every step of every path walk, with TTL 0) say 2: the kernel
@@ -32,15 +33,7 @@ impl StoreFs {
                 self.view.set_subdirs(st.ino, st.generation, subdirs, epoch);
                 2 + subdirs
             }
-            FileKind::Symlink => 1,
-            FileKind::File => {
-                let open = self.open_inos.lock().unwrap().contains_key(&st.ino);
-                if open && self.store.path_of(st.ino).is_ok_and(|p| p.is_empty()) {
-                    0
-                } else {
-                    1
-                }
-            }
+            _ => st.nlink,
         }
     }
 
@@ -72,7 +65,7 @@ impl StoreFs {
             nlink,
             uid: st.uid,
             gid: st.gid,
-            rdev: 0,
+            rdev: st.rdev as u32,
             blksize: 1 << 20,
             flags: 0,
         }
@@ -162,5 +155,9 @@ pub(super) fn file_type(kind: FileKind) -> FileType {
         FileKind::Dir => FileType::Directory,
         FileKind::File => FileType::RegularFile,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
     }
 }

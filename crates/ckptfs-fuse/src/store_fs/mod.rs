@@ -8,6 +8,7 @@
 //! so the [`crate::cache`] poller invalidates what they changed.
 
 mod attrs;
+mod xattrs;
 
 use crate::cache::{CacheConfig, KernelView, Poller};
 use crate::dirs::{dot_entries, DirTable, Listing};
@@ -155,9 +156,10 @@ impl StoreFs {
     /// dentry and updates the directory itself).
     fn removed(&self, parent: INodeNo, child: Option<u64>) {
         if let Some(c) = child {
-            // Not stat'ed: the slot is free now (the kernel updates the open inode's
-            // link count itself).
+            // The kernel updates the inode's link count itself; an inode with other
+            // names (hard links) has its new attributes recorded (a freed slot has none).
             self.view.unlinked(c);
+            self.refresh(c);
         }
         self.refresh(parent.0);
     }
@@ -302,13 +304,23 @@ impl Filesystem for StoreFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         self.counters.meta.fetch_add(1, Relaxed);
-        // Only regular files exist in the store.
-        if mode & libc::S_IFMT != libc::S_IFREG {
+        let kind = match FileKind::from_mode(mode) {
+            // mknod(2) with no type bits makes a regular file.
+            None if mode & libc::S_IFMT == 0 => FileKind::File,
+            Some(k) if k != FileKind::Dir && k != FileKind::Symlink => k,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) && req.uid() != 0 {
+            // As tmpfs: device nodes need CAP_MKNOD (the kernel checks it before the
+            // request is sent; this is the daemon's own guard).
             return reply.error(Errno::EPERM);
+        }
+        if kind != FileKind::File {
+            return self.mknod_special(req, parent, name, kind, mode & !umask & 0o7777, rdev, reply);
         }
         let r = (|| {
             let path = self.child_path(parent, name)?;
@@ -398,9 +410,8 @@ impl Filesystem for StoreFs {
         }
     }
 
-    fn link(&self, _req: &Request, _i: INodeNo, _p: INodeNo, _n: &OsStr, reply: ReplyEntry) {
-        // No hard links: every store inode has exactly one name.
-        reply.error(Errno::EPERM);
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.hard_link(ino, newparent, newname, reply);
     }
 
     fn rename(
@@ -750,32 +761,30 @@ impl Filesystem for StoreFs {
         reply_empty(reply, r);
     }
 
-    // No extended attributes in the store (its inodes have no room for them): ENOSYS,
-    // after which the kernel answers EOPNOTSUPP itself and stops asking (it would
-    // otherwise ask for security.capability before every write).
+    // Extended attributes kept by the store (format 5): `xattrs.rs`.
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::ENOSYS);
+        reply_empty(reply, self.xattr_set(ino, name, value, flags));
     }
 
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: fuser::ReplyXattr) {
-        reply.error(Errno::ENOSYS);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
+        self.xattr_get(ino, name, size, reply);
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
-        reply.error(Errno::ENOSYS);
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        self.xattr_list(req, ino, size, reply);
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::ENOSYS);
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.xattr_remove(ino, name));
     }
 
     crate::quiet_defaults!();

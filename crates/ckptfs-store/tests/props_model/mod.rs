@@ -22,7 +22,12 @@ pub struct MInode {
     pub chunks: BTreeMap<u64, u64>,
     /// Small file: (chunk id, first block in it, blocks).
     pub run: Option<(u64, u32, u32)>,
-    pub named: bool,
+    /// Names (hard links) of the inode; 0 = unlinked (an orphan while held open).
+    pub names: usize,
+    /// The name the inode was created with, while it has it (moved by renames): the
+    /// store keeps that name in the inode itself and every other name in a link entry
+    /// taking an inode slot of its own.
+    pub own: Option<String>,
     pub handles: usize,
 }
 
@@ -162,8 +167,16 @@ impl Model {
         self.get(p).ok_or(libc::ENOENT)
     }
 
+    /// Inode slots in use: directories, inodes, and link entries (every name of a file
+    /// but its own).
     pub fn live_inodes(&self) -> usize {
-        self.names.values().filter(|n| **n == Node::Dir).count() + self.inodes.len()
+        self.names.values().filter(|n| **n == Node::Dir).count()
+            + self.inodes.len()
+            + self
+                .inodes
+                .values()
+                .map(|i| i.names - usize::from(i.own.is_some()))
+                .sum::<usize>()
     }
 
     pub fn used_chunks(&self) -> usize {
@@ -189,23 +202,28 @@ impl Model {
             .collect()
     }
 
-    pub fn new_inode(&mut self) -> u64 {
+    /// A new file inode named `path`.
+    pub fn new_inode(&mut self, path: &str) -> u64 {
         self.next_id += 1;
         self.inodes.insert(
             self.next_id,
             MInode {
-                named: true,
+                names: 1,
+                own: Some(path.to_string()),
                 ..Default::default()
             },
         );
         self.next_id
     }
 
-    /// The name of inode `id` went away.
-    pub fn drop_name(&mut self, id: u64) {
+    /// The name `path` of inode `id` went away (already removed from `names`).
+    pub fn drop_name(&mut self, id: u64, path: &str) {
         let ino = self.inodes.get_mut(&id).unwrap();
-        ino.named = false;
-        if ino.handles == 0 {
+        ino.names -= 1;
+        if ino.own.as_deref() == Some(path) {
+            ino.own = None;
+        }
+        if ino.names == 0 && ino.handles == 0 {
             self.release(id);
         }
     }
@@ -213,7 +231,7 @@ impl Model {
     pub fn close(&mut self, id: u64) {
         let ino = self.inodes.get_mut(&id).unwrap();
         ino.handles -= 1;
-        if ino.handles == 0 && !ino.named {
+        if ino.handles == 0 && ino.names == 0 {
             self.release(id);
         }
     }
