@@ -40,6 +40,7 @@ pub mod policy;
 pub mod record;
 mod restart;
 mod restart_cluster;
+pub mod restart_round;
 
 pub use completion::{Agreement, Completion, JobNodes, NodeRecords, SingleNode, Want};
 pub use config::{check_component, glob_match, CompleteRule, Config, FailureRule};
