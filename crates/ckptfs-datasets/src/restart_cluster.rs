@@ -17,7 +17,7 @@ impl Datasets {
     /// Where each file of `owner`'s part can come from, fastest first, or the reason one
     /// cannot. `owner`'s own store counts as `Local` (for this node: checked here; for
     /// another: as that node's daemon answers).
-    fn part_sources(
+    pub(crate) fn part_sources(
         &self,
         nodes: &dyn JobNodes,
         owner: &str,

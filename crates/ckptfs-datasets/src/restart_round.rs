@@ -41,7 +41,7 @@ const KEEP: usize = 16;
 pub struct Round {
     /// Round number (one past the largest any node reported when it was opened).
     pub round: u64,
-    /// The dataset chosen.
+    /// The dataset chosen (0: none was recoverable).
     pub id: u64,
     /// Its name.
     pub name: String,
@@ -74,6 +74,8 @@ pub(crate) struct Merged {
     pub id: u64,
     pub name: String,
     pub ranks: BTreeSet<String>,
+    /// Nodes with an entry of this round (their ranks took part).
+    pub nodes: BTreeSet<String>,
     pub world: u32,
     pub max_id: u64,
 }
@@ -81,15 +83,20 @@ pub(crate) struct Merged {
 /// The newest round over every node's entries (None: no round yet). Two entries of one
 /// round naming different datasets (two first ranks searched at once and saw different
 /// files) resolve to the newest dataset, the one the faster rank saw whole.
-pub(crate) fn newest(rounds: &[Round]) -> Option<Merged> {
-    let r = rounds.iter().map(|x| x.round).max()?;
-    let of: Vec<&Round> = rounds.iter().filter(|x| x.round == r).collect();
+pub(crate) fn newest(rounds: &[(String, Round)]) -> Option<Merged> {
+    let r = rounds.iter().map(|x| x.1.round).max()?;
+    let of: Vec<&Round> = rounds.iter().filter(|x| x.1.round == r).map(|x| &x.1).collect();
     let best = of.iter().max_by_key(|x| x.id)?;
     Some(Merged {
         round: r,
         id: best.id,
         name: best.name.clone(),
         ranks: of.iter().flat_map(|x| x.ranks.iter().cloned()).collect(),
+        nodes: rounds
+            .iter()
+            .filter(|x| x.1.round == r)
+            .map(|x| x.0.clone())
+            .collect(),
         world: of.iter().map(|x| x.world).max().unwrap_or(1),
         max_id: of.iter().map(|x| x.max_id).min().unwrap_or(0),
     })
@@ -104,12 +111,25 @@ pub(crate) enum Recheck {
 }
 
 impl Datasets {
-    /// Every node's restart rounds of this job (this node's from its store).
-    pub(crate) fn all_rounds(&self) -> Vec<Round> {
-        let mut v = load_rounds(&self.store, &self.cfg.job);
+    /// This node's id in the rounds.
+    fn me(&self) -> String {
+        self.completion
+            .job_nodes()
+            .map(|n| n.me().to_string())
+            .unwrap_or_else(|| self.cfg.node.clone())
+    }
+
+    /// Every node's restart rounds of this job (this node's from its store), with the
+    /// node that recorded each.
+    pub(crate) fn all_rounds(&self) -> Vec<(String, Round)> {
+        let me = self.me();
+        let mut v: Vec<(String, Round)> = load_rounds(&self.store, &self.cfg.job)
+            .into_iter()
+            .map(|r| (me.clone(), r))
+            .collect();
         if let Some(nodes) = self.completion.job_nodes() {
-            for (_, r) in nodes.restarts(&self.cfg.job) {
-                v.extend(r);
+            for (n, r) in nodes.restarts(&self.cfg.job) {
+                v.extend(r.into_iter().map(|r| (n.clone(), r)));
             }
         }
         v
@@ -136,7 +156,7 @@ impl Datasets {
     }
 
     /// The round this rank must join, if any (see the module documentation).
-    pub(crate) fn joinable(&self, rounds: &[Round]) -> Result<Option<Merged>> {
+    pub(crate) fn joinable(&self, rounds: &[(String, Round)]) -> Result<Option<Merged>> {
         let Some(m) = newest(rounds) else {
             return Ok(None);
         };
@@ -203,11 +223,19 @@ impl Datasets {
     /// Adopt round `m`'s dataset: bring back this node's files of it that are still
     /// recoverable; the reason when it cannot be adopted.
     pub(crate) fn adopt_round(&self, m: &Merged) -> Result<std::result::Result<Restart, String>> {
-        let me = self
-            .completion
-            .job_nodes()
-            .map(|n| n.me().to_string())
-            .unwrap_or_else(|| self.cfg.node.clone());
+        let me = self.me();
+        if m.id == 0 {
+            // The round found nothing recoverable: neither does this rank.
+            return Ok(Ok(Restart {
+                chosen: None,
+                restored: Vec::new(),
+                skipped: Vec::new(),
+                sources: BTreeMap::new(),
+                round: Some(m.round),
+                adopted: true,
+                missing: Vec::new(),
+            }));
+        }
         let (local, _) = self.list()?;
         let (part, job) = match self.completion.job_nodes() {
             Some(nodes) => {
@@ -215,6 +243,18 @@ impl Datasets {
                 let j = judge(&views, m.id, self.cfg.world);
                 if j.state != JobState::Complete {
                     return Ok(Err(format!("it is {} job-wide", j.state.name())));
+                }
+                // A node's part may lack files only when its own ranks took part in the
+                // round (they resumed and deleted them); a node lost or replaced since
+                // (no entry of the round) lost them: the dataset is gone for good.
+                for (owner, p) in &j.parts {
+                    if *owner != me && !m.nodes.contains(owner) {
+                        if let Err(why) = self.part_sources(nodes, owner, p) {
+                            return Ok(Err(format!(
+                                "node {owner} took no part in the round and its part is not whole: {why}"
+                            )));
+                        }
+                    }
                 }
                 let part = j.parts.get(&me).cloned().unwrap_or(NodePart {
                     ranks: Vec::new(),
@@ -279,6 +319,12 @@ impl Datasets {
                 None => missing.push(path.clone()),
             }
         }
+        if !missing.is_empty() && !m.nodes.contains(&me) {
+            return Ok(Err(format!(
+                "no rank of this node took part in the round and {} of its files are on no level",
+                missing.len()
+            )));
+        }
         if !part.files.is_empty() && missing.len() == part.files.len() {
             return Ok(Err("none of this node's files of it is left on any level".into()));
         }
@@ -306,7 +352,7 @@ impl Datasets {
     /// (job-wide across nodes).
     pub fn have_restart(&self) -> Result<Option<(u64, String)>> {
         if let Some(m) = self.joinable(&self.all_rounds())? {
-            return Ok(Some((m.id, m.name)));
+            return Ok((m.id != 0).then_some((m.id, m.name)));
         }
         if let Some(nodes) = self.completion.job_nodes() {
             return self.have_cluster(nodes);
@@ -336,7 +382,7 @@ impl Datasets {
                 }),
             }
         }
-        let planned = rounds.iter().map(|r| r.round).max().unwrap_or(0) + 1;
+        let planned = rounds.iter().map(|r| r.1.round).max().unwrap_or(0) + 1;
         let max_id = self.known_max_id()?;
         let found = match self.completion.job_nodes() {
             Some(nodes) => self.restart_cluster(nodes, Some(planned))?,
@@ -369,8 +415,27 @@ impl Datasets {
                 return Ok(r);
             }
         };
-        if let (Some(d), Some(round)) = (&r.chosen, r.round) {
-            self.record_round(round, d.id, &d.name, max_id)?;
+        match (&r.chosen, r.round) {
+            (Some(d), Some(round)) => self.record_round(round, d.id, &d.name, max_id)?,
+            (None, _) => {
+                // Nothing recoverable: recorded too, so that the later ranks of this
+                // restart do not adopt an older round's dataset. A round opened
+                // meanwhile by a rank that found one decides instead.
+                if let Some(m) = self
+                    .joinable(&self.all_rounds())?
+                    .filter(|m| m.round >= planned && m.id != 0)
+                {
+                    if let Ok(mut a) = self.adopt_round(&m)? {
+                        self.record_round(m.round, m.id, &m.name, m.max_id)?;
+                        a.skipped.splice(0..0, r.skipped);
+                        a.skipped.splice(0..0, notes);
+                        return Ok(a);
+                    }
+                }
+                self.record_round(planned, 0, "", max_id)?;
+                r.round = Some(planned);
+            }
+            _ => {}
         }
         r.skipped.splice(0..0, notes);
         Ok(r)
