@@ -194,7 +194,7 @@ impl Datasets {
             let bytes: u64 = restored.iter().map(|r| r.1).sum();
             let _ = crate::policy::record_pfs_transfer(self, bytes, t0.elapsed().as_secs_f64());
             let sources = srcs.iter().map(|(p, s)| (p.clone(), s.label())).collect();
-            return Ok(Found::Chosen(Restart {
+            return Ok(Found::Chosen(Box::new(Restart {
                 chosen: Some(d.clone()),
                 restored,
                 skipped,
@@ -202,9 +202,9 @@ impl Datasets {
                 round,
                 adopted: false,
                 missing: Vec::new(),
-            }));
+            })));
         }
-        Ok(Found::Chosen(Restart {
+        Ok(Found::Chosen(Box::new(Restart {
             chosen: None,
             restored: Vec::new(),
             skipped,
@@ -212,7 +212,7 @@ impl Datasets {
             round: None,
             adopted: false,
             missing: Vec::new(),
-        }))
+        })))
     }
 
     /// Levels holding each file of `d` now (local, pfs), for listings.

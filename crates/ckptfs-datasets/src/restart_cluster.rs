@@ -221,7 +221,7 @@ impl Datasets {
                 let _ = crate::policy::record_partner_transfer(self, partner_bytes, partner_s);
             }
             let chosen = self.adopt_record(&local, &j, &part)?;
-            return Ok(Found::Chosen(Restart {
+            return Ok(Found::Chosen(Box::new(Restart {
                 chosen: Some(chosen),
                 restored,
                 skipped,
@@ -229,9 +229,9 @@ impl Datasets {
                 round,
                 adopted: false,
                 missing: Vec::new(),
-            }));
+            })));
         }
-        Ok(Found::Chosen(Restart {
+        Ok(Found::Chosen(Box::new(Restart {
             chosen: None,
             restored: Vec::new(),
             skipped,
@@ -239,7 +239,7 @@ impl Datasets {
             round: None,
             adopted: false,
             missing: Vec::new(),
-        }))
+        })))
     }
 
     /// This node's record of the chosen dataset; a replacement node (its records lost

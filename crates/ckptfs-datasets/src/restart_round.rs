@@ -389,7 +389,7 @@ impl Datasets {
             None => self.restart_single(Some(planned))?,
         };
         let mut r = match found {
-            Found::Chosen(r) => r,
+            Found::Chosen(r) => *r,
             Found::Adopt(m, skipped) => {
                 let mut r = match self.adopt_round(&m)? {
                     Ok(r) => r,
@@ -445,7 +445,7 @@ impl Datasets {
 /// The outcome of a search.
 pub(crate) enum Found {
     /// This dataset (files restored; `round` set when it is to be recorded).
-    Chosen(Restart),
+    Chosen(Box<Restart>),
     /// Another rank's round decides (the datasets passed over so far).
     Adopt(Merged, Vec<Skipped>),
 }
@@ -453,7 +453,7 @@ pub(crate) enum Found {
 impl Found {
     fn into_restart(self) -> Restart {
         match self {
-            Found::Chosen(r) => r,
+            Found::Chosen(r) => *r,
             Found::Adopt(_, skipped) => Restart {
                 chosen: None,
                 restored: Vec::new(),
