@@ -374,6 +374,10 @@ ssize_t ckptfs_file_partners(const char *path, char *buf, size_t len);
  * the MPI launcher's variables), job (CKPTFS_JOB, default "default") and drain
  * destinations (CKPTFS_DEST). Every rank of the job calls begin and complete; a dataset
  * is complete when all CKPTFS_NRANKS (or OMPI_COMM_WORLD_SIZE, PMI_SIZE) parts are.
+ * With CKPTFS_CLUSTER (the cluster file) and CKPTFS_NODE_ID set (ckptfs run --cluster F
+ * --node-id N sets them), the calls act for that node, on its store from the cluster
+ * file, and completeness, ids and restart are job-wide: the other nodes' daemons are
+ * asked. Without them, this node's records alone decide.
  */
 
 /* Begin a dataset named `name` (ranks calling it with the same name join one dataset);
@@ -386,12 +390,16 @@ int ckptfs_ckpt_begin(const char *name, uint64_t *id);
  * up meanwhile (a rank died: the dataset is incomplete). */
 int ckptfs_ckpt_complete(uint64_t id, int valid);
 
-/* Is a dataset wholly recoverable from the local store or the PFS? 1 and its name in
- * buf (NUL-terminated), 0 if none (buf = ""), -ERANGE if len is too small. */
+/* Is a dataset wholly recoverable (local store, partners' memory across nodes, PFS)?
+ * The one ckptfs_start_restart would choose now (the current restart round's, else the
+ * newest): 1 and its name in buf (NUL-terminated), 0 if none (buf = ""), -ERANGE if len
+ * is too small. */
 int ckptfs_have_restart(char *buf, size_t len);
 
 /* Bring the newest wholly recoverable dataset's missing files back into the store
- * (CRC32C checked) and copy its name into buf: 1, 0 if none, or -errno. */
+ * (CRC32C checked) and copy its name into buf: 1, 0 if none, or -errno. Every rank of
+ * one job restart gets the same dataset: the first rank's choice is recorded and the
+ * later ranks adopt it, even if a faster rank deleted its files of it meanwhile (D9). */
 int ckptfs_start_restart(char *buf, size_t len);
 
 /* *flag = 1 when a checkpoint is due now (Daly's interval from the measured checkpoint

@@ -21,6 +21,9 @@ LOSE_AT=$((SEGMENTS / 2 + 1)) LOST=node3
 WORK=$(mktemp -d /tmp/ckptfs-demo-ds.XXXXXX)
 unset CKPTFS_STORE CKPTFS_CLUSTER CKPTFS_NODE_ID CKPTFS_DEST CKPTFS_RESTART
 export CKPTFS_JOB=heat CKPTFS_NRANKS=8 CKPTFS_LOCAL_NRANKS=2 CKPTFS_MEM_SIZE=${CKPTFS_MEM_SIZE:-128M}
+# Every checkpoint gets partner copies (the demo loses a node and restores from its
+# partner), whatever the runtime policy decides for it (docs/datasets.md).
+export CKPTFS_DATASET_PARTNER_COPIES=all
 declare -A PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done

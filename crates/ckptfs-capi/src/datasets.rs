@@ -3,6 +3,13 @@
 //! `ckptfs-datasets`. They act on the store `ckptfs_mount(prefix, NULL)` would use (the
 //! `CKPTFS_*` environment), for this process's rank (`CKPTFS_RANK` or the MPI
 //! launcher's), job (`CKPTFS_JOB`) and drain destinations (`CKPTFS_DEST`).
+//!
+//! With a cluster configured (`CKPTFS_CLUSTER` naming the cluster file and
+//! `CKPTFS_NODE_ID` this node, as `ckptfs --cluster/--node-id` and `ckptfs run` pass them
+//! on), the calls act for that node, on its store from the cluster file, and
+//! completeness, ids and restart are job-wide: the other nodes' daemons are asked, as
+//! for `ckptfs ckpt` (`ckptfs_node::datasets::ClusterNodes`; docs/datasets.md, "Across
+//! nodes"). Without them, this node's records alone decide.
 
 use crate::env;
 use crate::error::{CapiError, Result};
@@ -14,18 +21,56 @@ fn derr(e: DatasetError) -> CapiError {
     CapiError::new(e.errno(), e.to_string())
 }
 
-fn datasets() -> Result<Datasets> {
-    let get = |k: &str| std::env::var(k).ok();
-    let s = env::settings_from(&get)?;
+pub(crate) fn datasets() -> Result<Datasets> {
+    datasets_from(&|k: &str| std::env::var(k).ok())
+}
+
+/// The cluster file and this node's id, when both are set (non-empty).
+fn cluster_of(get: &dyn Fn(&str) -> Option<String>) -> Option<(String, String)> {
+    let v = |k: &str| get(k).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    Some((v("CKPTFS_CLUSTER")?, v("CKPTFS_NODE_ID")?))
+}
+
+fn datasets_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Datasets> {
+    let s = env::settings_from(get)?;
     if s.store.private {
         return Err(CapiError::new(
             libc::EINVAL,
             "datasets need a shared node store (CKPTFS_PRIVATE is set)",
         ));
     }
-    let cfg = Config::from_settings(&s, &get).map_err(derr)?;
-    let store = ckptfs_store::Store::open_or_create(&env::options_from(get)?)?;
-    Ok(Datasets::single_node(store, cfg))
+    let mut cfg = Config::from_settings(&s, get).map_err(derr)?;
+    let mut opts = env::options_from(get)?;
+    let Some((file, node)) = cluster_of(get) else {
+        let store = ckptfs_store::Store::open_or_create(&opts)?;
+        return Ok(Datasets::single_node(store, cfg));
+    };
+    let cluster = ckptfs_cluster::Cluster::load(std::path::Path::new(&file))
+        .map_err(|e| CapiError::new(libc::EINVAL, format!("cluster file {file}: {e}")))?;
+    let store_name = cluster
+        .node(&node)
+        .map_err(|e| CapiError::new(libc::EINVAL, format!("node {node} in {file}: {e}")))?
+        .store
+        .clone();
+    if !opts.name.is_empty() && opts.name != store_name {
+        return Err(CapiError::new(
+            libc::EINVAL,
+            format!(
+                "CKPTFS_STORE {} conflicts with node {node}'s store {store_name} in {file}",
+                opts.name
+            ),
+        ));
+    }
+    opts.name = store_name;
+    cfg.node = node.clone();
+    let timeout = get("CKPTFS_NODE_TIMEOUT_MS")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(std::time::Duration::from_millis)
+        .unwrap_or(std::time::Duration::from_secs(3));
+    let store = ckptfs_store::Store::open_or_create(&opts)?;
+    let nodes = ckptfs_node::datasets::ClusterNodes::new(cluster, &node, store.clone(), timeout)
+        .map_err(|e| CapiError::new(libc::EINVAL, format!("cluster: {e}")))?;
+    Ok(Datasets::new(store, cfg, Box::new(nodes)))
 }
 
 /// Begin a dataset named `name` for this rank; its id in `*id`. 0 or -errno.
@@ -67,10 +112,8 @@ pub extern "C" fn ckptfs_ckpt_complete(id: u64, valid: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn ckptfs_have_restart(buf: *mut c_char, len: usize) -> c_int {
     call(|| {
-        let ds = datasets()?;
-        let (all, _) = ds.list().map_err(derr)?;
-        let found = all.iter().rev().find(|d| ds.sources(d).is_ok());
-        let name = found.map(|d| d.name.as_str()).unwrap_or("");
+        let found = datasets()?.have_restart().map_err(derr)?;
+        let name = found.as_ref().map(|d| d.1.as_str()).unwrap_or("");
         if !(buf.is_null() && len == 0) {
             // SAFETY: forwarded contract.
             unsafe { copy_str_out(name, buf, len, "dataset name") }?;
@@ -116,14 +159,15 @@ pub unsafe extern "C" fn ckptfs_need_checkpoint(flag: *mut c_int) -> c_int {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::ffi::CString;
 
+    // The tests of this module run one at a time under this lock: they set the process
+    // environment the calls read.
+    pub(crate) static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     fn with_env<T>(store: &str, f: impl FnOnce() -> T) -> T {
-        // The tests of this module run one at a time under this lock: they set the
-        // process environment the calls read.
-        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: serialised by LOCK; no other test of this crate reads these variables.
         unsafe {

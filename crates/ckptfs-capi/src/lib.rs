@@ -22,6 +22,8 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(test)]
+mod cluster_tests;
 pub mod datasets;
 pub mod env;
 pub mod error;

@@ -350,6 +350,18 @@ pub fn restart_before_run(ctx: &Ctx, dest: &[PathBuf]) -> Result<Option<String>>
                     eprintln!("ckptfs run:   {} from {}", esc(path), esc(from));
                 }
             }
+            if r.adopted {
+                eprintln!(
+                    "ckptfs run:   chosen by a faster rank in restart round {} (D9)",
+                    r.round.unwrap_or(0)
+                );
+            }
+            for path in &r.missing {
+                eprintln!(
+                    "ckptfs run:   {} is on no level any more (deleted after another rank resumed)",
+                    esc(path)
+                );
+            }
             Ok(Some(d.name.clone()))
         }
         None => {

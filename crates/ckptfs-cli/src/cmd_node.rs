@@ -74,6 +74,17 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     };
     cfg.partner_priority =
         ckptfs_node::parse_priority(&prio).context("setting partner_priority (--partner-priority)")?;
+    // Partner copies follow the datasets' level decisions (docs/datasets.md); with no
+    // dataset record of the job every complete file is copied, as without datasets.
+    // `dataset_partner_copies = all` copies every complete file whatever the decisions.
+    let dcfg = ckptfs_datasets::Config::from_settings(&ctx.settings, &|k| std::env::var(k).ok())
+        .context("dataset settings")?;
+    if dcfg.partner_copies_follow_decision {
+        cfg.datasets = Some(std::sync::Arc::new(ckptfs_datasets::PartnerPolicy::new(
+            ctx.store.clone(),
+            &dcfg.job,
+        )));
+    }
     if !args.dest.dest.is_empty() {
         let mut d = args.dest.config(Some(node))?;
         crate::cmd_agent::use_dataset_policy(ctx, &mut d)?;

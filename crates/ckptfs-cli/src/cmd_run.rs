@@ -139,6 +139,10 @@ pub fn main(args: RunArgs, ctx: &Ctx) -> Result<i32> {
         cmd.env(k, v);
     }
     cmd.env("CKPTFS_STORE", &ctx.store.name);
+    // The C ABI's dataset calls in the command act for this node, job-wide.
+    if let (Some(file), Some(node)) = (&ctx.cluster_file, &ctx.node_id) {
+        cmd.env("CKPTFS_CLUSTER", file).env("CKPTFS_NODE_ID", node);
+    }
     let mounts: Vec<String> = ctx.mounts.iter().map(|m| m.display().to_string()).collect();
     cmd.env("CKPTFS_MOUNT", mounts.join(":"));
     let mut preload = OsString::from(&lib);

@@ -86,6 +86,8 @@ pub struct Ctx {
     pub settings: Settings,
     /// The cluster file, if given.
     pub cluster: Option<ckptfs_cluster::Cluster>,
+    /// Its path (absolute when it could be made so), passed on to `ckptfs run`'s command.
+    pub cluster_file: Option<PathBuf>,
     /// This node's id, if given.
     pub node_id: Option<String>,
 }
@@ -159,6 +161,7 @@ impl Ctx {
                 .collect(),
             settings,
             cluster: None,
+            cluster_file: None,
             node_id: None,
         })
     }
@@ -195,6 +198,7 @@ impl Ctx {
             self.settings.store.name = node.store.clone();
         }
         self.cluster = Some(cluster);
+        self.cluster_file = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
         Ok(self)
     }
 

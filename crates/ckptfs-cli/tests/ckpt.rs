@@ -550,21 +550,41 @@ fn runtime_policy_offers_the_partner_level_with_measured_costs_as_simulate_does(
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     };
-    // Each dataset's file is copied before it completes: its own completion measures
-    // the copy time, so every compared dataset has the partner level offered.
+    // The daemon copies a dataset's files once it is decided `partner` (or while the
+    // partner level is not on offer yet: the first dataset, whose copy is timed); a
+    // later completion measures that copy. Two warm-up datasets measure it (w1 copied,
+    // timed at w2's completion), then go, so that the compared datasets all have the
+    // partner level offered and their counters start afresh, as the simulator's do.
+    run(&["ckpt", "begin", "w1"]);
+    node1.put("/w/1", &vec![9u8; 100_000]);
+    run(&["ckpt", "complete"]);
+    let d = json(&run(&["ckpt", "show", "2", "--json"]));
+    assert_eq!(
+        d["decision"]["measured"]["partner"], false,
+        "w1: nothing timed yet: {d}"
+    );
+    copied("/w/1");
+    run(&["ckpt", "begin", "w2"]);
+    node1.put("/w/2", &vec![8u8; 100_000]);
+    run(&["ckpt", "complete"]);
+    run(&["ckpt", "delete", "2"]);
+    run(&["ckpt", "delete", "3"]);
     let n = 10u64;
     for s in 1..=n {
         run(&["ckpt", "begin", &format!("s{s}")]);
         node1.put(&format!("/p/{s}"), &vec![s as u8; 100_000]);
-        copied(&format!("/p/{s}"));
         run(&["ckpt", "complete"]);
+        let d = json(&run(&["ckpt", "show", &(s + 3).to_string(), "--json"]));
+        if d["decision"]["level"] == "partner" {
+            copied(&format!("/p/{s}"));
+        }
     }
-    let d = json(&run(&["ckpt", "show", "2", "--json"]));
+    let d = json(&run(&["ckpt", "show", "4", "--json"]));
     let m = &d["decision"]["measured"];
     assert_eq!(m["partner"], true, "partner offered after a measured copy: {d}");
     assert!(m["partner_bps"].as_f64().unwrap() > 0.0, "{m}");
     assert!(!d["decision"]["input"]["costs"]["partner"].is_null(), "{d}");
-    let levels = same_as_decide_and_simulate(&node1, &run, (2..2 + n).collect());
+    let levels = same_as_decide_and_simulate(&node1, &run, (4..4 + n).collect());
     eprintln!("levels chosen: {levels:?}");
     assert!(
         levels.iter().any(|l| l == "partner"),
@@ -619,4 +639,97 @@ fn flush_every_second_dataset_drains_only_datasets_2_and_4() {
     assert_eq!(rows.iter().filter(|r| r["complete"] == true).count(), 4, "{l}");
     let text = with_env(&["ckpt", "list", "--dest", pfs_s]);
     assert!(text.contains("pfs"), "{text}");
+}
+
+#[test]
+fn partner_copies_follow_the_level_decision() {
+    // Two loopback node daemons; node1's datasets. The daemon copies a dataset's files
+    // only when its decision is `partner` (or the partner level was not on offer yet:
+    // the first dataset, whose copy measures the copy time); `local` gets no copy.
+    let st = Store::new("pdec");
+    let stores = loopback_cluster(&st, 47200..47220);
+    let node1 = Store {
+        name: stores[0].clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let _node2 = Store {
+        name: stores[1].clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    // Rare failures without an alarm (memory only is cheapest), a PFS too slow to be
+    // chosen; with an alarm the predictor's precision (0.7) makes the partner level pay.
+    let env = [
+        ("CKPTFS_NODE_MTBF", "1000000000"),
+        ("CKPTFS_CHECKPOINT_INTERVAL", "100"),
+        ("CKPTFS_PFS_BANDWIDTH", "1"),
+    ];
+    let run = |args: &[&str]| {
+        let mut c = node1.cmd(args);
+        c.envs(env).env("CKPTFS_NODE_ID", "node1");
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let daemons = start_daemons(&st, &stores, &[], &env);
+    let on_node2 = |path: &str| {
+        let o = node1.run(&["ls", "-l", path]);
+        String::from_utf8_lossy(&o.stdout).contains("node2")
+    };
+    let copied = |path: &str| {
+        let t = std::time::Instant::now();
+        while !on_node2(path) {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(60),
+                "{path} not copied to node2:\n{}",
+                std::fs::read_to_string(st.dir.path().join("node1.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    // Two files outside every dataset, each written after the previous one was copied:
+    // when the second is copied, a whole scan ran after the dataset was decided (a scan
+    // lists the store once, so the second file is copied by a later scan than the first).
+    let scans_after = |tag: &str| {
+        for k in 0..2 {
+            let p = format!("/x/{tag}{k}");
+            node1.put(&p, tag.as_bytes());
+            copied(&p);
+        }
+    };
+    let decision = |id: u64| {
+        let d = json(&run(&["ckpt", "show", &id.to_string(), "--json"]));
+        let dec = &d["decision"];
+        (
+            dec["level"].as_str().unwrap().to_string(),
+            dec["measured"]["partner"] == true,
+        )
+    };
+    run(&["ckpt", "begin", "s1"]);
+    node1.put("/p/1", &vec![1u8; 200_000]);
+    run(&["ckpt", "complete"]);
+    let (l1, offered1) = decision(1);
+    assert!(!offered1, "no copy time measured yet: {l1}");
+    copied("/p/1");
+    // s2: the partner level is on offer (s1's copy was timed); no alarm: memory only.
+    run(&["ckpt", "begin", "s2"]);
+    node1.put("/p/2", &vec![2u8; 200_000]);
+    run(&["ckpt", "complete"]);
+    let (l2, offered2) = decision(2);
+    assert!(offered2, "s1's copy measured the partner level");
+    assert_eq!(l2, "local", "rare failures, no alarm");
+    scans_after("a");
+    assert!(!on_node2("/p/2"), "a dataset decided local gets no partner copy");
+    // s3 with an alarm for node1: the partner level.
+    run(&["alarm", "node1"]);
+    run(&["ckpt", "begin", "s3"]);
+    node1.put("/p/3", &vec![3u8; 200_000]);
+    run(&["ckpt", "complete"]);
+    let (l3, offered3) = decision(3);
+    assert!(offered3);
+    assert_eq!(l3, "partner", "an alarm makes the partner copy pay");
+    copied("/p/3");
+    // Still none for s2 after the alarm (a later decision does not revive it).
+    scans_after("b");
+    assert!(!on_node2("/p/2"));
+    drop(daemons);
 }

@@ -70,6 +70,10 @@ impl Job {
             .env("CKPTFS_NRANKS", RANKS.to_string())
             .env("CKPTFS_LOCAL_NRANKS", "2")
             .env("CKPTFS_NODE_TIMEOUT_MS", "10000")
+            // The model holds every complete file on the partner level: copies of every
+            // file, whatever the level decisions (partner_copies_follow_the_level_decision
+            // tests the default).
+            .env("CKPTFS_DATASET_PARTNER_COPIES", "all")
             .env("CKPTFS_PRELOAD_LIB", preload_lib())
             .args(["--cluster", "c.toml", "--node-id", &node(n)])
             .args(args);

@@ -99,6 +99,12 @@ pub trait JobNodes: Send + Sync {
     fn fill_levels(&self, local: &mut [Dataset], dests: &[std::path::PathBuf]);
     /// Whether this node holds a partner copy of `owner`'s file with exactly this content.
     fn holds_copy(&self, owner: &str, file: &Want) -> bool;
+    /// Every other node's restart rounds of `job` (failure case D9); nodes that cannot
+    /// be asked, or whose daemon does not know the question, are left out.
+    fn restarts(&self, job: &str) -> std::collections::BTreeMap<String, Vec<crate::restart_round::Round>> {
+        let _ = job;
+        std::collections::BTreeMap::new()
+    }
     /// Bring this node's file `path` back into `store` from the partner copy on node
     /// `from` (CRC32C checked per chunk); its size.
     fn fetch(&self, store: &ckptfs_store::Store, from: &str, path: &str) -> std::result::Result<u64, String>;

@@ -76,6 +76,9 @@ pub struct Config {
     pub flush_every: u32,
     /// Flushed datasets kept on the PFS (0: all).
     pub keep_pfs: u32,
+    /// `dataset_partner_copies`: the node daemon's partner copies follow each dataset's
+    /// level decision (true, `decision`) or take every complete file (`all`).
+    pub partner_copies_follow_decision: bool,
     /// Node MTBF, seconds.
     pub node_mtbf: f64,
     /// Nodes of the job.
@@ -216,6 +219,15 @@ impl Config {
             keep_memory: count("dataset_keep_memory")?,
             flush_every: count("dataset_flush_every")?,
             keep_pfs: count("dataset_keep_pfs")?,
+            partner_copies_follow_decision: match text("dataset_partner_copies").as_deref() {
+                None | Some("decision") => true,
+                Some("all") => false,
+                Some(other) => {
+                    return Err(DatasetError::Invalid(format!(
+                        "setting dataset_partner_copies: {other:?} is not decision or all"
+                    )))
+                }
+            },
             node_mtbf,
             job_nodes: count("job_nodes")?.max(1),
             precision,

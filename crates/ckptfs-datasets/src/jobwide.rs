@@ -212,12 +212,15 @@ pub fn judge(views: &Views, id: u64, world: u32) -> JobDataset {
         let why = format!("node {n} calls it {:?}, node {} {:?}", d.name, recs[0].0, name);
         return mk(JobState::Incomplete(why), reported);
     }
+    // A transparent dataset has one part per node (its directory there), whatever the
+    // job's ranks.
+    let transparent = recs.iter().any(|(_, d)| d.dir.is_some());
     let world = recs
         .iter()
         .map(|(_, d)| d.parts_expected)
         .max()
         .unwrap_or(world)
-        .max(world);
+        .max(if transparent { 0 } else { world });
     let done: BTreeSet<&String> = recs
         .iter()
         .flat_map(|(_, d)| {
@@ -299,13 +302,13 @@ impl Datasets {
     /// never complete are closed with the reason. Called with the lock held.
     pub(crate) fn settle_locked(&self, nodes: &dyn JobNodes) -> Result<()> {
         let (mut all, _) = record::load_all(&self.store, &self.cfg.job)?;
-        if !all.iter().any(|d| d.state == State::Open && d.dir.is_none()) {
+        if !all.iter().any(|d| d.state == State::Open) {
             return Ok(());
         }
         let views = self.views(nodes, &all);
         let mut changed = false;
         for i in 0..all.len() {
-            if all[i].state != State::Open || all[i].dir.is_some() {
+            if all[i].state != State::Open {
                 continue;
             }
             let j = judge(&views, all[i].id, self.cfg.world);
@@ -392,6 +395,20 @@ impl Datasets {
 }
 
 impl Views {
+    /// Ids other nodes gave a transparent dataset directory of this name.
+    pub(crate) fn records_of_dir_name(&self, name: &str) -> Vec<u64> {
+        self.by_node
+            .iter()
+            .filter(|(n, _)| **n != self.me)
+            .filter_map(|(_, r)| r.as_ref().ok())
+            .flat_map(|l| {
+                l.iter()
+                    .filter(|d| d.dir.is_some() && d.name == name)
+                    .map(|d| d.id)
+            })
+            .collect()
+    }
+
     fn records_of_name(&self, name: &str) -> Vec<&Dataset> {
         self.by_node
             .values()

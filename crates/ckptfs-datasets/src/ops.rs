@@ -70,7 +70,7 @@ impl Datasets {
     }
 
     /// The next id, at least `floor` (cluster mode: one past the largest any node knows).
-    fn next_id_from(&self, all: &[Dataset], floor: u64) -> Result<u64> {
+    pub(crate) fn next_id_from(&self, all: &[Dataset], floor: u64) -> Result<u64> {
         let path = format!("{}/next_id", job_dir(&self.cfg.job));
         let stored = match record::read_file(&self.store, &path) {
             Ok(b) => String::from_utf8_lossy(&b).trim().parse::<u64>().unwrap_or(1),
@@ -438,11 +438,43 @@ impl Datasets {
             .map(|(p, st)| (p, st))
             .collect();
         dirs.sort_by(|a, b| (a.1.ctime_ns, a.0).cmp(&(b.1.ctime_ns, b.0)));
+        let nodes = self.completion.job_nodes();
+        // Across nodes: each node's directory is its part (keyed by the node), and the
+        // id is the one another node gave this directory's name, else one past the
+        // largest any node knows (docs/datasets.md, "Transparent mode across nodes").
+        let views = match (nodes, dirs.is_empty()) {
+            (Some(n), false) => Some(self.views(n, all)),
+            _ => None,
+        };
         for (p, _) in dirs {
-            let id = self.next_id(all)?;
-            let mut d = self.new_record(id, p.trim_start_matches('/'), Some(p.clone()));
+            let name = p.trim_start_matches('/');
+            let id = match &views {
+                Some(v) => {
+                    let join = v.records_of_dir_name(name).into_iter().max();
+                    match join {
+                        Some(id) if !all.iter().any(|d| d.id == id) => {
+                            self.next_id_from(all, id + 1)?;
+                            id
+                        }
+                        _ => self.next_id_from(
+                            all,
+                            v.max_id().max(all.iter().map(|d| d.id).max().unwrap_or(0)) + 1,
+                        )?,
+                    }
+                }
+                None => self.next_id(all)?,
+            };
+            let mut d = self.new_record(id, name, Some(p.clone()));
+            let key = match nodes {
+                Some(n) => {
+                    d.parts_expected = n.nodes().len() as u32;
+                    d.local_expected = Some(1);
+                    format!("node:{}", n.me())
+                }
+                None => "transparent".into(),
+            };
             d.parts.insert(
-                "transparent".into(),
+                key,
                 Part {
                     state: State::Open,
                     begun_ns: d.created_ns,
@@ -455,7 +487,7 @@ impl Datasets {
             all.push(d);
         }
         for i in 0..all.len() {
-            if all[i].state != State::Open || all[i].dir.is_none() {
+            if all[i].state != State::Open || all[i].dir.is_none() || all[i].node_done {
                 continue;
             }
             // Decisions see the datasets before this one as they are now (ids ascending).
@@ -505,9 +537,19 @@ impl Datasets {
             };
             if done {
                 d.files = files.iter().map(|(p, st)| ((*p).clone(), file_rec(st))).collect();
-                if let Some(part) = d.parts.get_mut("transparent") {
+                for part in d.parts.values_mut() {
                     part.state = State::Complete;
                     part.done_ns = Some(now_ns());
+                }
+                if self.completion.job_nodes().is_some() {
+                    // This node's part is in; the job-wide verdict settles it.
+                    if let Some(msg) = self.check_files(d)? {
+                        self.close(d, State::Incomplete, Some(msg))?;
+                    } else {
+                        d.node_done = true;
+                        record::save(&self.store, d)?;
+                    }
+                    continue;
                 }
                 self.finish(d, before)?;
             }

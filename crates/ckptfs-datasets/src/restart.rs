@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::filecrc::file_crc;
 use crate::ops::Datasets;
 use crate::record::{Dataset, State};
+use crate::restart_round::{Found, Recheck};
 use ckptfs_agent::dest::PosixDest;
 use ckptfs_agent::manifest;
 use serde::Serialize;
@@ -56,6 +57,15 @@ pub struct Restart {
     /// Where each file of this node's part came from (`local`, `partner:NODE`, `pfs`).
     #[serde(default)]
     pub sources: std::collections::BTreeMap<String, String>,
+    /// The restart round this rank took part in (failure case D9; None: not recorded).
+    #[serde(default)]
+    pub round: Option<u64>,
+    /// The dataset was adopted from a round another rank opened (not searched).
+    #[serde(default)]
+    pub adopted: bool,
+    /// Adopted: files of this node's part left on no level (deleted by faster ranks).
+    #[serde(default)]
+    pub missing: Vec<String>,
 }
 
 pub(crate) fn local_ok(ds: &Datasets, path: &str, size: u64, crc: u32) -> bool {
@@ -124,10 +134,17 @@ impl Datasets {
     /// Find the newest wholly recoverable dataset and bring its missing files back
     /// (CRC32C checked against the manifest while copying, then against the dataset
     /// record). Datasets that fail are skipped with the reason.
+    ///
+    /// Every rank of one job restart gets the same dataset (failure case D9): the first
+    /// rank's choice is recorded as a restart round and the later ranks adopt it
+    /// (crate::restart_round).
     pub fn restart(&self) -> Result<Restart> {
-        if let Some(nodes) = self.completion.job_nodes() {
-            return self.restart_cluster(nodes);
-        }
+        self.restart_agreed()
+    }
+
+    /// The single-node search; `planned`: the restart round to record the choice in
+    /// (rounds are read again before anything is restored).
+    pub(crate) fn restart_single(&self, planned: Option<u64>) -> Result<Found> {
         let (all, _) = self.list()?;
         let mut skipped = Vec::new();
         for d in all.iter().rev() {
@@ -141,6 +158,11 @@ impl Datasets {
                     });
                     continue;
                 }
+            };
+            let round = match planned.map(|p| self.recheck(p, d.id)).transpose()? {
+                Some(Recheck::Adopt(m)) => return Ok(Found::Adopt(m, skipped)),
+                Some(Recheck::Go(r)) => Some(r),
+                None => None,
             };
             let mut restored = Vec::new();
             let mut failed = None;
@@ -172,19 +194,25 @@ impl Datasets {
             let bytes: u64 = restored.iter().map(|r| r.1).sum();
             let _ = crate::policy::record_pfs_transfer(self, bytes, t0.elapsed().as_secs_f64());
             let sources = srcs.iter().map(|(p, s)| (p.clone(), s.label())).collect();
-            return Ok(Restart {
+            return Ok(Found::Chosen(Box::new(Restart {
                 chosen: Some(d.clone()),
                 restored,
                 skipped,
                 sources,
-            });
+                round,
+                adopted: false,
+                missing: Vec::new(),
+            })));
         }
-        Ok(Restart {
+        Ok(Found::Chosen(Box::new(Restart {
             chosen: None,
             restored: Vec::new(),
             skipped,
             sources: Default::default(),
-        })
+            round: None,
+            adopted: false,
+            missing: Vec::new(),
+        })))
     }
 
     /// Levels holding each file of `d` now (local, pfs), for listings.

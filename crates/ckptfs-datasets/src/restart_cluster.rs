@@ -10,13 +10,14 @@ use crate::jobwide::{judge, JobDataset, JobState};
 use crate::ops::Datasets;
 use crate::record::{self, Dataset, NodePart, State};
 use crate::restart::{local_ok, pfs_has, Restart, Skipped, Source};
+use crate::restart_round::{Found, Recheck};
 use std::collections::BTreeMap;
 
 impl Datasets {
     /// Where each file of `owner`'s part can come from, fastest first, or the reason one
     /// cannot. `owner`'s own store counts as `Local` (for this node: checked here; for
     /// another: as that node's daemon answers).
-    fn part_sources(
+    pub(crate) fn part_sources(
         &self,
         nodes: &dyn JobNodes,
         owner: &str,
@@ -93,8 +94,28 @@ impl Datasets {
         Ok(out)
     }
 
+    /// The newest dataset complete job-wide whose every node's file is held somewhere
+    /// (what a restart would choose, without restoring anything).
+    pub(crate) fn have_cluster(&self, nodes: &dyn JobNodes) -> Result<Option<(u64, String)>> {
+        let (local, _) = self.list()?;
+        let views = self.views(nodes, &local);
+        'ids: for id in views.ids().into_iter().rev() {
+            let j = judge(&views, id, self.cfg.world);
+            if j.state != JobState::Complete {
+                continue;
+            }
+            for (owner, part) in &j.parts {
+                if self.part_sources(nodes, owner, part).is_err() {
+                    continue 'ids;
+                }
+            }
+            return Ok(Some((id, j.name)));
+        }
+        Ok(None)
+    }
+
     /// Bring one of this node's files back from `src`; the reason when it fails.
-    fn bring_back(
+    pub(crate) fn bring_back(
         &self,
         nodes: &dyn JobNodes,
         path: &str,
@@ -129,7 +150,9 @@ impl Datasets {
     }
 
     /// [`Datasets::restart`] across the job's nodes.
-    pub(crate) fn restart_cluster(&self, nodes: &dyn JobNodes) -> Result<Restart> {
+    /// `planned`: the restart round to record the choice in (rounds are read again
+    /// before anything is restored; failure case D9).
+    pub(crate) fn restart_cluster(&self, nodes: &dyn JobNodes, planned: Option<u64>) -> Result<Found> {
         let (local, _) = self.list()?;
         let views = self.views(nodes, &local);
         let me = nodes.me().to_string();
@@ -160,6 +183,11 @@ impl Datasets {
                     }
                 }
             }
+            let round = match planned.map(|p| self.recheck(p, id)).transpose()? {
+                Some(Recheck::Adopt(m)) => return Ok(Found::Adopt(m, skipped)),
+                Some(Recheck::Go(r)) => Some(r),
+                None => None,
+            };
             let part = j.parts.get(&me).cloned().unwrap_or(NodePart {
                 ranks: Vec::new(),
                 files: BTreeMap::new(),
@@ -192,25 +220,31 @@ impl Datasets {
             if partner_bytes > 0 {
                 let _ = crate::policy::record_partner_transfer(self, partner_bytes, partner_s);
             }
-            let chosen = self.adopt(&local, &j, &part)?;
-            return Ok(Restart {
+            let chosen = self.adopt_record(&local, &j, &part)?;
+            return Ok(Found::Chosen(Box::new(Restart {
                 chosen: Some(chosen),
                 restored,
                 skipped,
                 sources: mine.iter().map(|(p, s)| (p.clone(), s.label())).collect(),
-            });
+                round,
+                adopted: false,
+                missing: Vec::new(),
+            })));
         }
-        Ok(Restart {
+        Ok(Found::Chosen(Box::new(Restart {
             chosen: None,
             restored: Vec::new(),
             skipped,
             sources: BTreeMap::new(),
-        })
+            round: None,
+            adopted: false,
+            missing: Vec::new(),
+        })))
     }
 
     /// This node's record of the chosen dataset; a replacement node (its records lost
     /// with its store) gets one rebuilt from the agreed parts.
-    fn adopt(&self, local: &[Dataset], j: &JobDataset, part: &NodePart) -> Result<Dataset> {
+    pub(crate) fn adopt_record(&self, local: &[Dataset], j: &JobDataset, part: &NodePart) -> Result<Dataset> {
         if let Some(d) = local.iter().find(|d| d.id == j.id) {
             return Ok(d.clone());
         }

@@ -720,3 +720,72 @@ fn memory_copies_go_only_once_a_newer_dataset_is_protected() {
     assert!(fx.store.stat("/m1").is_err());
     assert_eq!(read(&fx.store, "/m2"), content(2, 0));
 }
+
+#[test]
+fn d9_a_rank_deciding_after_a_faster_rank_deleted_its_files_gets_the_same_dataset() {
+    // Failure case D9 on one node (two ranks sharing its store): rank 0 restarts first,
+    // resumes and deletes its file of the chosen dataset (as an application that cleans
+    // up after itself does); rank 1 decides only then.
+    let fx = fixture();
+    let rank = |r: &str| {
+        let mut c = cfg(r);
+        c.world = 2;
+        Datasets::single_node(fx.store.clone(), c)
+    };
+    let (r0, r1) = (rank("0"), rank("1"));
+    let step = |s: u64| {
+        r0.begin(&format!("step{s}"), None).unwrap();
+        r1.begin(&format!("step{s}"), None).unwrap();
+        for r in 0..2 {
+            write(&fx.store, &format!("/ck{s}/rank{r}"), &content(s, r));
+        }
+        r0.complete(None, true).unwrap();
+        assert_eq!(r1.complete(None, true).unwrap().state, State::Complete);
+    };
+    step(1);
+    step(2);
+    let fast = r0.restart().unwrap();
+    assert_eq!(fast.chosen.as_ref().unwrap().name, "step2");
+    assert_eq!((fast.round, fast.adopted), (Some(1), false));
+    fx.store.unlink("/ck2/rank0").unwrap();
+    // The race is real: step2 is no longer wholly recoverable, a search on its own
+    // would now take step1.
+    let d2 = r1.show(2).unwrap();
+    assert!(r1.sources(&d2).is_err(), "step2 lost a file");
+    assert_eq!(r1.have_restart().unwrap().map(|x| x.1).as_deref(), Some("step2"));
+    let slow = r1.restart().unwrap();
+    assert_eq!(slow.chosen.as_ref().unwrap().name, "step2", "{:?}", slow.skipped);
+    assert_eq!((slow.round, slow.adopted), (Some(1), true));
+    assert_eq!(slow.missing, vec!["/ck2/rank0".to_string()]);
+    assert_eq!(
+        read(&fx.store, "/ck2/rank1"),
+        content(2, 1),
+        "rank 1's file intact"
+    );
+    // Both ranks took part: the round is over. The next job restart searches afresh
+    // (step2 lost a file for good: step1), and its later rank adopts that.
+    let again = r1.restart().unwrap();
+    assert_eq!(again.chosen.as_ref().unwrap().name, "step1");
+    assert_eq!((again.round, again.adopted), (Some(2), false));
+    // Rank 0 never joins round 2: the job checkpointed again (step3 complete job-wide),
+    // so the round is over and rank 0's next restart searches afresh.
+    step(3);
+    let later = r0.restart().unwrap();
+    assert_eq!(later.chosen.as_ref().unwrap().name, "step3");
+    assert_eq!((later.round, later.adopted), (Some(3), false));
+    // A round whose dataset lost every file of this node is not adopted: rank 1 falls
+    // back to its own search, with the reason.
+    for r in 0..2 {
+        fx.store.unlink(&format!("/ck3/rank{r}")).unwrap();
+    }
+    let fallback = r1.restart().unwrap();
+    assert_eq!(fallback.chosen.as_ref().unwrap().name, "step1");
+    assert!(
+        fallback
+            .skipped
+            .iter()
+            .any(|s| s.reason.contains("restart round 3 chose it")),
+        "{:?}",
+        fallback.skipped
+    );
+}

@@ -49,6 +49,9 @@ pub struct NodeConfig {
     /// CPU and IO priority of the partner-copy threads (copies out, copies in, Gets):
     /// setting `partner_priority`, `low` (nice 10) by default like the drain.
     pub partner_priority: Priority,
+    /// With datasets: which complete files are copied to partners follows each
+    /// dataset's level decision (`ckptfs_datasets::PartnerPolicy`); None: every one.
+    pub datasets: Option<std::sync::Arc<ckptfs_datasets::PartnerPolicy>>,
 }
 
 /// Parse a `partner_priority` value: `idle` (nice 19, idle IO class), `low` (nice 10,
@@ -88,6 +91,7 @@ impl NodeConfig {
             partner_limit: None,
             scan_interval: Duration::from_millis(200),
             partner_priority: Priority::Low,
+            datasets: None,
         })
     }
 }

@@ -8,6 +8,8 @@
 //! - `records {job}`: this node's dataset records of the job, each file's levels
 //!   refreshed (local: the store holds that version complete; partner: a partner
 //!   acknowledged a copy of it; pfs: this node's drain published it);
+//! - `restarts {job}`: this node's restart rounds of the job (failure case D9: the
+//!   later ranks of one job restart adopt the first rank's choice);
 //! - `holds {owner, files}`: for each file (path, size, CRC32C), whether this node holds
 //!   exactly that content: its own store when `owner` is this node, else its partner
 //!   copy of `owner`'s file. The bytes are read and their CRC32C compared.
@@ -38,6 +40,11 @@ pub enum Request {
         /// Job id.
         job: String,
     },
+    /// Its restart rounds of `job` (failure case D9).
+    Restarts {
+        /// Job id.
+        job: String,
+    },
     /// Which of `owner`'s `files` it holds with exactly that content.
     Holds {
         /// Node whose files these are.
@@ -55,6 +62,8 @@ pub enum Reply {
     Records(Vec<Dataset>),
     /// Answer to `holds`: one flag per file asked.
     Holds(Vec<bool>),
+    /// Answer to `restarts`.
+    Restarts(Vec<ckptfs_datasets::restart_round::Round>),
     /// The question could not be answered.
     Error(String),
 }
@@ -135,6 +144,10 @@ pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> 
         Ok(Request::Records { job }) => match records(store, &job, dests) {
             Ok(v) => Reply::Records(v),
             Err(e) => Reply::Error(e),
+        },
+        Ok(Request::Restarts { job }) => match ckptfs_datasets::check_component("job", &job) {
+            Ok(()) => Reply::Restarts(ckptfs_datasets::restart_round::load_rounds(store, &job)),
+            Err(e) => Reply::Error(e.to_string()),
         },
         Ok(Request::Holds { owner, files }) => {
             Reply::Holds(files.iter().map(|w| holds(store, me, &owner, w)).collect())
@@ -303,6 +316,16 @@ impl JobNodes for ClusterNodes {
             .into_iter()
             .filter_map(|(n, r)| match r {
                 Ok(Reply::Holds(v)) if v.len() == files.len() => Some((n, v)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn restarts(&self, job: &str) -> BTreeMap<String, Vec<ckptfs_datasets::restart_round::Round>> {
+        self.ask_all(&Request::Restarts { job: job.to_string() })
+            .into_iter()
+            .filter_map(|(n, r)| match r {
+                Ok(Reply::Restarts(v)) => Some((n, v)),
                 _ => None,
             })
             .collect()

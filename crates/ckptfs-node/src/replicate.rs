@@ -94,6 +94,11 @@ async fn pass(
 ) -> Result<bool, NodeError> {
     let mut used = false;
     let partners = shared.partners();
+    // The dataset records are read before the store is listed (a file changed after
+    // this read waits for the next scan).
+    if let Some(p) = &shared.cfg.datasets {
+        p.refresh();
+    }
     let files: BTreeMap<String, Identity> = complete_files(&shared.store).into_iter().collect();
     let mut dirty = false;
     // Deleted files: drop their partner copies.
@@ -135,7 +140,15 @@ async fn pass(
         save(shared, levels);
     }
     // Newest first: the latest checkpoint is the one a restart needs.
-    let mut queue: Vec<(&String, &Identity)> = files.iter().collect();
+    // With datasets, only the files their level decisions send to partners (held while
+    // their dataset is open; never for a decision of memory only or PFS).
+    let mut queue: Vec<(&String, &Identity)> = files
+        .iter()
+        .filter(|(path, id)| match &shared.cfg.datasets {
+            Some(p) => p.verdict(path, id.size, id.mtime_ns) == ckptfs_datasets::CopyVerdict::Copy,
+            None => true,
+        })
+        .collect();
     queue.sort_by(|a, b| b.1.mtime_ns.cmp(&a.1.mtime_ns).then_with(|| a.0.cmp(b.0)));
     for (path, id) in queue {
         for p in &partners {

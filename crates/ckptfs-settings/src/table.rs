@@ -237,6 +237,14 @@ pub const SETTINGS: &[Setting] = &[
         kind: Kind::Count,
     },
     Setting {
+        key: "dataset_partner_copies",
+        env: "CKPTFS_DATASET_PARTNER_COPIES",
+        flag: "-",
+        default: || "decision".into(),
+        help: "which files `ckptfs node` copies to partners: decision (those of datasets decided partner, and files outside datasets) or all",
+        kind: Kind::Text,
+    },
+    Setting {
         key: "node_mtbf",
         env: "CKPTFS_NODE_MTBF",
         flag: "-",
