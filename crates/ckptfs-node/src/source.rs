@@ -127,15 +127,35 @@ impl FileReader {
     }
 }
 
-/// Complete files of the store outside the system namespace, with their identities.
-pub fn complete_files(store: &Store) -> Vec<(String, Identity)> {
-    store
+/// What one scan of the store's listing found (outside the system namespace).
+pub struct Scan {
+    /// Complete files, with their identities.
+    pub complete: Vec<(String, Identity)>,
+    /// Whether some file is still being written (a live writer has it open): it may
+    /// become complete without the store's change sequence moving.
+    pub writing: bool,
+}
+
+/// Scan the store's listing: its complete files and whether any file is being written.
+pub fn scan(store: &Store) -> Scan {
+    let mut writing = false;
+    let complete = store
         .list_all()
         .into_iter()
-        .filter(|(_, st)| st.kind == ckptfs_store::FileKind::File && st.state == WriteState::Complete)
+        .filter(|(_, st)| st.kind == ckptfs_store::FileKind::File)
+        .filter(|(_, st)| {
+            writing |= st.state == WriteState::Writing;
+            st.state == WriteState::Complete
+        })
         .map(|(p, st)| {
             let id = Identity::of(&st);
             (p, id)
         })
-        .collect()
+        .collect();
+    Scan { complete, writing }
+}
+
+/// Complete files of the store outside the system namespace, with their identities.
+pub fn complete_files(store: &Store) -> Vec<(String, Identity)> {
+    scan(store).complete
 }
