@@ -464,6 +464,19 @@ impl Store {
         Ok((parent, last))
     }
 
+    /// Resolve a name to be created: its parent must exist and the name must not (the
+    /// root counts as existing). Returns (parent id, last name).
+    pub(crate) fn resolve_new<'p>(&self, ns: &Ns, comps: &[&'p str], path: &str) -> Result<(u32, &'p str)> {
+        let (parent, name) = self.resolve_parent(ns, comps, path).map_err(|e| match e {
+            StoreError::Busy(_) => StoreError::Exists(path.into()),
+            e => e,
+        })?;
+        if self.lookup_child(ns, parent, name.as_bytes()).is_some() {
+            return Err(StoreError::Exists(path.into()));
+        }
+        Ok((parent, name))
+    }
+
     /// Resolve an existing entry other than the root; returns (parent id, its id).
     pub(crate) fn resolve_entry(&self, ns: &Ns, comps: &[&str], path: &str) -> Result<(u32, u32)> {
         let (parent, name) = self.resolve_parent(ns, comps, path)?;

@@ -112,13 +112,7 @@ impl Store {
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<Stat> {
         let comps = components(path)?;
         let ns = self.ns();
-        let (parent, name) = self.resolve_parent(&ns, &comps, path).map_err(|e| match e {
-            StoreError::Busy(_) => StoreError::Exists(path.into()),
-            e => e,
-        })?;
-        if self.lookup_child(&ns, parent, name.as_bytes()).is_some() {
-            return Err(StoreError::Exists(path.into()));
-        }
+        let (parent, name) = self.resolve_new(&ns, &comps, path)?;
         let fid = self.alloc_inode(&ns, kind::DIR, parent, name.as_bytes(), mode, false)?;
         // Taken before the lock is let go: a racing rmdir could free the slot after it.
         let st = self.stat_fid(fid);

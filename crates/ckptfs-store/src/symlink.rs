@@ -36,13 +36,7 @@ impl Store {
         }
         let comps = components(path)?;
         let ns = self.ns();
-        let (parent, name) = self.resolve_parent(&ns, &comps, path).map_err(|e| match e {
-            StoreError::Busy(_) => StoreError::Exists(path.into()),
-            e => e,
-        })?;
-        if self.lookup_child(&ns, parent, name.as_bytes()).is_some() {
-            return Err(StoreError::Exists(path.into()));
-        }
+        let (parent, name) = self.resolve_new(&ns, &comps, path)?;
         let fill = |fid: u32| -> Result<()> {
             let _g = self.file_lock(fid);
             if !self.small_write(fid, path, target, 0)? {
