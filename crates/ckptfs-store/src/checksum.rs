@@ -1,21 +1,7 @@
-//! CRC32C (Castagnoli) helpers over the hardware-accelerated `crc-fast` crate.
+//! CRC32C (Castagnoli) helpers: the `ckptfs-crc` crate (its own folding kernel where
+//! the CPU has AVX2 + VPCLMULQDQ, `crc-fast` otherwise).
 
-use crc_fast::{CrcAlgorithm, Digest};
-
-/// CRC32C of `data`.
-pub fn crc32c(data: &[u8]) -> u32 {
-    crc_fast::crc32_iscsi(data)
-}
-
-/// Extend `crc` (the CRC32C of some prefix) with `data`.
-pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
-    if data.is_empty() {
-        return crc;
-    }
-    let mut d = Digest::new_with_init_state(CrcAlgorithm::Crc32Iscsi, (crc ^ 0xffff_ffff) as u64);
-    d.update(data);
-    d.finalize() as u32
-}
+pub use ckptfs_crc::{crc32c, crc32c_append, crc32c_combine};
 
 /// Extend `crc` with `n` zero bytes.
 pub fn crc32c_append_zeros(mut crc: u32, mut n: usize) -> u32 {

@@ -69,12 +69,7 @@ impl std::fmt::Debug for Landing {
 }
 
 fn crc_combine(a: u32, b: u32, b_len: usize) -> u32 {
-    crc_fast::checksum_combine(
-        crc_fast::CrcAlgorithm::Crc32Iscsi,
-        a as u64,
-        b as u64,
-        b_len as u64,
-    ) as u32
+    crate::checksum::crc32c_combine(a, b, b_len as u64)
 }
 
 fn crc_append(crc: u32, data: &[u8]) -> u32 {

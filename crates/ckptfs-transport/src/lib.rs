@@ -85,7 +85,7 @@ use std::sync::Arc;
 
 /// CRC32C (Castagnoli), as the store uses for its chunks.
 pub fn crc32c(data: &[u8]) -> u32 {
-    crc_fast::crc32_iscsi(data)
+    ckptfs_crc::crc32c(data)
 }
 
 /// A frame that cannot be decoded (or encoded).
