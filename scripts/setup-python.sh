@@ -34,7 +34,7 @@ if ! "$VPY" -c 'import torch' >/dev/null 2>&1; then
 fi
 
 stamp=.venv/.ckptfs-wheel.stamp
-sum=$(find crates/ckptfs-python crates/ckptfs-store crates/ckptfs-settings crates/ckptfs-datasets \
+sum=$(find crates/ckptfs-python crates/ckptfs-store crates/ckptfs-crc crates/ckptfs-settings crates/ckptfs-datasets \
         crates/ckptfs-agent crates/ckptfs-policy crates/ckptfs-runtime python \
         -path '*/target' -prune -o -path '*/__pycache__' -prune -o -type f -print0 \
         | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
