@@ -269,6 +269,24 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     if cleared > 0 {
         tracing::info!("removed {cleared} half-received copies left by a previous daemon");
     }
+    // Page tables for the whole store, once, in the background at the partner priority:
+    // received copies land in any free chunk, and would otherwise pay the first touch of
+    // each (measured: 1,024 MADV_POPULATE_READ calls of 120-160 us per GiB received).
+    {
+        let store = store.clone();
+        let prio = cfg.partner_priority;
+        let _ = std::thread::Builder::new()
+            .name("ckptfs-populate".into())
+            .spawn(move || {
+                let _ = ckptfs_agent::sys::set_priority(prio);
+                let t = std::time::Instant::now();
+                let n = store.populate_all();
+                tracing::debug!(
+                    "populated page tables of {n} chunks in {:.3} s",
+                    t.elapsed().as_secs_f64()
+                );
+            });
+    }
     // Listen only on the configured address.
     let listener = TcpListener::bind(&me.addr)
         .await

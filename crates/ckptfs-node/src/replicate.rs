@@ -229,15 +229,20 @@ async fn pass(
                     continue;
                 }
             };
+            let started = Instant::now();
             match send_copy(shared, conn, p, path, *id, throttle).await {
                 Ok(Sent::Done(bytes)) => {
+                    let secs = started.elapsed().as_secs_f64();
                     let rec = levels.files.get_mut(path).expect("inserted");
                     rec.partners.push(p.clone());
                     save(shared, levels);
                     let mut c = shared.counters.lock().expect("counters");
                     c.copies_sent += 1;
                     c.bytes_sent += bytes;
-                    tracing::info!("partner copy of {path} on {p} ({bytes} bytes)");
+                    tracing::info!(
+                        "partner copy of {path} on {p} ({bytes} bytes in {secs:.3} s, {:.2} GB/s)",
+                        bytes as f64 / secs.max(1e-9) / 1e9
+                    );
                 }
                 Ok(Sent::Refused(errno, msg)) => {
                     let rec = levels.files.get_mut(path).expect("inserted");

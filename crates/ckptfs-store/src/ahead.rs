@@ -186,4 +186,35 @@ mod tests {
         drop((creator, fresh, restart, r));
         Store::destroy(&name).unwrap();
     }
+
+    #[test]
+    fn populate_all_maps_every_chunk_once_and_changes_no_byte() {
+        let name = format!("hz-popall-{}", std::process::id());
+        let _ = Store::destroy(&name);
+        let opts = StoreOptions {
+            mem_size: Some(16 << 20),
+            chunk_size: Some(1 << 20),
+            max_files: Some(16),
+            ..StoreOptions::named(&name)
+        };
+        let creator = Store::create(&opts).unwrap();
+        let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 + 1) as u8).collect();
+        let mut f = creator.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+        f.write_all(&data).unwrap();
+        f.close().unwrap();
+        // A fresh mapping (a daemon starting): nothing populated yet.
+        let fresh = Store::attach(&opts).unwrap();
+        let chunks = fresh.seg.layout.mem_chunks;
+        assert!((0..chunks).all(|c| !fresh.seg.is_populated(c)));
+        assert_eq!(fresh.populate_all(), chunks);
+        assert!((0..chunks).all(|c| fresh.seg.is_populated(c)));
+        assert_eq!(fresh.populate_all(), 0, "a second call has nothing left to do");
+        let mut r = fresh.open("/f", OpenFlags::READ, 0).unwrap();
+        let mut got = vec![0u8; data.len()];
+        assert_eq!(r.read_full(&mut got).unwrap(), data.len());
+        assert!(got == data, "populating changed the data");
+        assert!(fresh.fsck(false).is_clean());
+        drop((creator, fresh, r));
+        Store::destroy(&name).unwrap();
+    }
 }

@@ -313,6 +313,23 @@ impl Store {
         self.seg.layout.spill_path()
     }
 
+    /// Populate this process's page tables for every memory chunk not yet populated
+    /// (page tables only, never bytes or metadata: safe at any time). For long-lived
+    /// processes that will touch any chunk, e.g. the node daemon, which receives partner
+    /// copies into whatever chunks are free: done once at start, in the background, a
+    /// copy no longer pays the first touch of its chunks (about 70-120 ms per GiB on the
+    /// AMD VM). Returns the chunks populated by this call.
+    pub fn populate_all(&self) -> u32 {
+        let mut n = 0;
+        for c in 0..self.seg.layout.mem_chunks {
+            if !self.seg.is_populated(c) {
+                self.seg.populate(c);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// The memory data region as mapped in this process (CRUISE `get_data_region`).
     pub fn data_region(&self) -> DataRegion {
         DataRegion {
