@@ -365,6 +365,24 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
         let m_memcpy = Measurement::new("memcpy", n, total, memcpy);
         let stream = stream_ceiling(a.file_size as usize, &block, n, a.reps)?;
         let m_stream = Measurement::new("stream-copy", n, total, stream);
+        let (fused, serial) = crc_copy_rows(a.file_size as usize, &block, n, a.reps)?;
+        let m_fused = Measurement::new("copy-crc-fused", n, total, fused);
+        let m_serial = Measurement::new("copy-then-crc", n, total, serial);
+        let (f_vs, s_vs) = (
+            m_fused.gbps() / m_memcpy.gbps(),
+            m_serial.gbps() / m_memcpy.gbps(),
+        );
+        notes.push(format!(
+            "{n} proc: copy + CRC32C in one loop (ckptfs-crc, {}) = {f_vs:.2}x memcpy; \
+             CRC (crc-fast) then streaming copy per 16 KiB piece = {s_vs:.2}x memcpy",
+            if ckptfs_crc::fused_available() {
+                "folding kernel"
+            } else {
+                "no kernel on this CPU: fallback"
+            }
+        ));
+        let m_fused = m_fused.with("vs_memcpy", f_vs);
+        let m_serial = m_serial.with("vs_memcpy", s_vs);
         // (b) /dev/shm write() of new files.
         let dir = tempfile::Builder::new()
             .prefix("ckptfs-bench")
@@ -438,7 +456,9 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
             }
             None => Vec::new(),
         };
-        results.extend([m_memcpy, m_stream, m_shm, m_w, m_wf, m_tr, m_r, m_ra]);
+        results.extend([
+            m_memcpy, m_stream, m_fused, m_serial, m_shm, m_w, m_wf, m_tr, m_r, m_ra,
+        ]);
         results.extend(huge_rows);
     }
     if !a.no_sweep {
@@ -475,17 +495,48 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
 /// A copy with streaming stores (what ckptfs uses) into pre-populated shared memory, no
 /// checksum: the ceiling for ckptfs's own copy.
 fn stream_ceiling(len: usize, block: &[u8], n: usize, reps: usize) -> Result<Vec<f64>> {
-    copy_ceiling(len, block, n, reps, true)
+    copy_ceiling(len, block, n, reps, Copy::Stream)
 }
 
 /// memcpy into pre-populated shared mappings (glibc memcpy, the issue's ceiling).
 fn memcpy_ceiling(len: usize, block: &[u8], n: usize, reps: usize) -> Result<Vec<f64>> {
-    copy_ceiling(len, block, n, reps, false)
+    copy_ceiling(len, block, n, reps, Copy::Memcpy)
+}
+
+/// How [`copy_ceiling`] copies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Copy {
+    /// glibc memcpy.
+    Memcpy,
+    /// Streaming stores, no checksum.
+    Stream,
+    /// `ckptfs_crc::copy_with_crc`: copy and CRC32C in one loop (what a store write does
+    /// where the CPU has the folding kernel).
+    FusedCrc,
+    /// The CRC32C of each 16 KiB piece by crc-fast, then its streaming copy: the store's
+    /// write path before the folding kernel (and where the CPU lacks it).
+    SerialCrc,
+}
+
+/// Copy with CRC32C into pre-populated shared memory, one loop (`fused`) or checksum
+/// then copy per 16 KiB piece: what the folding kernel is worth on this CPU.
+pub(crate) fn crc_copy_rows(len: usize, block: &[u8], n: usize, reps: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+    Ok((
+        copy_ceiling(len, block, n, reps, Copy::FusedCrc)?,
+        copy_ceiling(len, block, n, reps, Copy::SerialCrc)?,
+    ))
+}
+
+fn crc_fast_append(crc: u32, data: &[u8]) -> u32 {
+    let mut d =
+        crc_fast::Digest::new_with_init_state(crc_fast::CrcAlgorithm::Crc32Iscsi, (crc ^ 0xffff_ffff) as u64);
+    d.update(data);
+    d.finalize() as u32
 }
 
 /// Each worker populates its mapping before the barrier, then copies `len` bytes in
 /// `block` pieces.
-fn copy_ceiling(len: usize, block: &[u8], n: usize, reps: usize, stream: bool) -> Result<Vec<f64>> {
+fn copy_ceiling(len: usize, block: &[u8], n: usize, reps: usize, how: Copy) -> Result<Vec<f64>> {
     // Map and populate once in the parent; forked workers share the pages (MAP_SHARED) and
     // the page tables are set up again in the child by touching before the barrier.
     let mut out = Vec::new();
@@ -521,18 +572,39 @@ fn copy_ceiling(len: usize, block: &[u8], n: usize, reps: usize, stream: bool) -
             &|r, ()| {
                 let dst = maps[r] as *mut u8;
                 let mut off = 0;
+                let mut crc = 0u32;
                 while off < len {
                     let k = (len - off).min(block.len());
                     // SAFETY: off + k <= len, inside the mapping.
                     unsafe {
-                        if stream {
-                            ckptfs_store::copy::copy_with_crc(dst.add(off), &block[..k], None);
-                        } else {
-                            std::ptr::copy_nonoverlapping(block.as_ptr(), dst.add(off), k);
+                        match how {
+                            Copy::Stream => {
+                                ckptfs_store::copy::copy_with_crc(dst.add(off), &block[..k], None);
+                            }
+                            Copy::Memcpy => std::ptr::copy_nonoverlapping(block.as_ptr(), dst.add(off), k),
+                            Copy::FusedCrc => {
+                                crc = ckptfs_crc::copy_with_crc(
+                                    dst.add(off),
+                                    &block[..k],
+                                    crc,
+                                    ckptfs_crc::Stores::Streaming,
+                                )
+                            }
+                            Copy::SerialCrc => {
+                                for (i, piece) in block[..k].chunks(16 << 10).enumerate() {
+                                    crc = crc_fast_append(crc, piece);
+                                    ckptfs_store::copy::copy_with_crc(
+                                        dst.add(off + i * (16 << 10)),
+                                        piece,
+                                        None,
+                                    );
+                                }
+                            }
                         }
                     }
                     off += k;
                 }
+                std::hint::black_box(crc);
                 Ok(())
             },
         )?);
