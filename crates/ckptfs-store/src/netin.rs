@@ -134,6 +134,11 @@ impl Landing {
                         )));
                     }
                     let c = store.alloc_chunk(fid, logical)?;
+                    // A fresh receiver (a restore into a new store): have the next free
+                    // chunks' page tables populated while this one fills (as File::write).
+                    if seg.is_mem(c) {
+                        seg.ahead.request(&store.seg);
+                    }
                     ino.nchunks.fetch_add(1, Relaxed);
                     crate::integrity::seal_data(seg, fid);
                     ino.cgen.fetch_add(1, Release);
