@@ -115,7 +115,8 @@ pub fn run(a: BenchArgs) -> Result<Report> {
             "store_bytes": a.store_bytes,
             "seq_bytes": a.seq_bytes,
             "md_files": a.md_files,
-            "fuse_threads": 4,
+            "fuse_threads_crfs": 4,
+            "fuse_threads_store": ckptfs_fuse::mount::STORE_THREADS,
             "max_write": ckptfs_fuse::MAX_WRITE,
             "cache_ttl_s": ckptfs_fuse::CacheConfig::DEFAULT.ttl.as_secs_f64(),
             "cache_poll_ms": ckptfs_fuse::CacheConfig::DEFAULT.poll.as_millis() as u64,
@@ -447,7 +448,7 @@ fn part_c(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<String>) ->
         ("mount-direct-dd", IoMode::Auto),
         ("mount-cached-dd", IoMode::Cached),
     ] {
-        let session = mount::spawn_store(StoreFs::new(store.clone(), io), &mp, &format!("ckptfs:{name}"), 4)
+        let session = mount::spawn_store(StoreFs::new(store.clone(), io), &mp, &format!("ckptfs:{name}"), 0)
             .context("mount")?;
         let mut secs = Vec::new();
         for _ in 0..a.reps {

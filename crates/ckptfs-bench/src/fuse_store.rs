@@ -155,7 +155,7 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
             StoreFs::with_cache(store.clone(), IoMode::Auto, cache),
             &mp,
             &format!("ckptfs:{name}"),
-            4,
+            0, // the store mount's default (mount::STORE_THREADS)
         )
         .context("mount the store")?;
         let r = measure(&mp, a, bytes, seq);

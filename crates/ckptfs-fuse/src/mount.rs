@@ -36,11 +36,26 @@ pub struct MountConfig {
     pub mode: Mode,
     /// Page cache or direct I/O per open.
     pub io: IoMode,
-    /// FUSE request threads (CRFS close() blocks one while chunks drain).
+    /// FUSE request threads; 0 takes the mode's default ([`STORE_THREADS`],
+    /// [`CRFS_THREADS`]). A CRFS mount gets at least 2 (its close() blocks one while
+    /// chunks drain).
     pub threads: usize,
     /// Store mode: kernel attribute/entry caching and its invalidation poller.
     pub cache: crate::CacheConfig,
 }
+
+/// FUSE request threads of a store mount by default: one. Every request of a store
+/// mount is short (no request waits for another one), and on a small VM a request
+/// handed to a thread on another CPU costs more than it saves: measured on a 2-vCPU
+/// KVM guest, one thread made creates 2.4-4x faster than four and took a third of the
+/// daemon's CPU time per create (docs/benchmarks.md, "round 2 session 4"). More threads
+/// help parallel writers that each move large blocks (`ckptfs mount --threads 4`: two
+/// parallel `dd` writers there wrote 3,037-3,822 MiB/s instead of 1,469-3,167).
+pub const STORE_THREADS: usize = 1;
+
+/// FUSE request threads of a CRFS mount by default (a close() blocks its thread while
+/// the file's chunks drain, so other requests need other threads).
+pub const CRFS_THREADS: usize = 4;
 
 /// Errors of mounting and unmounting.
 #[derive(Debug, thiserror::Error)]
@@ -236,7 +251,12 @@ pub fn run(cfg: &MountConfig, shutdown: &Shutdown, on_ready: impl FnOnce()) -> R
     let root = unsafe { libc::geteuid() } == 0;
     let mut options = base_options();
     let mut config = Config::default();
-    config.n_threads = Some(cfg.threads.max(2));
+    config.n_threads = Some(match (&cfg.mode, cfg.threads) {
+        (Mode::Store(_), 0) => STORE_THREADS,
+        (Mode::Store(_), n) => n,
+        (Mode::Crfs(_), 0) => CRFS_THREADS,
+        (Mode::Crfs(_), n) => n.max(2),
+    });
     config.clone_fd = true;
     // As root, let every user's job use the mount (permissions are still checked).
     config.acl = if root { SessionACL::All } else { SessionACL::Owner };
@@ -345,17 +365,27 @@ fn ended_by_unmount(e: &io::Error, mp: &Path) -> bool {
     e.raw_os_error() == Some(libc::ECONNABORTED) && !mount_entry(mp).is_some_and(|m| m.is_ckptfs())
 }
 
-/// Mount `fs` at `mp` served by background threads (benchmarks and tests in one
-/// process); unmount with [`unmount_spawned`]. For a [`StoreFs`] use [`spawn_store`],
-/// which also runs the invalidation poller its kernel caching relies on.
+/// Mount `fs` at `mp` served by `threads` background threads (at least 2: CRFS needs
+/// them; benchmarks and tests in one process); unmount with [`unmount_spawned`]. For a
+/// [`StoreFs`] use [`spawn_store`], which also runs the invalidation poller its kernel
+/// caching relies on.
 pub fn spawn<FS: fuser::Filesystem>(
     fs: FS,
     mp: &Path,
     fsname: &str,
     threads: usize,
 ) -> io::Result<fuser::BackgroundSession> {
+    spawn_threads(fs, mp, fsname, threads.max(2))
+}
+
+fn spawn_threads<FS: fuser::Filesystem>(
+    fs: FS,
+    mp: &Path,
+    fsname: &str,
+    threads: usize,
+) -> io::Result<fuser::BackgroundSession> {
     let mut config = Config::default();
-    config.n_threads = Some(threads.max(2));
+    config.n_threads = Some(threads.max(1));
     config.clone_fd = true;
     config.mount_options = base_options();
     config.mount_options.push(MountOption::FSName(fsname.into()));
@@ -377,11 +407,13 @@ impl StoreSession {
     }
 }
 
-/// Mount a store file system at `mp` served by background threads, with its
-/// invalidation poller running (benchmarks and tests in one process).
+/// Mount a store file system at `mp` served by `threads` background threads (0:
+/// [`STORE_THREADS`]), with its invalidation poller running (benchmarks and tests in
+/// one process).
 pub fn spawn_store(fs: StoreFs, mp: &Path, fsname: &str, threads: usize) -> io::Result<StoreSession> {
     let inval = fs.invalidator();
-    let session = spawn(fs, mp, fsname, threads)?;
+    let n = if threads == 0 { STORE_THREADS } else { threads };
+    let session = spawn_threads(fs, mp, fsname, n)?;
     let poller = inval.start(session.notifier())?;
     Ok(StoreSession { session, poller })
 }

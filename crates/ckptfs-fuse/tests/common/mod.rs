@@ -194,7 +194,8 @@ pub fn daemon_entry() {
         mountpoint: mp,
         mode,
         io,
-        threads: 4,
+        // Each mode's default, as `ckptfs mount` without --threads.
+        threads: 0,
         cache,
     };
     let shutdown =
