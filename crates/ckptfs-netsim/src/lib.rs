@@ -454,12 +454,26 @@ impl Sim {
         let node = self.get(i)?;
         kill_ns_processes(&node.netns);
         self.set_link(i, "down")?;
-        cmd::run(
-            Command::new("nsenter")
-                .arg(format!("--mount={}", node.mntns.display()))
-                .args(["--", "umount", "/dev/shm"]),
-        )?;
-        Ok(())
+        // A killed process leaves `ip netns pids` when its leader exits, but its memory
+        // (the mapped segment) goes only with its last thread: a thread still leaving a
+        // long system call keeps /dev/shm busy for a moment. Retry for up to 10 s.
+        let mut tries = 0;
+        loop {
+            let r = cmd::run(
+                Command::new("nsenter")
+                    .arg(format!("--mount={}", node.mntns.display()))
+                    .args(["--", "umount", "/dev/shm"]),
+            );
+            match r {
+                Ok(_) => return Ok(()),
+                Err(e) if tries < 100 && e.to_string().contains("busy") => {
+                    tries += 1;
+                    kill_ns_processes(&node.netns);
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Node `i` comes back (a replacement or a reboot): a fresh empty `/dev/shm`, link up.

@@ -9,6 +9,10 @@
 //! populated while it copies and checks this one. Only page tables are
 //! touched, never bytes or metadata, so populating a chunk someone else takes meanwhile,
 //! or one read from a stack being changed, is harmless (ids are bounds-checked).
+//!
+//! Not on huge pages: there a chunk's page tables are one or two PMD entries, mapped by
+//! the writer itself in microseconds; handing that to a helper costs a wake-up of the
+//! other CPU (a halted vCPU in a VM) and contention on the same PMD.
 
 use crate::segment::Segment;
 use std::sync::atomic::Ordering::Relaxed;
@@ -31,6 +35,9 @@ pub(crate) struct Ahead {
 impl Ahead {
     /// Ask the helper to populate `chunks` (a reader's next chunks in its file).
     pub(crate) fn request_chunks(&self, seg: &Arc<Segment>, chunks: impl Iterator<Item = u32>) {
+        if seg.huge {
+            return;
+        }
         let mut any = false;
         for (slot, c) in self.wanted.iter().zip(chunks) {
             slot.store(c, Relaxed);
@@ -47,7 +54,7 @@ impl Ahead {
         // Nothing to do when the farthest chunk it would populate already is (a process
         // writing its second checkpoint into recycled chunks).
         let top = seg.sb().mem_top.load(Relaxed).min(seg.layout.mem_chunks);
-        if top == 0 || seg.is_populated(seg.mem_stack(top - AHEAD.min(top)).load(Relaxed)) {
+        if seg.huge || top == 0 || seg.is_populated(seg.mem_stack(top - AHEAD.min(top)).load(Relaxed)) {
             return;
         }
         self.free_stack.store(true, Relaxed);
@@ -216,5 +223,45 @@ mod tests {
         assert!(fresh.fsck(false).is_clean());
         drop((creator, fresh, r));
         Store::destroy(&name).unwrap();
+    }
+
+    #[test]
+    fn a_huge_page_store_is_recognised_and_its_writer_needs_no_helper() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mounting a huge-page tmpfs needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "huge=within_size,size=128M,mode=1777", "ckptfs-test-huge"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount a huge-page tmpfs");
+        let name = format!("hz-hugeahead-{}", std::process::id());
+        let opts = StoreOptions {
+            mem_size: Some(32 << 20),
+            chunk_size: Some(1 << 20),
+            max_files: Some(16),
+            shm_dir: Some(dir.path().to_path_buf()),
+            ..StoreOptions::named(&name)
+        };
+        let creator = Store::create(&opts).unwrap();
+        let fresh = Store::attach(&opts).unwrap();
+        assert!(creator.seg.huge && fresh.seg.huge, "2 MiB st_blksize not seen");
+        let data: Vec<u8> = (0..6u32 << 20).map(|i| (i * 13 + 5) as u8).collect();
+        let mut f = fresh.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+        f.write_all(&data).unwrap();
+        f.close().unwrap();
+        // The writer mapped its chunks itself: no helper thread was started.
+        assert!(fresh.seg.ahead.thread.get().is_none(), "a populate helper started");
+        let mut r = creator.open("/f", OpenFlags::READ, 0).unwrap();
+        let mut got = vec![0u8; data.len()];
+        assert_eq!(r.read_full(&mut got).unwrap(), data.len());
+        assert!(got == data, "data differs");
+        drop((creator, fresh, r));
+        Store::destroy_in(Some(dir.path()), &name).unwrap();
+        let _ = std::process::Command::new("umount").arg(dir.path()).status();
     }
 }

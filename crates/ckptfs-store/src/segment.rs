@@ -33,7 +33,14 @@ pub struct Segment {
     populated_gen: AtomicU64,
     /// Helper thread populating free chunks ahead of a fresh writer.
     pub(crate) ahead: crate::ahead::Ahead,
+    /// The segment file is on huge pages (tmpfs reports a 2 MiB `st_blksize` for a file
+    /// it backs with them): populating a chunk maps one or two PMD entries, too cheap to
+    /// hand to a helper thread.
+    pub(crate) huge: bool,
 }
+
+/// `st_blksize` of a tmpfs file backed by huge pages (shmem reports HPAGE_PMD_SIZE).
+const HUGE_BLKSIZE: u64 = 2 << 20;
 
 /// Incremented in every child after fork(): a child's page tables for shared mappings are
 /// empty, so its populated bits must be cleared.
@@ -215,6 +222,10 @@ impl Segment {
                 use std::os::unix::fs::MetadataExt;
                 file.metadata().map(|m| m.ino()).unwrap_or(0)
             },
+            huge: {
+                use std::os::unix::fs::MetadataExt;
+                file.metadata().is_ok_and(|m| m.blksize() >= HUGE_BLKSIZE)
+            },
         };
         register_fork_handler();
         seg.populated = (0..(params.mem_chunks as usize).div_ceil(64))
@@ -272,6 +283,7 @@ impl Segment {
             .map_err(|e| StoreError::io(format!("stat {}", path.display()), e))?;
         let size = meta.len();
         let ino = std::os::unix::fs::MetadataExt::ino(&meta);
+        let huge = std::os::unix::fs::MetadataExt::blksize(&meta) >= HUGE_BLKSIZE;
         // Read and check the superblock with plain reads before mapping anything.
         let mut head = vec![0u8; SUPERBLOCK_SIZE as usize];
         if size < SUPERBLOCK_SIZE || file.read_exact_at(&mut head, 0).is_err() {
@@ -332,6 +344,7 @@ impl Segment {
                 AtomicU64::new(FORK_GEN.load(Ordering::Relaxed))
             },
             ahead: Default::default(),
+            huge,
         })
     }
 
