@@ -234,7 +234,13 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let st = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "huge=within_size,size=128M,mode=1777", "ckptfs-test-huge"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                "huge=within_size,size=128M,mode=1777",
+                "ckptfs-test-huge",
+            ])
             .arg(dir.path())
             .status()
             .unwrap();
@@ -255,7 +261,10 @@ mod tests {
         f.write_all(&data).unwrap();
         f.close().unwrap();
         // The writer mapped its chunks itself: no helper thread was started.
-        assert!(fresh.seg.ahead.thread.get().is_none(), "a populate helper started");
+        assert!(
+            fresh.seg.ahead.thread.get().is_none(),
+            "a populate helper started"
+        );
         let mut r = creator.open("/f", OpenFlags::READ, 0).unwrap();
         let mut got = vec![0u8; data.len()];
         assert_eq!(r.read_full(&mut got).unwrap(), data.len());
