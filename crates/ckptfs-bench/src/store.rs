@@ -527,13 +527,6 @@ pub(crate) fn crc_copy_rows(len: usize, block: &[u8], n: usize, reps: usize) -> 
     ))
 }
 
-fn crc_fast_append(crc: u32, data: &[u8]) -> u32 {
-    let mut d =
-        crc_fast::Digest::new_with_init_state(crc_fast::CrcAlgorithm::Crc32Iscsi, (crc ^ 0xffff_ffff) as u64);
-    d.update(data);
-    d.finalize() as u32
-}
-
 /// Each worker populates its mapping before the barrier, then copies `len` bytes in
 /// `block` pieces.
 fn copy_ceiling(len: usize, block: &[u8], n: usize, reps: usize, how: Copy) -> Result<Vec<f64>> {
@@ -592,7 +585,7 @@ fn copy_ceiling(len: usize, block: &[u8], n: usize, reps: usize, how: Copy) -> R
                             }
                             Copy::SerialCrc => {
                                 for (i, piece) in block[..k].chunks(16 << 10).enumerate() {
-                                    crc = crc_fast_append(crc, piece);
+                                    crc = ckptfs_crc::crc32c_append_crc_fast(crc, piece);
                                     ckptfs_store::copy::copy_with_crc(
                                         dst.add(off + i * (16 << 10)),
                                         piece,

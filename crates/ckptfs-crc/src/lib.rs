@@ -28,9 +28,9 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
         // SAFETY: prefer_for_checksums() checked the CPU features; body is a non-zero
         // multiple of BLOCK inside `data`; no destination is written (Mode::None).
         let reg = unsafe { simd::fold::<{ simd::NONE }>(std::ptr::null_mut(), data.as_ptr(), body, !crc) };
-        return crc_fast_append(!reg, &data[body..]);
+        return crc32c_append_crc_fast(!reg, &data[body..]);
     }
-    crc_fast_append(crc, data)
+    crc32c_append_crc_fast(crc, data)
 }
 
 /// CRC32C of A followed by B, from `a` = CRC32C(A), `b` = CRC32C(B) and B's length.
@@ -38,7 +38,9 @@ pub fn crc32c_combine(a: u32, b: u32, b_len: u64) -> u32 {
     crc_fast::checksum_combine(crc_fast::CrcAlgorithm::Crc32Iscsi, a as u64, b as u64, b_len) as u32
 }
 
-fn crc_fast_append(crc: u32, data: &[u8]) -> u32 {
+/// [`crc32c_append`] by crc-fast alone, never the folding kernel: the fallback, and the
+/// reference benchmarks compare the kernel with.
+pub fn crc32c_append_crc_fast(crc: u32, data: &[u8]) -> u32 {
     if data.is_empty() {
         return crc;
     }
@@ -76,7 +78,7 @@ pub unsafe fn copy_with_crc(dst: *mut u8, src: &[u8], crc: u32, stores: Stores) 
     if n < simd::MIN_LEN || !simd::available() {
         // SAFETY: the caller guarantees dst is valid for n bytes and does not overlap src.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
-        return crc_fast_append(crc, src);
+        return crc32c_append_crc_fast(crc, src);
     }
     // Streaming stores want whole, aligned cache lines: copy up to the next 64-byte
     // boundary of the destination first.
@@ -86,7 +88,7 @@ pub unsafe fn copy_with_crc(dst: *mut u8, src: &[u8], crc: u32, stores: Stores) 
     };
     // SAFETY: head <= n, inside both ranges (caller's contract).
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, head) };
-    let mut crc = crc_fast_append(crc, &src[..head]);
+    let mut crc = crc32c_append_crc_fast(crc, &src[..head]);
     let body = (n - head) & !(simd::BLOCK - 1);
     if body > 0 {
         // SAFETY: simd::available() checked the CPU features; [head, head + body) lies
@@ -106,7 +108,7 @@ pub unsafe fn copy_with_crc(dst: *mut u8, src: &[u8], crc: u32, stores: Stores) 
     let done = head + body;
     // SAFETY: done <= n; the rest lies inside both ranges.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(done), dst.add(done), n - done) };
-    crc = crc_fast_append(crc, &src[done..]);
+    crc = crc32c_append_crc_fast(crc, &src[done..]);
     if stores == Stores::Streaming {
         simd::store_fence();
     }

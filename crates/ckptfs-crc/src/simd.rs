@@ -191,5 +191,5 @@ pub(crate) unsafe fn fold<const MODE: u8>(dst: *mut u8, src: *const u8, n: usize
         // SAFETY: the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
     }
-    !super::crc_fast_append(!reg, s)
+    !super::crc32c_append_crc_fast(!reg, s)
 }

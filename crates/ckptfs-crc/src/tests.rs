@@ -2,7 +2,7 @@ use super::*;
 use proptest::prelude::*;
 
 fn reference(crc: u32, data: &[u8]) -> u32 {
-    crc_fast_append(crc, data)
+    crc32c_append_crc_fast(crc, data)
 }
 
 #[test]
