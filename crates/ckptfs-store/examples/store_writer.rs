@@ -530,6 +530,23 @@ fn run_op(store: &Store, spec: &Spec) -> Result<(), StoreError> {
             f.close()?;
         }
         "unlink" => store.unlink(&spec.path)?,
+        // Another process's chunks on top of the free stack, this one's below: the
+        // append takes one of its own back (the allocation affinity swaps it up).
+        "reuse" => {
+            let other = Store::attach(&spec.options())?;
+            let (mine, theirs) = (format!("{}.mine", spec.path), format!("{}.theirs", spec.path));
+            for (s, p, n) in [(store, &mine, 2usize), (&other, &theirs, 16)] {
+                let mut f = s.open(p, OpenFlags::CREATE, 0o644)?;
+                f.write_all(&pattern(spec.seed, 0, n << 16))?;
+                f.close()?;
+            }
+            store.unlink(&mine)?;
+            other.unlink(&theirs)?;
+            let mut f = store.open(&spec.path, write_flags(), 0)?;
+            let off = f.size();
+            f.pwrite(&pattern(spec.seed, off, spec.size as usize), off)?;
+            f.close()?;
+        }
         "symlink" => {
             store.symlink(spec.to.as_bytes(), &spec.path)?;
         }

@@ -33,6 +33,8 @@ pub struct Segment {
     populated_gen: AtomicU64,
     /// Helper thread populating free chunks ahead of a fresh writer.
     pub(crate) ahead: crate::ahead::Ahead,
+    /// Where this process's own (populated) free chunks are on the free stack.
+    pub(crate) affinity: crate::alloc::Affinity,
     /// The segment file is on huge pages (tmpfs reports a 2 MiB `st_blksize` for a file
     /// it backs with them): populating a chunk maps one or two PMD entries, too cheap to
     /// hand to a helper thread.
@@ -218,6 +220,7 @@ impl Segment {
             populated: Vec::new(),
             populated_gen: AtomicU64::new(FORK_GEN.load(Ordering::Relaxed)),
             ahead: Default::default(),
+            affinity: crate::alloc::Affinity::new(params.mem_chunks),
             ino: {
                 use std::os::unix::fs::MetadataExt;
                 file.metadata().map(|m| m.ino()).unwrap_or(0)
@@ -344,6 +347,7 @@ impl Segment {
                 AtomicU64::new(FORK_GEN.load(Ordering::Relaxed))
             },
             ahead: Default::default(),
+            affinity: crate::alloc::Affinity::new(layout.mem_chunks),
             huge,
         })
     }

@@ -64,6 +64,25 @@ fn crash_at_alloc_after_owner_leaves_victim_incomplete_and_fsck_repairs_its_chun
 }
 
 #[test]
+fn crash_in_the_middle_of_an_affinity_swap_loses_and_doubles_no_free_chunk() {
+    // The writer dies between the two stores of a swap on the free stack (one chunk id
+    // twice, one missing), holding the allocation lock: recovery rebuilds the stack from
+    // the owners; assert_chunk_accounting and the allocations after it check the count.
+    for point in ["affinity-before-swap", "affinity-mid-swap"] {
+        crash_point_case(point, 100_000, "reuse", "", 100_000, &[], |s, v| {
+            // The append's first piece filled chunk 1; the allocation of chunk 2 died
+            // before taking it: the victim is incomplete, its first 131072 bytes intact.
+            let st = s.stat(&v.file_path(0)).unwrap();
+            assert_eq!(st.state, WriteState::Incomplete);
+            assert_eq!(
+                assert_prefix_is(s, &v.file_path(0), v.file_seed(0), 200_000),
+                131_072
+            );
+        });
+    }
+}
+
+#[test]
 fn crash_at_free_after_owner_during_unlink_completes_the_unlink() {
     crash_point_case("free-after-owner", 300_000, "unlink", "", 0, &[], |s, v| {
         assert_eq!(s.stat(&v.file_path(0)).unwrap_err().errno(), libc::ENOENT);
