@@ -68,19 +68,37 @@ pub struct PreloadBenchArgs {
 /// BLOCK` (the same as the process's first), `r PATH BLOCK` (read it),
 /// `m SIZE BLOCK` (memcpy into pre-faulted shared memory), `p N PATH` (open/fstat/close),
 /// `l N PATH BLOCK` (N x: fcntl write lock, pwrite BLOCK at 0, unlock).
-/// Prints "ready", waits for a byte on stdin, runs, prints "T0 T1".
+/// Prints "ready", waits for the start (see `ready()`), runs, prints "T0 T1".
 const WORKER_C: &str = r#"
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-static void ready(void) { char c; printf("ready\n"); fflush(stdout); if (read(0, &c, 1) != 1) exit(3); }
+/* Print "ready", then wait for the start: spin (yielding) on the shared flag the bench
+   names in CKPTFS_BENCH_GO, so that all workers start together; else a byte on stdin. */
+static void ready(void) {
+    char c;
+    printf("ready\n");
+    fflush(stdout);
+    const char *go = getenv("CKPTFS_BENCH_GO");
+    if (go && *go) {
+        int fd = open(go, O_RDONLY);
+        volatile unsigned *flag = fd < 0 ? MAP_FAILED : mmap(0, 4096, PROT_READ, MAP_SHARED, fd, 0);
+        if (flag == MAP_FAILED) exit(3);
+        close(fd);
+        while (!*flag) sched_yield();
+        munmap((void *)flag, 4096);
+    } else if (read(0, &c, 1) != 1) {
+        exit(3);
+    }
+}
 int main(int argc, char **argv) {
     char m = argv[1][0];
     double t0, t1;

@@ -1,12 +1,122 @@
 //! Run a closure in N forked worker processes that start together.
 //!
-//! Workers wait on a pipe barrier, run, and write their (start, end) CLOCK_MONOTONIC
-//! times to a result pipe. The parent must be single-threaded when it forks.
+//! Workers wait at a spinning barrier (a flag in shared memory, polled with
+//! `sched_yield`, as MPI barriers spin), run, and write their (start, end)
+//! CLOCK_MONOTONIC times to a result pipe. The parent must be single-threaded when it
+//! forks. A blocking barrier (a byte on a pipe) is not used: on a VM whose scheduler
+//! packs sleeping tasks onto one vCPU, the second worker woke up to tens of
+//! milliseconds after the first, and that skew, not the system under test, decided the
+//! aggregate time of 2-process rows (baselines and ckptfs alike).
 
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+
+/// A release flag in shared memory: one page of a file (for exec'd workers, named by
+/// `CKPTFS_BENCH_GO`) or of an anonymous shared mapping (for forked workers).
+pub struct GoFlag {
+    ptr: *mut u32,
+    file: Option<tempfile::NamedTempFile>,
+}
+
+impl GoFlag {
+    fn map(fd: i32) -> Result<*mut u32> {
+        let flags = if fd < 0 {
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS
+        } else {
+            libc::MAP_SHARED
+        };
+        // SAFETY: a fresh 4 KiB shared mapping; checked for MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            bail!("mmap of the start flag: {}", std::io::Error::last_os_error());
+        }
+        Ok(p as *mut u32)
+    }
+
+    /// A flag shared with processes forked after this call.
+    pub fn anonymous() -> Result<GoFlag> {
+        Ok(GoFlag {
+            ptr: Self::map(-1)?,
+            file: None,
+        })
+    }
+
+    /// A flag in a temporary file, for exec'd workers (see [`GoFlag::env`]).
+    pub fn file() -> Result<GoFlag> {
+        use std::os::fd::AsRawFd;
+        let file = tempfile::Builder::new().prefix("ckptfs-bench-go-").tempfile()?;
+        file.as_file().set_len(4096)?;
+        Ok(GoFlag {
+            ptr: Self::map(file.as_file().as_raw_fd())?,
+            file: Some(file),
+        })
+    }
+
+    /// The environment variable that tells an exec'd worker where the flag is.
+    pub fn env(&self) -> Option<(String, String)> {
+        self.file
+            .as_ref()
+            .map(|f| ("CKPTFS_BENCH_GO".to_string(), f.path().display().to_string()))
+    }
+
+    /// Release every worker waiting on the flag.
+    pub fn release(&self) {
+        // SAFETY: ptr is our live 4 KiB shared mapping; the word is only used atomically.
+        unsafe {
+            (*(self.ptr as *const std::sync::atomic::AtomicU32))
+                .store(1, std::sync::atomic::Ordering::Release)
+        };
+    }
+
+    /// Spin (yielding) until released.
+    pub fn wait(&self) {
+        // SAFETY: as in release.
+        let w = unsafe { &*(self.ptr as *const std::sync::atomic::AtomicU32) };
+        while w.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
+}
+
+impl Drop for GoFlag {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping once.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, 4096) };
+    }
+}
+
+/// In an exec'd worker that printed `ready`: wait for the start, at the flag named by
+/// `CKPTFS_BENCH_GO` if set, else for a byte on stdin.
+pub fn wait_for_go() -> Result<()> {
+    match std::env::var_os("CKPTFS_BENCH_GO").filter(|p| !p.is_empty()) {
+        Some(p) => {
+            use std::os::fd::AsRawFd;
+            let f = std::fs::OpenOptions::new().read(true).write(true).open(&p)?;
+            let flag = GoFlag {
+                ptr: GoFlag::map(f.as_raw_fd())?,
+                file: None,
+            };
+            flag.wait();
+        }
+        None => {
+            use std::io::Read;
+            let mut go = [0u8; 1];
+            std::io::stdin().read_exact(&mut go)?;
+        }
+    }
+    Ok(())
+}
 
 fn mono() -> f64 {
     let mut ts = libc::timespec {
@@ -26,13 +136,11 @@ pub fn run_parallel<T>(
     prep: &dyn Fn(usize) -> Result<T>,
     work: &dyn Fn(usize, T) -> Result<()>,
 ) -> Result<f64> {
-    let mut go = [0i32; 2];
+    let go = GoFlag::anonymous()?;
     let mut res = [0i32; 2];
     let mut ready = [0i32; 2];
     // SAFETY: pipe writes two fds into the arrays.
-    if unsafe { libc::pipe(go.as_mut_ptr()) } != 0
-        // SAFETY: as above.
-        || unsafe { libc::pipe(res.as_mut_ptr()) } != 0
+    if unsafe { libc::pipe(res.as_mut_ptr()) } != 0
         // SAFETY: as above.
         || unsafe { libc::pipe(ready.as_mut_ptr()) } != 0
     {
@@ -47,13 +155,12 @@ pub fn run_parallel<T>(
             bail!("fork: {}", std::io::Error::last_os_error());
         }
         if pid == 0 {
-            let mut b = [0u8; 1];
-            // SAFETY: reading one byte from our pipe; writing 16 bytes from a local array.
+            let b = [0u8; 1];
+            // SAFETY: writing one byte and 16 bytes from local arrays to our pipes.
             unsafe {
-                libc::close(go[1]);
                 let prepared = prep(rank).map_err(|e| eprintln!("worker {rank}: {e:#}"));
                 libc::write(ready[1], b.as_ptr() as *const libc::c_void, 1);
-                libc::read(go[0], b.as_mut_ptr() as *mut libc::c_void, 1);
+                go.wait();
                 let t0 = mono();
                 let ok = match prepared {
                     Ok(p) => work(rank, p)
@@ -69,9 +176,8 @@ pub fn run_parallel<T>(
         }
         pids.push(pid);
     }
-    // SAFETY: closing our copies of the pipe ends we do not use; writing the go bytes.
+    // SAFETY: closing our copies of the pipe ends we do not use; reading the ready bytes.
     unsafe {
-        libc::close(go[0]);
         libc::close(res[1]);
         libc::close(ready[1]);
         // Release the workers only when all have finished their untimed preparation.
@@ -85,11 +191,8 @@ pub fn run_parallel<T>(
             got += r as usize;
         }
         libc::close(ready[0]);
-        std::thread::sleep(Duration::from_millis(5));
-        let bytes = vec![1u8; n];
-        libc::write(go[1], bytes.as_ptr() as *const libc::c_void, n);
-        libc::close(go[1]);
     }
+    go.release();
     let (mut first, mut last, mut failed) = (f64::MAX, 0f64, false);
     for _ in 0..n {
         let mut rec = [0f64; 2];
@@ -125,12 +228,13 @@ pub fn run_parallel<T>(
 /// prints `ready`, waits for a byte on stdin, runs, and prints `T0 T1` (CLOCK_MONOTONIC
 /// seconds). Returns the aggregate seconds (last end - first start).
 pub fn run_commands(n: usize, argv: &dyn Fn(usize) -> Vec<String>, env: &[(String, String)]) -> Result<f64> {
+    let go = GoFlag::file()?;
     let mut kids = Vec::new();
     for rank in 0..n {
         let a = argv(rank);
         let mut c = Command::new(&a[0]);
         c.args(&a[1..]).stdin(Stdio::piped()).stdout(Stdio::piped());
-        for (k, v) in env {
+        for (k, v) in env.iter().cloned().chain(go.env()) {
             c.env(k, v);
         }
         let mut child = c.spawn().with_context(|| format!("spawning {}", a[0]))?;
@@ -142,8 +246,10 @@ pub fn run_commands(n: usize, argv: &dyn Fn(usize) -> Vec<String>, env: &[(Strin
         }
         kids.push((child, out));
     }
+    go.release();
+    // Workers that wait on stdin instead of the flag.
     for (c, _) in kids.iter_mut() {
-        c.stdin.as_mut().context("worker stdin")?.write_all(b"g")?;
+        let _ = c.stdin.as_mut().context("worker stdin")?.write_all(b"g");
     }
     let (mut t0, mut t1) = (f64::MAX, 0f64);
     for (mut c, mut out) in kids {

@@ -703,15 +703,14 @@ pub struct WorkerArgs {
 /// Body of `ckptfs bench store-worker`: prepare, print `ready`, wait for a byte on stdin,
 /// run the timed part, print `T0 T1`.
 pub fn worker(a: WorkerArgs) -> Result<()> {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let block = pattern(a.block as usize);
     let mut buf = vec![0u8; a.block as usize];
     if a.mode == "tmpfs-read" {
         use std::io::Read;
         println!("ready");
         std::io::stdout().flush()?;
-        let mut go = [0u8; 1];
-        std::io::stdin().read_exact(&mut go)?;
+        crate::procs::wait_for_go()?;
         let t0 = crate::procs::monotonic();
         let mut f = std::fs::File::open(&a.path)?;
         let mut got = 0u64;
@@ -745,8 +744,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
     }
     println!("ready");
     std::io::stdout().flush()?;
-    let mut go = [0u8; 1];
-    std::io::stdin().read_exact(&mut go)?;
+    crate::procs::wait_for_go()?;
     let t0 = crate::procs::monotonic();
     match a.mode.as_str() {
         "write" | "write-fresh" => write_file(&s, &a.path, a.size, &block)?,
