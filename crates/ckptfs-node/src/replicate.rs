@@ -11,6 +11,12 @@
 //! (about 2 ms for a store of a few GiB); on the partner-copy thread, which also
 //! receives the partners' copies, scans every 10 ms took a fifth of that thread.
 //! At least one full scan is made every [`FULL_PASS_MAX`] all the same.
+//!
+//! A file's last writer closing it ends the wait at once: a thread of the daemon
+//! (`close-watch`) sleeps on the store's close count (a futex in the segment,
+//! [`Store::wait_for_close`](ckptfs_store::Store::wait_for_close)) and wakes this loop,
+//! so a copy starts right after the close instead of up to `scan_interval` (200 ms)
+//! later; `bench partner` measures copies from the close.
 
 use crate::daemon::Shared;
 use crate::error::NodeError;
@@ -19,8 +25,42 @@ use crate::node_status::CopyInFlight;
 use crate::peer::{Conn, Msg};
 use crate::source::{scan, FileReader, ReadProblem};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// After waking the copy loop, the close watcher lets closes go unwatched this long:
+/// a burst of closes (many small files) then costs the writers at most one futex wake
+/// each such period, and the loop one pass.
+const CLOSE_DEBOUNCE: Duration = Duration::from_millis(2);
+
+/// Start the thread that turns a last writer's close into a wake-up of `closed`. It
+/// ends within a second of the copy loop (the other holder of `closed`) going away.
+fn spawn_close_watch(shared: Weak<Shared>, closed: Arc<Notify>) {
+    let run = move || {
+        let Some(mut seen) = shared.upgrade().map(|s| s.store.close_seq()) else {
+            return;
+        };
+        while Arc::strong_count(&closed) > 1 {
+            let Some(store) = shared.upgrade().map(|s| s.store.clone()) else {
+                return;
+            };
+            let now = store.wait_for_close(seen, Duration::from_secs(1));
+            if now != seen {
+                seen = now;
+                closed.notify_one();
+                std::thread::sleep(CLOSE_DEBOUNCE);
+            }
+        }
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("close-watch".into())
+        .stack_size(64 << 10)
+        .spawn(run)
+    {
+        tracing::warn!("no close watcher ({e}): partner copies start at the next scan");
+    }
+}
 
 /// How often a chunk refused for its CRC is sent again before the copy is given up.
 const RESEND_MAX: u32 = 3;
@@ -97,6 +137,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut throttle = Throttle::new(shared.cfg.max_bw);
     let mut last_used = Instant::now();
     let mut settled: Option<Settled> = None;
+    let closed = Arc::new(Notify::new());
+    spawn_close_watch(Arc::downgrade(&shared), closed.clone());
     loop {
         // The partner closes a connection idle for its read timeout (30 s): start afresh
         // after a quiet period instead of failing a copy on a dead connection.
@@ -127,7 +169,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 Err(e) => tracing::warn!("partner copies: {e}"),
             }
         }
-        tokio::time::sleep(shared.cfg.scan_interval).await;
+        tokio::select! {
+            _ = tokio::time::sleep(shared.cfg.scan_interval) => {}
+            _ = closed.notified() => {}
+        }
     }
 }
 

@@ -74,6 +74,37 @@ impl Store {
         self.seg.sb().changes.seq.load(SeqCst)
     }
 
+    /// How many times a file's last writer has closed it (wrapping). Cheap (one atomic
+    /// load); [`Store::wait_for_close`] sleeps until it moves.
+    pub fn close_seq(&self) -> u32 {
+        self.seg.sb().changes.closes.load(SeqCst)
+    }
+
+    /// Sleep until [`Store::close_seq`] differs from `seen` (a last writer closed a file
+    /// meanwhile), at most `timeout`; returns its value then. For a daemon that acts on
+    /// complete files (partner copies): it starts at once instead of at its next scan.
+    pub fn wait_for_close(&self, seen: u32, timeout: std::time::Duration) -> u32 {
+        let c = &self.seg.sb().changes;
+        // Register first, then check: a closer bumps first, then looks for waiters, so
+        // either it sees us or we see its bump (all SeqCst).
+        c.close_waiters.fetch_add(1, SeqCst);
+        if c.closes.load(SeqCst) == seen {
+            crate::lock::futex_wait(&c.closes, seen, timeout);
+        }
+        let _ = c.close_waiters.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1));
+        c.closes.load(SeqCst)
+    }
+
+    /// A file's last writer closed it: bump the close count and wake the waiters. A
+    /// waiter count left high by a killed waiter only costs closes a futex call.
+    pub(crate) fn note_closed(&self) {
+        let c = &self.seg.sb().changes;
+        c.closes.fetch_add(1, SeqCst);
+        if c.close_waiters.load(SeqCst) != 0 {
+            crate::lock::futex_wake(&c.closes);
+        }
+    }
+
     /// What changed after sequence `since` (a value [`Store::change_seq`] or an earlier
     /// answer's `seq` returned). A change may be reported twice (in this answer and the
     /// next); none is left out unless `complete` is false.

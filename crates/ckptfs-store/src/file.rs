@@ -655,6 +655,7 @@ impl FileHandle {
         let ino = seg.inode(self.fid);
         let g = store.file_lock(self.fid);
         let mut result = Ok(());
+        let mut last_writer = false;
         if self.flags.write && !self.is_dir {
             result = self.finalize_locked();
             store.drop_lease(self.fid, self.owner, true);
@@ -671,11 +672,15 @@ impl FileHandle {
                 ino.last_writer_pid.store(self.owner.pid, Relaxed);
                 ino.last_writer_start.store(self.owner.start, Relaxed);
                 ino.wstate.store(st, Release);
+                last_writer = true;
             }
         } else {
             store.drop_lease(self.fid, self.owner, false);
         }
         drop(g);
+        if last_writer {
+            store.note_closed();
+        }
         // Only an unlinked file needs the namespace lock (to free its inode); checking the
         // flag after dropping our lease is race-free: an unlink that sets it later sees
         // our lease gone and frees the file itself.

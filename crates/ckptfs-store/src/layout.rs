@@ -372,7 +372,15 @@ pub struct ChangeCounters {
     /// or of a recovery or repair that changed the namespace without logging it. A
     /// poller whose last seen seq is below it must drop all its cached entries.
     pub lost_seq: AtomicU64,
+    /// Bumped when a file's last writer closes it (complete or not): the node daemon
+    /// waits on it (a futex) to start partner copies at once instead of at its next
+    /// scan. In what was padding up to format 5's 64 bytes (zero in older segments).
+    pub closes: AtomicU32,
+    /// Processes waiting on `closes` (a closer wakes them only if not 0).
+    pub close_waiters: AtomicU32,
 }
+
+const _: () = assert!(std::mem::size_of::<ChangeCounters>() == 64);
 
 /// One name change in the ring: `name` was added to or removed from directory `parent`.
 /// Written under the namespace lock, `seq` last.

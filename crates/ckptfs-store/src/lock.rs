@@ -220,3 +220,41 @@ impl Drop for Guard<'_> {
         unsafe { libc::pthread_mutex_unlock(self.m.raw.get()) };
     }
 }
+
+/// Wake every process waiting on `word` with [`futex_wait`] (a shared futex: the word
+/// is in the segment, mapped by several processes).
+pub(crate) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a valid, aligned u32 of a live mapping; no memory is written.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0,
+            0,
+            0,
+        )
+    };
+}
+
+/// Sleep while `word` holds `seen`, at most `timeout` (or until woken, or a signal).
+pub(crate) fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT reads the valid, aligned u32 and the timespec we pass (a
+    // relative timeout); it writes nothing.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            seen,
+            &ts as *const libc::timespec,
+            0,
+            0,
+        )
+    };
+}

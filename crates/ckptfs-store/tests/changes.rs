@@ -232,3 +232,42 @@ fn concurrent_writes_are_never_missed_between_two_polls() {
         );
     }
 }
+
+#[test]
+fn a_last_writer_closing_a_file_wakes_a_waiter_at_once() {
+    let t = TempStore::new("chg-close", 4 << 20, 64 << 10, 64, None);
+    let s = t.attach();
+    // The node daemon's side: another mapping, as another process would have.
+    let waiter = t.attach();
+    let seen = waiter.close_seq();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let th = std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        let now = waiter.wait_for_close(seen, std::time::Duration::from_secs(60));
+        tx.send((now, t0.elapsed())).unwrap();
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // Writes, a reader's close and a second writer's close wake nobody: only the last
+    // writer's close does.
+    let mut a = s.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    let b = s
+        .open("/f", OpenFlags::from_posix(libc::O_WRONLY).unwrap(), 0)
+        .unwrap();
+    a.write_all(b"data").unwrap();
+    s.open("/f", OpenFlags::READ, 0).unwrap().close().unwrap();
+    a.close().unwrap();
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(300)).is_err(),
+        "woken before the last writer closed"
+    );
+    assert_eq!(s.close_seq(), seen, "only a last writer's close counts");
+    b.close().unwrap();
+    // Woken by the close, not by the 60 s timeout.
+    let (now, waited) = rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap();
+    assert_eq!(now, seen.wrapping_add(1));
+    assert!(waited < std::time::Duration::from_secs(30), "{waited:?}");
+    th.join().unwrap();
+    assert_eq!(s.stat("/f").unwrap().state, WriteState::Complete);
+    // Nothing to wait for when it already moved.
+    assert_eq!(s.wait_for_close(seen, std::time::Duration::from_secs(60)), now);
+}
