@@ -62,6 +62,12 @@ impl Default for ConnConfig {
     }
 }
 
+/// `CKPTFS_NO_RCVLOWAT=1` leaves `SO_RCVLOWAT` at 1 (for A/B measurements).
+fn lowat_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("CKPTFS_NO_RCVLOWAT").is_none_or(|v| v != "1"))
+}
+
 /// The receiving half of a connection.
 #[derive(Debug)]
 pub struct ConnReader {
@@ -194,7 +200,37 @@ impl ConnReader {
                 c.len
             )));
         }
-        timed(self.read_timeout, "chunk data", self.rd.read_exact(buf)).await?;
+        let buffered = self.rd.buffer();
+        let k = buffered.len().min(buf.len());
+        buf[..k].copy_from_slice(&buffered[..k]);
+        std::pin::Pin::new(&mut self.rd).consume(k);
+        let stream: &TcpStream = self.rd.get_ref().as_ref();
+        let mut at = k;
+        let mut mark = 1;
+        let len = buf.len();
+        let r = timed(self.read_timeout, "chunk data", async {
+            while at < len {
+                let want = (len - at).min(crate::lowat::LOWAT_MAX);
+                if want != mark && lowat_on() {
+                    crate::lowat::set(stream.as_fd(), want);
+                    mark = want;
+                }
+                stream.readable().await?;
+                match stream.try_read(&mut buf[at..]) {
+                    Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                    Ok(n) => at += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        })
+        .await;
+        if mark != 1 {
+            crate::lowat::set(stream.as_fd(), 1);
+        }
+        r?;
         self.pending = None;
         if crate::crc32c(buf) != c.crc32c {
             return Err(FrameError::ChunkCrc { index: c.index }.into());
@@ -217,8 +253,15 @@ impl ConnReader {
         std::pin::Pin::new(&mut self.rd).consume(k);
         let mut at = k;
         let stream: &TcpStream = self.rd.get_ref().as_ref();
-        timed(self.read_timeout, "chunk data", async {
+        let mut mark = 1;
+        let r = timed(self.read_timeout, "chunk data", async {
             while at < len {
+                // Wake for large pieces, never for more than is still due.
+                let want = (len - at).min(crate::lowat::LOWAT_MAX);
+                if want != mark && lowat_on() {
+                    crate::lowat::set(stream.as_fd(), want);
+                    mark = want;
+                }
                 stream.readable().await?;
                 match stream.try_io(Interest::READABLE, || sink.read_from(stream.as_fd())) {
                     Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
@@ -230,7 +273,11 @@ impl ConnReader {
             }
             Ok(())
         })
-        .await?;
+        .await;
+        if mark != 1 {
+            crate::lowat::set(stream.as_fd(), 1);
+        }
+        r?;
         self.pending = None;
         if sink.crc() != c.crc32c {
             return Err(FrameError::ChunkCrc { index: c.index }.into());

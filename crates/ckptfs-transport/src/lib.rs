@@ -75,6 +75,7 @@
 pub mod auth;
 mod conn;
 pub mod frame;
+mod lowat;
 
 pub use conn::{accept, connect, Conn, ConnConfig, ConnReader, ConnWriter, Identity, HANDSHAKE_MAX};
 pub use frame::{ChunkHeader, ListEntry, Msg, MsgType, Nack, PutBegin, PutEnd};

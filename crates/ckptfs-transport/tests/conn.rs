@@ -492,3 +492,95 @@ async fn a_refusal_with_a_long_reason_reaches_the_client_during_the_handshake() 
     );
     server.await.unwrap();
 }
+
+/// A sink into a Vec, reading with plain `read` (what the store's landing does with
+/// `readv`).
+struct VecSink {
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl ckptfs_transport::ChunkSink for VecSink {
+    fn put(&mut self, data: &[u8]) {
+        self.buf[self.at..self.at + data.len()].copy_from_slice(data);
+        self.at += data.len();
+    }
+    fn read_from(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize> {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        // A second File on the same descriptor, never closed (ManuallyDrop).
+        // SAFETY: the descriptor stays open for the call (borrowed); the File is not
+        // dropped, so it does not close it.
+        let mut f = std::mem::ManuallyDrop::new(unsafe {
+            <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd.as_raw_fd())
+        });
+        let n = f.read(&mut self.buf[self.at..])?;
+        self.at += n;
+        Ok(n)
+    }
+    fn crc(&self) -> u32 {
+        ckptfs_transport::crc32c(&self.buf[..self.at])
+    }
+}
+
+#[tokio::test]
+async fn a_chunk_that_trickles_in_lands_whole_and_one_cut_short_is_an_error() {
+    // The receiver raises SO_RCVLOWAT to wake for large pieces: a peer sending a 1 MiB
+    // chunk in 4 KiB pieces with pauses, then one that stops mid-chunk, must still give
+    // the right bytes and a clean error, never a hang.
+    let s = secret(9);
+    let (l, addr) = listener().await;
+    let srv = serve_one(l, s.clone(), cfg());
+    let (mut st, _) = raw_client(&addr, &s, [9; 32]).await;
+    assert_eq!(read_frame(&mut st).await, Msg::AuthOk);
+    let mut conn = srv.await.unwrap().unwrap();
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 13 + 5) as u8).collect();
+    let frame = |i: u64| encode_frame(&Msg::Chunk(ChunkHeader::for_data(i, 0, &data)), &data).unwrap();
+    let (f1, f2, f3) = (frame(1), frame(2), frame(3));
+    let writer = tokio::spawn(async move {
+        for f in [&f1, &f2] {
+            for piece in f.chunks(4096) {
+                st.write_all(piece).await.unwrap();
+                if piece.as_ptr() as usize % (64 << 10) < 4096 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }
+        // The third chunk stops half way and the peer goes away.
+        st.write_all(&f3[..f3.len() / 2]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(st);
+    });
+    // Into a sink (partner copies) ...
+    let Msg::Chunk(h) = conn.recv().await.unwrap() else {
+        panic!("no chunk")
+    };
+    let mut sink = VecSink {
+        buf: vec![0u8; h.len as usize],
+        at: 0,
+    };
+    conn.recv_chunk_into(&mut sink).await.unwrap();
+    assert!(sink.buf == data, "the trickled chunk landed different bytes");
+    // ... and into a buffer (restores).
+    let Msg::Chunk(h) = conn.recv().await.unwrap() else {
+        panic!("no chunk")
+    };
+    let mut buf = vec![0u8; h.len as usize];
+    conn.recv_chunk_data(&mut buf).await.unwrap();
+    assert!(buf == data, "the trickled chunk read different bytes");
+    let Msg::Chunk(h) = conn.recv().await.unwrap() else {
+        panic!("no chunk")
+    };
+    let mut buf = vec![0u8; h.len as usize];
+    let t0 = std::time::Instant::now();
+    let e = conn.recv_chunk_data(&mut buf).await.unwrap_err();
+    assert!(
+        t0.elapsed() < Duration::from_secs(50),
+        "waited for the timeout: {e}"
+    );
+    assert!(
+        matches!(&e, TransportError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof),
+        "{e:?}"
+    );
+    writer.await.unwrap();
+}
