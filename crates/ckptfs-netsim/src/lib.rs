@@ -19,6 +19,7 @@
 
 mod cmd;
 mod setns;
+pub use setns::pin_current_thread;
 
 use std::net::Ipv4Addr;
 use std::os::unix::fs::MetadataExt;
@@ -122,7 +123,21 @@ impl Node {
     /// A command that runs `prog` on this node (its network and mount namespaces, the
     /// caller's working directory). Add arguments, environment and stdio as usual.
     pub fn command(&self, prog: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut c = Command::new("nsenter");
+        self.command_on(prog, None)
+    }
+
+    /// [`Node::command`] restricted to the CPUs `cpus` (a `taskset` list such as `0` or
+    /// `0-2`), when given: two simulated nodes on one machine otherwise share its CPUs,
+    /// which a benchmark may want to keep apart as separate machines would be.
+    pub fn command_on(&self, prog: impl AsRef<std::ffi::OsStr>, cpus: Option<&str>) -> Command {
+        let mut c = match cpus {
+            Some(list) => {
+                let mut t = Command::new("taskset");
+                t.args(["-c", list, "nsenter"]);
+                t
+            }
+            None => Command::new("nsenter"),
+        };
         c.arg(format!("--net={}", self.netns_path().display()))
             .arg(format!("--mount={}", self.mntns.display()));
         if let Ok(d) = std::env::current_dir() {
@@ -211,7 +226,7 @@ pub fn available() -> std::result::Result<(), String> {
     if unsafe { libc::geteuid() } != 0 {
         return Err("not root (network and mount namespaces need root)".into());
     }
-    for t in ["ip", "tc", "unshare", "nsenter", "mount", "umount"] {
+    for t in ["ip", "tc", "unshare", "nsenter", "mount", "umount", "taskset"] {
         if !cmd::have(t) {
             return Err(format!(
                 "`{t}` not found (run scripts/setup-netsim.sh: iproute2, util-linux)"

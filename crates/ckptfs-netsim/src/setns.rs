@@ -68,3 +68,23 @@ where
             source: e,
         })
 }
+
+/// Restrict the calling thread to the CPUs in `cpus` (ids below `CPU_SETSIZE`).
+pub fn pin_current_thread(cpus: &[usize]) -> Result<()> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; CPU_SET writes inside it for
+    // ids below CPU_SETSIZE (checked); sched_setaffinity reads it for this thread (0).
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        return Err(NetsimError::Io {
+            what: format!("sched_setaffinity {cpus:?}"),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}

@@ -44,9 +44,41 @@ pub struct PartnerBenchArgs {
     /// few minutes: 1 GiB at 1 Gbit/s would take 9 s per transfer, dozens of times).
     #[arg(long, default_value_t = 2.0)]
     pub max_seconds: f64,
+    /// Let both simulated nodes use every CPU. By default, on a machine with at least
+    /// two, the partner node (its daemon, and the receiving end of the TCP stream) runs
+    /// on the last CPU only, as on another machine, so that its receiving work does not
+    /// land on the application's CPUs; the application's node (the checkpoint writer,
+    /// the restore, its daemon) is not placed: its daemon competes with it as on a
+    /// real node.
+    #[arg(long)]
+    pub shared_cpus: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Where the partner node runs (the CPUs it is restricted to).
+#[derive(Clone, Debug)]
+struct Placement {
+    partner: Vec<usize>,
+}
+
+impl Placement {
+    fn new(shared: bool) -> Option<Placement> {
+        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        if shared || n < 2 {
+            return None;
+        }
+        Some(Placement { partner: vec![n - 1] })
+    }
+
+    fn partner_list(&self) -> String {
+        self.partner
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
 }
 
 /// `10gbit` → 10_000_000_000; `none` → None.
@@ -80,10 +112,11 @@ struct Bed {
     stores: [String; 2],
     mem: u64,
     daemons: [Option<Child>; 2],
+    place: Option<Placement>,
 }
 
 impl Bed {
-    fn new(size: u64, priority: &str) -> Result<Bed> {
+    fn new(size: u64, priority: &str, place: Option<Placement>) -> Result<Bed> {
         ckptfs_netsim::available()
             .map_err(|why| anyhow::anyhow!("bench partner needs simulated nodes: {why}"))?;
         let exe = std::env::current_exe().context("locate the ckptfs binary")?;
@@ -136,6 +169,7 @@ impl Bed {
             stores,
             mem,
             daemons: [None, None],
+            place,
         };
         bed.start(1)?;
         bed.start(0)?;
@@ -146,8 +180,16 @@ impl Bed {
         format!("node{}", i + 1)
     }
 
+    /// The CPUs a program on node `i` is restricted to (the partner node's only).
+    fn cpus(&self, i: usize) -> Option<String> {
+        match (&self.place, i) {
+            (Some(p), 1) => Some(p.partner_list()),
+            _ => None,
+        }
+    }
+
     fn ckptfs(&self, i: usize) -> Command {
-        let mut c = self.sim.node(i).command(&self.exe);
+        let mut c = self.sim.node(i).command_on(&self.exe, self.cpus(i).as_deref());
         c.arg("--cluster")
             .arg(&self.cluster)
             .args(["--node-id", &Self::id(i)])
@@ -199,7 +241,7 @@ impl Bed {
 
     /// Run the worker on node `i`; its JSON line.
     fn worker(&self, i: usize, w: &WorkerArgs) -> Result<serde_json::Value> {
-        let mut c = self.sim.node(i).command(&self.exe);
+        let mut c = self.sim.node(i).command_on(&self.exe, self.cpus(i).as_deref());
         c.args(["bench", "partner-worker", "--mode", &w.mode, "--store", &w.store])
             .args(["--mem", &w.mem.to_string(), "--size", &w.size.to_string()])
             .args(["--files", &w.files.to_string()])
@@ -249,11 +291,16 @@ impl Drop for Bed {
 
 /// One plain TCP stream of `bytes` from node 0 to node 1; seconds from connect to the
 /// receiver's acknowledgement of the last byte.
-fn tcp_stream(sim: &Sim, bytes: u64) -> Result<f64> {
+fn tcp_stream(sim: &Sim, bytes: u64, place: Option<&Placement>) -> Result<f64> {
     let ip1 = sim.node(1).ip;
     let l = sim.node(1).in_netns(move || TcpListener::bind((ip1, 0)))??;
     let addr = l.local_addr()?;
+    // The receiving end runs where the partner's daemon does.
+    let pin = place.map(|p| p.partner.clone());
     let rx = std::thread::spawn(move || -> std::io::Result<u64> {
+        if let Some(cpus) = &pin {
+            ckptfs_netsim::pin_current_thread(cpus).map_err(std::io::Error::other)?;
+        }
         let (mut s, _) = l.accept()?;
         let mut buf = vec![0u8; 1 << 20];
         let mut n = 0u64;
@@ -309,7 +356,8 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         .map(|s| Ok((s.trim().to_string(), parse_rate(s)?)))
         .collect::<Result<_>>()?;
     crate::parse_priority(&a.partner_priority)?;
-    let mut bed = Bed::new(a.size, &a.partner_priority)?;
+    let place = Placement::new(a.shared_cpus);
+    let mut bed = Bed::new(a.size, &a.partner_priority, place.clone())?;
     let mut results = Vec::new();
     let mut notes = Vec::new();
     for (label, rate) in &links {
@@ -332,7 +380,7 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         let mut copy_ratio = Vec::new();
         let mut write_on = Vec::new();
         for _ in 0..a.reps {
-            let wire = tcp_stream(&bed.sim, size)?;
+            let wire = tcp_stream(&bed.sim, size, bed.place.as_ref())?;
             tcp.push(wire);
             let v = bed.worker(0, &bed.args("write", size, 1, true))?;
             let c = *f64s(&v, "copy_s").first().context("worker copy_s")?;
@@ -348,7 +396,7 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         let mut restore_ratio = Vec::new();
         let mut restore_bytes = 0;
         for _ in 0..a.reps {
-            let wire = tcp_stream(&bed.sim, size)?;
+            let wire = tcp_stream(&bed.sim, size, bed.place.as_ref())?;
             tcp.push(wire);
             let v = bed.worker(0, &bed.args("restore", size, 0, false))?;
             let r = v["restore_s"].as_f64().context("restore_s")?;
@@ -405,6 +453,10 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
             "reps": a.reps,
             "links": a.links,
             "partner_priority": a.partner_priority,
+            "cpus": match &place {
+                Some(p) => serde_json::json!({"partner node": p.partner_list()}),
+                None => serde_json::json!("shared"),
+            },
             "nodes": 2,
             "machine": ckptfs_bench::report::machine(),
         }),
