@@ -1,10 +1,10 @@
 #!/bin/sh
 # Tools of the simulated-node tests and `ckptfs bench partner` (crates/ckptfs-netsim):
-# iproute2 (ip, tc) and util-linux (unshare, nsenter, mount). Needs root to install;
+# iproute2 (ip, tc) and util-linux (unshare, nsenter, taskset, mount). Needs root to install;
 # the tests themselves also need root and print SKIPPED without it.
 set -e
 if command -v ip >/dev/null && command -v tc >/dev/null && command -v nsenter >/dev/null \
-    && command -v unshare >/dev/null; then
+    && command -v unshare >/dev/null && command -v taskset >/dev/null; then
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
