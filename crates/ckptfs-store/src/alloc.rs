@@ -263,22 +263,17 @@ mod tests {
         // populate helper mapped ahead. Without the affinity A would pop B's 16 chunks,
         // at least 8 of which A never mapped (its helper runs at most 8 ahead).
         let mapped = |s: &Store| -> BTreeSet<u32> { (0..64).filter(|&c| s.seg.is_populated(c)).collect() };
-        let before = mapped(&a);
-        write(&a, "/a2", 16 * cs, 3);
-        let got = chunks(&a, "/a2");
-        assert!(
-            got.is_subset(&before),
-            "A got chunks it had no page tables for: {got:?}, had {before:?}"
-        );
-        assert_eq!(got, ca, "A did not get its own chunks back");
-        let before = mapped(&b);
-        write(&b, "/b2", 16 * cs, 4);
-        let got = chunks(&b, "/b2");
-        assert!(
-            got.is_subset(&before),
-            "B got chunks it had no page tables for: {got:?}, had {before:?}"
-        );
-        assert_eq!(got, cb, "B did not get its own chunks back");
+        for (who, s, own, seed) in [("A", &a, &ca, 3), ("B", &b, &cb, 4)] {
+            let before = mapped(s);
+            let path = format!("/{}2", who.to_lowercase());
+            write(s, &path, 16 * cs, seed);
+            let got = chunks(s, &path);
+            assert!(
+                got.is_subset(&before),
+                "{who} got chunks it had no page tables for: {got:?}, had {before:?}"
+            );
+            assert_eq!(&got, own, "{who} did not get its own chunks back");
+        }
         // Nothing lost or doubled on the reordered stack.
         let info = creator.info();
         assert_eq!(info.mem_free_chunks, info.mem_chunks - 32);

@@ -68,6 +68,43 @@ fn lowat_on() -> bool {
     *ON.get_or_init(|| std::env::var_os("CKPTFS_NO_RCVLOWAT").is_none_or(|v| v != "1"))
 }
 
+/// Read a chunk's bytes `at..len` from `stream` with `read(at)` (one non-blocking read
+/// at that offset, `WouldBlock` when nothing is there), waking only for large pieces:
+/// the socket's `SO_RCVLOWAT` is the rest of the chunk (at most `LOWAT_MAX`; never more
+/// than is still due) while it lasts, and 1 again after.
+async fn read_rest(
+    stream: &TcpStream,
+    timeout: Option<Duration>,
+    mut at: usize,
+    len: usize,
+    read: &mut (dyn FnMut(usize) -> std::io::Result<usize> + Send),
+) -> Result<()> {
+    let mut mark = 1;
+    let r = timed(timeout, "chunk data", async {
+        while at < len {
+            let want = (len - at).min(crate::lowat::LOWAT_MAX);
+            if want != mark && lowat_on() {
+                crate::lowat::set(stream.as_fd(), want);
+                mark = want;
+            }
+            stream.readable().await?;
+            match read(at) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    })
+    .await;
+    if mark != 1 {
+        crate::lowat::set(stream.as_fd(), 1);
+    }
+    r
+}
+
 /// The receiving half of a connection.
 #[derive(Debug)]
 pub struct ConnReader {
@@ -205,32 +242,11 @@ impl ConnReader {
         buf[..k].copy_from_slice(&buffered[..k]);
         std::pin::Pin::new(&mut self.rd).consume(k);
         let stream: &TcpStream = self.rd.get_ref().as_ref();
-        let mut at = k;
-        let mut mark = 1;
         let len = buf.len();
-        let r = timed(self.read_timeout, "chunk data", async {
-            while at < len {
-                let want = (len - at).min(crate::lowat::LOWAT_MAX);
-                if want != mark && lowat_on() {
-                    crate::lowat::set(stream.as_fd(), want);
-                    mark = want;
-                }
-                stream.readable().await?;
-                match stream.try_read(&mut buf[at..]) {
-                    Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                    Ok(n) => at += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(())
+        read_rest(stream, self.read_timeout, k, len, &mut |at| {
+            stream.try_read(&mut buf[at..])
         })
-        .await;
-        if mark != 1 {
-            crate::lowat::set(stream.as_fd(), 1);
-        }
-        r?;
+        .await?;
         self.pending = None;
         if crate::crc32c(buf) != c.crc32c {
             return Err(FrameError::ChunkCrc { index: c.index }.into());
@@ -251,33 +267,11 @@ impl ConnReader {
         let k = buffered.len().min(len);
         sink.put(&buffered[..k]);
         std::pin::Pin::new(&mut self.rd).consume(k);
-        let mut at = k;
         let stream: &TcpStream = self.rd.get_ref().as_ref();
-        let mut mark = 1;
-        let r = timed(self.read_timeout, "chunk data", async {
-            while at < len {
-                // Wake for large pieces, never for more than is still due.
-                let want = (len - at).min(crate::lowat::LOWAT_MAX);
-                if want != mark && lowat_on() {
-                    crate::lowat::set(stream.as_fd(), want);
-                    mark = want;
-                }
-                stream.readable().await?;
-                match stream.try_io(Interest::READABLE, || sink.read_from(stream.as_fd())) {
-                    Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                    Ok(n) => at += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(())
+        read_rest(stream, self.read_timeout, k, len, &mut |_| {
+            stream.try_io(Interest::READABLE, || sink.read_from(stream.as_fd()))
         })
-        .await;
-        if mark != 1 {
-            crate::lowat::set(stream.as_fd(), 1);
-        }
-        r?;
+        .await?;
         self.pending = None;
         if sink.crc() != c.crc32c {
             return Err(FrameError::ChunkCrc { index: c.index }.into());
