@@ -126,10 +126,7 @@ impl RobustMutex {
                 word = format!("{v:#010x}"),
                 "lock held by thread {tid}, which does not exist (damaged or stale lock word): recovering it"
             );
-            // SAFETY: FUTEX_WAKE on a valid, aligned futex word in shared memory.
-            unsafe {
-                libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0, 0, 0);
-            }
+            futex_wake(w);
         }
         None
     }
@@ -221,8 +218,9 @@ impl Drop for Guard<'_> {
     }
 }
 
-/// Wake every process waiting on `word` with [`futex_wait`] (a shared futex: the word
-/// is in the segment, mapped by several processes).
+/// Wake every process waiting on `word` (a lock word, or one slept on with
+/// [`futex_wait`]; a shared futex: the word is in the segment, mapped by several
+/// processes).
 pub(crate) fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE on a valid, aligned u32 of a live mapping; no memory is written.
     unsafe {
