@@ -3,10 +3,10 @@
 //! Workers wait at a spinning barrier (a flag in shared memory, polled with
 //! `sched_yield`, as MPI barriers spin), run, and write their (start, end)
 //! CLOCK_MONOTONIC times to a result pipe. The parent must be single-threaded when it
-//! forks. A blocking barrier (a byte on a pipe) is not used: on a VM whose scheduler
-//! packs sleeping tasks onto one vCPU, the second worker woke up to tens of
-//! milliseconds after the first, and that skew, not the system under test, decided the
-//! aggregate time of 2-process rows (baselines and ckptfs alike).
+//! forks. A blocking barrier (a byte on a pipe) is not used: on the 2 vCPU VM of round
+//! 2 a worker released that way started up to 44 ms after the first, and that skew,
+//! not the system under test, decided the aggregate time of 2-process rows (baselines
+//! and ckptfs alike; benchmarks.md, "Round 2 session 5").
 
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Write};
@@ -69,20 +69,20 @@ impl GoFlag {
             .map(|f| ("CKPTFS_BENCH_GO".to_string(), f.path().display().to_string()))
     }
 
+    fn word(&self) -> &std::sync::atomic::AtomicU32 {
+        // SAFETY: ptr is our live 4 KiB shared mapping, unmapped only when self is
+        // dropped, which the returned borrow cannot outlive; used only atomically.
+        unsafe { &*(self.ptr as *const std::sync::atomic::AtomicU32) }
+    }
+
     /// Release every worker waiting on the flag.
     pub fn release(&self) {
-        // SAFETY: ptr is our live 4 KiB shared mapping; the word is only used atomically.
-        unsafe {
-            (*(self.ptr as *const std::sync::atomic::AtomicU32))
-                .store(1, std::sync::atomic::Ordering::Release)
-        };
+        self.word().store(1, std::sync::atomic::Ordering::Release);
     }
 
     /// Spin (yielding) until released.
     pub fn wait(&self) {
-        // SAFETY: as in release.
-        let w = unsafe { &*(self.ptr as *const std::sync::atomic::AtomicU32) };
-        while w.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        while self.word().load(std::sync::atomic::Ordering::Acquire) == 0 {
             // SAFETY: sched_yield has no preconditions.
             unsafe { libc::sched_yield() };
         }
@@ -225,7 +225,8 @@ pub fn run_parallel<T>(
 }
 
 /// Run the same worker command in `n` exec'd processes released together. Each worker
-/// prints `ready`, waits for a byte on stdin, runs, and prints `T0 T1` (CLOCK_MONOTONIC
+/// prints `ready`, waits for the start ([`wait_for_go`]: the flag named by
+/// `CKPTFS_BENCH_GO`, or a byte on stdin, both given), runs, and prints `T0 T1` (CLOCK_MONOTONIC
 /// seconds). Returns the aggregate seconds (last end - first start).
 pub fn run_commands(n: usize, argv: &dyn Fn(usize) -> Vec<String>, env: &[(String, String)]) -> Result<f64> {
     let go = GoFlag::file()?;

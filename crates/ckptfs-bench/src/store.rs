@@ -700,7 +700,8 @@ pub struct WorkerArgs {
     pub block: u64,
 }
 
-/// Body of `ckptfs bench store-worker`: prepare, print `ready`, wait for a byte on stdin,
+/// Body of `ckptfs bench store-worker`: prepare, print `ready`, wait for the start
+/// ([`crate::procs::wait_for_go`]),
 /// run the timed part, print `T0 T1`.
 pub fn worker(a: WorkerArgs) -> Result<()> {
     use std::io::Write;
