@@ -37,6 +37,7 @@ pub use cost::{Cost, CostMeter, Direction};
 pub use error::LevelError;
 pub use store_level::StoreLevel;
 
+use std::os::fd::BorrowedFd;
 use std::time::Instant;
 
 /// Identity and version of one stored copy. Two copies hold the same content when
@@ -96,16 +97,58 @@ pub trait ChunkReader {
         i: u64,
         sink: &mut dyn FnMut(&[IoPart<'_>]) -> Result<(), LevelError>,
     ) -> Result<(), LevelError>;
+    /// Read chunk `i` into `writer` at byte offset `off`. The default passes
+    /// [`read_chunk`](ChunkReader::read_chunk)'s pieces to
+    /// [`ChunkWriter::write_at`]; a reader whose bytes come off a descriptor (a socket)
+    /// lands them straight in the writer's memory instead where the writer offers it
+    /// ([`ChunkWriter::land`]), checked all the same.
+    fn read_chunk_to(&mut self, i: u64, off: u64, writer: &mut dyn ChunkWriter) -> Result<(), LevelError> {
+        let mut at = off;
+        self.read_chunk(i, &mut |parts| {
+            writer.write_at(parts, at)?;
+            at += parts.iter().map(|p| p.len() as u64).sum::<u64>();
+            Ok(())
+        })
+    }
     /// After the last chunk: confirm the copy is still the version that was read (and,
     /// for a file, that nothing follows its end).
     fn finish(self: Box<Self>) -> Result<(), LevelError>;
 }
+
+/// The writer's own memory for the next bytes of a copy, filled straight from a
+/// descriptor ([`ChunkWriter::land`]): nothing of it is published unless the filler
+/// says the bytes are good.
+pub trait Landing: Send {
+    /// Bytes still to land.
+    fn remaining(&self) -> usize;
+    /// Land `data` (bytes already read, e.g. from a read-ahead buffer); at most
+    /// [`remaining`](Landing::remaining) bytes.
+    fn put(&mut self, data: &[u8]);
+    /// One read from `fd` into the rest; the bytes landed (0 at end of stream, or when
+    /// nothing remains). A non-blocking descriptor with nothing to read answers
+    /// `WouldBlock`.
+    fn read_from(&mut self, fd: BorrowedFd<'_>) -> std::io::Result<usize>;
+    /// CRC32C of the bytes landed so far.
+    fn crc(&self) -> u32;
+}
+
+/// What fills a [`Landing`]: `Ok(true)` when every byte landed and matched its
+/// checksum, `Ok(false)` when the bytes are bad (nothing is published).
+pub type Fill<'f> = dyn FnMut(&mut dyn Landing) -> Result<bool, LevelError> + 'f;
 
 /// Receives a new copy; nothing is visible on the level before [`ChunkWriter::commit`].
 /// Dropped without a commit, the partial copy is removed.
 pub trait ChunkWriter {
     /// Write the pieces at byte offset `off`.
     fn write_at(&mut self, parts: &[IoPart<'_>], off: u64) -> Result<(), LevelError>;
+    /// Take the `len` bytes at `off` (the copy's end so far) straight into the writer's
+    /// memory: `fill` lands them ([`Landing`]) and says whether they are good; only then
+    /// are they kept. Returns what `fill` said, or `None` when this writer has no such
+    /// path (the default; the caller then uses [`write_at`](ChunkWriter::write_at)).
+    fn land(&mut self, off: u64, len: usize, fill: &mut Fill<'_>) -> Option<Result<bool, LevelError>> {
+        let _ = (off, len, fill);
+        None
+    }
     /// Make the copy durable and publish it under its path; returns it as stored.
     fn commit(self: Box<Self>) -> Result<Stored, LevelError>;
 }
@@ -184,12 +227,7 @@ pub fn transfer(
     let src = reader.stored().clone();
     let cs = src.chunk_size.max(1);
     for i in 0..src.chunks() {
-        let mut off = i * cs;
-        reader.read_chunk(i, &mut |parts| {
-            writer.write_at(parts, off)?;
-            off += parts.iter().map(|p| p.len() as u64).sum::<u64>();
-            Ok(())
-        })?;
+        reader.read_chunk_to(i, i * cs, &mut *writer)?;
     }
     reader.finish()?;
     let stored = writer.commit()?;

@@ -9,19 +9,23 @@
 //!   fails with [`LevelError::Changed`] instead of mixing two versions;
 //! - `put`: written under `.ckptfs-restore.PID.HASH` in the file's directory, renamed to
 //!   its name and given the source's mtime on commit (an application never opens a
-//!   half-written copy); removed if dropped uncommitted;
+//!   half-written copy); removed if dropped uncommitted. Its writer also takes chunks
+//!   straight off a socket ([`ChunkWriter::land`]: a store `netin::Landing` in the
+//!   file's chunks, published only when the reader found the bytes good);
 //! - `verify`: every chunk re-read and checked; `delete`: unlink if the identity
 //!   (inode, generation, size, mtime) is still the one given.
 
 use crate::crc::crcs_from_chunks;
 use crate::{ChunkReader, ChunkWriter, CostMeter, IoPart, Level, LevelError, LevelKind, Stored, Version};
 use ckptfs_store::checksum::crc32c;
+use ckptfs_store::netin::Landing;
 use ckptfs_store::region_io::RegionIo;
 use ckptfs_store::{
     ChunkInfo, ChunkLocation, FileHandle, FileKind, OpenFlags, Stat, Store, StoreError, WriteState,
 };
 use std::collections::HashMap;
 use std::fs::File;
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
 
 /// The node store as a level (cheap to keep around: one mapping of the data region and
@@ -383,6 +387,21 @@ impl ChunkWriter for StoreWriter<'_> {
         Ok(())
     }
 
+    fn land(&mut self, off: u64, len: usize, fill: &mut crate::Fill<'_>) -> Option<Result<bool, LevelError>> {
+        let out = self.out.as_mut().expect("writer used after commit");
+        let mut go = || -> Result<bool, LevelError> {
+            // The bytes land in the file's chunks past its size (a spill chunk: in a
+            // buffer written at commit); only the commit publishes them.
+            let mut l = Landing::begin(out, off, len)?;
+            if !fill(&mut l)? {
+                return Ok(false);
+            }
+            l.commit(out)?;
+            Ok(true)
+        };
+        Some(go())
+    }
+
     fn commit(mut self: Box<Self>) -> Result<Stored, LevelError> {
         let s = &self.lvl.store;
         self.out.take().expect("committed once").close()?;
@@ -393,6 +412,24 @@ impl ChunkWriter for StoreWriter<'_> {
         self.lvl
             .stat(&self.src.path)?
             .ok_or_else(|| LevelError::Changed(self.src.path.clone()))
+    }
+}
+
+impl crate::Landing for Landing {
+    fn remaining(&self) -> usize {
+        self.len() - self.landed()
+    }
+
+    fn put(&mut self, data: &[u8]) {
+        Landing::put(self, data)
+    }
+
+    fn read_from(&mut self, fd: BorrowedFd<'_>) -> std::io::Result<usize> {
+        Landing::read_from(self, fd)
+    }
+
+    fn crc(&self) -> u32 {
+        Landing::crc(self)
     }
 }
 

@@ -421,6 +421,23 @@ impl Level for PartnerLevel {
     }
 }
 
+/// A writer's [`Landing`](ckptfs_level::Landing) as the transport's chunk sink.
+struct LandingSink<'l>(&'l mut dyn ckptfs_level::Landing);
+
+impl ckptfs_transport::ChunkSink for LandingSink<'_> {
+    fn put(&mut self, data: &[u8]) {
+        self.0.put(data)
+    }
+
+    fn read_from(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize> {
+        self.0.read_from(fd)
+    }
+
+    fn crc(&self) -> u32 {
+        self.0.crc()
+    }
+}
+
 /// A copy coming back from the peer (a Get's answer), chunk by chunk.
 struct PartnerReader<'a> {
     lvl: &'a PartnerLevel,
@@ -441,6 +458,64 @@ impl PartnerReader<'_> {
             peer: self.lvl.peer.clone(),
             what,
         })
+    }
+
+    /// The Chunk message of chunk `i` (its CRC32C and length), checked to be the one
+    /// expected next; None past the end of the copy.
+    fn chunk_header(&mut self, i: u64) -> Result<Option<(u32, u32)>, LevelError> {
+        let (size, cs) = (self.stored.version.size, self.stored.chunk_size);
+        if i * cs >= size {
+            return Ok(None);
+        }
+        let want = (size - i * cs).min(cs);
+        let c = self.g.as_mut().expect("connected while reading");
+        let (offset, crc, len) = match self.lvl.rt.block_on(c.recv()) {
+            Ok(Some(Msg::Chunk { offset, crc, len })) => (offset, crc, len),
+            Ok(other) => {
+                let got = other
+                    .as_ref()
+                    .map(|m| m.name())
+                    .unwrap_or("the end of the connection");
+                return Err(self.protocol(format!("expected chunk {i} of {}, got {got}", self.stored.path)));
+            }
+            Err(e) => return Err(backend(e)),
+        };
+        if offset != i * cs || offset != self.next || len as u64 != want {
+            return Err(self.protocol(format!(
+                "chunk at {offset} (+{len}) of {}, expected chunk {i} at {} (+{want})",
+                self.stored.path, self.next
+            )));
+        }
+        Ok(Some((crc, len)))
+    }
+
+    /// The data of chunk `i` (announced with `crc`, `len`) into the reader's buffer.
+    fn chunk_to_buf(&mut self, i: u64, crc: u32, len: u32) -> Result<(), LevelError> {
+        self.buf.resize(len as usize, 0);
+        let c = self.g.as_mut().expect("connected while reading");
+        match self.lvl.rt.block_on(c.chunk_data(&mut self.buf)) {
+            Ok(true) => {}
+            // The holder's bytes do not match the CRC it recorded when it received the
+            // copy (or they were damaged on the wire): never handed on.
+            Ok(false) => return Err(self.corrupt(i)),
+            Err(e) => return Err(backend(e)),
+        }
+        self.took(crc, len);
+        Ok(())
+    }
+
+    fn corrupt(&self, i: u64) -> LevelError {
+        LevelError::Corrupt {
+            level: self.lvl.name(),
+            path: self.stored.path.clone(),
+            chunk: i,
+        }
+    }
+
+    /// A chunk of `len` bytes with CRC32C `crc` was read whole and good.
+    fn took(&mut self, crc: u32, len: u32) {
+        self.crc = crc_combine(self.crc, crc, len as u64);
+        self.next += len as u64;
     }
 
     /// After the last chunk: the end of the copy; returns the whole-file CRC32C.
@@ -480,47 +555,36 @@ impl ChunkReader for PartnerReader<'_> {
         i: u64,
         sink: &mut dyn FnMut(&[IoPart<'_>]) -> Result<(), LevelError>,
     ) -> Result<(), LevelError> {
-        let (size, cs) = (self.stored.version.size, self.stored.chunk_size);
-        if i * cs >= size {
+        let Some((crc, len)) = self.chunk_header(i)? else {
             return Ok(());
-        }
-        let want = (size - i * cs).min(cs);
-        let c = self.g.as_mut().expect("connected while reading");
-        let (offset, crc, len) = match self.lvl.rt.block_on(c.recv()) {
-            Ok(Some(Msg::Chunk { offset, crc, len })) => (offset, crc, len),
-            Ok(other) => {
-                let got = other
-                    .as_ref()
-                    .map(|m| m.name())
-                    .unwrap_or("the end of the connection");
-                return Err(self.protocol(format!("expected chunk {i} of {}, got {got}", self.stored.path)));
-            }
-            Err(e) => return Err(backend(e)),
         };
-        if offset != i * cs || offset != self.next || len as u64 != want {
-            return Err(self.protocol(format!(
-                "chunk at {offset} (+{len}) of {}, expected chunk {i} at {} (+{want})",
-                self.stored.path, self.next
-            )));
-        }
-        self.buf.resize(len as usize, 0);
-        let c = self.g.as_mut().expect("connected while reading");
-        match self.lvl.rt.block_on(c.chunk_data(&mut self.buf)) {
-            Ok(true) => {}
-            // The holder's bytes do not match the CRC it recorded when it received the
-            // copy (or they were damaged on the wire): never handed on.
-            Ok(false) => {
-                return Err(LevelError::Corrupt {
-                    level: self.lvl.name(),
-                    path: self.stored.path.clone(),
-                    chunk: i,
-                })
-            }
-            Err(e) => return Err(backend(e)),
-        }
-        self.crc = crc_combine(self.crc, crc, len as u64);
-        self.next += len as u64;
+        self.chunk_to_buf(i, crc, len)?;
         sink(&[IoPart::Buf(&self.buf)])
+    }
+
+    fn read_chunk_to(&mut self, i: u64, off: u64, writer: &mut dyn ChunkWriter) -> Result<(), LevelError> {
+        let Some((crc, len)) = self.chunk_header(i)? else {
+            return Ok(());
+        };
+        // Straight from the socket into the writer's memory (a store: the file's own
+        // chunks), the CRC32C taken as the bytes land; no buffer in between.
+        let (g, rt) = (&mut self.g, &self.lvl.rt);
+        let landed = writer.land(off, len as usize, &mut |l| {
+            let c = g.as_mut().expect("connected while reading");
+            rt.block_on(c.chunk_into(&mut LandingSink(l))).map_err(backend)
+        });
+        match landed {
+            None => {
+                self.chunk_to_buf(i, crc, len)?;
+                return writer.write_at(&[IoPart::Buf(&self.buf)], off);
+            }
+            Some(Ok(true)) => {}
+            // Landed but not matching the CRC the holder recorded: never kept.
+            Some(Ok(false)) => return Err(self.corrupt(i)),
+            Some(Err(e)) => return Err(e),
+        }
+        self.took(crc, len);
+        Ok(())
     }
 
     fn finish(mut self: Box<Self>) -> Result<(), LevelError> {
