@@ -37,6 +37,12 @@ pub struct NodeArgs {
     /// drain) or normal. Also setting `partner_priority` / CKPTFS_PARTNER_PRIORITY.
     #[arg(long, value_name = "idle|low|normal")]
     pub partner_priority: Option<String>,
+    /// Copies out step back while an application writes into this node's store (a
+    /// checkpoint being written goes at full speed; the copy of the previous one waits
+    /// until the writes stop): the longest pause at a stretch, seconds. After it, copies
+    /// take at least half the time even if the writes never stop. 0: never step back.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    pub writer_yield: f64,
 }
 
 /// Subcommands of `ckptfs node`.
@@ -64,6 +70,13 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     cfg.max_bw = args.max_bw.map(|m| m * 1e6);
     cfg.partner_limit = args.partner_max;
     cfg.scan_interval = Duration::from_secs_f64(args.interval.max(0.01));
+    if !(args.writer_yield >= 0.0 && args.writer_yield <= 3600.0) {
+        anyhow::bail!(
+            "--writer-yield {}: want seconds from 0 (never step back) to 3600",
+            args.writer_yield
+        );
+    }
+    cfg.writer_yield = Duration::from_secs_f64(args.writer_yield);
     let prio = match &args.partner_priority {
         Some(v) => v.clone(),
         None => ctx
@@ -150,7 +163,7 @@ pub fn print_status(s: &NodeStatus) {
         );
     }
     println!(
-        "  copies sent {} ({}), refused {}, changed during copy {}, chunks re-sent {}; received {} (chunks refused {}); priority {}",
+        "  copies sent {} ({}), refused {}, changed during copy {}, chunks re-sent {}; received {} (chunks refused {}); priority {}; stepped back for writes {:.1} s",
         s.copies_sent,
         human(s.bytes_sent),
         s.copies_refused,
@@ -158,7 +171,8 @@ pub fn print_status(s: &NodeStatus) {
         s.chunks_resent,
         s.copies_received,
         s.chunks_refused,
-        s.partner_priority
+        s.partner_priority,
+        s.yielded_s
     );
     for f in &s.in_flight {
         println!(

@@ -49,6 +49,10 @@ pub struct NodeConfig {
     /// CPU and IO priority of the partner-copy threads (copies out, copies in, Gets):
     /// setting `partner_priority`, `low` (nice 10) by default like the drain.
     pub partner_priority: Priority,
+    /// Copies out step back while an application writes into this node's store (its
+    /// write count moves): at most this long at a stretch, then they take at least
+    /// half the time (docs/cluster.md). Zero: never step back.
+    pub writer_yield: Duration,
     /// With datasets: which complete files are copied to partners follows each
     /// dataset's level decision (`ckptfs_datasets::PartnerPolicy`); None: every one.
     pub datasets: Option<std::sync::Arc<ckptfs_datasets::PartnerPolicy>>,
@@ -91,6 +95,7 @@ impl NodeConfig {
             partner_limit: None,
             scan_interval: Duration::from_millis(200),
             partner_priority: Priority::Low,
+            writer_yield: Duration::from_secs(1),
             datasets: None,
         })
     }
@@ -106,6 +111,8 @@ pub(crate) struct Counters {
     pub chunks_resent: u64,
     pub copies_received: u64,
     pub chunks_refused: u64,
+    /// Time copies out stepped back for the application's writes.
+    pub yielded: Duration,
 }
 
 /// State shared by the daemon's tasks.
@@ -214,6 +221,7 @@ impl Shared {
             chunks_resent: c.chunks_resent,
             copies_received: c.copies_received,
             chunks_refused: c.chunks_refused,
+            yielded_s: c.yielded.as_secs_f64(),
             partner_priority: priority_name(self.cfg.partner_priority).to_string(),
             in_flight: self
                 .in_flight

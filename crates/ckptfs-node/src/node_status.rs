@@ -69,6 +69,9 @@ pub struct NodeStatus {
     /// Chunks received whose CRC32C did not match (refused, asked for again).
     #[serde(default)]
     pub chunks_refused: u64,
+    /// Seconds copies out have stepped back for the application's writes since start.
+    #[serde(default)]
+    pub yielded_s: f64,
     /// CPU and IO priority of the partner-copy threads (`idle`, `low`, `normal`).
     #[serde(default)]
     pub partner_priority: String,

@@ -24,6 +24,7 @@ use crate::levels::{FileLevels, Identity, Levels};
 use crate::node_status::CopyInFlight;
 use crate::peer::{Conn, Msg};
 use crate::source::{scan, FileReader, ReadProblem};
+use ckptfs_store::Store;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -81,19 +82,74 @@ pub(crate) enum Sent {
 }
 
 /// A bandwidth cap: sleeps so that the bytes sent since the start stay under the rate.
+///
+/// It also makes copies step back while an application writes into the store (the
+/// store's write count moves, checked before every chunk sent): a copy waits until the
+/// count has been still for [`STILL`], at most `yield_max` at a stretch, and after that
+/// only while its time spent waiting stays below its time spent sending plus
+/// `yield_max`, so a writer that never stops still leaves a copy at least half the time.
+/// The count last seen is kept from one copy to the next: a copy that starts while the
+/// application writes its next checkpoint waits from its first chunk. `yield_max` zero:
+/// never.
 pub(crate) struct Throttle {
     rate: Option<f64>,
     start: Instant,
     bytes: u64,
+    yield_max: Duration,
+    seen: u64,
+    /// Time waited and start of the current copy.
+    waited: Duration,
+    copy_start: Instant,
 }
 
+/// How long the write count must stay still before a copy goes on.
+const STILL: Duration = Duration::from_millis(2);
+
 impl Throttle {
-    pub(crate) fn new(rate: Option<f64>) -> Throttle {
+    pub(crate) fn new(rate: Option<f64>, store: &Store, yield_max: Duration) -> Throttle {
         Throttle {
             rate,
             start: Instant::now(),
             bytes: 0,
+            yield_max,
+            seen: store.write_count(),
+            waited: Duration::ZERO,
+            copy_start: Instant::now(),
         }
+    }
+
+    /// The daemon wrote into the store itself: take the count as seen.
+    pub(crate) fn absorb(&mut self, store: &Store) {
+        self.seen = store.write_count();
+    }
+
+    /// A copy starts (the bound on waiting is per copy).
+    pub(crate) fn copy_starts(&mut self) {
+        self.waited = Duration::ZERO;
+        self.copy_start = Instant::now();
+    }
+
+    /// Before a chunk is sent: wait while an application writes into `store`. Returns
+    /// the time waited.
+    pub(crate) async fn before_chunk(&mut self, store: &Store) -> Duration {
+        if self.yield_max.is_zero() {
+            return Duration::ZERO;
+        }
+        let t0 = Instant::now();
+        let mut now = store.write_count();
+        while now != self.seen {
+            self.seen = now;
+            let waited = self.waited + t0.elapsed();
+            let sending = self.copy_start.elapsed().saturating_sub(waited);
+            if t0.elapsed() >= self.yield_max || waited >= sending + self.yield_max {
+                break;
+            }
+            tokio::time::sleep(STILL).await;
+            now = store.write_count();
+        }
+        let w = t0.elapsed();
+        self.waited += w;
+        w
     }
 
     pub(crate) async fn sent(&mut self, n: usize) {
@@ -134,7 +190,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut conns: HashMap<String, Conn> = HashMap::new();
     let mut levels = Levels::load(&shared.store);
     levels.node = shared.cfg.node_id.clone();
-    let mut throttle = Throttle::new(shared.cfg.max_bw);
+    let mut throttle = Throttle::new(shared.cfg.max_bw, &shared.store, shared.cfg.writer_yield);
     let mut last_used = Instant::now();
     let mut settled: Option<Settled> = None;
     let closed = Arc::new(Notify::new());
@@ -234,7 +290,7 @@ async fn pass(
         }
     }
     if dirty {
-        save(shared, levels);
+        save(shared, levels, throttle);
     }
     // Newest first: the latest checkpoint is the one a restart needs.
     // With datasets, only the files their level decisions send to partners (held while
@@ -280,7 +336,7 @@ async fn pass(
                     let secs = started.elapsed().as_secs_f64();
                     let rec = levels.files.get_mut(path).expect("inserted");
                     rec.partners.push(p.clone());
-                    save(shared, levels);
+                    save(shared, levels, throttle);
                     let mut c = shared.counters.lock().expect("counters");
                     c.copies_sent += 1;
                     c.bytes_sent += bytes;
@@ -292,7 +348,7 @@ async fn pass(
                 Ok(Sent::Refused(errno, msg)) => {
                     let rec = levels.files.get_mut(path).expect("inserted");
                     rec.refused.insert(p.clone(), msg.clone());
-                    save(shared, levels);
+                    save(shared, levels, throttle);
                     shared.counters.lock().expect("counters").copies_refused += 1;
                     tracing::warn!("no partner copy of {path} on {p}: {msg} (errno {errno})");
                 }
@@ -316,10 +372,12 @@ async fn pass(
     Ok(Passed { used, pending })
 }
 
-fn save(shared: &Shared, levels: &Levels) {
+fn save(shared: &Shared, levels: &Levels, throttle: &mut Throttle) {
     if let Err(e) = levels.save(&shared.store) {
         tracing::warn!("{e}");
     }
+    // The record is written through a file handle: not an application's write.
+    throttle.absorb(&shared.store);
 }
 
 /// The open connection to `peer`, connecting if needed.
@@ -404,8 +462,13 @@ async fn send_copy(
     let n = reader.chunks().len();
     let mut from = 0;
     let mut resends = 0u32;
+    throttle.copy_starts();
     loop {
         for i in from..n {
+            let w = throttle.before_chunk(&shared.store).await;
+            if !w.is_zero() {
+                shared.counters.lock().expect("counters").yielded += w;
+            }
             let c = reader.chunks()[i];
             conn.send_chunk(c.offset, c.crc, &reader.piece(i)).await?;
             progress(c.offset + c.len as u64);

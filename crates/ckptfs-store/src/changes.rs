@@ -74,6 +74,13 @@ impl Store {
         self.seg.sb().changes.seq.load(SeqCst)
     }
 
+    /// How many chunk-sized pieces applications have written through file handles
+    /// (wrapping; bytes landed from the network by `netin` do not count). Cheap (one
+    /// atomic load): a daemon that sees it move knows an application is writing now.
+    pub fn write_count(&self) -> u64 {
+        self.seg.sb().changes.writes.load(Relaxed)
+    }
+
     /// How many times a file's last writer has closed it (wrapping). Cheap (one atomic
     /// load); [`Store::wait_for_close`] sleeps until it moves.
     pub fn close_seq(&self) -> u32 {

@@ -396,6 +396,7 @@ impl FileHandle {
             self.set_verified(0);
             ino.mtime_ns.store(now(), Relaxed);
             store.note_change(self.fid);
+            seg.sb().changes.writes.fetch_add(1, Relaxed);
             return Ok((len, off + len as u64));
         }
         if ino.srun.load(Relaxed) != 0 {
@@ -476,6 +477,9 @@ impl FileHandle {
             self.set_verified(logical);
             crate::fault::crash_point("write-before-size");
             done += k;
+            // An application is writing (the node daemon's copies step back): per piece,
+            // so that one long write call shows as activity all along.
+            seg.sb().changes.writes.fetch_add(1, Relaxed);
             // Size last: a reader (or a recovery after a crash) sees only bytes whose
             // write completed.
             if p + k as u64 > ino.size.load(Relaxed) {

@@ -378,6 +378,10 @@ pub struct ChangeCounters {
     pub closes: AtomicU32,
     /// Processes waiting on `closes` (a closer wakes them only if not 0).
     pub close_waiters: AtomicU32,
+    /// Bumped (relaxed) for every chunk-sized piece an application writes through a
+    /// file handle (not for bytes a daemon lands from the network, `netin`): the node
+    /// daemon's partner copies step back while it moves. In former padding too.
+    pub writes: AtomicU64,
 }
 
 const _: () = assert!(std::mem::size_of::<ChangeCounters>() == 64);

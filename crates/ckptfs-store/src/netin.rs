@@ -463,4 +463,34 @@ mod tests {
         drop(s);
         let _ = Store::destroy(&name);
     }
+
+    #[test]
+    fn application_writes_move_the_write_count_and_landed_bytes_do_not() {
+        let (s, name) = store("count", 64 << 10);
+        let w0 = s.write_count();
+        // An application's write: one count per chunk-sized piece (3 here).
+        let mut f = s.open("/app", OpenFlags::CREATE, 0o600).unwrap();
+        f.write_all(&data(3 * (64 << 10), 2)).unwrap();
+        f.close().unwrap();
+        let w1 = s.write_count();
+        assert_eq!(w1 - w0, 3, "one per piece written");
+        // A small file counts too.
+        let mut f = s.open("/small", OpenFlags::CREATE, 0o600).unwrap();
+        f.write_all(b"tiny").unwrap();
+        f.close().unwrap();
+        let w2 = s.write_count();
+        assert_eq!(w2 - w1, 1);
+        // Bytes landed from a socket (a partner copy, a restore) are not an
+        // application's writes.
+        let d = data(100_000, 3);
+        let mut g = s.open("/in", OpenFlags::CREATE, 0o600).unwrap();
+        let mut l = Landing::begin(&g, 0, d.len()).unwrap();
+        l.put(&d);
+        l.commit(&mut g).unwrap();
+        g.close().unwrap();
+        assert_eq!(s.write_count(), w2, "landings do not count");
+        assert_eq!(s.stat("/in").unwrap().size, d.len() as u64);
+        drop(s);
+        let _ = Store::destroy(&name);
+    }
 }
