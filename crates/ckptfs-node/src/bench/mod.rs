@@ -4,8 +4,9 @@
 //! (a) a plain TCP stream's bandwidth, measured here; (b) partner copy bandwidth (a
 //! checkpoint's close to its verified copy on the partner); (c) restore-from-partner
 //! bandwidth into an empty store; (d) the application's write bandwidth, open to close,
-//! while the previous checkpoint's partner copy runs, and with the daemon stopped.
-//! Medians of the repetitions. Needs root and iproute2. (Here rather than in
+//! while the previous checkpoint's partner copy runs, and with the daemon stopped
+//! (SIGSTOP, alternated with on in every repetition). Medians of the repetitions, and
+//! of per-repetition ratios. Needs root and iproute2. (Here rather than in
 //! ckptfs-bench: ckptfs-agent depends on ckptfs-bench, and this needs the node crate.)
 
 mod worker;
@@ -40,6 +41,10 @@ pub struct PartnerBenchArgs {
     /// runs at normal priority.
     #[arg(long, default_value = "low")]
     pub partner_priority: String,
+    /// The daemons' `--writer-yield` (seconds; 0: copies never step back for the
+    /// application's writes), for comparisons.
+    #[arg(long, default_value_t = 1.0)]
+    pub writer_yield: f64,
     /// Longest transfer wanted on a limited link, seconds (keeps the default run to a
     /// few minutes: 1 GiB at 1 Gbit/s would take 9 s per transfer, dozens of times).
     #[arg(long, default_value_t = 2.0)]
@@ -106,6 +111,7 @@ fn parse_rate(s: &str) -> Result<Option<u64>> {
 struct Bed {
     sim: Sim,
     priority: String,
+    writer_yield: f64,
     exe: PathBuf,
     dir: tempfile::TempDir,
     cluster: PathBuf,
@@ -116,7 +122,7 @@ struct Bed {
 }
 
 impl Bed {
-    fn new(size: u64, priority: &str, place: Option<Placement>) -> Result<Bed> {
+    fn new(size: u64, priority: &str, writer_yield: f64, place: Option<Placement>) -> Result<Bed> {
         ckptfs_netsim::available()
             .map_err(|why| anyhow::anyhow!("bench partner needs simulated nodes: {why}"))?;
         let exe = std::env::current_exe().context("locate the ckptfs binary")?;
@@ -163,6 +169,7 @@ impl Bed {
         let mut bed = Bed {
             sim,
             priority: priority.to_string(),
+            writer_yield,
             exe,
             dir,
             cluster,
@@ -207,6 +214,7 @@ impl Bed {
         let child = self
             .ckptfs(i)
             .args(["node", "--interval", "0.01", "--partner-priority", &self.priority])
+            .args(["--writer-yield", &self.writer_yield.to_string()])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
@@ -231,6 +239,22 @@ impl Bed {
         if let Some(mut c) = self.daemons[i].take() {
             c.kill()?;
             c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Stop (SIGSTOP) or continue (SIGCONT) node `i`'s daemon: stopped, it copies
+    /// nothing and uses no CPU, as if it were not running, but keeps its state, so the
+    /// copying-off writes of (d) can alternate with the copying-on ones.
+    fn pause(&self, i: usize, stop: bool) -> Result<()> {
+        let pid = self.daemons[i]
+            .as_ref()
+            .with_context(|| format!("{}'s daemon is not running", Self::id(i)))?
+            .id();
+        let sig = if stop { "-STOP" } else { "-CONT" };
+        let st = Command::new("kill").args([sig, &pid.to_string()]).status()?;
+        if !st.success() {
+            bail!("kill {sig} {pid} ({}'s daemon) failed", Self::id(i));
         }
         Ok(())
     }
@@ -357,7 +381,7 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         .collect::<Result<_>>()?;
     crate::parse_priority(&a.partner_priority)?;
     let place = Placement::new(a.shared_cpus);
-    let mut bed = Bed::new(a.size, &a.partner_priority, place.clone())?;
+    let mut bed = Bed::new(a.size, &a.partner_priority, a.writer_yield, place.clone())?;
     let mut results = Vec::new();
     let mut notes = Vec::new();
     for (label, rate) in &links {
@@ -378,16 +402,43 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         // checkpoint written while the previous one's copy runs.
         let mut copy = Vec::new();
         let mut copy_ratio = Vec::new();
+        // (d) alternates with copying on and off in every repetition (the order swapped
+        // each time), the ratio taken per repetition: this VM's memory speed drifts
+        // from minute to minute too. Off: the node's daemon stopped (SIGSTOP) while the
+        // same two checkpoints are written, then continued and its copies of them
+        // awaited, so they do not overlap the next measurement.
         let mut write_on = Vec::new();
-        for _ in 0..a.reps {
+        let mut write_off = Vec::new();
+        let mut app_ratio = Vec::new();
+        // One round not measured first: a daemon just (re)started still populates its
+        // page tables for the whole store in the background (design.md), and the first
+        // transfer on a link sets up its connection.
+        tcp_stream(&bed.sim, size, bed.place.as_ref())?;
+        bed.worker(0, &bed.args("write", size, 2, true))?;
+        for rep in 0..a.reps {
             let wire = tcp_stream(&bed.sim, size, bed.place.as_ref())?;
             tcp.push(wire);
             let v = bed.worker(0, &bed.args("write", size, 1, true))?;
             let c = *f64s(&v, "copy_s").first().context("worker copy_s")?;
             copy.push(c);
             copy_ratio.push(wire / c);
-            let v = bed.worker(0, &bed.args("write", size, 2, true))?;
-            write_on.push(*f64s(&v, "write_s").get(1).context("worker write_s")?);
+            let mut on_off = [0.0f64; 2];
+            for k in 0..2 {
+                let on = (k + rep) % 2 == 0;
+                if on {
+                    let v = bed.worker(0, &bed.args("write", size, 2, true))?;
+                    on_off[0] = *f64s(&v, "write_s").get(1).context("worker write_s")?;
+                } else {
+                    bed.pause(0, true)?;
+                    let v = bed.worker(0, &bed.args("write", size, 2, false));
+                    bed.pause(0, false)?;
+                    on_off[1] = *f64s(&v?, "write_s").get(1).context("worker write_s")?;
+                    bed.worker(0, &bed.args("wait", size, 2, false))?;
+                }
+            }
+            write_on.push(on_off[0]);
+            write_off.push(on_off[1]);
+            app_ratio.push(on_off[1] / on_off[0].max(1e-12));
         }
         // (c) the node is lost: daemon stopped, store destroyed, both checkpoints back
         // from the partner into an empty store.
@@ -404,12 +455,6 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
             restore_bytes = v["bytes"].as_u64().context("bytes")?;
             restore_ratio.push((restore_bytes as f64 / r) / (size as f64 / wire));
         }
-        // (d, off) the same writes with no daemon on the node.
-        let mut write_off = Vec::new();
-        for _ in 0..a.reps {
-            let v = bed.worker(0, &bed.args("write", size, 2, false))?;
-            write_off.push(*f64s(&v, "write_s").get(1).context("worker write_s")?);
-        }
         bed.start(0)?;
         bed.sim.limit(0, None)?;
 
@@ -422,7 +467,7 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         let m_on = Measurement::new("app-write copying-on", 1, size, write_on).with("link", label.as_str());
         let r_copy = median(&copy_ratio);
         let r_rest = median(&restore_ratio);
-        let r_app = m_on.gbps() / m_off.gbps().max(1e-12);
+        let r_app = median(&app_ratio);
         for (what, r, target) in [
             ("partner copy / TCP stream", r_copy, 0.9),
             ("restore from partner / TCP stream", r_rest, 0.9),
@@ -442,7 +487,8 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
     notes.push(
         "ratio: partner-copy and restore vs the TCP stream on the same link (the median over \
          repetitions of the transfer's rate over the stream's, measured just before it); \
-         copying-on vs copying-off (medians)"
+         copying-on vs copying-off: the median of the per-repetition ratios (off: the \
+         daemon stopped by SIGSTOP, alternated with on)"
             .into(),
     );
     Ok(Report {
@@ -453,6 +499,7 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
             "reps": a.reps,
             "links": a.links,
             "partner_priority": a.partner_priority,
+            "writer_yield": a.writer_yield,
             "cpus": match &place {
                 Some(p) => serde_json::json!({"partner node": p.partner_list()}),
                 None => serde_json::json!("shared"),

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 /// Arguments of `ckptfs bench partner-worker` (internal).
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkerArgs {
-    /// `write` or `restore`.
+    /// `write`, `wait` (until `/ckpt/f0..` of `--files` have verified copies) or
+    /// `restore`.
     #[arg(long)]
     pub mode: String,
     /// The node's store name.
@@ -51,6 +52,12 @@ fn open(a: &WorkerArgs) -> Result<Store> {
 pub fn worker(a: WorkerArgs) -> Result<()> {
     let out = match a.mode.as_str() {
         "write" => write(&a)?,
+        "wait" => {
+            let store = open(&a)?;
+            let now = Instant::now();
+            let files: Vec<_> = (0..a.files).map(|i| (format!("/ckpt/f{i}"), now)).collect();
+            serde_json::json!({ "copy_s": wait_copies(&store, &files)? })
+        }
         "restore" => restore(&a)?,
         m => bail!("unknown worker mode {m:?}"),
     };
@@ -75,33 +82,42 @@ fn write(a: &WorkerArgs) -> Result<serde_json::Value> {
         write_s.push(t.elapsed().as_secs_f64());
         closed.push((path, Instant::now()));
     }
+    let copy_s = if a.wait_copy {
+        wait_copies(&store, &closed)?
+    } else {
+        Vec::new()
+    };
+    Ok(serde_json::json!({ "write_s": write_s, "copy_s": copy_s }))
+}
+
+/// Wait until each file's current version has a verified partner copy; seconds from
+/// each one's given instant (its close) to that.
+fn wait_copies(store: &Store, closed: &[(String, Instant)]) -> Result<Vec<f64>> {
     let mut copy_s = Vec::new();
-    if a.wait_copy {
-        // Poll the daemon's levels record (in this process: no command start-up in the
-        // measured time) until each file's current version has a verified copy.
-        let deadline = Instant::now() + Duration::from_secs(3600);
-        for (path, t_close) in &closed {
-            loop {
-                let st = store.stat(path).with_context(|| format!("stat {path}"))?;
-                let levels = crate::levels::Levels::load(&store);
-                if !levels.partners_of(path, &st).is_empty() {
-                    copy_s.push(t_close.elapsed().as_secs_f64());
-                    break;
-                }
-                // A partner that refused (ENOSPC) will not get it: say so, do not wait.
-                if let Some(l) = levels.files.get(path) {
-                    if l.identity == crate::levels::Identity::of(&st) && !l.refused.is_empty() {
-                        bail!("no partner copy of {path}: {:?}", l.refused);
-                    }
-                }
-                if Instant::now() > deadline {
-                    bail!("no partner copy of {path} after an hour");
-                }
-                std::thread::sleep(Duration::from_millis(2));
+    // Poll the daemon's levels record (in this process: no command start-up in the
+    // measured time) until each file's current version has a verified copy.
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    for (path, t_close) in closed {
+        loop {
+            let st = store.stat(path).with_context(|| format!("stat {path}"))?;
+            let levels = crate::levels::Levels::load(store);
+            if !levels.partners_of(path, &st).is_empty() {
+                copy_s.push(t_close.elapsed().as_secs_f64());
+                break;
             }
+            // A partner that refused (ENOSPC) will not get it: say so, do not wait.
+            if let Some(l) = levels.files.get(path) {
+                if l.identity == crate::levels::Identity::of(&st) && !l.refused.is_empty() {
+                    bail!("no partner copy of {path}: {:?}", l.refused);
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("no partner copy of {path} after an hour");
+            }
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
-    Ok(serde_json::json!({ "write_s": write_s, "copy_s": copy_s }))
+    Ok(copy_s)
 }
 
 fn restore(a: &WorkerArgs) -> Result<serde_json::Value> {
