@@ -421,23 +421,6 @@ impl Level for PartnerLevel {
     }
 }
 
-/// A writer's [`Landing`](ckptfs_level::Landing) as the transport's chunk sink.
-struct LandingSink<'l>(&'l mut dyn ckptfs_level::Landing);
-
-impl ckptfs_transport::ChunkSink for LandingSink<'_> {
-    fn put(&mut self, data: &[u8]) {
-        self.0.put(data)
-    }
-
-    fn read_from(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize> {
-        self.0.read_from(fd)
-    }
-
-    fn crc(&self) -> u32 {
-        self.0.crc()
-    }
-}
-
 /// A copy coming back from the peer (a Get's answer), chunk by chunk.
 struct PartnerReader<'a> {
     lvl: &'a PartnerLevel,
@@ -571,7 +554,8 @@ impl ChunkReader for PartnerReader<'_> {
         let (g, rt) = (&mut self.g, &self.lvl.rt);
         let landed = writer.land(off, len as usize, &mut |l| {
             let c = g.as_mut().expect("connected while reading");
-            rt.block_on(c.chunk_into(&mut LandingSink(l))).map_err(backend)
+            rt.block_on(c.chunk_into(&mut crate::partner_store::Sink(l)))
+                .map_err(backend)
         });
         match landed {
             None => {

@@ -236,9 +236,10 @@ pub enum Take {
     Skip,
 }
 
-/// A store [`Landing`] as the transport's chunk sink: chunk data read from the socket
-/// straight into a file's chunks.
-pub struct Sink<'a>(pub &'a mut Landing);
+/// A landing (a store [`Landing`], or any level writer's
+/// [`ckptfs_level::Landing`]) as the transport's chunk sink: chunk data read from the
+/// socket straight into a file's chunks.
+pub struct Sink<'a>(pub &'a mut dyn ckptfs_level::Landing);
 
 impl ckptfs_transport::ChunkSink for Sink<'_> {
     fn put(&mut self, data: &[u8]) {

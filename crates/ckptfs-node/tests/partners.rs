@@ -170,11 +170,13 @@ async fn whole_rack_lost_every_file_comes_back_from_the_other_rack() {
     }
     for id in ids {
         let s = tc.store(id);
+        // At least one partner each (on a loaded machine a late heartbeat can make a
+        // node take the next eligible partner too, which is in the other rack as well).
         wait_for(&format!("{id}'s copies acknowledged"), || {
             Levels::load(&s)
                 .files
                 .values()
-                .filter(|f| f.partners.len() == 1)
+                .filter(|f| !f.partners.is_empty())
                 .count()
                 == 2
         })
