@@ -262,7 +262,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--disk", default="/var/tmp", help="directory on local disk")
     ap.add_argument("--remote-max", default="1G", help="partner and PFS loads for sizes up to this (0: none)")
-    ap.add_argument("--port", type=int, default=47310, help="first of two free ports (partner case)")
+    ap.add_argument("--port", type=int, default=27310, help="first of two free ports (partner case)")
     ap.add_argument("--tag", default="bench-torch", help="prefix of the store, job and temporary names")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()

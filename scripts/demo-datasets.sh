@@ -11,11 +11,11 @@
 #
 #   bash scripts/demo-datasets.sh [HEAT_BINARY]     (run by scripts/demo.sh at its end)
 #
-# PORT (first of 4 free ports, default 47240), NX, NY, SEGMENTS, EVERY.
+# PORT (first of 4 free ports, default 27240), NX, NY, SEGMENTS, EVERY.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${CKPTFS_BIN_DIR:-${CARGO_TARGET_DIR:-$PWD/target}/release}
-PORT=${PORT:-47240} NX=${NX:-512} NY=${NY:-512} SEGMENTS=${SEGMENTS:-6} EVERY=${EVERY:-10}
+PORT=${PORT:-27240} NX=${NX:-512} NY=${NY:-512} SEGMENTS=${SEGMENTS:-6} EVERY=${EVERY:-10}
 STEPS=$((SEGMENTS * EVERY))
 LOSE_AT=$((SEGMENTS / 2 + 1)) LOST=node3
 WORK=$(mktemp -d /tmp/ckptfs-demo-ds.XXXXXX)

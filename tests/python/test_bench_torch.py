@@ -19,7 +19,7 @@ def test_bench_torch_reports_every_row(tmp_path):
     exe = Path(os.environ.get("CKPTFS_BIN_DIR") or ROOT / "target" / "release") / "ckptfs"
     if not exe.is_file():
         pytest.skip(f"{exe} not built")
-    port = int(os.environ.get("CKPTFS_TEST_PORT", 47300 + 2 * (os.getpid() % 25))) + 50
+    port = int(os.environ.get("CKPTFS_TEST_PORT", 27300 + 2 * (os.getpid() % 25))) + 50
     tag = f"{os.environ.get('CKPTFS_TEST_TAG', 'pytest')}-bt{os.getpid()}"
     r = subprocess.run(
         [str(exe), "bench", "torch", "--sizes", "4M", "--reps", "1", "--remote-max", "4M",

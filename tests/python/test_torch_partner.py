@@ -21,9 +21,9 @@ import ckptfs.torch as ct  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = os.environ.get("CKPTFS_TEST_TAG", "pytest")
-# Two consecutive ports: CKPTFS_TEST_PORT, else one derived from the pid (47300-47349
+# Two consecutive ports: CKPTFS_TEST_PORT, else one derived from the pid (27300-27349
 # is this suite's range by default).
-PORT = int(os.environ.get("CKPTFS_TEST_PORT", 47300 + 2 * (os.getpid() % 25)))
+PORT = int(os.environ.get("CKPTFS_TEST_PORT", 27300 + 2 * (os.getpid() % 25)))
 
 
 def _ckptfs_bin():

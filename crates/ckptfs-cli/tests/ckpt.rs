@@ -393,6 +393,9 @@ impl Drop for Daemon {
 /// A two-node cluster file for loopback daemons in `st`'s directory, ports from
 /// `ports`, stores named after `st` (the default names are shared by every local
 /// cluster). The two store names.
+/// Fixed test ports are below Linux's ephemeral range (32768-60999): a port another test
+/// takes with `bind(0)`, or an outgoing connection's local port, never lands on them
+/// between the check here and the daemon's bind.
 fn loopback_cluster(st: &Store, ports: std::ops::Range<u16>) -> [String; 2] {
     let dir = st.dir.path();
     let port = ports
@@ -451,7 +454,7 @@ fn start_daemons(st: &Store, stores: &[String; 2], args: &[&str], env: &[(&str, 
 #[test]
 fn node_daemon_drain_flushes_only_every_second_dataset() {
     let st = Store::new("ndrain");
-    let stores = loopback_cluster(&st, 47450..47500);
+    let stores = loopback_cluster(&st, 27450..27500);
     let pfs = st.dir.path().join("pfs");
     std::fs::create_dir_all(&pfs).unwrap();
     let node1 = Store {
@@ -509,7 +512,7 @@ fn runtime_policy_offers_the_partner_level_with_measured_costs_as_simulate_does(
     // node1's levels record, nothing is a constant but the PFS bandwidth setting.
     let st = Store::new("ppol");
     let dir = st.dir.path();
-    let stores = loopback_cluster(&st, 47400..47450);
+    let stores = loopback_cluster(&st, 27400..27450);
     let node1 = Store {
         name: stores[0].clone(),
         dir: tempfile::tempdir().unwrap(),
@@ -647,7 +650,7 @@ fn partner_copies_follow_the_level_decision() {
     // only when its decision is `partner` (or the partner level was not on offer yet:
     // the first dataset, whose copy measures the copy time); `local` gets no copy.
     let st = Store::new("pdec");
-    let stores = loopback_cluster(&st, 47200..47220);
+    let stores = loopback_cluster(&st, 27200..27220);
     let node1 = Store {
         name: stores[0].clone(),
         dir: tempfile::tempdir().unwrap(),

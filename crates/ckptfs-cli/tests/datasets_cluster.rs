@@ -17,10 +17,10 @@ const NODES: usize = 4;
 const RANKS: usize = 8;
 
 fn free_ports() -> u16 {
-    (47220..47296)
+    (27220..27296)
         .step_by(4)
         .find(|&b| (b..b + 4).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .expect("no 4 consecutive free ports in 47220-47299")
+        .expect("no 4 consecutive free ports in 27220-27299")
 }
 
 /// A small seeded generator (xorshift64*), so every run makes the same choices.
@@ -495,10 +495,10 @@ fn four_nodes_two_ranks_restart_from_the_newest_wholly_recoverable_dataset() {
 
 #[test]
 fn bench_datasets_partner_times_every_level() {
-    let port = (47284..47298)
+    let port = (27284..27298)
         .step_by(2)
         .find(|&b| (b..b + 2).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .expect("no 2 free ports in 47284-47299");
+        .expect("no 2 free ports in 27284-27299");
     let dir = tempfile::tempdir().unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_ckptfs"));
     for (k, _) in std::env::vars() {

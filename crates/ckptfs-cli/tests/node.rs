@@ -41,10 +41,10 @@ fn partner_priority_setting_reaches_the_daemon_and_node_status_json() {
     let ckptfs = env!("CARGO_BIN_EXE_ckptfs");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.toml");
-    let port = (47150..47198)
+    let port = (27150..27198)
         .step_by(2)
         .find(|&b| (b..b + 2).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .expect("no 2 consecutive free ports in 47150-47199");
+        .expect("no 2 consecutive free ports in 27150-27199");
     let job = format!("hnd-prio-{}", std::process::id());
     let out = Command::new(ckptfs)
         .args([

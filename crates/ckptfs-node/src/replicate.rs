@@ -28,7 +28,9 @@ use ckptfs_store::Store;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+// The throttle keeps tokio's clock (the same as std's, except in tests with paused time).
 use tokio::sync::Notify;
+use tokio::time::Instant as TInstant;
 
 /// After waking the copy loop, the close watcher lets closes go unwatched this long:
 /// a burst of closes (many small files) then costs the writers at most one futex wake
@@ -93,13 +95,13 @@ pub(crate) enum Sent {
 /// never.
 pub(crate) struct Throttle {
     rate: Option<f64>,
-    start: Instant,
+    start: TInstant,
     bytes: u64,
     yield_max: Duration,
     seen: u64,
     /// Time waited and start of the current copy.
     waited: Duration,
-    copy_start: Instant,
+    copy_start: TInstant,
 }
 
 /// How long the write count must stay still before a copy goes on.
@@ -109,12 +111,12 @@ impl Throttle {
     pub(crate) fn new(rate: Option<f64>, store: &Store, yield_max: Duration) -> Throttle {
         Throttle {
             rate,
-            start: Instant::now(),
+            start: TInstant::now(),
             bytes: 0,
             yield_max,
             seen: store.write_count(),
             waited: Duration::ZERO,
-            copy_start: Instant::now(),
+            copy_start: TInstant::now(),
         }
     }
 
@@ -126,7 +128,7 @@ impl Throttle {
     /// A copy starts (the bound on waiting is per copy).
     pub(crate) fn copy_starts(&mut self) {
         self.waited = Duration::ZERO;
-        self.copy_start = Instant::now();
+        self.copy_start = TInstant::now();
     }
 
     /// Before a chunk is sent: wait while an application writes into `store`. Returns
@@ -135,7 +137,7 @@ impl Throttle {
         if self.yield_max.is_zero() {
             return Duration::ZERO;
         }
-        let t0 = Instant::now();
+        let t0 = TInstant::now();
         let mut now = store.write_count();
         while now != self.seen {
             self.seen = now;
@@ -162,7 +164,7 @@ impl Throttle {
         }
         // Forget old history so an idle period does not allow a burst.
         if el > Duration::from_secs(2) && due + Duration::from_millis(100) < el {
-            self.start = Instant::now();
+            self.start = TInstant::now();
             self.bytes = 0;
         }
     }
@@ -517,5 +519,124 @@ async fn send_copy(
             }
             None => return Err(NodeError::Transport(format!("{to} closed the connection"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The throttle's stepping back, on tokio's paused clock: the "application" below
+    //! writes once per virtual millisecond, so the waits are exact whatever the load.
+    use super::{Throttle, STILL};
+    use ckptfs_store::{OpenFlags, Store, StoreOptions};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn store(tag: &str) -> (Store, String) {
+        let name = format!("hnd-yield-{tag}-{}", std::process::id());
+        let _ = Store::destroy(&name);
+        let s = Store::create(&StoreOptions {
+            name: name.clone(),
+            mem_size: Some(2 << 20),
+            chunk_size: Some(64 << 10),
+            max_files: Some(16),
+            ..Default::default()
+        })
+        .unwrap();
+        (s, name)
+    }
+
+    /// Writes 4 KiB into `/w` once per millisecond (virtual), `n` times or until `stop`.
+    fn app(s: Store, n: u64, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut f = s.open("/w", OpenFlags::CREATE, 0o600).unwrap();
+            for i in 0..n {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                f.pwrite(&[1u8; 4096], (i % 16) * 4096).unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            f.close().unwrap();
+        })
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_copy_waits_until_the_writes_have_stopped_for_two_ms() {
+        let (s, name) = store("stop");
+        let mut t = Throttle::new(None, &s, Duration::from_secs(1));
+        t.copy_starts();
+        assert_eq!(
+            t.before_chunk(&s).await,
+            Duration::ZERO,
+            "nothing written: no wait"
+        );
+        // 50 writes, 1 ms apart (the last at 49 ms).
+        let w = app(s.clone(), 50, Arc::default());
+        tokio::task::yield_now().await;
+        let waited = t.before_chunk(&s).await;
+        assert!(waited >= 49 * MS && waited <= 49 * MS + 2 * STILL, "{waited:?}");
+        w.await.unwrap();
+        // The writes stopped: the next chunk goes at once.
+        assert_eq!(t.before_chunk(&s).await, Duration::ZERO);
+        drop(s);
+        let _ = Store::destroy(&name);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_writer_that_never_stops_holds_a_copy_back_at_most_half_the_time() {
+        let (s, name) = store("never");
+        let max = 20 * MS;
+        let mut t = Throttle::new(None, &s, max);
+        let stop = Arc::new(AtomicBool::new(false));
+        let w = app(s.clone(), u64::MAX, stop.clone());
+        tokio::task::yield_now().await;
+        t.copy_starts();
+        let first = t.before_chunk(&s).await;
+        assert!(first >= max && first <= max + STILL, "{first:?}");
+        // Sending a chunk takes 5 ms here; waits after the first stretch alternate with it.
+        let (mut waited, mut sending) = (first, Duration::ZERO);
+        for _ in 0..40 {
+            tokio::time::sleep(5 * MS).await;
+            sending += 5 * MS;
+            let w = t.before_chunk(&s).await;
+            assert!(w <= max + STILL, "{w:?}");
+            waited += w;
+        }
+        assert!(
+            waited <= sending + max + 2 * STILL,
+            "waited {waited:?}, sent {sending:?}"
+        );
+        assert!(
+            waited >= sending / 2,
+            "it did step back: {waited:?} against {sending:?}"
+        );
+        stop.store(true, Ordering::Relaxed);
+        w.await.unwrap();
+        drop(s);
+        let _ = Store::destroy(&name);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_never_waits_and_the_daemons_own_writes_are_absorbed() {
+        let (s, name) = store("zero");
+        let mut off = Throttle::new(None, &s, Duration::ZERO);
+        let mut on = Throttle::new(None, &s, Duration::from_secs(1));
+        on.copy_starts();
+        // The daemon's own write (its levels record), absorbed: no wait.
+        let mut f = s.open("/own", OpenFlags::CREATE, 0o600).unwrap();
+        f.write_all(b"record").unwrap();
+        f.close().unwrap();
+        on.absorb(&s);
+        assert_eq!(on.before_chunk(&s).await, Duration::ZERO);
+        let w = app(s.clone(), 30, Arc::default());
+        tokio::task::yield_now().await;
+        assert_eq!(off.before_chunk(&s).await, Duration::ZERO, "0: never steps back");
+        assert!(on.before_chunk(&s).await >= 29 * MS);
+        w.await.unwrap();
+        drop(s);
+        let _ = Store::destroy(&name);
     }
 }
