@@ -315,7 +315,6 @@ fn bench_partner_runs_between_two_simulated_nodes_and_reports_every_case() {
     let rows = v["results"].as_array().unwrap();
     let cases = [
         "tcp-stream",
-        "tcp-stream checkpoint-sized buffers",
         "partner-copy",
         "restore-from-partner",
         "app-write copying-off",

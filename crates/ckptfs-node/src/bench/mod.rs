@@ -314,39 +314,22 @@ impl Drop for Bed {
 }
 
 /// One plain TCP stream of `bytes` from node 0 to node 1; seconds from connect to the
-/// receiver's acknowledgement of the last byte. Both ends use one 1 MiB buffer over and
-/// over (what a stream benchmark does: the buffer stays in the caches and the TLB), or,
-/// with `cold`, walk buffers of `bytes` (touched first, not timed), as a copy of a
-/// checkpoint must: it reads every byte from memory and lands it in fresh memory.
+/// receiver's acknowledgement of the last byte.
 fn tcp_stream(sim: &Sim, bytes: u64, place: Option<&Placement>) -> Result<f64> {
-    tcp_stream_span(sim, bytes, place, false)
-}
-
-fn tcp_stream_span(sim: &Sim, bytes: u64, place: Option<&Placement>, cold: bool) -> Result<f64> {
-    let span = if cold {
-        bytes.max(1 << 20) as usize
-    } else {
-        1 << 20
-    };
     let ip1 = sim.node(1).ip;
     let l = sim.node(1).in_netns(move || TcpListener::bind((ip1, 0)))??;
     let addr = l.local_addr()?;
     // The receiving end runs where the partner's daemon does.
     let pin = place.map(|p| p.partner.clone());
-    let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
     let rx = std::thread::spawn(move || -> std::io::Result<u64> {
         if let Some(cpus) = &pin {
             ckptfs_netsim::pin_current_thread(cpus).map_err(std::io::Error::other)?;
         }
-        let mut buf = vec![1u8; span];
-        // Touched: the timed stream starts only now.
-        let _ = ready_tx.send(());
         let (mut s, _) = l.accept()?;
+        let mut buf = vec![0u8; 1 << 20];
         let mut n = 0u64;
         loop {
-            let at = (n % span as u64) as usize;
-            let end = (at + (1 << 20)).min(span);
-            let k = s.read(&mut buf[at..end])?;
+            let k = s.read(&mut buf)?;
             if k == 0 {
                 break;
             }
@@ -355,18 +338,15 @@ fn tcp_stream_span(sim: &Sim, bytes: u64, place: Option<&Placement>, cold: bool)
         s.write_all(&[1])?;
         Ok(n)
     });
-    // A receiver that failed before it was ready reports its error at the join.
-    let _ = ready.recv();
     let secs = sim.node(0).in_netns(move || -> std::io::Result<f64> {
-        let buf = vec![0x5au8; span];
+        let buf = vec![0x5au8; 1 << 20];
         let t = Instant::now();
         let mut s = TcpStream::connect(addr)?;
-        let mut sent = 0u64;
-        while sent < bytes {
-            let at = (sent % span as u64) as usize;
-            let k = (bytes - sent).min(1 << 20).min((span - at) as u64) as usize;
-            s.write_all(&buf[at..at + k])?;
-            sent += k as u64;
+        let mut left = bytes;
+        while left > 0 {
+            let k = left.min(buf.len() as u64) as usize;
+            s.write_all(&buf[..k])?;
+            left -= k as u64;
         }
         s.shutdown(Shutdown::Write)?;
         let mut ack = [0u8; 1];
@@ -430,16 +410,12 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         let mut write_on = Vec::new();
         let mut write_off = Vec::new();
         let mut app_ratio = Vec::new();
-        // The same stream walking checkpoint-sized buffers at both ends (not a target's
-        // baseline: shown for what it says about the hot stream).
-        let mut cold = Vec::new();
         // One round not measured first: a daemon just (re)started still populates its
         // page tables for the whole store in the background (design.md), and the first
         // transfer on a link sets up its connection.
         tcp_stream(&bed.sim, size, bed.place.as_ref())?;
         bed.worker(0, &bed.args("write", size, 2, true))?;
         for rep in 0..a.reps {
-            cold.push(tcp_stream_span(&bed.sim, size, bed.place.as_ref(), true)?);
             let wire = tcp_stream(&bed.sim, size, bed.place.as_ref())?;
             tcp.push(wire);
             let v = bed.worker(0, &bed.args("write", size, 1, true))?;
@@ -483,8 +459,6 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         bed.sim.limit(0, None)?;
 
         let m_tcp = Measurement::new("tcp-stream", 1, size, tcp).with("link", label.as_str());
-        let m_cold = Measurement::new("tcp-stream checkpoint-sized buffers", 1, size, cold)
-            .with("link", label.as_str());
         let m_copy = Measurement::new("partner-copy", 1, size, copy).with("link", label.as_str());
         let m_rest =
             Measurement::new("restore-from-partner", 1, restore_bytes, restore).with("link", label.as_str());
@@ -504,16 +478,7 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
                 if r >= target { "met" } else { "MISSED" }
             ));
         }
-        let r_cold = m_cold.gbps() / m_tcp.gbps().max(1e-12);
-        notes.push(format!(
-            "link {label}: the stream walking {} MiB buffers at both ends ran at {:.2} GB/s \
-             ({r_cold:.2}x the 1 MiB-buffer stream); partner copy / that stream = {:.2} (no target)",
-            size >> 20,
-            m_cold.gbps(),
-            m_copy.gbps() / m_cold.gbps().max(1e-12)
-        ));
         results.push(m_tcp.with("ratio", 1.0));
-        results.push(m_cold.with("ratio", (r_cold * 100.0).round() / 100.0));
         results.push(m_copy.with("ratio", (r_copy * 100.0).round() / 100.0));
         results.push(m_rest.with("ratio", (r_rest * 100.0).round() / 100.0));
         results.push(m_off.with("ratio", 1.0));
