@@ -30,6 +30,37 @@ fn app_writing(store: Store, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u
     })
 }
 
+/// Both nodes' daemons (node1's copies out with `writer_yield`), their stores, and an
+/// application writing into node1's store until `stop`.
+struct Bed {
+    d1: Daemon,
+    d2: Daemon,
+    s1: Store,
+    s2: Store,
+    stop: Arc<AtomicBool>,
+    app: std::thread::JoinHandle<u64>,
+}
+
+impl Bed {
+    fn start(tc: &TestCluster, writer_yield: Duration) -> Bed {
+        let mut c1 = tc.config("node1");
+        c1.writer_yield = writer_yield;
+        let d1 = Daemon::start(c1);
+        let d2 = Daemon::start(tc.config("node2"));
+        let (s1, s2) = (tc.store("node1"), tc.store("node2"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let app = app_writing(s1.clone(), stop.clone());
+        Bed {
+            d1,
+            d2,
+            s1,
+            s2,
+            stop,
+            app,
+        }
+    }
+}
+
 fn yielded(tc: &TestCluster, id: &str) -> f64 {
     ckptfs_node::status(&tc.store_opts(id).name).map_or(0.0, |s| s.yielded_s)
 }
@@ -37,13 +68,14 @@ fn yielded(tc: &TestCluster, id: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_waits_while_the_application_writes_and_goes_on_when_it_stops() {
     let tc = TestCluster::new("yield-wait", 2, Scheme::Ring, 1);
-    let mut c1 = tc.config("node1");
-    c1.writer_yield = Duration::from_secs(60);
-    let d1 = Daemon::start(c1);
-    let d2 = Daemon::start(tc.config("node2"));
-    let (s1, s2) = (tc.store("node1"), tc.store("node2"));
-    let stop = Arc::new(AtomicBool::new(false));
-    let app = app_writing(s1.clone(), stop.clone());
+    let Bed {
+        d1,
+        d2,
+        s1,
+        s2,
+        stop,
+        app,
+    } = Bed::start(&tc, Duration::from_secs(60));
     // A checkpoint of 640 chunks closed while the application goes on writing: each
     // chunk waits for a 2 ms pause of the writes. (On a loaded machine the writer is
     // itself off the CPU now and then, and the copy may go on meanwhile: the waits'
@@ -66,13 +98,14 @@ async fn a_copy_waits_while_the_application_writes_and_goes_on_when_it_stops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_never_stops_delays_a_copy_only_boundedly() {
     let tc = TestCluster::new("yield-bound", 2, Scheme::Ring, 1);
-    let mut c1 = tc.config("node1");
-    c1.writer_yield = Duration::from_millis(200);
-    let d1 = Daemon::start(c1);
-    let d2 = Daemon::start(tc.config("node2"));
-    let (s1, s2) = (tc.store("node1"), tc.store("node2"));
-    let stop = Arc::new(AtomicBool::new(false));
-    let app = app_writing(s1.clone(), stop.clone());
+    let Bed {
+        d1,
+        d2,
+        s1,
+        s2,
+        stop,
+        app,
+    } = Bed::start(&tc, Duration::from_millis(200));
     let data = bytes(4 << 20, 10);
     write(&s1, "/ckpt/b", &data);
     // The application never stops, the copy still completes: after 200 ms of waiting it
@@ -92,13 +125,14 @@ async fn a_writer_that_never_stops_delays_a_copy_only_boundedly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_writer_yield_zero_a_copy_never_waits() {
     let tc = TestCluster::new("yield-off", 2, Scheme::Ring, 1);
-    let mut c1 = tc.config("node1");
-    c1.writer_yield = Duration::ZERO;
-    let d1 = Daemon::start(c1);
-    let d2 = Daemon::start(tc.config("node2"));
-    let (s1, s2) = (tc.store("node1"), tc.store("node2"));
-    let stop = Arc::new(AtomicBool::new(false));
-    let app = app_writing(s1.clone(), stop.clone());
+    let Bed {
+        d1,
+        d2,
+        s1,
+        s2,
+        stop,
+        app,
+    } = Bed::start(&tc, Duration::ZERO);
     let data = bytes(4 << 20, 11);
     write(&s1, "/ckpt/c", &data);
     wait_for("the copy", || copy_on(&s2, "node1", "/ckpt/c").is_some()).await;
