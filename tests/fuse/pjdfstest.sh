@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# pjdfstest (the POSIX conformance suite, Rust port from crates.io) on four targets in
-# one run: a tmpfs directory, the CRFS mount over a tmpfs backend, the store mount, and
-# a store directory through the preload shim (`ckptfs run`: pjdfstest cds into
-# /ckpt/pjdfstest and runs there, every file call going through the shim).
+# pjdfstest (the POSIX conformance suite, Rust port from crates.io) on five targets in
+# one run: a tmpfs directory, the CRFS mount over a tmpfs backend, the store mount with
+# requests through /dev/fuse, the store mount with requests over io_uring ("ring": the
+# kernel's enable_uring set for it and put back afterwards; skipped, with a line saying
+# so, on a kernel without the parameter), and a store directory through the preload
+# shim (`ckptfs run`: pjdfstest cds into /ckpt/pjdfstest and runs there, every file call
+# going through the shim).
 # Prints pass/fail counts per target and every check that passes on tmpfs but fails on
 # another target. Fails when such a check fails on the CRFS mount (it must pass what its
 # backend passes), on the store mount unless it matches a pattern in
@@ -34,13 +37,19 @@ id ckptfs-pjd >/dev/null 2>&1 || useradd -M -U -r -s /usr/sbin/nologin ckptfs-pj
 work=$(mktemp -d /tmp/ckptfs-pjdfstest.XXXXXX)
 chmod 755 "$work"
 store="pjdfstest-$$"
+ring_store="pjdfstest-ring-$$"
+uring_param=/sys/module/fuse/parameters/enable_uring
+uring_old=$(cat "$uring_param" 2>/dev/null || true)
 shim_store="pjdfstest-shim-$$"
-mkdir -p "$work/tmpfs" "$work/crfs" "$work/store"
+mkdir -p "$work/tmpfs" "$work/crfs" "$work/store" "$work/ring"
 cleanup() {
     set +e
     "$bin" umount "$work/crfs" >/dev/null 2>&1
     "$bin" umount "$work/store" >/dev/null 2>&1
+    "$bin" umount "$work/ring" >/dev/null 2>&1
     "$bin" --store "$store" destroy >/dev/null 2>&1
+    "$bin" --store "$ring_store" destroy >/dev/null 2>&1
+    [ -n "$uring_old" ] && echo "$uring_old" >"$uring_param" 2>/dev/null
     "$bin" --store "$shim_store" destroy >/dev/null 2>&1
     umount "$work/tmpfs" 2>/dev/null
     if [ "${PJDFSTEST_KEEP:-0}" = 1 ]; then
@@ -53,14 +62,29 @@ trap cleanup EXIT
 mount -t tmpfs -o size=2g,mode=755 ckptfs-pjdfstest "$work/tmpfs"
 mkdir -m 755 "$work/tmpfs/plain" "$work/tmpfs/backend"
 "$bin" mount --backend "$work/tmpfs/backend" --log-file "$work/crfs.log" "$work/crfs" >/dev/null
-"$bin" --store "$store" mount --log-file "$work/store.log" "$work/store" >/dev/null
+"$bin" --store "$store" mount --io-uring off --log-file "$work/store.log" "$work/store" >/dev/null
+targets=(tmpfs crfs store)
+if [ -n "$uring_old" ]; then
+    echo Y >"$uring_param"
+    "$bin" --store "$ring_store" mount --io-uring auto --log-file "$work/ring.log" "$work/ring" >/dev/null
+    echo "$uring_old" >"$uring_param"
+    if ! grep -q "requests over io_uring" "$work/ring.log"; then
+        echo "pjdfstest: the ring mount did not get io_uring from the kernel; its log:" >&2
+        cat "$work/ring.log" >&2
+        exit 1
+    fi
+    targets+=(ring)
+else
+    echo "pjdfstest: no ring target (this kernel has no $uring_param)"
+fi
+targets+=(shim)
 
-declare -A dir=([tmpfs]="$work/tmpfs/plain" [crfs]="$work/crfs" [store]="$work/store")
+declare -A dir=([tmpfs]="$work/tmpfs/plain" [crfs]="$work/crfs" [store]="$work/store" [ring]="$work/ring")
 # The shim's directory: its path length matters to pjdfstest, whose create_path_max
 # overflows when (PATH_MAX - 1 - length of its nested temporary directories) is a
 # multiple of NAME_MAX/2 (/ckpt/t would hit that; /ckpt/pjdfstest does not).
 shim_dir=/ckpt/pjdfstest
-for t in tmpfs crfs store shim; do
+for t in "${targets[@]}"; do
     # Each target on its own; a hang is cut after 15 minutes (and then fails the run).
     if [ "$t" = shim ]; then
         (cd / && timeout 900 "$bin" --store "$shim_store" --mem-size 512M --mount /ckpt run -- \
@@ -84,7 +108,7 @@ mapfile -t allowed_shim < <(patterns "$here/unsupported-shim.txt")
 is_allowed() {
     local p list
     case $1 in
-        store) list=("${allowed_store[@]}") ;;
+        store | ring) list=("${allowed_store[@]}") ;;
         shim) list=("${allowed_shim[@]}") ;;
         *) return 1 ;;
     esac
@@ -97,7 +121,7 @@ is_allowed() {
 
 status=0
 printf '%-8s %7s %7s %8s %7s\n' target passed failed skipped total
-for t in tmpfs crfs store shim; do
+for t in "${targets[@]}"; do
     p=$(awk '$2 == "ok"' "$work/$t.res" | wc -l)
     f=$(awk '$2 == "FAILED"' "$work/$t.res" | wc -l)
     s=$(awk '$2 == "skipped"' "$work/$t.res" | wc -l)
@@ -110,7 +134,7 @@ if [ "$tmpfs_total" -lt 100 ]; then
     exit 1
 fi
 ok_on_tmpfs=$(awk '$2 == "ok" {print $1}' "$work/tmpfs.res")
-for t in crfs store shim; do
+for t in "${targets[@]:1}"; do
     declare -A res=()
     while read -r name r; do res[$name]=$r; done <"$work/$t.res"
     bad=() deliberate=0
@@ -125,7 +149,7 @@ for t in crfs store shim; do
     done
     unset res
     case $t in
-        store) echo "store: $deliberate checks passing on tmpfs fail as documented (tests/fuse/unsupported.txt)" ;;
+        store | ring) echo "$t: $deliberate checks passing on tmpfs fail as documented (tests/fuse/unsupported.txt)" ;;
         shim) echo "shim: $deliberate checks passing on tmpfs fail as documented (tests/fuse/unsupported-shim.txt)" ;;
     esac
     if [ ${#bad[@]} -gt 0 ]; then
@@ -144,7 +168,7 @@ for t in crfs store shim; do
 done
 # A failed check exits 1; a signal (128+n: a crash, as the shim's once was) or the
 # timeout (124) fails the run whatever the counts say.
-for t in tmpfs crfs store shim; do
+for t in "${targets[@]}"; do
     rc=$(cat "$work/$t.rc" 2>/dev/null || echo 0)
     if [ "$rc" -gt 1 ]; then
         status=1
@@ -153,7 +177,8 @@ for t in tmpfs crfs store shim; do
     fi
 done
 # fuser's "[Not Implemented] ..." warnings: every call the suite makes is answered.
-for t in crfs store; do
+for t in "${targets[@]}"; do
+    [ -e "$work/$t.log" ] || continue
     if grep -q "Not Implemented" "$work/$t.log"; then
         status=1
         echo "$t: the daemon logged unimplemented FUSE calls:"

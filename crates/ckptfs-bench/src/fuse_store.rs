@@ -9,6 +9,9 @@
 //!   files in one directory (open(O_CREAT|O_EXCL)+close, stat, unlink), one process;
 //!   through the default mount (kernel attribute/entry caching invalidated by the
 //!   store's change counter) and again with caching off (`store-mount-ttl0-*`).
+//! - When the kernel offers FUSE-over-io-uring (`enable_uring`), the default mount uses
+//!   it, and every case runs once more with requests through `/dev/fuse` only
+//!   (`store-mount-devfuse-*`): the two transports side by side.
 //!
 //! Each case runs `--reps` times; the median is reported with the ratio to tmpfs.
 
@@ -149,10 +152,18 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
     std::fs::create_dir(&mp)?;
     // The default mount (kernel caching with invalidation), then the same metadata
     // cases with caching off (TTL 0, what the mount did before store format 4).
+    let ring = ckptfs_fuse::io_uring_enabled() == Some(true);
     let mut through = Vec::new();
-    for (cache, seq) in [(CacheConfig::DEFAULT, true), (CacheConfig::OFF, false)] {
+    let mut mounts = vec![
+        (CacheConfig::DEFAULT, true, true),
+        (CacheConfig::OFF, false, true),
+    ];
+    if ring {
+        mounts.push((CacheConfig::DEFAULT, true, false));
+    }
+    for (cache, seq, uring) in mounts {
         let session = mount::spawn_store(
-            StoreFs::with_cache(store.clone(), IoMode::Auto, cache),
+            StoreFs::with_cache(store.clone(), IoMode::Auto, cache).with_io_uring(uring),
             &mp,
             &format!("ckptfs:{name}"),
             0, // the store mount's default (mount::STORE_THREADS)
@@ -162,6 +173,11 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
         session.unmount(&mp).context("unmount")?;
         through.push(r?);
     }
+    let devfuse = if ring {
+        through.pop().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let nocache = through.pop().unwrap_or_default();
     let through = through.pop().unwrap_or_default();
 
@@ -184,6 +200,11 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
                 .into_iter()
                 .map(|(case, n, t)| (format!("store-mount-ttl0-{case}"), case, n, t)),
         )
+        .chain(
+            devfuse
+                .into_iter()
+                .map(|(case, n, t)| (format!("store-mount-devfuse-{case}"), case, n, t)),
+        )
         .collect::<Vec<_>>();
     for (label, case, n, t) in rows {
         let meas = Measurement::new(label, 1, 0, t);
@@ -202,11 +223,16 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
     notes.push(format!(
         "(d) one process; seq: {} MiB in 1 MiB calls; md: {} files in one directory; store-mount: \
          kernel attribute/entry cache (TTL {} s) invalidated by the store's change counter \
-         (poll {} ms); store-mount-ttl0: caching off; see docs/fuse.md",
+         (poll {} ms); store-mount-ttl0: caching off; requests {}; see docs/fuse.md",
         bytes >> 20,
         a.md_files,
         CacheConfig::DEFAULT.ttl.as_secs(),
         CacheConfig::DEFAULT.poll.as_millis(),
+        if ring {
+            "over io_uring (the kernel's enable_uring is on), store-mount-devfuse: through /dev/fuse"
+        } else {
+            "through /dev/fuse (the kernel does not offer io_uring: enable_uring off or missing)"
+        },
     ));
     Ok(())
 }

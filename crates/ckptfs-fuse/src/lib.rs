@@ -114,7 +114,18 @@ pub struct Counters {
     pub meta: AtomicU64,
 }
 
-pub(crate) fn configure_kernel(config: &mut KernelConfig, io: IoMode) {
+/// Does this kernel hand FUSE requests over io_uring to servers that ask
+/// (`/sys/module/fuse/parameters/enable_uring`)? None: the parameter does not exist
+/// (a kernel before 6.14, or built without it).
+pub fn io_uring_enabled() -> Option<bool> {
+    let v = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").ok()?;
+    Some(v.trim() == "Y")
+}
+
+/// `ring`: ask for FUSE-over-io-uring (store mode; docs/fuse.md, "Requests over
+/// io_uring"). The kernel grants it only when its `fuse` module has `enable_uring` set;
+/// otherwise requests keep coming through `/dev/fuse`, as without.
+pub(crate) fn configure_kernel(config: &mut KernelConfig, io: IoMode, ring: bool) {
     if let Err(max) = config.set_max_write(MAX_WRITE) {
         let _ = config.set_max_write(max);
     }
@@ -132,6 +143,15 @@ pub(crate) fn configure_kernel(config: &mut KernelConfig, io: IoMode) {
     if matches!(io, IoMode::Auto | IoMode::Direct) {
         // mmap of a direct-I/O open (kernel >= 6.6); without it mmap there is ENODEV.
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+    }
+    if ring {
+        match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
+            Ok(()) => tracing::info!("requests over io_uring: one queue per CPU, answered on that CPU"),
+            Err(_) => tracing::info!(
+                "requests over /dev/fuse: the kernel does not offer io_uring (Linux 6.14+ with \
+                 /sys/module/fuse/parameters/enable_uring = Y)"
+            ),
+        }
     }
     tracing::info!(caps = ?config.capabilities(), "FUSE connection initialised");
 }

@@ -42,6 +42,9 @@ pub struct MountConfig {
     pub threads: usize,
     /// Store mode: kernel attribute/entry caching and its invalidation poller.
     pub cache: crate::CacheConfig,
+    /// Store mode: serve requests over io_uring when the kernel offers it
+    /// ([`StoreFs::with_io_uring`]).
+    pub io_uring: bool,
 }
 
 /// FUSE request threads of a store mount by default: one. Every request of a store
@@ -271,7 +274,7 @@ pub fn run(cfg: &MountConfig, shutdown: &Shutdown, on_ready: impl FnOnce()) -> R
             let store = Store::open_or_create(opts)?;
             options.push(MountOption::FSName(format!("ckptfs:{}", store.name())));
             config.mount_options = options;
-            let fs = StoreFs::with_cache(store, cfg.io, cfg.cache);
+            let fs = StoreFs::with_cache(store, cfg.io, cfg.cache).with_io_uring(cfg.io_uring);
             let inval = fs.invalidator();
             serve(fs, mp, &config, sigs, Some(inval), on_ready)
         }

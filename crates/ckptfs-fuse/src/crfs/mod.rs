@@ -283,7 +283,8 @@ impl CrfsFs {
 
 impl Filesystem for CrfsFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        crate::configure_kernel(config, self.io);
+        // CRFS closes block their request thread while chunks drain: /dev/fuse threads only.
+        crate::configure_kernel(config, self.io, false);
         Ok(())
     }
 

@@ -38,6 +38,8 @@ pub struct StoreFs {
     counters: Arc<Counters>,
     cache: CacheConfig,
     view: Arc<KernelView>,
+    /// Ask for FUSE-over-io-uring ([`StoreFs::with_io_uring`]).
+    ring: bool,
 }
 
 /// Starts the invalidation poller of a mounted [`StoreFs`] (see [`StoreFs::invalidator`]).
@@ -73,7 +75,15 @@ impl StoreFs {
             dirs: DirTable::new(),
             next_fh: AtomicU64::new(1),
             counters: Arc::new(Counters::default()),
+            ring: false,
         }
+    }
+
+    /// Serve requests over io_uring when the kernel offers it (one queue per CPU, each
+    /// answered by a thread on that CPU); `/dev/fuse` otherwise. Off by default.
+    pub fn with_io_uring(mut self, on: bool) -> StoreFs {
+        self.ring = on;
+        self
     }
 
     /// What starts the invalidation poller once the session exists (it needs the
@@ -171,7 +181,7 @@ fn store_err(e: StoreError) -> Errno {
 
 impl Filesystem for StoreFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        crate::configure_kernel(config, self.io);
+        crate::configure_kernel(config, self.io, self.ring);
         if self.view.enabled() {
             // A getattr that shows a new size or mtime also drops the cached pages.
             let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);

@@ -64,6 +64,12 @@ impl Daemon {
         Self::start(format!("store\n{name}\n{}\nauto\n{ttl_s}", mp.display()), mp)
     }
 
+    /// Mount store `name` at `mp` asking for FUSE-over-io-uring (granted only when the
+    /// kernel's `enable_uring` is set).
+    pub fn store_ring(name: &str, mp: &Path) -> Daemon {
+        Self::start(format!("store\n{name}\n{}\nauto\n10\nring", mp.display()), mp)
+    }
+
     /// CRFS mode over `backend`.
     pub fn crfs(backend: &Path, mp: &Path, pool: usize, chunk: usize, io_threads: usize) -> Daemon {
         let spec = format!(
@@ -197,6 +203,11 @@ pub fn daemon_entry() {
         // Each mode's default, as `ckptfs mount` without --threads.
         threads: 0,
         cache,
+        // Only where asked for (a last line "ring"): the other tests keep /dev/fuse even
+        // while a ring test has the kernel's enable_uring set. CKPTFS_FUSE_TEST_RING=1
+        // (with enable_uring set) runs every store-mount test over the ring.
+        io_uring: f.last() == Some(&"ring")
+            || std::env::var_os("CKPTFS_FUSE_TEST_RING").is_some_and(|v| v == "1"),
     };
     let shutdown =
         ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).unwrap();
