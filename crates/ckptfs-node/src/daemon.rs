@@ -289,7 +289,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
                 let _ = ckptfs_agent::sys::set_priority(prio);
                 let t = std::time::Instant::now();
                 let n = store.populate_all();
-                tracing::debug!(
+                tracing::info!(
                     "populated page tables of {n} chunks in {:.3} s",
                     t.elapsed().as_secs_f64()
                 );

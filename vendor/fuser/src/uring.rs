@@ -34,6 +34,8 @@
 //! 4. A malformed entry (lengths that do not add up): answered with EIO, logged.
 //! 5. Unmount: the kernel ends every command (`-ENOTCONN`); the thread returns. The
 //!    session also stops the threads through their eventfd once the device is gone.
+//! 6. A handler panics: caught, the request answered EIO (by its reply object's drop),
+//!    the queue served on; a dead queue thread would leave its CPU's requests waiting.
 
 use std::alloc::Layout;
 use std::io;
@@ -476,7 +478,13 @@ fn handle<FS: Filesystem>(q: &Arc<Queue>, ent: usize, req: &mut Vec<u8>, se: &Se
             if let Ok(ll::Operation::Destroy(_)) = r.request.operation() {
                 r.reply::<ReplyEmpty>().ok();
             } else {
-                r.dispatch(se);
+                // A panicking handler must not end the queue's only thread (requests made
+                // on its CPU would wait forever): its reply object answers EIO as it is
+                // dropped during the unwinding, and the thread goes on.
+                let run = std::panic::AssertUnwindSafe(|| r.dispatch(se));
+                if std::panic::catch_unwind(run).is_err() {
+                    error!("fuse ring {}: a request handler panicked; answered EIO", q.qid);
+                }
             }
         }
         None => {
