@@ -79,8 +79,7 @@ impl StoreFs {
         }
     }
 
-    /// Serve requests over io_uring when the kernel offers it (one queue per CPU, each
-    /// answered by a thread on that CPU); `/dev/fuse` otherwise. Off by default.
+    /// Serve requests over io_uring (per-CPU queues) when the kernel offers it. Off by default.
     pub fn with_io_uring(mut self, on: bool) -> StoreFs {
         self.ring = on;
         self
