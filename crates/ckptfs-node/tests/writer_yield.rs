@@ -31,15 +31,16 @@ fn app_writing(store: Store, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u
 }
 
 /// Both nodes' daemons (node1's copies out with `writer_yield`), their stores, and an
-/// application writing into node1's store until `stop`.
-struct Bed {
-    d1: Daemon,
-    d2: Daemon,
-    s1: Store,
-    s2: Store,
-    stop: Arc<AtomicBool>,
-    app: std::thread::JoinHandle<u64>,
-}
+/// application writing into node1's store until the flag is set: (d1, d2, s1, s2, stop,
+/// app).
+struct Bed(
+    Daemon,
+    Daemon,
+    Store,
+    Store,
+    Arc<AtomicBool>,
+    std::thread::JoinHandle<u64>,
+);
 
 impl Bed {
     fn start(tc: &TestCluster, writer_yield: Duration) -> Bed {
@@ -50,14 +51,7 @@ impl Bed {
         let (s1, s2) = (tc.store("node1"), tc.store("node2"));
         let stop = Arc::new(AtomicBool::new(false));
         let app = app_writing(s1.clone(), stop.clone());
-        Bed {
-            d1,
-            d2,
-            s1,
-            s2,
-            stop,
-            app,
-        }
+        Bed(d1, d2, s1, s2, stop, app)
     }
 }
 
@@ -68,14 +62,7 @@ fn yielded(tc: &TestCluster, id: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_waits_while_the_application_writes_and_goes_on_when_it_stops() {
     let tc = TestCluster::new("yield-wait", 2, Scheme::Ring, 1);
-    let Bed {
-        d1,
-        d2,
-        s1,
-        s2,
-        stop,
-        app,
-    } = Bed::start(&tc, Duration::from_secs(60));
+    let Bed(d1, d2, s1, s2, stop, app) = Bed::start(&tc, Duration::from_secs(60));
     // A checkpoint of 640 chunks closed while the application goes on writing: each
     // chunk waits for a 2 ms pause of the writes. (On a loaded machine the writer is
     // itself off the CPU now and then, and the copy may go on meanwhile: the waits'
@@ -98,14 +85,7 @@ async fn a_copy_waits_while_the_application_writes_and_goes_on_when_it_stops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_never_stops_delays_a_copy_only_boundedly() {
     let tc = TestCluster::new("yield-bound", 2, Scheme::Ring, 1);
-    let Bed {
-        d1,
-        d2,
-        s1,
-        s2,
-        stop,
-        app,
-    } = Bed::start(&tc, Duration::from_millis(200));
+    let Bed(d1, d2, s1, s2, stop, app) = Bed::start(&tc, Duration::from_millis(200));
     let data = bytes(4 << 20, 10);
     write(&s1, "/ckpt/b", &data);
     // The application never stops, the copy still completes: after 200 ms of waiting it
@@ -125,14 +105,7 @@ async fn a_writer_that_never_stops_delays_a_copy_only_boundedly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_writer_yield_zero_a_copy_never_waits() {
     let tc = TestCluster::new("yield-off", 2, Scheme::Ring, 1);
-    let Bed {
-        d1,
-        d2,
-        s1,
-        s2,
-        stop,
-        app,
-    } = Bed::start(&tc, Duration::ZERO);
+    let Bed(d1, d2, s1, s2, stop, app) = Bed::start(&tc, Duration::ZERO);
     let data = bytes(4 << 20, 11);
     write(&s1, "/ckpt/c", &data);
     wait_for("the copy", || copy_on(&s2, "node1", "/ckpt/c").is_some()).await;
