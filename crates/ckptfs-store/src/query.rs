@@ -156,6 +156,38 @@ impl Store {
         self.read_dir_fid(&ns, fid, &format!("inode {ino}"), false)
     }
 
+    /// How many subdirectories directory `ino` holds ([`SYSTEM_DIR`] left out of the
+    /// root), as [`Store::read_dir_ino`] would list them, without building the listing:
+    /// a directory's link count, asked by the FUSE mount after every change in it.
+    pub fn count_subdirs_ino(&self, ino: u64) -> Result<u32> {
+        let ns = self.ns();
+        let fid = self.fid_of_ino(&ns, ino)?;
+        let seg = &*self.seg;
+        let path = || format!("inode {ino}");
+        if seg.inode(fid).kind.load(Relaxed) != kind::DIR {
+            return Err(StoreError::NotDir(path()));
+        }
+        let (mut seen, mut dirs) = (0u32, 0u32);
+        let mut c = seg.inode(fid).first_child.load(Relaxed);
+        while c != NONE {
+            if !fid_ok(seg, c) || seen >= seg.layout.max_files {
+                return Err(self.damaged(fid, &path(), "directory child list is damaged"));
+            }
+            seen += 1;
+            let ino = seg.inode(c);
+            // A hard link names a file, never a directory (link() of a directory is
+            // refused), so only the entry's own kind matters.
+            if ino.kind.load(Relaxed) == kind::DIR
+                // SAFETY: namespace lock held.
+                && !(fid == ROOT && unsafe { seg.name_of(c) } == SYSTEM_DIR_NAME.as_bytes())
+            {
+                dirs += 1;
+            }
+            c = ino.next_sib.load(Relaxed);
+        }
+        Ok(dirs)
+    }
+
     fn read_dir_fid(&self, _ns: &Ns, fid: u32, path: &str, system: bool) -> Result<Vec<DirEntry>> {
         let seg = &*self.seg;
         if seg.inode(fid).kind.load(Relaxed) != kind::DIR {

@@ -343,6 +343,11 @@ fn system_dir_is_hidden_from_root_listing_and_list_all_but_reachable() {
     assert_eq!(names, vec!["ckpt"]);
     let root = s.stat("/").unwrap().ino;
     assert_eq!(s.read_dir_ino(root).unwrap().len(), 1);
+    assert_eq!(
+        s.count_subdirs_ino(root).unwrap(),
+        1,
+        "the system directory is not counted"
+    );
     let mut all: Vec<_> = s.read_dir_all("/").unwrap().into_iter().map(|e| e.name).collect();
     all.sort();
     assert_eq!(all, vec![".ckptfs", "ckpt"]);
@@ -488,4 +493,34 @@ fn owner_ids_and_times_are_stored_and_reported() {
     assert_eq!(r.pread(&mut b, 0).unwrap(), 1);
     assert!(s.fsck(false).problems.is_empty());
     assert_eq!(s.chown("/nope", 1, 1).unwrap_err().errno(), libc::ENOENT);
+}
+
+#[test]
+fn count_subdirs_counts_directories_only_as_the_listing_shows_them() {
+    let t = temp_store("subdirs", 4 << 20, 64 << 10, None);
+    let s = &t.store;
+    s.mkdir("/d", 0o755).unwrap();
+    let d = s.stat("/d").unwrap().ino;
+    assert_eq!(s.count_subdirs_ino(d).unwrap(), 0);
+    for sub in ["/d/a", "/d/b", "/d/b/c"] {
+        s.mkdir(sub, 0o755).unwrap();
+    }
+    s.open("/d/f", OpenFlags::CREATE, 0o644).unwrap().close().unwrap();
+    s.link("/d/f", "/d/hard").unwrap();
+    s.symlink(b"a", "/d/sym").unwrap();
+    let listed = |ino| {
+        s.read_dir_ino(ino)
+            .unwrap()
+            .iter()
+            .filter(|e| e.kind == FileKind::Dir)
+            .count() as u32
+    };
+    assert_eq!(s.count_subdirs_ino(d).unwrap(), 2);
+    assert_eq!(s.count_subdirs_ino(d).unwrap(), listed(d));
+    let b = s.stat("/d/b").unwrap().ino;
+    assert_eq!(s.count_subdirs_ino(b).unwrap(), 1);
+    s.rmdir("/d/a").unwrap();
+    assert_eq!(s.count_subdirs_ino(d).unwrap(), 1);
+    let f = s.stat("/d/f").unwrap().ino;
+    assert!(matches!(s.count_subdirs_ino(f), Err(StoreError::NotDir(_))));
 }

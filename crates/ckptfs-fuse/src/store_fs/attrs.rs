@@ -24,11 +24,7 @@ impl StoreFs {
                     Ok(n) => return 2 + n,
                     Err(epoch) => epoch,
                 };
-                let subdirs = self
-                    .store
-                    .read_dir_ino(st.ino)
-                    .map(|l| l.iter().filter(|e| e.kind == FileKind::Dir).count())
-                    .unwrap_or(0) as u32;
+                let subdirs = self.store.count_subdirs_ino(st.ino).unwrap_or(0);
                 // Kept only if no directory name changed during the walk.
                 self.view.set_subdirs(st.ino, st.generation, subdirs, epoch);
                 2 + subdirs
