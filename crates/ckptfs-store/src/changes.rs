@@ -116,6 +116,19 @@ impl Store {
     /// answer's `seq` returned). A change may be reported twice (in this answer and the
     /// next); none is left out unless `complete` is false.
     pub fn changed_since(&self, since: u64) -> Changes {
+        self.changed_since_among(since, None::<fn() -> Vec<u64>>)
+    }
+
+    /// Like [`Store::changed_since`], but of the inodes only those `inos` returns (inode
+    /// numbers; out of range ones are skipped) and those of the changed names (the name's
+    /// inode and its directory) are looked at. A poller that caches only some inodes
+    /// (the FUSE daemon: those the kernel holds) reads those instead of every inode slot
+    /// of the store (131,072 in a 1 GiB store, one cache line each).
+    ///
+    /// `inos` is called after the answer's `seq` is read: an inode the caller starts to
+    /// cache after that is looked at by the next call (its change, if any, has a later
+    /// sequence), so none is missed.
+    pub fn changed_since_among(&self, since: u64, inos: Option<impl FnOnce() -> Vec<u64>>) -> Changes {
         let seg = &*self.seg;
         let ch = &seg.sb().changes;
         let mut out = Changes {
@@ -148,14 +161,27 @@ impl Store {
                 });
             }
         }
-        for fid in 0..seg.layout.max_files {
+        let max = seg.layout.max_files;
+        let changed = |fid: u32| {
             let ino = seg.inode(fid);
-            if ino.changed_seq.load(SeqCst) > since {
-                out.inodes.push(ChangedInode {
-                    ino: fid as u64 + 1,
-                    generation: ino.igen.load(Relaxed),
-                    exists: !matches!(ino.kind.load(Relaxed), kind::FREE | kind::LINK),
-                });
+            (ino.changed_seq.load(SeqCst) > since).then(|| ChangedInode {
+                ino: fid as u64 + 1,
+                generation: ino.igen.load(Relaxed),
+                exists: !matches!(ino.kind.load(Relaxed), kind::FREE | kind::LINK),
+            })
+        };
+        match inos {
+            None => out.inodes.extend((0..max).filter_map(changed)),
+            Some(inos) => {
+                let mut fids: Vec<u32> = inos()
+                    .into_iter()
+                    .chain(out.names.iter().flat_map(|n| [n.ino, n.parent_ino]))
+                    .filter(|&i| i >= 1 && i <= max as u64)
+                    .map(|i| (i - 1) as u32)
+                    .collect();
+                fids.sort_unstable();
+                fids.dedup();
+                out.inodes.extend(fids.into_iter().filter_map(changed));
             }
         }
         out

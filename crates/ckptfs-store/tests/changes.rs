@@ -271,3 +271,43 @@ fn a_last_writer_closing_a_file_wakes_a_waiter_at_once() {
     // Nothing to wait for when it already moved.
     assert_eq!(s.wait_for_close(seen, std::time::Duration::from_secs(60)), now);
 }
+
+#[test]
+fn changes_among_given_inodes_list_those_and_the_named_ones_only() {
+    let t = TempStore::new("chg-among", 4 << 20, 64 << 10, 64, None);
+    let s = t.attach();
+    let a = s.mkdir("/a", 0o755).unwrap();
+    let b = s.mkdir("/b", 0o755).unwrap();
+    let mut f = s.open("/a/f", OpenFlags::CREATE, 0o644).unwrap();
+    f.write_all(&pattern(1, 0, 5)).unwrap();
+    f.close().unwrap();
+    let fino = s.stat("/a/f").unwrap().ino;
+    let start = s.change_seq();
+    // Data of /a/f, mode of /b, a new name in /b.
+    let w = OpenFlags {
+        write: true,
+        ..Default::default()
+    };
+    let mut f = s.open("/a/f", w, 0).unwrap();
+    f.write_all(&pattern(1, 1, 5)).unwrap();
+    f.close().unwrap();
+    s.chmod("/b", 0o700).unwrap();
+    let g = s.mkdir("/b/g", 0o755).unwrap();
+
+    let all = s.changed_since(start);
+    assert_eq!(inos(&all), HashSet::from([fino, b.ino, g.ino]));
+    // Asked about /a/f only: it, plus the inodes of the changed names (/b and /b/g).
+    let some = s.changed_since_among(start, Some(|| vec![fino, a.ino, u64::MAX, 0]));
+    assert_eq!(inos(&some), HashSet::from([fino, b.ino, g.ino]));
+    assert_eq!(names(&some), names(&all));
+    assert_eq!(some.complete, all.complete);
+    // Asked about nothing: only what the names refer to.
+    let none = s.changed_since_among(start, Some(Vec::new));
+    assert_eq!(inos(&none), HashSet::from([b.ino, g.ino]));
+    // The same answer for the same inodes as the full scan.
+    for c in [&some, &none] {
+        for i in &c.inodes {
+            assert!(all.inodes.contains(i), "{i:?}");
+        }
+    }
+}
