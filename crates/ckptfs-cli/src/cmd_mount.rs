@@ -63,6 +63,13 @@ pub struct MountArgs {
     /// daemon's log says which transport the mount got (docs/fuse.md).
     #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = ["auto", "off"])]
     pub io_uring: String,
+    /// Store mode, over io_uring: how long (microseconds) each queue's thread keeps
+    /// polling for the next request after answering one, giving its CPU to anything
+    /// runnable meanwhile, before it sleeps; 0 sleeps at once. Keeps an idle vCPU from
+    /// halting between the calls of a metadata burst (on the development VM one process
+    /// creates about 1.5-2x as many files per second with the default).
+    #[arg(long, value_name = "US", default_value_t = 50)]
+    pub io_uring_spin_us: u64,
     /// Stay in the foreground and log to stderr (debugging).
     #[arg(long)]
     pub foreground: bool,
@@ -196,6 +203,7 @@ fn serve(args: &MountArgs, ctx: &Ctx) -> Result<i32> {
             poll: Duration::from_millis(args.cache_poll_ms.max(1)),
         },
         io_uring: args.io_uring == "auto",
+        io_uring_spin: Duration::from_micros(args.io_uring_spin_us),
     };
     let pid = pid_name(&args.mountpoint);
     let rt = runtime_dir()?;

@@ -45,6 +45,9 @@ pub struct MountConfig {
     /// Store mode: serve requests over io_uring when the kernel offers it
     /// ([`StoreFs::with_io_uring`]).
     pub io_uring: bool,
+    /// Store mode, over io_uring: how long a queue thread polls after answering
+    /// ([`StoreFs::with_io_uring_spin`]; [`crate::RING_SPIN`] by default).
+    pub io_uring_spin: std::time::Duration,
 }
 
 /// FUSE request threads of a store mount by default: one. Every request of a store
@@ -274,7 +277,9 @@ pub fn run(cfg: &MountConfig, shutdown: &Shutdown, on_ready: impl FnOnce()) -> R
             let store = Store::open_or_create(opts)?;
             options.push(MountOption::FSName(format!("ckptfs:{}", store.name())));
             config.mount_options = options;
-            let fs = StoreFs::with_cache(store, cfg.io, cfg.cache).with_io_uring(cfg.io_uring);
+            let fs = StoreFs::with_cache(store, cfg.io, cfg.cache)
+                .with_io_uring(cfg.io_uring)
+                .with_io_uring_spin(cfg.io_uring_spin);
             let inval = fs.invalidator();
             serve(fs, mp, &config, sigs, Some(inval), on_ready)
         }

@@ -192,6 +192,16 @@ fn the_store_mount_answers_over_io_uring_on_each_cpu_and_falls_back_to_dev_fuse(
             busy > 2_000_000,
             "the ring threads ran {busy} ns during the workload"
         );
+        // They poll only briefly after each answer (RING_SPIN), then sleep: an idle
+        // mount costs no CPU.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let before = ring_ns(d.pid());
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let idle = ring_ns(d.pid()) - before;
+        assert!(
+            idle < 50_000_000,
+            "the ring threads ran {idle} ns in an idle second"
+        );
         assert_eq!(d.stop(), 0);
     }
 

@@ -104,6 +104,8 @@ mod request;
 mod request_param;
 mod session;
 mod uring;
+/// ckptfs patch (see `CKPTFS-PATCH.md`).
+pub use crate::uring::set_io_uring_spin;
 mod time;
 
 /// We generally support async reads

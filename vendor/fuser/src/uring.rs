@@ -370,6 +370,24 @@ pub(crate) fn queues() -> usize {
 }
 
 /// Serve queue `q` on its CPU until the connection ends or `stop`.
+/// Microseconds a queue's thread keeps polling its ring (yielding the CPU to anything
+/// runnable) after answering, before it sleeps: see [`set_io_uring_spin`].
+static SPIN_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// ckptfs patch: how long each io_uring queue thread polls for the next request after
+/// answering one, yielding its CPU (`sched_yield`) to anything runnable meanwhile,
+/// before it sleeps in the kernel. Zero (the default) sleeps at once. Process-wide; read
+/// before every wait. On a VM that halts an idle vCPU at once, a thread that sleeps
+/// lets the vCPU halt, and the scheduler then wakes the application on the halted vCPU
+/// (an inter-processor interrupt through the host) for the next reply.
+pub fn set_io_uring_spin(d: std::time::Duration) {
+    SPIN_US.store(d.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+}
+
+fn spin_us() -> u64 {
+    SPIN_US.load(Ordering::Relaxed)
+}
+
 pub(crate) fn serve<FS: Filesystem>(q: Arc<Queue>, se: SessionEventLoop<FS>) -> io::Result<()> {
     let _ = q.owner.set(std::thread::current().id());
     if let Err(e) = bind_to(q.qid as usize) {
@@ -400,6 +418,19 @@ pub(crate) fn serve<FS: Filesystem>(q: Arc<Queue>, se: SessionEventLoop<FS>) -> 
         }
         if q.stop.load(Ordering::SeqCst) {
             return Ok(());
+        }
+        let spin = spin_us();
+        if spin > 0 {
+            match ring.submit() {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+            let t0 = std::time::Instant::now();
+            while ring.completion().is_empty() && t0.elapsed().as_micros() < spin as u128 {
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
+            }
         }
         match ring.submit_and_wait(1) {
             Ok(_) => {}

@@ -284,7 +284,7 @@ impl CrfsFs {
 impl Filesystem for CrfsFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // CRFS closes block their request thread while chunks drain: /dev/fuse threads only.
-        crate::configure_kernel(config, self.io, false);
+        crate::configure_kernel(config, self.io, None);
         Ok(())
     }
 

@@ -40,6 +40,8 @@ pub struct StoreFs {
     view: Arc<KernelView>,
     /// Ask for FUSE-over-io-uring ([`StoreFs::with_io_uring`]).
     ring: bool,
+    /// How long a ring thread polls after answering ([`StoreFs::with_io_uring_spin`]).
+    ring_spin: std::time::Duration,
 }
 
 /// Starts the invalidation poller of a mounted [`StoreFs`] (see [`StoreFs::invalidator`]).
@@ -76,12 +78,21 @@ impl StoreFs {
             next_fh: AtomicU64::new(1),
             counters: Arc::new(Counters::default()),
             ring: false,
+            ring_spin: crate::RING_SPIN,
         }
     }
 
     /// Serve requests over io_uring (per-CPU queues) when the kernel offers it. Off by default.
     pub fn with_io_uring(mut self, on: bool) -> StoreFs {
         self.ring = on;
+        self
+    }
+
+    /// Over io_uring: how long each queue's thread keeps polling for the next request
+    /// after answering one, yielding its CPU to anything runnable meanwhile, before it
+    /// sleeps (default [`crate::RING_SPIN`]; zero sleeps at once). Process-wide.
+    pub fn with_io_uring_spin(mut self, d: std::time::Duration) -> StoreFs {
+        self.ring_spin = d;
         self
     }
 
@@ -180,7 +191,7 @@ fn store_err(e: StoreError) -> Errno {
 
 impl Filesystem for StoreFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        crate::configure_kernel(config, self.io, self.ring);
+        crate::configure_kernel(config, self.io, self.ring.then_some(self.ring_spin));
         if self.view.enabled() {
             // A getattr that shows a new size or mtime also drops the cached pages.
             let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);

@@ -208,6 +208,7 @@ pub fn daemon_entry() {
         // (with enable_uring set) runs every store-mount test over the ring.
         io_uring: f.last() == Some(&"ring")
             || std::env::var_os("CKPTFS_FUSE_TEST_RING").is_some_and(|v| v == "1"),
+        io_uring_spin: ckptfs_fuse::RING_SPIN,
     };
     let shutdown =
         ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).unwrap();
