@@ -66,9 +66,17 @@ pub struct BenchArgs {
     /// (d) Bytes of the sequential write/read file.
     #[arg(long, default_value = "1G", value_parser = parse_size)]
     pub seq_bytes: u64,
-    /// (d) Files of the metadata rates (mdtest-like create, stat, remove).
+    /// (d) Files per process of the metadata rates (mdtest-like create, stat, remove).
     #[arg(long, default_value_t = 2000)]
     pub md_files: usize,
+    /// (d) Process counts of the metadata rates (each process in its own directory, as
+    /// mdtest -u; the rate counts the files of all processes).
+    #[arg(long, default_value = "1,2", value_delimiter = ',')]
+    pub md_procs: Vec<usize>,
+    /// (d) Over io_uring: microseconds each queue thread polls after answering, as
+    /// `ckptfs mount --io-uring-spin-us` (0: sleep at once).
+    #[arg(long, default_value_t = 50)]
+    pub io_uring_spin_us: u64,
     /// Repetitions of each case (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
@@ -115,6 +123,8 @@ pub fn run(a: BenchArgs) -> Result<Report> {
             "store_bytes": a.store_bytes,
             "seq_bytes": a.seq_bytes,
             "md_files": a.md_files,
+            "md_procs": a.md_procs,
+            "io_uring_spin_us": a.io_uring_spin_us,
             "fuse_threads_crfs": 4,
             "fuse_threads_store": ckptfs_fuse::mount::STORE_THREADS,
             "max_write": ckptfs_fuse::MAX_WRITE,

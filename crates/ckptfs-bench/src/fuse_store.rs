@@ -6,8 +6,9 @@
 //!   write-only open uses direct I/O, the read-only one the page cache with read-ahead;
 //!   the page cache of the file just written with direct I/O is empty).
 //! - `md-create` / `md-stat` / `md-remove`: mdtest-like rates on `--md-files` empty
-//!   files in one directory (open(O_CREAT|O_EXCL)+close, stat, unlink), one process;
-//!   through the default mount (kernel attribute/entry caching invalidated by the
+//!   files per process (open(O_CREAT|O_EXCL)+close, stat, unlink) for each process
+//!   count of `--md-procs` (worker processes, each in its own directory: see
+//!   [`crate::fuse_md`]); through the default mount (kernel attribute/entry caching invalidated by the
 //!   store's change counter) and again with caching off (`store-mount-ttl0-*`).
 //! - When the kernel offers FUSE-over-io-uring (`enable_uring`), the default mount uses
 //!   it, and every case runs once more with requests through `/dev/fuse` only
@@ -20,7 +21,7 @@ use crate::report::Measurement;
 use anyhow::{Context, Result};
 use ckptfs_fuse::{mount, CacheConfig, IoMode, StoreFs};
 use ckptfs_store::{Store, StoreOptions};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Instant;
@@ -60,33 +61,9 @@ fn seq_read(p: &Path, bytes: u64, buf: &mut [u8]) -> Result<f64> {
     Ok(t0.elapsed().as_secs_f64())
 }
 
-/// (create, stat, remove) seconds for `n` empty files in `dir`.
-fn metadata_round(dir: &Path, n: usize) -> Result<[f64; 3]> {
-    let names: Vec<_> = (0..n).map(|i| dir.join(format!("f{i:06}"))).collect();
-    let t0 = Instant::now();
-    for p in &names {
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(p)
-            .with_context(|| format!("create {}", p.display()))?;
-    }
-    let create = t0.elapsed().as_secs_f64();
-    let t0 = Instant::now();
-    for p in &names {
-        std::fs::metadata(p).with_context(|| format!("stat {}", p.display()))?;
-    }
-    let stat = t0.elapsed().as_secs_f64();
-    let t0 = Instant::now();
-    for p in &names {
-        std::fs::remove_file(p).with_context(|| format!("remove {}", p.display()))?;
-    }
-    Ok([create, stat, t0.elapsed().as_secs_f64()])
-}
-
-/// Every case on one target directory: (case, bytes or files, seconds per rep).
-/// `seq` false: the metadata cases only.
-fn measure(dir: &Path, a: &BenchArgs, bytes: u64, seq: bool) -> Result<Vec<(&'static str, u64, Vec<f64>)>> {
+/// Every case on one target directory: (case, processes, bytes or files, seconds per
+/// rep). `seq` false: the metadata cases only.
+fn measure(dir: &Path, a: &BenchArgs, bytes: u64, seq: bool) -> Result<Vec<Case>> {
     let mut out = Vec::new();
     if seq {
         let mut buf = vec![0x5au8; BLOCK];
@@ -97,28 +74,30 @@ fn measure(dir: &Path, a: &BenchArgs, bytes: u64, seq: bool) -> Result<Vec<(&'st
             r.push(seq_read(&file, bytes, &mut buf)?);
         }
         std::fs::remove_file(&file)?;
-        out.push(("seq-write", bytes, w));
-        out.push(("seq-read", bytes, r));
+        out.push(("seq-write", 1, bytes, w));
+        out.push(("seq-read", 1, bytes, r));
     }
-    let md = dir.join("md");
-    std::fs::create_dir(&md)?;
-    let mut rounds = [Vec::new(), Vec::new(), Vec::new()];
-    for _ in 0..a.reps {
-        let t = metadata_round(&md, a.md_files)?;
-        for (v, s) in rounds.iter_mut().zip(t) {
-            v.push(s);
+    for &procs in &a.md_procs {
+        let md = dir.join(format!("md{procs}"));
+        std::fs::create_dir(&md)?;
+        let mut rounds = [Vec::new(), Vec::new(), Vec::new()];
+        for _ in 0..a.reps {
+            let t = crate::fuse_md::round(&md, procs, a.md_files)?;
+            for (v, s) in rounds.iter_mut().zip(t) {
+                v.push(s);
+            }
+        }
+        std::fs::remove_dir(&md)?;
+        let files = (a.md_files * procs) as u64;
+        for (phase, t) in crate::fuse_md::PHASES.into_iter().zip(rounds) {
+            out.push((phase, procs, files, t));
         }
     }
-    std::fs::remove_dir(&md)?;
-    let files = a.md_files as u64;
-    let [c, s, rm] = rounds;
-    out.extend([
-        ("md-create", files, c),
-        ("md-stat", files, s),
-        ("md-remove", files, rm),
-    ]);
     Ok(out)
 }
+
+/// (case, processes, bytes or files, seconds per repetition).
+type Case = (&'static str, usize, u64, Vec<f64>);
 
 /// Part (d): store mount vs tmpfs, sequential 1 MiB I/O and metadata rates.
 pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<String>) -> Result<()> {
@@ -127,7 +106,8 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
     let mut opts = StoreOptions::named(&name);
     opts.mem_size = Some(bytes + (64 << 20));
     opts.chunk_size = Some(1 << 20);
-    opts.max_files = Some((a.md_files as u32).saturating_add(64));
+    let most = a.md_procs.iter().copied().max().unwrap_or(1);
+    opts.max_files = Some(((a.md_files * most) as u32).saturating_add(64 + most as u32));
     Store::create(&opts).context("create the benchmark store")?;
     struct Destroy(String);
     impl Drop for Destroy {
@@ -163,7 +143,9 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
     }
     for (cache, seq, uring) in mounts {
         let session = mount::spawn_store(
-            StoreFs::with_cache(store.clone(), IoMode::Auto, cache).with_io_uring(uring),
+            StoreFs::with_cache(store.clone(), IoMode::Auto, cache)
+                .with_io_uring(uring)
+                .with_io_uring_spin(std::time::Duration::from_micros(a.io_uring_spin_us)),
             &mp,
             &format!("ckptfs:{name}"),
             0, // the store mount's default (mount::STORE_THREADS)
@@ -181,37 +163,37 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
     let nocache = through.pop().unwrap_or_default();
     let through = through.pop().unwrap_or_default();
 
-    let find = |case: &str| {
+    let find = |case: &str, procs: usize| {
         tmpfs
             .iter()
-            .find(|(c, _, _)| *c == case)
-            .map(|(_, _, t)| t.clone())
+            .find(|(c, p, _, _)| *c == case && *p == procs)
+            .map(|(_, _, _, t)| t.clone())
     };
     let rows = tmpfs
         .iter()
-        .map(|(case, n, t)| (format!("tmpfs-{case}"), *case, *n, t.clone()))
+        .map(|(case, p, n, t)| (format!("tmpfs-{case}"), *case, *p, *n, t.clone()))
         .chain(
             through
                 .into_iter()
-                .map(|(case, n, t)| (format!("store-mount-{case}"), case, n, t)),
+                .map(|(case, p, n, t)| (format!("store-mount-{case}"), case, p, n, t)),
         )
         .chain(
             nocache
                 .into_iter()
-                .map(|(case, n, t)| (format!("store-mount-ttl0-{case}"), case, n, t)),
+                .map(|(case, p, n, t)| (format!("store-mount-ttl0-{case}"), case, p, n, t)),
         )
         .chain(
             devfuse
                 .into_iter()
-                .map(|(case, n, t)| (format!("store-mount-devfuse-{case}"), case, n, t)),
+                .map(|(case, p, n, t)| (format!("store-mount-devfuse-{case}"), case, p, n, t)),
         )
         .collect::<Vec<_>>();
-    for (label, case, n, t) in rows {
-        let meas = Measurement::new(label, 1, 0, t);
-        let base = find(case).map(|b| Measurement::new("base", 1, 0, b));
+    for (label, case, procs, n, t) in rows {
+        let meas = Measurement::new(label, procs, 0, t);
+        let base = find(case, procs).map(|b| Measurement::new("base", procs, 0, b));
         let r = base.map(|b| b.median_s() / meas.median_s()).unwrap_or(1.0);
         let meas = if case.starts_with("seq") {
-            Measurement::new(meas.case, 1, n, meas.seconds).with("vs_tmpfs", (r * 100.0).round() / 100.0)
+            Measurement::new(meas.case, procs, n, meas.seconds).with("vs_tmpfs", (r * 100.0).round() / 100.0)
         } else {
             let rate = n as f64 / meas.median_s();
             meas.with("files", n)
@@ -221,7 +203,9 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
         out.push(meas);
     }
     notes.push(format!(
-        "(d) one process; seq: {} MiB in 1 MiB calls; md: {} files in one directory; store-mount: \
+        "(d) seq: one process, {} MiB in 1 MiB calls; md (mdtest-like): {} files per process, \
+         each process in its own directory, phases between barriers, rate = all files / (last \
+         end - first start); store-mount: \
          kernel attribute/entry cache (TTL {} s) invalidated by the store's change counter \
          (poll {} ms); store-mount-ttl0: caching off; requests {}; see docs/fuse.md",
         bytes >> 20,

@@ -80,6 +80,32 @@ impl GoFlag {
         self.word().store(1, std::sync::atomic::Ordering::Release);
     }
 
+    /// Set the flag to `v` (a phase number for [`GoFlag::wait_for`]).
+    pub fn set(&self, v: u32) {
+        self.word().store(v, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Spin (yielding) until the flag is at least `v`.
+    pub fn wait_for(&self, v: u32) {
+        while self.word().load(std::sync::atomic::Ordering::Acquire) < v {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
+
+    /// In an exec'd worker: the flag named by `CKPTFS_BENCH_GO`, if set.
+    pub fn from_env() -> Result<Option<GoFlag>> {
+        use std::os::fd::AsRawFd;
+        let Some(p) = std::env::var_os("CKPTFS_BENCH_GO").filter(|p| !p.is_empty()) else {
+            return Ok(None);
+        };
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&p)?;
+        Ok(Some(GoFlag {
+            ptr: GoFlag::map(f.as_raw_fd())?,
+            file: None,
+        }))
+    }
+
     /// Spin (yielding) until released.
     pub fn wait(&self) {
         while self.word().load(std::sync::atomic::Ordering::Acquire) == 0 {
@@ -99,16 +125,8 @@ impl Drop for GoFlag {
 /// In an exec'd worker that printed `ready`: wait for the start, at the flag named by
 /// `CKPTFS_BENCH_GO` if set, else for a byte on stdin.
 pub fn wait_for_go() -> Result<()> {
-    match std::env::var_os("CKPTFS_BENCH_GO").filter(|p| !p.is_empty()) {
-        Some(p) => {
-            use std::os::fd::AsRawFd;
-            let f = std::fs::OpenOptions::new().read(true).write(true).open(&p)?;
-            let flag = GoFlag {
-                ptr: GoFlag::map(f.as_raw_fd())?,
-                file: None,
-            };
-            flag.wait();
-        }
+    match GoFlag::from_env()? {
+        Some(flag) => flag.wait(),
         None => {
             use std::io::Read;
             let mut go = [0u8; 1];

@@ -159,6 +159,9 @@ enum BenchCommand {
     /// One worker process of `bench store` (internal).
     #[command(hide = true)]
     StoreWorker(ckptfs_bench::store::WorkerArgs),
+    /// One mdtest-like worker process of `bench fuse` part (d) (internal).
+    #[command(hide = true)]
+    MdWorker(ckptfs_bench::fuse_md::MdWorkerArgs),
     /// Writes through the LD_PRELOAD shim vs memcpy and /dev/shm; pass-through overhead.
     Preload(ckptfs_bench::preload::PreloadBenchArgs),
     /// CRFS aggregation throughput, the checkpoint write profile, mount vs preload vs /dev/shm.
@@ -230,6 +233,10 @@ fn run(cli: Cli) -> Result<i32> {
             }
             BenchCommand::StoreWorker(a) => {
                 ckptfs_bench::store::worker(a)?;
+                Ok(0)
+            }
+            BenchCommand::MdWorker(a) => {
+                ckptfs_bench::fuse_md::worker(a)?;
                 Ok(0)
             }
             BenchCommand::Preload(a) => {
