@@ -107,7 +107,13 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
     opts.mem_size = Some(bytes + (64 << 20));
     opts.chunk_size = Some(1 << 20);
     let most = a.md_procs.iter().copied().max().unwrap_or(1);
-    opts.max_files = Some(((a.md_files * most) as u32).saturating_add(64 + most as u32));
+    // The default file count of a store this size (one per 8 KiB of memory), as a user
+    // gets it, unless the metadata cases need more.
+    let need = ((a.md_files * most) as u64).saturating_add(64 + most as u64);
+    let default = ckptfs_store::default_max_files(opts.mem_size.unwrap_or(0)) as u64;
+    if need > default {
+        opts.max_files = Some(need.min(u32::MAX as u64) as u32);
+    }
     Store::create(&opts).context("create the benchmark store")?;
     struct Destroy(String);
     impl Drop for Destroy {

@@ -555,7 +555,7 @@ const BACKOFF: u32 = 3;
 fn poll_loop(view: &KernelView, every: Duration, notifier: &Notifier, stop: &AtomicBool) {
     let store = &view.store;
     let mut last = store.change_seq();
-    let mut sent = 0u64;
+    let (mut sent, mut incomplete) = (0u64, 0u64);
     let mut pause = every;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(pause);
@@ -584,6 +584,7 @@ fn poll_loop(view: &KernelView, every: Duration, notifier: &Notifier, stop: &Ato
             let c = store.changed_since_among(last, Some(known));
             last = c.seq;
             if !c.complete {
+                incomplete += 1;
                 let mut m = view.subdirs.lock().unwrap();
                 m.counts.clear();
                 m.drops += 1;
@@ -618,6 +619,7 @@ fn poll_loop(view: &KernelView, every: Duration, notifier: &Notifier, stop: &Ato
     }
     tracing::info!(
         invalidations = sent,
+        incomplete_rounds = incomplete,
         known = view.known(),
         "invalidation poller stopped"
     );

@@ -173,15 +173,16 @@ impl Store {
         match inos {
             None => out.inodes.extend((0..max).filter_map(changed)),
             Some(inos) => {
-                let mut fids: Vec<u32> = inos()
-                    .into_iter()
-                    .chain(out.names.iter().flat_map(|n| [n.ino, n.parent_ino]))
-                    .filter(|&i| i >= 1 && i <= max as u64)
-                    .map(|i| (i - 1) as u32)
-                    .collect();
-                fids.sort_unstable();
-                fids.dedup();
-                out.inodes.extend(fids.into_iter().filter_map(changed));
+                // Few of the inodes asked about have changed: sort those, not the list.
+                out.inodes.extend(
+                    inos()
+                        .into_iter()
+                        .chain(out.names.iter().flat_map(|n| [n.ino, n.parent_ino]))
+                        .filter(|&i| i >= 1 && i <= max as u64)
+                        .filter_map(|i| changed((i - 1) as u32)),
+                );
+                out.inodes.sort_unstable_by_key(|i| i.ino);
+                out.inodes.dedup_by_key(|i| i.ino);
             }
         }
         out
