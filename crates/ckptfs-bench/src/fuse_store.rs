@@ -99,6 +99,28 @@ fn measure(dir: &Path, a: &BenchArgs, bytes: u64, seq: bool) -> Result<Vec<Case>
 /// (case, processes, bytes or files, seconds per repetition).
 type Case = (&'static str, usize, u64, Vec<f64>);
 
+const URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The kernel's `enable_uring`, set for the run and put back when dropped.
+struct UringParam;
+
+impl UringParam {
+    /// As root, with the parameter present and off: turn it on. None otherwise.
+    fn on_for_run() -> Option<UringParam> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || ckptfs_fuse::io_uring_enabled() != Some(false) {
+            return None;
+        }
+        std::fs::write(URING_PARAM, "Y").ok().map(|()| UringParam)
+    }
+}
+
+impl Drop for UringParam {
+    fn drop(&mut self) {
+        let _ = std::fs::write(URING_PARAM, "N");
+    }
+}
+
 /// Part (d): store mount vs tmpfs, sequential 1 MiB I/O and metadata rates.
 pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<String>) -> Result<()> {
     let bytes = (a.seq_bytes & !((BLOCK as u64) - 1)).max(BLOCK as u64);
@@ -138,6 +160,15 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
     std::fs::create_dir(&mp)?;
     // The default mount (kernel caching with invalidation), then the same metadata
     // cases with caching off (TTL 0, what the mount did before store format 4).
+    // As root, the run turns the kernel's FUSE-over-io-uring on (and back off after), so
+    // that one run shows both transports, as `scripts/test.sh` does for its tests.
+    let switched = UringParam::on_for_run();
+    if switched.is_some() {
+        notes.push(
+            "(d) the kernel's enable_uring was off: turned on for this run (root) and back off after"
+                .into(),
+        );
+    }
     let ring = ckptfs_fuse::io_uring_enabled() == Some(true);
     let mut through = Vec::new();
     let mut mounts = vec![
