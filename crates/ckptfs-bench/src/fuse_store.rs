@@ -165,8 +165,7 @@ pub(crate) fn part_d(a: &BenchArgs, out: &mut Vec<Measurement>, notes: &mut Vec<
     let switched = UringParam::on_for_run();
     if switched.is_some() {
         notes.push(
-            "(d) the kernel's enable_uring was off: turned on for this run (root) and back off after"
-                .into(),
+            "(d) the kernel's enable_uring was off: turned on for this run (root) and back off after".into(),
         );
     }
     let ring = ckptfs_fuse::io_uring_enabled() == Some(true);
