@@ -178,6 +178,14 @@ pub const SETTINGS: &[Setting] = &[
         kind: Kind::Bool,
     },
     Setting {
+        key: "warm",
+        env: "CKPTFS_WARM",
+        flag: "-",
+        default: || "0".into(),
+        help: "bytes of free chunks (or `all`) whose page tables a process builds in the background when it attaches; the preload shim then attaches at process start",
+        kind: Kind::Size,
+    },
+    Setting {
         key: "mount",
         env: "CKPTFS_MOUNT",
         flag: "--mount",
@@ -380,6 +388,8 @@ pub struct StoreSettings {
     pub private: bool,
     /// Attach a segment owned by another user (root only, explicitly).
     pub allow_foreign_owner: bool,
+    /// Bytes of free chunks to warm at attach (`u64::MAX`: all), when not zero.
+    pub warm: Option<u64>,
 }
 
 /// Every setting resolved.
@@ -494,10 +504,12 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
                 check_store_name(v).map_err(bad)?;
                 st.name = v.to_string();
             }
+            Kind::Size if s.key == "warm" && v.trim() == "all" => st.warm = Some(u64::MAX),
             Kind::Size => {
                 let n = parse_store_size(v).map_err(bad)?;
                 match s.key {
                     "mem_size" => st.mem_size = explicit.then_some(n),
+                    "warm" => st.warm = (n > 0).then_some(n),
                     _ => st.spill_size = (explicit && n > 0).then_some(n),
                 }
             }
@@ -667,6 +679,17 @@ mod tests {
             [Source::Flag, Source::Env, Source::File, Source::Default]
         );
         assert_eq!(s.mounts, ["/ckpt"]);
+    }
+
+    #[test]
+    fn warm_is_a_size_or_all() {
+        let warm = |v: &str| from_env(&env_of(&[("CKPTFS_WARM", v)])).map(|s| s.store.warm);
+        assert_eq!(warm("all").unwrap(), Some(u64::MAX));
+        assert_eq!(warm("64M").unwrap(), Some(64 << 20));
+        assert_eq!(warm("0").unwrap(), None);
+        assert_eq!(from_env(&env_of(&[])).unwrap().store.warm, None);
+        let e = warm("lots").unwrap_err().to_string();
+        assert!(e.contains("CKPTFS_WARM"), "{e}");
     }
 
     #[test]

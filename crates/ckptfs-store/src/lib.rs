@@ -71,6 +71,7 @@ mod symlink;
 mod trust;
 mod types;
 mod verify;
+mod warm;
 mod xattr;
 
 pub use changes::{ChangedInode, ChangedName, Changes};

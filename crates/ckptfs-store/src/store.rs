@@ -111,6 +111,9 @@ impl Store {
                     let store = Store { seg: Arc::new(seg) };
                     store.check_settings(opts)?;
                     store.recover_dead_openers();
+                    if let Some(b) = opts.warm {
+                        store.warm_in_background(b);
+                    }
                     return Ok(store);
                 }
                 Err(StoreError::NoStore(_)) if create => {}

@@ -39,6 +39,9 @@ pub struct StoreOptions {
     /// --allow-foreign-owner`, `CKPTFS_ALLOW_FOREIGN_OWNER=1`). Off by default: a segment
     /// must be owned by the caller; mode 0600 and the spill file's checks always apply.
     pub allow_foreign_owner: bool,
+    /// Bytes of free chunks whose page tables an attach builds in the background
+    /// ([`Store::warm_in_background`]; `Some(u64::MAX)`: all); `None`: none.
+    pub warm: Option<u64>,
 }
 
 /// Path of the segment file of store `name` in the default directory (`/dev/shm`).
@@ -110,6 +113,7 @@ impl From<ckptfs_settings::StoreSettings> for StoreOptions {
             spill_size: s.spill_size,
             private: s.private,
             allow_foreign_owner: s.allow_foreign_owner,
+            warm: s.warm,
         }
     }
 }
