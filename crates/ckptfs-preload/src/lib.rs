@@ -46,13 +46,18 @@ pub mod sys;
 pub mod tmpfiles;
 
 /// Library constructor: adopt the virtual cwd and the store descriptors inherited across
-/// exec.
+/// exec. With `CKPTFS_WARM` set, attach the store now rather than at the first call under
+/// a prefix, so that the page tables of the first checkpoint's chunks are built in the
+/// background while the program initialises (the store's `warm` module).
 #[cfg(not(test))]
 extern "C" fn init() {
     let _ = sys::guarded(|| {
         lifecycle::install();
         cwd::adopt();
         lifecycle::adopt_inherited();
+        if state::warm_requested() {
+            state::store()?;
+        }
         Ok(())
     });
 }

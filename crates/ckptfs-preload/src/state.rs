@@ -66,6 +66,11 @@ pub fn options_from_env() -> Result<StoreOptions, &'static SettingsError> {
     settings().as_ref().map(|s| StoreOptions::from(s.store.clone()))
 }
 
+/// Does the environment ask for warming at attach (`CKPTFS_WARM`, not zero)?
+pub fn warm_requested() -> bool {
+    options_from_env().is_ok_and(|o| o.warm.is_some())
+}
+
 static STORE: OnceLock<R<Store>> = OnceLock::new();
 
 /// Run once when the store is first attached, before any store file is opened: the
