@@ -139,6 +139,10 @@ int main(int argc, char **argv) {
         if (close(wfd)) return 1;
         unlink(argv[2]);
         } /* 'W': the timed write is this process's first checkpoint. */
+        /* CKPTFS_BENCH_INIT_MS: an application's initialisation before its first
+           checkpoint (with CKPTFS_WARM the shim warms the store meanwhile). */
+        const char *init = getenv("CKPTFS_BENCH_INIT_MS");
+        if (m == 'W' && init && *init) usleep(atol(init) * 1000);
         ready();
         t0 = now();
         int fd = open(argv[2], O_CREAT | O_TRUNC | O_WRONLY, 0644);
@@ -311,7 +315,20 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
             ("h read /dev/shm", vec![]),
             ("i shim write, fresh process, huge pages", vec![]),
             ("j shim read, fresh process, huge pages", vec![]),
+            ("k shim write, fresh process, warmed", vec![]),
         ];
+        // (k): CKPTFS_WARM=all, and the first checkpoint WARM_INIT_MS after the start.
+        let warm_env: Vec<(String, String)> = shim_env
+            .iter()
+            .cloned()
+            .chain([
+                ("CKPTFS_WARM".to_string(), "all".to_string()),
+                (
+                    "CKPTFS_BENCH_INIT_MS".to_string(),
+                    crate::store::WARM_INIT_MS.to_string(),
+                ),
+            ])
+            .collect();
         // Interleave the cases so that machine noise hits all of them alike.
         for _ in 0..a.reps {
             let s = crate::procs::run_commands(
@@ -391,6 +408,24 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
             for r in 0..n {
                 let _ = st.unlink(&format!("/g{r}"));
             }
+            // (k) the same first checkpoint, warmed while the process initialised.
+            let s = crate::procs::run_commands(
+                n,
+                &|r| {
+                    vec![
+                        w.clone(),
+                        "W".into(),
+                        format!("/ckpt/g{r}"),
+                        size.clone(),
+                        block.clone(),
+                    ]
+                },
+                &warm_env,
+            )?;
+            cases[8].1.push(s);
+            for r in 0..n {
+                let _ = st.unlink(&format!("/g{r}"));
+            }
             // (i), (j) the same first checkpoint, then a fresh process's restart read of
             // it, on the huge-page store.
             if let (Some(env), Some(o)) = (&huge_env, &huge_opts) {
@@ -423,6 +458,7 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
         let gbps = |v: &[f64]| bytes as f64 / median(v) / 1e9;
         let (sa, sb, sc) = (gbps(&cases[0].1), gbps(&cases[1].1), gbps(&cases[2].1));
         let (sd, sg, sh) = (gbps(&cases[3].1), gbps(&cases[4].1), gbps(&cases[5].1));
+        let sk = gbps(&cases[8].1);
         let huge_rows = !cases[6].1.is_empty();
         let (si, sj) = if huge_rows {
             (gbps(&cases[6].1), gbps(&cases[7].1))
@@ -444,6 +480,8 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
                 m = m.with("vs memcpy", si / sb);
             } else if i == 7 {
                 m = m.with("vs /dev/shm read", sj / sh);
+            } else if i == 8 {
+                m = m.with("vs memcpy", sk / sb);
             }
             results.push(m);
         }
@@ -461,6 +499,12 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
              restart read = {:.2}x a fresh read() from /dev/shm (target >= 1.0)",
             sg / sb,
             sd / sh
+        ));
+        notes.push(format!(
+            "{n} proc: with CKPTFS_WARM=all, the first checkpoint {} ms after the process started (row k) = \
+             {:.2}x memcpy",
+            crate::store::WARM_INIT_MS,
+            sk / sb
         ));
         notes.push(format!(
             "{n} proc: shim write = {:.2}x memcpy (target >= 0.85), {:.2}x /dev/shm write (target >= 2); {}",
