@@ -438,7 +438,8 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
         let ww_vs_memcpy = m_ww.gbps() / m_memcpy.gbps();
         let m_ww = m_ww.with("vs_memcpy", ww_vs_memcpy);
         notes.push(format!(
-            "{n} proc: a fresh process's first checkpoint {WARM_INIT_MS} ms after attaching with CKPTFS_WARM=all              (page tables built in the background, as while an application initialises) = {ww_vs_memcpy:.2}x memcpy"
+            "{n} proc: a fresh process's first checkpoint {WARM_INIT_MS} ms after attaching with CKPTFS_WARM=all \
+             (page tables built in the background, as while an application initialises) = {ww_vs_memcpy:.2}x memcpy"
         ));
         let m_tr = Measurement::new("devshm-read-fresh", n, total, tmpfs_rd);
         let m_r = Measurement::new("ckptfs-read", n, total, t.read);
