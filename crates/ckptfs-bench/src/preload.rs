@@ -329,6 +329,22 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
                 ),
             ])
             .collect();
+        // A fresh process's first checkpoint of /ckpt/gR through the shim, in `env`.
+        let first_ckpt = |env: &[(String, String)]| {
+            crate::procs::run_commands(
+                n,
+                &|r| {
+                    vec![
+                        w.clone(),
+                        "W".into(),
+                        format!("/ckpt/g{r}"),
+                        size.clone(),
+                        block.clone(),
+                    ]
+                },
+                env,
+            )
+        };
         // Interleave the cases so that machine noise hits all of them alike.
         for _ in 0..a.reps {
             let s = crate::procs::run_commands(
@@ -389,19 +405,7 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
             )?;
             cases[3].1.push(s);
             // (g) a fresh process's first checkpoint through the shim.
-            let s = crate::procs::run_commands(
-                n,
-                &|r| {
-                    vec![
-                        w.clone(),
-                        "W".into(),
-                        format!("/ckpt/g{r}"),
-                        size.clone(),
-                        block.clone(),
-                    ]
-                },
-                &shim_env,
-            )?;
+            let s = first_ckpt(&shim_env)?;
             cases[4].1.push(s);
             let sname = store.clone();
             let st = ckptfs_store::Store::attach(&ckptfs_store::StoreOptions::named(&sname))?;
@@ -409,19 +413,7 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
                 let _ = st.unlink(&format!("/g{r}"));
             }
             // (k) the same first checkpoint, warmed while the process initialised.
-            let s = crate::procs::run_commands(
-                n,
-                &|r| {
-                    vec![
-                        w.clone(),
-                        "W".into(),
-                        format!("/ckpt/g{r}"),
-                        size.clone(),
-                        block.clone(),
-                    ]
-                },
-                &warm_env,
-            )?;
+            let s = first_ckpt(&warm_env)?;
             cases[8].1.push(s);
             for r in 0..n {
                 let _ = st.unlink(&format!("/g{r}"));
@@ -429,19 +421,7 @@ pub fn run(a: PreloadBenchArgs) -> Result<Report> {
             // (i), (j) the same first checkpoint, then a fresh process's restart read of
             // it, on the huge-page store.
             if let (Some(env), Some(o)) = (&huge_env, &huge_opts) {
-                let s = crate::procs::run_commands(
-                    n,
-                    &|r| {
-                        vec![
-                            w.clone(),
-                            "W".into(),
-                            format!("/ckpt/g{r}"),
-                            size.clone(),
-                            block.clone(),
-                        ]
-                    },
-                    env,
-                )?;
+                let s = first_ckpt(env)?;
                 cases[6].1.push(s);
                 let s = crate::procs::run_commands(
                     n,
