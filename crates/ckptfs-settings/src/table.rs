@@ -506,7 +506,15 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
             }
             Kind::Size if s.key == "warm" && v.trim() == "all" => st.warm = Some(u64::MAX),
             Kind::Size => {
-                let n = parse_store_size(v).map_err(bad)?;
+                let n = parse_store_size(v)
+                    .map_err(|e| {
+                        if s.key == "warm" {
+                            format!("{e} (a size, or `all`)")
+                        } else {
+                            e
+                        }
+                    })
+                    .map_err(bad)?;
                 match s.key {
                     "mem_size" => st.mem_size = explicit.then_some(n),
                     "warm" => st.warm = (n > 0).then_some(n),
@@ -689,7 +697,7 @@ mod tests {
         assert_eq!(warm("0").unwrap(), None);
         assert_eq!(from_env(&env_of(&[])).unwrap().store.warm, None);
         let e = warm("lots").unwrap_err().to_string();
-        assert!(e.contains("CKPTFS_WARM"), "{e}");
+        assert!(e.contains("CKPTFS_WARM") && e.contains("`all`"), "{e}");
     }
 
     #[test]
