@@ -624,3 +624,18 @@ fn poll_loop(view: &KernelView, every: Duration, notifier: &Notifier, stop: &Ato
         "invalidation poller stopped"
     );
 }
+
+/// Starts the invalidation poller of a mounted [`crate::StoreFs`] (see
+/// [`crate::StoreFs::invalidator`]).
+pub struct Invalidator {
+    pub(crate) view: Arc<KernelView>,
+    pub(crate) cache: CacheConfig,
+}
+
+impl Invalidator {
+    /// Start the poller with the session's notifier; `None` when caching is off. The
+    /// poller stops when the returned value is dropped (or the session ends).
+    pub fn start(self, notifier: fuser::Notifier) -> std::io::Result<Option<Poller>> {
+        Poller::start(self.view, self.cache, notifier)
+    }
+}

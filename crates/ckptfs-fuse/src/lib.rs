@@ -26,9 +26,10 @@ pub mod mount;
 mod store_fs;
 
 pub use cache::CacheConfig;
+pub use cache::Invalidator;
 pub use crfs::{BackendSink, CrfsConfig, CrfsFs, DiscardSink, FileSink};
 pub use mount::{Mode, MountConfig, MountError};
-pub use store_fs::{Invalidator, StoreFs};
+pub use store_fs::StoreFs;
 
 use fuser::{Errno, FopenFlags, InitFlags, KernelConfig, ReplyEmpty};
 use std::cell::RefCell;

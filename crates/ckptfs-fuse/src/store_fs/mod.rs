@@ -10,7 +10,7 @@
 mod attrs;
 mod xattrs;
 
-use crate::cache::{CacheConfig, KernelView, Poller};
+use crate::cache::{CacheConfig, Invalidator, KernelView};
 use crate::dirs::{dot_entries, DirTable, Listing};
 use crate::{errno_of, now_ns, reply_empty, split_name, Counters, IoMode};
 use attrs::file_type;
@@ -42,20 +42,6 @@ pub struct StoreFs {
     ring: bool,
     /// How long a ring thread polls after answering ([`StoreFs::with_io_uring_spin`]).
     ring_spin: std::time::Duration,
-}
-
-/// Starts the invalidation poller of a mounted [`StoreFs`] (see [`StoreFs::invalidator`]).
-pub struct Invalidator {
-    view: Arc<KernelView>,
-    cache: CacheConfig,
-}
-
-impl Invalidator {
-    /// Start the poller with the session's notifier; `None` when caching is off. The
-    /// poller stops when the returned value is dropped (or the session ends).
-    pub fn start(self, notifier: fuser::Notifier) -> std::io::Result<Option<Poller>> {
-        Poller::start(self.view, self.cache, notifier)
-    }
 }
 
 impl StoreFs {
