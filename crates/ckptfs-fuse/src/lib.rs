@@ -119,8 +119,8 @@ pub struct Counters {
 /// after answering one (yielding their CPU to anything runnable meanwhile) before they
 /// sleep. A thread that sleeps at once lets its vCPU halt, and on the development VM
 /// the scheduler then wakes the application on that halted vCPU for the next reply: one
-/// process's creates went from 4.9-9.1k/s to 11.7-13.3k/s with 50 us of polling
-/// (docs/benchmarks.md, "Round 2 session 8").
+/// process's creates were 5.7-9.1k/s without polling and 8.6-15.6k/s with 50 us, in
+/// three alternated pairs (docs/benchmarks.md, "Round 2 session 8").
 pub const RING_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Does this kernel hand FUSE requests over io_uring to servers that ask
