@@ -10,6 +10,16 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// flock locks belong to open file descriptions, which a child process shares from its
+/// fork until its exec: a test that starts programs while a lock test has a lock file
+/// open makes that test see its own lock as held by another (seen in CI). Tests that
+/// start programs and tests that check who holds a lock take this first.
+static FORKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn no_forks() -> std::sync::MutexGuard<'static, ()> {
+    FORKS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn chown(p: &Path, uid: u32) {
     std::os::unix::fs::lchown(p, Some(uid), None).unwrap();
 }
@@ -145,6 +155,7 @@ fn log_file_is_appended_not_truncated() {
 
 #[test]
 fn held_lock_error_names_the_holder_pid() {
+    let _serial = no_forks();
     let t = tempfile::tempdir().unwrap();
     let d = RuntimeDir::open(t.path().join("rt")).unwrap();
     let held = d.lock("agent.lock").unwrap();
@@ -165,6 +176,7 @@ fn held_lock_error_names_the_holder_pid() {
 
 #[test]
 fn stale_pid_in_an_unlocked_lock_file_is_not_named_as_holder() {
+    let _serial = no_forks();
     let t = tempfile::tempdir().unwrap();
     let d = RuntimeDir::open(t.path().join("rt")).unwrap();
     // pid 1 is alive, but it does not hold the lock.
@@ -207,6 +219,7 @@ fn default_runtime_dir_is_owned_by_the_caller() {
 
 #[test]
 fn runtime_dir_squatted_by_a_real_user_in_a_sticky_dir_is_refused_naming_them() {
+    let _serial = no_forks();
     if !is_root() {
         eprintln!("SKIPPED: needs root (to run as the user ckptfs-test1)");
         return;
