@@ -109,15 +109,26 @@ fn run(weak: Weak<Segment>) {
             }
         }
         if seg.ahead.free_stack.swap(false, Relaxed) {
-            let top = seg.sb().mem_top.load(Relaxed).min(seg.layout.mem_chunks);
-            for i in 1..=AHEAD.min(top) {
-                let c = seg.mem_stack(top - i).load(Relaxed);
-                if c < seg.layout.mem_chunks && !seg.is_populated(c) {
-                    seg.populate(c);
-                }
-            }
+            populate_free_top(&seg, AHEAD);
         }
     }
+}
+
+/// Populate this process's page tables for the top `n` entries of the free memory stack
+/// (the chunks the next allocations pop), from the top down; returns how many it
+/// populated. Reads the stack without the allocation lock: ids are bounds-checked, and
+/// populating a chunk someone takes meanwhile is harmless (page tables only).
+pub(crate) fn populate_free_top(seg: &Segment, n: u32) -> u32 {
+    let top = seg.sb().mem_top.load(Relaxed).min(seg.layout.mem_chunks);
+    let mut done = 0;
+    for i in 1..=n.min(top) {
+        let c = seg.mem_stack(top - i).load(Relaxed);
+        if c < seg.layout.mem_chunks && !seg.is_populated(c) {
+            seg.populate(c);
+            done += 1;
+        }
+    }
+    done
 }
 
 #[cfg(test)]

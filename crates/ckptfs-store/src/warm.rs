@@ -26,7 +26,6 @@
 //! together (or `all`).
 
 use crate::store::Store;
-use std::sync::atomic::Ordering::Relaxed;
 
 impl Store {
     /// Build this process's page tables for up to `bytes` of free memory chunks, from
@@ -40,16 +39,7 @@ impl Store {
         let want = bytes
             .div_ceil(seg.layout.chunk_size())
             .min(seg.layout.mem_chunks as u64) as u32;
-        let top = seg.sb().mem_top.load(Relaxed).min(seg.layout.mem_chunks);
-        let mut n = 0;
-        for i in (top.saturating_sub(want)..top).rev() {
-            let c = seg.mem_stack(i).load(Relaxed);
-            if c < seg.layout.mem_chunks && !seg.is_populated(c) {
-                seg.populate(c);
-                n += 1;
-            }
-        }
-        n
+        crate::ahead::populate_free_top(seg, want)
     }
 
     /// [`Store::warm`] in a background thread at the lowest CPU priority (signals
