@@ -339,4 +339,37 @@ fn bench_partner_runs_between_two_simulated_nodes_and_reports_every_case() {
         .unwrap();
     let pid_tag = format!("ckbench-{bench_pid}-");
     assert!(!String::from_utf8_lossy(&ns.stdout).contains(&pid_tag));
+    // --cases: only the measurements named (a restore alone writes its two checkpoints
+    // itself, as the application rounds are not run).
+    let out = std::process::Command::new(CKPTFS)
+        .args([
+            "bench", "partner", "--size", "8M", "--reps", "1", "--links", "none",
+        ])
+        .args(["--cases", "restore", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut got: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["case"].as_str().unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, ["restore-from-partner", "tcp-stream"], "{v}");
+    let rest = &v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["case"] == "restore-from-partner")
+        .unwrap();
+    assert_eq!(rest["bytes"].as_u64(), Some(16 << 20));
+    assert_eq!(v["settings"]["cases"], "restore");
+    let bad = std::process::Command::new(CKPTFS)
+        .args(["bench", "partner", "--cases", "copy,drain"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown case \"drain\""));
 }

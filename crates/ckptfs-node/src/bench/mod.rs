@@ -60,9 +60,56 @@ pub struct PartnerBenchArgs {
     /// real node.
     #[arg(long)]
     pub shared_cpus: bool,
+    /// Which measurements to run, comma-separated: `copy` ((b) partner copy), `restore`
+    /// ((c) restore from the partner), `app` ((d) the application's writes with copying
+    /// on and off). The TCP stream (a) is taken before every copy and restore.
+    #[arg(long, default_value = "copy,restore,app", value_parser = parse_cases)]
+    pub cases: Cases,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The measurements `--cases` selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cases {
+    /// (b) partner copy.
+    pub copy: bool,
+    /// (c) restore from the partner.
+    pub restore: bool,
+    /// (d) the application's writes with copying on and off.
+    pub app: bool,
+}
+
+impl Cases {
+    fn names(&self) -> String {
+        [("copy", self.copy), ("restore", self.restore), ("app", self.app)]
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+fn parse_cases(s: &str) -> std::result::Result<Cases, String> {
+    let mut c = Cases {
+        copy: false,
+        restore: false,
+        app: false,
+    };
+    for w in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match w {
+            "copy" => c.copy = true,
+            "restore" => c.restore = true,
+            "app" => c.app = true,
+            _ => return Err(format!("unknown case {w:?}: expected copy, restore or app")),
+        }
+    }
+    if !(c.copy || c.restore || c.app) {
+        return Err("no case given: expected some of copy, restore, app".into());
+    }
+    Ok(c)
 }
 
 /// Where the partner node runs (the CPUs it is restricted to).
@@ -324,6 +371,13 @@ impl Drop for Bed {
             let _ = d.kill();
             let _ = d.wait();
         }
+        // Stores in each node's own /dev/shm go with the simulation's mounts; stores in a
+        // directory given by CKPTFS_SHM_DIR (shared by both nodes) are removed here.
+        if let Some(dir) = std::env::var_os("CKPTFS_SHM_DIR").filter(|v| !v.is_empty()) {
+            for name in &self.stores {
+                let _ = ckptfs_store::Store::destroy_in(Some(std::path::Path::new(&dir)), name);
+            }
+        }
     }
 }
 
@@ -434,12 +488,17 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         tcp_stream(&bed.sim, size, bed.place.as_ref())?;
         bed.worker(0, &bed.args("write", size, 2, true))?;
         for rep in 0..a.reps {
-            let wire = tcp_stream(&bed.sim, size, bed.place.as_ref())?;
-            tcp.push(wire);
-            let v = bed.worker(0, &bed.args("write", size, 1, true))?;
-            let c = *f64s(&v, "copy_s").first().context("worker copy_s")?;
-            copy.push(c);
-            copy_ratio.push(wire / c);
+            if a.cases.copy {
+                let wire = tcp_stream(&bed.sim, size, bed.place.as_ref())?;
+                tcp.push(wire);
+                let v = bed.worker(0, &bed.args("write", size, 1, true))?;
+                let c = *f64s(&v, "copy_s").first().context("worker copy_s")?;
+                copy.push(c);
+                copy_ratio.push(wire / c);
+            }
+            if !a.cases.app {
+                continue;
+            }
             let mut on_off = [0.0f64; 2];
             for k in 0..2 {
                 let on = (k + rep) % 2 == 0;
@@ -460,14 +519,16 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         }
         // (c) the node is lost: daemon stopped, store destroyed, both checkpoints back
         // from the partner into an empty store (at the link's transfer size).
-        if app != size {
+        if a.cases.restore && (app != size || !a.cases.app) {
             bed.worker(0, &bed.args("write", size, 2, true))?;
         }
-        bed.stop(0)?;
+        if a.cases.restore {
+            bed.stop(0)?;
+        }
         let mut restore = Vec::new();
         let mut restore_ratio = Vec::new();
         let mut restore_bytes = 0;
-        for _ in 0..a.reps {
+        for _ in 0..if a.cases.restore { a.reps } else { 0 } {
             let wire = tcp_stream(&bed.sim, size, bed.place.as_ref())?;
             tcp.push(wire);
             let v = bed.worker(0, &bed.args("restore", size, 0, false))?;
@@ -476,7 +537,9 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
             restore_bytes = v["bytes"].as_u64().context("bytes")?;
             restore_ratio.push((restore_bytes as f64 / r) / (size as f64 / wire));
         }
-        bed.start(0)?;
+        if a.cases.restore {
+            bed.start(0)?;
+        }
         bed.sim.limit(0, None)?;
 
         let m_tcp = Measurement::new("tcp-stream", 1, size, tcp).with("link", label.as_str());
@@ -488,21 +551,32 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         let r_copy = median(&copy_ratio);
         let r_rest = median(&restore_ratio);
         let r_app = median(&app_ratio);
-        for (what, r, target) in [
-            ("partner copy / TCP stream", r_copy, 0.9),
-            ("restore from partner / TCP stream", r_rest, 0.9),
-            ("app write with copying / without", r_app, 0.9),
+        for (what, r, target, on) in [
+            ("partner copy / TCP stream", r_copy, 0.9, a.cases.copy),
+            ("restore from partner / TCP stream", r_rest, 0.9, a.cases.restore),
+            ("app write with copying / without", r_app, 0.9, a.cases.app),
         ] {
+            if !on {
+                continue;
+            }
             notes.push(format!(
                 "link {label}: {what} = {r:.2} (target >= {target}: {})",
                 if r >= target { "met" } else { "MISSED" }
             ));
         }
-        results.push(m_tcp.with("ratio", 1.0));
-        results.push(m_copy.with("ratio", (r_copy * 100.0).round() / 100.0));
-        results.push(m_rest.with("ratio", (r_rest * 100.0).round() / 100.0));
-        results.push(m_off.with("ratio", 1.0));
-        results.push(m_on.with("ratio", (r_app * 100.0).round() / 100.0));
+        if a.cases.copy || a.cases.restore {
+            results.push(m_tcp.with("ratio", 1.0));
+        }
+        if a.cases.copy {
+            results.push(m_copy.with("ratio", (r_copy * 100.0).round() / 100.0));
+        }
+        if a.cases.restore {
+            results.push(m_rest.with("ratio", (r_rest * 100.0).round() / 100.0));
+        }
+        if a.cases.app {
+            results.push(m_off.with("ratio", 1.0));
+            results.push(m_on.with("ratio", (r_app * 100.0).round() / 100.0));
+        }
     }
     notes.push(
         "ratio: partner-copy and restore vs the TCP stream on the same link (the median over \
@@ -521,6 +595,7 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
             "links": a.links,
             "partner_priority": a.partner_priority,
             "writer_yield": a.writer_yield,
+            "cases": a.cases.names(),
             "cpus": match &place {
                 Some(p) => serde_json::json!({"partner node": p.partner_list()}),
                 None => serde_json::json!("shared"),
@@ -535,7 +610,22 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_rate;
+    use super::{parse_cases, parse_rate};
+
+    #[test]
+    fn cases_parse_to_the_measurements_named() {
+        let c = parse_cases("copy").unwrap();
+        assert!(c.copy && !c.restore && !c.app);
+        assert_eq!(c.names(), "copy");
+        let c = parse_cases(" app , restore ").unwrap();
+        assert!(!c.copy && c.restore && c.app);
+        assert_eq!(
+            parse_cases("copy,restore,app").unwrap().names(),
+            "copy,restore,app"
+        );
+        assert!(parse_cases("").unwrap_err().contains("no case"));
+        assert!(parse_cases("copy,drain").unwrap_err().contains("\"drain\""));
+    }
 
     #[test]
     fn link_rates_parse_to_bits_per_second() {

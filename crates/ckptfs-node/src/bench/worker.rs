@@ -43,6 +43,10 @@ fn open(a: &WorkerArgs) -> Result<Store> {
     Store::open_or_create(&StoreOptions {
         name: a.store.clone(),
         mem_size: Some(a.mem),
+        // The directory the bench's daemons use too (they read the same variable).
+        shm_dir: std::env::var_os("CKPTFS_SHM_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
         ..Default::default()
     })
     .with_context(|| format!("open store {}", a.store))
