@@ -178,6 +178,7 @@ pub(crate) mod tests {
         }
         let r = f();
         let _ = ckptfs_store::Store::destroy(store);
+        ckptfs_datasets::remove_lock(store);
         // SAFETY: as above.
         unsafe {
             for k in [

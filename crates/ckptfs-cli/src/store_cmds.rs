@@ -556,9 +556,11 @@ pub fn fsck(ctx: &Ctx, repair: bool, json: bool) -> Result<i32> {
 pub fn destroy(ctx: &Ctx) -> Result<i32> {
     let name = ctx.store.effective_name()?;
     Store::destroy_in(ctx.store.shm_dir.as_deref(), &name)?;
-    // The drain agent's state file lives next to the segment.
+    // The state and lock files of the store's agent, node daemon and datasets, in the
+    // caller's runtime directory.
     ckptfs_agent::status::remove_status(&name);
     ckptfs_node::node_status::remove_status(&name);
+    ckptfs_datasets::remove_lock(&name);
     println!("destroyed store {name}");
     Ok(0)
 }

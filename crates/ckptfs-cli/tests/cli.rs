@@ -643,3 +643,39 @@ fn damaged_segment_fields_never_crash_hang_or_mislead_the_cli() {
         }
     }
 }
+
+#[test]
+fn destroy_removes_the_stores_agent_and_dataset_files_from_the_runtime_directory() {
+    // A runtime directory of this test's own (XDG_RUNTIME_DIR/ckptfs), so the listing
+    // below sees only what these commands left.
+    let xdg = tempfile::tempdir().unwrap();
+    let s = Store::new("rtfiles");
+    let dest = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let o = s.cmd(args).env("XDG_RUNTIME_DIR", xdg.path()).output().unwrap();
+        assert!(
+            o.status.success(),
+            "ckptfs {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    run(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+    run(&["ckpt", "begin", "step1"]);
+    run(&["ckpt", "complete"]);
+    run(&["agent", "--once", "--dest", dest.path().to_str().unwrap()]);
+    let rt = xdg.path().join("ckptfs");
+    let left = || -> Vec<String> {
+        std::fs::read_dir(&rt)
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.contains(&s.0))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = left();
+    assert!(before.iter().any(|n| n.starts_with("datasets.")), "{before:?}");
+    assert!(before.iter().any(|n| n.ends_with(".agent.json")), "{before:?}");
+    run(&["destroy"]);
+    assert_eq!(left(), Vec::<String>::new(), "left in {}", rt.display());
+}

@@ -49,7 +49,7 @@ pub use error::{DatasetError, Result};
 pub use filecrc::{file_crc, file_crc_from_chunks, ChunkCrc};
 pub use flush_policy::FlushPolicy;
 pub use jobwide::{judge, JobDataset, JobState, Views};
-pub use ops::{check_name, Datasets};
+pub use ops::{check_name, remove_lock, Datasets};
 pub use partner_policy::{CopyVerdict, PartnerPolicy};
 pub use record::{Dataset, DecisionRec, FileRec, NodePart, Part, State};
 pub use restart::{pfs_has as pfs_holds, Restart, Skipped, Source};

@@ -29,6 +29,22 @@ fn is_data_path(p: &str) -> bool {
         && !p.rsplit('/').next().unwrap_or("").starts_with(".ckptfs-restore.")
 }
 
+/// The name of store `store`'s dataset lock file in the caller's runtime directory.
+fn lock_name(store: &str) -> String {
+    format!("datasets.{store}.lock")
+}
+
+/// Remove store `store_name`'s dataset lock file from the caller's runtime directory
+/// (after destroying the store), unless a process holds it now.
+pub fn remove_lock(store_name: &str) {
+    if let Ok(dir) = ckptfs_runtime::RuntimeDir::for_caller() {
+        let name = lock_name(store_name);
+        if !dir.is_locked(&name) {
+            let _ = dir.remove(&name);
+        }
+    }
+}
+
 impl Datasets {
     /// The datasets of `cfg.job` in `store`, agreement by `completion`.
     pub fn new(store: Store, cfg: Config, completion: Box<dyn Completion + Send + Sync>) -> Datasets {
@@ -56,7 +72,7 @@ impl Datasets {
 
     pub(crate) fn lock(&self) -> Result<Lock> {
         let rt = ckptfs_runtime::RuntimeDir::for_caller()?;
-        let name = format!("datasets.{}.lock", self.store.name());
+        let name = lock_name(self.store.name());
         let f = rt.open_file(&name, libc::O_CREAT | libc::O_RDWR)?;
         f.lock().map_err(|source| DatasetError::Lock {
             path: rt.file_path(&name).display().to_string(),

@@ -18,6 +18,8 @@ struct Fx {
 impl Drop for Fx {
     fn drop(&mut self) {
         let _ = Store::destroy(&self.name);
+        ckptfs_agent::status::remove_status(&self.name);
+        ckptfs_datasets::remove_lock(&self.name);
     }
 }
 

@@ -14,6 +14,8 @@ struct Fx {
 impl Drop for Fx {
     fn drop(&mut self) {
         let _ = Store::destroy(&self.opts.name);
+        ckptfs_agent::status::remove_status(&self.opts.name);
+        ckptfs_datasets::remove_lock(&self.opts.name);
     }
 }
 

@@ -14,6 +14,8 @@ struct Fx {
 impl Drop for Fx {
     fn drop(&mut self) {
         let _ = Store::destroy(&self.name);
+        ckptfs_agent::status::remove_status(&self.name);
+        ckptfs_datasets::remove_lock(&self.name);
         if let Ok(d) = ckptfs_runtime::RuntimeDir::for_caller() {
             let _ = d.remove(&format!("{}.agent.json", self.name));
         }

@@ -362,7 +362,15 @@ pub fn destroy(py: Python<'_>, name: String) -> PyResult<()> {
     let dir = std::env::var_os("CKPTFS_SHM_DIR")
         .filter(|d| !d.is_empty())
         .map(std::path::PathBuf::from);
-    py.allow_threads(|| Store::destroy_in(dir.as_deref(), &name)).map_err(os_err)
+    py.allow_threads(|| {
+        Store::destroy_in(dir.as_deref(), &name)?;
+        // The state and lock files of the store's drain agent and datasets, in the
+        // caller's runtime directory.
+        ckptfs_agent::status::remove_status(&name);
+        ckptfs_datasets::remove_lock(&name);
+        Ok(())
+    })
+    .map_err(os_err)
 }
 
 /// The default store name, `u<UID>`.

@@ -352,6 +352,11 @@ pub unsafe extern "C" fn ckptfs_destroy_store(name: *const c_char) -> c_int {
         // every other store call of this process.
         let dir = crate::env::options_from_env().ok().and_then(|o| o.shm_dir);
         Store::destroy_in(dir.as_deref(), name)?;
+        // The state and lock files of the store's agent, node daemon and datasets, in
+        // the caller's runtime directory.
+        ckptfs_agent::status::remove_status(name);
+        ckptfs_node::node_status::remove_status(name);
+        ckptfs_datasets::remove_lock(name);
         Ok(0)
     }) as c_int
 }
