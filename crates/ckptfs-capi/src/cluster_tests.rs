@@ -27,8 +27,7 @@ impl Drop for Cluster2 {
         }
         for s in &self.stores {
             let _ = Store::destroy(s);
-            ckptfs_node::node_status::remove_status(s);
-            ckptfs_datasets::remove_lock(s);
+            ckptfs_node::node_status::remove_store_files(s);
         }
         let _ = &self.dir;
     }

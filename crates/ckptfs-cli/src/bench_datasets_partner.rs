@@ -39,9 +39,7 @@ impl Drop for Bed {
         for s in &self.stores {
             let _ = Store::destroy(s);
             // The daemons' and datasets' files in the runtime directory, as `destroy`.
-            ckptfs_agent::status::remove_status(s);
-            ckptfs_node::node_status::remove_status(s);
-            ckptfs_datasets::remove_lock(s);
+            ckptfs_node::node_status::remove_store_files(s);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

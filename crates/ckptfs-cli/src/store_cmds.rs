@@ -558,9 +558,7 @@ pub fn destroy(ctx: &Ctx) -> Result<i32> {
     Store::destroy_in(ctx.store.shm_dir.as_deref(), &name)?;
     // The state and lock files of the store's agent, node daemon and datasets, in the
     // caller's runtime directory.
-    ckptfs_agent::status::remove_status(&name);
-    ckptfs_node::node_status::remove_status(&name);
-    ckptfs_datasets::remove_lock(&name);
+    ckptfs_node::node_status::remove_store_files(&name);
     println!("destroyed store {name}");
     Ok(0)
 }

@@ -116,6 +116,15 @@ pub fn remove_status(store_name: &str) {
     }
 }
 
+/// Remove every file the node's daemons keep in the caller's runtime directory for store
+/// `name` (after destroying the store): the node daemon's and the drain agent's status
+/// and lock files, and the datasets lock (unless a live process holds it).
+pub fn remove_store_files(store_name: &str) {
+    remove_status(store_name);
+    ckptfs_agent::status::remove_status(store_name);
+    ckptfs_datasets::remove_lock(store_name);
+}
+
 /// Take the single-instance lock of store `name`'s daemon.
 pub(crate) fn lock(store_name: &str) -> Result<(RuntimeDir, InstanceLock), NodeError> {
     let dir = RuntimeDir::for_caller().map_err(|e| NodeError::Runtime(e.to_string()))?;
