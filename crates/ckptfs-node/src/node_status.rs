@@ -118,7 +118,7 @@ pub fn remove_status(store_name: &str) {
 
 /// Remove every file the node's daemons keep in the caller's runtime directory for store
 /// `name` (after destroying the store): the node daemon's and the drain agent's status
-/// and lock files, and the datasets lock (unless a live process holds it).
+/// and lock files, and the datasets lock (unless a process holds it now).
 pub fn remove_store_files(store_name: &str) {
     remove_status(store_name);
     ckptfs_agent::status::remove_status(store_name);
