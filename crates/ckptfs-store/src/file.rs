@@ -109,8 +109,12 @@ impl FileHandle {
         self.store.seg.inode(self.fid)
     }
 
-    /// Current size in bytes.
+    /// Current size in bytes (0 for a directory, as `stat` reports: its inode's size
+    /// field is unused and never trusted).
     pub fn size(&self) -> u64 {
+        if self.is_dir {
+            return 0;
+        }
         self.ino_ref().size.load(Acquire)
     }
 

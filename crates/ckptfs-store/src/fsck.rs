@@ -359,6 +359,15 @@ impl Store {
                     );
                     continue;
                 }
+                if hwm == 0 && !stale && crate::integrity::empty_chunk_is_damage(self, fid) {
+                    add(
+                        &mut rep,
+                        "empty-chunk",
+                        format!("{path}: chunk {logical} records no written bytes (its checksum word was zeroed?)"),
+                        false,
+                    );
+                    continue;
+                }
                 match chunk_crc(self, c, hwm as usize) {
                     Ok(computed) if stale => {
                         add(&mut rep, "stale-checksum", format!("{path}: chunk {logical} has no current checksum"), repair);
@@ -536,9 +545,9 @@ impl Store {
 
     /// After chunks of `fid` were lost to damage: a hole where data was would read as
     /// zeros, which the file never held. Keep the prefix up to the first missing chunk
-    /// (below the last chunk that exists), drop what lies past it, and mark the file
-    /// incomplete: the readable part is then exactly bytes that were written. File lock
-    /// held.
+    /// (anywhere up to the file's end: the lost one may have been the last), drop what
+    /// lies past it, and mark the file incomplete: the readable part is then exactly
+    /// bytes that were written. File lock held.
     fn cut_at_first_hole(&self, fid: u32, rep: &mut FsckReport, path: &str) {
         let seg = &*self.seg;
         let ino = seg.inode(fid);
@@ -559,7 +568,13 @@ impl Store {
             }
             return;
         };
-        let hole = (0..=last).find(|l| have.binary_search(l).is_err());
+        // Chunks the file's size covers (its last bytes may have been the lost chunk).
+        let covered = ino.size.load(Acquire).div_ceil(1u64 << shift);
+        let end = u64::from(last)
+            .saturating_add(1)
+            .max(covered)
+            .min(u64::from(u32::MAX)) as u32;
+        let hole = (0..end).find(|l| have.binary_search(l).is_err());
         let Some(hole) = hole else { return };
         let size = ino.size.load(Acquire).min((hole as u64) << shift);
         ino.size.store(size, Release);

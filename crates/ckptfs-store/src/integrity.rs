@@ -111,6 +111,16 @@ pub(crate) fn chunk_ok(seg: &Segment, c: u32) -> bool {
     e.meta.load(Acquire) == chunk_meta(c, e.owner.load(Acquire), e.logical.load(Relaxed))
 }
 
+/// Is an owned chunk of `fid` that records no bytes (high-water mark 0) damage? Every
+/// chunk is taken by a write of at least one byte (a write, a landing, a small file's
+/// move with bytes to move) and freed when a truncation leaves it past the end, so a
+/// finished file (`complete`, no writer left) never owns an empty one; its checksum word
+/// zeroed by damage would otherwise verify, the CRC of no bytes being 0. While a writer
+/// works, or after one died (`incomplete`), a chunk taken but not yet written is normal.
+pub(crate) fn empty_chunk_is_damage(store: &Store, fid: u32) -> bool {
+    store.seg.inode(fid).wstate.load(Acquire) == wstate::COMPLETE && !store.has_writer(fid)
+}
+
 /// CRC of the superblock's identity fields (written once at creation).
 pub(crate) fn ident_crc(sb: &Superblock) -> u32 {
     let mut b = [0u8; 20];
@@ -221,7 +231,8 @@ impl Store {
     /// Move inode `fid` (its namespace record cannot be trusted, or its name collides
     /// with an undamaged file's) into `/lost+found` as `ino<N>`, keeping its data, and
     /// mark a file `incomplete` so that it is never drained or restored as complete.
-    /// Returns its new path. Namespace lock held; `fid`'s file lock not held.
+    /// A file whose size record is damaged keeps at most the bytes it holds. Returns its
+    /// new path. Namespace lock held; `fid`'s file lock not held.
     pub(crate) fn quarantine_inode(&self, ns: &crate::store::Ns, fid: u32) -> Option<String> {
         let seg = &*self.seg;
         let lf = self.lost_found(ns)?;
@@ -246,10 +257,29 @@ impl Store {
         self.link_child(ns, lf, fid);
         {
             let _g = self.file_lock(fid);
-            let n = (0..seg.nchunks())
+            let owned: Vec<u32> = (0..seg.nchunks())
                 .filter(|&c| seg.chunk(c).owner.load(Acquire) == fid + 1)
-                .count() as u32;
-            ino.nchunks.store(n, Relaxed);
+                .collect();
+            if ino.kind.load(Relaxed) == kind::FILE && !data_ok(seg, fid) {
+                // The size is part of the damaged record: never claim more bytes than
+                // the file holds (the end of its last trusted chunk, or its run).
+                let held = match self.run_raw(fid) {
+                    Ok(Some(r)) => r.bytes(),
+                    Ok(None) | Err(_) => owned
+                        .iter()
+                        .filter(|&&c| chunk_ok(seg, c))
+                        .map(|&c| {
+                            let e = seg.chunk(c);
+                            let (hwm, _, _) = unpack_sum(e.sum.load(Acquire));
+                            (u64::from(e.logical.load(Relaxed)) << seg.layout.chunk_shift)
+                                + u64::from(hwm).min(1 << seg.layout.chunk_shift)
+                        })
+                        .max()
+                        .unwrap_or(0),
+                };
+                ino.size.store(ino.size.load(Acquire).min(held), Release);
+            }
+            ino.nchunks.store(owned.len() as u32, Relaxed);
             seal_data(seg, fid);
             ino.cgen.fetch_add(1, Release);
             if ino.kind.load(Relaxed) == kind::FILE {

@@ -16,6 +16,10 @@
 //! `FUTEX_OWNER_DIED`, and the next lock attempt returns `EOWNERDEAD`, whose repair runs
 //! as usual. A live holder is waited for, with a warning naming it every minute.
 //! Assumption: every process using a store is in the same PID namespace (as for leases).
+//!
+//! Damage to the mutex's other fields: glibc returns EINVAL for most (the mutex is then
+//! re-created); a damaged type field (`__kind`) is checked before every lock, since
+//! glibc's priority-protocol paths abort the process on an impossible one.
 
 use std::cell::UnsafeCell;
 use std::path::Path;
@@ -47,6 +51,10 @@ pub const SLICE: Duration = Duration::from_millis(500);
 const FUTEX_WAITERS: u32 = 0x8000_0000;
 const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
 const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+/// Byte offset of `__kind` in glibc's 64-bit `pthread_mutex_t`.
+const KIND_OFFSET: usize = 16;
+/// glibc's `PTHREAD_MUTEX_ELISION_NP | PTHREAD_MUTEX_NO_ELISION_NP` kind bits.
+const KIND_ELISION_BITS: u32 = 0x300;
 
 /// A `pthread_mutex_t` configured robust and process-shared, padded to 64 bytes.
 #[repr(C, align(64))]
@@ -97,6 +105,29 @@ impl RobustMutex {
         }
     }
 
+    /// glibc's `__kind` field (type, robust and process-shared bits, priority protocol
+    /// and ceiling), without the lock-elision bits, which glibc may set differently in
+    /// another process.
+    fn kind(&self) -> u32 {
+        // SAFETY: glibc's 64-bit `pthread_mutex_t` holds `int __kind` at byte 16 (after
+        // `__lock`, `__count`, `__owner`, `__nusers`), aligned; the memory lives as long
+        // as self. It is only read here (glibc writes it at init only).
+        let k = unsafe { &*((self.raw.get() as *const u8).add(KIND_OFFSET) as *const AtomicU32) };
+        k.load(Ordering::Relaxed) & !KIND_ELISION_BITS
+    }
+
+    /// [`RobustMutex::kind`] of a mutex set up as every segment mutex is.
+    fn expected_kind() -> u32 {
+        static KIND: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        *KIND.get_or_init(|| {
+            let mut m = std::mem::MaybeUninit::<RobustMutex>::zeroed();
+            // SAFETY: a local, zeroed, 64-byte-aligned mutex that nothing else uses.
+            unsafe { Self::init_in_place(m.as_mut_ptr()) };
+            // SAFETY: initialised just above.
+            unsafe { m.assume_init_ref() }.kind()
+        })
+    }
+
     /// The futex word (first field of glibc's `pthread_mutex_t`): owner tid and flags.
     fn word(&self) -> &AtomicU32 {
         // SAFETY: glibc's pthread_mutex_t starts with the 32-bit futex word `__lock`,
@@ -142,6 +173,22 @@ impl RobustMutex {
         let started = Instant::now();
         let mut warned = Duration::ZERO;
         loop {
+            if self.kind() != Self::expected_kind() {
+                // A damaged `__kind` can send glibc down its priority-protocol paths,
+                // which assert (abort the process) on impossible ceilings instead of
+                // returning an error: re-create the mutex before glibc reads it. A mutex
+                // whose type is damaged cannot be held in a meaningful way by anyone;
+                // the caller repairs what it protects, as after a dead holder.
+                tracing::warn!(
+                    lock = what,
+                    kind = format!("{:#x}", self.kind()),
+                    "shared mutex is damaged (its type field); reinitialising it"
+                );
+                // SAFETY: as for the EINVAL case below.
+                unsafe { Self::init_in_place(self as *const Self as *mut Self) };
+                let (g, _) = self.lock_named(what, segment);
+                return (g, Acquired::OwnerDied);
+            }
             let mut ts = libc::timespec {
                 tv_sec: 0,
                 tv_nsec: 0,

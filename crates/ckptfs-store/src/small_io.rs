@@ -83,6 +83,14 @@ impl FileHandle {
         store.undo_interrupted_move(self.fid); // (only after damage: never both)
         let (hwm, crc, stale) = unpack_sum(ino.ssum.load(Relaxed));
         let n = (hwm as u64).min(run.bytes()) as usize;
+        if n == 0 {
+            // Nothing was written (the file is all holes): no chunk is taken. A chunk a
+            // file owns always holds a written byte; reads rely on it (verify_chunk).
+            store.drop_run_after_move(self.fid, run);
+            self.map.clear();
+            self.map_gen = ino.cgen.load(Acquire);
+            return Ok(());
+        }
         let mut bytes = vec![0u8; n];
         store.run_read(run, 0, &mut bytes);
         let c = store.alloc_chunk(self.fid, 0)?;

@@ -44,6 +44,16 @@ impl FileHandle {
                 what: format!("chunk {logical} claims {hwm} bytes"),
             });
         }
+        if hwm == 0 && crate::integrity::empty_chunk_is_damage(&self.store, self.fid) {
+            // A checksum word zeroed by damage would verify (the CRC of no bytes is 0)
+            // and serve the chunk as zeros.
+            let path = self.path.clone();
+            tracing::error!(%path, logical, chunk = c, "an owned chunk records no bytes");
+            return Err(StoreError::Damaged {
+                path,
+                what: format!("chunk {logical} records no written bytes"),
+            });
+        }
         let mut copied = false;
         {
             // Reaping a dead writer above may have trimmed the chunk: the copy is made only
