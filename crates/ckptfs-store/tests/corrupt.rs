@@ -168,6 +168,16 @@ fn repaired_never_wrong(
     }
 }
 
+/// A store set up by [`setup`], damaged by `target`, and attached again.
+fn damaged(tag: &str, target: impl FnOnce(&Ctx) -> (u64, Edit)) -> (TempStore, Ctx, Store) {
+    let t = TempStore::new(tag, MEM, CHUNK, MAX_FILES, None);
+    let ctx = setup(&t);
+    let (off, edit) = target(&ctx);
+    poke(&t.name, off, &edit);
+    let store = t.attach();
+    (t, ctx, store)
+}
+
 /// One case: set up, damage, then exercise the store API, fsck and repair.
 fn run_case(case: &'static str, target: impl FnOnce(&Ctx) -> (u64, Edit), expect_a_eio: bool) {
     run_damaged(case, target, expect_a_eio, true);
@@ -547,14 +557,12 @@ case!(hash_slot_other_file, "hash.slot_other", false, |c| (
 /// /lost+found with a report.
 #[test]
 fn repair_quarantines_a_chunk_with_a_changed_owner_instead_of_moving_it() {
-    let t = TempStore::new("corrupt-repair-owner", MEM, CHUNK, MAX_FILES, None);
-    let ctx = setup(&t);
-    poke(
-        &t.name,
-        ctx.chunk(ctx.a_chunks[1], offset_of!(ChunkEntry, owner)),
-        &Edit::Set32(ctx.b + 1),
-    );
-    let store = t.attach();
+    let (_t, ctx, store) = damaged("corrupt-repair-owner", |c| {
+        (
+            c.chunk(c.a_chunks[1], offset_of!(ChunkEntry, owner)),
+            Edit::Set32(c.b + 1),
+        )
+    });
     let rep = store.fsck(false);
     assert!(
         rep.problems.iter().any(|p| p.kind == "damaged-chunk-entry"),
@@ -584,14 +592,12 @@ fn repair_quarantines_a_chunk_with_a_changed_owner_instead_of_moving_it() {
 /// name and moves the damaged one to /lost+found with its data.
 #[test]
 fn repair_keeps_the_undamaged_file_when_a_name_is_changed_to_its_name() {
-    let t = TempStore::new("corrupt-repair-name", MEM, CHUNK, MAX_FILES, None);
-    let ctx = setup(&t);
-    poke(
-        &t.name,
-        ctx.inode(ctx.a, offset_of!(Inode, name)),
-        &Edit::Xor32((b'a' ^ b'b') as u32),
-    );
-    let store = t.attach();
+    let (_t, ctx, store) = damaged("corrupt-repair-name", |c| {
+        (
+            c.inode(c.a, offset_of!(Inode, name)),
+            Edit::Xor32((b'a' ^ b'b') as u32),
+        )
+    });
     let rep = store.fsck(true);
     assert!(rep.problems.iter().any(|p| p.kind == "damaged-inode"), "{rep:?}");
     assert_file_is(&store, "/d/b", 2, B_SIZE);
@@ -608,14 +614,12 @@ fn repair_keeps_the_undamaged_file_when_a_name_is_changed_to_its_name() {
 /// file reads whole again instead of being cut.
 #[test]
 fn repair_gives_back_a_chunk_whose_owner_was_zeroed() {
-    let t = TempStore::new("corrupt-repair-zeroed", MEM, CHUNK, MAX_FILES, None);
-    let ctx = setup(&t);
-    poke(
-        &t.name,
-        ctx.chunk(ctx.a_chunks[1], offset_of!(ChunkEntry, owner)),
-        &Edit::Set32(0),
-    );
-    let store = t.attach();
+    let (_t, _, store) = damaged("corrupt-repair-zeroed", |c| {
+        (
+            c.chunk(c.a_chunks[1], offset_of!(ChunkEntry, owner)),
+            Edit::Set32(0),
+        )
+    });
     assert_eq!(read_all(&store, "/d/a").unwrap_err().errno(), libc::EIO);
     let rep = store.fsck(true);
     assert!(rep.is_clean(), "{rep:?}");
@@ -739,15 +743,12 @@ fn random_metadata_damage_never_returns_wrong_bytes() {
 /// keeping the size and serving zeros for the lost tail.
 #[test]
 fn repair_cuts_a_file_whose_last_chunk_was_lost_instead_of_serving_zeros() {
-    let t = TempStore::new("corrupt-repair-tail", MEM, CHUNK, MAX_FILES, None);
-    let ctx = setup(&t);
-    let last = *ctx.a_chunks.last().unwrap();
-    poke(
-        &t.name,
-        ctx.chunk(last, offset_of!(ChunkEntry, owner)),
-        &Edit::Set32(u32::MAX),
-    );
-    let store = t.attach();
+    let (_t, ctx, store) = damaged("corrupt-repair-tail", |c| {
+        (
+            c.chunk(*c.a_chunks.last().unwrap(), offset_of!(ChunkEntry, owner)),
+            Edit::Set32(u32::MAX),
+        )
+    });
     assert_eq!(read_all(&store, "/d/a").unwrap_err().errno(), libc::EIO);
     let rep = store.fsck(true);
     assert!(rep.problems.iter().any(|p| p.kind == "lost-chunk"), "{rep:?}");
@@ -763,14 +764,9 @@ fn repair_cuts_a_file_whose_last_chunk_was_lost_instead_of_serving_zeros() {
 /// read as an exabyte of zeros).
 #[test]
 fn repair_quarantines_a_file_with_a_damaged_size_at_the_size_its_chunks_hold() {
-    let t = TempStore::new("corrupt-repair-size", MEM, CHUNK, MAX_FILES, None);
-    let ctx = setup(&t);
-    poke(
-        &t.name,
-        ctx.inode(ctx.b, offset_of!(Inode, size)),
-        &Edit::Set64(1 << 60),
-    );
-    let store = t.attach();
+    let (_t, ctx, store) = damaged("corrupt-repair-size", |c| {
+        (c.inode(c.b, offset_of!(Inode, size)), Edit::Set64(1 << 60))
+    });
     assert_eq!(read_all(&store, "/d/b").unwrap_err().errno(), libc::EIO);
     store.fsck(true);
     let moved = format!("/lost+found/ino{}", ctx.b + 1);
@@ -787,14 +783,12 @@ fn repair_quarantines_a_file_with_a_damaged_size_at_the_size_its_chunks_hold() {
 /// of no bytes is 0): reads are EIO instead of a chunk of zeros, and fsck names it.
 #[test]
 fn a_zeroed_checksum_word_is_damage_not_a_chunk_of_zeros() {
-    let t = TempStore::new("corrupt-zero-sum", MEM, CHUNK, MAX_FILES, None);
-    let ctx = setup(&t);
-    poke(
-        &t.name,
-        ctx.chunk(ctx.a_chunks[1], offset_of!(ChunkEntry, sum)),
-        &Edit::Set64(0),
-    );
-    let store = t.attach();
+    let (_t, _, store) = damaged("corrupt-zero-sum", |c| {
+        (
+            c.chunk(c.a_chunks[1], offset_of!(ChunkEntry, sum)),
+            Edit::Set64(0),
+        )
+    });
     assert_eq!(read_all(&store, "/d/a").unwrap_err().errno(), libc::EIO);
     let rep = store.fsck(false);
     assert!(rep.problems.iter().any(|p| p.kind == "empty-chunk"), "{rep:?}");
