@@ -11,7 +11,7 @@ use support::*;
 /// Ring and mirror, k = 1 and 2: every node's file lands on exactly its planned
 /// partners, byte-identical, and nowhere else; the source records the partners.
 async fn copies_land_on_planned_partners(tag: &str, scheme: Scheme, k: usize) {
-    let tc = TestCluster::new(tag, 4, scheme, k);
+    let tc = TestCluster::new(tag, 4, scheme, k).patient();
     let ids: Vec<String> = tc.cluster.nodes.iter().map(|n| n.id.clone()).collect();
     let daemons: Vec<Daemon> = ids.iter().map(|id| Daemon::start(tc.config(id))).collect();
     let mut data = Vec::new();
@@ -37,13 +37,19 @@ async fn copies_land_on_planned_partners(tag: &str, scheme: Scheme, k: usize) {
             );
         }
         let src = tc.store(id);
-        wait_for(&format!("{id}'s levels record"), || {
-            let l = Levels::load(&src);
-            l.files
-                .get("/ckpt/step1/rank.bin")
-                .is_some_and(|f| f.partners.len() == k)
-        })
-        .await;
+        let t = std::time::Instant::now();
+        while !Levels::load(&src)
+            .files
+            .get("/ckpt/step1/rank.bin")
+            .is_some_and(|f| f.partners.len() == k)
+        {
+            if t.elapsed().as_secs() > 90 {
+                // What the record holds (a partner too many: a heartbeat was missed).
+                let rec = Levels::load(&src).files.get("/ckpt/step1/rank.bin").cloned();
+                panic!("timed out waiting for {id}'s levels record to name {k} partners: {rec:?}");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         let mut rec = Levels::load(&src).files["/ckpt/step1/rank.bin"].partners.clone();
         rec.sort();
         let mut want = partners.clone();
@@ -89,7 +95,7 @@ async fn mirror_k3_copies_land_on_planned_partners() {
 /// delete drops it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewrite_updates_and_delete_drops_the_partner_copy() {
-    let tc = TestCluster::new("rw", 2, Scheme::Ring, 1);
+    let tc = TestCluster::new("rw", 2, Scheme::Ring, 1).patient();
     let d1 = Daemon::start(tc.config("node1"));
     let d2 = Daemon::start(tc.config("node2"));
     let (s1, s2) = (tc.store("node1"), tc.store("node2"));
@@ -109,7 +115,12 @@ async fn rewrite_updates_and_delete_drops_the_partner_copy() {
     wait_for("copy of b", || copy_on(&s2, "node1", "/ckpt/b").is_some()).await;
     s1.unlink("/ckpt/b").unwrap();
     wait_for("b's copy dropped", || copy_on(&s2, "node1", "/ckpt/b").is_none()).await;
-    assert!(!Levels::load(&s1).files.contains_key("/ckpt/b"));
+    // The source saves its record once the partner acknowledged the drop, just after
+    // the partner dropped the copy.
+    wait_for("b gone from node1's levels record", || {
+        !Levels::load(&s1).files.contains_key("/ckpt/b")
+    })
+    .await;
     assert_eq!(copy_on(&s2, "node1", "/ckpt/a"), Some(v2));
     d1.stop().await;
     d2.stop().await;
