@@ -133,7 +133,7 @@ fn verified_copy(store: &ckptfs_store::Store, src: &str, path: &str) -> Option<V
 /// the peers see each other up over the simulated links.
 fn copies_land_on_planned_partners(tag: &str, n: usize, scheme: Scheme, k: usize) {
     let Some(sim) = sim(n) else { return };
-    let tc = cluster_on(&sim, tag, scheme, k);
+    let tc = cluster_on(&sim, tag, scheme, k).patient();
     let ids: Vec<String> = tc.cluster.nodes.iter().map(|n| n.id.clone()).collect();
     let daemons: Vec<NsDaemon> = ids
         .iter()

@@ -75,8 +75,10 @@ impl TestCluster {
     /// missed heartbeats (20 s) instead of 3. On a loaded machine (CI runs suites side
     /// by side) a heartbeat task starved for 0.6 s made a node take the next eligible
     /// partner as well, so the source recorded one partner more than planned.
+    /// The cluster file is written again for daemons that load it (child processes).
     pub fn patient(mut self) -> Self {
         self.cluster.heartbeat_misses = 100;
+        std::fs::write(&self.file, self.cluster.to_toml()).unwrap();
         self
     }
 
