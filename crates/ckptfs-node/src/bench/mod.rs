@@ -1,7 +1,7 @@
 //! `ckptfs bench partner`: partner copies between two simulated nodes (network
 //! namespaces with a veth link, each its own /dev/shm; crates/ckptfs-netsim), for each
 //! link setting (unlimited, then limited by `tc` to e.g. 10 and 1 Gbit/s):
-//! (a) a plain TCP stream's bandwidth, measured here; (b) partner copy bandwidth (a
+//! (a) a plain TCP stream's bandwidth, measured here in each direction; (b) partner copy bandwidth (a
 //! checkpoint's close to its verified copy on the partner); (c) restore-from-partner
 //! bandwidth into an empty store; (d) the application's write bandwidth, open to close,
 //! while the previous checkpoint's partner copy runs, and with the daemon stopped
@@ -53,7 +53,7 @@ pub struct PartnerBenchArgs {
     #[arg(long, default_value_t = 2.0)]
     pub max_seconds: f64,
     /// Let both simulated nodes use every CPU. By default, on a machine with at least
-    /// two, the partner node (its daemon, and the receiving end of the TCP stream) runs
+    /// two, the partner node (its daemon, and its end of each TCP stream) runs
     /// on the last CPU only, as on another machine, so that its receiving work does not
     /// land on the application's CPUs; the application's node (the checkpoint writer,
     /// the restore, its daemon) is not placed: its daemon competes with it as on a
@@ -62,7 +62,8 @@ pub struct PartnerBenchArgs {
     pub shared_cpus: bool,
     /// Which measurements to run, comma-separated: `copy` ((b) partner copy), `restore`
     /// ((c) restore from the partner), `app` ((d) the application's writes with copying
-    /// on and off). The TCP stream (a) is taken before every copy and restore.
+    /// on and off). The TCP stream (a) is taken before every copy and restore, in
+    /// the transfer's direction (and before a restore in the copy's direction too).
     #[arg(long, default_value = "copy,restore,app", value_parser = parse_cases)]
     pub cases: Cases,
     /// Print JSON instead of a table.
@@ -381,16 +382,24 @@ impl Drop for Bed {
     }
 }
 
-/// One plain TCP stream of `bytes` from node 0 to node 1; seconds from connect to the
-/// receiver's acknowledgement of the last byte.
-fn tcp_stream(sim: &Sim, bytes: u64, place: Option<&Placement>) -> Result<f64> {
-    let ip1 = sim.node(1).ip;
-    let l = sim.node(1).in_netns(move || TcpListener::bind((ip1, 0)))??;
+/// One plain TCP stream of `bytes` from node `from` (0 or 1) to the other one; seconds
+/// from connect to the receiver's acknowledgement of the last byte. The end on node 1
+/// runs where the partner's daemon does (a partner copy's receiver, a restore's sender).
+fn tcp_stream(sim: &Sim, bytes: u64, place: Option<&Placement>, from: usize) -> Result<f64> {
+    let to = 1 - from;
+    let pin = |node: usize| {
+        if node == 1 {
+            place.map(|p| p.partner.clone())
+        } else {
+            None
+        }
+    };
+    let ip = sim.node(to).ip;
+    let l = sim.node(to).in_netns(move || TcpListener::bind((ip, 0)))??;
     let addr = l.local_addr()?;
-    // The receiving end runs where the partner's daemon does.
-    let pin = place.map(|p| p.partner.clone());
+    let rx_pin = pin(to);
     let rx = std::thread::spawn(move || -> std::io::Result<u64> {
-        if let Some(cpus) = &pin {
+        if let Some(cpus) = &rx_pin {
             ckptfs_netsim::pin_current_thread(cpus).map_err(std::io::Error::other)?;
         }
         let (mut s, _) = l.accept()?;
@@ -406,7 +415,11 @@ fn tcp_stream(sim: &Sim, bytes: u64, place: Option<&Placement>) -> Result<f64> {
         s.write_all(&[1])?;
         Ok(n)
     });
-    let secs = sim.node(0).in_netns(move || -> std::io::Result<f64> {
+    let tx_pin = pin(from);
+    let secs = sim.node(from).in_netns(move || -> std::io::Result<f64> {
+        if let Some(cpus) = &tx_pin {
+            ckptfs_netsim::pin_current_thread(cpus).map_err(std::io::Error::other)?;
+        }
         let buf = vec![0x5au8; 1 << 20];
         let t = Instant::now();
         let mut s = TcpStream::connect(addr)?;
@@ -461,11 +474,15 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
                 .min(((*r as f64 / 8.0 * a.max_seconds) as u64 >> 20).max(1) << 20),
             None => a.size,
         };
-        // (a) the wire, measured right before every transfer it is compared with: this
-        // VM's stream moves between 1.3 and 3.0 GB/s from minute to minute, so each
-        // ratio is taken per repetition (transfer / the stream just before it) and the
-        // median of those is reported.
+        // (a) the wire, measured right before every transfer it is compared with, in that
+        // transfer's direction: this VM's stream moves between 1.3 and 3.0 GB/s from
+        // minute to minute, so each ratio is taken per repetition (transfer / the stream
+        // just before it) and the median of those is reported. A copy goes from node 1
+        // to its partner, a restore back: with the partner node on its own CPU, the two
+        // directions differ (a veth hands each packet to the receiving stack on the
+        // sending CPU, so the sender's CPU does most of the network work).
         let mut tcp = Vec::new();
+        let mut tcp_back = Vec::new();
         // (b) partner copy: one checkpoint, close to verified copy; (d, on) the next
         // checkpoint written while the previous one's copy runs.
         let mut copy = Vec::new();
@@ -485,11 +502,11 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         // One round not measured first: a daemon just (re)started still populates its
         // page tables for the whole store in the background (design.md), and the first
         // transfer on a link sets up its connection.
-        tcp_stream(&bed.sim, size, bed.place.as_ref())?;
+        tcp_stream(&bed.sim, size, bed.place.as_ref(), 0)?;
         bed.worker(0, &bed.args("write", size, 2, true))?;
         for rep in 0..a.reps {
             if a.cases.copy {
-                let wire = tcp_stream(&bed.sim, size, bed.place.as_ref())?;
+                let wire = tcp_stream(&bed.sim, size, bed.place.as_ref(), 0)?;
                 tcp.push(wire);
                 let v = bed.worker(0, &bed.args("write", size, 1, true))?;
                 let c = *f64s(&v, "copy_s").first().context("worker copy_s")?;
@@ -527,15 +544,21 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         }
         let mut restore = Vec::new();
         let mut restore_ratio = Vec::new();
+        // The same restores against the stream in the copy's direction (node 1 to the
+        // partner), as this bench reported them before (docs/benchmarks.md).
+        let mut restore_fwd_ratio = Vec::new();
         let mut restore_bytes = 0;
         for _ in 0..if a.cases.restore { a.reps } else { 0 } {
-            let wire = tcp_stream(&bed.sim, size, bed.place.as_ref())?;
-            tcp.push(wire);
+            let fwd = tcp_stream(&bed.sim, size, bed.place.as_ref(), 0)?;
+            let wire = tcp_stream(&bed.sim, size, bed.place.as_ref(), 1)?;
+            tcp.push(fwd);
+            tcp_back.push(wire);
             let v = bed.worker(0, &bed.args("restore", size, 0, false))?;
             let r = v["restore_s"].as_f64().context("restore_s")?;
             restore.push(r);
             restore_bytes = v["bytes"].as_u64().context("bytes")?;
             restore_ratio.push((restore_bytes as f64 / r) / (size as f64 / wire));
+            restore_fwd_ratio.push((restore_bytes as f64 / r) / (size as f64 / fwd));
         }
         if a.cases.restore {
             bed.start(0)?;
@@ -543,6 +566,7 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         bed.sim.limit(0, None)?;
 
         let m_tcp = Measurement::new("tcp-stream", 1, size, tcp).with("link", label.as_str());
+        let m_back = Measurement::new("tcp-stream-back", 1, size, tcp_back).with("link", label.as_str());
         let m_copy = Measurement::new("partner-copy", 1, size, copy).with("link", label.as_str());
         let m_rest =
             Measurement::new("restore-from-partner", 1, restore_bytes, restore).with("link", label.as_str());
@@ -553,7 +577,12 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         let r_app = median(&app_ratio);
         for (what, r, target, on) in [
             ("partner copy / TCP stream", r_copy, 0.9, a.cases.copy),
-            ("restore from partner / TCP stream", r_rest, 0.9, a.cases.restore),
+            (
+                "restore from partner / TCP stream back",
+                r_rest,
+                0.9,
+                a.cases.restore,
+            ),
             ("app write with copying / without", r_app, 0.9, a.cases.app),
         ] {
             if !on {
@@ -567,6 +596,14 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         if a.cases.copy || a.cases.restore {
             results.push(m_tcp.with("ratio", 1.0));
         }
+        if a.cases.restore {
+            results.push(m_back.with("ratio", 1.0));
+            notes.push(format!(
+                "link {label}: restore from partner / TCP stream (node 1 to the partner, the \
+                 copy's direction) = {:.2}",
+                median(&restore_fwd_ratio)
+            ));
+        }
         if a.cases.copy {
             results.push(m_copy.with("ratio", (r_copy * 100.0).round() / 100.0));
         }
@@ -579,8 +616,10 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         }
     }
     notes.push(
-        "ratio: partner-copy and restore vs the TCP stream on the same link (the median over \
-         repetitions of the transfer's rate over the stream's, measured just before it); \
+        "ratio: partner-copy vs the TCP stream from node 1 to the partner, restore vs the TCP \
+         stream back (tcp-stream-back: from the partner to node 1), on the same link and \
+         between the same CPUs (the median over repetitions of the transfer's rate over \
+         the stream's, measured just before it); \
          copying-on vs copying-off: the median of the per-repetition ratios (off: the \
          daemon stopped by SIGSTOP, alternated with on), written as --size checkpoints on \
          every link"
