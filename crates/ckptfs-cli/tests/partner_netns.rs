@@ -360,7 +360,11 @@ fn bench_partner_runs_between_two_simulated_nodes_and_reports_every_case() {
     got.sort();
     // A restore is compared with the stream in its direction (partner to node), and
     // the stream in the copy's direction is taken beside it.
-    assert_eq!(got, ["restore-from-partner", "tcp-stream", "tcp-stream-back"], "{v}");
+    assert_eq!(
+        got,
+        ["restore-from-partner", "tcp-stream", "tcp-stream-back"],
+        "{v}"
+    );
     let rest = &v["results"]
         .as_array()
         .unwrap()

@@ -35,12 +35,19 @@ fn lock_name(store: &str) -> String {
 }
 
 /// Remove store `store_name`'s dataset lock file from the caller's runtime directory
-/// (after destroying the store), unless a process holds it now.
+/// (after destroying the store), unless a process holds it now. A holder is given up
+/// to 200 ms to let go: a child that another thread of this program is starting holds
+/// an inherited copy of a lock descriptor from its fork until its exec closes it
+/// (descriptors are close-on-exec), and that is no user of the lock.
 pub fn remove_lock(store_name: &str) {
     if let Ok(dir) = ckptfs_runtime::RuntimeDir::for_caller() {
         let name = lock_name(store_name);
-        if !dir.is_locked(&name) {
-            let _ = dir.remove(&name);
+        for _ in 0..40 {
+            if !dir.is_locked(&name) {
+                let _ = dir.remove(&name);
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 }
