@@ -535,7 +535,15 @@ mod tests {
     /// applications' files) for `held_bytes`.
     #[test]
     fn list_and_held_bytes_walk_the_partner_namespace_only() {
+        /// Destroys the store when the test ends, failed or not.
+        struct Gone(String);
+        impl Drop for Gone {
+            fn drop(&mut self) {
+                let _ = Store::destroy(&self.0);
+            }
+        }
         let name = format!("hn-pstore-walk-{}", std::process::id());
+        let _gone = Gone(name.clone());
         let mut o = ckptfs_store::StoreOptions::named(&name);
         o.mem_size = Some(16 << 20);
         o.chunk_size = Some(64 << 10);
@@ -581,6 +589,5 @@ mod tests {
         assert!(want < 100_000 + 70_000 + 65_536 + 200_000, "{want}");
         drop(_open);
         drop(store);
-        Store::destroy(&name).unwrap();
     }
 }
