@@ -652,3 +652,32 @@ pub fn check_name(name: &str) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lock file goes with the store once nobody holds it: a holder that lets go within
+    /// the grace (as a child between its fork and exec does) does not keep it; one that
+    /// goes on holding it does.
+    #[test]
+    fn remove_lock_waits_out_a_brief_holder_and_keeps_a_held_lock() {
+        let name = format!("hd-rmlock-{}", std::process::id());
+        let lock = lock_name(&name);
+        let dir = ckptfs_runtime::RuntimeDir::for_caller().unwrap();
+        let held = dir.lock(&lock).unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(held);
+        });
+        remove_lock(&name);
+        t.join().unwrap();
+        assert!(!dir.file_path(&lock).exists(), "removed after the holder let go");
+        let held = dir.lock(&lock).unwrap();
+        remove_lock(&name);
+        assert!(dir.file_path(&lock).exists(), "a held lock is kept");
+        drop(held);
+        remove_lock(&name);
+        assert!(!dir.file_path(&lock).exists());
+    }
+}

@@ -791,27 +791,3 @@ fn d9_a_rank_deciding_after_a_faster_rank_deleted_its_files_gets_the_same_datase
         fallback.skipped
     );
 }
-
-/// The lock file goes with the store once nobody holds it: a holder that lets go within
-/// the grace (as a child between its fork and exec does) does not keep it; one that
-/// goes on holding it does.
-#[test]
-fn remove_lock_waits_out_a_brief_holder_and_keeps_a_held_lock() {
-    let name = format!("hd-rmlock-{}", std::process::id());
-    let lock = format!("datasets.{name}.lock");
-    let dir = ckptfs_runtime::RuntimeDir::for_caller().unwrap();
-    let held = dir.lock(&lock).unwrap();
-    let t = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        drop(held);
-    });
-    ckptfs_datasets::remove_lock(&name);
-    t.join().unwrap();
-    assert!(!dir.file_path(&lock).exists(), "removed after the holder let go");
-    let held = dir.lock(&lock).unwrap();
-    ckptfs_datasets::remove_lock(&name);
-    assert!(dir.file_path(&lock).exists(), "a held lock is kept");
-    drop(held);
-    ckptfs_datasets::remove_lock(&name);
-    assert!(!dir.file_path(&lock).exists());
-}

@@ -382,9 +382,10 @@ impl Drop for Bed {
     }
 }
 
-/// One plain TCP stream of `bytes` from node `from` (0 or 1) to the other one; seconds
-/// from connect to the receiver's acknowledgement of the last byte. The end on node 1
-/// runs where the partner's daemon does (a partner copy's receiver, a restore's sender).
+/// One plain TCP stream of `bytes` from simulated node index `from` (0: node1, 1: its
+/// partner node2) to the other one; seconds from connect to the receiver's
+/// acknowledgement of the last byte. The partner's end runs where the partner's daemon
+/// does (a partner copy's receiver, a restore's sender).
 fn tcp_stream(sim: &Sim, bytes: u64, place: Option<&Placement>, from: usize) -> Result<f64> {
     let to = 1 - from;
     let pin = |node: usize| {
