@@ -14,14 +14,14 @@
 //!   exactly that content: its own store when `owner` is this node, else its partner
 //!   copy of `owner`'s file. The bytes are read and their CRC32C compared.
 //!
-//! Both only read. Any authenticated node of the cluster (same job and secret) may ask.
+//! Both only read. Any authenticated node of the cluster (its own key with this node) may ask.
 
 use crate::error::{NodeError, Result};
 use crate::levels::LevelsView;
 use crate::partner_level::PartnerLevel;
 use crate::partner_store;
 use crate::peer::{Conn, Msg};
-use ckptfs_cluster::{Cluster, Secret};
+use ckptfs_cluster::{Cluster, NodeKeys};
 use ckptfs_datasets::{Dataset, JobNodes, NodeRecords, Want};
 use ckptfs_level::{copy, StoreLevel};
 use ckptfs_store::{OpenFlags, Store, WriteState};
@@ -168,7 +168,7 @@ pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> 
 struct Asker {
     cluster: Cluster,
     me: String,
-    secret: Secret,
+    keys: NodeKeys,
     connect_timeout: Duration,
     answer_timeout: Duration,
 }
@@ -181,8 +181,11 @@ impl Asker {
         let addr = self.cluster.node(node).map_err(|e| e.to_string())?.addr.clone();
         let mut wait = self.connect_timeout;
         for attempt in 0..2 {
-            match tokio::time::timeout(wait, Conn::connect(&addr, &self.me, &self.secret, &self.cluster))
-                .await
+            match tokio::time::timeout(
+                wait,
+                Conn::connect(&addr, &self.me, node, &self.keys, &self.cluster),
+            )
+            .await
             {
                 Ok(Ok(c)) => return Ok(c),
                 Ok(Err(e)) => return Err(format!("{addr}: {e}")),
@@ -230,7 +233,9 @@ impl ClusterNodes {
     /// connection within `connect_timeout` counts as lost (failure case D7).
     pub fn new(cluster: Cluster, me: &str, store: Store, connect_timeout: Duration) -> Result<ClusterNodes> {
         cluster.node(me).map_err(|e| NodeError::Cluster(e.to_string()))?;
-        let secret = cluster.secret().map_err(|e| NodeError::Cluster(e.to_string()))?;
+        let keys = cluster
+            .node_keys(me)
+            .map_err(|e| NodeError::Cluster(e.to_string()))?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -239,7 +244,7 @@ impl ClusterNodes {
             asker: Arc::new(Asker {
                 cluster,
                 me: me.to_string(),
-                secret,
+                keys,
                 connect_timeout,
                 answer_timeout: Duration::from_secs(300),
             }),

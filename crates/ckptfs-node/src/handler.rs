@@ -44,6 +44,8 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
     let peer = conn.peer().to_string();
     let store = shared.store.clone();
     let mut incoming: Option<Incoming> = None;
+    // The chunk size the copy in progress announced (its chunks are at most that long).
+    let mut chunk_cap = 0u32;
     loop {
         let msg = match first.take() {
             Some(m) => m,
@@ -55,11 +57,33 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
         match msg {
             Msg::Heartbeat => conn.send(Msg::Heartbeat).await?,
             Msg::PutBegin {
-                path, size, mtime_ns, ..
+                path,
+                size,
+                mtime_ns,
+                chunk_size,
             } => {
                 let path = check_path(&peer, &path)?;
                 incoming = None;
-                match Incoming::begin(&store, &peer, &path, size, mtime_ns, shared.cfg.partner_limit) {
+                if !shared.may_hold_for(&peer) {
+                    shared.counters.lock().expect("counters").copies_refused_in += 1;
+                    let e = NodeError::Refused {
+                        peer: peer.clone(),
+                        what: format!(
+                            "{} is not a partner of {peer} in the cluster plan (nor one of its replacements)",
+                            shared.cfg.node_id
+                        ),
+                        errno: libc::EACCES,
+                    };
+                    tracing::warn!("peer {peer}: no partner copy of {path}: {e}");
+                    conn.send(nack(&e)).await?;
+                    continue;
+                }
+                chunk_cap = if chunk_size == 0 {
+                    ckptfs_transport::frame::DEFAULT_MAX_CHUNK
+                } else {
+                    chunk_size
+                };
+                match Incoming::begin(&store, &peer, &path, size, mtime_ns, &shared.quota) {
                     Ok(inc) => {
                         incoming = Some(inc);
                         conn.send(Msg::Ack).await?;
@@ -74,6 +98,12 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                 let Some(inc) = incoming.as_mut() else {
                     return Err(protocol(&peer, "chunk outside a copy"));
                 };
+                if len > chunk_cap {
+                    return Err(protocol(
+                        &peer,
+                        &format!("chunk of {len} bytes, the copy announced chunks of {chunk_cap}"),
+                    ));
+                }
                 if inc.accept(offset, len)? == Take::Skip {
                     conn.skip_chunk().await?;
                     continue;
@@ -90,7 +120,24 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                     }
                 };
                 // No per-chunk answer: the sender streams; only a refusal goes back.
-                if !conn.chunk_into(&mut Sink(&mut landing)).await? {
+                let good = match conn.chunk_into(&mut Sink(&mut landing)).await {
+                    // A chunk could not be taken as the bytes arrived (the store filled
+                    // up meanwhile): the copy is refused, as at its start.
+                    Err(_) if landing.failed().is_some() => {
+                        let e = NodeError::store(
+                            format!("partner copy of {}", inc.path()),
+                            ckptfs_store::StoreError::NoSpace,
+                        );
+                        tracing::warn!("peer {peer}: no partner copy: {e}");
+                        drop(landing);
+                        inc.fail();
+                        conn.send(nack(&e)).await?;
+                        // The rest of the chunk is still on the wire: the connection ends.
+                        return Ok(());
+                    }
+                    r => r?,
+                };
+                if !good {
                     // Refused, nothing of it published; the sender sends it again.
                     tracing::warn!(
                         "peer {peer}: the chunk at {offset} failed its CRC32C check: asking for it again"

@@ -30,7 +30,7 @@ use crate::error::NodeError;
 use crate::partner_store::{check_rel_path, HeldFile};
 use crate::peer::{Conn, Msg};
 use crate::replicate::request;
-use ckptfs_cluster::{Cluster, Secret};
+use ckptfs_cluster::{Cluster, NodeKeys};
 use ckptfs_level::crc::crc_combine;
 use ckptfs_level::{
     ChunkReader, ChunkWriter, CostMeter, IoPart, Level, LevelError, LevelKind, Stored, Version,
@@ -57,7 +57,7 @@ pub struct PartnerLevel {
     peer: String,
     addr: String,
     cluster: Cluster,
-    secret: Secret,
+    keys: NodeKeys,
     rt: tokio::runtime::Runtime,
     conn: Mutex<Slot>,
     known: Mutex<Option<BTreeMap<String, Stored>>>,
@@ -104,8 +104,8 @@ fn stored_of(f: &HeldFile) -> Stored {
 impl PartnerLevel {
     /// The copies node `me` of `cluster` keeps on node `peer` (connects on first use).
     pub fn new(cluster: &Cluster, me: &str, peer: &str) -> Result<PartnerLevel, LevelError> {
-        let secret = cluster
-            .secret()
+        let keys = cluster
+            .node_keys(me)
             .map_err(|e| backend(NodeError::Cluster(e.to_string())))?;
         let addr = cluster
             .node(peer)
@@ -124,7 +124,7 @@ impl PartnerLevel {
             peer: peer.to_string(),
             addr,
             cluster: cluster.clone(),
-            secret,
+            keys,
             rt,
             conn: Mutex::new(None),
             known: Mutex::new(None),
@@ -156,7 +156,7 @@ impl PartnerLevel {
             let c = self.rt.block_on(async {
                 match tokio::time::timeout(
                     self.connect_timeout,
-                    Conn::connect(&self.addr, &self.me, &self.secret, &self.cluster),
+                    Conn::connect(&self.addr, &self.me, &self.peer, &self.keys, &self.cluster),
                 )
                 .await
                 {

@@ -123,7 +123,9 @@ pub fn restore_from_peers_blocking(
     store: &Store,
     prefix: &str,
 ) -> Result<PeerRestoreReport> {
-    cluster.secret().map_err(|e| NodeError::Cluster(e.to_string()))?;
+    cluster
+        .node_keys(node_id)
+        .map_err(|e| NodeError::Cluster(e.to_string()))?;
     cluster
         .node(node_id)
         .map_err(|e| NodeError::Cluster(e.to_string()))?;
