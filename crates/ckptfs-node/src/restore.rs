@@ -18,7 +18,7 @@ use crate::peer::{Conn, Msg};
 use crate::source::{FileReader, ReadProblem};
 use ckptfs_cluster::Cluster;
 use ckptfs_level::{copy, Level, StoreLevel};
-use ckptfs_store::{Store, WriteState};
+use ckptfs_store::{FileKind, Store, WriteState};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,6 +27,24 @@ use std::collections::{BTreeMap, BTreeSet};
 /// the copy was received (the requester checks it), or a Nack if there is none.
 pub(crate) async fn send_held(store: &Store, peer: &str, path: &str, conn: &mut Conn) -> Result<()> {
     let copy = partner_store::copy_path(peer, path);
+    // Only a regular file is a copy: a directory of the partner namespace (`ckpt` when
+    // `ckpt/a` is held) is EISDIR, never streamed as an empty file; anything else is no
+    // copy.
+    if let Ok(st) = store.stat(&copy) {
+        let refused = match st.kind {
+            FileKind::File => None,
+            FileKind::Dir => Some((libc::EISDIR, "a directory, not a copy")),
+            _ => Some((libc::ENOENT, "no copy")),
+        };
+        if let Some((errno, what)) = refused {
+            return conn
+                .send(Msg::Nack {
+                    errno,
+                    message: format!("{path}: {what}"),
+                })
+                .await;
+        }
+    }
     let reader = match FileReader::open(store, &copy) {
         Ok(r) => r,
         Err(p) => {
