@@ -17,6 +17,7 @@
 //!   into place only when complete and verified.
 //! - [`levels`]: which levels hold each file (local, partner nodes, PFS).
 //! - [`restore`]: recovery from the partners' memory.
+//! - [`ratelimit`]: at most one warning per source address or peer per 10 s.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -30,6 +31,7 @@ pub mod node_status;
 pub mod partner_level;
 pub mod partner_store;
 pub mod peer;
+pub mod ratelimit;
 mod replicate;
 pub mod restore;
 pub mod source;
