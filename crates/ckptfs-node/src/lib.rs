@@ -17,6 +17,8 @@
 //!   into place only when complete and verified.
 //! - [`levels`]: which levels hold each file (local, partner nodes, PFS).
 //! - [`restore`]: recovery from the partners' memory.
+//! - [`holds`]: the dataset `holds` question, confined to the owner's copies and the
+//!   node's dataset files, bounded per question.
 //! - [`ratelimit`]: at most one warning per source address or peer per 10 s.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
@@ -26,6 +28,7 @@ pub mod daemon;
 pub mod datasets;
 mod error;
 mod handler;
+pub mod holds;
 pub mod levels;
 pub mod node_status;
 pub mod partner_level;
