@@ -345,7 +345,8 @@ impl JobNodes for ClusterNodes {
         let a = &self.asker;
         let partner = PartnerLevel::new(&a.cluster, &a.me, from)
             .map_err(|e| e.to_string())?
-            .with_connect_timeout(a.connect_timeout);
+            .with_connect_timeout(a.connect_timeout)
+            .with_list_bounds(crate::partner_level::ListBounds::for_store(store));
         let local = StoreLevel::new(store).map_err(|e| e.to_string())?;
         copy(&partner, &local, path)
             .map(|t| t.bytes)

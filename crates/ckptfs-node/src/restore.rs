@@ -12,7 +12,7 @@
 //! (the drain's restore, run after this one by the caller).
 
 use crate::error::{NodeError, Result};
-use crate::partner_level::PartnerLevel;
+use crate::partner_level::{ListBounds, PartnerLevel};
 use crate::partner_store;
 use crate::peer::{Conn, Msg};
 use crate::source::{FileReader, ReadProblem};
@@ -106,7 +106,8 @@ pub struct PeerRestoreReport {
     pub present: Vec<String>,
     /// Files no peer could deliver intact.
     pub failed: Vec<PeerFailure>,
-    /// Peers that could not be reached (node: error).
+    /// Peers that could not be reached, or whose listing passed a bound and was not used
+    /// (node: error, the bound named).
     pub unreachable: BTreeMap<String, String>,
 }
 
@@ -161,15 +162,22 @@ pub fn restore_from_peers_blocking(
         StoreLevel::new(store).map_err(|e| NodeError::Invalid(format!("the store as a level: {e}")))?;
     // Each peer's listing (the copies it holds of this node's files, complete and
     // verified, paths checked).
+    // A holder's listing is bounded by what this store could hold (failure case 35): one
+    // past a bound is not used, and the restore goes on with the other holders.
+    let bounds = ListBounds::for_store(store);
     let mut peers: Vec<(PartnerLevel, BTreeSet<String>)> = Vec::new();
     for peer in order {
         let listed = PartnerLevel::new(cluster, node_id, &peer).and_then(|p| {
+            let p = p.with_list_bounds(bounds);
             let files = p.list(&prefix)?;
             Ok((p, files.into_iter().map(|s| s.path).collect::<BTreeSet<_>>()))
         });
         match listed {
             Ok(x) => peers.push(x),
             Err(e) => {
+                if e.errno() == libc::EOVERFLOW {
+                    tracing::warn!("restore from peers: the listing of holder {peer} is not used, going on with the other holders: {e}");
+                }
                 rep.unreachable.insert(peer, e.to_string());
             }
         }
