@@ -465,7 +465,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             match r {
                 Ok(conn) => crate::handler::serve(shared2, conn).await,
                 // Logged once per connection, not per packet.
-                Err(e) => tracing::warn!("refused connection from {addr}: {e}"),
+                Err(e) => crate::ratelimit::refused_connection(&shared2.cfg.node_id, addr, &e),
             }
         });
         {

@@ -11,6 +11,7 @@ use crate::daemon::Shared;
 use crate::error::NodeError;
 use crate::partner_store::{self, check_rel_path, InState, Incoming, Sink, Take};
 use crate::peer::{Conn, Msg};
+use crate::ratelimit;
 use std::sync::Arc;
 
 /// Serve one authenticated connection until the peer closes it or breaks the protocol.
@@ -21,23 +22,36 @@ pub(crate) async fn serve(shared: Arc<Shared>, mut conn: Conn) {
     let first = match conn.recv().await {
         Ok(Some(m)) => m,
         Ok(None) => return,
-        Err(e) => return tracing::warn!("peer {peer}: disconnected: {e}"),
+        Err(e) => return finish(&shared, &peer, Err(e)),
     };
     if matches!(first, Msg::Heartbeat) {
-        return finish(&peer, serve_inner(&shared, &mut conn, Some(first)).await);
+        let r = serve_inner(&shared, &mut conn, Some(first)).await;
+        return finish(&shared, &peer, r);
     }
     let copies = shared.copies.clone();
     copies.spawn(async move {
         let r = serve_inner(&shared, &mut conn, Some(first)).await;
-        finish(&peer, r)
+        finish(&shared, &peer, r)
     });
 }
 
-fn finish(peer: &str, r: Result<(), NodeError>) {
+/// The end of a connection: a peer disconnected for breaking the protocol is logged at
+/// most once per peer per 10 s (the rest counted, [`ratelimit`]).
+fn finish(shared: &Shared, peer: &str, r: Result<(), NodeError>) {
     match r {
         Ok(()) => tracing::debug!("peer {peer}: connection closed"),
-        Err(e) => tracing::warn!("peer {peer}: disconnected: {e}"),
+        Err(e) => warn(
+            shared,
+            peer,
+            "disconnections",
+            format!("peer {peer}: disconnected: {e}"),
+        ),
     }
+}
+
+/// A warning about `peer`, at most one line of this kind per peer per 10 s.
+fn warn(shared: &Shared, peer: &str, kind: &'static str, line: String) {
+    ratelimit::peer_warn(&shared.cfg.node_id, peer, kind, &line);
 }
 
 async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -> Result<(), NodeError> {
@@ -89,7 +103,12 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                         conn.send(Msg::Ack).await?;
                     }
                     Err(e) => {
-                        tracing::warn!("peer {peer}: no partner copy of {path}: {e}");
+                        warn(
+                            shared,
+                            &peer,
+                            "copies refused",
+                            format!("peer {peer}: no partner copy of {path}: {e}"),
+                        );
                         conn.send(nack(&e)).await?;
                     }
                 }
@@ -113,7 +132,12 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                     Ok(l) => l,
                     Err(e) => {
                         conn.skip_chunk().await?;
-                        tracing::warn!("peer {peer}: no partner copy: {e}");
+                        warn(
+                            shared,
+                            &peer,
+                            "copies refused",
+                            format!("peer {peer}: no partner copy: {e}"),
+                        );
                         inc.fail();
                         conn.send(nack(&e)).await?;
                         continue;
@@ -139,8 +163,13 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                 };
                 if !good {
                     // Refused, nothing of it published; the sender sends it again.
-                    tracing::warn!(
-                        "peer {peer}: the chunk at {offset} failed its CRC32C check: asking for it again"
+                    warn(
+                        shared,
+                        &peer,
+                        "chunks refused",
+                        format!(
+                            "peer {peer}: the chunk at {offset} failed its CRC32C check: asking for it again"
+                        ),
                     );
                     drop(landing);
                     inc.refused(offset);
@@ -149,7 +178,12 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                     continue;
                 }
                 if let Err(e) = inc.commit(landing, crc) {
-                    tracing::warn!("peer {peer}: no partner copy: {e}");
+                    warn(
+                        shared,
+                        &peer,
+                        "copies refused",
+                        format!("peer {peer}: no partner copy: {e}"),
+                    );
                     inc.fail();
                     conn.send(nack(&e)).await?;
                 }

@@ -4,7 +4,9 @@
 //!
 //! - `list` = `List{after}` pages (each entry with the copy's size, mtime and whole-file
 //!   CRC32C, which the holder combines from its chunk records without reading data), so
-//!   [`ckptfs_level::Version::same_content`] works across nodes; `stat` answers from the
+//!   [`ckptfs_level::Version::same_content`] works across nodes; the pages are bounded
+//!   ([`ListBounds`]: entries, bytes, pages, paths in order), so a holder that always
+//!   answers "more follow" is refused, not kept in memory; `stat` answers from the
 //!   last listing, kept up to date by this level's own puts and deletes (only this node
 //!   writes its partner namespace on that peer: the source of a copy is always the
 //!   authenticated id);
@@ -27,6 +29,8 @@
 //! middle of a copy) is dropped and the next call reconnects.
 
 use crate::error::NodeError;
+pub use crate::list_bounds::ListBounds;
+use crate::list_bounds::PageCheck;
 use crate::partner_store::{check_rel_path, HeldFile};
 use crate::peer::{Conn, Msg};
 use crate::replicate::request;
@@ -62,6 +66,7 @@ pub struct PartnerLevel {
     conn: Mutex<Slot>,
     known: Mutex<Option<BTreeMap<String, Stored>>>,
     connect_timeout: Duration,
+    bounds: ListBounds,
     meter: CostMeter,
 }
 
@@ -129,6 +134,7 @@ impl PartnerLevel {
             conn: Mutex::new(None),
             known: Mutex::new(None),
             connect_timeout: Duration::from_secs(15),
+            bounds: ListBounds::DEFAULT,
             meter: CostMeter::new(),
         })
     }
@@ -136,6 +142,13 @@ impl PartnerLevel {
     /// How long a connection attempt may take (default 15 s).
     pub fn with_connect_timeout(mut self, t: Duration) -> PartnerLevel {
         self.connect_timeout = t;
+        self
+    }
+
+    /// The most a listing of the holder may announce (default [`ListBounds::DEFAULT`];
+    /// a restore gives [`ListBounds::for_store`] of the store it fills).
+    pub fn with_list_bounds(mut self, b: ListBounds) -> PartnerLevel {
+        self.bounds = b;
         self
     }
 
@@ -193,20 +206,23 @@ impl PartnerLevel {
     }
 
     /// Every copy the peer holds for this node, by path (a fresh listing; remembered for
-    /// `stat`).
+    /// `stat`). The holder's answer is bounded ([`ListBounds`]): a listing past a bound
+    /// is refused whole (EOVERFLOW or EPROTO, the holder and the bound named) and the
+    /// connection dropped.
     fn listing(&self) -> Result<BTreeMap<String, Stored>, LevelError> {
-        let files = self.exchange(|c| {
+        let bounds = self.bounds;
+        let files = self.exchange(move |c| {
             Box::pin(async move {
-                let mut all: Vec<HeldFile> = Vec::new();
+                let mut pages = PageCheck::new(c.peer(), bounds);
                 loop {
-                    let after = all.last().map(|f| f.path.clone()).unwrap_or_default();
-                    c.send(Msg::List { after }).await?;
+                    c.send(Msg::List {
+                        after: pages.after().to_string(),
+                    })
+                    .await?;
                     match c.recv().await? {
                         Some(Msg::Listing { files, more }) => {
-                            let empty = files.is_empty();
-                            all.extend(files);
-                            if !more || empty {
-                                return Ok(all);
+                            if pages.take(files, more)? {
+                                return Ok(pages.into_files());
                             }
                         }
                         Some(other) => {
