@@ -129,8 +129,8 @@ pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
 ///
 /// ```toml
 /// job = "demo"
-/// secret_file = "demo.secret"      # relative to this file's directory (the launcher's)
-/// keys_dir = "demo.keys"           # per-node key files, <node>.key (each node's own)
+/// secret_file = "c.secret"         # relative to this file's directory (the launcher's)
+/// keys_dir = "c.keys"              # per-node key files, <node>.key (each node's own)
 /// heartbeat_ms = 1000
 /// domains = ["rack"]               # levels, most important first
 /// [redundancy]
