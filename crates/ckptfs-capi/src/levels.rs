@@ -203,6 +203,8 @@ mod tests {
                 identity: Identity::of(&st),
                 partners: vec!["node3".into(), "node4".into()],
                 refused: Default::default(),
+                generation: 1,
+                stale: vec![],
             },
         );
         rec.files.insert(
@@ -211,6 +213,8 @@ mod tests {
                 identity: Identity::of(&m.store.stat("/b").unwrap()),
                 partners: vec![],
                 refused: [("node2".to_string(), "ENOSPC".to_string())].into(),
+                generation: 2,
+                stale: vec![],
             },
         );
         rec.save(&m.store).unwrap();

@@ -198,6 +198,23 @@ pub fn print_status(s: &NodeStatus) {
         s.partner_priority,
         s.yielded_s
     );
+    if s.unprotected_files > 0 {
+        println!(
+            "  re-protection backlog: {} files ({}) with fewer partner copies than the plan asks{}",
+            s.unprotected_files,
+            human(s.unprotected_bytes),
+            if s.copies_lost > 0 {
+                format!(
+                    "; {} copies found missing on their holders and being sent again",
+                    s.copies_lost
+                )
+            } else {
+                String::new()
+            }
+        );
+    } else {
+        println!("  every complete file has its partner copies (re-protection backlog 0)");
+    }
     for f in &s.in_flight {
         println!(
             "  copying {} to {}: {} of {}",
@@ -327,6 +344,15 @@ pub fn multi_level_restore(
             from: f.from,
         }));
         rep.present.extend(r.present);
+        for s in &r.superseded {
+            eprintln!(
+                "ckptfs: {} on {} is an older version (copy generation {}, the newest is {}): not taken",
+                crate::text::esc(&s.path),
+                s.holder,
+                s.generation,
+                s.newest
+            );
+        }
         rep.unreachable = r
             .unreachable
             .into_iter()

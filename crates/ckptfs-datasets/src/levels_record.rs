@@ -78,6 +78,16 @@ pub struct FileLevels {
     /// Partners that refused a copy, with the reason (e.g. ENOSPC: "no partner copy").
     #[serde(default)]
     pub refused: BTreeMap<String, String>,
+    /// The version's copy generation: it increases with every version of the file this
+    /// node copies (and over a replacement of the node), travels with each copy and is
+    /// kept by the holder, so a restore can tell the newest copy from an older one.
+    #[serde(default)]
+    pub generation: u64,
+    /// Nodes that may still hold a copy of an older version (a rewrite while they held
+    /// one, a stand-in whose place the planned partner took back): each gets the new
+    /// version or a Delete, and leaves this list only when it acknowledged that.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale: Vec<String>,
 }
 
 /// The whole record.
@@ -87,6 +97,23 @@ pub struct Levels {
     pub node: String,
     /// Per store path.
     pub files: BTreeMap<String, FileLevels>,
+    /// The last copy generation given out (the next version gets a larger one).
+    #[serde(default)]
+    pub last_generation: u64,
+    /// Deleted files whose copies some nodes may still hold: each node gets a Delete
+    /// until it acknowledges one (a node that was down when the file was removed too).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dropping: BTreeMap<String, Dropping>,
+}
+
+/// The copies of a deleted file still to drop.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropping {
+    /// The deleted version's copy generation: a holder drops its copy only if it is of
+    /// this generation or older (never a newer file made under the same name since).
+    pub generation: u64,
+    /// Nodes that have not acknowledged the Delete yet.
+    pub nodes: Vec<String>,
 }
 
 impl Levels {
@@ -124,6 +151,24 @@ impl Levels {
             what: "publish",
             source,
         })
+    }
+
+    /// The next copy generation: larger than every one given before, and at least the
+    /// wall clock in ns (so a node that lost its record and was replaced still gives
+    /// larger ones than its predecessor, clocks kept in step by NTP; a restore also
+    /// raises it past every generation it saw, [`Levels::saw_generation`]).
+    pub fn next_generation(&mut self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        self.last_generation = now.max(self.last_generation + 1);
+        self.last_generation
+    }
+
+    /// A generation seen elsewhere (a holder's copy): later ones will be larger.
+    pub fn saw_generation(&mut self, g: u64) {
+        self.last_generation = self.last_generation.max(g);
     }
 
     /// Partners holding a copy of the file's current version `st` (empty if the record

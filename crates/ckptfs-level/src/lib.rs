@@ -54,6 +54,10 @@ pub struct Version {
     pub mtime_ns: u64,
     /// CRC32C of the whole content; None while a checksum is stale (being rewritten).
     pub crc32c: Option<u32>,
+    /// The source's copy generation of this version where the level keeps one (partner
+    /// copies: it increases with every version the source node copies, so copies on
+    /// several holders can be ordered); 0 where unknown.
+    pub serial: u64,
 }
 
 impl Version {

@@ -101,6 +101,7 @@ impl StoreLevel {
             size: st.size,
             mtime_ns: st.mtime_ns,
             crc32c: crcs_from_chunks(st.size, cs, chunks).map(|c| c.0),
+            serial: 0,
         }
     }
 
@@ -115,6 +116,7 @@ impl StoreLevel {
                 size: st.size,
                 mtime_ns: st.mtime_ns,
                 crc32c: crcs.as_ref().map(|c| c.0),
+                serial: 0,
             },
             mode: st.mode & 0o7777,
             chunk_size: self.cs,
@@ -227,6 +229,7 @@ impl Level for StoreLevel {
             size: st.size,
             mtime_ns: st.mtime_ns,
             crc32c: None,
+            serial: 0,
         };
         if identity(&v) != identity(want) {
             return Ok(false);

@@ -120,6 +120,12 @@ pub(crate) struct Counters {
     pub copies_received: u64,
     /// Copies refused because this node is not the sender's partner in the plan.
     pub copies_refused_in: u64,
+    /// Copies a holder no longer had when asked (struck from the record, sent again).
+    pub copies_lost: u64,
+    /// Files whose current version has fewer partner copies than the plan asks.
+    pub unprotected_files: u64,
+    /// Their bytes.
+    pub unprotected_bytes: u64,
     pub chunks_refused: u64,
     /// Time copies out stepped back for the application's writes.
     pub yielded: Duration,
@@ -166,6 +172,16 @@ impl Shared {
                 Some(t) => t.elapsed() <= down_after,
                 None => self.started.elapsed() <= down_after,
             })
+    }
+
+    /// Whether `peer` answers heartbeats now (one never heard from counts as up during
+    /// the first heartbeat period after start, as in [`Shared::partners`]).
+    pub fn is_up(&self, peer: &str) -> bool {
+        let seen = self.seen.lock().expect("seen");
+        match seen.get(peer) {
+            Some(t) => t.elapsed() <= self.down_after(),
+            None => self.started.elapsed() <= self.down_after(),
+        }
     }
 
     /// Whether this node may hold copies of `peer`'s files: it is one of `peer`'s
@@ -245,6 +261,9 @@ impl Shared {
             chunks_resent: c.chunks_resent,
             copies_received: c.copies_received,
             chunks_refused: c.chunks_refused,
+            copies_lost: c.copies_lost,
+            unprotected_files: c.unprotected_files,
+            unprotected_bytes: c.unprotected_bytes,
             yielded_s: c.yielded.as_secs_f64(),
             partner_priority: priority_name(self.cfg.partner_priority).to_string(),
             in_flight: self

@@ -75,6 +75,7 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                 size,
                 mtime_ns,
                 chunk_size,
+                generation,
             } => {
                 let path = check_path(&peer, &path)?;
                 incoming = None;
@@ -99,7 +100,7 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                 };
                 match Incoming::begin(&store, &peer, &path, size, mtime_ns, &shared.quota) {
                     Ok(inc) => {
-                        incoming = Some(inc);
+                        incoming = Some(inc.with_generation(generation));
                         conn.send(Msg::Ack).await?;
                     }
                     Err(e) => {
@@ -206,9 +207,9 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                     },
                 }
             }
-            Msg::Delete { path } => {
+            Msg::Delete { path, generation } => {
                 let path = check_path(&peer, &path)?;
-                match partner_store::remove(&store, &peer, &path) {
+                match partner_store::remove_up_to(&store, &peer, &path, generation) {
                     Ok(()) => conn.send(Msg::Ack).await?,
                     Err(e) => conn.send(nack(&e)).await?,
                 }

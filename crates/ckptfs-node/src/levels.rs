@@ -9,7 +9,7 @@
 
 use crate::error::{NodeError, Result};
 pub use ckptfs_datasets::levels_record::{
-    FileLevels, Identity, Levels, LevelsView, SaveError, Where, LEVELS_PATH,
+    Dropping, FileLevels, Identity, Levels, LevelsView, SaveError, Where, LEVELS_PATH,
 };
 use ckptfs_store::{Store, StoreError};
 

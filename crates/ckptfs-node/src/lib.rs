@@ -36,6 +36,7 @@ pub mod node_status;
 pub mod partner_level;
 pub mod partner_store;
 pub mod peer;
+mod protect;
 pub mod ratelimit;
 mod replicate;
 pub mod restore;

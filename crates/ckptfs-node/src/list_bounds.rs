@@ -153,6 +153,7 @@ mod tests {
             size,
             mtime_ns: 0,
             crc32c: None,
+            generation: 0,
         }
     }
 

@@ -69,6 +69,17 @@ pub struct NodeStatus {
     /// Chunks received whose CRC32C did not match (refused, asked for again).
     #[serde(default)]
     pub chunks_refused: u64,
+    /// Copies a holder no longer had when asked (a replaced partner, a lost store):
+    /// struck from the record and sent again.
+    #[serde(default)]
+    pub copies_lost: u64,
+    /// The re-protection backlog: files whose current version has fewer partner copies
+    /// than the plan asks (0 once every copy is made again after a failure).
+    #[serde(default)]
+    pub unprotected_files: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub unprotected_bytes: u64,
     /// Seconds copies out have stepped back for the application's writes since start.
     #[serde(default)]
     pub yielded_s: f64,

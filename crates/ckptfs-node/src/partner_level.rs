@@ -98,6 +98,7 @@ fn stored_of(f: &HeldFile) -> Stored {
             size: f.size,
             mtime_ns: f.mtime_ns,
             crc32c: f.crc32c,
+            serial: f.generation,
         },
         mode: RESTORED_MODE,
         // Not in the listing: a reader's copy has the holder's chunk size.
@@ -276,7 +277,8 @@ impl PartnerLevel {
                 size,
                 chunk_size,
                 mtime_ns,
-            })) if got == path && chunk_size > 0 => (size, chunk_size, mtime_ns),
+                generation,
+            })) if got == path && chunk_size > 0 => (size, chunk_size, mtime_ns, generation),
             Ok(Some(Msg::Nack { errno, message })) => {
                 // Still in step: the holder answered and sends nothing more.
                 return Err(if errno == libc::ENOENT {
@@ -310,7 +312,7 @@ impl PartnerLevel {
                 return Err(backend(e));
             }
         };
-        let (size, cs, mtime_ns) = begin;
+        let (size, cs, mtime_ns, serial) = begin;
         // The listing's CRC holds only if it describes this copy.
         let crc = listed
             .filter(|s| s.version.size == size)
@@ -326,6 +328,7 @@ impl PartnerLevel {
                     size,
                     mtime_ns,
                     crc32c: crc,
+                    serial,
                 },
                 mode: RESTORED_MODE,
                 chunk_size: cs as u64,
@@ -384,6 +387,7 @@ impl Level for PartnerLevel {
             size,
             chunk_size: 0,
             mtime_ns,
+            generation: src.version.serial,
         };
         if let Err(e) = self.rt.block_on(request(c, begin)) {
             // A refusal (ENOSPC: the partner is full) leaves the connection in step.
@@ -427,7 +431,18 @@ impl Level for PartnerLevel {
             _ => return Ok(false),
         }
         let p = path.to_string();
-        self.exchange(move |c| Box::pin(async move { request(c, Msg::Delete { path: p }).await }))?;
+        self.exchange(move |c| {
+            Box::pin(async move {
+                request(
+                    c,
+                    Msg::Delete {
+                        path: p,
+                        generation: u64::MAX,
+                    },
+                )
+                .await
+            })
+        })?;
         self.remember(path, None);
         Ok(true)
     }
@@ -724,6 +739,7 @@ impl ChunkWriter for PartnerWriter<'_> {
                 size: self.size,
                 mtime_ns: self.mtime_ns,
                 crc32c: Some(self.crc),
+                serial: 0,
             },
             mode: RESTORED_MODE,
             chunk_size: 0,

@@ -256,6 +256,21 @@ pub struct HeldFile {
     /// record is stale.
     #[serde(default)]
     pub crc32c: Option<u32>,
+    /// The copy generation the source gave this version (0: not known, a copy made
+    /// before generations were kept).
+    #[serde(default)]
+    pub generation: u64,
+}
+
+/// Extended attribute of a partner copy holding its copy generation (u64 LE).
+pub const GENERATION_XATTR: &[u8] = b"trusted.ckptfs.generation";
+
+/// The copy generation kept with the file at `path` of `store` (0 when none is kept).
+pub fn generation_of(store: &Store, path: &str) -> u64 {
+    match store.getxattr(path, GENERATION_XATTR) {
+        Ok(v) if v.len() == 8 => u64::from_le_bytes(v.try_into().unwrap_or([0; 8])),
+        _ => 0,
+    }
 }
 
 /// The complete partner copies of node `src` held here, sorted by path, each with its
@@ -274,6 +289,7 @@ pub fn list(store: &Store, src: &str) -> Vec<HeldFile> {
                 .and_then(|c| crcs_from_chunks(st.size, cs, &c))
                 .map(|c| c.0);
             HeldFile {
+                generation: generation_of(store, &p),
                 path: p[prefix.len() - 1..].to_string(),
                 size: st.size,
                 mtime_ns: st.mtime_ns,
@@ -307,6 +323,17 @@ pub fn remove(store: &Store, src: &str, path: &str) -> Result<()> {
         Ok(()) | Err(StoreError::NotFound(_)) => Ok(()),
         Err(e) => Err(NodeError::store(format!("remove {p}"), e)),
     }
+}
+
+/// Drop the partner copy of `path` from `src` if its copy generation is `generation` or
+/// older (a Delete of an older version never removes a newer copy made since under the
+/// same name). A missing or newer copy is not an error.
+pub fn remove_up_to(store: &Store, src: &str, path: &str, generation: u64) -> Result<()> {
+    let p = copy_path(src, path);
+    if generation != u64::MAX && generation_of(store, &p) > generation {
+        return Ok(());
+    }
+    remove(store, src, path)
 }
 
 /// Open the complete partner copy of `path` from `src` for reading (a restore).
@@ -383,6 +410,8 @@ pub struct Incoming {
     wire: Vec<(u64, usize, u32)>,
     /// The copy's bytes counted against the partner quota while it is received.
     _quota: Reservation,
+    /// The copy generation the source gave this version (kept as an xattr).
+    generation: u64,
 }
 
 impl Incoming {
@@ -418,7 +447,14 @@ impl Incoming {
             state: InState::Receiving,
             wire: Vec::new(),
             _quota: reservation,
+            generation: 0,
         })
+    }
+
+    /// The copy generation the source gave this version (kept with the copy).
+    pub fn with_generation(mut self, g: u64) -> Incoming {
+        self.generation = g;
+        self
     }
 
     /// The path being received (on the source node).
@@ -516,6 +552,16 @@ impl Incoming {
             });
         }
         self.verify()?;
+        if self.generation > 0 {
+            self.store
+                .setxattr(
+                    &self.tmp,
+                    GENERATION_XATTR,
+                    &self.generation.to_le_bytes(),
+                    ckptfs_store::XattrFlags::default(),
+                )
+                .map_err(|e| NodeError::store(format!("keep the generation of {}", self.tmp), e))?;
+        }
         if self.mtime_ns > 0 {
             self.store
                 .set_times(&self.tmp, self.mtime_ns, self.mtime_ns)

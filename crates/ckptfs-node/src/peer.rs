@@ -26,6 +26,9 @@ pub enum Msg {
         chunk_size: u32,
         /// Modification time of the copy, ns since the epoch (0: not said).
         mtime_ns: u64,
+        /// The version's copy generation (the source's count of versions, kept by the
+        /// holder and compared across holders at a restore; 0: not said).
+        generation: u64,
     },
     /// Bytes of the file at `offset`, with their CRC32C. Received: the data is still
     /// pending on the connection; read it with [`Conn::chunk_data`] (or drop it with
@@ -55,10 +58,13 @@ pub enum Msg {
         /// Byte offset of the refused chunk.
         offset: u64,
     },
-    /// Drop the copy of the sender's file `path`.
+    /// Drop the copy of the sender's file `path` if its copy generation is `generation`
+    /// or older (a newer version made since under the same name stays).
     Delete {
         /// Absolute store path on the source node.
         path: String,
+        /// Newest generation to drop (`u64::MAX`: whatever is held).
+        generation: u64,
     },
     /// List the copies held for the sender, paths after `after` ("" from the start).
     List {
@@ -248,6 +254,7 @@ impl Conn {
                 size,
                 chunk_size,
                 mtime_ns,
+                generation,
             } => {
                 self.chunks = 0;
                 self.size = size;
@@ -261,7 +268,7 @@ impl Conn {
                         chunk_size
                     },
                     mtime_ns: mtime_ns.min(i64::MAX as u64) as i64,
-                    generation: 0,
+                    generation,
                 })
             }
             Msg::Chunk { .. } => {
@@ -285,9 +292,9 @@ impl Conn {
                 errno: libc::EIO,
                 reason: format!("the chunk at byte {offset} failed its CRC32C check: send it again"),
             }),
-            Msg::Delete { path } => tp::Msg::Delete {
+            Msg::Delete { path, generation } => tp::Msg::Delete {
                 path: wire(&path),
-                generation: u64::MAX,
+                generation,
             },
             Msg::List { after } => tp::Msg::List {
                 src_node: self.me.clone(),
@@ -300,7 +307,7 @@ impl Conn {
                         path: wire(&f.path),
                         size: f.size,
                         mtime_ns: f.mtime_ns.min(i64::MAX as u64) as i64,
-                        generation: 0,
+                        generation: f.generation,
                         complete: true,
                         crc32c: f.crc32c,
                     })
@@ -424,6 +431,7 @@ impl Conn {
                     size: b.size,
                     chunk_size: b.chunk_size,
                     mtime_ns: b.mtime_ns.max(0) as u64,
+                    generation: b.generation,
                 }
             }
             tp::Msg::Chunk(h) => {
@@ -452,8 +460,9 @@ impl Conn {
                 errno: n.errno,
                 message: n.reason,
             },
-            tp::Msg::Delete { path, .. } => Msg::Delete {
+            tp::Msg::Delete { path, generation } => Msg::Delete {
                 path: store_path(&path),
+                generation,
             },
             tp::Msg::List { src_node, after } => {
                 own(&src_node)?;
@@ -474,6 +483,7 @@ impl Conn {
                         size: e.size,
                         mtime_ns: e.mtime_ns.max(0) as u64,
                         crc32c: e.crc32c,
+                        generation: e.generation,
                     })
                     .collect(),
                 more,

@@ -197,7 +197,42 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut settled: Option<Settled> = None;
     let closed = Arc::new(Notify::new());
     spawn_close_watch(Arc::downgrade(&shared), closed.clone());
+    // Holders are asked what they hold at start, when they come back up, and every
+    // VERIFY_EVERY (protect.rs).
+    let mut was_up: BTreeMap<String, bool> = BTreeMap::new();
+    let mut last_verify: Option<Instant> = None;
     loop {
+        let due = last_verify.is_none_or(|t| t.elapsed() >= crate::protect::VERIFY_EVERY);
+        let mut ask: Vec<String> = Vec::new();
+        for n in shared.cfg.cluster.nodes.iter().map(|n| n.id.clone()) {
+            if n == shared.cfg.node_id {
+                continue;
+            }
+            let up = shared.is_up(&n);
+            let back = up && !was_up.get(&n).copied().unwrap_or(false);
+            was_up.insert(n.clone(), up);
+            let holds = levels
+                .files
+                .values()
+                .any(|r| r.partners.contains(&n) || r.stale.contains(&n));
+            if up && holds && (due || back) {
+                ask.push(n);
+            }
+        }
+        if due {
+            last_verify = Some(Instant::now());
+        }
+        let mut verified_change = false;
+        for n in ask {
+            match crate::protect::verify(&shared, &mut conns, &mut levels, &n).await {
+                Ok(changed) => verified_change |= changed,
+                Err(e) => tracing::warn!("verify the copies held by {n}: {e}"),
+            }
+        }
+        if verified_change {
+            save(&shared, &levels, &mut throttle);
+            settled = None;
+        }
         // The partner closes a connection idle for its read timeout (30 s): start afresh
         // after a quiet period instead of failing a copy on a dead connection.
         if last_used.elapsed() > IDLE_MAX {
@@ -252,7 +287,8 @@ async fn pass(
     let mut pending = listing.writing;
     let files: BTreeMap<String, Identity> = listing.complete.into_iter().collect();
     let mut dirty = false;
-    // Deleted files: drop their partner copies.
+    // Deleted files: every holder of a copy (partners and stale ones) is owed a Delete
+    // of that version or older, retried until it acknowledged (protect::drop_stale).
     let gone: Vec<String> = levels
         .files
         .keys()
@@ -262,36 +298,49 @@ async fn pass(
     for path in gone {
         let rec = levels.files.remove(&path).expect("listed");
         dirty = true;
-        for p in &rec.partners {
-            used = true;
-            match connection(shared, conns, p).await {
-                Ok(c) => match request(c, Msg::Delete { path: path.clone() }).await {
-                    Ok(_) => tracing::info!("dropped the copy of {path} on {p}"),
-                    Err(e) => {
-                        conns.remove(p);
-                        pending = true;
-                        tracing::warn!("drop the copy of {path} on {p}: {e}");
-                    }
-                },
-                Err(e) => {
-                    pending = true;
-                    tracing::warn!("drop the copy of {path} on {p}: {e}")
+        let mut holders = rec.partners;
+        for n in rec.stale {
+            if !holders.contains(&n) {
+                holders.push(n);
+            }
+        }
+        if !holders.is_empty() {
+            let d = levels.dropping.entry(path).or_default();
+            d.generation = d.generation.max(rec.generation);
+            for n in holders {
+                if !d.nodes.contains(&n) {
+                    d.nodes.push(n);
                 }
             }
         }
     }
-    // Rewritten files: the old record no longer holds.
+    // Rewritten files: the holders of the older version are stale (each gets the new
+    // version or a Delete of the older ones), the new version a new generation.
     for (path, id) in &files {
-        if let Some(rec) = levels.files.get_mut(path) {
+        let rewritten = levels
+            .files
+            .get(path)
+            .is_some_and(|r| r.identity != *id || r.generation == 0);
+        if rewritten {
+            let generation = levels.next_generation();
+            let rec = levels.files.get_mut(path).expect("checked");
             if rec.identity != *id {
-                rec.identity = *id;
-                rec.partners.clear();
+                for n in std::mem::take(&mut rec.partners) {
+                    if !rec.stale.contains(&n) {
+                        rec.stale.push(n);
+                    }
+                }
                 rec.refused.clear();
-                dirty = true;
             }
+            rec.identity = *id;
+            rec.generation = generation;
+            dirty = true;
         }
     }
-    if dirty {
+    let dropped = crate::protect::drop_stale(shared, conns, levels, partners).await;
+    used |= dropped.used;
+    pending |= dropped.pending;
+    if dirty || dropped.dirty {
         save(shared, levels, throttle);
     }
     // Newest first: the latest checkpoint is the one a restart needs.
@@ -313,13 +362,31 @@ async fn pass(
         }
     }
     queue.sort_by(|a, b| b.1.mtime_ns.cmp(&a.1.mtime_ns).then_with(|| a.0.cmp(b.0)));
+    for (path, _) in &queue {
+        if !levels.files.contains_key(*path) {
+            let generation = levels.next_generation();
+            levels.files.insert(
+                (*path).clone(),
+                FileLevels {
+                    identity: files[*path],
+                    partners: Vec::new(),
+                    refused: BTreeMap::new(),
+                    generation,
+                    stale: Vec::new(),
+                },
+            );
+        }
+    }
+    {
+        let wanted: Vec<&String> = queue.iter().map(|(p, _)| *p).collect();
+        let (n, b) = crate::protect::backlog(levels, shared.plan.copies, &wanted);
+        let mut c = shared.counters.lock().expect("counters");
+        c.unprotected_files = n;
+        c.unprotected_bytes = b;
+    }
     for (path, id) in queue {
         for p in partners {
-            let rec = levels.files.entry(path.clone()).or_insert_with(|| FileLevels {
-                identity: *id,
-                partners: Vec::new(),
-                refused: BTreeMap::new(),
-            });
+            let rec = levels.files.get_mut(path).expect("inserted");
             if rec.identity != *id || rec.partners.contains(p) || rec.refused.contains_key(p) {
                 continue;
             }
@@ -333,11 +400,14 @@ async fn pass(
                 }
             };
             let started = Instant::now();
-            match send_copy(shared, conn, p, path, *id, throttle).await {
+            let generation = rec.generation;
+            match send_copy(shared, conn, p, path, *id, generation, throttle).await {
                 Ok(Sent::Done(bytes)) => {
                     let secs = started.elapsed().as_secs_f64();
                     let rec = levels.files.get_mut(path).expect("inserted");
                     rec.partners.push(p.clone());
+                    // It holds the new version now, not an older one.
+                    rec.stale.retain(|n| n != p);
                     save(shared, levels, throttle);
                     let mut c = shared.counters.lock().expect("counters");
                     c.copies_sent += 1;
@@ -426,6 +496,7 @@ async fn send_copy(
     to: &str,
     path: &str,
     id: Identity,
+    generation: u64,
     throttle: &mut Throttle,
 ) -> Result<Sent, NodeError> {
     let reader = match FileReader::open(&shared.store, path) {
@@ -453,6 +524,7 @@ async fn send_copy(
             size,
             chunk_size: 0,
             mtime_ns: id.mtime_ns,
+            generation,
         },
     )
     .await

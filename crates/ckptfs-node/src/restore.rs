@@ -67,6 +67,7 @@ pub(crate) async fn send_held(store: &Store, peer: &str, path: &str, conn: &mut 
         size: reader.identity().size,
         chunk_size: u32::try_from(store.chunk_size()).unwrap_or(0),
         mtime_ns: reader.identity().mtime_ns,
+        generation: crate::partner_store::generation_of(store, path),
     })
     .await?;
     for (i, c) in reader.chunks().iter().enumerate() {
@@ -109,6 +110,22 @@ pub struct PeerRestoreReport {
     /// Peers that could not be reached, or whose listing passed a bound and was not used
     /// (node: error, the bound named).
     pub unreachable: BTreeMap<String, String>,
+    /// Older copies left alone because another holder had a newer version of the file
+    /// (a stand-in or a replaced partner that missed a rewrite).
+    pub superseded: Vec<PeerSuperseded>,
+}
+
+/// An older copy a restore did not take.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerSuperseded {
+    /// Store path.
+    pub path: String,
+    /// The holder of the older copy.
+    pub holder: String,
+    /// Its copy generation.
+    pub generation: u64,
+    /// The generation taken (from another holder).
+    pub newest: u64,
 }
 
 /// Restore this node's files under `prefix` from the peers' memory into `store` (for a
@@ -167,12 +184,20 @@ pub fn restore_from_peers_blocking(
     // A holder's listing is bounded by what this store could hold (failure case 35): one
     // past a bound is not used, and the restore goes on with the other holders.
     let bounds = ListBounds::for_store(store);
-    let mut peers: Vec<(PartnerLevel, BTreeSet<String>)> = Vec::new();
+    // Each holder's listing carries the copy generation of every file: a file is taken
+    // from the holder with the newest one (never an older version silently).
+    let mut peers: Vec<(PartnerLevel, BTreeMap<String, u64>)> = Vec::new();
     for peer in order {
         let listed = PartnerLevel::new(cluster, node_id, &peer).and_then(|p| {
             let p = p.with_list_bounds(bounds);
             let files = p.list(&prefix)?;
-            Ok((p, files.into_iter().map(|s| s.path).collect::<BTreeSet<_>>()))
+            Ok((
+                p,
+                files
+                    .into_iter()
+                    .map(|s| (s.path, s.version.serial))
+                    .collect::<BTreeMap<_, _>>(),
+            ))
         });
         match listed {
             Ok(x) => peers.push(x),
@@ -184,7 +209,7 @@ pub fn restore_from_peers_blocking(
             }
         }
     }
-    let wanted: BTreeSet<String> = peers.iter().flat_map(|(_, f)| f.iter().cloned()).collect();
+    let wanted: BTreeSet<String> = peers.iter().flat_map(|(_, f)| f.keys().cloned()).collect();
     for path in wanted {
         // The fastest level first: a file complete in this store is kept.
         if let Ok(st) = store.stat(&path) {
@@ -195,8 +220,27 @@ pub fn restore_from_peers_blocking(
         }
         let mut last_err = String::from("no peer holds it");
         let mut done = false;
+        // Holders of the newest generation first (the plan's order among equals); the
+        // older copies are named in the report, never taken.
+        let newest = peers
+            .iter()
+            .filter_map(|(_, f)| f.get(&path))
+            .copied()
+            .max()
+            .unwrap_or(0);
         for (p, files) in &peers {
-            if !files.contains(&path) {
+            match files.get(&path) {
+                Some(&g) if g < newest => rep.superseded.push(PeerSuperseded {
+                    path: path.clone(),
+                    holder: p.peer().to_string(),
+                    generation: g,
+                    newest,
+                }),
+                _ => {}
+            }
+        }
+        for (p, files) in &peers {
+            if files.get(&path) != Some(&newest) {
                 continue;
             }
             match copy(p, &local, &path) {

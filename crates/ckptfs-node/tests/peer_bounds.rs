@@ -145,6 +145,7 @@ async fn hostile_holder(tc: &TestCluster) -> Arc<AtomicU64> {
                                     size: 1000,
                                     mtime_ns: 1,
                                     crc32c: Some(0),
+                                    generation: 0,
                                 })
                                 .collect();
                             Msg::Listing { files, more: true }

@@ -47,7 +47,10 @@ impl Bed {
         let mut c1 = tc.config("node1");
         c1.writer_yield = writer_yield;
         let d1 = Daemon::start(c1);
-        let d2 = Daemon::start(tc.config("node2"));
+        // node2 keeps a 40 MiB copy in its 64 MiB store: past the default partner share.
+        let mut c2 = tc.config("node2");
+        c2.partner_share = 1.0;
+        let d2 = Daemon::start(c2);
         let (s1, s2) = (tc.store("node1"), tc.store("node2"));
         let stop = Arc::new(AtomicBool::new(false));
         let app = app_writing(s1.clone(), stop.clone());

@@ -272,6 +272,7 @@ impl Shared {
                         size: item.fp.size,
                         mtime_ns: item.fp.mtime_ns,
                         crc32c: Some(b.entry.crc32c),
+                        serial: 0,
                     };
                     // Only if it is still the version that was drained.
                     match self.local.delete(&item.path, &v) {

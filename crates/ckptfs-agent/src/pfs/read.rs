@@ -33,6 +33,7 @@ pub(crate) fn stored_of(e: &Entry) -> Stored {
             size: e.size,
             mtime_ns: e.mtime_ns,
             crc32c: Some(e.crc32c),
+            serial: 0,
         },
         mode: e.mode,
         chunk_size: e.chunk_size,

@@ -1,0 +1,217 @@
+//! Keeping the record of partner copies true across failures in sequence: every copy a
+//! node placed is tracked until it is dropped, and a copy is listed only while its
+//! holder verifiably has it.
+//!
+//! - **Verify** ([`verify`]): the holders of this node's copies are asked for their
+//!   listing (paths, sizes, copy generations) when they come back after being down and
+//!   every [`VERIFY_EVERY`] otherwise. A copy missing or of another version there is
+//!   struck from the record, so the next pass of the copy loop sends it again (newest
+//!   first): a replaced partner with an empty store is re-filled. A holder that keeps an
+//!   older version of a file becomes one of the file's `stale` holders.
+//! - **Stale copies** ([`drop_stale`]): after a rewrite, the holders of the older version
+//!   (the planned partners, and stand-ins that took a down partner's place) are `stale`:
+//!   each is sent the new version if it is a partner now, or a Delete of the older
+//!   generations otherwise, and leaves the list only when it acknowledged one.
+//! - **Deleted files** (`Levels::dropping`): every holder of a deleted file's copies
+//!   (partners and stale ones) gets a Delete, retried while it is down, bounded by the
+//!   deleted version's generation so a newer file made since under that name stays.
+//!
+//! Copies placed by an earlier incarnation of the node (its store and record lost) are
+//! not in the record; a restore orders them by generation ([`crate::restore`]) and the
+//! verify marks the older ones stale once the file is back in the store.
+
+use crate::daemon::Shared;
+use crate::error::NodeError;
+use crate::levels::Levels;
+use crate::partner_store::HeldFile;
+use crate::peer::{Conn, Msg};
+use crate::replicate::{connection, request};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// How often the holders of this node's copies are asked what they hold when nothing
+/// else prompts it (a holder coming back up is asked at once).
+pub const VERIFY_EVERY: Duration = Duration::from_secs(10);
+
+/// Most listing pages asked of one holder in one verify (4096 entries each).
+const MAX_PAGES: usize = 4096;
+
+/// Everything `peer` holds of this node's files, by path.
+async fn listing(conn: &mut Conn, peer: &str) -> Result<BTreeMap<String, HeldFile>, NodeError> {
+    let mut out = BTreeMap::new();
+    let mut after = String::new();
+    for _ in 0..MAX_PAGES {
+        conn.send(Msg::List { after: after.clone() }).await?;
+        match conn.recv().await? {
+            Some(Msg::Listing { files, more }) => {
+                let last = files.last().map(|f| f.path.clone());
+                for f in files {
+                    out.insert(f.path.clone(), f);
+                }
+                match last {
+                    Some(l) if more && l > after => after = l,
+                    _ => return Ok(out),
+                }
+            }
+            Some(other) => {
+                return Err(NodeError::Protocol {
+                    peer: peer.to_string(),
+                    what: format!("expected a listing, got {}", other.name()),
+                })
+            }
+            None => return Err(NodeError::Transport(format!("{peer} closed the connection"))),
+        }
+    }
+    Err(NodeError::Protocol {
+        peer: peer.to_string(),
+        what: format!("a listing of more than {MAX_PAGES} pages"),
+    })
+}
+
+/// Ask `peer` what it holds of this node's files and correct the record: copies it
+/// does not hold (or holds of another version) are struck from `partners` (the copy
+/// loop sends them again); an older version it still holds makes it a stale holder.
+/// Returns whether the record changed.
+pub(crate) async fn verify(
+    shared: &Shared,
+    conns: &mut HashMap<String, Conn>,
+    levels: &mut Levels,
+    peer: &str,
+) -> Result<bool, NodeError> {
+    let conn = connection(shared, conns, peer).await?;
+    let held = match listing(conn, peer).await {
+        Ok(h) => h,
+        Err(e) => {
+            conns.remove(peer);
+            return Err(e);
+        }
+    };
+    let mut changed = false;
+    let mut struck = 0u64;
+    for (path, rec) in levels.files.iter_mut() {
+        let here = held.get(path);
+        let current = here.is_some_and(|h| h.generation == rec.generation && h.size == rec.identity.size);
+        if rec.partners.iter().any(|p| p == peer) && !current {
+            rec.partners.retain(|p| p != peer);
+            struck += 1;
+            changed = true;
+            tracing::warn!(
+                "{peer} no longer holds the copy of {path}{}: it will be sent again",
+                match here {
+                    Some(h) => format!(" (it holds generation {}, not {})", h.generation, rec.generation),
+                    None => String::new(),
+                }
+            );
+        }
+        if let Some(h) = here {
+            if !current && h.generation < rec.generation && !rec.stale.iter().any(|p| p == peer) {
+                rec.stale.push(peer.to_string());
+                changed = true;
+            }
+        }
+    }
+    for h in held.values() {
+        levels.saw_generation(h.generation);
+    }
+    if struck > 0 {
+        shared.counters.lock().expect("counters").copies_lost += struck;
+    }
+    Ok(changed)
+}
+
+/// What [`drop_stale`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Dropped {
+    /// A connection was used.
+    pub used: bool,
+    /// A holder that is up could not be reached or refused: try again.
+    pub pending: bool,
+    /// The record changed.
+    pub dirty: bool,
+}
+
+/// Send the Deletes the record owes: the copies of deleted files, and the older
+/// versions held by stale holders that are not partners now (a partner gets the new
+/// version instead). Holders that are down are left for later.
+pub(crate) async fn drop_stale(
+    shared: &Shared,
+    conns: &mut HashMap<String, Conn>,
+    levels: &mut Levels,
+    partners_now: &[String],
+) -> Dropped {
+    let mut d = Dropped::default();
+    let up = |n: &str| shared.is_up(n);
+    let mut jobs: Vec<(String, String, u64)> = Vec::new();
+    for (path, drop) in &levels.dropping {
+        for n in &drop.nodes {
+            jobs.push((path.clone(), n.clone(), drop.generation));
+        }
+    }
+    for (path, rec) in levels.files.iter_mut() {
+        // A stale holder that holds the current version now is no longer stale.
+        let before = rec.stale.len();
+        rec.stale.retain(|n| !rec.partners.contains(n));
+        d.dirty |= rec.stale.len() != before;
+        for n in &rec.stale {
+            if !partners_now.contains(n) {
+                jobs.push((path.clone(), n.clone(), rec.generation.saturating_sub(1)));
+            }
+        }
+    }
+    for (path, node, generation) in jobs {
+        if !up(&node) {
+            continue;
+        }
+        d.used = true;
+        let r = match connection(shared, conns, &node).await {
+            Ok(c) => {
+                request(
+                    c,
+                    Msg::Delete {
+                        path: path.clone(),
+                        generation,
+                    },
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(()) => {
+                tracing::info!("dropped the copy of {path} (generation {generation} or older) on {node}");
+                if let Some(drop) = levels.dropping.get_mut(&path) {
+                    drop.nodes.retain(|n| *n != node);
+                    if drop.nodes.is_empty() {
+                        levels.dropping.remove(&path);
+                    }
+                }
+                if let Some(rec) = levels.files.get_mut(&path) {
+                    rec.stale.retain(|n| *n != node);
+                }
+                d.dirty = true;
+            }
+            Err(e) => {
+                conns.remove(&node);
+                d.pending = true;
+                tracing::warn!("drop the copy of {path} on {node}: {e}");
+            }
+        }
+    }
+    d
+}
+
+/// Files whose current version has fewer than `copies` partner copies, and their bytes
+/// (the re-protection backlog `ckptfs node status` shows).
+pub(crate) fn backlog(levels: &Levels, copies: usize, wanted: &[&String]) -> (u64, u64) {
+    let mut files = 0;
+    let mut bytes = 0;
+    for path in wanted {
+        if let Some(rec) = levels.files.get(*path) {
+            if rec.partners.len() < copies {
+                files += 1;
+                bytes += rec.identity.size;
+            }
+        }
+    }
+    (files, bytes)
+}
