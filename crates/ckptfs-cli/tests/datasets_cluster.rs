@@ -16,11 +16,13 @@ use std::time::{Duration, Instant};
 const NODES: usize = 4;
 const RANKS: usize = 8;
 
-fn free_ports() -> u16 {
-    (27220..27296)
+/// 4 consecutive free ports from `base` on (each test of this file its own range: they
+/// run side by side).
+fn free_ports(base: u16) -> u16 {
+    (base..base + 76)
         .step_by(4)
         .find(|&b| (b..b + 4).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .expect("no 4 consecutive free ports in 27220-27299")
+        .unwrap_or_else(|| panic!("no 4 consecutive free ports in {base}-{}", base + 79))
 }
 
 /// A small seeded generator (xorshift64*), so every run makes the same choices.
@@ -160,6 +162,61 @@ impl Drop for Job {
     }
 }
 
+/// A cluster of 4 local nodes (`cluster init --local 4`, 200 ms heartbeats) in a fresh
+/// directory; no daemon started yet.
+fn new_job(tag: &str, base: u16) -> Job {
+    let port = free_ports(base);
+    let job = Job {
+        dir: tempfile::tempdir().unwrap(),
+        job: format!("hds-{tag}{}", std::process::id()),
+        daemons: (0..NODES).map(|_| None).collect(),
+    };
+    let o = Command::new(env!("CARGO_BIN_EXE_ckptfs"))
+        .current_dir(job.dir.path())
+        .args([
+            "cluster",
+            "init",
+            "--local",
+            "4",
+            "--out",
+            "c.toml",
+            "--heartbeat-ms",
+            "200",
+        ])
+        .args(["--port", &port.to_string(), "--job", &job.job])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    job
+}
+
+/// Failure case D7b (issue "Failures in sequence", 3): every rank completes dataset v1;
+/// the two nodes whose ranks completed last (and so reached the job-wide verdict) are
+/// lost before the others look. The others still see v1 complete: the verdict was
+/// announced to every node when it was reached.
+#[test]
+fn a_verdict_reached_by_the_last_nodes_survives_their_loss() {
+    let mut job = new_job("v", 27400);
+    for n in 0..NODES {
+        job.start(n);
+    }
+    for r in 0..RANKS {
+        job.ok(node_of(r), r, &["ckpt", "begin", "v1"]);
+    }
+    for r in 0..RANKS {
+        let bytes = ckptfs_testsupport::seeded_bytes(r as u64, 3000 + r);
+        job.put(node_of(r), r, &format!("/ckpt/v1/rank{r}"), &bytes);
+        job.ok(node_of(r), r, &["ckpt", "complete"]);
+    }
+    job.lose(2);
+    job.lose(3);
+    for n in [0, 1] {
+        let l = job.list(n);
+        let d = l.iter().find(|d| d["name"] == "v1").expect("listed");
+        assert_eq!(d["state"], "complete", "{}: {d}", node(n));
+    }
+}
+
 /// The shim `ckptfs run` loads (next to the binary, else the release build's).
 fn preload_lib() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_ckptfs"));
@@ -237,28 +294,7 @@ enum Event {
 #[test]
 fn four_nodes_two_ranks_restart_from_the_newest_wholly_recoverable_dataset() {
     let t0 = Instant::now();
-    let port = free_ports();
-    let mut job = Job {
-        dir: tempfile::tempdir().unwrap(),
-        job: format!("hds-t{}", std::process::id()),
-        daemons: (0..NODES).map(|_| None).collect(),
-    };
-    let o = Command::new(env!("CARGO_BIN_EXE_ckptfs"))
-        .current_dir(job.dir.path())
-        .args([
-            "cluster",
-            "init",
-            "--local",
-            "4",
-            "--out",
-            "c.toml",
-            "--heartbeat-ms",
-            "200",
-        ])
-        .args(["--port", &port.to_string(), "--job", &job.job])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{o:?}");
+    let mut job = new_job("t", 27220);
     for n in 0..NODES {
         job.start(n);
     }

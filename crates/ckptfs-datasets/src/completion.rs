@@ -105,6 +105,13 @@ pub trait JobNodes: Send + Sync {
         let _ = job;
         std::collections::BTreeMap::new()
     }
+    /// Tell every other node that dataset `ds` of `job` is complete job-wide, with
+    /// every node's part (`ds.nodes`): they keep the verdict, so it survives the loss of
+    /// the nodes that reached it (failure case D7b). Best effort: a node that cannot be
+    /// told is left out.
+    fn announce(&self, job: &str, ds: &Dataset) {
+        let _ = (job, ds);
+    }
     /// Bring this node's file `path` back into `store` from the partner copy on node
     /// `from` (CRC32C checked per chunk); its size.
     fn fetch(&self, store: &ckptfs_store::Store, from: &str, path: &str) -> std::result::Result<u64, String>;

@@ -278,7 +278,8 @@ impl Datasets {
     /// Views of every node: this node's `local` records and the others' answers.
     pub(crate) fn views(&self, nodes: &dyn JobNodes, local: &[Dataset]) -> Views {
         let mut by_node = nodes.records(&self.cfg.job);
-        let mut mine = local.to_vec();
+        let mut mine =
+            record::with_verdicts(local.to_vec(), record::load_verdicts(&self.store, &self.cfg.job));
         nodes.fill_levels(&mut mine, &self.cfg.dests);
         by_node.insert(nodes.me().to_string(), Ok(mine));
         Views {
@@ -318,6 +319,7 @@ impl Datasets {
                 JobState::Complete => {
                     d.nodes = j.parts;
                     self.decide_and_close(d, before)?;
+                    nodes.announce(&self.cfg.job, d);
                     changed = true;
                 }
                 JobState::Invalid(r) => {

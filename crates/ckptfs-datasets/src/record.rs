@@ -279,6 +279,72 @@ pub fn load_all(store: &Store, job: &str) -> Result<(Vec<Dataset>, BadRecords)> 
     Ok((out, bad))
 }
 
+/// Directory of the job-wide verdicts other nodes told this node (failure case D7b).
+pub fn verdict_dir(job: &str) -> String {
+    format!("{SYSTEM_DIR}/verdicts/{job}")
+}
+
+/// Keep a job-wide verdict another node announced: dataset `ds` agreed complete, with
+/// every node's part (`ds.nodes`). Refused unless it is complete with parts.
+pub fn save_verdict(store: &Store, ds: &Dataset) -> Result<()> {
+    if ds.state != State::Complete || ds.nodes.is_empty() || ds.format != FORMAT {
+        return Err(DatasetError::Invalid(format!(
+            "dataset {} is not a complete job-wide verdict",
+            ds.id
+        )));
+    }
+    crate::check_component("job", &ds.job)?;
+    mkdir_p(store, &verdict_dir(&ds.job))?;
+    let bytes = serde_json::to_vec_pretty(ds).map_err(|e| DatasetError::Invalid(e.to_string()))?;
+    write_atomic(
+        store,
+        &format!("{}/{:020}.json", verdict_dir(&ds.job), ds.id),
+        &bytes,
+    )
+}
+
+/// The verdicts this node was told of `job`, by id (unreadable ones skipped).
+pub fn load_verdicts(store: &Store, job: &str) -> Vec<Dataset> {
+    let dir = verdict_dir(job);
+    let Ok(entries) = store.read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Dataset> = entries
+        .into_iter()
+        .filter(|e| e.kind == FileKind::File && e.name.ends_with(".json") && !e.name.starts_with('.'))
+        .filter_map(|e| read_file(store, &format!("{dir}/{}", e.name)).ok())
+        .filter_map(|b| parse(&b).ok())
+        .filter(|d| d.job == job && d.state == State::Complete && !d.nodes.is_empty())
+        .collect();
+    out.sort_by_key(|d| d.id);
+    out
+}
+
+/// `all` (this node's records of a job) with the verdicts it was told: a dataset this
+/// node has no complete record of, but another node announced complete job-wide, is
+/// taken as that verdict (it carries every node's part), so the verdict survives the
+/// loss of the nodes that reached it.
+pub fn with_verdicts(mut all: Vec<Dataset>, verdicts: Vec<Dataset>) -> Vec<Dataset> {
+    for v in verdicts {
+        match all.iter_mut().find(|d| d.id == v.id) {
+            Some(d) if d.state == State::Complete && !d.nodes.is_empty() => {}
+            Some(d) if d.state == State::Open || d.state == State::Complete => {
+                let files = std::mem::take(&mut d.files);
+                *d = Dataset { files, ..v };
+            }
+            Some(_) => {}
+            // This node has no record of it (its store was replaced): the verdict, with
+            // no file of this node's own (its part is in `nodes`).
+            None => all.push(Dataset {
+                files: BTreeMap::new(),
+                ..v
+            }),
+        }
+    }
+    all.sort_by_key(|d| d.id);
+    all
+}
+
 /// Remove a record.
 pub fn remove(store: &Store, job: &str, id: u64) -> Result<()> {
     match store.unlink(&record_path(job, id)) {

@@ -46,6 +46,12 @@ pub enum Request {
         /// Job id.
         job: String,
     },
+    /// Keep this job-wide verdict: `dataset` is complete, with every node's part
+    /// (failure case D7b: the verdict survives the loss of the nodes that reached it).
+    Agreed {
+        /// The dataset, complete, with `nodes`.
+        dataset: Box<Dataset>,
+    },
     /// Which of `owner`'s `files` it holds with exactly that content.
     Holds {
         /// Node whose files these are.
@@ -65,6 +71,8 @@ pub enum Reply {
     Holds(Vec<bool>),
     /// Answer to `restarts`.
     Restarts(Vec<ckptfs_datasets::restart_round::Round>),
+    /// The verdict is kept.
+    Kept,
     /// The question could not be answered.
     Error(String),
 }
@@ -79,7 +87,9 @@ pub fn holds(store: &Store, me: &str, owner: &str, w: &Want) -> bool {
 /// This node's records of `job`, with each file's levels as this node sees them.
 pub fn records(store: &Store, job: &str, dests: &[PathBuf]) -> std::result::Result<Vec<Dataset>, String> {
     ckptfs_datasets::check_component("job", job).map_err(|e| e.to_string())?;
-    let (mut all, _) = ckptfs_datasets::record::load_all(store, job).map_err(|e| e.to_string())?;
+    let (all, _) = ckptfs_datasets::record::load_all(store, job).map_err(|e| e.to_string())?;
+    let mut all =
+        ckptfs_datasets::record::with_verdicts(all, ckptfs_datasets::record::load_verdicts(store, job));
     fill_levels(store, &mut all, dests);
     Ok(all)
 }
@@ -121,6 +131,10 @@ pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> 
         Ok(Request::Records { job }) => match records(store, &job, dests) {
             Ok(v) => Reply::Records(v),
             Err(e) => Reply::Error(e),
+        },
+        Ok(Request::Agreed { dataset }) => match ckptfs_datasets::record::save_verdict(store, &dataset) {
+            Ok(()) => Reply::Kept,
+            Err(e) => Reply::Error(e.to_string()),
         },
         Ok(Request::Restarts { job }) => match ckptfs_datasets::check_component("job", &job) {
             Ok(()) => Reply::Restarts(ckptfs_datasets::restart_round::load_rounds(store, &job)),
@@ -335,6 +349,25 @@ impl JobNodes for ClusterNodes {
 
     fn fill_levels(&self, local: &mut [Dataset], dests: &[PathBuf]) {
         fill_levels(&self.store, local, dests)
+    }
+
+    fn announce(&self, job: &str, ds: &Dataset) {
+        let req = Request::Agreed {
+            dataset: Box::new(ds.clone()),
+        };
+        for (n, r) in self.ask_all(&req) {
+            match r {
+                Ok(Reply::Kept) => {}
+                Ok(Reply::Error(e)) => {
+                    tracing::warn!("{n} did not keep the verdict on dataset {} of {job}: {e}", ds.id)
+                }
+                Ok(_) => tracing::warn!("{n} did not keep the verdict on dataset {} of {job}", ds.id),
+                Err(e) => tracing::debug!(
+                    "{n} could not be told dataset {} of {job} is complete: {e}",
+                    ds.id
+                ),
+            }
+        }
     }
 
     fn holds_copy(&self, owner: &str, file: &Want) -> bool {

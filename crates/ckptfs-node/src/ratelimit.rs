@@ -7,7 +7,7 @@
 //! through.
 //!
 //! The daemon's refusal line (`daemon.rs`, accept loop) goes through
-//! [`refused_connection`]; the handler's warnings about one peer through [`peer_warn`].
+//! [`refused_connection`]; the handler's warnings about one peer through `peer_warn`.
 
 use std::collections::HashMap;
 use std::fmt::Display;
