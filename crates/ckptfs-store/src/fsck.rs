@@ -71,6 +71,7 @@ impl Store {
         //    for its name, place or size: repair moves the inode (with its data) into
         //    /lost+found, never frees it and never gives its data to another file.
         let mut ns_bad = false;
+        let mut quarantined = HashSet::new();
         if !crate::integrity::ns_ok(seg, ROOT) || !self.root_data_ok() {
             add(
                 &mut rep,
@@ -106,6 +107,7 @@ impl Store {
             };
             let mut detail = format!("inode {}: {what} damaged (checksum mismatch)", fid + 1);
             if repair {
+                quarantined.insert(fid);
                 match self.quarantine_inode(&ns, fid) {
                     Some(to) => {
                         detail.push_str(&format!("; moved to {to}, marked incomplete"));
@@ -235,6 +237,11 @@ impl Store {
             if repair {
                 self.detach_and_release(&ns, fid);
             }
+        }
+
+        // 1c. Small-file runs shared with another file: a quarantined file gives its up.
+        if repair && !quarantined.is_empty() {
+            self.fsck_shared_runs(&quarantined, &mut rep);
         }
 
         // 2. Files: leases, checksums, chunks past the end, duplicate logical chunks.

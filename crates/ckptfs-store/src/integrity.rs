@@ -240,6 +240,11 @@ impl Store {
             return None;
         }
         let ino = seg.inode(fid);
+        if ino.kind.load(Acquire) == kind::LINK && !ns_ok(seg, fid) {
+            // Its target is part of the damaged record: keep the entry a link only to the
+            // file whose own record says it lacks a name; else it names nothing.
+            self.settle_damaged_link(fid);
+        }
         let name = format!("ino{}", fid as u64 + 1);
         // Out of whatever list and hash slot it is in; rebuilt from the records later.
         ino.parent.store(lf, Relaxed);
