@@ -304,6 +304,7 @@ impl Store {
             let size = ino.size.load(Acquire);
             let mut seen = HashSet::new();
             let mut count = 0;
+            let mut cut = None;
             for &c in &owned[fid as usize].clone() {
                 rep.chunks += 1;
                 let e = seg.chunk(c);
@@ -358,12 +359,22 @@ impl Store {
                 }
                 let (hwm, crc, stale) = unpack_sum(e.sum.load(Acquire));
                 if hwm as u64 > cs {
-                    add(
-                        &mut rep,
-                        "bad-chunk-length",
-                        format!("{path}: chunk {logical} claims {hwm} bytes"),
-                        false,
-                    );
+                    let mut detail = format!("{path}: chunk {logical} claims {hwm} bytes");
+                    if repair {
+                        match self.restore_chunk_length(fid, c) {
+                            Some(n) => {
+                                detail.push_str(&format!(
+                                    "; length restored to {n} (from the size; its checksum verifies)"
+                                ));
+                                rep.bytes_verified += u64::from(n);
+                            }
+                            None => {
+                                detail.push_str("; no length verifies its bytes: the file is cut before it");
+                                cut = Some(cut.map_or(logical, |x: u32| x.min(logical)));
+                            }
+                        }
+                    }
+                    add(&mut rep, "bad-chunk-length", detail, repair);
                     continue;
                 }
                 if hwm == 0 && !stale && crate::integrity::empty_chunk_is_damage(self, fid) {
@@ -391,6 +402,12 @@ impl Store {
                     Ok(_) => rep.bytes_verified += hwm as u64,
                     Err(err) => add(&mut rep, "unreadable-chunk", format!("{path}: chunk {logical}: {err}"), false),
                 }
+            }
+            if let Some(l) = cut {
+                self.cut_before_chunk(fid, l, &path, &mut rep);
+                count = (0..seg.nchunks())
+                    .filter(|&c| seg.chunk(c).owner.load(Acquire) == fid + 1)
+                    .count() as u32;
             }
             if repair && count < ino.nchunks.load(Relaxed) && !writing {
                 // A chunk whose owner was damaged to 0 looks free, but its entry's

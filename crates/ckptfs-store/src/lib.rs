@@ -48,6 +48,7 @@ mod error;
 pub mod fault;
 mod file;
 mod fsck;
+mod fsck_fix;
 pub mod hugepages;
 mod integrity;
 pub mod layout;

@@ -63,12 +63,12 @@ impl Store {
         let (hwm, crc, stale) = unpack_sum(ino.ssum.load(Acquire));
         let size = ino.size.load(Acquire);
         if hwm as u64 > run.bytes() {
-            add(
-                rep,
-                "bad-chunk-length",
-                format!("{path}: small-file run claims {hwm} bytes"),
-                false,
-            );
+            let mut detail = format!("{path}: small-file run claims {hwm} bytes");
+            if repair {
+                detail.push_str("; ");
+                detail.push_str(&self.fix_run_length(fid, run));
+            }
+            add(rep, "bad-chunk-length", detail, repair);
             return Some(run);
         }
         if hwm as u64 > size {
