@@ -239,6 +239,11 @@ impl Store {
             }
         }
 
+        // 1b'. The inode flag that says an inode has attributes, against the records.
+        for detail in self.fsck_xattr_flags(&ns, repair) {
+            add(&mut rep, "xattr-flag", detail, repair);
+        }
+
         // 1c. Small-file runs shared with another file: a quarantined file gives its up.
         if repair && !quarantined.is_empty() {
             self.fsck_shared_runs(&quarantined, &mut rep);
