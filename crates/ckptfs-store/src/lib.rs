@@ -44,6 +44,7 @@ mod alloc;
 mod changes;
 pub mod checksum;
 pub mod copy;
+mod destroy;
 mod error;
 pub mod fault;
 mod file;
@@ -76,6 +77,7 @@ mod warm;
 mod xattr;
 
 pub use changes::{ChangedInode, ChangedName, Changes};
+pub use destroy::StoreUser;
 pub use error::{Result, StoreError};
 pub use file::FileHandle;
 pub use fsck::{FsckReport, Problem};

@@ -438,6 +438,7 @@ impl Store {
 
     /// Resolve `path` to a file id. Holds the ns lock via `ns`.
     pub(crate) fn resolve(&self, ns: &Ns, comps: &[&str], path: &str) -> Result<u32> {
+        self.check_live()?;
         let seg = &*self.seg;
         let mut cur = ROOT;
         for c in comps {
