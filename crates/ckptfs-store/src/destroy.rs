@@ -4,7 +4,9 @@
 //!
 //! Users are found by scanning `/proc/*/maps` for the segment's path (every process that
 //! maps it: a FUSE mount, a node daemon, a process under the shim; readable for the
-//! caller's own processes, and all of them for root), plus the live processes of the
+//! caller's own processes, and all of them for root; a process must still map it in two
+//! more scans 30 ms apart, so that a child between fork and exec is not taken for one),
+//! plus the live processes of the
 //! lease table (files held open), which names them even when their maps are not
 //! readable.
 
@@ -133,8 +135,24 @@ impl Store {
     }
 }
 
+/// [`mapping_processes`], keeping only those still there 30 and 60 ms later: a child
+/// between fork and exec (of any thread of a process that maps the segment, even one
+/// destroying it) shows its parent's mappings for a moment and is not a user.
+fn lasting_mappers(path: &Path) -> Vec<u32> {
+    let mut pids = mapping_processes(path);
+    for _ in 0..2 {
+        if pids.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let again = mapping_processes(path);
+        pids.retain(|p| again.contains(p));
+    }
+    pids
+}
+
 fn users_of(path: &Path, seg: Option<&Segment>) -> Vec<StoreUser> {
-    let mut users: Vec<StoreUser> = mapping_processes(path)
+    let mut users: Vec<StoreUser> = lasting_mappers(path)
         .into_iter()
         .map(|pid| StoreUser {
             pid,
