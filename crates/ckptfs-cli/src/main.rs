@@ -110,8 +110,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Delete the store (processes still attached keep their mapping until they exit).
-    Destroy,
+    /// Delete the store. Refused (EBUSY, naming them) while other processes use it (a
+    /// FUSE mount, a node daemon, a program under the shim).
+    Destroy {
+        /// Delete it anyway: its users get ESTALE from their next operation.
+        #[arg(long)]
+        force: bool,
+    },
     /// Print the effective settings and where each came from.
     Config {
         /// Print JSON.
@@ -220,7 +225,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Rm { recursive, paths } => store_cmds::rm(&ctx, &paths, recursive),
         Command::Mkdir { parents, path } => store_cmds::mkdir(&ctx, &path, parents),
         Command::Fsck { repair, json } => store_cmds::fsck(&ctx, repair, json),
-        Command::Destroy => store_cmds::destroy(&ctx),
+        Command::Destroy { force } => store_cmds::destroy(&ctx, force),
         Command::Config { json } => store_cmds::config(&ctx, json),
         Command::Run(a) => cmd_run::main(a, &ctx),
         Command::CheckBinary(a) => cmd_run::check_binary(a, &ctx),
@@ -300,7 +305,7 @@ fn quiet_on_broken_pipe(cmd: &Command) -> bool {
         | Command::Rm { .. }
         | Command::Mkdir { .. }
         | Command::Fsck { .. }
-        | Command::Destroy
+        | Command::Destroy { .. }
         | Command::Config { .. }
         | Command::Run(_)
         | Command::CheckBinary(_)

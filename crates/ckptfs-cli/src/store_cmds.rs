@@ -553,9 +553,16 @@ pub fn fsck(ctx: &Ctx, repair: bool, json: bool) -> Result<i32> {
     Ok(if rep.is_clean() { 0 } else { 1 })
 }
 
-pub fn destroy(ctx: &Ctx) -> Result<i32> {
+pub fn destroy(ctx: &Ctx, force: bool) -> Result<i32> {
     let name = ctx.store.effective_name()?;
-    Store::destroy_in(ctx.store.shm_dir.as_deref(), &name)?;
+    let dir = ctx.store.shm_dir.as_deref();
+    if force {
+        for u in Store::destroy_forced_in(dir, &name)? {
+            eprintln!("ckptfs: destroyed while in use by {u}: it now gets ESTALE");
+        }
+    } else {
+        Store::destroy_in(dir, &name)?;
+    }
     // The state and lock files of the store's agent, node daemon and datasets, in the
     // caller's runtime directory.
     ckptfs_node::node_status::remove_store_files(&name);

@@ -353,8 +353,9 @@ impl PyStore {
     }
 }
 
-/// Remove the store `name` (its segment and spill file). Processes still attached keep
-/// their mapping.
+/// Remove the store `name` (its segment and spill file). Raises OSError(EBUSY), naming
+/// them, while another process uses it (a FUSE mount, a node daemon, a program under the
+/// shim), as `ckptfs destroy` without `--force`.
 #[pyfunction]
 pub fn destroy(py: Python<'_>, name: String) -> PyResult<()> {
     // The segment's directory comes from the environment (CKPTFS_SHM_DIR), as for

@@ -127,6 +127,10 @@ pub enum StoreError {
     /// the store, or more than 40 links followed while resolving a path).
     #[error("symbolic link: {0}")]
     Loop(String),
+    /// The store was destroyed (`ckptfs destroy --force`) while this process still had
+    /// it attached (ESTALE): nothing more is read from or written to its memory.
+    #[error("store {0} was destroyed while attached; attach the store of that name again")]
+    Destroyed(String),
     /// An operation the store does not support.
     #[error("operation not supported: {0}")]
     Unsupported(&'static str),
@@ -162,6 +166,7 @@ impl StoreError {
             Invalid(_) | ConflictingSettings { .. } => libc::EINVAL,
             FileTooLarge => libc::EFBIG,
             Busy(_) => libc::EBUSY,
+            Destroyed(_) => libc::ESTALE,
             Corrupt { .. } | Damaged { .. } => libc::EIO,
             BadSegment { .. } => libc::EINVAL,
             Permission(_) | Untrusted { .. } => libc::EACCES,

@@ -71,6 +71,7 @@ impl Store {
         //    for its name, place or size: repair moves the inode (with its data) into
         //    /lost+found, never frees it and never gives its data to another file.
         let mut ns_bad = false;
+        let mut quarantined = HashSet::new();
         if !crate::integrity::ns_ok(seg, ROOT) || !self.root_data_ok() {
             add(
                 &mut rep,
@@ -106,6 +107,7 @@ impl Store {
             };
             let mut detail = format!("inode {}: {what} damaged (checksum mismatch)", fid + 1);
             if repair {
+                quarantined.insert(fid);
                 match self.quarantine_inode(&ns, fid) {
                     Some(to) => {
                         detail.push_str(&format!("; moved to {to}, marked incomplete"));
@@ -237,6 +239,16 @@ impl Store {
             }
         }
 
+        // 1b'. The inode flag that says an inode has attributes, against the records.
+        for detail in self.fsck_xattr_flags(&ns, repair) {
+            add(&mut rep, "xattr-flag", detail, repair);
+        }
+
+        // 1c. Small-file runs shared with another file: a quarantined file gives its up.
+        if repair && !quarantined.is_empty() {
+            self.fsck_shared_runs(&quarantined, &mut rep);
+        }
+
         // 2. Files: leases, checksums, chunks past the end, duplicate logical chunks.
         // Chunk-list generations before the ownership scan: a file whose generation has
         // moved by the time we hold its lock (a live writer allocated, a dead writer's
@@ -297,6 +309,7 @@ impl Store {
             let size = ino.size.load(Acquire);
             let mut seen = HashSet::new();
             let mut count = 0;
+            let mut cut = None;
             for &c in &owned[fid as usize].clone() {
                 rep.chunks += 1;
                 let e = seg.chunk(c);
@@ -351,12 +364,22 @@ impl Store {
                 }
                 let (hwm, crc, stale) = unpack_sum(e.sum.load(Acquire));
                 if hwm as u64 > cs {
-                    add(
-                        &mut rep,
-                        "bad-chunk-length",
-                        format!("{path}: chunk {logical} claims {hwm} bytes"),
-                        false,
-                    );
+                    let mut detail = format!("{path}: chunk {logical} claims {hwm} bytes");
+                    if repair {
+                        match self.restore_chunk_length(fid, c) {
+                            Some(n) => {
+                                detail.push_str(&format!(
+                                    "; length restored to {n} (from the size; its checksum verifies)"
+                                ));
+                                rep.bytes_verified += u64::from(n);
+                            }
+                            None => {
+                                detail.push_str("; no length verifies its bytes: the file is cut before it");
+                                cut = Some(cut.map_or(logical, |x: u32| x.min(logical)));
+                            }
+                        }
+                    }
+                    add(&mut rep, "bad-chunk-length", detail, repair);
                     continue;
                 }
                 if hwm == 0 && !stale && crate::integrity::empty_chunk_is_damage(self, fid) {
@@ -384,6 +407,12 @@ impl Store {
                     Ok(_) => rep.bytes_verified += hwm as u64,
                     Err(err) => add(&mut rep, "unreadable-chunk", format!("{path}: chunk {logical}: {err}"), false),
                 }
+            }
+            if let Some(l) = cut {
+                self.cut_before_chunk(fid, l, &path, &mut rep);
+                count = (0..seg.nchunks())
+                    .filter(|&c| seg.chunk(c).owner.load(Acquire) == fid + 1)
+                    .count() as u32;
             }
             if repair && count < ino.nchunks.load(Relaxed) && !writing {
                 // A chunk whose owner was damaged to 0 looks free, but its entry's

@@ -144,6 +144,7 @@ pub(crate) fn fid_ok(seg: &Segment, fid: u32) -> bool {
 impl Store {
     /// Check both records of inode `fid` (namespace lock held; takes the file lock).
     pub(crate) fn check_inode(&self, fid: u32, path: &str) -> Result<()> {
+        self.check_live()?;
         let seg = &*self.seg;
         if !ns_ok(seg, fid) {
             return Err(self.damaged(fid, path, "inode name/parent/mode record checksum mismatch"));
@@ -154,6 +155,7 @@ impl Store {
 
     /// Check inode `fid`'s data record (file lock held).
     pub(crate) fn check_data(&self, fid: u32, path: &str) -> Result<()> {
+        self.check_live()?;
         if data_ok(&self.seg, fid) {
             Ok(())
         } else {
@@ -240,6 +242,11 @@ impl Store {
             return None;
         }
         let ino = seg.inode(fid);
+        if ino.kind.load(Acquire) == kind::LINK && !ns_ok(seg, fid) {
+            // Its target is part of the damaged record: keep the entry a link only to the
+            // file whose own record says it lacks a name; else it names nothing.
+            self.settle_damaged_link(fid);
+        }
         let name = format!("ino{}", fid as u64 + 1);
         // Out of whatever list and hash slot it is in; rebuilt from the records later.
         ino.parent.store(lf, Relaxed);

@@ -358,6 +358,12 @@ pub struct Superblock {
     pub rename: RenameIntent,
     /// Change counters (on their own cache line: every write bumps `seq`).
     pub changes: ChangeCounters,
+    /// Set (1) by `destroy` just before the segment file is removed: a process that still
+    /// maps it (a FUSE mount, a daemon, a process under the shim, after
+    /// `destroy --force`) gets ESTALE from its next operation instead of writing into
+    /// memory nobody will see again. Zero in segments made before it (was padding of the
+    /// reserved superblock page).
+    pub destroyed: AtomicU32,
 }
 
 /// The store-wide change counters, polled by the FUSE daemon to invalidate kernel caches.

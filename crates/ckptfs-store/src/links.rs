@@ -14,11 +14,11 @@
 //! with attributes (and a device number) only.
 
 use crate::error::{Result, StoreError};
-use crate::integrity::seal_ns;
+use crate::integrity::{ns_ok, seal_data, seal_ns};
 use crate::layout::*;
 use crate::segment::now;
 use crate::store::{components, FileKind, Stat, Store};
-use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 /// Most names one file may have (link(2) is EMLINK beyond; ext4's limit).
 pub const LINK_MAX: u32 = 65_000;
@@ -109,5 +109,65 @@ impl Store {
         let st = self.stat_fid(fid);
         drop(ns);
         Ok(st)
+    }
+}
+
+impl Store {
+    /// A link entry whose namespace record fails its checksum (fsck `--repair`, before it
+    /// is quarantined): its `target` may have been changed, and following it would serve
+    /// another file's bytes. Keep the target only when the file it names confirms it (its
+    /// own record, which verifies, counts more names than it has without this entry);
+    /// else point it at the one file that lacks a name, if exactly one does; else turn
+    /// the entry into an empty regular file that names nothing. Never gives it data.
+    /// Namespace lock held.
+    pub(crate) fn settle_damaged_link(&self, fid: u32) {
+        let seg = &*self.seg;
+        let max = seg.layout.max_files;
+        let mut names = vec![0u32; max as usize];
+        for f in 1..max {
+            let i = seg.inode(f);
+            if f != fid
+                && i.kind.load(Acquire) == kind::LINK
+                && ns_ok(seg, f)
+                && i.flags.load(Relaxed) & iflag::ORPHAN == 0
+                && i.parent.load(Relaxed) != NONE
+            {
+                let t = i.target.load(Relaxed);
+                if self.link_target_ok(t) {
+                    names[t as usize] += 1;
+                }
+            }
+        }
+        let lacks_a_name = |t: u32| {
+            if !self.link_target_ok(t) || !ns_ok(seg, t) {
+                return false;
+            }
+            let i = seg.inode(t);
+            let own = u32::from(i.flags.load(Relaxed) & iflag::ORPHAN == 0 && i.parent.load(Relaxed) != NONE);
+            i.nlink.load(Relaxed) > own + names[t as usize]
+        };
+        let ino = seg.inode(fid);
+        let t = ino.target.load(Relaxed);
+        if lacks_a_name(t) {
+            return;
+        }
+        let mut short = (1..max).filter(|&f| lacks_a_name(f));
+        if let (Some(only), None) = (short.next(), short.next()) {
+            tracing::warn!(store = %seg.name, fid, was = t, now = only, "damaged hard link pointed back at the file that lacks a name");
+            ino.target.store(only, Relaxed);
+            return;
+        }
+        tracing::warn!(store = %seg.name, fid, target = t, "damaged hard link names no confirmed file; kept as an empty file");
+        ino.target.store(NONE, Relaxed);
+        ino.rdev.store(0, Relaxed);
+        ino.nlink.store(0, Relaxed);
+        {
+            let _g = self.file_lock(fid);
+            ino.srun.store(0, Release);
+            ino.ssum.store(0, Relaxed);
+            ino.size.store(0, Release);
+            seal_data(seg, fid);
+        }
+        ino.kind.store(kind::FILE, Release);
     }
 }

@@ -388,11 +388,16 @@ impl Store {
     }
 
     /// The inode a directory entry names: itself, or a link entry's target. A link entry
-    /// whose target is not a file in use is damaged metadata (EIO).
+    /// whose target is not a file in use, or whose record (the target field included)
+    /// fails its checksum, is damaged metadata (EIO): a changed target would otherwise
+    /// serve another file's bytes under this name. Namespace lock held.
     pub(crate) fn deref(&self, fid: u32, path: &str) -> Result<u32> {
         let ino = self.seg.inode(fid);
         if ino.kind.load(Acquire) != kind::LINK {
             return Ok(fid);
+        }
+        if !crate::integrity::ns_ok(&self.seg, fid) {
+            return Err(self.damaged(fid, path, "hard link record checksum mismatch"));
         }
         let t = ino.target.load(Relaxed);
         if self.link_target_ok(t) {
@@ -433,6 +438,7 @@ impl Store {
 
     /// Resolve `path` to a file id. Holds the ns lock via `ns`.
     pub(crate) fn resolve(&self, ns: &Ns, comps: &[&str], path: &str) -> Result<u32> {
+        self.check_live()?;
         let seg = &*self.seg;
         let mut cur = ROOT;
         for c in comps {

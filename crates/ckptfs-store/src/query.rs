@@ -66,6 +66,7 @@ impl Store {
     /// and its record (whose checksum then no longer matches its kind) would be reported
     /// as damaged instead of gone.
     pub(crate) fn fid_of_ino(&self, _ns: &Ns, ino: u64) -> Result<u32> {
+        self.check_live()?;
         if ino == 0 || ino > self.seg.layout.max_files as u64 {
             return Err(StoreError::NotFound(format!("inode {ino}")));
         }

@@ -70,32 +70,6 @@ impl Store {
         Self::open_inner(opts, false, false)
     }
 
-    /// Remove the segment (and its spill file). Processes still attached keep their
-    /// mapping until they exit; the name is free for a new store at once.
-    pub fn destroy(name: &str) -> Result<()> {
-        Self::destroy_in(None, name)
-    }
-
-    /// [`Store::destroy`] for a store whose segment is in `shm_dir` (`None`: `/dev/shm`).
-    pub fn destroy_in(shm_dir: Option<&std::path::Path>, name: &str) -> Result<()> {
-        ckptfs_settings::check_store_name(name).map_err(StoreError::Invalid)?;
-        let path = segment_path_in(shm_dir, name);
-        // Only a segment the caller owns (mode 0600) is trusted to name its spill file.
-        let seg = Segment::attach(name, &path, false);
-        let spill = seg.as_ref().ok().and_then(|s| s.layout.spill_path());
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(StoreError::NoStore(name.into()))
-            }
-            Err(e) => return Err(StoreError::io(format!("remove {}", path.display()), e)),
-        }
-        if let Some(sp) = spill {
-            crate::trust::remove_own_spill(&sp, name);
-        }
-        Ok(())
-    }
-
     fn open_inner(opts: &StoreOptions, create: bool, exclusive: bool) -> Result<Store> {
         let name = opts.effective_name()?;
         if let Some(d) = &opts.shm_dir {
@@ -104,6 +78,12 @@ impl Store {
         let path = segment_path_in(opts.shm_dir.as_deref(), &name);
         for _ in 0..5 {
             match Segment::attach(&name, &path, opts.allow_foreign_owner) {
+                Ok(seg) if seg.sb().destroyed.load(Acquire) != 0 => {
+                    // Being destroyed (marked, not yet unlinked): wait for the name.
+                    drop(seg);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    continue;
+                }
                 Ok(seg) => {
                     if exclusive {
                         return Err(StoreError::Exists(format!("store {name} ({})", path.display())));

@@ -334,6 +334,76 @@ impl Store {
     }
 }
 
+impl Store {
+    /// fsck: the inode flag `XATTRS` against the attribute records. A record of a live
+    /// inode whose flag is clear (damage: its attributes would read as none) gets the
+    /// flag back (the record's bytes carry their own CRCs, so nothing unverified is
+    /// served); a flag with no record (damage, or a setter killed before its first
+    /// record) is cleared. Returns one description per finding.
+    /// Namespace lock held.
+    pub(crate) fn fsck_xattr_flags(&self, ns: &Ns, repair: bool) -> Vec<String> {
+        let seg = &*self.seg;
+        let max = seg.layout.max_files;
+        let mut has_record = vec![false; max as usize];
+        if let Some(dir) = self
+            .lookup_child(ns, ROOT, SYSTEM_DIR_NAME.as_bytes())
+            .and_then(|s| self.lookup_child(ns, s, XATTR_DIR_NAME.as_bytes()))
+        {
+            let mut c = seg.inode(dir).first_child.load(Relaxed);
+            let mut guard = 0;
+            while c != NONE && crate::integrity::fid_ok(seg, c) && guard < max {
+                guard += 1;
+                // SAFETY: namespace lock held.
+                let name = String::from_utf8_lossy(unsafe { seg.name_of(c) }).into_owned();
+                let key = name.split_once('.').and_then(|(i, g)| {
+                    let (i, g) = (i.parse::<u64>().ok()?, g.parse::<u32>().ok()?);
+                    let f = u32::try_from(i.checked_sub(1)?).ok()?;
+                    crate::integrity::fid_ok(seg, f).then_some((f, g))
+                });
+                if let Some((f, g)) = key {
+                    if seg.inode(f).igen.load(Relaxed) == g && seg.inode(c).kind.load(Acquire) == kind::FILE {
+                        has_record[f as usize] = true;
+                    }
+                }
+                c = seg.inode(c).next_sib.load(Relaxed);
+            }
+        }
+        let mut out = Vec::new();
+        for f in 0..max {
+            let ino = seg.inode(f);
+            let k = ino.kind.load(Acquire);
+            if k == kind::FREE || k == kind::LINK || ino.flags.load(Relaxed) & iflag::ORPHAN != 0 {
+                continue;
+            }
+            let flag = ino.flags.load(Acquire) & iflag::XATTRS != 0;
+            if flag == has_record[f as usize] {
+                continue;
+            }
+            let rec = record_path(f as u64 + 1, ino.igen.load(Relaxed));
+            if has_record[f as usize] {
+                out.push(format!(
+                    "inode {}: extended attribute record {rec} exists but the inode's flag is clear{}",
+                    f + 1,
+                    if repair { "; flag set again" } else { "" }
+                ));
+                if repair {
+                    ino.flags.fetch_or(iflag::XATTRS, Release);
+                }
+            } else {
+                out.push(format!(
+                    "inode {}: flagged as having extended attributes but has no record{}",
+                    f + 1,
+                    if repair { "; flag cleared" } else { "" }
+                ));
+                if repair {
+                    ino.flags.fetch_and(!iflag::XATTRS, Release);
+                }
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

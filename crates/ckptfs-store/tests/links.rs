@@ -391,3 +391,107 @@ fn crash_in_a_rename_over_a_linked_file_keeps_it_under_its_other_name() {
         },
     );
 }
+
+/// Issue "Failures in sequence", item 6b: a link entry's `target` changed to name
+/// another file. Before the fix, reading the link served that other file's bytes with
+/// success (the entry's record checksum, which covers `target`, was never checked on
+/// the way through a link) and fsck's quarantine kept it a link to the wrong file.
+#[test]
+fn a_link_whose_target_was_changed_is_eio_and_never_serves_another_files_bytes() {
+    use ckptfs_store::layout::{Inode, Layout, INODE_SIZE};
+    use std::os::unix::fs::FileExt;
+    let t = TempStore::new("hl-target", 8 << 20, 64 << 10, 64, None);
+    let s = t.attach();
+    write_file(&s, "/a", 5, 5_000);
+    write_file(&s, "/c", 6, 7_000);
+    s.link("/a", "/b").unwrap();
+    let l = Layout::compute(16, 128, 0, 64);
+    let seg = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(segment_path(s.name()))
+        .unwrap();
+    let field = |fid: u64, off: usize| l.inode_off + fid * INODE_SIZE + off as u64;
+    let kind_of = |fid: u64| {
+        let mut b = [0u8; 4];
+        seg.read_exact_at(&mut b, field(fid, std::mem::offset_of!(Inode, kind)))
+            .unwrap();
+        u32::from_le_bytes(b)
+    };
+    let entry = (1..64).find(|&f| kind_of(f) == 4).expect("a link entry");
+    let c = s.stat("/c").unwrap().ino - 1;
+    seg.write_all_at(
+        &(c as u32).to_le_bytes(),
+        field(entry, std::mem::offset_of!(Inode, target)),
+    )
+    .unwrap();
+    let o = t.attach();
+    assert_eq!(
+        read_all(&o, "/b").map(|v| v.len()).unwrap_err().errno(),
+        libc::EIO
+    );
+    assert_eq!(o.stat("/b").unwrap_err().errno(), libc::EIO);
+    assert_file_is(&o, "/a", 5, 5_000);
+    assert_file_is(&o, "/c", 6, 7_000);
+    let rep = o.fsck(false);
+    assert!(rep.problems.iter().any(|p| p.kind == "damaged-inode"), "{rep:?}");
+    let rep = o.fsck(true);
+    assert_eq!(rep.quarantined.len(), 1, "{rep:?}");
+    assert!(o.fsck(false).problems.is_empty(), "{:?}", o.fsck(false).problems);
+    // The quarantined entry names the file that lacked a name (its record counts two),
+    // never /c.
+    assert_eq!(o.stat("/b").unwrap_err().errno(), libc::ENOENT);
+    let q = format!("/lost+found/ino{}", entry + 1);
+    assert_eq!(read_all(&o, &q).unwrap(), pattern(5, 0, 5_000));
+    assert_eq!(o.stat("/a").unwrap().nlink, 2);
+    assert_eq!(o.stat("/c").unwrap().nlink, 1);
+    assert_file_is(&o, "/c", 6, 7_000);
+    assert_chunk_accounting(&o);
+}
+
+/// Item 6b, the other way out: a damaged link entry whose target no file confirms (no
+/// file's record lacks a name) becomes an empty quarantined file, never a name of /c.
+#[test]
+fn a_damaged_link_no_file_confirms_is_quarantined_as_an_empty_file() {
+    use ckptfs_store::layout::{Inode, Layout, INODE_SIZE};
+    use std::os::unix::fs::FileExt;
+    let t = TempStore::new("hl-target2", 8 << 20, 64 << 10, 64, None);
+    let s = t.attach();
+    write_file(&s, "/a", 5, 5_000);
+    write_file(&s, "/c", 6, 7_000);
+    s.link("/a", "/b").unwrap();
+    let l = Layout::compute(16, 128, 0, 64);
+    let seg = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(segment_path(s.name()))
+        .unwrap();
+    let field = |fid: u64, off: usize| l.inode_off + fid * INODE_SIZE + off as u64;
+    let a = s.stat("/a").unwrap().ino - 1;
+    let entry = (1..64u64)
+        .find(|&f| {
+            let mut b = [0u8; 4];
+            seg.read_exact_at(&mut b, field(f, std::mem::offset_of!(Inode, kind)))
+                .unwrap();
+            u32::from_le_bytes(b) == 4
+        })
+        .unwrap();
+    let c = s.stat("/c").unwrap().ino - 1;
+    // /a's count no longer asks for a second name (damage too), and the link names /c.
+    let o = t.attach();
+    seg.write_all_at(
+        &(c as u32).to_le_bytes(),
+        field(entry, std::mem::offset_of!(Inode, target)),
+    )
+    .unwrap();
+    seg.write_all_at(&1u32.to_le_bytes(), field(a, std::mem::offset_of!(Inode, nlink)))
+        .unwrap();
+    assert_eq!(o.stat("/b").unwrap_err().errno(), libc::EIO);
+    o.fsck(true);
+    assert!(o.fsck(false).problems.is_empty(), "{:?}", o.fsck(false).problems);
+    let q = format!("/lost+found/ino{}", entry + 1);
+    assert_eq!(read_all(&o, &q).unwrap(), Vec::<u8>::new());
+    assert_file_is(&o, "/c", 6, 7_000);
+    assert_eq!(o.stat("/c").unwrap().nlink, 1);
+    assert_chunk_accounting(&o);
+}

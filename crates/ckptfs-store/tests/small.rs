@@ -269,3 +269,61 @@ fn a_damaged_block_bitmap_is_rebuilt_before_any_block_is_handed_out() {
     assert_eq!((info.small_chunks, info.small_blocks_used), (1, 6));
     assert!(other.fsck(false).problems.is_empty());
 }
+
+/// Issue "Failures in sequence", item 6a: a small file's run moved (damage to `srun`)
+/// onto free blocks, one of which a new small file then takes. Before the fix, repair
+/// quarantined the damaged file with its run, so it kept owning the other file's block
+/// (`doubly-owned` on every fsck after), and removing `/lost+found` freed that block:
+/// the next small file overwrote it and the undamaged file read EIO.
+#[test]
+fn repair_takes_a_moved_run_from_the_quarantined_file_never_the_other_files_block() {
+    use ckptfs_store::layout::{Inode, Layout, INODE_SIZE};
+    let t = TempStore::new("small-moved-run", 8 << 20, 64 << 10, 64, None);
+    let s = t.attach();
+    for i in 0..2 {
+        let mut f = s.open(&format!("/s{i}"), OpenFlags::CREATE, 0o644).unwrap();
+        f.write_all(&pattern(i, 0, 3000)).unwrap();
+        f.close().unwrap();
+    }
+    let layout = Layout::compute(16, 128, 0, 64);
+    let seg = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(segment_path(s.name()))
+        .unwrap();
+    let fid = s.stat("/s0").unwrap().ino - 1;
+    let off = layout.inode_off + fid * INODE_SIZE + std::mem::offset_of!(Inode, srun) as u64;
+    let mut b = [0u8; 8];
+    seg.read_exact_at(&mut b, off).unwrap();
+    let srun = u64::from_le_bytes(b);
+    assert_eq!(srun >> 32, 1, "one block");
+    // /s0 and /s1 hold the chunk's first two blocks; move /s0's run onto the third
+    // (free), which the next small file takes.
+    seg.write_all_at(&(srun + 2).to_le_bytes(), off).unwrap();
+    let o = t.attach();
+    let mut f = o.open("/s2", OpenFlags::CREATE, 0o644).unwrap();
+    f.write_all(&pattern(2, 0, 3000)).unwrap();
+    f.close().unwrap();
+    assert_eq!(read_all(&o, "/s0").unwrap_err().errno(), libc::EIO);
+    assert_file_is(&o, "/s2", 2, 3000);
+    let rep = o.fsck(true);
+    assert!(!rep.quarantined.is_empty(), "{rep:?}");
+    let again = o.fsck(false);
+    assert!(again.problems.is_empty(), "a second fsck: {:?}", again.problems);
+    for i in 1..3 {
+        assert_file_is(&o, &format!("/s{i}"), i, 3000);
+    }
+    // Removing what was quarantined never touches /s1 or /s2, nor does reusing the
+    // blocks it frees.
+    remove_tree(&o, "/lost+found");
+    for i in 3..8 {
+        let mut f = o.open(&format!("/s{i}"), OpenFlags::CREATE, 0o644).unwrap();
+        f.write_all(&pattern(i, 0, 3000)).unwrap();
+        f.close().unwrap();
+    }
+    for i in 1..8 {
+        assert_file_is(&o, &format!("/s{i}"), i, 3000);
+    }
+    assert!(o.fsck(false).problems.is_empty(), "{:?}", o.fsck(false).problems);
+    assert_chunk_accounting(&o);
+}

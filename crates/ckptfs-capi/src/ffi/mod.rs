@@ -339,7 +339,9 @@ pub unsafe extern "C" fn ckptfs_unmount(prefix: *const c_char) -> c_int {
     }) as c_int
 }
 
-/// Remove the store `name` (its segment and spill file).
+/// Remove the store `name` (its segment and spill file). -EBUSY while another process
+/// uses it (a FUSE mount, a node daemon, a program under the shim; the message names
+/// them), as `ckptfs destroy` without `--force`.
 ///
 /// # Safety
 /// `name` is a C string.

@@ -296,3 +296,47 @@ fn descriptors_are_unique_across_threads() {
         assert_eq!(ckptfs_close(fd), 0);
     }
 }
+
+/// Spawned as a child by the test below: attach the store named in `CKPTFS_UT_HOLD`,
+/// say so, and keep it attached until killed.
+#[test]
+fn store_holder_child() {
+    let Ok(name) = std::env::var("CKPTFS_UT_HOLD") else {
+        return;
+    };
+    let _s = Store::attach(&ckptfs_store::StoreOptions::named(&name)).unwrap();
+    println!("holding");
+    std::thread::sleep(std::time::Duration::from_secs(30));
+}
+
+/// Issue "Failures in sequence", item 7: `ckptfs_destroy_store` of a store another
+/// process has attached is -EBUSY naming that process (before: 0, the store deleted
+/// under it); once it is gone, destroy succeeds.
+#[test]
+fn destroy_store_of_a_store_another_process_uses_is_ebusy() {
+    use std::io::BufRead;
+    let m = TestMount::new("busy", 1 << 20, 16);
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "ffi::tests::store_holder_child", "--nocapture", "-q"])
+        .env("CKPTFS_UT_HOLD", &m.store)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("holding") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "holder child exited");
+    }
+    let name = c(&m.store);
+    // SAFETY: valid C string.
+    let rc = unsafe { ckptfs_destroy_store(name.as_ptr()) };
+    let err = last_error();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(rc, -libc::EBUSY, "{err}");
+    assert!(err.contains(&format!("pid {}", child.id())), "{err}");
+    // SAFETY: valid C string.
+    let rc = unsafe { ckptfs_destroy_store(name.as_ptr()) };
+    assert_eq!(rc, 0, "{}", last_error());
+}
