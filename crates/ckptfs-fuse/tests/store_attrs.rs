@@ -448,3 +448,39 @@ fn store_hard_links_fifos_sockets_and_device_nodes_work_through_the_mount() {
     assert_eq!(s.info().files, 0);
     assert_eq!(d.stop(), 0);
 }
+
+/// pjdfstest (C) chown/00.t: a user's chown of its own file, FIFO or socket to itself
+/// clears set-user-ID and set-group-ID (with group execute), as tmpfs does; a
+/// directory keeps them. Checked against a plain directory (the local file system) too.
+#[test]
+fn store_chown_by_a_user_clears_setid_bits_of_every_non_directory() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (a root daemon and an unprivileged chown)");
+        return;
+    }
+    ensure_user("ckptfs-t1");
+    let (_g, tmp, mp, d) = mounted("chownkill");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    for dir in [&mp, &plain] {
+        let (rc, _, err) = sh(
+            dir,
+            "touch reg && mkfifo fifo && mkdir dir && \
+             python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sock\")' && \
+             chown ckptfs-t1:ckptfs-t1 reg fifo dir sock && chmod 06555 reg fifo dir sock",
+        );
+        assert_eq!(rc, 0, "{err}");
+        let (rc, err) = as_user("ckptfs-t1", dir, "chown ckptfs-t1:ckptfs-t1 reg fifo dir sock");
+        assert_eq!(rc, 0, "{err}");
+        let mode = |n: &str| std::fs::symlink_metadata(dir.join(n)).unwrap().mode() & 0o7777;
+        let what = if dir == &mp { "mount" } else { "plain directory" };
+        for n in ["reg", "fifo", "sock"] {
+            assert_eq!(mode(n), 0o555, "{n} on the {what} after a user's chown");
+        }
+        assert_eq!(mode("dir"), 0o6555, "a directory keeps its bits ({what})");
+    }
+    assert_eq!(d.stop(), 0);
+}

@@ -257,8 +257,10 @@ impl Filesystem for StoreFs {
             if uid.is_some() || gid.is_some() {
                 let (u, g) = (uid.unwrap_or(cur.uid), gid.unwrap_or(cur.gid));
                 self.store.chown(&path, u, g).map_err(store_err)?;
-                // FUSE_HANDLE_KILLPRIV: chown of a file clears its set-id bits.
-                if cur.kind == FileKind::File && mode.is_none() {
+                // FUSE_HANDLE_KILLPRIV: chown of anything but a directory clears its
+                // set-id bits, whoever calls (Linux's chown_common: regular files, FIFOs,
+                // sockets and device nodes alike; tmpfs does the same).
+                if cur.kind != FileKind::Dir && mode.is_none() {
                     if let Some(m) = crate::killed_mode(cur.mode) {
                         self.store.chmod(&path, m).map_err(store_err)?;
                     }
