@@ -484,3 +484,50 @@ fn store_chown_by_a_user_clears_setid_bits_of_every_non_directory() {
     }
     assert_eq!(d.stop(), 0);
 }
+
+/// pjdfstest (C) `*/03.t` ENAMETOOLONG checks: a path of PATH_MAX - 1 (4,095) bytes
+/// relative to a directory of the mount (the suite's cwd) works, one byte more is
+/// ENAMETOOLONG (the kernel's limit on one path argument). The store path of such a
+/// file is longer than 4,095 bytes (its leading `/` and the directory's own path): it
+/// was ENAMETOOLONG from the store's limit on a whole store path.
+#[test]
+fn store_relative_paths_up_to_path_max_work_below_any_directory() {
+    let (_g, _tmp, mp, d) = mounted("relpath");
+    std::fs::create_dir_all(mp.join("sub/deeper")).unwrap();
+    let script = r#"
+import errno, os, sys
+os.umask(0)
+os.chdir(sys.argv[1])
+comp = "d" * 127
+nx = "/".join([comp] * 31)
+nx = nx + "/" + "f" * (4095 - len(nx) - 1)
+assert len(nx) == 4095, len(nx)
+os.makedirs(os.path.dirname(nx))
+fd = os.open(nx, os.O_CREAT | os.O_WRONLY, 0o642)
+os.write(fd, b"deep")
+os.close(fd)
+assert open(nx, "rb").read() == b"deep"
+assert oct(os.stat(nx).st_mode & 0o777) == oct(0o642)
+try:
+    os.open(nx + "x", os.O_CREAT | os.O_WRONLY, 0o642)
+    sys.exit("a 4,096-byte path was accepted")
+except OSError as e:
+    assert e.errno == errno.ENAMETOOLONG, e
+os.unlink(nx)
+print("ok")
+"#;
+    for dir in [mp.clone(), mp.join("sub/deeper")] {
+        let out = std::process::Command::new("python3")
+            .args(["-c", script])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(d.stop(), 0);
+}
