@@ -451,7 +451,8 @@ fn store_hard_links_fifos_sockets_and_device_nodes_work_through_the_mount() {
 
 /// pjdfstest (C) chown/00.t: a user's chown of its own file, FIFO or socket to itself
 /// clears set-user-ID and set-group-ID (with group execute), as tmpfs does; a
-/// directory keeps them. Checked against a plain directory (the local file system) too.
+/// directory keeps them. set-group-ID without group execute is cleared only when the
+/// user is not in the file's group. Checked against a plain directory (the local file system) too.
 #[test]
 fn store_chown_by_a_user_clears_setid_bits_of_every_non_directory() {
     // SAFETY: geteuid has no preconditions.
@@ -470,10 +471,16 @@ fn store_chown_by_a_user_clears_setid_bits_of_every_non_directory() {
             dir,
             "touch reg && mkfifo fifo && mkdir dir && \
              python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sock\")' && \
-             chown ckptfs-t1:ckptfs-t1 reg fifo dir sock && chmod 06555 reg fifo dir sock",
+             chown ckptfs-t1:ckptfs-t1 reg fifo dir sock && chmod 06555 reg fifo dir sock && \
+             touch nx-own nx-other && chown ckptfs-t1:ckptfs-t1 nx-own && chown ckptfs-t1:root nx-other && \
+             chmod 02644 nx-own nx-other",
         );
         assert_eq!(rc, 0, "{err}");
-        let (rc, err) = as_user("ckptfs-t1", dir, "chown ckptfs-t1:ckptfs-t1 reg fifo dir sock");
+        let (rc, err) = as_user(
+            "ckptfs-t1",
+            dir,
+            "chown ckptfs-t1:ckptfs-t1 reg fifo dir sock nx-own nx-other",
+        );
         assert_eq!(rc, 0, "{err}");
         let mode = |n: &str| std::fs::symlink_metadata(dir.join(n)).unwrap().mode() & 0o7777;
         let what = if dir == &mp { "mount" } else { "plain directory" };
@@ -481,6 +488,10 @@ fn store_chown_by_a_user_clears_setid_bits_of_every_non_directory() {
             assert_eq!(mode(n), 0o555, "{n} on the {what} after a user's chown");
         }
         assert_eq!(mode("dir"), 0o6555, "a directory keeps its bits ({what})");
+        // set-group-ID without group execute: kept when the caller is in the file's
+        // group, cleared when not (the kernel's setattr_should_drop_sgid).
+        assert_eq!(mode("nx-own"), 0o2644, "nx-own on the {what}");
+        assert_eq!(mode("nx-other"), 0o644, "nx-other on the {what}");
     }
     assert_eq!(d.stop(), 0);
 }

@@ -261,7 +261,13 @@ impl Filesystem for StoreFs {
                 // set-id bits, whoever calls (Linux's chown_common: regular files, FIFOs,
                 // sockets and device nodes alike; tmpfs does the same).
                 if cur.kind != FileKind::Dir && mode.is_none() {
-                    if let Some(m) = crate::killed_mode(cur.mode) {
+                    let mut m = crate::killed_mode(cur.mode).unwrap_or(cur.mode & 0o7777);
+                    // set-group-ID without group execute goes too when the caller is
+                    // not in the file's group (the kernel's setattr_should_drop_sgid).
+                    if m & libc::S_ISGID != 0 && !crate::creds::in_group(req, cur.gid) {
+                        m &= !libc::S_ISGID;
+                    }
+                    if m != cur.mode & 0o7777 {
                         self.store.chmod(&path, m).map_err(store_err)?;
                     }
                 }
