@@ -104,6 +104,21 @@ pub enum AgentError {
     /// Asked to stop (SIGTERM) before the file was published.
     #[error("stopped before {0} was published")]
     Stopped(String),
+    /// Another node drained a newer version of the same destination file (a shared
+    /// PFS directory): this node's older version is not published over it.
+    #[error("skipped, not drained: {dest} holds a newer version drained by node {node} (mtime {other_mtime_ns} ns, this one {mtime_ns} ns)")]
+    NewerElsewhere {
+        /// Store path of this node's file.
+        path: String,
+        /// The destination file.
+        dest: PathBuf,
+        /// The node whose manifest lists the newer version.
+        node: String,
+        /// Its mtime.
+        other_mtime_ns: u64,
+        /// This node's file's mtime.
+        mtime_ns: u64,
+    },
 }
 
 impl AgentError {
@@ -123,6 +138,7 @@ impl AgentError {
             AgentError::Runtime(e) => e.errno(),
             AgentError::Level(e) => e.errno(),
             AgentError::Stopped(_) => libc::EINTR,
+            AgentError::NewerElsewhere { .. } => libc::EEXIST,
         }
     }
 

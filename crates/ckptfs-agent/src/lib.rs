@@ -50,5 +50,5 @@ pub use engine::{Agent, DrainSummary, StopHandle};
 pub use error::{AgentError, Refusal};
 pub use mover::{fill, DrainPolicy, MovePolicy};
 pub use pfs::PfsLevel;
-pub use restore::{restore, restore_path, RestoreReport};
+pub use restore::{restore, restore_nodes, restore_path, RestoreReport, Skipped};
 pub use status::{status, AgentStatus};

@@ -55,6 +55,18 @@ pub struct RestoreReport {
     pub present: Vec<String>,
     /// Files that failed, e.g. a destination file that does not match its manifest.
     pub failed: Vec<RestoreFailure>,
+    /// Files only other nodes drained (their manifests), left on the PFS: a restore
+    /// takes the files of the nodes it is asked for ([`restore_nodes`]).
+    pub skipped: Vec<Skipped>,
+}
+
+/// A drained file left out because it belongs to another node.
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    /// Store path.
+    pub path: String,
+    /// The node whose manifest lists it.
+    pub node: String,
 }
 
 /// One manifest entry chosen for restore, with what ties it to where it was found.
@@ -141,8 +153,12 @@ pub(crate) fn open_sub(dir: &Dir, name: &str, path: &Path) -> Result<Option<Dir>
 struct Walk<'a> {
     root: &'a Path,
     prefix: &'a str,
+    /// Only the manifests of these nodes (all with `None`).
+    nodes: Option<&'a [String]>,
     found: BTreeMap<String, Found>,
     failed: Vec<(String, AgentError)>,
+    /// Store paths listed only by other nodes' manifests, with the node.
+    skipped: BTreeMap<String, String>,
 }
 
 impl Walk<'_> {
@@ -159,13 +175,14 @@ impl Walk<'_> {
             }
         };
         for (mname, kind) in entries {
-            if manifest::node_of(mname).is_none() {
+            let Some(node) = manifest::node_of(mname) else {
                 continue;
-            }
+            };
             let mpath = self.root.join(&rel_s).join(mname);
             if *kind == Kind::Dir {
                 continue;
             }
+            let wanted = self.nodes.is_none_or(|ns| ns.iter().any(|n| n == node));
             // A symbolic link, FIFO or device named like a manifest is refused by `load`.
             let (m, uid) = match load(dir, mname, &mpath) {
                 Ok(x) => x,
@@ -177,6 +194,10 @@ impl Walk<'_> {
             for (name, e) in m.files {
                 let sp = store_path_of(&rel_s, &name);
                 if !under(&sp, self.prefix) {
+                    continue;
+                }
+                if !wanted {
+                    self.skipped.entry(sp).or_insert_with(|| node.to_string());
                     continue;
                 }
                 if let Err(reason) = manifest::check_entry(&rel_s, &name, &e) {
@@ -308,20 +329,22 @@ fn components(prefix: &str) -> Result<Vec<String>, AgentError> {
 /// the manifests of its parent (the prefix may name a file).
 pub(crate) type Collected = (BTreeMap<String, Found>, Vec<(String, AgentError)>);
 
-fn collect(root: &Path, prefix: &str, comps: &[String]) -> Collected {
+fn collect(root: &Path, prefix: &str, comps: &[String], nodes: Option<&[String]>) -> Walked {
     let mut w = Walk {
         root,
         prefix,
+        nodes,
         found: BTreeMap::new(),
         failed: Vec::new(),
+        skipped: BTreeMap::new(),
     };
     let mut dir = match Dir::open_root(root) {
         Ok(d) => d,
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return (w.found, w.failed),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return w.into(),
         Err(e) => {
             w.failed
                 .push((prefix.to_string(), AgentError::dest("open", root, e)));
-            return (w.found, w.failed);
+            return w.into();
         }
     };
     let mut rel = Vec::new();
@@ -331,7 +354,7 @@ fn collect(root: &Path, prefix: &str, comps: &[String]) -> Collected {
             Ok(s) => s,
             Err(e) => {
                 w.failed.push((prefix.to_string(), e));
-                return (w.found, w.failed);
+                return w.into();
             }
         };
         if i + 1 == comps.len() {
@@ -341,16 +364,25 @@ fn collect(root: &Path, prefix: &str, comps: &[String]) -> Collected {
                 rel.push(c.clone());
                 w.walk(d, rel, true);
             }
-            return (w.found, w.failed);
+            return w.into();
         }
         let Some(d) = sub else {
-            return (w.found, w.failed);
+            return w.into();
         };
         dir = d;
         rel.push(c.clone());
     }
     w.walk(dir, rel, true);
-    (w.found, w.failed)
+    w.into()
+}
+
+/// What one root gave: usable entries, refused ones, and other nodes' paths.
+pub(crate) struct Walked(Collected, BTreeMap<String, String>);
+
+impl From<Walk<'_>> for Walked {
+    fn from(w: Walk<'_>) -> Walked {
+        Walked((w.found, w.failed), w.skipped)
+    }
 }
 
 /// Is this exact content already in the store?
@@ -380,18 +412,31 @@ fn restore_one(pfs: &PfsLevel, local: &StoreLevel, f: &Found) -> Result<(), Agen
 /// Find what to restore under `prefix` in `dirs` (searched in order: the first one
 /// holding a store path wins; within one, the most recently drained copy).
 pub(crate) fn find(dirs: &[&Path], prefix: &str) -> Result<Collected, AgentError> {
+    find_nodes(dirs, prefix, None).map(|w| w.0)
+}
+
+/// [`find`] over the manifests of `nodes` only (all with `None`); also returns the
+/// store paths only other nodes' manifests list (path -> node).
+pub(crate) fn find_nodes(
+    dirs: &[&Path],
+    prefix: &str,
+    nodes: Option<&[String]>,
+) -> Result<Walked, AgentError> {
     let comps = components(prefix)?;
     let prefix = format!("/{}", comps.join("/"));
     let mut found = BTreeMap::new();
     let mut failed = Vec::new();
+    let mut skipped = BTreeMap::new();
     let mut seen = std::collections::HashSet::new();
     let dirs: Vec<&Path> = dirs.iter().copied().filter(|d| seen.insert(*d)).collect();
     for d in dirs.iter().rev() {
-        let (here, bad) = collect(d, &prefix, &comps);
+        let Walked((here, bad), other) = collect(d, &prefix, &comps, nodes);
         found.extend(here);
         failed.extend(bad);
+        skipped.extend(other);
     }
-    Ok((found, failed))
+    skipped.retain(|p, _| !found.contains_key(p));
+    Ok(Walked((found, failed), skipped))
 }
 
 /// Restore every drained file under store path `prefix` (`/` for all) from `targets`
@@ -404,12 +449,40 @@ pub(crate) fn find(dirs: &[&Path], prefix: &str) -> Result<Collected, AgentError
 /// describes: they are in [`RestoreReport::failed`] (store path and reason), the others
 /// are restored. `Err` only for a prefix that is not a store path.
 pub fn restore(store: &Store, targets: &[Target], prefix: &str) -> Result<RestoreReport, AgentError> {
+    restore_from(store, targets, prefix, None)
+}
+
+/// [`restore`] of the files that the nodes `nodes` drained (their manifests), e.g. a
+/// node's own id and those it is asked to take over. Files that only other nodes'
+/// manifests list are left on the PFS and named in [`RestoreReport::skipped`]: nodes
+/// sharing one PFS directory each restore their own files, so one node's memory is not
+/// filled with everybody's checkpoints.
+pub fn restore_nodes(
+    store: &Store,
+    targets: &[Target],
+    prefix: &str,
+    nodes: &[String],
+) -> Result<RestoreReport, AgentError> {
+    restore_from(store, targets, prefix, Some(nodes))
+}
+
+fn restore_from(
+    store: &Store,
+    targets: &[Target],
+    prefix: &str,
+    nodes: Option<&[String]>,
+) -> Result<RestoreReport, AgentError> {
     let dirs: Vec<PathBuf> = targets.iter().map(|t| t.dir.clone()).collect();
     // The mover in the other direction: PFS level -> store level.
     let pfs = PfsLevel::reading(&dirs);
-    let (found, failed) = pfs.found(prefix)?;
+    let roots: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    let Walked((found, failed), skipped) = find_nodes(&roots, prefix, nodes)?;
     let mut rep = RestoreReport {
         failed: failed.into_iter().map(|(p, e)| failure(p, e)).collect(),
+        skipped: skipped
+            .into_iter()
+            .map(|(path, node)| Skipped { path, node })
+            .collect(),
         ..Default::default()
     };
     let mut local = None;

@@ -169,6 +169,14 @@ pub struct RestoreArgs {
     /// the partner nodes must run), then from --dest, if given, for the rest.
     #[arg(long)]
     pub from_peers: bool,
+    /// From the PFS, also take the files node ID drained (repeatable; by default only
+    /// this node's own, --node-id, are restored: nodes sharing a PFS directory each
+    /// restore theirs).
+    #[arg(long = "from-node", value_name = "ID")]
+    pub from_node: Vec<String>,
+    /// From the PFS, take the files every node drained there.
+    #[arg(long, conflicts_with = "from_node")]
+    pub all_nodes: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -263,7 +271,19 @@ pub fn restore_main(args: RestoreArgs, ctx: &Ctx) -> Result<i32> {
     };
     let store = Store::open_or_create(&ctx.store).context("open the store")?;
     let prefix = args.path.as_deref().unwrap_or("/");
-    let rep = crate::cmd_node::multi_level_restore(&store, ctx, prefix, args.from_peers, pfs.as_ref())?;
+    let nodes = pfs.as_ref().filter(|_| !args.all_nodes).map(|c| {
+        let mut n = vec![c.node_id.clone()];
+        n.extend(args.from_node.iter().filter(|x| **x != c.node_id).cloned());
+        n
+    });
+    let rep = crate::cmd_node::multi_level_restore(
+        &store,
+        ctx,
+        prefix,
+        args.from_peers,
+        pfs.as_ref(),
+        nodes.as_deref(),
+    )?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
     } else {
@@ -273,16 +293,21 @@ pub fn restore_main(args: RestoreArgs, ctx: &Ctx) -> Result<i32> {
 }
 
 /// Restore the drained files under `prefix` into `store`, searching this node's target
-/// first, then the others (`ckptfs restore`, `ckptfs run --restore`).
+/// first, then the others (`ckptfs restore`, `ckptfs run --restore`): the files the
+/// manifests of `nodes` list (every node's with `None`).
 pub(crate) fn restore_into(
     store: &Store,
     c: &AgentConfig,
     prefix: &str,
+    nodes: Option<&[String]>,
 ) -> Result<ckptfs_agent::RestoreReport> {
     let mine = c.target()?.clone();
     let mut order = vec![mine.clone()];
     order.extend(c.targets.iter().filter(|t| **t != mine).cloned());
-    Ok(ckptfs_agent::restore(store, &order, prefix)?)
+    Ok(match nodes {
+        Some(n) => ckptfs_agent::restore_nodes(store, &order, prefix, n)?,
+        None => ckptfs_agent::restore(store, &order, prefix)?,
+    })
 }
 
 pub(crate) fn human(b: u64) -> String {

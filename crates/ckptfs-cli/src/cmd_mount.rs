@@ -228,6 +228,9 @@ fn read_from(f: &std::fs::File, from: u64) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// How long `ckptfs umount` waits after the unmount before it sends the daemon SIGTERM.
+const UMOUNT_NUDGE: Duration = Duration::from_secs(3);
+
 /// Run `ckptfs umount`.
 pub fn umount(args: UmountArgs, _ctx: &Ctx) -> Result<i32> {
     let mp = &args.mountpoint;
@@ -250,10 +253,24 @@ pub fn umount(args: UmountArgs, _ctx: &Ctx) -> Result<i32> {
     mount::unmount(mp, args.lazy).with_context(|| format!("unmount {}", mp.display()))?;
     if let Some(pid) = pid {
         let t0 = Instant::now();
+        let mut asked = args.lazy;
         // SAFETY: kill with signal 0 only checks that the process exists.
         while unsafe { libc::kill(pid, 0) } == 0 {
             if t0.elapsed() > Duration::from_secs(args.wait) {
                 bail!("daemon {pid} still running after {} s", args.wait);
+            }
+            // Unmounted here, yet the daemon goes on after a few seconds: another mount
+            // namespace may hold a copy of the mount (docs/fuse.md, failure case 5a).
+            // SIGTERM makes it abort such a connection; a session still finishing its
+            // work (CRFS chunks) is left to finish.
+            if !asked && t0.elapsed() > UMOUNT_NUDGE {
+                asked = true;
+                eprintln!(
+                    "ckptfs umount: daemon {pid} still running {} s after the unmount (another mount namespace may hold the mount); sending SIGTERM",
+                    UMOUNT_NUDGE.as_secs()
+                );
+                // SAFETY: kill has no memory preconditions; pid is the daemon's from its pid file.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -262,6 +262,9 @@ pub struct MultiLevelReport {
     pub failed: Vec<NotRestored>,
     /// Peers that could not be asked.
     pub unreachable: Vec<String>,
+    /// Drained files on the PFS that only other nodes' manifests list: left there
+    /// (`--from-node ID` or `--all-nodes` takes them).
+    pub skipped: Vec<ckptfs_agent::Skipped>,
     /// Seconds taken.
     pub seconds: f64,
 }
@@ -293,6 +296,14 @@ impl MultiLevelReport {
         for p in &self.unreachable {
             out(format!("peer {} unreachable", esc(p)));
         }
+        for s in &self.skipped {
+            out(format!(
+                "skipped {} (drained by node {}; --from-node {} restores it)",
+                esc(&s.path),
+                esc(&s.node),
+                esc(&s.node)
+            ));
+        }
         let bytes: u64 = self.restored.iter().map(|r| r.size).sum();
         if prefix.is_empty() {
             // `ckptfs restore`
@@ -300,9 +311,10 @@ impl MultiLevelReport {
                 eprintln!("FAILED {}: {}", esc(&f.path), esc(&f.error));
             }
             println!(
-                "{} restored, {} already in the store, {} failed",
+                "{} restored, {} already in the store, {} other nodes' skipped, {} failed",
                 self.restored.len(),
                 self.present.len(),
+                self.skipped.len(),
                 self.failed.len()
             );
         } else {
@@ -310,11 +322,12 @@ impl MultiLevelReport {
                 eprintln!("{prefix}NOT restored {}: {}", esc(&f.path), esc(&f.error));
             }
             out(format!(
-                "restored {} files ({}) in {:.1} s, {} already in the store, {} failed",
+                "restored {} files ({}) in {:.1} s, {} already in the store, {} other nodes' skipped, {} failed",
                 self.restored.len(),
                 human(bytes),
                 self.seconds,
                 self.present.len(),
+                self.skipped.len(),
                 self.failed.len()
             ));
         }
@@ -323,13 +336,15 @@ impl MultiLevelReport {
 
 /// Restore `prefix` into `store`: files the store holds are kept; with `peers`, the
 /// rest comes from the partners' memory; what is still missing comes from the PFS if
-/// `pfs` is given.
+/// `pfs` is given: the files the manifests of `nodes` list (every node's with `None`),
+/// never another node's files unless asked (a PFS directory shared by several nodes).
 pub fn multi_level_restore(
     store: &Store,
     ctx: &Ctx,
     prefix: &str,
     peers: bool,
     pfs: Option<&ckptfs_agent::AgentConfig>,
+    nodes: Option<&[String]>,
 ) -> Result<MultiLevelReport> {
     let t0 = Instant::now();
     let mut rep = MultiLevelReport::default();
@@ -361,7 +376,12 @@ pub fn multi_level_restore(
         peer_failed = r.failed;
     }
     if let Some(c) = pfs {
-        let r = crate::cmd_agent::restore_into(store, c, prefix)?;
+        let r = crate::cmd_agent::restore_into(store, c, prefix, nodes)?;
+        rep.skipped = r
+            .skipped
+            .into_iter()
+            .filter(|s| !rep.present.contains(&s.path) && !rep.restored.iter().any(|x| x.path == s.path))
+            .collect();
         rep.restored.extend(r.restored.into_iter().map(|f| RestoredFile {
             path: f.path,
             size: f.size,

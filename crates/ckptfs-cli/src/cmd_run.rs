@@ -181,7 +181,9 @@ fn restore_before_run(
     c: Option<&ckptfs_agent::AgentConfig>,
     prefix: &str,
 ) -> Result<()> {
-    let rep = crate::cmd_node::multi_level_restore(store, ctx, prefix, peers, c)
+    // This node's own drained files (a shared PFS directory holds every node's).
+    let own = c.map(|c| vec![c.node_id.clone()]);
+    let rep = crate::cmd_node::multi_level_restore(store, ctx, prefix, peers, c, own.as_deref())
         .with_context(|| format!("restore {prefix} before running the command"))?;
     rep.print("ckptfs run: ");
     Ok(())

@@ -449,7 +449,7 @@ fn restore_reports_bad_input_by_name_without_file_bytes_and_exits_1() {
     assert!(out.contains("FAILED /y/.ckptfs-manifest.n0.json:"), "{out}");
     assert!(out.contains("truncated"), "{out}");
     assert!(
-        out.contains("1 restored, 0 already in the store, 2 failed"),
+        out.contains("1 restored, 0 already in the store, 0 other nodes' skipped, 2 failed"),
         "{out}"
     );
     let crc = crc32c(secret);
@@ -458,6 +458,55 @@ fn restore_reports_bad_input_by_name_without_file_bytes_and_exits_1() {
     }
     assert_eq!(s.ok(&["cat", "/x/b"]), "good bytes");
     assert!(!s.run(&["cat", "/x/a"]).status.success());
+}
+
+/// Two nodes' stores drain into one shared PFS directory; `ckptfs restore` on node n0
+/// brings back n0's files only and names n1's as skipped (they used to fill n0's
+/// memory); `--from-node n1` takes them too (issue "Failures in sequence", item 5).
+#[test]
+fn restore_from_a_shared_pfs_directory_takes_this_nodes_files_unless_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("pfs");
+    std::fs::create_dir(&dest).unwrap();
+    let dest_s = dest.to_str().unwrap();
+    let src = tmp.path().join("src");
+    for (node, file) in [("n0", "/c/mine"), ("n1", "/c/theirs")] {
+        let s = Store::new(&format!("shr{node}"));
+        s.ok(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+        std::fs::write(&src, node).unwrap();
+        s.ok(&["put", "--parents", src.to_str().unwrap(), file]);
+        s.ok(&["agent", "--once", "--node-id", node, "--dest", dest_s]);
+    }
+    let s = Store::new("shrback");
+    s.ok(&["init", "--mem-size", "16M", "--chunk-size", "64K"]);
+    let restore = |extra: &[&str]| {
+        let mut args = vec!["restore", "--dest", dest_s, "--node-id", "n0"];
+        args.extend_from_slice(extra);
+        let o = s.cmd(&args).env_remove("CKPTFS_DEST").output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+        out
+    };
+    let out = restore(&[]);
+    assert!(
+        out.contains("skipped /c/theirs (drained by node n1; --from-node n1 restores it)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 restored, 0 already in the store, 1 other nodes' skipped, 0 failed"),
+        "{out}"
+    );
+    assert_eq!(s.ok(&["cat", "/c/mine"]), "n0");
+    assert!(
+        !s.run(&["cat", "/c/theirs"]).status.success(),
+        "n1's file restored on n0"
+    );
+    let out = restore(&["--from-node", "n1"]);
+    assert!(
+        out.contains("1 restored, 1 already in the store, 0 other nodes' skipped, 0 failed"),
+        "{out}"
+    );
+    assert_eq!(s.ok(&["cat", "/c/theirs"]), "n1");
 }
 
 /// CRC32C (Castagnoli), bit by bit: enough for a 48-byte check.

@@ -49,6 +49,14 @@ fn groups_of(pid: u32, uid: u32, gid: u32) -> Option<Vec<libc::gid_t>> {
     Some(g)
 }
 
+/// Is the caller of `req` in group `gid` (its fsgid or a supplementary group)? Root
+/// counts as a member (CAP_FSETID), as the kernel's `in_group_or_capable`.
+pub(crate) fn in_group(req: &Request, gid: u32) -> bool {
+    req.uid() == 0
+        || req.gid() == gid
+        || groups_of(req.pid(), req.uid(), req.gid()).is_some_and(|g| g.contains(&gid))
+}
+
 fn set_groups(g: &[libc::gid_t]) -> Result<(), Errno> {
     // SAFETY: a raw system call reading g.len() gids from a valid slice; per-thread
     // (unlike glibc's setgroups, which changes every thread).

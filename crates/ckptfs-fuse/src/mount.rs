@@ -312,6 +312,9 @@ fn serve<FS: fuser::Filesystem>(
     };
     let mut unmounter = session.unmount_callable();
     let target = mp.to_path_buf();
+    // The kernel's number for this connection (/sys/fs/fuse/connections/N), read from
+    // mountinfo now: a stat of the mount point would wait for this daemon.
+    let conn = connection_of(mp);
     // Ends the watcher once the session is over, whoever unmounted.
     let ended = std::sync::Arc::new(AtomicBool::new(false));
     let ended2 = ended.clone();
@@ -327,13 +330,32 @@ fn serve<FS: fuser::Filesystem>(
                 return;
             }
             tracing::info!(signal = shutdown.signal(), "unmounting on shutdown");
-            if let Err(e) = unmounter.unmount() {
-                // Busy (a process has its cwd or a file there): detach now; the kernel
-                // ends the session when the last user goes away.
-                tracing::warn!(error = %e, "unmount failed; detaching lazily");
-                if let Err(e) = unmount(&target, true) {
-                    tracing::error!(error = %e, "lazy unmount failed");
+            // Not in this mount namespace any more (`ckptfs umount` ran) but the session
+            // goes on: a copy of the mount lives in another namespace (a process that
+            // unshared its namespace while it was mounted) and would keep it forever.
+            let here = conn.is_none_or(mounted_here);
+            if here {
+                if let Err(e) = unmounter.unmount() {
+                    // Busy (a process has its cwd or a file there): detach now; the kernel
+                    // ends the session when the last user goes away.
+                    tracing::warn!(error = %e, "unmount failed; detaching lazily");
+                    if let Err(e) = unmount(&target, true) {
+                        tracing::error!(error = %e, "lazy unmount failed");
+                    }
+                    return;
                 }
+            }
+            // Unmounted here, or gone already: the session should end at once. If it
+            // does not, another namespace still holds the mount: abort the connection.
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < ABORT_GRACE {
+                if ended2.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if let Some(c) = conn {
+                abort_connection(c);
             }
         })
         .map_err(io_err("spawn shutdown thread"))?;
@@ -356,6 +378,96 @@ fn serve<FS: fuser::Filesystem>(
     }
     tracing::info!(mountpoint = %mp.display(), "unmounted");
     Ok(())
+}
+
+/// How long a session may go on after its mount left this namespace before the
+/// connection is aborted (another namespace holds a copy of the mount).
+const ABORT_GRACE: Duration = Duration::from_secs(2);
+
+/// The FUSE connection number of the mount at `mp` (the minor device number shown in
+/// mountinfo), without touching the mount itself.
+fn connection_of(mp: &Path) -> Option<u32> {
+    let want = match (mp.parent(), mp.file_name()) {
+        (Some(d), Some(n)) => absolute(if d.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            d
+        })
+        .join(n),
+        _ => absolute(mp),
+    };
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let sep = f.iter().position(|&x| x == "-")?;
+        let fuse = f.get(sep + 1)?.starts_with("fuse");
+        let at = Path::new(&unescape(f.get(4)?)) == want;
+        let (major, minor) = f.get(2)?.split_once(':')?;
+        (fuse && at && major == "0").then(|| minor.parse().ok())?
+    })
+}
+
+/// Is FUSE connection `conn` mounted anywhere in this mount namespace?
+fn mounted_here(conn: u32) -> bool {
+    let dev = format!("0:{conn}");
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|t| {
+        t.lines().any(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|&x| x == "-");
+            f.get(2) == Some(&dev.as_str())
+                && sep
+                    .and_then(|s| f.get(s + 1))
+                    .is_some_and(|t| t.starts_with("fuse"))
+        })
+    })
+}
+
+/// Abort FUSE connection `conn` through the fusectl file system (mounted on
+/// /sys/fs/fuse/connections first if it is not, which needs root); every session thread
+/// then reads ENODEV and the session ends. A connection fusectl does not list is gone
+/// already (the session is finishing). Without fusectl it logs why and goes on.
+fn abort_connection(conn: u32) {
+    let base = Path::new("/sys/fs/fuse/connections");
+    let file = base.join(conn.to_string()).join("abort");
+    if !file.exists() {
+        let c = c"/sys/fs/fuse/connections";
+        // SAFETY: the strings are valid NUL-terminated strings for the call's duration;
+        // data is null (fusectl takes no options).
+        let r = unsafe {
+            libc::mount(
+                c"fusectl".as_ptr(),
+                c.as_ptr(),
+                c"fusectl".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        if r != 0 {
+            tracing::debug!(error = %io::Error::last_os_error(), "mount fusectl");
+        }
+    }
+    let fusectl = std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.contains(" /sys/fs/fuse/connections ") && l.contains(" - fusectl "))
+    });
+    if fusectl && !file.exists() {
+        // The connection is gone already (the session is finishing, e.g. CRFS writing
+        // its last chunks in destroy).
+        return;
+    }
+    tracing::warn!(
+        connection = conn,
+        "the session goes on after the unmount (another mount namespace holds the mount): aborting the connection"
+    );
+    if let Err(e) = std::fs::write(&file, b"1") {
+        // Without fusectl there is no telling a connection held elsewhere from a
+        // session still finishing its work (CRFS writing its last chunks): no exit.
+        tracing::error!(
+            error = %e,
+            file = %file.display(),
+            "cannot abort the FUSE connection (mount fusectl on /sys/fs/fuse/connections, or SIGKILL the daemon)"
+        );
+    }
 }
 
 /// Unmount a [`spawn`]ed session and wait for its threads, treating the kernel's

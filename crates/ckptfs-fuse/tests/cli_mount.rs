@@ -146,3 +146,63 @@ fn cli_crfs_mount_writes_backend_by_close() {
     let (rc, _, err) = run(&bin, &["umount", mp.to_str().unwrap()]);
     assert_eq!(rc, 0, "{err}");
 }
+
+/// `ckptfs umount` while a process that unshared its mount namespace holds a copy of
+/// the mount: the unmount here leaves the connection alive, so the daemon used to keep
+/// running and umount failed after --wait. umount now sends SIGTERM after 3 s, the
+/// daemon aborts the connection and exits, and umount succeeds (docs/fuse.md, case 5a).
+#[test]
+fn cli_umount_ends_a_daemon_whose_mount_another_namespace_holds() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (unshare of the mount namespace)");
+        return;
+    }
+    let Some(bin) = ckptfs() else { return };
+    let name = store_name("clins");
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let mps = mp.to_str().unwrap();
+    let log = tmp.path().join("mount.log");
+    let (rc, out, err) = run(
+        &bin,
+        &[
+            "--store",
+            &name,
+            "--mem-size",
+            "64M",
+            "mount",
+            "--log-file",
+            log.to_str().unwrap(),
+            mps,
+        ],
+    );
+    assert_eq!(rc, 0, "{err}");
+    let pid = pid_of(&out);
+    let ready = tmp.path().join("ready");
+    let mut holder = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!("touch {} && exec sleep 60", ready.display()))
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !ready.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "unshare did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t0 = Instant::now();
+    let (rc, _, err) = run(&bin, &["umount", "--wait", "15", mps]);
+    let took = t0.elapsed();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    if alive(pid) {
+        // SAFETY: our own daemon, left over by a failed run.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let _ = ckptfs_store::Store::destroy(&name);
+    assert_eq!(rc, 0, "umount failed after {took:?}: {err}");
+    assert!(err.contains("sending SIGTERM"), "{err}");
+    assert!(took < Duration::from_secs(10), "umount took {took:?}");
+    assert!(!alive(pid));
+}

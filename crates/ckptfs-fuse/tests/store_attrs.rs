@@ -448,3 +448,97 @@ fn store_hard_links_fifos_sockets_and_device_nodes_work_through_the_mount() {
     assert_eq!(s.info().files, 0);
     assert_eq!(d.stop(), 0);
 }
+
+/// pjdfstest (C) chown/00.t: a user's chown of its own file, FIFO or socket to itself
+/// clears set-user-ID and set-group-ID (with group execute), as tmpfs does; a
+/// directory keeps them. set-group-ID without group execute is cleared only when the
+/// user is not in the file's group. Checked against a plain directory (the local file system) too.
+#[test]
+fn store_chown_by_a_user_clears_setid_bits_of_every_non_directory() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (a root daemon and an unprivileged chown)");
+        return;
+    }
+    ensure_user("ckptfs-t1");
+    let (_g, tmp, mp, d) = mounted("chownkill");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    for dir in [&mp, &plain] {
+        let (rc, _, err) = sh(
+            dir,
+            "touch reg && mkfifo fifo && mkdir dir && \
+             python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sock\")' && \
+             chown ckptfs-t1:ckptfs-t1 reg fifo dir sock && chmod 06555 reg fifo dir sock && \
+             touch nx-own nx-other && chown ckptfs-t1:ckptfs-t1 nx-own && chown ckptfs-t1:root nx-other && \
+             chmod 02644 nx-own nx-other",
+        );
+        assert_eq!(rc, 0, "{err}");
+        let (rc, err) = as_user(
+            "ckptfs-t1",
+            dir,
+            "chown ckptfs-t1:ckptfs-t1 reg fifo dir sock nx-own nx-other",
+        );
+        assert_eq!(rc, 0, "{err}");
+        let mode = |n: &str| std::fs::symlink_metadata(dir.join(n)).unwrap().mode() & 0o7777;
+        let what = if dir == &mp { "mount" } else { "plain directory" };
+        for n in ["reg", "fifo", "sock"] {
+            assert_eq!(mode(n), 0o555, "{n} on the {what} after a user's chown");
+        }
+        assert_eq!(mode("dir"), 0o6555, "a directory keeps its bits ({what})");
+        // set-group-ID without group execute: kept when the caller is in the file's
+        // group, cleared when not (the kernel's setattr_should_drop_sgid).
+        assert_eq!(mode("nx-own"), 0o2644, "nx-own on the {what}");
+        assert_eq!(mode("nx-other"), 0o644, "nx-other on the {what}");
+    }
+    assert_eq!(d.stop(), 0);
+}
+
+/// pjdfstest (C) `*/03.t` ENAMETOOLONG checks: a path of PATH_MAX - 1 (4,095) bytes
+/// relative to a directory of the mount (the suite's cwd) works, one byte more is
+/// ENAMETOOLONG (the kernel's limit on one path argument). The store path of such a
+/// file is longer than 4,095 bytes (its leading `/` and the directory's own path): it
+/// was ENAMETOOLONG from the store's limit on a whole store path.
+#[test]
+fn store_relative_paths_up_to_path_max_work_below_any_directory() {
+    let (_g, _tmp, mp, d) = mounted("relpath");
+    std::fs::create_dir_all(mp.join("sub/deeper")).unwrap();
+    let script = r#"
+import errno, os, sys
+os.umask(0)
+os.chdir(sys.argv[1])
+comp = "d" * 127
+nx = "/".join([comp] * 31)
+nx = nx + "/" + "f" * (4095 - len(nx) - 1)
+assert len(nx) == 4095, len(nx)
+os.makedirs(os.path.dirname(nx))
+fd = os.open(nx, os.O_CREAT | os.O_WRONLY, 0o642)
+os.write(fd, b"deep")
+os.close(fd)
+assert open(nx, "rb").read() == b"deep"
+assert oct(os.stat(nx).st_mode & 0o777) == oct(0o642)
+try:
+    os.open(nx + "x", os.O_CREAT | os.O_WRONLY, 0o642)
+    sys.exit("a 4,096-byte path was accepted")
+except OSError as e:
+    assert e.errno == errno.ENAMETOOLONG, e
+os.unlink(nx)
+print("ok")
+"#;
+    for dir in [mp.clone(), mp.join("sub/deeper")] {
+        let out = std::process::Command::new("python3")
+            .args(["-c", script])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(d.stop(), 0);
+}

@@ -8,7 +8,7 @@ use ckptfs_store::{OpenFlags, Store, StoreOptions};
 use common::*;
 use std::io::{Read, Write};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[test]
 fn zz_daemon_entry() {
@@ -335,4 +335,57 @@ fn store_mount_read_of_file_written_through_mount_verifies_checksums() {
     let err = std::fs::read(mp.join("ck")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
     assert_eq!(d.stop(), 0);
+}
+
+/// A process unshares its mount namespace while the store is mounted (its copy of the
+/// mount keeps the FUSE connection alive), then the mount is unmounted here: SIGTERM
+/// used to leave the daemon hanging on its session thread. It now aborts its
+/// connection and exits within a few seconds; the process in the other namespace
+/// gets an error, not a hang.
+#[test]
+fn store_sigterm_after_umount_exits_although_another_namespace_holds_the_mount() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (unshare of the mount namespace, umount2)");
+        return;
+    }
+    let (g, _s) = small_store("unshare");
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let mut d = Daemon::store(&g.0, &mp);
+    std::fs::write(mp.join("x"), b"kept").unwrap();
+    // A holder in a private copy of this mount namespace, the mount included.
+    let ready = tmp.path().join("ready");
+    let mut holder = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!("touch {} && exec sleep 60", ready.display()))
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !ready.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "unshare did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // `ckptfs umount` as root: umount2 in this namespace (the other copy stays).
+    ckptfs_fuse::mount::unmount(&mp, false).unwrap();
+    assert!(ckptfs_fuse::mount::mount_entry(&mp).is_none_or(|m| !m.is_ckptfs()));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        d.wait(Duration::from_millis(1)),
+        None,
+        "the connection was expected to live on"
+    );
+    d.signal(libc::SIGTERM);
+    let t0 = Instant::now();
+    let code = d.wait(Duration::from_secs(8));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(code.is_some(), "the daemon still runs 8 s after SIGTERM");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "exited only after {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(code, Some(0));
 }

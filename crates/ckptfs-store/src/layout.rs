@@ -43,8 +43,14 @@ pub const CHUNK_ENTRY_SIZE: u64 = 24;
 pub const SUPERBLOCK_SIZE: u64 = 4096;
 /// Longest name of one path component.
 pub const NAME_MAX: usize = 255;
-/// Longest store path.
+/// Longest path argument of one call (the C API's and the shim's limit, as Linux's
+/// PATH_MAX less its NUL).
 pub const PATH_MAX: usize = 4095;
+/// Longest store path the store resolves (from its root). Longer than [`PATH_MAX`]:
+/// the FUSE mount turns a path the kernel resolved relative to a directory (at most
+/// PATH_MAX bytes from there, as pjdfstest checks) into a path from the store root,
+/// which is longer by that directory's own path.
+pub const TREE_PATH_MAX: usize = 8 * 4096 - 1;
 /// Smallest and largest chunk size.
 pub const MIN_CHUNK: u64 = ckptfs_settings::MIN_CHUNK_SIZE;
 /// Largest chunk size.

@@ -23,7 +23,7 @@ pub struct Store {
 /// Split a store path into components, resolving `.` and `..` lexically (the store has
 /// no symbolic links). Relative paths are taken from the root.
 pub(crate) fn components(path: &str) -> Result<Vec<&str>> {
-    if path.len() > PATH_MAX {
+    if path.len() > TREE_PATH_MAX {
         return Err(StoreError::NameTooLong(format!("{}...", &path[..64])));
     }
     if path.contains('\0') {

@@ -144,6 +144,9 @@ impl Shared {
         if self.stopping() {
             return Err(AgentError::Stopped(plan.item.path.clone()));
         }
+        // Before copying anything: not over a newer version another node drained.
+        self.pfs
+            .check_not_older(&plan.item.path, plan.item.fp.mtime_ns, None)?;
         let put = self.pfs.begin(&plan.item.path, plan.mode, plan.item.fp.size)?;
         let units = self.units(plan);
         // One verifier thread checks the memory chunks of unit i+1.. while the IO

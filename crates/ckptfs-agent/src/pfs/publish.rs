@@ -222,6 +222,63 @@ impl PfsLevel {
         })
     }
 
+    /// Refuse to replace a destination file that another node's manifest in the same
+    /// directory lists with a newer version (nodes sharing one PFS directory): the
+    /// version of store path `path` modified at `mtime_ns` (with `content`: its CRC32C
+    /// and size, if known) is not published when another node drained different
+    /// content with an mtime at least as recent. Other nodes' manifests are read only
+    /// when the destination file exists; one that cannot be read is logged and left out.
+    pub(crate) fn check_not_older(
+        &self,
+        path: &str,
+        mtime_ns: u64,
+        content: Option<(u32, u64)>,
+    ) -> Result<(), AgentError> {
+        let dest = self.dest_of(path);
+        let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
+            return Ok(());
+        };
+        let name = name.to_string_lossy();
+        match self.io.len(&dest) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(AgentError::dest("stat", &dest, e)),
+        }
+        let own = manifest::file_name(&self.node);
+        let list = self.io.list(dir).map_err(|e| AgentError::dest("list", dir, e))?;
+        for d in list {
+            let Some(node) = manifest::node_of(&d.name) else {
+                continue;
+            };
+            if d.is_dir || d.name == own {
+                continue;
+            }
+            let mpath = dir.join(&d.name);
+            let m = match Manifest::load(&*self.io, &mpath) {
+                Ok(Some(m)) => m,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(manifest = %mpath.display(), error = %e, "another node's manifest is not readable; not compared");
+                    continue;
+                }
+            };
+            let Some(o) = m.files.get(name.as_ref()) else {
+                continue;
+            };
+            let same = content.is_some_and(|(crc, size)| o.crc32c == crc && o.size == size);
+            if !same && o.mtime_ns >= mtime_ns {
+                return Err(AgentError::NewerElsewhere {
+                    path: path.to_string(),
+                    dest,
+                    node: node.to_string(),
+                    other_mtime_ns: o.mtime_ns,
+                    mtime_ns,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Make the temporary file durable, check `still_valid` (the source did not change
     /// meanwhile), drop a stale manifest entry, rename the file into place and fsync the
     /// directory (steps 3-6). The manifest entry is added by [`PfsLevel::record`].
@@ -246,6 +303,9 @@ impl PfsLevel {
         crash_point("agent-after-fsync");
         still_valid()?;
         let (crc, size) = (entry.crc32c, entry.size);
+        // Last look before the rename: another node may have drained a newer version
+        // of the same name since the copy began.
+        self.check_not_older(&entry.store_path, entry.mtime_ns, Some((crc, size)))?;
         // Replacing a published file: drop its entry first, so the manifest never
         // describes content the file does not have.
         let stale = self.with_manifest(&dir, |m| {

@@ -257,9 +257,17 @@ impl Filesystem for StoreFs {
             if uid.is_some() || gid.is_some() {
                 let (u, g) = (uid.unwrap_or(cur.uid), gid.unwrap_or(cur.gid));
                 self.store.chown(&path, u, g).map_err(store_err)?;
-                // FUSE_HANDLE_KILLPRIV: chown of a file clears its set-id bits.
-                if cur.kind == FileKind::File && mode.is_none() {
-                    if let Some(m) = crate::killed_mode(cur.mode) {
+                // FUSE_HANDLE_KILLPRIV: chown of anything but a directory clears its
+                // set-id bits, whoever calls (Linux's chown_common: regular files, FIFOs,
+                // sockets and device nodes alike; tmpfs does the same).
+                if cur.kind != FileKind::Dir && mode.is_none() {
+                    let mut m = crate::killed_mode(cur.mode).unwrap_or(cur.mode & 0o7777);
+                    // set-group-ID without group execute goes too when the caller is
+                    // not in the file's group (the kernel's setattr_should_drop_sgid).
+                    if m & libc::S_ISGID != 0 && !crate::creds::in_group(req, cur.gid) {
+                        m &= !libc::S_ISGID;
+                    }
+                    if m != cur.mode & 0o7777 {
                         self.store.chmod(&path, m).map_err(store_err)?;
                     }
                 }
