@@ -1,0 +1,151 @@
+#!/bin/bash
+# ckptfs under Slurm (docs/slurm.md): the per-node daemons start and stop with the job,
+# the ranks checkpoint through ckptfs into node memory with partner copies in other
+# failure domains (Slurm's topology.conf switches), and at the end of the job (or when
+# Slurm warns that the time limit is near) the newest checkpoints are flushed to the
+# PFS within a bounded time, with a report. A requeued job restarts from the newest
+# dataset that is wholly recoverable: in the memory of the nodes it gets again, in a
+# partner's memory for a node whose memory was lost, or on the PFS.
+#
+#   sbatch --wait examples/slurm/ckptfs-job.sh           (from the repository root)
+#
+# The application is examples/heat (2-D heat diffusion, plain POSIX checkpoints), 2
+# ranks per node, each checkpoint a job-wide dataset. Settings (environment; sbatch
+# passes the submitter's environment): CKPTFS_BIN (the ckptfs binary), CKPTFS_JOBDIR
+# (a directory every node sees: cluster file, secret, logs; default
+# $SLURM_SUBMIT_DIR/ckptfs-jobs/$SLURM_JOB_ID), CKPTFS_PFS (flush destination; default
+# $CKPTFS_JOBDIR/pfs), HEAT_NX, HEAT_NY, HEAT_SEGMENTS, HEAT_EVERY, CKPTFS_FLUSH_TIMEOUT
+# (seconds the job-end flush may take, default 40), CKPTFS_FLUSH_MAX_BW (MB/s cap of
+# the flush), CKPTFS_METRICS_PORT (each daemon serves Prometheus metrics on it; on one
+# host: that port plus the node's index).
+#
+#SBATCH --job-name=ckptfs-heat
+#SBATCH --partition=ckptfs
+#SBATCH --nodes=4
+#SBATCH --ntasks-per-node=2
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@50
+#SBATCH --output=ckptfs-job-%j.out
+set -uo pipefail
+
+SUBMIT=${SLURM_SUBMIT_DIR:-$PWD}
+CK=${CKPTFS_BIN:-$(command -v ckptfs || echo "$SUBMIT/target/release/ckptfs")}
+JOBDIR=${CKPTFS_JOBDIR:-$SUBMIT/ckptfs-jobs/$SLURM_JOB_ID}
+PFS=${CKPTFS_PFS:-$JOBDIR/pfs}
+RUN=${SLURM_RESTART_COUNT:-0}
+FLUSH_TIMEOUT=${CKPTFS_FLUSH_TIMEOUT:-40}
+export CK JOBDIR PFS
+export HEAT_NX=${HEAT_NX:-512} HEAT_NY=${HEAT_NY:-512} HEAT_SEGMENTS=${HEAT_SEGMENTS:-6} HEAT_EVERY=${HEAT_EVERY:-10}
+# Every checkpoint gets partner copies (the job survives a node's loss at any time).
+export CKPTFS_DATASET_PARTNER_COPIES=${CKPTFS_DATASET_PARTNER_COPIES:-all}
+export CKPTFS_MEM_SIZE=${CKPTFS_MEM_SIZE:-256M}
+export CKPTFS_DEST=$PFS
+export CKPTFS_JOB=${CKPTFS_JOB:-slurm-$SLURM_JOB_ID}
+# The fast defaults that need root, prepared by the node prolog (examples/slurm/prolog.sh).
+if [ -z "${CKPTFS_SHM_DIR:-}" ] && mountpoint -q /dev/shm-ckptfs 2>/dev/null; then
+    export CKPTFS_SHM_DIR=/dev/shm-ckptfs
+fi
+log() { echo "[$(date +%T)] ckptfs-job: $*"; }
+[ -x "$CK" ] || { log "no ckptfs binary ($CK): set CKPTFS_BIN"; exit 2; }
+
+# The job directory and the secret are the job user's only.
+umask 077
+mkdir -p "$JOBDIR" "$PFS"
+cd "$JOBDIR" || exit 2
+log "run $RUN of job $SLURM_JOB_ID on $SLURM_JOB_NODELIST ($SLURM_NNODES nodes x $SLURM_NTASKS_PER_NODE ranks), shm_dir ${CKPTFS_SHM_DIR:-/dev/shm}"
+
+# 1. The cluster file from the allocation. Several slurmd on one host (scripts/slurm-
+#    local.sh): every node on 127.0.0.1 with its own port and store. Failure domains:
+#    Slurm's topology.conf switches, when the site has one (cluster init finds it).
+PORT=${CKPTFS_PORT:-$((20000 + SLURM_JOB_ID % 1000 * 40))}
+hosts=$(for n in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do
+    scontrol show node -o "$n" | grep -o 'NodeHostName=[^ ]*'; done | sort -u | wc -l)
+one_host=()
+[ "$hosts" = 1 ] && [ "$SLURM_NNODES" -gt 1 ] && one_host=(--one-host 127.0.0.1)
+"$CK" cluster init --out c.toml "${one_host[@]}" --port "$PORT" --heartbeat-ms 500 --force >/dev/null ||
+    { log "cluster init failed"; exit 2; }
+export CKPTFS_CLUSTER=$JOBDIR/c.toml
+"$CK" cluster plan --cluster c.toml | sed -n '1p;/its loss destroys/,$p'
+
+# 2. One daemon per node, a job step of its own that lives as long as the job.
+metrics=""
+[ -n "${CKPTFS_METRICS_PORT:-}" ] && metrics=$CKPTFS_METRICS_PORT
+srun --overlap --ntasks-per-node=1 -N "$SLURM_NNODES" -n "$SLURM_NNODES" --kill-on-bad-exit=0 --output="$JOBDIR/daemon-%t.log" \
+    bash -c 'm=(); if [ -n "$0" ]; then i=$SLURM_NODEID; [ -n "$1" ] && m=(--metrics "127.0.0.1:$(($0 + i))") || m=(--metrics "0.0.0.0:$0"); fi
+             unset CKPTFS_DEST   # no drain while the job runs: memory and partners; the flush is at the end
+             exec "$CK" node --cluster "$CKPTFS_CLUSTER" --node-id "$SLURMD_NODENAME" "${m[@]}"' "$metrics" "${one_host[*]}" &
+DAEMONS=$!
+daemons_step="$SLURM_JOB_ID.0"
+stop_daemons() {
+    scancel --signal=TERM "$daemons_step" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "$DAEMONS" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$DAEMONS" 2>/dev/null
+    wait "$DAEMONS" 2>/dev/null
+}
+on_nodes() { srun --overlap --ntasks-per-node=1 -N "$SLURM_NNODES" -n "$SLURM_NNODES" --kill-on-bad-exit=0 "$@"; }
+on_nodes bash -c 'for i in $(seq 1 300); do "$CK" --node-id "$SLURMD_NODENAME" node status >/dev/null 2>&1 && exit 0; sleep 0.1; done
+                  echo "daemon on $SLURMD_NODENAME did not come up" >&2; exit 1' || { log "daemons did not start"; stop_daemons; exit 2; }
+log "daemons up on every node"
+
+# 3. The job-end flush (SCR's scavenge): every node drains its complete checkpoints to
+#    the PFS, bounded by FLUSH_TIMEOUT; a report per node and one for the job.
+flushed=0
+scavenge() {
+    [ "$flushed" = 1 ] && return
+    flushed=1
+    log "job-end flush to $PFS (at most ${FLUSH_TIMEOUT}s)"
+    bw=()
+    [ -n "${CKPTFS_FLUSH_MAX_BW:-}" ] && bw=(--max-bw "$CKPTFS_FLUSH_MAX_BW")
+    on_nodes bash -c 'timeout -s TERM "$0" "$CK" --node-id "$SLURMD_NODENAME" agent --once --json "${@}" \
+        >"$JOBDIR/flush-$SLURMD_NODENAME.json" 2>"$JOBDIR/flush-$SLURMD_NODENAME.log"; rc=$?
+        "$CK" --node-id "$SLURMD_NODENAME" agent status --json >"$JOBDIR/flush-status-$SLURMD_NODENAME.json" 2>/dev/null
+        echo "$rc" >"$JOBDIR/flush-$SLURMD_NODENAME.rc"' "$FLUSH_TIMEOUT" "${bw[@]}"
+    python3 "$SUBMIT/examples/slurm/flush-report.py" "$JOBDIR" | tee "$JOBDIR/flush-report.txt"
+}
+trap 'log "time limit near (SIGUSR1)"; scavenge; stop_daemons; exit 0' USR1
+
+# 4. The ranks: restart from the newest recoverable dataset, checkpoint each segment.
+#    (Test hook: CKPTFS_EXAMPLE_LOSE=NODE:SEGMENT, first run only: stop after SEGMENT,
+#    lose NODE's daemon and memory, requeue the job.)
+lose_node="" lose_at=0
+if [ -n "${CKPTFS_EXAMPLE_LOSE:-}" ] && [ "$RUN" = 0 ]; then
+    lose_node=${CKPTFS_EXAMPLE_LOSE%%:*} lose_at=${CKPTFS_EXAMPLE_LOSE##*:}
+fi
+export STOP_AFTER=$lose_at
+cc -O2 -o "$JOBDIR/heat" "$SUBMIT/examples/heat/heat.c" || { log "cannot build heat"; stop_daemons; exit 2; }
+srun --overlap --kill-on-bad-exit=1 bash "$SUBMIT/examples/slurm/ckptfs-rank.sh" &
+wait $!
+rc=$?
+[ "$rc" = 0 ] || { log "ranks failed ($rc)"; "$CK" --node-id "$(hostname -s)" ckpt list 2>/dev/null; scavenge; stop_daemons; exit 1; }
+
+if [ -n "$lose_node" ]; then
+    # Wait until the newest dataset is protected, then lose a node: its daemon is
+    # killed and its memory destroyed (what a node crash and reboot leave).
+    for _ in $(seq 1 300); do
+        "$CK" --node-id "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)" ckpt list --json 2>/dev/null |
+            python3 -c 'import json,sys; d=[x for x in json.load(sys.stdin)["datasets"] if x["complete"]]
+sys.exit(0 if d and "partner" in d[-1]["levels"] else 1)' && break
+        sleep 0.2
+    done
+    log "losing $lose_node: daemon killed, node memory destroyed; requeueing the job"
+    srun --overlap -N1 -n1 -w "$lose_node" bash -c 'pid=$("$CK" --node-id "$SLURMD_NODENAME" node status --json | python3 -c "import json,sys; print(json.load(sys.stdin)[\"pid\"])")
+        kill -9 "$pid"; sleep 0.5; "$CK" --node-id "$SLURMD_NODENAME" destroy'
+    stop_daemons
+    scontrol requeue "$SLURM_JOB_ID"
+    sleep 600 &
+    wait $!
+    exit 0
+fi
+
+log "ranks done; datasets:"
+"$CK" --node-id "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)" ckpt list
+scavenge
+stop_daemons
+# The memory goes back to the node once the newest dataset is on the PFS.
+if grep -q '^flush: complete' "$JOBDIR/flush-report.txt"; then
+    on_nodes bash -c '"$CK" --node-id "$SLURMD_NODENAME" destroy >/dev/null'
+    log "stores destroyed"
+    exit 0
+fi
+log "flush incomplete: node memory kept (the next job of this allocation can still flush it)"
+exit 1
