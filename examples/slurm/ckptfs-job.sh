@@ -102,7 +102,8 @@ scavenge() {
         echo "$rc" >"$JOBDIR/flush-$SLURMD_NODENAME.rc"' "$FLUSH_TIMEOUT" "${bw[@]}"
     python3 "$SUBMIT/examples/slurm/flush-report.py" "$JOBDIR" | tee "$JOBDIR/flush-report.txt"
 }
-trap 'log "time limit near (SIGUSR1)"; scavenge; stop_daemons; exit 0' USR1
+# Slurm's warning before the time limit (--signal=B:USR1@50): flush now, then stop.
+trap 'log "time limit near (SIGUSR1)"; scavenge; stop_daemons; grep -q "^flush: complete" "$JOBDIR/flush-report.txt"; exit $?' USR1
 
 # 4. The ranks: restart from the newest recoverable dataset, checkpoint each segment.
 #    (Test hook: CKPTFS_EXAMPLE_LOSE=NODE:SEGMENT, first run only: stop after SEGMENT,
@@ -111,12 +112,28 @@ lose_node="" lose_at=0
 if [ -n "${CKPTFS_EXAMPLE_LOSE:-}" ] && [ "$RUN" = 0 ]; then
     lose_node=${CKPTFS_EXAMPLE_LOSE%%:*} lose_at=${CKPTFS_EXAMPLE_LOSE##*:}
 fi
-export STOP_AFTER=$lose_at
 cc -O2 -o "$JOBDIR/heat" "$SUBMIT/examples/heat/heat.c" || { log "cannot build heat"; stop_daemons; exit 2; }
-srun --overlap --kill-on-bad-exit=1 bash "$SUBMIT/examples/slurm/ckptfs-rank.sh" &
-wait $!
-rc=$?
-[ "$rc" = 0 ] || { log "ranks failed ($rc)"; "$CK" --node-id "$(hostname -s)" ckpt list 2>/dev/null; scavenge; stop_daemons; exit 1; }
+ranks() { srun --overlap --kill-on-bad-exit=1 bash "$SUBMIT/examples/slurm/ckptfs-rank.sh" "$@"; }
+rm -f "$JOBDIR"/begun.*
+ranks restart >"$JOBDIR/restart.out" || { log "restart failed"; stop_daemons; exit 1; }
+grep '^rank' "$JOBDIR/restart.out" | sort -k2n
+start=$(grep -o '^start=[0-9]*' "$JOBDIR/restart.out" | sort -u)
+[ "$(echo "$start" | wc -l)" = 1 ] || { log "ranks disagree on the restart: $start"; stop_daemons; exit 1; }
+start=${start#start=}
+STEPS=$((HEAT_SEGMENTS * HEAT_EVERY))
+for T in $(seq $((start + HEAT_EVERY)) "$HEAT_EVERY" "$STEPS"); do
+    # In the background so that Slurm's warning (USR1) is handled at once.
+    ranks segment "$T" &
+    wait $!
+    rc=$?
+    [ "$rc" = 0 ] || { log "ranks failed at step $T ($rc)"; scavenge; stop_daemons; exit 1; }
+    [ "$lose_at" -gt 0 ] && [ $((T / HEAT_EVERY)) -ge "$lose_at" ] && break
+done
+# Test hook (tests/slurm): the rest of a long computation, during which the allocation ends.
+if [ -n "${CKPTFS_EXAMPLE_COMPUTE_S:-}" ]; then
+    sleep "$CKPTFS_EXAMPLE_COMPUTE_S" &
+    wait $!
+fi
 
 if [ -n "$lose_node" ]; then
     # Wait until the newest dataset is protected, then lose a node: its daemon is
