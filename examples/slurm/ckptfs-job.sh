@@ -27,6 +27,9 @@
 #SBATCH --signal=B:USR1@50
 #SBATCH --output=ckptfs-job-%j.out
 set -uo pipefail
+# Slurm's warning may come at any moment: remembered until the flush can run.
+usr1=0
+trap 'usr1=1' USR1
 
 SUBMIT=${SLURM_SUBMIT_DIR:-$PWD}
 CK=${CKPTFS_BIN:-$(command -v ckptfs || echo "$SUBMIT/target/release/ckptfs")}
@@ -87,8 +90,11 @@ on_nodes bash -c 'for i in $(seq 1 300); do "$CK" --node-id "$SLURMD_NODENAME" n
                   echo "daemon on $SLURMD_NODENAME did not come up" >&2; exit 1' || { log "daemons did not start"; stop_daemons; exit 2; }
 log "daemons up on every node"
 
-# 3. The job-end flush (SCR's scavenge): every node drains its complete checkpoints to
-#    the PFS, bounded by FLUSH_TIMEOUT; a report per node and one for the job.
+# 3. The job-end flush (SCR's scavenge), on every node, bounded by FLUSH_TIMEOUT: while
+#    the daemons still run, settle the dataset records (a `ckpt list` asks every node),
+#    keep only the newest complete dataset in memory (the drain goes oldest first; the
+#    bounded time is for the newest), drain it to the PFS, then record which files
+#    reached it. flush-report.py turns that into one line per node and a verdict.
 flushed=0
 scavenge() {
     [ "$flushed" = 1 ] && return
@@ -96,14 +102,27 @@ scavenge() {
     log "job-end flush to $PFS (at most ${FLUSH_TIMEOUT}s)"
     bw=()
     [ -n "${CKPTFS_FLUSH_MAX_BW:-}" ] && bw=(--max-bw "$CKPTFS_FLUSH_MAX_BW")
-    on_nodes bash -c 'timeout -s TERM "$0" "$CK" --node-id "$SLURMD_NODENAME" agent --once --json "${@}" \
-        >"$JOBDIR/flush-$SLURMD_NODENAME.json" 2>"$JOBDIR/flush-$SLURMD_NODENAME.log"; rc=$?
-        "$CK" --node-id "$SLURMD_NODENAME" agent status --json >"$JOBDIR/flush-status-$SLURMD_NODENAME.json" 2>/dev/null
-        echo "$rc" >"$JOBDIR/flush-$SLURMD_NODENAME.rc"' "$FLUSH_TIMEOUT" "${bw[@]}"
+    on_nodes bash -c 'n=$SLURMD_NODENAME; ck() { "$CK" --node-id "$n" "$@"; }
+        ck ckpt list --json >"$JOBDIR/flush-datasets-$n.json" 2>/dev/null
+        newest=$(python3 -c "import json,sys; d=[x for x in json.load(open(sys.argv[1]))[\"datasets\"] if x[\"complete\"]]; print(d[-1][\"name\"] if d else \"\"); [print(x[\"id\"], file=sys.stderr) for x in d[:-1]]" \
+            "$JOBDIR/flush-datasets-$n.json" 2>"$JOBDIR/flush-older-$n.txt")
+        echo "$newest" >"$JOBDIR/flush-newest-$n.txt"
+        for id in $(cat "$JOBDIR/flush-older-$n.txt"); do ck ckpt delete "$id" >/dev/null 2>&1; done
+        timeout -s TERM "$0" "$CK" --node-id "$n" agent --once --json "${@}" >"$JOBDIR/flush-$n.json" 2>"$JOBDIR/flush-$n.log"
+        echo $? >"$JOBDIR/flush-$n.rc"
+        ck status --json >"$JOBDIR/flush-levels-$n.json" 2>/dev/null' "$FLUSH_TIMEOUT" "${bw[@]}"
     python3 "$SUBMIT/examples/slurm/flush-report.py" "$JOBDIR" | tee "$JOBDIR/flush-report.txt"
 }
 # Slurm's warning before the time limit (--signal=B:USR1@50): flush now, then stop.
-trap 'log "time limit near (SIGUSR1)"; scavenge; stop_daemons; grep -q "^flush: complete" "$JOBDIR/flush-report.txt"; exit $?' USR1
+on_usr1() {
+    log "time limit near (SIGUSR1)"
+    scavenge
+    stop_daemons
+    grep -q "^flush: complete" "$JOBDIR/flush-report.txt"
+    exit $?
+}
+trap on_usr1 USR1
+[ "$usr1" = 1 ] && on_usr1
 
 # 4. The ranks: restart from the newest recoverable dataset, checkpoint each segment.
 #    (Test hook: CKPTFS_EXAMPLE_LOSE=NODE:SEGMENT, first run only: stop after SEGMENT,
