@@ -11,6 +11,7 @@
 # promtool and curl (scripts/setup-slurm.sh installs them); fails when they are missing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$PWD
 BIN=${CKPTFS_BIN_DIR:-${CARGO_TARGET_DIR:-$PWD/target}/release}
 CK=$BIN/ckptfs
 PORT=${PORT:-27700}
@@ -139,6 +140,30 @@ until_q "no copy pending any more" 'ckptfs_partner_copies_pending' 'len(v) == 4 
 until_q "node1 drained its file (level pfs, drained bytes)" 'ckptfs_level_files{level="pfs"} + on(instance) ckptfs_drained_bytes_total' 'len(v) == 1 and v[0] >= 2000001'
 until_q "newest dataset protected: node1 on the PFS (3), the others in partner memory (2)" 'ckptfs_newest_dataset_protection_level' 'sorted(v) == [2, 2, 2, 3]'
 until_q "memory in use grew on every node" 'ckptfs_store_used_bytes{tier="memory"}' 'len(v) == 4 and all(x >= 2e6 for x in v)'
+
+echo "== the Grafana dashboard's queries (examples/grafana/ckptfs-dashboard.json)"
+curl -sf --max-time 2 "http://127.0.0.1:$((PORT + 5))/metrics" >m1.txt
+if out=$(python3 - "$ROOT/examples/grafana/ckptfs-dashboard.json" m1.txt "$PROM_PORT" <<'PY'
+import json, re, sys, urllib.parse, urllib.request
+dash = json.load(open(sys.argv[1]))
+exposed = {l.split("{")[0].split(" ")[0] for l in open(sys.argv[2]) if l.startswith("ckptfs_")}
+bad = []
+n = 0
+for p in dash["panels"]:
+    for t in p["targets"]:
+        n += 1
+        expr = t["expr"].replace("$instance", ".*")
+        for name in re.findall(r"ckptfs_[a-z_]+", expr):
+            if name not in exposed:
+                bad.append(f"{p['title']}: {name} is not exported")
+        url = f"http://127.0.0.1:{sys.argv[3]}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        r = json.load(urllib.request.urlopen(url, timeout=5))
+        if r["status"] != "success" or not r["data"]["result"]:
+            bad.append(f"{p['title']}: {expr} gave no series")
+print("\n".join(bad) if bad else f"{n} queries")
+sys.exit(1 if bad else 0)
+PY
+); then ok "every dashboard query names exported series and gives series ($out)"; else bad "dashboard: $out"; fi
 
 echo "== a node lost: its peers count missed heartbeats and see it down"
 kill -9 "${PIDS[node4]}"; wait "${PIDS[node4]}" 2>/dev/null; unset 'PIDS[node4]'

@@ -79,6 +79,10 @@ submit() {
     for _ in $(seq 1 600); do
         st=$(scontrol show job "$JOB" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
         case "$st" in COMPLETED | FAILED | TIMEOUT | CANCELLED | NODE_FAIL | OUT_OF_MEMORY | "") break ;; esac
+        # Slurm holds a requeued job for about two minutes (Reason=BeginTime): release it.
+        if [ "$st" = PENDING ] && scontrol show job "$JOB" | grep -q 'Reason=BeginTime'; then
+            scontrol update jobid="$JOB" starttime=now 2>/dev/null
+        fi
         sleep 0.5
     done
     RC=$(scontrol show job "$JOB" 2>/dev/null | grep -o ' ExitCode=[0-9]*' | cut -d= -f2)
