@@ -115,6 +115,7 @@ scavenge() {
 }
 # Slurm's warning before the time limit (--signal=B:USR1@50): flush now, then stop.
 on_usr1() {
+    trap '' USR1 # once; the flush's steps inherit the ignored signal
     log "time limit near (SIGUSR1)"
     scavenge
     stop_daemons
@@ -150,6 +151,7 @@ for T in $(seq $((start + HEAT_EVERY)) "$HEAT_EVERY" "$STEPS"); do
 done
 # Test hook (tests/slurm): the rest of a long computation, during which the allocation ends.
 if [ -n "${CKPTFS_EXAMPLE_COMPUTE_S:-}" ]; then
+    log "computing on (test hook, ${CKPTFS_EXAMPLE_COMPUTE_S}s)"
     sleep "$CKPTFS_EXAMPLE_COMPUTE_S" &
     wait $!
 fi
