@@ -53,7 +53,8 @@ pub struct InitArgs {
     /// The secret file [default: the cluster file with extension .secret].
     #[arg(long, value_name = "FILE")]
     pub secret_file: Option<PathBuf>,
-    /// Replace existing files (the secret too: running daemons must be restarted).
+    /// Replace existing files (the secret and key files too: running daemons must be
+    /// restarted).
     #[arg(long)]
     pub force: bool,
     /// Every node on this one address (several slurmd on one machine, docs/slurm.md):
@@ -65,6 +66,10 @@ pub struct InitArgs {
     /// slurm.conf is used when present and no --topology is given.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["local", "topology"])]
     pub slurm_topology: Option<PathBuf>,
+    /// Encrypt peer traffic (AES-256-GCM); without it every frame is authenticated
+    /// (keyed BLAKE3) but travels in the clear.
+    #[arg(long)]
+    pub encrypt: bool,
 }
 
 /// `cluster plan` options.
@@ -183,6 +188,10 @@ fn init(a: InitArgs) -> Result<i32> {
     cluster.redundancy = redundancy;
     cluster.heartbeat_ms = a.heartbeat_ms;
     cluster.secret_file = Some(secret_ref);
+    cluster.encrypt = a.encrypt;
+    // Per-node key files beside the cluster file: `<out>.keys/<node>.key`.
+    let keys_dir = a.out.with_extension("keys");
+    cluster.keys_dir = keys_dir.file_name().map(PathBuf::from);
     cluster.validate()?;
     // Refuse a plan that cannot work before writing anything.
     let plan = cluster.plan()?;
@@ -191,17 +200,24 @@ fn init(a: InitArgs) -> Result<i32> {
             bail!("{} exists; not overwritten (use --force)", p.display());
         }
     }
-    Secret::generate()?.create(&secret_path, a.force)?;
+    let master = Secret::generate()?;
+    master.create(&secret_path, a.force)?;
     write_new(&a.out, cluster.to_toml().as_bytes(), a.force)
         .with_context(|| format!("writing {}", a.out.display()))?;
+    // Loaded back so relative paths resolve against the file just written.
+    let mut written = cluster.clone();
+    written.source = Some(a.out.clone());
+    written.write_node_keys(&master, a.force)?;
     println!(
-        "wrote {} ({} nodes, {} with {} partner cop{} per file) and secret {} (mode 0600)",
+        "wrote {} ({} nodes, {} with {} partner cop{} per file), the job secret {} and one key \
+         file per node in {}/ (mode 0600; give each node only its own <node>.key)",
         a.out.display(),
         cluster.nodes.len(),
         plan.scheme,
         plan.copies,
         if plan.copies == 1 { "y" } else { "ies" },
-        secret_path.display()
+        secret_path.display(),
+        keys_dir.display()
     );
     for w in &plan.warnings {
         println!("warning: {w}");

@@ -25,10 +25,11 @@ pub struct NodeArgs {
     /// Bandwidth cap of partner copies out, MB/s.
     #[arg(long, value_name = "MB/S")]
     pub max_bw: Option<f64>,
-    /// Most memory this node gives to other nodes' copies (K/M/G); past it a partner
-    /// answers ENOSPC and the source records "no partner copy".
-    #[arg(long, value_name = "SIZE", value_parser = crate::config::parse_size)]
-    pub partner_max: Option<u64>,
+    /// Most memory this node gives to other nodes' copies: a size (K/M/G) or a share of
+    /// the store's memory (`50%`, the default). Counted from the moment a copy begins;
+    /// past it a partner answers ENOSPC and the source records "no partner copy".
+    #[arg(long, value_name = "SIZE|N%", value_parser = parse_partner_max)]
+    pub partner_max: Option<PartnerMax>,
     /// Seconds between scans of the store for files to copy.
     #[arg(long, value_name = "SECONDS", default_value_t = 0.2)]
     pub interval: f64,
@@ -46,6 +47,25 @@ pub struct NodeArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (host:port; docs/metrics.md).
     #[arg(long, value_name = "HOST:PORT", env = "CKPTFS_METRICS")]
     pub metrics: Option<String>,
+}
+
+/// `--partner-max`: bytes, or a share of the store's memory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PartnerMax {
+    /// At most this many bytes.
+    Bytes(u64),
+    /// At most this share (0-1) of the store's memory.
+    Share(f64),
+}
+
+fn parse_partner_max(v: &str) -> std::result::Result<PartnerMax, String> {
+    match v.trim().strip_suffix('%') {
+        Some(p) => match p.trim().parse::<f64>() {
+            Ok(x) if (0.0..=100.0).contains(&x) => Ok(PartnerMax::Share(x / 100.0)),
+            _ => Err(format!("{v:?}: want a share from 0% to 100%")),
+        },
+        None => crate::config::parse_size(v).map(PartnerMax::Bytes),
+    }
 }
 
 /// Subcommands of `ckptfs node`.
@@ -71,7 +91,11 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     let mut cfg = NodeConfig::new(cluster.clone(), node)?;
     cfg.store = ctx.store.clone();
     cfg.max_bw = args.max_bw.map(|m| m * 1e6);
-    cfg.partner_limit = args.partner_max;
+    match args.partner_max {
+        Some(PartnerMax::Bytes(b)) => cfg.partner_limit = Some(b),
+        Some(PartnerMax::Share(f)) => cfg.partner_share = f,
+        None => {}
+    }
     cfg.scan_interval = Duration::from_secs_f64(args.interval.max(0.01));
     if !(args.writer_yield >= 0.0 && args.writer_yield <= 3600.0) {
         anyhow::bail!(

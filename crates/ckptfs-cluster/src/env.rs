@@ -124,6 +124,8 @@ impl Cluster {
             job: opts.job.clone(),
             secret_file: opts.secret_file.clone(),
             secret: None,
+            keys_dir: None,
+            encrypt: false,
             heartbeat_ms: crate::DEFAULT_HEARTBEAT_MS,
             heartbeat_misses: crate::file::DEFAULT_HEARTBEAT_MISSES,
             redundancy: opts.redundancy,

@@ -1,10 +1,10 @@
 //! The cluster file: TOML, read with serde, validated with errors that name the node
 //! and the field.
 
-use crate::{invalid, ClusterError, Result, Secret};
+use crate::{invalid, ClusterError, NodeKeys, Result, Secret};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// Default heartbeat interval between daemons, in milliseconds.
@@ -129,7 +129,8 @@ pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
 ///
 /// ```toml
 /// job = "demo"
-/// secret_file = "demo.secret"      # relative to this file's directory
+/// secret_file = "c.secret"         # relative to this file's directory (the launcher's)
+/// keys_dir = "c.keys"              # per-node key files, <node>.key (each node's own)
 /// heartbeat_ms = 1000
 /// domains = ["rack"]               # levels, most important first
 /// [redundancy]
@@ -152,6 +153,14 @@ pub struct Cluster {
     /// Inline secret (hex); refused unless the cluster file is the caller's and mode 0600.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
+    /// Directory of the per-node key files (`<node id>.key`, [`crate::NodeKeys`]); a
+    /// relative path is relative to the cluster file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys_dir: Option<PathBuf>,
+    /// Encrypt peer traffic (AES-256-GCM) instead of only authenticating every frame;
+    /// every node of the map must agree (it is part of the handshake).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub encrypt: bool,
     /// Heartbeat interval between daemons, milliseconds.
     #[serde(default = "default_hb")]
     pub heartbeat_ms: u64,
@@ -338,9 +347,18 @@ impl Cluster {
 
     /// Path of the secret file, resolved against the cluster file's directory.
     pub fn secret_path(&self) -> Option<PathBuf> {
-        let p = self.secret_file.as_ref()?;
+        self.resolve(self.secret_file.as_ref()?)
+    }
+
+    /// Path of node `id`'s key file (`keys_dir/<id>.key`), resolved against the cluster
+    /// file's directory.
+    pub fn key_path(&self, id: &str) -> Option<PathBuf> {
+        Some(self.resolve(self.keys_dir.as_ref()?)?.join(format!("{id}.key")))
+    }
+
+    fn resolve(&self, p: &Path) -> Option<PathBuf> {
         if p.is_absolute() {
-            return Some(p.clone());
+            return Some(p.to_path_buf());
         }
         let dir = self
             .source
@@ -349,7 +367,7 @@ impl Cluster {
             .filter(|d| !d.as_os_str().is_empty());
         Some(match dir {
             Some(d) => d.join(p),
-            None => p.clone(),
+            None => p.to_path_buf(),
         })
     }
 
@@ -368,6 +386,70 @@ impl Cluster {
                 why: "the cluster map names no secret_file".into(),
             }),
         }
+    }
+
+    /// Node `id`'s credentials: its key file (`keys_dir/<id>.key`) when the map names a
+    /// keys directory and the file is there; otherwise derived from the job's master
+    /// secret, when this process can read it (the launcher, or a single-user cluster
+    /// where every node shares one file system). A key file that exists but is refused
+    /// (owner, mode, form, another node's or job's) is an error, never skipped.
+    pub fn node_keys(&self, id: &str) -> Result<NodeKeys> {
+        self.node(id)?;
+        if let Some(p) = self.key_path(id) {
+            match std::fs::symlink_metadata(&p) {
+                Ok(_) => {
+                    let k = NodeKeys::load(&p)?;
+                    if k.node() != id || k.job() != self.job {
+                        return Err(ClusterError::Secret {
+                            path: p,
+                            why: format!(
+                                "holds the keys of node {:?} of job {:?}, not of node {id:?} of job {:?}",
+                                k.node(),
+                                k.job(),
+                                self.job
+                            ),
+                        });
+                    }
+                    return Ok(k);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ClusterError::Io { path: p, source: e }),
+            }
+        }
+        let master = self.secret().map_err(|e| match (self.key_path(id), e) {
+            (Some(p), ClusterError::Secret { path, why }) => ClusterError::Secret {
+                path,
+                why: format!("{why}; and no key file {} for node {id:?}", p.display()),
+            },
+            (_, e) => e,
+        })?;
+        Ok(NodeKeys::derive(
+            &master,
+            &self.job,
+            id,
+            self.nodes.iter().map(|n| n.id.as_str()),
+        ))
+    }
+
+    /// Writes every node's key file into `keys_dir` (created mode 0700 if missing),
+    /// derived from `master` (the launcher's `cluster init`).
+    pub fn write_node_keys(&self, master: &Secret, force: bool) -> Result<Vec<PathBuf>> {
+        let Some(dir) = self.keys_dir.as_ref().and_then(|d| self.resolve(d)) else {
+            return Err(invalid("the cluster map names no keys_dir"));
+        };
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(ClusterError::Io { path: dir, source: e }),
+        }
+        let mut out = Vec::new();
+        for n in &self.nodes {
+            let p = dir.join(format!("{}.key", n.id));
+            NodeKeys::derive(master, &self.job, &n.id, self.nodes.iter().map(|n| n.id.as_str()))
+                .create(&p, force)?;
+            out.push(p);
+        }
+        Ok(out)
     }
 
     /// A map for `n` nodes on 127.0.0.1: `node1..nodeN`, ports `base_port..`, stores
@@ -394,6 +476,8 @@ impl Cluster {
             job: job.to_string(),
             secret_file: None,
             secret: None,
+            keys_dir: None,
+            encrypt: false,
             heartbeat_ms: DEFAULT_HEARTBEAT_MS,
             heartbeat_misses: DEFAULT_HEARTBEAT_MISSES,
             redundancy: Redundancy::default(),
@@ -414,6 +498,12 @@ impl Cluster {
         let _ = writeln!(o, "job = {}", q(&self.job));
         if let Some(p) = &self.secret_file {
             let _ = writeln!(o, "secret_file = {}", q(&p.to_string_lossy()));
+        }
+        if let Some(p) = &self.keys_dir {
+            let _ = writeln!(o, "keys_dir = {}", q(&p.to_string_lossy()));
+        }
+        if self.encrypt {
+            let _ = writeln!(o, "encrypt = true");
         }
         if let Some(s) = &self.secret {
             let _ = writeln!(o, "secret = {}", q(s));

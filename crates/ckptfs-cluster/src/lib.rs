@@ -10,6 +10,9 @@
 //! * [`Secret`]: the per-job secret peers authenticate with; read from a file that
 //!   must be the caller's own, a regular file and mode 0600 ([`Secret::load`]), created
 //!   with `O_EXCL|O_NOFOLLOW` ([`Secret::create`]).
+//! * [`NodeKeys`]: one node's credentials, a key per pair of nodes derived from the
+//!   master secret, so a node holds only what authenticates itself
+//!   ([`Cluster::node_keys`], written per node by [`Cluster::write_node_keys`]).
 //! * [`Plan`]: node matching (REMEM section III-C): mirror (mutual groups) or ring with
 //!   `copies = k`, partners outside the node's failure domain at the most important
 //!   level the map allows, the replacement order when a partner is down, and for each
@@ -31,6 +34,7 @@
 mod env;
 mod file;
 pub mod hostlist;
+mod keys;
 mod plan;
 mod secret;
 
@@ -38,6 +42,7 @@ pub use env::{EnvSource, HostListOptions, ProcessEnv, Topology};
 pub use file::{
     Cluster, Node, Redundancy, Scheme, DEFAULT_HEARTBEAT_MISSES, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT,
 };
+pub use keys::{pair_key, NodeKeys, PairKey, PAIR_KEY_LEN};
 pub use plan::{DomainLoss, NodePlan, Plan};
 pub use secret::{Secret, MAX_SECRET_LEN, MIN_SECRET_LEN, SECRET_LEN};
 

@@ -84,77 +84,95 @@ impl Secret {
     /// Reads a secret file: a regular file (symlinks refused), owned by the caller,
     /// no group/other permission bits, holding hex digits.
     pub fn load(path: &Path) -> Result<Secret> {
-        let refuse = |why: String| ClusterError::Secret {
+        let text = read_private(path, (MAX_SECRET_LEN * 2 + 16) as u64)?;
+        Secret::from_hex(&text).map_err(|why| ClusterError::Secret {
             path: path.to_path_buf(),
             why,
-        };
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(path)
-            .map_err(|e| refuse(format!("cannot open: {e}")))?;
-        let meta = f.metadata().map_err(|e| refuse(format!("cannot stat: {e}")))?;
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
-        if !meta.file_type().is_file() {
-            return Err(refuse("not a regular file".into()));
-        }
-        if meta.uid() != euid {
-            return Err(refuse(format!(
-                "owned by uid {}, not by you (uid {euid})",
-                meta.uid()
-            )));
-        }
-        if meta.mode() & 0o077 != 0 {
-            return Err(refuse(format!(
-                "mode {:o} lets others read it; chmod 600",
-                meta.mode() & 0o7777
-            )));
-        }
-        if meta.len() > (MAX_SECRET_LEN * 2 + 16) as u64 {
-            return Err(refuse(format!("{} bytes is too long", meta.len())));
-        }
-        let mut text = String::new();
-        f.read_to_string(&mut text)
-            .map_err(|e| refuse(format!("cannot read: {e}")))?;
-        Secret::from_hex(&text).map_err(refuse)
+        })
     }
 
     /// Writes this secret to a new file (mode 0600, `O_EXCL|O_NOFOLLOW`). With `force`
     /// an existing file (or symlink) is unlinked first; the new one is still created
     /// exclusively, so a racing planter makes this fail rather than write through it.
     pub fn create(&self, path: &Path, force: bool) -> Result<()> {
-        let io = |source| ClusterError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        if force {
-            match std::fs::remove_file(path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io(e)),
-            }
-        }
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    ClusterError::Secret {
-                        path: path.to_path_buf(),
-                        why: "exists; not overwritten (use --force to replace it)".into(),
-                    }
-                } else {
-                    io(e)
-                }
-            })?;
         let mut text = self.to_hex();
         text.push('\n');
-        f.write_all(text.as_bytes()).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        Ok(())
+        write_private(path, text.as_bytes(), force)
     }
+}
+
+/// Reads a small private file: a regular file (symlinks refused), owned by the caller,
+/// no group/other permission bits, at most `max` bytes. The secret and the per-node key
+/// files are read only through this.
+pub(crate) fn read_private(path: &Path, max: u64) -> Result<String> {
+    let refuse = |why: String| ClusterError::Secret {
+        path: path.to_path_buf(),
+        why,
+    };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| refuse(format!("cannot open: {e}")))?;
+    let meta = f.metadata().map_err(|e| refuse(format!("cannot stat: {e}")))?;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if !meta.file_type().is_file() {
+        return Err(refuse("not a regular file".into()));
+    }
+    if meta.uid() != euid {
+        return Err(refuse(format!(
+            "owned by uid {}, not by you (uid {euid})",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(refuse(format!(
+            "mode {:o} lets others read it; chmod 600",
+            meta.mode() & 0o7777
+        )));
+    }
+    if meta.len() > max {
+        return Err(refuse(format!("{} bytes is too long", meta.len())));
+    }
+    let mut text = String::new();
+    f.take(max + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| refuse(format!("cannot read: {e}")))?;
+    Ok(text)
+}
+
+/// Writes `bytes` to a new private file (mode 0600, `O_EXCL|O_NOFOLLOW`, synced); with
+/// `force` an existing file is unlinked first.
+pub(crate) fn write_private(path: &Path, bytes: &[u8], force: bool) -> Result<()> {
+    let io = |source| ClusterError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if force {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                ClusterError::Secret {
+                    path: path.to_path_buf(),
+                    why: "exists; not overwritten (use --force to replace it)".into(),
+                }
+            } else {
+                io(e)
+            }
+        })?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    Ok(())
 }

@@ -8,6 +8,8 @@ fn map(nodes: &[(&str, &[(&str, &str)])], levels: &[&str], scheme: Scheme, copie
         job: "j".into(),
         secret_file: None,
         secret: None,
+        keys_dir: None,
+        encrypt: false,
         heartbeat_ms: 1000,
         heartbeat_misses: 3,
         redundancy: Redundancy { scheme, copies },

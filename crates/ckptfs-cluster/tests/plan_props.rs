@@ -21,6 +21,8 @@ fn arb_cluster() -> impl Strategy<Value = Cluster> {
                 job: "p".into(),
                 secret_file: None,
                 secret: None,
+                keys_dir: None,
+                encrypt: false,
                 heartbeat_ms: 1000,
                 heartbeat_misses: 3,
                 redundancy: Redundancy {

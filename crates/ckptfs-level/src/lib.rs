@@ -130,6 +130,9 @@ pub trait Landing: Send {
     fn read_from(&mut self, fd: BorrowedFd<'_>) -> std::io::Result<usize>;
     /// CRC32C of the bytes landed so far.
     fn crc(&self) -> u32;
+    /// Hands the bytes landed so far to `f`, in order (a frame tag is checked over them
+    /// before anything is published).
+    fn visit(&self, f: &mut dyn FnMut(&[u8]));
 }
 
 /// What fills a [`Landing`]: `Ok(true)` when every byte landed and matched its

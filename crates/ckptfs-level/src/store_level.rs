@@ -431,6 +431,10 @@ impl crate::Landing for Landing {
     fn crc(&self) -> u32 {
         Landing::crc(self)
     }
+
+    fn visit(&self, f: &mut dyn FnMut(&[u8])) {
+        Landing::visit(self, f)
+    }
 }
 
 impl Drop for StoreWriter<'_> {

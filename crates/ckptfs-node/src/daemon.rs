@@ -20,7 +20,7 @@ use crate::partner_store;
 use crate::peer::{Conn, Msg};
 use ckptfs_agent::sys::Priority;
 use ckptfs_agent::{Agent, AgentConfig};
-use ckptfs_cluster::{Cluster, Plan, Secret};
+use ckptfs_cluster::{Cluster, NodeKeys, Plan};
 use ckptfs_store::{Store, StoreOptions};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -42,8 +42,12 @@ pub struct NodeConfig {
     pub drain: Option<AgentConfig>,
     /// Bandwidth cap of partner copies out, bytes per second.
     pub max_bw: Option<f64>,
-    /// Most bytes of other nodes' copies this node holds (ENOSPC past it).
+    /// Most bytes of other nodes' copies this node holds (ENOSPC past it); None:
+    /// `partner_share` of the store's memory.
     pub partner_limit: Option<u64>,
+    /// Share of the store's memory other nodes' copies may hold when `partner_limit`
+    /// is not set (0.5 by default: the application keeps at least the other half).
+    pub partner_share: f64,
     /// Time between scans of the store for files to copy.
     pub scan_interval: Duration,
     /// CPU and IO priority of the partner-copy threads (copies out, copies in, Gets):
@@ -59,6 +63,9 @@ pub struct NodeConfig {
     /// Serve Prometheus metrics (`--metrics`; docs/metrics.md); None: off.
     pub metrics: Option<crate::metrics::MetricsConfig>,
 }
+
+/// Share of the store's memory that other nodes' copies may hold by default.
+pub const DEFAULT_PARTNER_SHARE: f64 = 0.5;
 
 /// Parse a `partner_priority` value: `idle` (nice 19, idle IO class), `low` (nice 10,
 /// lowest best-effort IO level) or `normal` (left alone).
@@ -95,6 +102,7 @@ impl NodeConfig {
             drain: None,
             max_bw: None,
             partner_limit: None,
+            partner_share: DEFAULT_PARTNER_SHARE,
             scan_interval: Duration::from_millis(200),
             partner_priority: Priority::Low,
             writer_yield: Duration::from_secs(1),
@@ -113,6 +121,8 @@ pub(crate) struct Counters {
     pub changed_during_copy: u64,
     pub chunks_resent: u64,
     pub copies_received: u64,
+    /// Copies refused because this node is not the sender's partner in the plan.
+    pub copies_refused_in: u64,
     pub chunks_refused: u64,
     /// Time copies out stepped back for the application's writes.
     pub yielded: Duration,
@@ -122,7 +132,10 @@ pub(crate) struct Counters {
 pub(crate) struct Shared {
     pub cfg: NodeConfig,
     pub store: Store,
-    pub secret: Secret,
+    /// This node's credentials (its key with each other node).
+    pub keys: NodeKeys,
+    /// The partner quota (copies held and being received for other nodes).
+    pub quota: partner_store::Quota,
     pub plan: Plan,
     pub listen: String,
     /// Last heartbeat answer per peer.
@@ -160,6 +173,17 @@ impl Shared {
             })
     }
 
+    /// Whether this node may hold copies of `peer`'s files: it is one of `peer`'s
+    /// partners in the plan, or one of the replacements that stand in for them.
+    pub fn may_hold_for(&self, peer: &str) -> bool {
+        self.plan.node(peer).is_some_and(|n| {
+            n.partners
+                .iter()
+                .chain(n.replacements.iter())
+                .any(|p| *p == self.cfg.node_id)
+        })
+    }
+
     /// An authenticated connection to `peer`.
     pub async fn connect(&self, peer: &str) -> Result<Conn> {
         let node = self
@@ -169,7 +193,7 @@ impl Shared {
             .map_err(|e| NodeError::Cluster(e.to_string()))?;
         let c = tokio::time::timeout(
             Duration::from_secs(5),
-            Conn::connect(&node.addr, &self.cfg.node_id, &self.secret, &self.cfg.cluster),
+            Conn::connect(&node.addr, &self.cfg.node_id, peer, &self.keys, &self.cfg.cluster),
         )
         .await
         .map_err(|_| NodeError::Transport(format!("connect to {peer} ({}): timed out", node.addr)))??;
@@ -266,9 +290,9 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     for w in &plan.warnings {
         tracing::warn!("cluster plan: {w}");
     }
-    let secret = cfg
+    let keys = cfg
         .cluster
-        .secret()
+        .node_keys(&cfg.node_id)
         .map_err(|e| NodeError::Cluster(e.to_string()))?;
     let name = cfg
         .store
@@ -278,6 +302,15 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let (rundir, _lock) = node_status::lock(&name)?;
     let store =
         Store::open_or_create(&cfg.store).map_err(|e| NodeError::store(format!("open store {name}"), e))?;
+    let quota = partner_store::Quota::new(cfg.partner_limit.unwrap_or_else(|| {
+        let info = store.info();
+        ((info.mem_chunks as u64 * store.chunk_size()) as f64 * cfg.partner_share.clamp(0.0, 1.0)) as u64
+    }));
+    tracing::info!("partner quota: {} bytes", quota.limit());
+    match ckptfs_runtime::raise_nofile_limit() {
+        Ok(n) => tracing::debug!("open descriptors: up to {n}"),
+        Err(e) => tracing::warn!("cannot raise the limit of open descriptors: {e}"),
+    }
     let cleared = partner_store::clear_incoming(&store)?;
     if cleared > 0 {
         tracing::info!("removed {cleared} half-received copies left by a previous daemon");
@@ -330,7 +363,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let shared = Arc::new(Shared {
         copies: copy_rt.handle().clone(),
         store: store.clone(),
-        secret,
+        keys,
+        quota,
         plan,
         listen,
         seen: Mutex::new(BTreeMap::new()),
@@ -407,8 +441,16 @@ pub fn run_blocking(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Resu
     rt.block_on(run(cfg, shutdown))
 }
 
+/// Most connections still in their handshake at once. Past it the oldest is closed to
+/// make room (an idle stranger's connection is old; an honest peer's handshake takes
+/// milliseconds), so idle unauthenticated connections can neither exhaust the
+/// descriptors nor keep honest peers out.
+pub const MAX_PENDING_HANDSHAKES: usize = 128;
+
 async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     let mut handlers = JoinSet::new();
+    let pending: Arc<Mutex<BTreeMap<u64, tokio::task::AbortHandle>>> = Default::default();
+    let mut next = 0u64;
     loop {
         let (sock, addr) = match listener.accept().await {
             Ok(x) => x,
@@ -418,14 +460,32 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                 continue;
             }
         };
-        let shared = shared.clone();
-        handlers.spawn(async move {
-            match Conn::accept(sock, &shared.cfg.node_id, &shared.secret, &shared.cfg.cluster).await {
-                Ok(conn) => crate::handler::serve(shared, conn).await,
+        let id = next;
+        next += 1;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let shared2 = shared.clone();
+        let pending2 = pending.clone();
+        let h = handlers.spawn(async move {
+            // Registered as pending before the handshake starts.
+            let _ = rx.await;
+            let r = Conn::accept(sock, &shared2.cfg.node_id, &shared2.keys, &shared2.cfg.cluster).await;
+            pending2.lock().expect("pending").remove(&id);
+            match r {
+                Ok(conn) => crate::handler::serve(shared2, conn).await,
                 // Logged once per connection, not per packet.
-                Err(e) => tracing::warn!("refused connection from {addr}: {e}"),
+                Err(e) => crate::ratelimit::refused_connection(&shared2.cfg.node_id, addr, &e),
             }
         });
+        {
+            let mut p = pending.lock().expect("pending");
+            while p.len() >= MAX_PENDING_HANDSHAKES {
+                if let Some((_, oldest)) = p.pop_first() {
+                    oldest.abort();
+                }
+            }
+            p.insert(id, h);
+        }
+        let _ = tx.send(());
         // Reap finished handlers.
         while handlers.try_join_next().is_some() {}
     }

@@ -11,20 +11,21 @@
 //! - `restarts {job}`: this node's restart rounds of the job (failure case D9: the
 //!   later ranks of one job restart adopt the first rank's choice);
 //! - `holds {owner, files}`: for each file (path, size, CRC32C), whether this node holds
-//!   exactly that content: its own store when `owner` is this node, else its partner
-//!   copy of `owner`'s file. The bytes are read and their CRC32C compared.
+//!   exactly that content: a file of its dataset records when `owner` is this node, else
+//!   its partner copy of `owner`'s file; never any other file of the store. Each
+//!   distinct file once, its CRC32C combined from the store's chunk records, at most
+//!   [`crate::holds::MAX_HOLDS_FILES`] files a question ([`crate::holds`]).
 //!
-//! Both only read. Any authenticated node of the cluster (same job and secret) may ask.
+//! All only read. Any authenticated node of the cluster (its own key with this node) may ask.
 
 use crate::error::{NodeError, Result};
 use crate::levels::LevelsView;
 use crate::partner_level::PartnerLevel;
-use crate::partner_store;
 use crate::peer::{Conn, Msg};
-use ckptfs_cluster::{Cluster, Secret};
+use ckptfs_cluster::{Cluster, NodeKeys};
 use ckptfs_datasets::{Dataset, JobNodes, NodeRecords, Want};
 use ckptfs_level::{copy, StoreLevel};
-use ckptfs_store::{OpenFlags, Store, WriteState};
+use ckptfs_store::Store;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -68,35 +69,11 @@ pub enum Reply {
     Error(String),
 }
 
-/// CRC32C of a whole store file, and its size.
-fn crc_of(store: &Store, path: &str) -> Option<(u64, u32)> {
-    let mut f = store.open(path, OpenFlags::READ, 0).ok()?;
-    if f.stat().state != WriteState::Complete {
-        return None;
-    }
-    let mut buf = vec![0u8; 1 << 20];
-    let (mut n, mut crc) = (0u64, 0u32);
-    loop {
-        let got = f.read(&mut buf).ok()?;
-        if got == 0 {
-            return Some((n, crc));
-        }
-        crc = ckptfs_store::checksum::crc32c_append(crc, &buf[..got]);
-        n += got as u64;
-    }
-}
-
-/// Whether `store` (of node `me`) holds `owner`'s file `w` with exactly its content.
+/// Whether `store` (of node `me`) holds `owner`'s file `w` with exactly its content: a
+/// file of this node's dataset records when `owner` is `me`, else `owner`'s partner
+/// copy ([`crate::holds`]: never another file of the store).
 pub fn holds(store: &Store, me: &str, owner: &str, w: &Want) -> bool {
-    let path = if owner == me {
-        w.path.clone()
-    } else {
-        if partner_store::check_rel_path(&w.path).is_err() || partner_store::check_node_id(owner).is_err() {
-            return false;
-        }
-        partner_store::copy_path(owner, &w.path)
-    };
-    crc_of(store, &path) == Some((w.size, w.crc32c))
+    crate::holds::holds_copy(store, me, owner, w)
 }
 
 /// This node's records of `job`, with each file's levels as this node sees them.
@@ -137,7 +114,7 @@ pub fn fill_levels(store: &Store, all: &mut [Dataset], dests: &[PathBuf]) {
     }
 }
 
-/// Server side: answer one question of `peer` (JSON in, JSON out; never fails).
+/// Server side: answer one question (JSON in, JSON out; never fails).
 pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> String {
     let reply = match serde_json::from_str::<Request>(body) {
         Err(e) => Reply::Error(format!("not a dataset request: {e}")),
@@ -149,8 +126,16 @@ pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> 
             Ok(()) => Reply::Restarts(ckptfs_datasets::restart_round::load_rounds(store, &job)),
             Err(e) => Reply::Error(e.to_string()),
         },
+        Ok(Request::Holds { files, .. }) if files.len() > crate::holds::MAX_HOLDS_FILES => {
+            Reply::Error(format!(
+                "{} files in one holds question, at most {}",
+                files.len(),
+                crate::holds::MAX_HOLDS_FILES
+            ))
+        }
         Ok(Request::Holds { owner, files }) => {
-            Reply::Holds(files.iter().map(|w| holds(store, me, &owner, w)).collect())
+            let mut budget = crate::holds::READ_BUDGET;
+            Reply::Holds(crate::holds::answer(store, me, &owner, &files, &mut budget))
         }
     };
     let text = serde_json::to_string(&reply).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
@@ -168,7 +153,7 @@ pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> 
 struct Asker {
     cluster: Cluster,
     me: String,
-    secret: Secret,
+    keys: NodeKeys,
     connect_timeout: Duration,
     answer_timeout: Duration,
 }
@@ -181,8 +166,11 @@ impl Asker {
         let addr = self.cluster.node(node).map_err(|e| e.to_string())?.addr.clone();
         let mut wait = self.connect_timeout;
         for attempt in 0..2 {
-            match tokio::time::timeout(wait, Conn::connect(&addr, &self.me, &self.secret, &self.cluster))
-                .await
+            match tokio::time::timeout(
+                wait,
+                Conn::connect(&addr, &self.me, node, &self.keys, &self.cluster),
+            )
+            .await
             {
                 Ok(Ok(c)) => return Ok(c),
                 Ok(Err(e)) => return Err(format!("{addr}: {e}")),
@@ -230,7 +218,9 @@ impl ClusterNodes {
     /// connection within `connect_timeout` counts as lost (failure case D7).
     pub fn new(cluster: Cluster, me: &str, store: Store, connect_timeout: Duration) -> Result<ClusterNodes> {
         cluster.node(me).map_err(|e| NodeError::Cluster(e.to_string()))?;
-        let secret = cluster.secret().map_err(|e| NodeError::Cluster(e.to_string()))?;
+        let keys = cluster
+            .node_keys(me)
+            .map_err(|e| NodeError::Cluster(e.to_string()))?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -239,7 +229,7 @@ impl ClusterNodes {
             asker: Arc::new(Asker {
                 cluster,
                 me: me.to_string(),
-                secret,
+                keys,
                 connect_timeout,
                 answer_timeout: Duration::from_secs(300),
             }),
@@ -308,17 +298,29 @@ impl JobNodes for ClusterNodes {
     }
 
     fn holders(&self, owner: &str, files: &[Want], ask: &[String]) -> BTreeMap<String, Vec<bool>> {
-        let req = Request::Holds {
-            owner: owner.to_string(),
-            files: files.to_vec(),
-        };
-        self.ask(ask, &req)
-            .into_iter()
-            .filter_map(|(n, r)| match r {
-                Ok(Reply::Holds(v)) if v.len() == files.len() => Some((n, v)),
-                _ => None,
-            })
-            .collect()
+        // In questions of at most MAX_HOLDS_FILES files; a node that fails one is left out.
+        let mut out: BTreeMap<String, Vec<bool>> = BTreeMap::new();
+        let mut failed = std::collections::BTreeSet::new();
+        let mut batches: Vec<&[Want]> = files.chunks(crate::holds::MAX_HOLDS_FILES).collect();
+        if batches.is_empty() {
+            batches.push(files);
+        }
+        for batch in batches {
+            let req = Request::Holds {
+                owner: owner.to_string(),
+                files: batch.to_vec(),
+            };
+            for (n, r) in self.ask(ask, &req) {
+                match r {
+                    Ok(Reply::Holds(v)) if v.len() == batch.len() => out.entry(n).or_default().extend(v),
+                    _ => {
+                        failed.insert(n);
+                    }
+                }
+            }
+        }
+        out.retain(|n, v| !failed.contains(n) && v.len() == files.len());
+        out
     }
 
     fn restarts(&self, job: &str) -> BTreeMap<String, Vec<ckptfs_datasets::restart_round::Round>> {
@@ -348,7 +350,8 @@ impl JobNodes for ClusterNodes {
         let a = &self.asker;
         let partner = PartnerLevel::new(&a.cluster, &a.me, from)
             .map_err(|e| e.to_string())?
-            .with_connect_timeout(a.connect_timeout);
+            .with_connect_timeout(a.connect_timeout)
+            .with_list_bounds(crate::partner_level::ListBounds::for_store(store));
         let local = StoreLevel::new(store).map_err(|e| e.to_string())?;
         copy(&partner, &local, path)
             .map(|t| t.bytes)

@@ -59,6 +59,15 @@ pub enum NodeError {
     /// A bad setting of the daemon.
     #[error("{0}")]
     Invalid(String),
+    /// A peer's answer passed a bound (a listing with more entries, bytes or pages than
+    /// this node's store could hold, or out of order): not used.
+    #[error("{peer}: {what}; its answer is not used")]
+    Bound {
+        /// Peer node id.
+        peer: String,
+        /// Which bound, and by how much.
+        what: String,
+    },
     /// A received chunk failed its CRC32C check.
     #[error("checksum mismatch in {path} at offset {offset} from {peer}")]
     BadChunk {
@@ -85,6 +94,7 @@ impl NodeError {
             NodeError::Runtime(_) => libc::EACCES,
             NodeError::Agent(e) => e.errno(),
             NodeError::BadChunk { .. } => libc::EIO,
+            NodeError::Bound { .. } => libc::EOVERFLOW,
             NodeError::Invalid(_) => libc::EINVAL,
         }
     }

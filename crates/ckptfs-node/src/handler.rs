@@ -11,6 +11,7 @@ use crate::daemon::Shared;
 use crate::error::NodeError;
 use crate::partner_store::{self, check_rel_path, InState, Incoming, Sink, Take};
 use crate::peer::{Conn, Msg};
+use crate::ratelimit;
 use std::sync::Arc;
 
 /// Serve one authenticated connection until the peer closes it or breaks the protocol.
@@ -21,29 +22,44 @@ pub(crate) async fn serve(shared: Arc<Shared>, mut conn: Conn) {
     let first = match conn.recv().await {
         Ok(Some(m)) => m,
         Ok(None) => return,
-        Err(e) => return tracing::warn!("peer {peer}: disconnected: {e}"),
+        Err(e) => return finish(&shared, &peer, Err(e)),
     };
     if matches!(first, Msg::Heartbeat) {
-        return finish(&peer, serve_inner(&shared, &mut conn, Some(first)).await);
+        let r = serve_inner(&shared, &mut conn, Some(first)).await;
+        return finish(&shared, &peer, r);
     }
     let copies = shared.copies.clone();
     copies.spawn(async move {
         let r = serve_inner(&shared, &mut conn, Some(first)).await;
-        finish(&peer, r)
+        finish(&shared, &peer, r)
     });
 }
 
-fn finish(peer: &str, r: Result<(), NodeError>) {
+/// The end of a connection: a peer disconnected for breaking the protocol is logged at
+/// most once per peer per 10 s (the rest counted, [`ratelimit`]).
+fn finish(shared: &Shared, peer: &str, r: Result<(), NodeError>) {
     match r {
         Ok(()) => tracing::debug!("peer {peer}: connection closed"),
-        Err(e) => tracing::warn!("peer {peer}: disconnected: {e}"),
+        Err(e) => warn(
+            shared,
+            peer,
+            "disconnections",
+            format!("peer {peer}: disconnected: {e}"),
+        ),
     }
+}
+
+/// A warning about `peer`, at most one line of this kind per peer per 10 s.
+fn warn(shared: &Shared, peer: &str, kind: &'static str, line: String) {
+    ratelimit::peer_warn(&shared.cfg.node_id, peer, kind, &line);
 }
 
 async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -> Result<(), NodeError> {
     let peer = conn.peer().to_string();
     let store = shared.store.clone();
     let mut incoming: Option<Incoming> = None;
+    // The chunk size the copy in progress announced (its chunks are at most that long).
+    let mut chunk_cap = 0u32;
     loop {
         let msg = match first.take() {
             Some(m) => m,
@@ -55,17 +71,44 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
         match msg {
             Msg::Heartbeat => conn.send(Msg::Heartbeat).await?,
             Msg::PutBegin {
-                path, size, mtime_ns, ..
+                path,
+                size,
+                mtime_ns,
+                chunk_size,
             } => {
                 let path = check_path(&peer, &path)?;
                 incoming = None;
-                match Incoming::begin(&store, &peer, &path, size, mtime_ns, shared.cfg.partner_limit) {
+                if !shared.may_hold_for(&peer) {
+                    shared.counters.lock().expect("counters").copies_refused_in += 1;
+                    let e = NodeError::Refused {
+                        peer: peer.clone(),
+                        what: format!(
+                            "{} is not a partner of {peer} in the cluster plan (nor one of its replacements)",
+                            shared.cfg.node_id
+                        ),
+                        errno: libc::EACCES,
+                    };
+                    tracing::warn!("peer {peer}: no partner copy of {path}: {e}");
+                    conn.send(nack(&e)).await?;
+                    continue;
+                }
+                chunk_cap = if chunk_size == 0 {
+                    ckptfs_transport::frame::DEFAULT_MAX_CHUNK
+                } else {
+                    chunk_size
+                };
+                match Incoming::begin(&store, &peer, &path, size, mtime_ns, &shared.quota) {
                     Ok(inc) => {
                         incoming = Some(inc);
                         conn.send(Msg::Ack).await?;
                     }
                     Err(e) => {
-                        tracing::warn!("peer {peer}: no partner copy of {path}: {e}");
+                        warn(
+                            shared,
+                            &peer,
+                            "copies refused",
+                            format!("peer {peer}: no partner copy of {path}: {e}"),
+                        );
                         conn.send(nack(&e)).await?;
                     }
                 }
@@ -74,6 +117,12 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                 let Some(inc) = incoming.as_mut() else {
                     return Err(protocol(&peer, "chunk outside a copy"));
                 };
+                if len > chunk_cap {
+                    return Err(protocol(
+                        &peer,
+                        &format!("chunk of {len} bytes, the copy announced chunks of {chunk_cap}"),
+                    ));
+                }
                 if inc.accept(offset, len)? == Take::Skip {
                     conn.skip_chunk().await?;
                     continue;
@@ -83,17 +132,44 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                     Ok(l) => l,
                     Err(e) => {
                         conn.skip_chunk().await?;
-                        tracing::warn!("peer {peer}: no partner copy: {e}");
+                        warn(
+                            shared,
+                            &peer,
+                            "copies refused",
+                            format!("peer {peer}: no partner copy: {e}"),
+                        );
                         inc.fail();
                         conn.send(nack(&e)).await?;
                         continue;
                     }
                 };
                 // No per-chunk answer: the sender streams; only a refusal goes back.
-                if !conn.chunk_into(&mut Sink(&mut landing)).await? {
+                let good = match conn.chunk_into(&mut Sink(&mut landing)).await {
+                    // A chunk could not be taken as the bytes arrived (the store filled
+                    // up meanwhile): the copy is refused, as at its start.
+                    Err(_) if landing.failed().is_some() => {
+                        let e = NodeError::store(
+                            format!("partner copy of {}", inc.path()),
+                            ckptfs_store::StoreError::NoSpace,
+                        );
+                        tracing::warn!("peer {peer}: no partner copy: {e}");
+                        drop(landing);
+                        inc.fail();
+                        conn.send(nack(&e)).await?;
+                        // The rest of the chunk is still on the wire: the connection ends.
+                        return Ok(());
+                    }
+                    r => r?,
+                };
+                if !good {
                     // Refused, nothing of it published; the sender sends it again.
-                    tracing::warn!(
-                        "peer {peer}: the chunk at {offset} failed its CRC32C check: asking for it again"
+                    warn(
+                        shared,
+                        &peer,
+                        "chunks refused",
+                        format!(
+                            "peer {peer}: the chunk at {offset} failed its CRC32C check: asking for it again"
+                        ),
                     );
                     drop(landing);
                     inc.refused(offset);
@@ -102,7 +178,12 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                     continue;
                 }
                 if let Err(e) = inc.commit(landing, crc) {
-                    tracing::warn!("peer {peer}: no partner copy: {e}");
+                    warn(
+                        shared,
+                        &peer,
+                        "copies refused",
+                        format!("peer {peer}: no partner copy: {e}"),
+                    );
                     inc.fail();
                     conn.send(nack(&e)).await?;
                 }

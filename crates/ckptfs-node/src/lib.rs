@@ -16,7 +16,11 @@
 //! - [`partner_store`]: partner copies in, received under a temporary name and renamed
 //!   into place only when complete and verified.
 //! - [`levels`]: which levels hold each file (local, partner nodes, PFS).
-//! - [`restore`]: recovery from the partners' memory.
+//! - [`restore`]: recovery from the partners' memory (a holder's listing bounded by
+//!   what the store could hold: [`ListBounds`]).
+//! - [`holds`]: the dataset `holds` question, confined to the owner's copies and the
+//!   node's dataset files, bounded per question.
+//! - [`ratelimit`]: at most one warning per source address or peer per 10 s.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -25,12 +29,15 @@ pub mod daemon;
 pub mod datasets;
 mod error;
 mod handler;
+pub mod holds;
 pub mod levels;
+mod list_bounds;
 pub mod metrics;
 pub mod node_status;
 pub mod partner_level;
 pub mod partner_store;
 pub mod peer;
+pub mod ratelimit;
 mod replicate;
 pub mod restore;
 pub mod source;
@@ -41,5 +48,5 @@ pub use error::{NodeError, Result};
 pub use levels::{LevelsView, Where};
 pub use metrics::MetricsConfig;
 pub use node_status::{status, NodeStatus};
-pub use partner_level::PartnerLevel;
+pub use partner_level::{ListBounds, PartnerLevel};
 pub use restore::{restore_from_peers, restore_from_peers_blocking, PeerRestoreReport};

@@ -4,7 +4,9 @@
 //!
 //! - `list` = `List{after}` pages (each entry with the copy's size, mtime and whole-file
 //!   CRC32C, which the holder combines from its chunk records without reading data), so
-//!   [`ckptfs_level::Version::same_content`] works across nodes; `stat` answers from the
+//!   [`ckptfs_level::Version::same_content`] works across nodes; the pages are bounded
+//!   ([`ListBounds`]: entries, bytes, pages, paths in order), so a holder that always
+//!   answers "more follow" is refused, not kept in memory; `stat` answers from the
 //!   last listing, kept up to date by this level's own puts and deletes (only this node
 //!   writes its partner namespace on that peer: the source of a copy is always the
 //!   authenticated id);
@@ -27,10 +29,12 @@
 //! middle of a copy) is dropped and the next call reconnects.
 
 use crate::error::NodeError;
+pub use crate::list_bounds::ListBounds;
+use crate::list_bounds::PageCheck;
 use crate::partner_store::{check_rel_path, HeldFile};
 use crate::peer::{Conn, Msg};
 use crate::replicate::request;
-use ckptfs_cluster::{Cluster, Secret};
+use ckptfs_cluster::{Cluster, NodeKeys};
 use ckptfs_level::crc::crc_combine;
 use ckptfs_level::{
     ChunkReader, ChunkWriter, CostMeter, IoPart, Level, LevelError, LevelKind, Stored, Version,
@@ -57,11 +61,12 @@ pub struct PartnerLevel {
     peer: String,
     addr: String,
     cluster: Cluster,
-    secret: Secret,
+    keys: NodeKeys,
     rt: tokio::runtime::Runtime,
     conn: Mutex<Slot>,
     known: Mutex<Option<BTreeMap<String, Stored>>>,
     connect_timeout: Duration,
+    bounds: ListBounds,
     meter: CostMeter,
 }
 
@@ -104,8 +109,8 @@ fn stored_of(f: &HeldFile) -> Stored {
 impl PartnerLevel {
     /// The copies node `me` of `cluster` keeps on node `peer` (connects on first use).
     pub fn new(cluster: &Cluster, me: &str, peer: &str) -> Result<PartnerLevel, LevelError> {
-        let secret = cluster
-            .secret()
+        let keys = cluster
+            .node_keys(me)
             .map_err(|e| backend(NodeError::Cluster(e.to_string())))?;
         let addr = cluster
             .node(peer)
@@ -124,11 +129,12 @@ impl PartnerLevel {
             peer: peer.to_string(),
             addr,
             cluster: cluster.clone(),
-            secret,
+            keys,
             rt,
             conn: Mutex::new(None),
             known: Mutex::new(None),
             connect_timeout: Duration::from_secs(15),
+            bounds: ListBounds::DEFAULT,
             meter: CostMeter::new(),
         })
     }
@@ -136,6 +142,13 @@ impl PartnerLevel {
     /// How long a connection attempt may take (default 15 s).
     pub fn with_connect_timeout(mut self, t: Duration) -> PartnerLevel {
         self.connect_timeout = t;
+        self
+    }
+
+    /// The most a listing of the holder may announce (default [`ListBounds::DEFAULT`];
+    /// a restore gives [`ListBounds::for_store`] of the store it fills).
+    pub fn with_list_bounds(mut self, b: ListBounds) -> PartnerLevel {
+        self.bounds = b;
         self
     }
 
@@ -156,7 +169,7 @@ impl PartnerLevel {
             let c = self.rt.block_on(async {
                 match tokio::time::timeout(
                     self.connect_timeout,
-                    Conn::connect(&self.addr, &self.me, &self.secret, &self.cluster),
+                    Conn::connect(&self.addr, &self.me, &self.peer, &self.keys, &self.cluster),
                 )
                 .await
                 {
@@ -193,20 +206,23 @@ impl PartnerLevel {
     }
 
     /// Every copy the peer holds for this node, by path (a fresh listing; remembered for
-    /// `stat`).
+    /// `stat`). The holder's answer is bounded ([`ListBounds`]): a listing past a bound
+    /// is refused whole (EOVERFLOW or EPROTO, the holder and the bound named) and the
+    /// connection dropped.
     fn listing(&self) -> Result<BTreeMap<String, Stored>, LevelError> {
-        let files = self.exchange(|c| {
+        let bounds = self.bounds;
+        let files = self.exchange(move |c| {
             Box::pin(async move {
-                let mut all: Vec<HeldFile> = Vec::new();
+                let mut pages = PageCheck::new(c.peer(), bounds);
                 loop {
-                    let after = all.last().map(|f| f.path.clone()).unwrap_or_default();
-                    c.send(Msg::List { after }).await?;
+                    c.send(Msg::List {
+                        after: pages.after().to_string(),
+                    })
+                    .await?;
                     match c.recv().await? {
                         Some(Msg::Listing { files, more }) => {
-                            let empty = files.is_empty();
-                            all.extend(files);
-                            if !more || empty {
-                                return Ok(all);
+                            if pages.take(files, more)? {
+                                return Ok(pages.into_files());
                             }
                         }
                         Some(other) => {

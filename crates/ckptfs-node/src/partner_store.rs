@@ -155,6 +155,84 @@ fn files_under(store: &Store, dir: &str) -> Vec<(String, ckptfs_store::Stat)> {
     out
 }
 
+/// The partner quota: most bytes of other nodes' copies this node holds. A copy
+/// counts from the moment it begins (its announced size is reserved at once, under one
+/// lock, so concurrent copies cannot pass the limit together) until it is dropped; its
+/// memory is taken only as its bytes arrive.
+#[derive(Clone, Debug)]
+pub struct Quota {
+    limit: u64,
+    reserved: std::sync::Arc<std::sync::Mutex<u64>>,
+}
+
+/// Bytes of a copy being received, counted against the [`Quota`] until dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    quota: Quota,
+    bytes: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut r = self.quota.reserved.lock().unwrap_or_else(|e| e.into_inner());
+        *r = r.saturating_sub(self.bytes);
+    }
+}
+
+impl Quota {
+    /// At most `limit` bytes of other nodes' copies.
+    pub fn new(limit: u64) -> Quota {
+        Quota {
+            limit,
+            reserved: Default::default(),
+        }
+    }
+
+    /// The limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Bytes reserved by copies being received now.
+    pub fn reserved(&self) -> u64 {
+        *self.reserved.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reserve `size` bytes for a copy of `src`'s `path` (ENOSPC past the limit, or
+    /// when the store has not that much free memory and spill left): what complete
+    /// copies hold (less the copy this one replaces) plus what copies in flight reserved.
+    pub fn reserve(&self, store: &Store, src: &str, path: &str, size: u64) -> Result<Reservation> {
+        let mut r = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
+        let replaced = store
+            .stat(&copy_path(src, path))
+            .map(|st| st.allocated)
+            .unwrap_or(0);
+        let held = files_under(store, PARTNERS_DIR)
+            .iter()
+            .map(|(_, st)| st.allocated)
+            .sum::<u64>()
+            .saturating_sub(replaced);
+        let info = store.info();
+        let free = (info.mem_free_chunks as u64 + info.spill_free_chunks as u64) * store.chunk_size();
+        let want = held.saturating_add(*r).saturating_add(size);
+        if want > self.limit || size.saturating_add(*r) > free {
+            return Err(NodeError::store(
+                format!(
+                    "partner copy of {path} from {src} ({size} bytes): {held} bytes held and {} reserved \
+                     for other nodes, limit {}, {free} bytes free",
+                    *r, self.limit
+                ),
+                StoreError::NoSpace,
+            ));
+        }
+        *r += size;
+        Ok(Reservation {
+            quota: self.clone(),
+            bytes: size,
+        })
+    }
+}
+
 /// Bytes held in complete partner copies and copies being received.
 pub fn held_bytes(store: &Store) -> u64 {
     [PARTNERS_DIR, INCOMING_DIR]
@@ -280,6 +358,10 @@ impl ckptfs_transport::ChunkSink for Sink<'_> {
     fn crc(&self) -> u32 {
         self.0.crc()
     }
+
+    fn visit(&self, f: &mut dyn FnMut(&[u8])) {
+        self.0.visit(f)
+    }
 }
 
 /// A partner copy being received.
@@ -299,28 +381,24 @@ pub struct Incoming {
     /// Offset, length and CRC32C of every stored wire chunk (checked against the
     /// store's own chunk records at the end).
     wire: Vec<(u64, usize, u32)>,
+    /// The copy's bytes counted against the partner quota while it is received.
+    _quota: Reservation,
 }
 
 impl Incoming {
     /// Start receiving `path` (already checked) of `size` bytes from node `src`, whose
     /// modification time there is `mtime_ns` (0: unknown, the copy keeps its own).
-    /// `limit`: most bytes of partner copies this node holds (ENOSPC past it).
+    /// `quota`: most bytes of partner copies this node holds (ENOSPC past it), the
+    /// size reserved now.
     pub fn begin(
         store: &Store,
         src: &str,
         path: &str,
         size: u64,
         mtime_ns: u64,
-        limit: Option<u64>,
+        quota: &Quota,
     ) -> Result<Incoming> {
-        if let Some(limit) = limit {
-            if held_bytes(store).saturating_add(size) > limit {
-                return Err(NodeError::store(
-                    format!("partner copy of {path} from {src} ({size} bytes, limit {limit})"),
-                    StoreError::NoSpace,
-                ));
-            }
-        }
+        let reservation = quota.reserve(store, src, path, size)?;
         mkdir_p(store, INCOMING_DIR)?;
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
         let tmp = format!("{INCOMING_DIR}/{src}.{n}.{}", std::process::id());
@@ -339,7 +417,13 @@ impl Incoming {
             path: path.to_string(),
             state: InState::Receiving,
             wire: Vec::new(),
+            _quota: reservation,
         })
+    }
+
+    /// The path being received (on the source node).
+    pub fn path(&self) -> &str {
+        &self.path
     }
 
     /// Bytes received and stored so far (the offset the next chunk must have).

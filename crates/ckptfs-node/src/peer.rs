@@ -5,8 +5,8 @@
 
 use crate::error::{NodeError, Result};
 use crate::partner_store::HeldFile;
-use ckptfs_cluster::{Cluster, Secret};
-use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Identity, TransportError};
+use ckptfs_cluster::{Cluster, NodeKeys};
+use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Identity, Protection, TransportError};
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -127,9 +127,15 @@ fn store_path(path: &str) -> String {
     format!("/{path}")
 }
 
-/// Connection settings for a daemon of `cluster`: only its nodes are accepted.
+/// Connection settings for a daemon of `cluster`: only its nodes are accepted, frames
+/// protected as the map says (`encrypt`).
 pub fn conn_config(cluster: &Cluster) -> ConnConfig {
     ConnConfig {
+        protection: if cluster.encrypt {
+            Protection::Encrypted
+        } else {
+            Protection::Integrity
+        },
         allowed_peers: Some(
             cluster
                 .nodes
@@ -168,15 +174,22 @@ impl Conn {
         }
     }
 
-    /// Connect to the daemon at `addr` as node `me` of `cluster`.
-    pub async fn connect(addr: &str, me: &str, secret: &Secret, cluster: &Cluster) -> Result<Conn> {
+    /// Connect to the daemon of node `peer` at `addr` as node `me` of `cluster` (with
+    /// `me`'s credentials `keys`); a server that cannot prove it is `peer` is refused.
+    pub async fn connect(
+        addr: &str,
+        me: &str,
+        peer: &str,
+        keys: &NodeKeys,
+        cluster: &Cluster,
+    ) -> Result<Conn> {
         let id = Identity {
             node_id: me.to_string(),
             job: cluster.job.clone(),
         };
-        let inner = tp::connect(addr, &id, secret, &ConnConfig::default())
+        let inner = tp::connect(addr, &id, peer, keys, &conn_config(cluster))
             .await
-            .map_err(|e| terr(addr, e))?;
+            .map_err(|e| terr(&format!("{peer} ({addr})"), e))?;
         Ok(Conn::wrap(inner, me, false))
     }
 
@@ -184,7 +197,7 @@ impl Conn {
     pub async fn accept(
         stream: tokio::net::TcpStream,
         me: &str,
-        secret: &Secret,
+        keys: &NodeKeys,
         cluster: &Cluster,
     ) -> Result<Conn> {
         let id = Identity {
@@ -195,7 +208,7 @@ impl Conn {
             .peer_addr()
             .map(|a| a.to_string())
             .unwrap_or_else(|_| "?".into());
-        let inner = tp::accept(stream, &id, secret, &conn_config(cluster))
+        let inner = tp::accept(stream, &id, keys, &conn_config(cluster))
             .await
             .map_err(|e| terr(&addr, e))?;
         Ok(Conn::wrap(inner, me, true))
@@ -343,7 +356,9 @@ impl Conn {
     pub async fn chunk_data(&mut self, buf: &mut [u8]) -> Result<bool> {
         match self.inner.recv_chunk_data(buf).await {
             Ok(()) => Ok(true),
-            Err(TransportError::Frame(tp::FrameError::ChunkCrc { .. })) => Ok(false),
+            Err(TransportError::Frame(
+                tp::FrameError::ChunkCrc { .. } | tp::FrameError::ChunkAuth { .. },
+            )) => Ok(false),
             Err(e) => Err(terr(&self.peer.clone(), e)),
         }
     }
@@ -356,7 +371,9 @@ impl Conn {
     pub async fn chunk_into(&mut self, sink: &mut (dyn tp::ChunkSink + Send)) -> Result<bool> {
         match self.inner.recv_chunk_into(sink).await {
             Ok(()) => Ok(true),
-            Err(TransportError::Frame(tp::FrameError::ChunkCrc { .. })) => Ok(false),
+            Err(TransportError::Frame(
+                tp::FrameError::ChunkCrc { .. } | tp::FrameError::ChunkAuth { .. },
+            )) => Ok(false),
             Err(e) => Err(terr(&self.peer.clone(), e)),
         }
     }

@@ -12,13 +12,13 @@
 //! (the drain's restore, run after this one by the caller).
 
 use crate::error::{NodeError, Result};
-use crate::partner_level::PartnerLevel;
+use crate::partner_level::{ListBounds, PartnerLevel};
 use crate::partner_store;
 use crate::peer::{Conn, Msg};
 use crate::source::{FileReader, ReadProblem};
 use ckptfs_cluster::Cluster;
 use ckptfs_level::{copy, Level, StoreLevel};
-use ckptfs_store::{Store, WriteState};
+use ckptfs_store::{FileKind, Store, WriteState};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,6 +27,24 @@ use std::collections::{BTreeMap, BTreeSet};
 /// the copy was received (the requester checks it), or a Nack if there is none.
 pub(crate) async fn send_held(store: &Store, peer: &str, path: &str, conn: &mut Conn) -> Result<()> {
     let copy = partner_store::copy_path(peer, path);
+    // Only a regular file is a copy: a directory of the partner namespace (`ckpt` when
+    // `ckpt/a` is held) is EISDIR, never streamed as an empty file; anything else is no
+    // copy.
+    if let Ok(st) = store.stat(&copy) {
+        let refused = match st.kind {
+            FileKind::File => None,
+            FileKind::Dir => Some((libc::EISDIR, "a directory, not a copy")),
+            _ => Some((libc::ENOENT, "no copy")),
+        };
+        if let Some((errno, what)) = refused {
+            return conn
+                .send(Msg::Nack {
+                    errno,
+                    message: format!("{path}: {what}"),
+                })
+                .await;
+        }
+    }
     let reader = match FileReader::open(store, &copy) {
         Ok(r) => r,
         Err(p) => {
@@ -88,7 +106,8 @@ pub struct PeerRestoreReport {
     pub present: Vec<String>,
     /// Files no peer could deliver intact.
     pub failed: Vec<PeerFailure>,
-    /// Peers that could not be reached (node: error).
+    /// Peers that could not be reached, or whose listing passed a bound and was not used
+    /// (node: error, the bound named).
     pub unreachable: BTreeMap<String, String>,
 }
 
@@ -123,7 +142,9 @@ pub fn restore_from_peers_blocking(
     store: &Store,
     prefix: &str,
 ) -> Result<PeerRestoreReport> {
-    cluster.secret().map_err(|e| NodeError::Cluster(e.to_string()))?;
+    cluster
+        .node_keys(node_id)
+        .map_err(|e| NodeError::Cluster(e.to_string()))?;
     cluster
         .node(node_id)
         .map_err(|e| NodeError::Cluster(e.to_string()))?;
@@ -143,15 +164,22 @@ pub fn restore_from_peers_blocking(
         StoreLevel::new(store).map_err(|e| NodeError::Invalid(format!("the store as a level: {e}")))?;
     // Each peer's listing (the copies it holds of this node's files, complete and
     // verified, paths checked).
+    // A holder's listing is bounded by what this store could hold (failure case 35): one
+    // past a bound is not used, and the restore goes on with the other holders.
+    let bounds = ListBounds::for_store(store);
     let mut peers: Vec<(PartnerLevel, BTreeSet<String>)> = Vec::new();
     for peer in order {
         let listed = PartnerLevel::new(cluster, node_id, &peer).and_then(|p| {
+            let p = p.with_list_bounds(bounds);
             let files = p.list(&prefix)?;
             Ok((p, files.into_iter().map(|s| s.path).collect::<BTreeSet<_>>()))
         });
         match listed {
             Ok(x) => peers.push(x),
             Err(e) => {
+                if e.errno() == libc::EOVERFLOW {
+                    tracing::warn!("restore from peers: the listing of holder {peer} is not used, going on with the other holders: {e}");
+                }
                 rep.unreachable.insert(peer, e.to_string());
             }
         }

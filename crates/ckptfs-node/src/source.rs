@@ -56,6 +56,10 @@ impl ckptfs_transport::ChunkData for WirePiece<'_> {
     fn write_to(&self, fd: BorrowedFd<'_>, head: &[u8], at: usize) -> std::io::Result<usize> {
         self.src.write_to(self.i, fd, head, at)
     }
+
+    fn visit(&self, f: &mut dyn FnMut(&[u8])) -> std::io::Result<()> {
+        self.src.visit(self.i, f)
+    }
 }
 
 impl FileReader {

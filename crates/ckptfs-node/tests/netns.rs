@@ -356,7 +356,9 @@ fn netns_wrong_secret_garbage_and_path_escapes_are_refused_and_nothing_is_writte
     let tc = cluster_on(&sim, "nsbad", Scheme::Ring, 1);
     let d2 = NsDaemon::start(&sim, 1, tc.config("node2"));
     let addr = tc.cluster.node("node2").unwrap().addr.clone();
-    let secret = tc.cluster.secret().unwrap();
+    let master = tc.cluster.secret().unwrap();
+    let keys = tc.cluster.node_keys("node1").unwrap();
+    let job = tc.cluster.job.clone();
     let (me, stranger) = (identity(&tc, "node1"), identity(&tc, "intruder"));
     sim.node(0)
         .in_netns(move || {
@@ -368,14 +370,19 @@ fn netns_wrong_secret_garbage_and_path_escapes_are_refused_and_nothing_is_writte
                 let cfg = ConnConfig::default();
                 // Up once a proper client gets in.
                 let t = Instant::now();
-                while tp::connect(&addr, &me, &secret, &cfg).await.is_err() {
+                while tp::connect(&addr, &me, "node2", &keys, &cfg).await.is_err() {
                     assert!(t.elapsed() < Duration::from_secs(120), "node2 never came up");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 let wrong = Secret::generate().unwrap();
-                let e = tp::connect(&addr, &me, &wrong, &cfg).await.unwrap_err();
+                let wrong = ckptfs_cluster::NodeKeys::derive(&wrong, &job, "node1", ["node1", "node2"]);
+                let e = tp::connect(&addr, &me, "node2", &wrong, &cfg).await.unwrap_err();
                 assert_eq!(e.errno(), libc::EACCES, "wrong secret: {e}");
-                let e = tp::connect(&addr, &stranger, &secret, &cfg).await.unwrap_err();
+                let intruder =
+                    ckptfs_cluster::NodeKeys::derive(&master, &job, "intruder", ["intruder", "node2"]);
+                let e = tp::connect(&addr, &stranger, "node2", &intruder, &cfg)
+                    .await
+                    .unwrap_err();
                 assert_eq!(e.errno(), libc::EACCES, "unknown node: {e}");
                 // Garbage: disconnected, told why in at most one short frame.
                 let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
@@ -389,15 +396,15 @@ fn netns_wrong_secret_garbage_and_path_escapes_are_refused_and_nothing_is_writte
                 assert!(r.is_ok(), "garbage peer not disconnected");
                 assert!(rest.len() < 2048, "answered garbage with {} bytes", rest.len());
                 // Authenticated, then out of its own namespace.
-                let mut c = tp::connect(&addr, &me, &secret, &cfg).await.unwrap();
+                let mut c = tp::connect(&addr, &me, "node2", &keys, &cfg).await.unwrap();
                 c.send(&put_begin("node1", ".ckptfs/levels.json", 10))
                     .await
                     .unwrap();
                 assert!(closed(&mut c).await, "a copy into /.ckptfs was not refused");
-                let mut c = tp::connect(&addr, &me, &secret, &cfg).await.unwrap();
+                let mut c = tp::connect(&addr, &me, "node2", &keys, &cfg).await.unwrap();
                 c.send(&put_begin("node2", "ckpt/a", 10)).await.unwrap();
                 assert!(closed(&mut c).await, "a copy as another node was not refused");
-                let mut c = tp::connect(&addr, &me, &secret, &cfg).await.unwrap();
+                let mut c = tp::connect(&addr, &me, "node2", &keys, &cfg).await.unwrap();
                 c.send(&Msg::List {
                     src_node: "node2".into(),
                     after: String::new(),
@@ -408,7 +415,7 @@ fn netns_wrong_secret_garbage_and_path_escapes_are_refused_and_nothing_is_writte
                     closed(&mut c).await,
                     "listing another node's copies was not refused"
                 );
-                let mut c = tp::connect(&addr, &me, &secret, &cfg).await.unwrap();
+                let mut c = tp::connect(&addr, &me, "node2", &keys, &cfg).await.unwrap();
                 assert!(c.send(&put_begin("node1", "../../x", 10)).await.is_err());
             })
         })

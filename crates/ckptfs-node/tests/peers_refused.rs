@@ -21,11 +21,12 @@ fn identity(tc: &TestCluster, id: &str) -> Identity {
 }
 
 async fn client(tc: &TestCluster, me: &str, to: &str) -> tp::Conn {
-    let secret = tc.cluster.secret().unwrap();
+    let keys = tc.cluster.node_keys(me).unwrap();
     tp::connect(
         &tc.cluster.node(to).unwrap().addr,
         &identity(tc, me),
-        &secret,
+        to,
+        &keys,
         &ConnConfig::default(),
     )
     .await
@@ -71,7 +72,8 @@ async fn wrong_secret_and_garbage_are_refused_and_nothing_is_written() {
     while tp::connect(
         &addr,
         &identity(&tc, "node1"),
-        &tc.cluster.secret().unwrap(),
+        "node2",
+        &tc.cluster.node_keys("node1").unwrap(),
         &ConnConfig::default(),
     )
     .await
@@ -80,17 +82,32 @@ async fn wrong_secret_and_garbage_are_refused_and_nothing_is_written() {
         assert!(t.elapsed() < Duration::from_secs(60), "daemon never came up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // A wrong secret: refused during the handshake.
+    // Keys from a wrong secret: refused during the handshake.
     let wrong = Secret::generate().unwrap();
-    let e = tp::connect(&addr, &identity(&tc, "node1"), &wrong, &ConnConfig::default())
-        .await
-        .unwrap_err();
+    let ids = ["node1", "node2"];
+    let wrong_keys = ckptfs_cluster::NodeKeys::derive(&wrong, &tc.cluster.job, "node1", ids);
+    let e = tp::connect(
+        &addr,
+        &identity(&tc, "node1"),
+        "node2",
+        &wrong_keys,
+        &ConnConfig::default(),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.errno(), libc::EACCES, "{e}");
-    // A node id not in the cluster, with the right secret: refused too.
+    // A node id not in the cluster, with a key derived from the right secret: refused too.
+    let intruder = ckptfs_cluster::NodeKeys::derive(
+        &tc.cluster.secret().unwrap(),
+        &tc.cluster.job,
+        "intruder",
+        ["intruder", "node2"],
+    );
     let e = tp::connect(
         &addr,
         &identity(&tc, "intruder"),
-        &tc.cluster.secret().unwrap(),
+        "node2",
+        &intruder,
         &ConnConfig::default(),
     )
     .await
@@ -262,7 +279,7 @@ async fn a_chunk_refused_on_arrival_is_sent_again_from_there_and_the_copy_comple
     let d1 = Daemon::start(tc.config("node1"));
     let data = bytes(200_000, 21);
     write(&tc.store("node1"), "/ckpt/r", &data);
-    let secret = tc.cluster.secret().unwrap();
+    let keys = tc.cluster.node_keys("node2").unwrap();
     let cfg = ckptfs_node::peer::conn_config(&tc.cluster);
     let me = identity(&tc, "node2");
     // Every connection served on its own task (heartbeats come on their own one).
@@ -271,9 +288,9 @@ async fn a_chunk_refused_on_arrival_is_sent_again_from_there_and_the_copy_comple
     let server = tokio::spawn(async move {
         loop {
             let (sock, _) = listener.accept().await.unwrap();
-            let (secret, cfg, me, tx) = (secret.clone(), cfg.clone(), me.clone(), tx.clone());
+            let (keys, cfg, me, tx) = (keys.clone(), cfg.clone(), me.clone(), tx.clone());
             tokio::spawn(async move {
-                let Ok(mut c) = tp::accept(sock, &me, &secret, &cfg).await else {
+                let Ok(mut c) = tp::accept(sock, &me, &keys, &cfg).await else {
                     return;
                 };
                 let mut file: Vec<u8> = Vec::new();

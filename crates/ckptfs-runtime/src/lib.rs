@@ -43,3 +43,4 @@ pub use dir::{open_log_file, RuntimeDir};
 pub use error::{Result, RuntimeError};
 pub use lock::InstanceLock;
 pub use shutdown::Shutdown;
+pub use sys::raise_nofile_limit;

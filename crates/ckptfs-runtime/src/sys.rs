@@ -141,3 +141,29 @@ pub fn signal_pipe(signals: &[libc::c_int], handler: extern "C" fn(libc::c_int))
     // SAFETY: fds[0] is a fresh descriptor owned by nothing else.
     Ok(unsafe { File::from_raw_fd(fds[0]) })
 }
+
+/// Raise this process's soft limit of open descriptors to its hard limit (a daemon
+/// that accepts connections from the network must not run out at the usual 1024).
+/// Returns the soft limit in force afterwards.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid, writable rlimit for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if r.rlim_cur < r.rlim_max {
+        let want = libc::rlimit {
+            rlim_cur: r.rlim_max,
+            rlim_max: r.rlim_max,
+        };
+        // SAFETY: want is a valid rlimit read for the call.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        r.rlim_cur = r.rlim_max;
+    }
+    Ok(r.rlim_cur)
+}

@@ -33,8 +33,11 @@ const MAX_IOV: usize = 64;
 /// One store chunk's part of a landing.
 #[derive(Debug, Clone, Copy)]
 struct Piece {
-    /// Chunk id.
-    c: u32,
+    /// Logical chunk index in the file.
+    logical: u32,
+    /// Chunk id; None until the first byte of the piece arrives (a chunk is taken only
+    /// when bytes arrive for it, never for what a header merely announces).
+    c: Option<u32>,
     /// Byte offset in the chunk where the piece starts (the chunk's high-water mark).
     within: usize,
     /// Bytes of the piece.
@@ -42,7 +45,7 @@ struct Piece {
     /// CRC32C of the bytes of the piece landed so far.
     crc: u32,
     /// Address of the piece's first byte in this process (memory chunks), or None
-    /// (spill chunks: the bytes land in `Landing::buf`).
+    /// (not taken yet, or a spill chunk: the bytes then land in `Landing::buf`).
     addr: Option<usize>,
 }
 
@@ -56,6 +59,8 @@ pub struct Landing {
     landed: usize,
     /// Bytes for spill pieces (the whole range when any piece is in the spill file).
     buf: Option<Vec<u8>>,
+    /// The errno of a chunk that could not be taken (ENOSPC): nothing more lands.
+    failed: Option<i32>,
 }
 
 impl std::fmt::Debug for Landing {
@@ -105,6 +110,7 @@ impl Landing {
         }
         let mut pieces = Vec::new();
         let mut p = off;
+        let mut spill = false;
         while p < end {
             let logical = (p >> shift) as u32;
             let within = (p as usize) & (cs - 1);
@@ -124,33 +130,25 @@ impl Landing {
                             file.path()
                         )));
                     }
-                    c
+                    Some(c)
                 }
-                None => {
-                    if within != 0 {
-                        return Err(StoreError::Invalid(format!(
-                            "{}: no chunk {logical} to append to at {within}",
-                            file.path()
-                        )));
-                    }
-                    let c = store.alloc_chunk(fid, logical)?;
-                    // A fresh receiver (a restore into a new store): have the next free
-                    // chunks' page tables populated while this one fills (as File::write).
-                    if seg.is_mem(c) {
-                        seg.ahead.request(&store.seg);
-                    }
-                    ino.nchunks.fetch_add(1, Relaxed);
-                    crate::integrity::seal_data(seg, fid);
-                    ino.cgen.fetch_add(1, Release);
-                    c
+                None if within != 0 => {
+                    return Err(StoreError::Invalid(format!(
+                        "{}: no chunk {logical} to append to at {within}",
+                        file.path()
+                    )));
                 }
+                // Taken when its first byte arrives (`take`).
+                None => None,
             };
-            let addr = seg
-                .is_mem(c)
+            let addr = c.filter(|&c| seg.is_mem(c)).map(|c| {
                 // SAFETY: c is a memory chunk (checked) and within + k <= chunk size, so
                 // the address is inside the data region; only the address is computed.
-                .then(|| unsafe { seg.chunk_ptr(c).add(within) } as usize);
+                unsafe { seg.chunk_ptr(c).add(within) as usize }
+            });
+            spill |= c.is_some() && addr.is_none();
             pieces.push(Piece {
+                logical,
                 c,
                 within,
                 k,
@@ -159,7 +157,7 @@ impl Landing {
             });
             p += k as u64;
         }
-        let buf = pieces.iter().any(|p| p.addr.is_none()).then(|| vec![0u8; len]);
+        let buf = spill.then(|| vec![0u8; len]);
         drop(_g);
         Ok(Landing {
             store,
@@ -169,7 +167,52 @@ impl Landing {
             pieces,
             landed: 0,
             buf,
+            failed: None,
         })
+    }
+
+    /// Take the chunk of piece `i` now that bytes arrive for it (ENOSPC when the store
+    /// is full). A spill chunk switches the landing to its buffer (the bytes landed so
+    /// far are copied there; the commit then takes the write path).
+    fn take(&mut self, i: usize) -> Result<()> {
+        if self.pieces[i].c.is_some() {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        let seg = &*store.seg;
+        let _g = store.file_lock(self.fid);
+        let c = store.alloc_chunk(self.fid, self.pieces[i].logical)?;
+        let ino = seg.inode(self.fid);
+        // A fresh receiver (a restore into a new store): have the next free chunks'
+        // page tables populated while this one fills (as File::write).
+        if seg.is_mem(c) {
+            seg.ahead.request(&store.seg);
+        }
+        ino.nchunks.fetch_add(1, Relaxed);
+        crate::integrity::seal_data(seg, self.fid);
+        ino.cgen.fetch_add(1, Release);
+        drop(_g);
+        self.pieces[i].c = Some(c);
+        if seg.is_mem(c) {
+            // SAFETY: c is a memory chunk (checked) and within + k <= chunk size, so the
+            // address is inside the data region; only the address is computed.
+            self.pieces[i].addr = Some(unsafe { seg.chunk_ptr(c).add(self.pieces[i].within) } as usize);
+        } else if self.buf.is_none() {
+            let mut buf = vec![0u8; self.len];
+            let mut at = 0;
+            self.visit(&mut |b| {
+                buf[at..at + b.len()].copy_from_slice(b);
+                at += b.len();
+            });
+            self.buf = Some(buf);
+        }
+        Ok(())
+    }
+
+    /// The errno of a chunk that could not be taken, if one could not (nothing lands
+    /// after it; the landing must be dropped).
+    pub fn failed(&self) -> Option<i32> {
+        self.failed
     }
 
     /// Bytes of the range.
@@ -206,23 +249,72 @@ impl Landing {
         crc
     }
 
+    /// Hand the bytes landed so far to `f`, in order (a frame tag is checked over them
+    /// before they are published). The memory is this landing's own, written by this
+    /// process and read by nobody else until [`Landing::commit`].
+    pub fn visit(&self, f: &mut dyn FnMut(&[u8])) {
+        if let Some(buf) = &self.buf {
+            f(&buf[..self.landed]);
+            return;
+        }
+        let mut at = 0;
+        for p in &self.pieces {
+            if at >= self.landed {
+                break;
+            }
+            let n = p.k.min(self.landed - at);
+            let addr = p.addr.expect("memory piece");
+            // SAFETY: the range lies inside the piece, hence inside memory chunk `p.c` of
+            // the live mapping that this landing's store keeps; the bytes were written by
+            // this process (readv or `put`) past the file's size, where nobody else
+            // writes or reads (see `landed_bytes`). The view lives only for the call.
+            let view = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+            f(view);
+            at += p.k;
+        }
+    }
+
     /// The pieces' remaining space from the landing position, as iovecs (at most
-    /// MAX_IOV), and the checksums to extend once bytes land.
-    fn iovecs(&mut self) -> Vec<libc::iovec> {
+    /// MAX_IOV): the piece at the landing position (its chunk taken now if it was not)
+    /// and the taken pieces after it. Fails when a chunk cannot be taken.
+    fn iovecs(&mut self) -> io::Result<Vec<libc::iovec>> {
+        if let Some(e) = self.failed {
+            return Err(io::Error::from_raw_os_error(e));
+        }
         let mut iov = Vec::new();
+        if self.buf.is_none() {
+            let mut at = 0;
+            let mut first = None;
+            for (i, p) in self.pieces.iter().enumerate() {
+                if at + p.k > self.landed {
+                    first = Some(i);
+                    break;
+                }
+                at += p.k;
+            }
+            if let Some(i) = first {
+                if let Err(e) = self.take(i) {
+                    let errno = e.errno();
+                    self.failed = Some(errno);
+                    return Err(io::Error::from_raw_os_error(errno));
+                }
+            }
+        }
         if let Some(buf) = self.buf.as_mut() {
             iov.push(libc::iovec {
                 iov_base: buf[self.landed..].as_mut_ptr() as *mut libc::c_void,
                 iov_len: self.len - self.landed,
             });
-            return iov;
+            return Ok(iov);
         }
         let mut at = 0;
         for p in &self.pieces {
             let end = at + p.k;
-            if end > self.landed && iov.len() < MAX_IOV {
+            if end > self.landed {
+                let Some(addr) = p.addr.filter(|_| iov.len() < MAX_IOV) else {
+                    break;
+                };
                 let skip = self.landed.saturating_sub(at);
-                let addr = p.addr.expect("memory piece");
                 iov.push(libc::iovec {
                     iov_base: (addr + skip) as *mut libc::c_void,
                     iov_len: p.k - skip,
@@ -230,7 +322,7 @@ impl Landing {
             }
             at = end;
         }
-        iov
+        Ok(iov)
     }
 
     /// Extend the pieces' CRCs with the `n` bytes that just landed at the landing
@@ -264,35 +356,45 @@ impl Landing {
     }
 
     /// Land `data` (bytes already read, e.g. from a read-ahead buffer) at the landing
-    /// position. Panics if more than the rest of the range.
+    /// position. Panics if more than the rest of the range. When a chunk cannot be
+    /// taken, the rest is dropped and [`Landing::failed`] says why.
     pub fn put(&mut self, data: &[u8]) {
         assert!(
             data.len() <= self.len - self.landed,
             "more bytes than the landing holds"
         );
         let mut done = 0;
-        for v in self.iovecs() {
-            if done == data.len() {
-                break;
+        while done < data.len() {
+            let Ok(iov) = self.iovecs() else {
+                return;
+            };
+            let mut n = 0;
+            for v in iov {
+                if done + n == data.len() {
+                    break;
+                }
+                let k = v.iov_len.min(data.len() - done - n);
+                // SAFETY: the destination is the landing's own remaining space (a
+                // caller-owned buffer or memory chunk bytes past the file's size, see
+                // `landed_bytes`), at least `k` bytes long; `data` is a distinct caller
+                // slice, so they do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(data[done + n..].as_ptr(), v.iov_base as *mut u8, k) };
+                n += k;
             }
-            let k = v.iov_len.min(data.len() - done);
-            // SAFETY: the destination is the landing's own remaining space (a caller-owned
-            // buffer or memory chunk bytes past the file's size, see `landed_bytes`), at
-            // least `k` bytes long; `data` is a distinct caller slice, so they do not
-            // overlap.
-            unsafe { std::ptr::copy_nonoverlapping(data[done..].as_ptr(), v.iov_base as *mut u8, k) };
-            done += k;
+            self.landed_bytes(n);
+            done += n;
         }
-        self.landed_bytes(data.len());
     }
 
-    /// One `readv` from `fd` into the rest of the range. Returns the bytes landed (0 at
-    /// end of stream); a non-blocking socket with nothing to read answers `WouldBlock`.
+    /// One `readv` from `fd` into the rest of the range (the chunks it lands in taken
+    /// as it goes). Returns the bytes landed (0 at end of stream); a non-blocking socket
+    /// with nothing to read answers `WouldBlock`; a chunk that cannot be taken, its
+    /// errno (ENOSPC).
     pub fn read_from(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
         if self.landed == self.len {
             return Ok(0);
         }
-        let iov = self.iovecs();
+        let iov = self.iovecs()?;
         // SAFETY: every iovec is the landing's own remaining space: bytes of its buffer,
         // or of memory chunks owned by this file past its size (inside the mapping kept
         // by `self.store`), which nobody else writes or reads; the kernel writes at most
@@ -308,6 +410,15 @@ impl Landing {
     /// Publish the landed range (all of it must have landed): each chunk's checksum
     /// extended, then the file's size. `file` is the handle the landing began with.
     pub fn commit(mut self, file: &mut FileHandle) -> Result<()> {
+        if let Some(e) = self.failed {
+            return Err(match e {
+                libc::ENOSPC => StoreError::NoSpace,
+                e => StoreError::Io {
+                    context: "take a chunk for a landing".into(),
+                    source: io::Error::from_raw_os_error(e),
+                },
+            });
+        }
         if self.landed != self.len {
             return Err(StoreError::Invalid(format!(
                 "landing of {} bytes committed after {}",
@@ -336,13 +447,18 @@ impl Landing {
             )));
         }
         for p in &self.pieces {
-            let e = seg.chunk(p.c);
+            let Some(c) = p.c else {
+                return Err(StoreError::Invalid(format!(
+                    "{}: landing committed with a chunk never taken",
+                    file.path()
+                )));
+            };
+            let e = seg.chunk(c);
             let (hwm, crc, stale) = unpack_sum(e.sum.load(Acquire));
             if e.owner.load(Acquire) != self.fid + 1 || hwm as usize != p.within || stale {
                 return Err(StoreError::Invalid(format!(
-                    "{}: chunk {} changed while a landing was in flight",
+                    "{}: chunk {c} changed while a landing was in flight",
                     file.path(),
-                    p.c
                 )));
             }
             let crc = if p.within == 0 {
@@ -492,5 +608,33 @@ mod tests {
         assert_eq!(s.stat("/in").unwrap().size, d.len() as u64);
         drop(s);
         let _ = Store::destroy(&name);
+    }
+
+    /// A header that announces many bytes takes no chunk: chunks are taken as bytes
+    /// arrive (a peer announcing 43 MiB and sending 120 bytes held 43 MiB before).
+    #[test]
+    fn chunks_are_taken_as_bytes_arrive_not_as_announced() {
+        let (s, name) = store("lazy", 64 << 10);
+        let f = s.open("/lazy", OpenFlags::CREATE, 0o600).unwrap();
+        let free = s.info().mem_free_chunks;
+        let mut l = Landing::begin(&f, 0, 1 << 20).unwrap();
+        assert_eq!(
+            s.info().mem_free_chunks,
+            free,
+            "nothing taken for an announcement"
+        );
+        l.put(&data(120, 1));
+        assert_eq!(s.info().mem_free_chunks, free - 1, "one chunk for 120 bytes");
+        l.put(&data(70_000, 2));
+        assert_eq!(s.info().mem_free_chunks, free - 2);
+        let mut seen = Vec::new();
+        l.visit(&mut |b| seen.extend_from_slice(b));
+        let mut want = data(120, 1);
+        want.extend(data(70_000, 2));
+        assert_eq!(seen, want, "visit hands back what landed, in order");
+        drop(l);
+        drop(f);
+        drop(s);
+        Store::destroy(&name).unwrap();
     }
 }

@@ -294,6 +294,51 @@ impl WireSource {
         writev(fd, &iov)
     }
 
+    /// Hand chunk `i`'s bytes as they are now to `f`, in order, 64 KiB at a time, each
+    /// piece copied out of the mapping (or read from the spill file) into a private
+    /// buffer first, so no Rust reference to memory another process may be writing is
+    /// ever made (the frame tag of a partner copy is computed over them). A concurrent
+    /// rewrite yields bytes that do not match what is then sent, which the receiver
+    /// refuses and asks for again.
+    pub fn visit(&self, i: usize, f: &mut dyn FnMut(&[u8])) -> io::Result<()> {
+        const STEP: usize = 64 << 10;
+        let c = self.chunks[i];
+        let mut buf = vec![0u8; STEP.min(c.written.max(1))];
+        let mut pos = 0;
+        while pos < c.written {
+            let k = (c.written - pos).min(STEP);
+            match c.src {
+                Src::Mem(_, off) => {
+                    // SAFETY: the source range is inside the live mapping (checked in
+                    // `new`; `self.store` keeps it mapped) and is read through a raw
+                    // pointer only; `buf` is a distinct private buffer of at least `k`
+                    // bytes, so the two cannot overlap.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            (self.base + off as usize + pos) as *const u8,
+                            buf.as_mut_ptr(),
+                            k,
+                        )
+                    };
+                }
+                Src::Spill(off) => {
+                    let spill = self.store.seg.spill().expect("checked in new");
+                    spill.read_exact_at(&mut buf[..k], off + pos as u64)?;
+                }
+                Src::Hole => unreachable!("a hole has nothing written"),
+            }
+            f(&buf[..k]);
+            pos += k;
+        }
+        let mut z = c.written;
+        while z < c.len {
+            let k = (c.len - z).min(ZEROS.len());
+            f(&ZEROS[..k]);
+            z += k;
+        }
+        Ok(())
+    }
+
     /// CRC32C of chunk `i`'s bytes as they are now (after the receiver found a mismatch:
     /// is the local chunk damaged, or was the wire?).
     pub fn crc_now(&self, i: usize) -> io::Result<u32> {

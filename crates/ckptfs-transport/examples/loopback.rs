@@ -5,8 +5,8 @@
 //! transport sends each chunk with one `writev` and receives it into one buffer with its
 //! CRC32C checked.
 
-use ckptfs_cluster::Secret;
-use ckptfs_transport::{accept, connect, ChunkHeader, ConnConfig, Identity, Msg};
+use ckptfs_cluster::{NodeKeys, Secret};
+use ckptfs_transport::{accept, connect, ChunkHeader, ConnConfig, Identity, Msg, Protection};
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -38,43 +38,52 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     rx.await?;
     let plain = (n * chunk) as f64 / t.elapsed().as_secs_f64() / 1e9;
 
-    // The transport.
-    let secret = Secret::generate()?;
-    let l = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = l.local_addr()?.to_string();
-    let s2 = secret.clone();
-    let rx = tokio::spawn(async move {
-        let (st, _) = l.accept().await.unwrap();
-        let me = Identity {
-            node_id: "b".into(),
-            job: "bench".into(),
-        };
-        let mut c = accept(st, &me, &s2, &ConnConfig::default()).await.unwrap();
-        let mut buf = vec![0u8; chunk];
-        for _ in 0..n {
-            let Ok(Msg::Chunk(h)) = c.recv().await else {
-                panic!("expected a chunk")
-            };
-            c.recv_chunk_data(&mut buf[..h.len as usize]).await.unwrap();
-        }
-    });
-    let me = Identity {
-        node_id: "a".into(),
-        job: "bench".into(),
-    };
-    let mut c = connect(&addr, &me, &secret, &ConnConfig::default()).await?;
-    let t = Instant::now();
-    for i in 0..n {
-        let h = ChunkHeader::for_data(i as u64, (i * chunk) as u64, &data);
-        c.send_chunk(&h, &data).await?;
-    }
-    rx.await?;
-    let framed = (n * chunk) as f64 / t.elapsed().as_secs_f64() / 1e9;
     println!("loopback, {total_mib} MiB in {chunk_kib} KiB chunks");
     println!("plain TCP stream       {plain:6.2} GB/s");
-    println!(
-        "ckptfs-transport       {framed:6.2} GB/s  ({:.2}x; CRC32C computed by sender and receiver)",
-        framed / plain
-    );
+    // The transport, with each frame protection.
+    let secret = Secret::generate()?;
+    for protection in [Protection::Integrity, Protection::Encrypted] {
+        let cfg = ConnConfig {
+            protection,
+            ..ConnConfig::default()
+        };
+        let l = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = l.local_addr()?.to_string();
+        let kb = NodeKeys::derive(&secret, "bench", "b", ["a", "b"]);
+        let ka = NodeKeys::derive(&secret, "bench", "a", ["a", "b"]);
+        let cfg2 = cfg.clone();
+        let rx = tokio::spawn(async move {
+            let (st, _) = l.accept().await.unwrap();
+            let me = Identity {
+                node_id: "b".into(),
+                job: "bench".into(),
+            };
+            let mut c = accept(st, &me, &kb, &cfg2).await.unwrap();
+            let mut buf = vec![0u8; chunk];
+            for _ in 0..n {
+                let Ok(Msg::Chunk(h)) = c.recv().await else {
+                    panic!("expected a chunk")
+                };
+                c.recv_chunk_data(&mut buf[..h.len as usize]).await.unwrap();
+            }
+        });
+        let me = Identity {
+            node_id: "a".into(),
+            job: "bench".into(),
+        };
+        let mut c = connect(&addr, &me, "b", &ka, &cfg).await?;
+        let t = Instant::now();
+        for i in 0..n {
+            let h = ChunkHeader::for_data(i as u64, (i * chunk) as u64, &data);
+            c.send_chunk(&h, &data).await?;
+        }
+        rx.await?;
+        let framed = (n * chunk) as f64 / t.elapsed().as_secs_f64() / 1e9;
+        println!(
+            "ckptfs-transport {:<10} {framed:6.2} GB/s  ({:.2}x; CRC32C and the frame tag computed by sender and receiver)",
+            format!("{protection:?}").to_lowercase(),
+            framed / plain
+        );
+    }
     Ok(())
 }

@@ -1,20 +1,29 @@
-//! Mutual challenge-response authentication with HMAC-SHA256 over the per-job secret.
+//! Mutual challenge-response authentication with HMAC-SHA256 over the key of the pair
+//! of nodes ([`ckptfs_cluster::NodeKeys`]: only the two nodes and the launcher hold it).
 //!
 //! ```text
-//! client                                         server
-//!   Hello{client_id, job, Nc}          ---->
-//!                                      <----     Challenge{server_id, Ns, MAC(K, "server", T)}
-//!   checks the server's MAC
-//!   Response{MAC(K, "client", T)}      ---->
-//!                                                checks the client's MAC
-//!                                      <----     AuthOk
-//! T = "ckptfs-peer-auth-v1" | role | len-prefixed job | Nc | Ns
-//!     | len-prefixed client_id | len-prefixed server_id
+//! client                                              server
+//!   Hello{client_id, server_id, job, Nc, mode} ---->
+//!                                             <----   Challenge{server_id, Ns}
+//!   checks server_id is the node it dialled
+//!   Response{MAC(K, "client", T)}              ---->
+//!                                                     checks job, ids, mode, the MAC
+//!                                             <----   AuthOk{MAC(K, "server", T)}
+//!   checks the server's MAC                           (or one refusal for every cause)
+//! T = "ckptfs-peer-auth-v2" | role | len-prefixed job | Nc | Ns
+//!     | len-prefixed client_id | len-prefixed server_id | mode
 //! ```
-//! The secret never crosses the wire. Both nonces are fresh per connection (32 bytes
-//! from the OS), so a recorded Response is worthless on a new connection; the role
-//! label keeps a server's proof from being reflected as a client's. Comparisons are
-//! constant-time (`Mac::verify_slice`).
+//! The key never crosses the wire. The client proves itself first, so the server gives
+//! no proof to anyone who has not given one, and the server answers every failed
+//! Hello/Response (wrong job, unknown node, its own id, other mode, bad proof) with the
+//! same refusal after the Response, so a stranger learns nothing about the map. Both
+//! nonces are fresh per connection (32 bytes from the OS), so a recorded Response is
+//! worthless on a new connection; the role label keeps a server's proof from being
+//! reflected as a client's. Comparisons are constant-time (`Mac::verify_slice`).
+//!
+//! Each direction then has its own key for the frame tags ([`crate::seal`]), derived
+//! from the pair key and the whole transcript ([`session_keys`]): a relay that passes
+//! the handshake through cannot change, add or drop a frame afterwards.
 
 use crate::frame::{MAC_LEN, NONCE_LEN};
 use hmac::{Hmac, Mac};
@@ -44,19 +53,22 @@ pub struct Transcript<'a> {
     pub client_id: &'a str,
     /// Server node id.
     pub server_id: &'a str,
+    /// Frame protection asked for ([`crate::Protection::code`]).
+    pub mode: u8,
 }
 
 fn mac_for(key: &[u8], role: Role, t: &Transcript<'_>) -> HmacSha256 {
-    // HMAC accepts keys of any length; new_from_slice cannot fail for HMAC.
-    let mut m = match HmacSha256::new_from_slice(key) {
-        Ok(m) => m,
-        Err(_) => HmacSha256::new(&Default::default()),
-    };
-    m.update(b"ckptfs-peer-auth-v1");
+    let mut m = hmac(key);
+    m.update(b"ckptfs-peer-auth-v2");
     m.update(match role {
         Role::Client => b"C",
         Role::Server => b"S",
     });
+    transcript(&mut m, t);
+    m
+}
+
+fn transcript(m: &mut HmacSha256, t: &Transcript<'_>) {
     m.update(&(t.job.len() as u32).to_le_bytes());
     m.update(t.job.as_bytes());
     m.update(t.client_nonce);
@@ -65,7 +77,31 @@ fn mac_for(key: &[u8], role: Role, t: &Transcript<'_>) -> HmacSha256 {
         m.update(&(part.len() as u32).to_le_bytes());
         m.update(part);
     }
-    m
+    m.update(&[t.mode]);
+}
+
+fn hmac(key: &[u8]) -> HmacSha256 {
+    // HMAC accepts keys of any length; new_from_slice cannot fail for HMAC.
+    match HmacSha256::new_from_slice(key) {
+        Ok(m) => m,
+        Err(_) => HmacSha256::new(&Default::default()),
+    }
+}
+
+/// The two directions' frame keys of a connection (client to server, server to
+/// client): HMAC-SHA256 of the pair key over a label and the whole transcript, so they
+/// are fresh per connection and known only to the two nodes.
+pub fn session_keys(key: &[u8], t: &Transcript<'_>) -> ([u8; 32], [u8; 32]) {
+    let dir = |label: &[u8]| {
+        let mut m = hmac(key);
+        m.update(b"ckptfs-session-v2");
+        m.update(label);
+        transcript(&mut m, t);
+        let mut k = [0u8; 32];
+        k.copy_from_slice(&m.finalize().into_bytes());
+        k
+    };
+    (dir(b"c2s"), dir(b"s2c"))
 }
 
 /// The proof of `role` over transcript `t` with secret `key`.
@@ -101,6 +137,7 @@ mod tests {
             server_nonce: &ns,
             client_id: "a",
             server_id: "b",
+            mode: 0,
         };
         let m = prove(b"k1", Role::Client, &t);
         assert!(verify(b"k1", Role::Client, &t, &m));
@@ -115,8 +152,14 @@ mod tests {
         let t3 = Transcript {
             client_id: "ab",
             server_id: "",
-            ..t
+            ..t.clone()
         };
         assert!(!verify(b"k1", Role::Client, &t3, &m), "ids shifted");
+        let t4 = Transcript { mode: 1, ..t.clone() };
+        assert!(!verify(b"k1", Role::Client, &t4, &m), "other frame protection");
+        let (c2s, s2c) = session_keys(b"k1", &t);
+        assert_ne!(c2s, s2c);
+        assert_ne!(session_keys(b"k1", &t2).0, c2s, "fresh per connection");
+        assert_ne!(session_keys(b"k2", &t).0, c2s, "bound to the pair key");
     }
 }

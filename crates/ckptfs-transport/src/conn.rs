@@ -6,8 +6,9 @@ use crate::frame::{
     self, decode_chunk_fixed, decode_header, decode_payload, encode_head, ChunkHeader, Hello, Msg, MsgType,
     CHUNK_FIXED, HEADER_LEN,
 };
+use crate::seal::{Dir, Protection, TAG_LEN};
 use crate::{ChunkData, ChunkSink, FrameError, Result, TransportError};
-use ckptfs_cluster::Secret;
+use ckptfs_cluster::{NodeKeys, PairKey};
 use std::collections::BTreeSet;
 use std::io::IoSlice;
 use std::net::SocketAddr;
@@ -45,8 +46,8 @@ pub struct ConnConfig {
     pub max_chunk: u32,
     /// When set, the accepting side refuses client ids not in it.
     pub allowed_peers: Option<BTreeSet<String>>,
-    /// When set, the connecting side refuses a server with another id.
-    pub expect_peer: Option<String>,
+    /// How frames are protected after the handshake (both sides must agree).
+    pub protection: Protection,
 }
 
 impl Default for ConnConfig {
@@ -57,7 +58,7 @@ impl Default for ConnConfig {
             handshake_timeout: Duration::from_secs(10),
             max_chunk: frame::DEFAULT_MAX_CHUNK,
             allowed_peers: None,
-            expect_peer: None,
+            protection: Protection::Integrity,
         }
     }
 }
@@ -110,6 +111,10 @@ async fn read_rest(
 pub struct ConnReader {
     rd: BufReader<OwnedReadHalf>,
     pending: Option<ChunkHeader>,
+    /// The pending chunk's header and fixed part (the start of what its tag covers).
+    pending_head: [u8; HEADER_LEN + CHUNK_FIXED],
+    /// Checks the tag of every frame once authenticated.
+    open: Option<Dir>,
     max_chunk: u32,
     limit: Option<u32>,
     read_timeout: Option<Duration>,
@@ -120,6 +125,8 @@ pub struct ConnReader {
 #[derive(Debug)]
 pub struct ConnWriter {
     wr: OwnedWriteHalf,
+    /// Tags (and with encryption, encrypts) every frame once authenticated.
+    seal: Option<Dir>,
     write_timeout: Duration,
     peer_id: Arc<str>,
 }
@@ -146,15 +153,32 @@ async fn timed<T>(
     }
 }
 
+/// The tag refused: a frame changed on the way (or a sender that is not the peer).
+fn bad_tag(kind: MsgType) -> TransportError {
+    FrameError::BadTag { kind }.into()
+}
+
 impl ConnReader {
     /// The authenticated peer's node id.
     pub fn peer_id(&self) -> &str {
         &self.peer_id
     }
 
+    pub(crate) fn into_parts(self) -> (BufReader<OwnedReadHalf>, Option<Dir>) {
+        (self.rd, self.open)
+    }
+
+    async fn read_tag(&mut self) -> Result<[u8; TAG_LEN]> {
+        let mut t = [0u8; TAG_LEN];
+        timed(self.read_timeout, "a frame tag", self.rd.read_exact(&mut t)).await?;
+        Ok(t)
+    }
+
     /// Receives the next message. A `Msg::Chunk` leaves its data unread: call
     /// [`ConnReader::recv_chunk_data`] (or [`ConnReader::skip_chunk_data`]) next. A peer's
-    /// `Error` message is returned as [`TransportError::Peer`].
+    /// `Error` message is returned as [`TransportError::Peer`]. Once authenticated,
+    /// every frame's tag is checked before its payload is decoded; a frame whose tag
+    /// fails ends the connection ([`FrameError::BadTag`]).
     pub async fn recv(&mut self) -> Result<Msg> {
         if let Some(c) = self.pending {
             return Err(TransportError::Protocol(format!(
@@ -200,6 +224,8 @@ impl ConnReader {
             .await?;
             let c = decode_chunk_fixed(&fixed)?;
             frame::check_chunk(&c, hdr.len)?;
+            self.pending_head[..HEADER_LEN].copy_from_slice(&hb);
+            self.pending_head[HEADER_LEN..].copy_from_slice(&fixed);
             self.pending = Some(c);
             return Ok(Msg::Chunk(c));
         }
@@ -211,6 +237,21 @@ impl ConnReader {
             self.rd.read_exact(&mut payload),
         )
         .await?;
+        if self.open.is_some() {
+            let tag = self.read_tag().await?;
+            let open = self.open.as_mut().expect("checked");
+            let ok = if open.encrypted() {
+                open.decrypt(&hb, &mut payload, &tag)
+            } else {
+                let mut m = open.mac();
+                m.update(&hb);
+                m.update(&payload);
+                m.matches(&tag)
+            };
+            if !ok {
+                return Err(bad_tag(hdr.kind));
+            }
+        }
         match decode_payload(hdr.kind, &payload)? {
             Msg::Error { errno, reason } => Err(TransportError::Peer { errno, reason }),
             m => Ok(m),
@@ -222,9 +263,37 @@ impl ConnReader {
         self.pending
     }
 
-    /// Reads the pending chunk's data into `buf` (exactly its length) and verifies its
-    /// CRC32C. On [`FrameError::ChunkCrc`] the connection is still in step (the
-    /// data was consumed): the receiver may Nack and ask for the chunk again.
+    /// Checks the tag of the pending chunk whose data is in `buf` (decrypting it in
+    /// place when the connection is encrypted), then its CRC32C.
+    async fn finish_chunk(&mut self, c: ChunkHeader, buf: &mut [u8]) -> Result<()> {
+        if self.open.is_some() {
+            let tag = self.read_tag().await?;
+            let head = self.pending_head;
+            let open = self.open.as_mut().expect("checked");
+            let ok = if open.encrypted() {
+                open.decrypt(&head, buf, &tag)
+            } else {
+                let mut m = open.mac();
+                m.update(&head);
+                m.update(buf);
+                m.matches(&tag)
+            };
+            if !ok {
+                self.pending = None;
+                return Err(FrameError::ChunkAuth { index: c.index }.into());
+            }
+        }
+        self.pending = None;
+        if crate::crc32c(buf) != c.crc32c {
+            return Err(FrameError::ChunkCrc { index: c.index }.into());
+        }
+        Ok(())
+    }
+
+    /// Reads the pending chunk's data into `buf` (exactly its length), checks its tag
+    /// and verifies its CRC32C. On [`FrameError::ChunkCrc`] or
+    /// [`FrameError::ChunkAuth`] the connection is still in step (the data was
+    /// consumed): the receiver may Nack and ask for the chunk again.
     pub async fn recv_chunk_data(&mut self, buf: &mut [u8]) -> Result<()> {
         let c = self
             .pending
@@ -237,6 +306,13 @@ impl ConnReader {
                 c.len
             )));
         }
+        self.read_data(buf).await?;
+        self.finish_chunk(c, buf).await
+    }
+
+    /// Reads the pending chunk's data into `buf`: what the read-ahead holds by a copy,
+    /// the rest straight from the socket.
+    async fn read_data(&mut self, buf: &mut [u8]) -> Result<()> {
         let buffered = self.rd.buffer();
         let k = buffered.len().min(buf.len());
         buf[..k].copy_from_slice(&buffered[..k]);
@@ -246,23 +322,28 @@ impl ConnReader {
         read_rest(stream, self.read_timeout, k, len, &mut |at| {
             stream.try_read(&mut buf[at..])
         })
-        .await?;
-        self.pending = None;
-        if crate::crc32c(buf) != c.crc32c {
-            return Err(FrameError::ChunkCrc { index: c.index }.into());
-        }
-        Ok(())
+        .await
     }
 
     /// Reads the pending chunk's data straight into `sink` (what the read-ahead buffer
-    /// already holds by a copy, the rest by reads from the socket into the sink) and
-    /// checks the CRC32C the sink computed as it landed. On [`FrameError::ChunkCrc`]
-    /// the connection is still in step (the data was consumed).
+    /// already holds by a copy, the rest by reads from the socket into the sink), checks
+    /// its tag over the landed bytes ([`ChunkSink::visit`]) and the CRC32C the sink
+    /// computed as it landed. An encrypted connection lands the data in a buffer first,
+    /// decrypts it there and hands it to the sink ([`ChunkSink::put`]). On
+    /// [`FrameError::ChunkCrc`] or [`FrameError::ChunkAuth`] the connection is still in
+    /// step (the data was consumed) and the sink must not be published.
     pub async fn recv_chunk_into(&mut self, sink: &mut (dyn ChunkSink + Send)) -> Result<()> {
         let c = self
             .pending
             .ok_or_else(|| TransportError::Protocol("no chunk data is pending".into()))?;
         let len = c.len as usize;
+        if self.open.as_ref().is_some_and(Dir::encrypted) {
+            let mut buf = vec![0u8; len];
+            self.read_data(&mut buf).await?;
+            self.finish_chunk(c, &mut buf).await?;
+            sink.put(&buf);
+            return Ok(());
+        }
         let buffered = self.rd.buffer();
         let k = buffered.len().min(len);
         sink.put(&buffered[..k]);
@@ -272,6 +353,17 @@ impl ConnReader {
             stream.try_io(Interest::READABLE, || sink.read_from(stream.as_fd()))
         })
         .await?;
+        if self.open.is_some() {
+            let tag = self.read_tag().await?;
+            let head = self.pending_head;
+            let mut m = self.open.as_mut().expect("checked").mac();
+            m.update(&head);
+            sink.visit(&mut |b| m.update(b));
+            if !m.matches(&tag) {
+                self.pending = None;
+                return Err(FrameError::ChunkAuth { index: c.index }.into());
+            }
+        }
         self.pending = None;
         if sink.crc() != c.crc32c {
             return Err(FrameError::ChunkCrc { index: c.index }.into());
@@ -279,10 +371,27 @@ impl ConnReader {
         Ok(())
     }
 
-    /// Reads and drops the pending chunk's data.
+    /// Reads and drops the pending chunk's data (its tag still checked: a frame is never
+    /// taken unchecked, even to be dropped).
     pub async fn skip_chunk_data(&mut self) -> Result<()> {
         let Some(c) = self.pending else {
             return Ok(());
+        };
+        if self.open.as_ref().is_some_and(Dir::encrypted) {
+            let mut buf = vec![0u8; c.len as usize];
+            self.read_data(&mut buf).await?;
+            return match self.finish_chunk(c, &mut buf).await {
+                Err(TransportError::Frame(FrameError::ChunkCrc { .. })) => Ok(()),
+                r => r,
+            };
+        }
+        let mut mac = match (&mut self.open, c) {
+            (Some(o), _) => {
+                let mut m = o.mac();
+                m.update(&self.pending_head);
+                Some(m)
+            }
+            (None, _) => None,
         };
         let mut left = c.len as u64;
         let mut scratch = vec![0u8; (c.len as usize).min(1 << 20)];
@@ -294,9 +403,18 @@ impl ConnReader {
                 self.rd.read_exact(&mut scratch[..k]),
             )
             .await?;
+            if let Some(m) = mac.as_mut() {
+                m.update(&scratch[..k]);
+            }
             left -= k as u64;
         }
         self.pending = None;
+        if let Some(m) = mac {
+            let tag = self.read_tag().await?;
+            if !m.matches(&tag) {
+                return Err(FrameError::ChunkAuth { index: c.index }.into());
+            }
+        }
         Ok(())
     }
 
@@ -318,6 +436,10 @@ impl ConnWriter {
         &self.peer_id
     }
 
+    pub(crate) fn into_parts(self) -> (OwnedWriteHalf, Option<Dir>) {
+        (self.wr, self.seal)
+    }
+
     /// Sends a message (not a Chunk: use [`ConnWriter::send_chunk`]).
     pub async fn send(&mut self, msg: &Msg) -> Result<()> {
         if matches!(msg, Msg::Chunk(_)) {
@@ -325,7 +447,18 @@ impl ConnWriter {
                 "a Chunk is sent with send_chunk, with its data".into(),
             ));
         }
-        let head = encode_head(msg)?;
+        let mut head = encode_head(msg)?;
+        if let Some(seal) = self.seal.as_mut() {
+            let tag = if seal.encrypted() {
+                let (h, payload) = head.split_at_mut(HEADER_LEN);
+                seal.encrypt(h, payload)
+            } else {
+                let mut m = seal.mac();
+                m.update(&head);
+                m.tag()
+            };
+            head.extend_from_slice(&tag);
+        }
         timed(
             Some(self.write_timeout),
             "a frame write",
@@ -335,7 +468,8 @@ impl ConnWriter {
     }
 
     /// Sends a chunk frame: header and fixed part, then `data` straight from the
-    /// caller's memory, in one vectored write where the socket takes it all.
+    /// caller's memory, in one vectored write where the socket takes it all, then its
+    /// tag. An encrypted connection encrypts a copy of the data.
     pub async fn send_chunk(&mut self, hdr: &ChunkHeader, data: &[u8]) -> Result<()> {
         if hdr.len as usize != data.len() {
             return Err(TransportError::Protocol(format!(
@@ -346,17 +480,38 @@ impl ConnWriter {
             )));
         }
         let head = encode_head(&Msg::Chunk(*hdr))?;
+        let (tag, sealed) = match self.seal.as_mut() {
+            None => (None, None),
+            Some(seal) if seal.encrypted() => {
+                let mut buf = data.to_vec();
+                let tag = seal.encrypt(&head, &mut buf);
+                (Some(tag), Some(buf))
+            }
+            Some(seal) => {
+                let mut m = seal.mac();
+                m.update(&head);
+                m.update(data);
+                (Some(m.tag()), None)
+            }
+        };
+        let data = sealed.as_deref().unwrap_or(data);
+        let tag = tag.as_ref().map(|t| &t[..]).unwrap_or(&[]);
         let wr = &mut self.wr;
         timed(Some(self.write_timeout), "a chunk write", async move {
-            let total = head.len() + data.len();
+            let parts = [&head[..], data, tag];
+            let total: usize = parts.iter().map(|p| p.len()).sum();
             let mut off = 0;
             while off < total {
-                let n = if off < head.len() {
-                    let bufs = [IoSlice::new(&head[off..]), IoSlice::new(data)];
-                    wr.write_vectored(&bufs).await?
-                } else {
-                    wr.write(&data[off - head.len()..]).await?
-                };
+                // The parts from `off` on, as slices.
+                let mut bufs = Vec::with_capacity(3);
+                let mut at = 0;
+                for p in parts {
+                    if off < at + p.len() {
+                        bufs.push(IoSlice::new(&p[off.saturating_sub(at)..]));
+                    }
+                    at += p.len();
+                }
+                let n = wr.write_vectored(&bufs).await?;
                 if n == 0 {
                     return Err(std::io::ErrorKind::WriteZero.into());
                 }
@@ -369,8 +524,10 @@ impl ConnWriter {
 
     /// Sends a chunk frame whose data writes itself to the socket ([`ChunkData`]: the
     /// store's `writev` from its mapping or `sendfile` from its spill file), so the data
-    /// never passes through a buffer of this process. The header goes out in the same
-    /// system call as the first data bytes where the source allows.
+    /// never passes through a buffer of this process; its tag is computed first over the
+    /// data where it lies ([`ChunkData::visit`]). The header goes out in the same system
+    /// call as the first data bytes where the source allows. An encrypted connection
+    /// copies the data into a buffer and sends that ([`ConnWriter::send_chunk`]).
     pub async fn send_chunk_from(&mut self, hdr: &ChunkHeader, data: &dyn ChunkData) -> Result<()> {
         if hdr.len as usize != data.len() {
             return Err(TransportError::Protocol(format!(
@@ -380,7 +537,21 @@ impl ConnWriter {
                 data.len()
             )));
         }
+        if self.seal.as_ref().is_some_and(Dir::encrypted) {
+            let mut buf = Vec::with_capacity(data.len());
+            data.visit(&mut |b| buf.extend_from_slice(b))?;
+            return self.send_chunk(hdr, &buf).await;
+        }
         let head = encode_head(&Msg::Chunk(*hdr))?;
+        let tag = match self.seal.as_mut() {
+            Some(seal) => {
+                let mut m = seal.mac();
+                m.update(&head);
+                data.visit(&mut |b| m.update(b))?;
+                Some(m.tag())
+            }
+            None => None,
+        };
         let stream: &TcpStream = self.wr.as_ref();
         timed(Some(self.write_timeout), "a chunk write", async move {
             let total = head.len() + data.len();
@@ -397,7 +568,11 @@ impl ConnWriter {
             }
             Ok(())
         })
-        .await
+        .await?;
+        if let Some(tag) = tag {
+            timed(Some(self.write_timeout), "a frame tag", self.wr.write_all(&tag)).await?;
+        }
+        Ok(())
     }
 
     /// Sends Bye and shuts the sending direction down.
@@ -482,6 +657,8 @@ impl Conn {
                 // already holds of it is copied).
                 rd: BufReader::with_capacity(16 << 10, r),
                 pending: None,
+                pending_head: [0; HEADER_LEN + CHUNK_FIXED],
+                open: None,
                 max_chunk: cfg.max_chunk,
                 limit: Some(HANDSHAKE_MAX),
                 read_timeout: Some(cfg.handshake_timeout),
@@ -489,6 +666,7 @@ impl Conn {
             },
             writer: ConnWriter {
                 wr: w,
+                seal: None,
                 write_timeout: cfg.handshake_timeout,
                 peer_id: unknown,
             },
@@ -496,12 +674,14 @@ impl Conn {
         }
     }
 
-    fn authenticated(mut self, peer: &str, cfg: &ConnConfig) -> Conn {
+    fn authenticated(mut self, peer: &str, cfg: &ConnConfig, open: Dir, seal: Dir) -> Conn {
         let id: Arc<str> = Arc::from(peer);
         self.reader.peer_id = id.clone();
         self.writer.peer_id = id;
         self.reader.limit = None;
         self.reader.read_timeout = cfg.read_timeout;
+        self.reader.open = Some(open);
+        self.writer.seal = Some(seal);
         self.writer.write_timeout = cfg.write_timeout;
         self
     }
@@ -519,11 +699,28 @@ impl Conn {
     }
 }
 
-/// Connects to the daemon at `addr` and authenticates both ways.
-pub async fn connect(addr: &str, identity: &Identity, secret: &Secret, cfg: &ConnConfig) -> Result<Conn> {
+/// The one refusal a server sends, whatever failed (see [`crate::auth`]).
+pub const REFUSAL: &str = "authentication refused";
+
+/// Connects to the daemon of node `peer` at `addr` as `identity` and authenticates both
+/// ways with the key of the pair; a server that is not `peer` (or cannot prove it) is
+/// refused before anything but the handshake is sent.
+pub async fn connect(
+    addr: &str,
+    identity: &Identity,
+    peer: &str,
+    keys: &NodeKeys,
+    cfg: &ConnConfig,
+) -> Result<Conn> {
+    let key = keys.pair(peer).ok_or_else(|| {
+        TransportError::Auth(format!(
+            "node {:?} holds no key for node {peer:?} (not in its key file or cluster map)",
+            identity.node_id
+        ))
+    })?;
     let fut = async {
         let stream = TcpStream::connect(addr).await?;
-        client_handshake(Conn::raw(stream, cfg), identity, secret, cfg).await
+        client_handshake(Conn::raw(stream, cfg), identity, peer, key, cfg).await
     };
     match tokio::time::timeout(cfg.handshake_timeout, fut).await {
         Ok(r) => r,
@@ -537,10 +734,10 @@ pub async fn connect(addr: &str, identity: &Identity, secret: &Secret, cfg: &Con
 pub async fn accept(
     stream: TcpStream,
     identity: &Identity,
-    secret: &Secret,
+    keys: &NodeKeys,
     cfg: &ConnConfig,
 ) -> Result<Conn> {
-    let fut = server_handshake(Conn::raw(stream, cfg), identity, secret, cfg);
+    let fut = server_handshake(Conn::raw(stream, cfg), identity, keys, cfg);
     match tokio::time::timeout(cfg.handshake_timeout, fut).await {
         Ok(r) => r,
         Err(_) => Err(TransportError::Timeout { what: "handshake" }),
@@ -551,12 +748,21 @@ fn unexpected(m: &Msg, wanted: &str) -> TransportError {
     TransportError::Auth(format!("expected {wanted}, got {:?}", m.kind()))
 }
 
-async fn client_handshake(mut c: Conn, me: &Identity, secret: &Secret, cfg: &ConnConfig) -> Result<Conn> {
+async fn client_handshake(
+    mut c: Conn,
+    me: &Identity,
+    peer: &str,
+    key: &PairKey,
+    cfg: &ConnConfig,
+) -> Result<Conn> {
     let nc = auth::nonce()?;
+    let mode = cfg.protection.code();
     c.send(&Msg::Hello(Hello {
         node_id: me.node_id.clone(),
+        server_id: peer.to_string(),
         job: me.job.clone(),
         nonce: nc,
+        mode,
     }))
     .await?;
     let ch = match c.recv().await {
@@ -567,80 +773,115 @@ async fn client_handshake(mut c: Conn, me: &Identity, secret: &Secret, cfg: &Con
                 .await)
         }
         Err(TransportError::Peer { reason, .. }) => {
-            return Err(TransportError::Auth(format!("refused by the server: {reason}")))
+            return Err(TransportError::Auth(format!("refused by {peer}: {reason}")))
         }
         Err(e) => return Err(e),
     };
-    if let Some(want) = &cfg.expect_peer {
-        if &ch.node_id != want {
-            let why = format!("server says it is {:?}, expected {want:?}", ch.node_id);
-            return Err(c.refuse(libc::EACCES, why).await);
-        }
+    if ch.node_id != peer {
+        let why = format!(
+            "the server says it is {:?}, not {peer:?}, the node dialled",
+            ch.node_id
+        );
+        return Err(c.refuse(libc::EACCES, why).await);
     }
     let t = Transcript {
         job: &me.job,
         client_nonce: &nc,
         server_nonce: &ch.nonce,
         client_id: &me.node_id,
-        server_id: &ch.node_id,
+        server_id: peer,
+        mode,
     };
-    if !auth::verify(secret.expose(), Role::Server, &t, &ch.mac) {
-        let why = format!("server {:?} did not prove the job secret", ch.node_id);
-        return Err(c.refuse(libc::EACCES, why).await);
-    }
-    let mac = auth::prove(secret.expose(), Role::Client, &t);
+    let mac = auth::prove(key.expose(), Role::Client, &t);
     c.send(&Msg::Response { mac }).await?;
     match c.recv().await {
-        Ok(Msg::AuthOk) => Ok(c.authenticated(&ch.node_id, cfg)),
+        Ok(Msg::AuthOk { mac }) => {
+            if !auth::verify(key.expose(), Role::Server, &t, &mac) {
+                let why = format!("the server at {peer:?}'s address did not prove the key of node {peer:?}");
+                return Err(c.refuse(libc::EACCES, why).await);
+            }
+            let (c2s, s2c) = auth::session_keys(key.expose(), &t);
+            let p = cfg.protection;
+            Ok(c.authenticated(peer, cfg, Dir::new(s2c, p), Dir::new(c2s, p)))
+        }
         Ok(m) => Err(c.refuse(libc::EPROTO, unexpected(&m, "AuthOk").to_string()).await),
         Err(TransportError::Peer { reason, .. }) => {
-            Err(TransportError::Auth(format!("refused by the server: {reason}")))
+            Err(TransportError::Auth(format!("refused by {peer}: {reason}")))
         }
         Err(e) => Err(e),
     }
 }
 
-async fn server_handshake(mut c: Conn, me: &Identity, secret: &Secret, cfg: &ConnConfig) -> Result<Conn> {
+async fn server_handshake(mut c: Conn, me: &Identity, keys: &NodeKeys, cfg: &ConnConfig) -> Result<Conn> {
     let hello = match c.recv().await {
         Ok(Msg::Hello(h)) => h,
-        Ok(m) => return Err(c.refuse(libc::EACCES, unexpected(&m, "Hello").to_string()).await),
+        Ok(m) => {
+            let why = unexpected(&m, "Hello").to_string();
+            let _ = c.refuse(libc::EACCES, REFUSAL.into()).await;
+            return Err(TransportError::Auth(why));
+        }
         Err(e @ (TransportError::Frame(_) | TransportError::Protocol(_))) => {
-            let why = format!("not a ckptfs peer: {e}");
-            return Err(c.refuse(libc::EACCES, why).await);
+            let _ = c.refuse(libc::EACCES, REFUSAL.into()).await;
+            return Err(TransportError::Auth(format!("not a ckptfs peer: {e}")));
         }
         Err(e) => return Err(e),
     };
-    if hello.job != me.job {
-        let why = format!("job {:?} is not this job", hello.job);
-        return Err(c.refuse(libc::EACCES, why).await);
-    }
-    if let Some(allowed) = &cfg.allowed_peers {
-        if !allowed.contains(&hello.node_id) {
-            let why = format!("node {:?} is not in the cluster map", hello.node_id);
-            return Err(c.refuse(libc::EACCES, why).await);
+    // Every cause is found now, but told (the same way) only after the Response, so a
+    // stranger learns nothing from which step refused it.
+    let mode = cfg.protection.code();
+    let problem = if hello.job != me.job {
+        Some(format!("job {:?} is not this job", hello.job))
+    } else if hello.server_id != me.node_id {
+        Some(format!(
+            "it dialled node {:?}, this is {:?}",
+            hello.server_id, me.node_id
+        ))
+    } else if hello.node_id == me.node_id {
+        Some("it claims this node's own id".to_string())
+    } else if cfg
+        .allowed_peers
+        .as_ref()
+        .is_some_and(|a| !a.contains(&hello.node_id))
+    {
+        Some("not in the cluster map".to_string())
+    } else if hello.mode != mode {
+        Some(format!(
+            "frame protection {} asked, this node uses {mode}",
+            hello.mode
+        ))
+    } else if keys.pair(&hello.node_id).is_none() {
+        Some("no key for it".to_string())
+    } else {
+        None
+    };
+    let decoy;
+    let key = match keys.pair(&hello.node_id) {
+        Some(k) if problem.is_none() => k,
+        _ => {
+            decoy = PairKey::from_bytes(auth::nonce()?);
+            &decoy
         }
-    }
+    };
     let ns = auth::nonce()?;
+    c.send(&Msg::Challenge(frame::Challenge {
+        node_id: me.node_id.clone(),
+        nonce: ns,
+    }))
+    .await?;
     let t = Transcript {
         job: &me.job,
         client_nonce: &hello.nonce,
         server_nonce: &ns,
         client_id: &hello.node_id,
         server_id: &me.node_id,
+        mode,
     };
-    let mac = auth::prove(secret.expose(), Role::Server, &t);
-    c.send(&Msg::Challenge(frame::Challenge {
-        node_id: me.node_id.clone(),
-        nonce: ns,
-        mac,
-    }))
-    .await?;
     let mac = match c.recv().await {
         Ok(Msg::Response { mac }) => mac,
         Ok(m) => {
-            return Err(c
-                .refuse(libc::EACCES, unexpected(&m, "Response").to_string())
-                .await)
+            let why = format!("node {:?}: {}", hello.node_id, unexpected(&m, "Response"));
+            let _ = c.refuse(libc::EACCES, REFUSAL.into()).await;
+            return Err(TransportError::Auth(why));
         }
         Err(TransportError::Peer { reason, .. }) => {
             return Err(TransportError::Auth(format!(
@@ -649,15 +890,24 @@ async fn server_handshake(mut c: Conn, me: &Identity, secret: &Secret, cfg: &Con
             )))
         }
         Err(e @ (TransportError::Frame(_) | TransportError::Protocol(_))) => {
-            let why = format!("bad handshake from {:?}: {e}", hello.node_id);
-            return Err(c.refuse(libc::EACCES, why).await);
+            let _ = c.refuse(libc::EACCES, REFUSAL.into()).await;
+            return Err(TransportError::Auth(format!(
+                "bad handshake from {:?}: {e}",
+                hello.node_id
+            )));
         }
         Err(e) => return Err(e),
     };
-    if !auth::verify(secret.expose(), Role::Client, &t, &mac) {
-        let why = format!("node {:?} did not prove the job secret", hello.node_id);
-        return Err(c.refuse(libc::EACCES, why).await);
+    let proved = auth::verify(key.expose(), Role::Client, &t, &mac);
+    if let Some(why) = problem.or_else(|| (!proved).then(|| "bad proof".to_string())) {
+        let _ = c.refuse(libc::EACCES, REFUSAL.into()).await;
+        return Err(TransportError::Auth(format!("node {:?}: {why}", hello.node_id)));
     }
-    c.send(&Msg::AuthOk).await?;
-    Ok(c.authenticated(&hello.node_id, cfg))
+    c.send(&Msg::AuthOk {
+        mac: auth::prove(key.expose(), Role::Server, &t),
+    })
+    .await?;
+    let (c2s, s2c) = auth::session_keys(key.expose(), &t);
+    let p = cfg.protection;
+    Ok(c.authenticated(&hello.node_id, cfg, Dir::new(c2s, p), Dir::new(s2c, p)))
 }

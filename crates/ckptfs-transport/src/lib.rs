@@ -2,9 +2,12 @@
 //!
 //! Node daemons (`ckptfs node`) send partner copies, heartbeats, deletions and restore
 //! requests to each other over this protocol. It is framed and length-checked, every
-//! header and every chunk of data carries a CRC32C, and a connection carries nothing
-//! but the handshake until both sides have proved they hold the per-job secret
-//! (HMAC-SHA256 challenge-response, [`auth`]). TCP now ([`TcpTransport`]); the
+//! header and every chunk of data carries a CRC32C, a connection carries nothing but the
+//! handshake until both sides have proved they hold the key of their pair of nodes
+//! (HMAC-SHA256 challenge-response, [`auth`]; per-node credentials,
+//! [`ckptfs_cluster::NodeKeys`]), and after it every frame carries a 16-byte tag under
+//! a per-connection key ([`seal`]: keyed BLAKE3, or AES-256-GCM when the cluster asks
+//! for encryption), so a relay can neither read (with encryption) nor change a frame. TCP now ([`TcpTransport`]); the
 //! [`Transport`] and [`PeerConn`] traits leave room for an RDMA transport.
 //!
 //! * [`frame`]: the byte layout, the encoder and the checked decoder (pure, fuzzed);
@@ -20,13 +23,16 @@
 //! ```text
 //! offset size field
 //!  0     4    magic "CKPN"
-//!  4     1    version (1)
+//!  4     1    version (2)
 //!  5     1    type (below)
 //!  6     2    flags (0; anything else is refused)
 //!  8     4    length of the payload that follows the header
 //! 12     4    CRC32C of bytes 0..12
 //! 16     len  payload
 //! ```
+//! After the handshake every frame is followed by a 16-byte tag ([`seal`]); the header's
+//! length does not count it.
+//!
 //! The length is checked against the type's bound before any byte of the payload is
 //! read or any memory is allocated: Chunk 24 + max_chunk (64 MiB by default),
 //! ListReply/Nack/Error 1 MiB, other types 12 KiB, and during the handshake 512 bytes
@@ -38,10 +44,10 @@
 //!
 //! ```text
 //! type payload
-//!  1 Hello      name node_id | name job | nonce[32]
-//!  2 Challenge  name node_id | nonce[32] | mac[32]
-//!  3 Response   mac[32]
-//!  4 AuthOk     (empty)
+//!  1 Hello      name node_id | name server_id | name job | nonce[32] | u8 mode
+//!  2 Challenge  name node_id | nonce[32]
+//!  3 Response   mac[32]            (the client's proof)
+//!  4 AuthOk     mac[32]            (the server's proof)
 //!  5 Heartbeat  u64 seq | u64 unix_ms
 //!  6 PutBegin   u64 generation | u64 size | i64 mtime_ns | u32 chunk_size
 //!               | name src_node | path
@@ -76,11 +82,15 @@ pub mod auth;
 mod conn;
 pub mod frame;
 mod lowat;
+pub mod raw;
+pub mod seal;
 
-pub use conn::{accept, connect, Conn, ConnConfig, ConnReader, ConnWriter, Identity, HANDSHAKE_MAX};
+pub use conn::{accept, connect, Conn, ConnConfig, ConnReader, ConnWriter, Identity, HANDSHAKE_MAX, REFUSAL};
 pub use frame::{ChunkHeader, ListEntry, Msg, MsgType, Nack, PutBegin, PutEnd};
+pub use raw::RawConn;
+pub use seal::{Protection, TAG_LEN};
 
-use ckptfs_cluster::Secret;
+use ckptfs_cluster::NodeKeys;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -99,7 +109,7 @@ pub enum FrameError {
     #[error("frame header checksum mismatch")]
     HeaderCrc,
     /// Another protocol version.
-    #[error("protocol version {0}, this side speaks 1")]
+    #[error("protocol version {0}, this side speaks 2")]
     BadVersion(u8),
     /// An unknown message type.
     #[error("unknown message type {0}")]
@@ -133,6 +143,22 @@ pub enum FrameError {
     ChunkCrc {
         /// Chunk index.
         index: u64,
+    },
+    /// A chunk's tag does not match its header and data: changed on the way (or, with
+    /// integrity only, rewritten at the source while it was sent). Consumed: the
+    /// connection is still in step and the chunk may be asked for again.
+    #[error("chunk {index}: frame tag mismatch (changed on the way)")]
+    ChunkAuth {
+        /// Chunk index.
+        index: u64,
+    },
+    /// A control frame's tag does not match: it was changed, dropped, replayed or
+    /// reordered on the way, or comes from someone without the pair key. The
+    /// connection ends.
+    #[error("{kind:?} frame: tag mismatch (changed on the way, or not from the peer)")]
+    BadTag {
+        /// Message type.
+        kind: MsgType,
     },
 }
 
@@ -178,6 +204,7 @@ impl TransportError {
             TransportError::Timeout { .. } => libc::ETIMEDOUT,
             TransportError::Closed => libc::ECONNRESET,
             TransportError::Frame(FrameError::ChunkCrc { .. }) => libc::EBADMSG,
+            TransportError::Frame(FrameError::ChunkAuth { .. } | FrameError::BadTag { .. }) => libc::EBADMSG,
             TransportError::Frame(FrameError::BadPath { .. }) => libc::EINVAL,
             TransportError::Frame(FrameError::TooLong { .. }) => libc::EMSGSIZE,
             TransportError::Frame(_) => libc::EPROTO,
@@ -205,6 +232,10 @@ pub trait ChunkData: Sync {
     /// system call; returns the bytes written (possibly fewer), `WouldBlock` when the
     /// non-blocking socket is full.
     fn write_to(&self, fd: std::os::fd::BorrowedFd<'_>, head: &[u8], at: usize) -> std::io::Result<usize>;
+    /// Hands the data to `f` in order, piece by piece, without a Rust reference to
+    /// memory another process may be writing (the store reads it through its own
+    /// copies); the frame's tag is computed over it.
+    fn visit(&self, f: &mut dyn FnMut(&[u8])) -> std::io::Result<()>;
 }
 
 /// A destination that chunk data lands in straight from the socket (the store's
@@ -218,6 +249,9 @@ pub trait ChunkSink {
     fn read_from(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize>;
     /// CRC32C of the bytes landed so far.
     fn crc(&self) -> u32;
+    /// Hands the bytes landed so far to `f` in order (the frame's tag is checked over
+    /// them before anything is published).
+    fn visit(&self, f: &mut dyn FnMut(&[u8]));
 }
 
 /// One authenticated connection, whatever carries it.
@@ -284,8 +318,8 @@ pub trait Transport: Send + Sync {
     fn accept_stream(&self, l: &Self::Listener) -> impl Future<Output = Result<Self::Stream>> + Send;
     /// The accepting side of the handshake.
     fn handshake(&self, s: Self::Stream) -> impl Future<Output = Result<Self::Conn>> + Send;
-    /// Connects to `addr` and authenticates.
-    fn connect(&self, addr: &str) -> impl Future<Output = Result<Self::Conn>> + Send;
+    /// Connects to node `peer` at `addr` and authenticates both ways.
+    fn connect(&self, addr: &str, peer: &str) -> impl Future<Output = Result<Self::Conn>> + Send;
 }
 
 /// The TCP transport.
@@ -293,8 +327,8 @@ pub trait Transport: Send + Sync {
 pub struct TcpTransport {
     /// Who this node is.
     pub identity: Identity,
-    /// The per-job secret.
-    pub secret: Arc<Secret>,
+    /// This node's credentials (its key with each other node).
+    pub keys: Arc<NodeKeys>,
     /// Timeouts, limits, allowed peers.
     pub config: ConnConfig,
 }
@@ -313,10 +347,10 @@ impl Transport for TcpTransport {
     }
 
     async fn handshake(&self, s: Self::Stream) -> Result<Conn> {
-        accept(s, &self.identity, &self.secret, &self.config).await
+        accept(s, &self.identity, &self.keys, &self.config).await
     }
 
-    async fn connect(&self, addr: &str) -> Result<Conn> {
-        connect(addr, &self.identity, &self.secret, &self.config).await
+    async fn connect(&self, addr: &str, peer: &str) -> Result<Conn> {
+        connect(addr, &self.identity, peer, &self.keys, &self.config).await
     }
 }

@@ -17,8 +17,10 @@ fn every_message() -> Vec<(Msg, Vec<u8>)> {
         (
             Msg::Hello(Hello {
                 node_id: "node1".into(),
+                server_id: "node3".into(),
                 job: "job-1".into(),
                 nonce: [7; 32],
+                mode: 1,
             }),
             vec![],
         ),
@@ -26,12 +28,11 @@ fn every_message() -> Vec<(Msg, Vec<u8>)> {
             Msg::Challenge(Challenge {
                 node_id: "node2".into(),
                 nonce: [8; 32],
-                mac: [9; 32],
             }),
             vec![],
         ),
         (Msg::Response { mac: [10; 32] }, vec![]),
-        (Msg::AuthOk, vec![]),
+        (Msg::AuthOk { mac: [11; 32] }, vec![]),
         (
             Msg::Heartbeat {
                 seq: u64::MAX,

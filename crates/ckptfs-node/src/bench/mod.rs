@@ -66,6 +66,11 @@ pub struct PartnerBenchArgs {
     /// the transfer's direction (and before a restore in the copy's direction too).
     #[arg(long, default_value = "copy,restore,app", value_parser = parse_cases)]
     pub cases: Cases,
+    /// Encrypt the peer traffic (the cluster's `encrypt = true`, AES-256-GCM) instead of
+    /// only tagging every frame (keyed BLAKE3, the default): run once with and once
+    /// without to see what encryption costs against the same TCP stream.
+    #[arg(long)]
+    pub encrypt: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -173,7 +178,13 @@ struct Bed {
 }
 
 impl Bed {
-    fn new(size: u64, priority: &str, writer_yield: f64, place: Option<Placement>) -> Result<Bed> {
+    fn new(
+        size: u64,
+        priority: &str,
+        writer_yield: f64,
+        place: Option<Placement>,
+        encrypt: bool,
+    ) -> Result<Bed> {
         ckptfs_netsim::available()
             .map_err(|why| anyhow::anyhow!("bench partner needs simulated nodes: {why}"))?;
         let exe = std::env::current_exe().context("locate the ckptfs binary")?;
@@ -197,6 +208,7 @@ impl Bed {
         let out = Command::new(&exe)
             .args(["cluster", "init", "--local", "2", "--port", "7460", "--job"])
             .arg(sim.prefix())
+            .args(encrypt.then_some("--encrypt"))
             .arg("--out")
             .arg(&cluster)
             .output()?;
@@ -463,7 +475,13 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         .collect::<Result<_>>()?;
     crate::parse_priority(&a.partner_priority)?;
     let place = Placement::new(a.shared_cpus);
-    let mut bed = Bed::new(a.size, &a.partner_priority, a.writer_yield, place.clone())?;
+    let mut bed = Bed::new(
+        a.size,
+        &a.partner_priority,
+        a.writer_yield,
+        place.clone(),
+        a.encrypt,
+    )?;
     let mut results = Vec::new();
     let mut notes = Vec::new();
     for (label, rate) in &links {
@@ -636,6 +654,7 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
             "partner_priority": a.partner_priority,
             "writer_yield": a.writer_yield,
             "cases": a.cases.names(),
+            "peer_traffic": if a.encrypt { "encrypted (AES-256-GCM)" } else { "tagged (keyed BLAKE3)" },
             "cpus": match &place {
                 Some(p) => serde_json::json!({"partner node": p.partner_list()}),
                 None => serde_json::json!("shared"),

@@ -47,6 +47,7 @@ fn check_outgoing(msg: &Msg) -> Result<(), FrameError> {
     match msg {
         Msg::Hello(h) => {
             check_name("Hello.node_id", &h.node_id)?;
+            check_name("Hello.server_id", &h.server_id)?;
             check_name("Hello.job", &h.job)
         }
         Msg::Challenge(c) => check_name("Challenge.node_id", &c.node_id),
@@ -87,16 +88,17 @@ pub fn encode_payload(msg: &Msg) -> Result<Vec<u8>, FrameError> {
     match msg {
         Msg::Hello(h) => {
             w.str(&h.node_id);
+            w.str(&h.server_id);
             w.str(&h.job);
             w.bytes(&h.nonce);
+            w.u8(h.mode);
         }
         Msg::Challenge(c) => {
             w.str(&c.node_id);
             w.bytes(&c.nonce);
-            w.bytes(&c.mac);
         }
-        Msg::Response { mac } => w.bytes(mac),
-        Msg::AuthOk | Msg::Bye => {}
+        Msg::Response { mac } | Msg::AuthOk { mac } => w.bytes(mac),
+        Msg::Bye => {}
         Msg::Heartbeat { seq, unix_ms } => {
             w.u64(*seq);
             w.u64(*unix_ms);
@@ -324,16 +326,17 @@ pub fn decode_payload(kind: MsgType, payload: &[u8]) -> Result<Msg, FrameError> 
     let msg = match kind {
         MsgType::Hello => Msg::Hello(Hello {
             node_id: r.name("Hello.node_id")?,
+            server_id: r.name("Hello.server_id")?,
             job: r.name("Hello.job")?,
             nonce: r.arr()?,
+            mode: r.u8()?,
         }),
         MsgType::Challenge => Msg::Challenge(Challenge {
             node_id: r.name("Challenge.node_id")?,
             nonce: r.arr()?,
-            mac: r.arr()?,
         }),
         MsgType::Response => Msg::Response { mac: r.arr()? },
-        MsgType::AuthOk => Msg::AuthOk,
+        MsgType::AuthOk => Msg::AuthOk { mac: r.arr()? },
         MsgType::Bye => Msg::Bye,
         MsgType::Heartbeat => Msg::Heartbeat {
             seq: r.u64()?,

@@ -15,7 +15,7 @@ pub use codec::{
 /// Frame magic, the first 4 bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"CKPN";
 /// Protocol version carried in every header.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Length of the fixed frame header.
 pub const HEADER_LEN: usize = 16;
 /// Largest payload of any frame but a chunk (1 MiB).
@@ -44,13 +44,13 @@ pub const MAX_LIST_ENTRIES: usize = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum MsgType {
-    /// Client's opening: id, job, nonce.
+    /// Client's opening: its id, the server it dialled, job, nonce, frame protection.
     Hello = 1,
-    /// Server's nonce and proof.
+    /// Server's id and nonce.
     Challenge = 2,
     /// Client's proof.
     Response = 3,
-    /// Server accepted the client.
+    /// Server accepted the client: the server's proof.
     AuthOk = 4,
     /// Liveness.
     Heartbeat = 5,
@@ -126,21 +126,23 @@ pub struct FrameHeader {
 pub struct Hello {
     /// The client's node id.
     pub node_id: String,
+    /// The node the client dialled (a server refuses a Hello meant for another node).
+    pub server_id: String,
     /// Job name (both sides must agree).
     pub job: String,
     /// Client nonce (fresh random bytes).
     pub nonce: [u8; NONCE_LEN],
+    /// Frame protection asked for (`crate::Protection::code`; both sides must agree).
+    pub mode: u8,
 }
 
-/// Server's answer to Hello: its id, its nonce and its proof of the secret.
+/// Server's answer to Hello: its id and its nonce (no proof before the client's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Challenge {
     /// The server's node id.
     pub node_id: String,
     /// Server nonce (fresh random bytes).
     pub nonce: [u8; NONCE_LEN],
-    /// HMAC-SHA256 over the transcript with role "server".
-    pub mac: [u8; MAC_LEN],
 }
 
 /// Header of a chunk frame; `len` data bytes follow it on the wire.
@@ -238,7 +240,10 @@ pub enum Msg {
         mac: [u8; MAC_LEN],
     },
     /// The server accepted the client; data frames may follow.
-    AuthOk,
+    AuthOk {
+        /// HMAC-SHA256 over the transcript with role "server": the server's proof.
+        mac: [u8; MAC_LEN],
+    },
     /// Liveness (soft state).
     Heartbeat {
         /// Sender's counter.
@@ -316,7 +321,7 @@ impl Msg {
             Msg::Hello(_) => MsgType::Hello,
             Msg::Challenge(_) => MsgType::Challenge,
             Msg::Response { .. } => MsgType::Response,
-            Msg::AuthOk => MsgType::AuthOk,
+            Msg::AuthOk { .. } => MsgType::AuthOk,
             Msg::Heartbeat { .. } => MsgType::Heartbeat,
             Msg::PutBegin(_) => MsgType::PutBegin,
             Msg::Chunk(_) => MsgType::Chunk,
