@@ -117,6 +117,13 @@ scavenge() {
 on_usr1() {
     trap '' USR1 # once; the flush's steps inherit the ignored signal
     log "time limit near (SIGUSR1)"
+    # The ranks stop first (a checkpoint they were writing stays incomplete), so that
+    # every node agrees on the newest complete dataset before it is flushed.
+    if [ -n "${WORK_PID:-}" ] && kill -0 "$WORK_PID" 2>/dev/null; then
+        kill -TERM "$WORK_PID" 2>/dev/null
+        wait "$WORK_PID" 2>/dev/null
+        log "ranks stopped"
+    fi
     scavenge
     stop_daemons
     grep -q "^flush: complete" "$JOBDIR/flush-report.txt"
@@ -144,7 +151,8 @@ STEPS=$((HEAT_SEGMENTS * HEAT_EVERY))
 for T in $(seq $((start + HEAT_EVERY)) "$HEAT_EVERY" "$STEPS"); do
     # In the background so that Slurm's warning (USR1) is handled at once.
     ranks segment "$T" &
-    wait $!
+    WORK_PID=$!
+    wait $WORK_PID
     rc=$?
     [ "$rc" = 0 ] || { log "ranks failed at step $T ($rc)"; scavenge; stop_daemons; exit 1; }
     [ "$lose_at" -gt 0 ] && [ $((T / HEAT_EVERY)) -ge "$lose_at" ] && break
@@ -153,7 +161,8 @@ done
 if [ -n "${CKPTFS_EXAMPLE_COMPUTE_S:-}" ]; then
     log "computing on (test hook, ${CKPTFS_EXAMPLE_COMPUTE_S}s)"
     sleep "$CKPTFS_EXAMPLE_COMPUTE_S" &
-    wait $!
+    WORK_PID=$!
+    wait $WORK_PID
 fi
 
 if [ -n "$lose_node" ]; then

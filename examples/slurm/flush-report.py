@@ -70,6 +70,8 @@ def main(jobdir):
         for f in summary.get("failed", []):
             line += f"; failed {f.get('path')}: {f.get('error', '')}"
         print(line)
+    if len(newest) > 1:
+        missing.append(f"nodes disagree on the newest complete dataset ({', '.join(sorted(newest))})")
     if missing:
         shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
         print(f"flush: INCOMPLETE: {len(missing)} files not on the PFS: {shown}")

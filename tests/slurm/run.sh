@@ -141,16 +141,18 @@ for r in 0 1 2 3 4 5 6 7; do cmp -s "$(reference 50)" "$JD/job/r$r.bin" && same=
 grep -q '^flush: complete: ' "$OUT" && check_pfs 50 && ok "the requeued job's flush is complete" || { bad "flush after requeue"; show_out; }
 
 echo "== 3. the allocation ends during the flush"
-# A 1-minute job whose computation outlasts it; the warning comes while it computes; the
+# A job whose computation outlasts its time limit; the warning comes while it computes
+# (the example's own --signal=B:USR1@50 is moved to the last second: Slurm may send it
+# up to a minute early, before the checkpoints of a short test job); the
 # flush of the newest dataset (2 MiB per rank, 4 MiB per node) is throttled to 1 MB/s
 # and bounded at 2 s: it cannot finish, and the allocation's end is near.
 export WARN_WHEN_COMPUTING=1
-submit timelimit --time=1 -- HEAT_SEGMENTS=3 CKPTFS_EXAMPLE_COMPUTE_S=300 CKPTFS_FLUSH_MAX_BW=1 CKPTFS_FLUSH_TIMEOUT=2
+submit timelimit --time=2 --signal=B:USR1@1 -- HEAT_SEGMENTS=3 CKPTFS_EXAMPLE_COMPUTE_S=300 CKPTFS_FLUSH_MAX_BW=1 CKPTFS_FLUSH_TIMEOUT=2
 grep -q 'time limit near (SIGUSR1)' "$OUT" && ok "Slurm's warning before the time limit started the flush" || { bad "no USR1"; show_out; }
 grep -q 'stopped by the time bound' "$OUT" && grep -Eq '^flush: INCOMPLETE: [0-9]+ files not on the PFS: c[1-4]:/' "$OUT" &&
     ok "the bounded flush reports the files it could not flush" || { bad "incomplete flush report"; show_out; }
 [ "$RC" != 0 ] && ok "the job reports the incomplete flush in its exit status ($STATE, exit $RC)" || bad "exit $RC after an incomplete flush"
-submit timelimit-ok --time=1 -- HEAT_SEGMENTS=3 CKPTFS_EXAMPLE_COMPUTE_S=300 CKPTFS_FLUSH_TIMEOUT=30
+submit timelimit-ok --time=2 --signal=B:USR1@1 -- HEAT_SEGMENTS=3 CKPTFS_EXAMPLE_COMPUTE_S=300 CKPTFS_FLUSH_TIMEOUT=30
 unset WARN_WHEN_COMPUTING
 # (The warning may come before the last segment: the flush is of the newest complete one.)
 last=$(sed -n 's/^flush: complete: dataset step\([0-9]*\),.*/\1/p' "$OUT")
