@@ -90,24 +90,34 @@ on_nodes bash -c 'for i in $(seq 1 300); do "$CK" --node-id "$SLURMD_NODENAME" n
                   echo "daemon on $SLURMD_NODENAME did not come up" >&2; exit 1' || { log "daemons did not start"; stop_daemons; exit 2; }
 log "daemons up on every node"
 
-# 3. The job-end flush (SCR's scavenge), on every node, bounded by FLUSH_TIMEOUT: while
-#    the daemons still run, settle the dataset records (a `ckpt list` asks every node),
-#    keep only the newest complete dataset in memory (the drain goes oldest first; the
-#    bounded time is for the newest), drain it to the PFS, then record which files
-#    reached it. flush-report.py turns that into one line per node and a verdict.
+# 3. The job-end flush (SCR's scavenge), bounded by FLUSH_TIMEOUT: while the daemons
+#    still run, the newest dataset complete on every node is chosen once, job-wide
+#    (`ckpt list` on the first node asks every node); on every node the other datasets
+#    leave memory (older ones are superseded, a newer one is incomplete; the drain goes
+#    oldest first and the bounded time is for the one that matters), the rest is drained
+#    to the PFS, and which files reached it is recorded. flush-report.py turns that into
+#    one line per node and a verdict.
 flushed=0
 scavenge() {
     [ "$flushed" = 1 ] && return
     flushed=1
     log "job-end flush to $PFS (at most ${FLUSH_TIMEOUT}s)"
+    "$CK" --node-id "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)" ckpt list --json \
+        >"$JOBDIR/flush-datasets.json" 2>"$JOBDIR/flush-datasets.log"
+    choice=$(python3 -c 'import json,sys
+d=[x for x in json.load(open(sys.argv[1]))["datasets"] if not x.get("evicted")]
+c=[x for x in d if x["complete"]]
+keep=c[-1] if c else None
+print(keep["name"] if keep else "-")
+print(" ".join(str(x["id"]) for x in d if keep is None or x["id"] != keep["id"]))' "$JOBDIR/flush-datasets.json") ||
+        choice=$'-\n'
+    export FLUSH_KEEP=$(echo "$choice" | sed -n 1p) FLUSH_DROP=$(echo "$choice" | sed -n 2p)
+    log "newest complete dataset: $FLUSH_KEEP"
     bw=()
     [ -n "${CKPTFS_FLUSH_MAX_BW:-}" ] && bw=(--max-bw "$CKPTFS_FLUSH_MAX_BW")
     on_nodes bash -c 'n=$SLURMD_NODENAME; ck() { "$CK" --node-id "$n" "$@"; }
-        ck ckpt list --json >"$JOBDIR/flush-datasets-$n.json" 2>/dev/null
-        newest=$(python3 -c "import json,sys; d=[x for x in json.load(open(sys.argv[1]))[\"datasets\"] if x[\"complete\"]]; print(d[-1][\"name\"] if d else \"\"); [print(x[\"id\"], file=sys.stderr) for x in d[:-1]]" \
-            "$JOBDIR/flush-datasets-$n.json" 2>"$JOBDIR/flush-older-$n.txt")
-        echo "$newest" >"$JOBDIR/flush-newest-$n.txt"
-        for id in $(cat "$JOBDIR/flush-older-$n.txt"); do ck ckpt delete "$id" >/dev/null 2>&1; done
+        echo "$FLUSH_KEEP" >"$JOBDIR/flush-newest-$n.txt"
+        for id in $FLUSH_DROP; do ck ckpt delete "$id" >/dev/null 2>&1; done
         timeout -s TERM "$0" "$CK" --node-id "$n" agent --once --json "${@}" >"$JOBDIR/flush-$n.json" 2>"$JOBDIR/flush-$n.log"
         echo $? >"$JOBDIR/flush-$n.rc"
         ck status --json >"$JOBDIR/flush-levels-$n.json" 2>/dev/null' "$FLUSH_TIMEOUT" "${bw[@]}"

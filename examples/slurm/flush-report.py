@@ -76,6 +76,9 @@ def main(jobdir):
         shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
         print(f"flush: INCOMPLETE: {len(missing)} files not on the PFS: {shown}")
         return 1
+    if newest == {"-"}:
+        print("flush: complete: no complete dataset (nothing to flush)")
+        return 0
     print(f"flush: complete: dataset {','.join(sorted(newest))}, {total} files of {len(nodes)} nodes on the PFS")
     return 0
 
