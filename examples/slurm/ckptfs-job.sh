@@ -123,6 +123,18 @@ print(" ".join(str(x["id"]) for x in d if keep is None or x["id"] != keep["id"])
         ck status --json >"$JOBDIR/flush-levels-$n.json" 2>/dev/null' "$FLUSH_TIMEOUT" "${bw[@]}"
     python3 "$SUBMIT/examples/slurm/flush-report.py" "$JOBDIR" | tee "$JOBDIR/flush-report.txt"
 }
+# The memory goes back to the node once the newest dataset is on the PFS; after an
+# incomplete flush it stays (with the partner copies) for a requeue of the job.
+release_memory() {
+    if grep -q '^flush: complete' "$JOBDIR/flush-report.txt"; then
+        on_nodes bash -c '"$CK" --node-id "$SLURMD_NODENAME" destroy >/dev/null'
+        log "stores destroyed"
+        return 0
+    fi
+    log "flush incomplete: node memory kept (a requeue of this job restarts from it)"
+    return 1
+}
+
 # Slurm's warning before the time limit (--signal=B:USR1@50): flush now, then stop.
 on_usr1() {
     trap '' USR1 # once; the flush's steps inherit the ignored signal
@@ -136,7 +148,7 @@ on_usr1() {
     fi
     scavenge
     stop_daemons
-    grep -q "^flush: complete" "$JOBDIR/flush-report.txt"
+    release_memory
     exit $?
 }
 trap on_usr1 USR1
@@ -198,11 +210,5 @@ log "ranks done; datasets:"
 "$CK" --node-id "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)" ckpt list
 scavenge
 stop_daemons
-# The memory goes back to the node once the newest dataset is on the PFS.
-if grep -q '^flush: complete' "$JOBDIR/flush-report.txt"; then
-    on_nodes bash -c '"$CK" --node-id "$SLURMD_NODENAME" destroy >/dev/null'
-    log "stores destroyed"
-    exit 0
-fi
-log "flush incomplete: node memory kept (the next job of this allocation can still flush it)"
-exit 1
+release_memory
+exit $?

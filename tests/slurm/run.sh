@@ -158,5 +158,7 @@ unset WARN_WHEN_COMPUTING
 last=$(sed -n 's/^flush: complete: dataset step\([0-9]*\),.*/\1/p' "$OUT")
 grep -q 'time limit near (SIGUSR1)' "$OUT" && [ -n "$last" ] && check_pfs "$last" &&
     ok "with time to finish, the flush at the time limit completes" || { bad "flush at the time limit"; show_out; }
+grep -q 'stores destroyed' "$OUT" && ! ls /dev/shm*/ckptfs.slurm-"$JOB".* >/dev/null 2>&1 &&
+    ok "the memory is released after the flush at the time limit" || bad "stores left: $(ls /dev/shm*/ckptfs.slurm-"$JOB".* 2>&1)"
 
 finish
