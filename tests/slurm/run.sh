@@ -28,7 +28,7 @@ ok() { echo "ok: $*"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
 finish() { echo "tests/slurm: $passed passed, $failed failed ($(($(date +%s) - t0)) s)"; [ "$failed" -eq 0 ]; exit $?; }
 [ "$(id -u)" -eq 0 ] || { bad "needs root (Slurm's daemons)"; finish; }
-for t in sbatch scontrol slurmctld slurmd munged cc python3; do
+for t in sbatch scontrol slurmctld slurmd munged cc python3 curl promtool; do
     command -v "$t" >/dev/null || { bad "$t missing (bash scripts/setup-slurm.sh)"; finish; }
 done
 for f in ckptfs libckptfs_preload.so; do
@@ -76,13 +76,18 @@ submit() {
     JOB=$(sbatch --parsable --open-mode=append --chdir="$ROOT" --output="$OUT" --export="$exports" "${opts[@]}" examples/slurm/ckptfs-job.sh)
     echo "$JOB" >>"$WORK/jobs"
     # --wait through a requeue: poll until the job has left the queue for good.
-    local signaled=0
+    local signaled=0 scraped=0
     for _ in $(seq 1 600); do
         # WARN_WHEN_COMPUTING=1: Slurm's warning (USR1 to the batch shell) once the job
         # computes after its checkpoints. (--signal=B:USR1@T alone may come up to a
         # minute early, by Slurm's event resolution: too early for a 1-minute test job.)
         if [ "${WARN_WHEN_COMPUTING:-0}" = 1 ] && [ "$signaled" = 0 ] && grep -q 'computing on' "$OUT" 2>/dev/null; then
             scancel --batch --signal=USR1 "$JOB" && signaled=1
+        fi
+        # SCRAPE_PORT: the daemons' metrics (CKPTFS_METRICS_PORT) while the job computes.
+        if [ -n "${SCRAPE_PORT:-}" ] && [ "$scraped" = 0 ] && grep -q 'computing on' "$OUT" 2>/dev/null; then
+            for i in 0 1 2 3; do curl -sf --max-time 2 "http://127.0.0.1:$((SCRAPE_PORT + i))/metrics" >"$JD/metrics.$i.txt"; done
+            scraped=1
         fi
         st=$(scontrol show job "$JOB" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
         case "$st" in COMPLETED | FAILED | TIMEOUT | CANCELLED | NODE_FAIL | OUT_OF_MEMORY | "") break ;; esac
@@ -111,9 +116,20 @@ check_pfs() {
 }
 
 echo "== 1. the example job: 4 nodes x 2 ranks, partner copies, the job-end flush"
-submit basic -- HEAT_SEGMENTS=4
+SCRAPE_PORT=27960
+submit basic -- HEAT_SEGMENTS=4 CKPTFS_METRICS_PORT=$SCRAPE_PORT CKPTFS_EXAMPLE_COMPUTE_S=4
+unset SCRAPE_PORT
 if [ "$STATE" = COMPLETED ] && [ "$RC" = 0 ]; then ok "sbatch: the example job exits 0"; else bad "example job: $STATE exit $RC"; show_out; fi
 grep -q 'daemons up on every node' "$OUT" && ok "a daemon started with the job on every node" || bad "daemons"
+m=0
+for i in 0 1 2 3; do
+    grep -q "^ckptfs_node_info{node=\"c$((i + 1))\"" "$JD/metrics.$i.txt" 2>/dev/null &&
+        grep -Eq '^ckptfs_newest_dataset_protection_level [12]$' "$JD/metrics.$i.txt" &&
+        [ "$(sed -n 's/^ckptfs_level_files{level="partner"} //p' "$JD/metrics.$i.txt")" -ge 6 ] 2>/dev/null &&
+        promtool check metrics <"$JD/metrics.$i.txt" >/dev/null 2>&1 && m=$((m + 1))
+done
+[ "$m" = 4 ] && ok "each daemon of the job served its metrics (CKPTFS_METRICS_PORT): files in partner memory, newest dataset protected; promtool passes" ||
+    bad "metrics of the job's daemons: $m of 4"
 grep -q 'failure domains from Slurm' "$OUT" && grep -q '^switch=s1 *c1,c2 *nothing' "$OUT" &&
     ok "the cluster file takes topology.conf's switches as failure domains" || { bad "topology"; show_out; }
 [ "$(stat -c %a "$JD/job/c.secret")" = 600 ] && [ "$(stat -c %a "$JD/job")" = 700 ] &&
