@@ -141,6 +141,9 @@ pub struct AgentArgs {
     /// Print the summary (with --once) as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (host:port; docs/metrics.md).
+    #[arg(long, value_name = "HOST:PORT", env = "CKPTFS_AGENT_METRICS")]
+    pub metrics: Option<String>,
 }
 
 /// Subcommands of `ckptfs agent`.
@@ -182,6 +185,29 @@ pub struct RestoreArgs {
     pub json: bool,
 }
 
+/// The agent's metrics server (docs/metrics.md): the store, its files per level, the
+/// job's datasets, the drain.
+fn agent_metrics(ctx: &Ctx, store: &Store, addr: &str) -> Result<ckptfs_metrics::Server> {
+    let job = ckptfs_datasets::Config::from_settings(&ctx.settings, &|k| std::env::var(k).ok())
+        .context("dataset settings")?
+        .job;
+    let store = store.clone();
+    let server = ckptfs_metrics::Server::start(
+        addr,
+        std::sync::Arc::new(move || {
+            let mut e = ckptfs_metrics::Exposition::new();
+            ckptfs_metrics::collect::store(&mut e, &store)?;
+            ckptfs_metrics::collect::levels(&mut e, &store, &|_, _, _| false)?;
+            ckptfs_metrics::collect::datasets(&mut e, &store, &job)?;
+            ckptfs_metrics::collect::drain(&mut e, store.name())?;
+            Ok(e.finish())
+        }),
+    )
+    .context("--metrics")?;
+    eprintln!("ckptfs agent: metrics on http://{}/metrics", server.local_addr());
+    Ok(server)
+}
+
 /// Entry point of `ckptfs agent`.
 pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
     let name = ctx.store.effective_name()?;
@@ -217,6 +243,10 @@ pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
         }
     };
     let agent = Agent::new(&store, c)?;
+    let _metrics = match &args.metrics {
+        Some(addr) => Some(agent_metrics(ctx, &store, addr)?),
+        None => None,
+    };
     eprintln!(
         "ckptfs agent: store {name} -> {} (pid {})",
         agent.target(),

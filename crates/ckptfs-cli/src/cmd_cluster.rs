@@ -57,6 +57,15 @@ pub struct InitArgs {
     /// restarted).
     #[arg(long)]
     pub force: bool,
+    /// Every node on this one address (several slurmd on one machine, docs/slurm.md):
+    /// ports --port upwards in node order, each node its own store `<job>.<node>`.
+    #[arg(long, value_name = "ADDR", conflicts_with = "local")]
+    pub one_host: Option<String>,
+    /// Slurm's topology.conf: each node's leaf switch is its failure domain (level
+    /// `switch`). Under Slurm (nodes from SLURM_JOB_NODELIST) the topology.conf beside
+    /// slurm.conf is used when present and no --topology is given.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["local", "topology"])]
+    pub slurm_topology: Option<PathBuf>,
     /// Encrypt peer traffic (AES-256-GCM); without it every frame is authenticated
     /// (keyed BLAKE3) but travels in the clear.
     #[arg(long)]
@@ -95,6 +104,35 @@ fn default_job() -> String {
     }
 }
 
+/// The host list `cluster init` takes nodes from (as `Cluster::from_env` does).
+fn host_list(a: &InitArgs) -> Option<String> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    a.hosts
+        .clone()
+        .or_else(|| env("CKPTFS_NODES"))
+        .or_else(|| env("SLURM_JOB_NODELIST"))
+}
+
+/// Slurm's topology.conf to take failure domains from: the one given, else, when the
+/// nodes come from Slurm's allocation and no --topology is given, the topology.conf
+/// beside slurm.conf (SLURM_CONF's directory, else /etc/slurm) if there is one.
+fn slurm_topology_file(a: &InitArgs) -> Option<PathBuf> {
+    if let Some(p) = &a.slurm_topology {
+        return Some(p.clone());
+    }
+    let from_slurm = a.hosts.is_none()
+        && std::env::var("CKPTFS_NODES").map_or(true, |v| v.trim().is_empty())
+        && std::env::var("SLURM_JOB_NODELIST").is_ok_and(|v| !v.trim().is_empty());
+    if !from_slurm || a.topology.is_some() {
+        return None;
+    }
+    let dir = std::env::var_os("SLURM_CONF")
+        .map(PathBuf::from)
+        .and_then(|c| c.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("/etc/slurm"));
+    Some(dir.join("topology.conf")).filter(|p| p.is_file())
+}
+
 fn init(a: InitArgs) -> Result<i32> {
     let job = a.job.clone().unwrap_or_else(default_job);
     let redundancy = Redundancy {
@@ -120,9 +158,14 @@ fn init(a: InitArgs) -> Result<i32> {
             job: job.clone(),
             port: a.port,
             store: None,
-            topology: match &a.topology {
-                Some(p) => Some(Topology::load(p)?),
-                None => None,
+            topology: match (&a.topology, slurm_topology_file(&a)) {
+                (Some(p), _) => Some(Topology::load(p)?),
+                (None, Some(p)) => {
+                    let hosts = ckptfs_cluster::hostlist::expand(&host_list(&a).unwrap_or_default())?;
+                    eprintln!("cluster init: failure domains from Slurm's {}", p.display());
+                    Some(crate::slurm_topology::load(&p, &hosts)?)
+                }
+                (None, None) => None,
             },
             redundancy,
             secret_file: None,
@@ -132,6 +175,16 @@ fn init(a: InitArgs) -> Result<i32> {
             None => Cluster::from_env(&ProcessEnv, &opts)?,
         }
     };
+    if let Some(host) = &a.one_host {
+        for (i, n) in cluster.nodes.iter_mut().enumerate() {
+            let port = a.port as usize + i;
+            if port > u16::MAX as usize {
+                bail!("--one-host: {} nodes from port {} pass 65535", i + 1, a.port);
+            }
+            n.addr = format!("{host}:{port}");
+            n.store = format!("{job}.{}", n.id);
+        }
+    }
     cluster.redundancy = redundancy;
     cluster.heartbeat_ms = a.heartbeat_ms;
     cluster.secret_file = Some(secret_ref);

@@ -44,6 +44,9 @@ pub struct NodeArgs {
     /// take at least half the time even if the writes never stop. 0: never step back.
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
     pub writer_yield: f64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (host:port; docs/metrics.md).
+    #[arg(long, value_name = "HOST:PORT", env = "CKPTFS_METRICS")]
+    pub metrics: Option<String>,
 }
 
 /// `--partner-max`: bytes, or a share of the store's memory.
@@ -116,6 +119,10 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     // `dataset_partner_copies = all` copies every complete file whatever the decisions.
     let dcfg = ckptfs_datasets::Config::from_settings(&ctx.settings, &|k| std::env::var(k).ok())
         .context("dataset settings")?;
+    cfg.metrics = args.metrics.clone().map(|addr| ckptfs_node::MetricsConfig {
+        addr,
+        job: Some(dcfg.job.clone()),
+    });
     if dcfg.partner_copies_follow_decision {
         cfg.datasets = Some(std::sync::Arc::new(ckptfs_datasets::PartnerPolicy::new(
             ctx.store.clone(),

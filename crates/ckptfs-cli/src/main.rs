@@ -14,6 +14,7 @@ mod cmd_node;
 mod cmd_run;
 mod config;
 mod elf;
+mod slurm_topology;
 mod store_cmds;
 mod text;
 

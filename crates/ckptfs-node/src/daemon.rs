@@ -60,6 +60,8 @@ pub struct NodeConfig {
     /// With datasets: which complete files are copied to partners follows each
     /// dataset's level decision (`ckptfs_datasets::PartnerPolicy`); None: every one.
     pub datasets: Option<std::sync::Arc<ckptfs_datasets::PartnerPolicy>>,
+    /// Serve Prometheus metrics (`--metrics`; docs/metrics.md); None: off.
+    pub metrics: Option<crate::metrics::MetricsConfig>,
 }
 
 /// Share of the store's memory that other nodes' copies may hold by default.
@@ -105,6 +107,7 @@ impl NodeConfig {
             partner_priority: Priority::Low,
             writer_yield: Duration::from_secs(1),
             datasets: None,
+            metrics: None,
         })
     }
 }
@@ -152,6 +155,8 @@ pub(crate) struct Shared {
     /// The runtime of the partner-copy threads (at `partner_priority`): copies out, and
     /// every connection that is not a heartbeat connection.
     pub copies: tokio::runtime::Handle,
+    /// Per-peer counters of the metrics (heartbeats missed, transfer errors).
+    pub peer_metrics: crate::metrics::PeerCounters,
 }
 
 impl Shared {
@@ -215,7 +220,7 @@ impl Shared {
         *self.in_flight.lock().expect("in flight") = f;
     }
 
-    fn status(&self) -> NodeStatus {
+    pub(crate) fn status(&self) -> NodeStatus {
         let partners = self.partners();
         let seen = self.seen.lock().expect("seen").clone();
         let peers = self
@@ -386,8 +391,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         in_flight: Mutex::new(None),
         started: Instant::now(),
         rundir,
+        peer_metrics: Default::default(),
         cfg,
     });
+    let metrics = crate::metrics::start(&shared)?;
 
     // The drain to the PFS: the agent engine, on its own thread.
     let drain = match &shared.cfg.drain {
@@ -417,6 +424,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     shutdown.await;
     tracing::info!("node {}: stopping", shared.cfg.node_id);
     tasks.shutdown().await;
+    drop(metrics);
     // Every copy in flight is abandoned (the partner drops its half copy).
     copy_rt.shutdown_background();
     let mut result = Ok(());
@@ -508,6 +516,9 @@ async fn heartbeat(shared: Arc<Shared>, peer: String) {
     loop {
         if conn.is_none() {
             conn = shared.connect(&peer).await.ok();
+            if conn.is_none() {
+                shared.peer_metrics.missed(&peer);
+            }
         }
         if let Some(c) = conn.as_mut() {
             let ok = tokio::time::timeout(every * 2, async {
@@ -526,7 +537,10 @@ async fn heartbeat(shared: Arc<Shared>, peer: String) {
                         .expect("seen")
                         .insert(peer.clone(), Instant::now());
                 }
-                _ => conn = None,
+                _ => {
+                    conn = None;
+                    shared.peer_metrics.missed(&peer);
+                }
             }
         }
         tokio::time::sleep(every).await;

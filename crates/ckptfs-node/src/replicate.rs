@@ -395,6 +395,7 @@ async fn pass(
                 Ok(c) => c,
                 Err(e) => {
                     pending = true;
+                    shared.peer_metrics.error(p, crate::metrics::ErrorKind::Connect);
                     tracing::debug!("partner {p}: {e}");
                     continue;
                 }
@@ -422,6 +423,7 @@ async fn pass(
                     rec.refused.insert(p.clone(), msg.clone());
                     save(shared, levels, throttle);
                     shared.counters.lock().expect("counters").copies_refused += 1;
+                    shared.peer_metrics.error(p, crate::metrics::ErrorKind::Refused);
                     tracing::warn!("no partner copy of {path} on {p}: {msg} (errno {errno})");
                 }
                 Ok(Sent::Changed) => {
@@ -433,6 +435,7 @@ async fn pass(
                 Err(e) => {
                     conns.remove(p);
                     pending = true;
+                    shared.peer_metrics.error(p, crate::metrics::ErrorKind::Transfer);
                     tracing::warn!("partner copy of {path} to {p}: {e}");
                 }
             }
@@ -578,6 +581,7 @@ async fn send_copy(
                     )));
                 }
                 shared.counters.lock().expect("counters").chunks_resent += 1;
+                shared.peer_metrics.error(to, crate::metrics::ErrorKind::Crc);
                 tracing::warn!(
                     "{to} refused the chunk at {offset} of {path} (CRC): sending from there again"
                 );
