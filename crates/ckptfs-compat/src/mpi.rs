@@ -6,7 +6,7 @@
 
 use crate::error::{CompatError, Result};
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 /// An `MPI_Comm` as the application passed it (a pointer in Open MPI; MPICH's int
 /// arrives in the same register).
@@ -28,6 +28,9 @@ extern "C" {
 }
 
 static RANK: AtomicI64 = AtomicI64::new(-1);
+/// No MPI at all (`VELOC_Init_single` in a program that did not initialise MPI): every
+/// collective step is this process's own value.
+static SOLO: AtomicBool = AtomicBool::new(false);
 
 /// This process's rank in the library's communicator, once attached (for messages).
 pub fn cached_rank() -> Option<i64> {
@@ -50,14 +53,22 @@ pub enum Comm {
     World,
     /// The application's communicator (`VELOC_Init`).
     Given(RawComm),
-    /// This process alone (`VELOC_Init_single`).
+    /// This process alone (`VELOC_Init_single`): MPI_COMM_SELF if MPI is initialised,
+    /// else no MPI at all.
     SelfOnly,
 }
 
 /// Duplicate the communicator; its rank and size.
 pub fn attach(c: Comm) -> Result<(u32, u32)> {
-    // SAFETY: the glue checks MPI_Initialized/MPI_Finalized before any other MPI call;
-    // a Given communicator is the application's own handle, passed through unchanged.
+    // SAFETY: checks MPI_Initialized/MPI_Finalized only.
+    let initialized = unsafe { ckmpi_initialized() } != 0;
+    if !initialized && matches!(c, Comm::SelfOnly) {
+        SOLO.store(true, Ordering::Relaxed);
+        RANK.store(0, Ordering::Relaxed);
+        return Ok((0, 1));
+    }
+    // SAFETY: MPI is initialised (checked by the glue again); a Given communicator is the
+    // application's own handle, passed through unchanged.
     let rc = unsafe {
         if ckmpi_initialized() == 0 {
             return Err(CompatError::Mpi(
@@ -83,23 +94,36 @@ pub fn attach(c: Comm) -> Result<(u32, u32)> {
 /// Whether a communicator is attached.
 pub fn active() -> bool {
     // SAFETY: reads a static of the glue.
-    unsafe { ckmpi_active() != 0 }
+    SOLO.load(Ordering::Relaxed) || unsafe { ckmpi_active() != 0 }
+}
+
+fn solo() -> bool {
+    SOLO.load(Ordering::Relaxed)
 }
 
 /// Free the duplicate (before the application's MPI_Finalize).
 pub fn detach() -> Result<()> {
     RANK.store(-1, Ordering::Relaxed);
+    if SOLO.swap(false, Ordering::Relaxed) {
+        return Ok(());
+    }
     // SAFETY: frees only the library's own duplicate.
     ok(unsafe { ckmpi_release() }, "MPI_Comm_free")
 }
 
 /// Barrier over the communicator.
 pub fn barrier() -> Result<()> {
+    if solo() {
+        return Ok(());
+    }
     // SAFETY: collective on the library's duplicate.
     ok(unsafe { ckmpi_barrier() }, "MPI_Barrier")
 }
 
 fn allreduce(v: i64, op: c_int) -> Result<i64> {
+    if solo() {
+        return Ok(v);
+    }
     let mut out = 0i64;
     // SAFETY: collective on the library's duplicate; out is a valid local.
     ok(unsafe { ckmpi_allreduce_i64(v, op, &mut out) }, "MPI_Allreduce")?;
@@ -128,6 +152,9 @@ pub fn all(ok: bool) -> Result<bool> {
 
 /// Rank 0's bytes on every rank (any length up to 1 MiB).
 pub fn bcast_bytes(mine: &[u8]) -> Result<Vec<u8>> {
+    if solo() {
+        return Ok(mine.to_vec());
+    }
     let mut len = [mine.len() as u64];
     // SAFETY: collective; the buffer is 8 valid bytes.
     ok(unsafe { ckmpi_bcast(len.as_mut_ptr().cast(), 8, 0) }, "MPI_Bcast")?;
@@ -149,6 +176,9 @@ pub fn bcast_str(mine: &str) -> Result<String> {
 
 /// This process's rank among the processes of its node, and their number.
 pub fn node_rank() -> Result<(u32, u32)> {
+    if solo() {
+        return Ok((0, 1));
+    }
     let (mut r, mut s) = (0, 0);
     // SAFETY: collective on the duplicate; out pointers are valid locals.
     ok(unsafe { ckmpi_node_rank(&mut r, &mut s) }, "MPI_Comm_split_type")?;

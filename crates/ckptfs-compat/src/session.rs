@@ -30,6 +30,8 @@ pub struct Mapped {
     pub keep_memory: u32,
     /// Complete datasets kept on the PFS (0: all).
     pub keep_pfs: u32,
+    /// Appended to the ckptfs job (`VELOC_Init_single`: each process its own job).
+    pub job_suffix: Option<String>,
 }
 
 /// A process's session: the store, its datasets, its rank and staging directory.
@@ -117,6 +119,9 @@ impl Session {
                 cfg.dests.insert(0, d.clone());
             }
         }
+        if let Some(sfx) = &m.job_suffix {
+            cfg.job = format!("{}{sfx}", cfg.job);
+        }
         let job = cfg.job.clone();
         let base = m
             .cache_base
@@ -158,7 +163,10 @@ impl Session {
     /// join it; every rank gets the same id (checked).
     pub fn begin_all(&self, name: &str) -> Result<u64> {
         let pid = Some(ckptfs_store::process::me());
-        let mine = if self.rank == 0 {
+        // The first process of the communicator (not the dataset rank: VELOC_Init_single
+        // gives each process its own id and job).
+        let first = crate::mpi::cached_rank() == Some(0);
+        let mine = if first {
             self.ds.begin(name, pid).map_err(Into::into)
         } else {
             Ok(0)
@@ -170,14 +178,14 @@ impl Session {
                 .err()
                 .unwrap_or_else(|| CompatError::Collective("rank 0 could not begin the dataset".into())));
         }
-        let id = if self.rank == 0 {
+        let id = if first {
             id0 as u64
         } else {
             self.ds.begin(name, pid)?
         };
         if id != id0 as u64 {
             return Err(CompatError::Collective(format!(
-                "rank {} began dataset {id}, rank 0 dataset {id0}",
+                "rank {} began dataset {id}, the first rank dataset {id0}",
                 self.rank
             )));
         }
@@ -344,8 +352,20 @@ impl Session {
             "{}/",
             self.dataset_dir(id)
         ))));
-        let agent =
-            ckptfs_agent::Agent::new(&self.store, cfg).map_err(|e| CompatError::Flush(e.to_string()))?;
+        // One agent per store at a time: another process of this job flushing, or a
+        // `ckptfs agent` / node daemon draining this store, holds the lock. Wait for a
+        // short holder; a drain daemon that keeps it drains the dataset itself (when it
+        // is configured to: docs/scr-veloc.md).
+        let t0 = std::time::Instant::now();
+        let agent = loop {
+            match ckptfs_agent::Agent::new(&self.store, cfg.clone()) {
+                Ok(a) => break a,
+                Err(ckptfs_agent::AgentError::Busy { .. }) if t0.elapsed() < FLUSH_WAIT => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(CompatError::Flush(e.to_string())),
+            }
+        };
         let sum = agent.run_once().map_err(|e| CompatError::Flush(e.to_string()))?;
         if let Some(f) = sum.failed.first() {
             return Err(CompatError::Flush(format!(
@@ -371,6 +391,9 @@ impl Session {
         let _ = std::fs::remove_dir_all(self.stage.join(phase));
     }
 }
+
+/// How long [`Session::flush`] waits for another agent to let go of the store.
+const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The drain policy of [`Session::flush`]: files under one directory go to the PFS.
 #[derive(Debug)]

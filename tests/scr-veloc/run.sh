@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The SCR and VeloC drop-in libraries (libscr.so, libveloc-client.so) under real MPI
+# programs: C and Fortran test programs written from the APIs' documentation, built
+# with mpicc/mpif90 against include/scr.h, scrf.h, veloc.h and run with mpirun on 4
+# ranks. Every step checks return codes, which checkpoint is restarted and the bytes
+# read back. Exit status non-zero on any failure; the last line is "N passed, M failed".
+#
+#   tests/scr-veloc/run.sh
+#
+# Library location: $CKPTFS_BIN_DIR if set (must hold libscr.so, libveloc_client.so and
+# the ckptfs binary), else ${CARGO_TARGET_DIR:-<repo>/target}/release after building.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+if [[ -n "${CKPTFS_BIN_DIR:-}" ]]; then
+    libdir="$CKPTFS_BIN_DIR"
+else
+    libdir="${CARGO_TARGET_DIR:-$root/target}/release"
+    (cd "$root" && cargo build --release -q -p ckptfs-scr -p ckptfs-veloc -p ckptfs-cli) || exit 2
+fi
+# Cargo cannot put a '-' in a library file name: the VeloC client library is built as
+# libveloc_client.so and linked as -lveloc-client through this name.
+[[ -f "$libdir/libveloc_client.so" ]] && ln -sf libveloc_client.so "$libdir/libveloc-client.so"
+for f in libscr.so libveloc-client.so ckptfs; do
+    [[ -e "$libdir/$f" ]] || { echo "run.sh: $libdir/$f missing" >&2; exit 2; }
+done
+command -v mpicc >/dev/null || { echo "run.sh: mpicc missing (scripts/setup-scr.sh)" >&2; exit 2; }
+
+out="$(mktemp -d "${TMPDIR:-/tmp}/ckptfs-scrv.XXXXXX")"
+export CKPTFS_STORE="scrv-$$"
+export CKPTFS_MEM_SIZE=256M
+export CKPTFS_STAGE_DIR="$out/stage"
+export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ckptfs="$libdir/ckptfs"
+cleanup() {
+    "$ckptfs" destroy >/dev/null 2>&1 || true
+    rm -rf "$out"
+}
+trap cleanup EXIT
+
+mpirun=(mpirun --oversubscribe -np 4)
+[[ "$(id -u)" == 0 ]] && mpirun+=(--allow-run-as-root)
+inc=(-I "$root/include")
+link=(-L "$libdir")
+
+passed=0
+failed=0
+t0=$(date +%s)
+# step NAME CMD...: run CMD (output in $out/log.N), which must succeed; step_fails
+# NAME CMD...: which must fail.
+step() { run_step 0 "$@"; }
+step_fails() { run_step nonzero "$@"; }
+run_step() {
+    local want="$1" name="$2"
+    shift 2
+    local log="$out/log.$((passed + failed))"
+    "$@" >"$log" 2>&1
+    local rc=$?
+    local ok=0
+    case "$want" in
+        0) [[ $rc == 0 ]] && ok=1 ;;
+        nonzero) [[ $rc != 0 ]] && ok=1 ;;
+    esac
+    if [[ $ok == 1 ]]; then
+        passed=$((passed + 1))
+        echo "ok   $name"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name (exit $rc, wanted $want)"
+        sed 's/^/     | /' "$log" | tail -40
+    fi
+}
+
+# ---------------------------------------------------------------- build
+step "scr.h, scrf.h, veloc.h compile with -Wall -Wextra -Werror (every function used)" \
+    mpicc -std=c99 -Wall -Wextra -Werror "${inc[@]}" "$here/api_compile.c" "${link[@]}" -lscr -lveloc-client \
+    -o "$out/api_compile"
+step "build scr_test (mpicc -lscr)" \
+    mpicc -std=c99 -O1 -Wall -Werror "${inc[@]}" "$here/scr_test.c" "${link[@]}" -lscr -o "$out/scr_test"
+
+# ---------------------------------------------------------------- SCR, C, one node
+scr() { (cd "$out/pfs" && "${mpirun[@]}" "$out/scr_test" "$@"); }
+mkdir -p "$out/pfs"
+export CKPTFS_JOB=scr1 SCR_FLUSH=0
+step "scr: misuse answers failures, never crashes" scr errors
+step "scr: 3 checkpoints, Have_restart names the newest" scr write 1 3
+step "scr: restart reads step.3 back byte for byte" scr restart step.3
+step_fails "scr: a rank SIGKILLed mid-checkpoint (step.4) fails the job" scr kill 4 2
+step "scr: ... and the restart skips the incomplete step.4" scr restart step.3
+step "scr: one rank's invalid part fails every rank's Complete_output" scr invalid 5
+step "scr: ... and the invalid step.5 is never restarted" scr restart step.3
+step "scr: a failed Complete_restart offers the next older checkpoint" scr badrestart step.3 step.2
+step "scr: SCR_Current selects an older checkpoint" scr current step.1
+step "scr: an output dataset reaches the prefix and is not a checkpoint" scr output
+step "scr: SCR_Drop hides a checkpoint from restarts" scr drop step.3 step.2
+step "scr: SCR_Delete removes it" scr delete step.2
+step "scr: Need_checkpoint and Should_exit agree on every rank" scr need
+export CKPTFS_JOB=scr2
+step "scr: a new job has nothing to restart" scr restart none
+step "scr: SCR_CHECKPOINT_INTERVAL=1 says a checkpoint is due" env SCR_CHECKPOINT_INTERVAL=1 \
+    bash -c "cd '$out/pfs' && ${mpirun[*]} '$out/scr_test' need 1"
+printf 'SCR_CHECKPOINT_SECONDS=100000\nSCR_HALT_SECONDS=60\n' >"$out/scrconf"
+step "scr: SCR_CONF_FILE's SCR_CHECKPOINT_SECONDS says not due" env SCR_CONF_FILE="$out/scrconf" \
+    bash -c "cd '$out/pfs' && ${mpirun[*]} '$out/scr_test' need 0"
+step "scr: ... and its unmapped key SCR_HALT_SECONDS is reported as ignored" \
+    grep -q "SCR_HALT_SECONDS has no meaning" "$out/log.$((passed + failed - 1))"
+
+# A file lost from the store: restart falls back to the PFS copy (SCR_FLUSH=1) or,
+# without one, to the next older checkpoint. lose_file JOB API NAME removes the store
+# file NAME of rank 1 from whichever dataset directory holds it.
+lose_file() {
+    local d
+    for d in $("$ckptfs" ls "/$2/$1"); do
+        d="/$2/$1/${d%/}/r1"
+        if "$ckptfs" ls "$d" 2>/dev/null | grep -qx "$3"; then
+            "$ckptfs" rm -r "$d" && return 0
+        fi
+    done
+    echo "lose_file: $3 not found" >&2
+    return 1
+}
+export CKPTFS_JOB=scr3 SCR_FLUSH=1
+step "scr: SCR_FLUSH=1 flushes each checkpoint to PREFIX/.ckptfs" scr write 1 3
+step "scr: ... which holds a manifest of the flushed files" \
+    bash -c "ls '$out/pfs/.ckptfs/scr/scr3/3/r1/ckpt/rank_1.dat' && ls '$out/pfs/.ckptfs/scr/scr3/3/' | grep -q '^r0$'"
+step "scr: rank 1's files of the newest checkpoint (dataset 3) lost from the store" \
+    "$ckptfs" rm -r /scr/scr3/3/r1
+step "scr: ... restart brings them back from the PFS (checked) and reads step.3" scr restart step.3
+export CKPTFS_JOB=scr4 SCR_FLUSH=0
+step "scr: SCR_FLUSH=0: 3 checkpoints in memory only" scr write 1 3
+step "scr: rank 1's files of step.3 (dataset 3) lost from the store" "$ckptfs" rm -r /scr/scr4/3/r1
+step "scr: ... restart takes step.2, the newest wholly recoverable" scr restart step.2
+
+# ---------------------------------------------------------------- SCR, Fortran
+step "build scr_test.f90 (mpif90 -lscr, scrf.h)" \
+    mpif90 -Wall -Werror "${inc[@]}" "$here/scr_test.f90" "${link[@]}" -lscr -o "$out/scr_ftest"
+export CKPTFS_JOB=scrf
+step "scr fortran: two checkpoints" bash -c "cd '$out/pfs' && ${mpirun[*]} '$out/scr_ftest' write"
+step "scr fortran: restart reads fstep.2 back" bash -c "cd '$out/pfs' && ${mpirun[*]} '$out/scr_ftest' restart"
+
+# ---------------------------------------------------------------- VeloC, C
+step "build veloc_test (mpicc -lveloc-client)" \
+    mpicc -std=c99 -O1 -Wall -Werror "${inc[@]}" "$here/veloc_test.c" "${link[@]}" -lveloc-client -o "$out/veloc_test"
+mkdir -p "$out/vel"
+printf 'scratch = %s\npersistent = %s\nmode = sync\nwatchdog_interval = 0\n' "$out/vel/scratch" "$out/vel/persistent" \
+    >"$out/vel/veloc.cfg"
+printf 'scratch = %s\nmode = sync\n' "$out/vel/scratch" >"$out/vel/mem-only.cfg"
+veloc() { "${mpirun[@]}" "$out/veloc_test" "$@"; }
+export CKPTFS_JOB=vel1
+step "veloc: misuse answers VELOC_FAILURE, never crashes" veloc "$out/vel/veloc.cfg" errors
+step "veloc: memory mode, versions 1..3" veloc "$out/vel/veloc.cfg" mem 1 3
+step "veloc: ... the unknown key watchdog_interval is reported as ignored" \
+    grep -q "watchdog_interval has no meaning" "$out/log.$((passed + failed - 1))"
+step "veloc: Restart_test gives 3, Recover_mem restores every element, then 2 below it" \
+    veloc "$out/vel/veloc.cfg" memrestart 3
+step_fails "veloc: a rank SIGKILLed inside checkpoint 4 fails the job" veloc "$out/vel/veloc.cfg" kill 4 1
+step "veloc: ... and version 4 is never offered" veloc "$out/vel/veloc.cfg" memrestart 3
+step "veloc: rank 1's memory checkpoint of version 3 lost from the store" \
+    bash -c "$(declare -f lose_file); ckptfs='$ckptfs' lose_file vel1 veloc heat-1-3.mem"
+step "veloc: ... restored from persistent (checked), version 3 restarts" veloc "$out/vel/veloc.cfg" memrestart 3
+step "veloc: file mode, versions 1..2" veloc "$out/vel/veloc.cfg" file 1 2
+step "veloc: file mode restart reads version 2 back" veloc "$out/vel/veloc.cfg" filerestart 2
+step "veloc: selective checkpoint and recovery" veloc "$out/vel/veloc.cfg" selective
+step "veloc: VELOC_Init_single, each rank its own versions" veloc "$out/vel/veloc.cfg" single
+export CKPTFS_JOB=vel2
+step "veloc: no persistent level: versions 1..3 in memory" veloc "$out/vel/mem-only.cfg" mem 1 3
+step "veloc: rank 1's version 3 lost from the store" \
+    bash -c "$(declare -f lose_file); ckptfs='$ckptfs' lose_file vel2 veloc heat-1-3.mem"
+step "veloc: ... Restart_test gives 2, the newest wholly recoverable" veloc "$out/vel/mem-only.cfg" memrestart 2
+export CKPTFS_JOB=vel3
+step "veloc: a new job has nothing to restart" veloc "$out/vel/veloc.cfg" memrestart none
+
+# ---------------------------------------------------------------- every symbol
+step "api_compile: every header function resolves in the libraries (LD_BIND_NOW=1)" \
+    env LD_BIND_NOW=1 "$out/api_compile"
+
+echo "== $passed passed, $failed failed ($(($(date +%s) - t0)) s)"
+[[ $failed == 0 ]]
