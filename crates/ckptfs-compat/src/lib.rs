@@ -15,11 +15,14 @@
 //!   into the store at completion, the restart search (newest wholly recoverable
 //!   dataset, local store then PFS) and the copy back out for reading, and the flush of
 //!   a dataset to the PFS through the drain agent;
+//! - [`cluster`]: across nodes, the job-wide dataset calls of `libckptfs.so`, loaded
+//!   at run time only when `CKPTFS_CLUSTER` is set;
 //! - [`ffi`]: C strings in and out and the panic guard every exported function runs
 //!   under.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod cluster;
 pub mod conf;
 pub mod error;
 pub mod ffi;

@@ -54,6 +54,8 @@ pub struct Session {
     pub dest: Option<PathBuf>,
     /// Flush every Nth dataset.
     pub flush_every: u32,
+    /// Across nodes (`CKPTFS_CLUSTER`, `CKPTFS_NODE_ID`): the job-wide calls.
+    pub jobwide: Option<crate::cluster::JobWide>,
 }
 
 fn env(k: &str) -> Option<String> {
@@ -102,6 +104,20 @@ impl Session {
         if default_name {
             opts.name.clear();
         }
+        let mut jobwide = None;
+        if let Some((file, node)) = crate::cluster::from_env() {
+            let name = crate::cluster::node_store(&file, &node)?;
+            if !opts.name.is_empty() && opts.name != name {
+                return Err(CompatError::Invalid(format!(
+                    "CKPTFS_STORE {} conflicts with node {node}'s store {name} in {}",
+                    opts.name,
+                    file.display()
+                )));
+            }
+            opts.name = name;
+            cfg.node = node;
+            jobwide = Some(crate::cluster::JobWide::load()?);
+        }
         let store = Store::open_or_create(&opts)?;
         cfg.rank = rank.to_string();
         cfg.world = size;
@@ -146,6 +162,7 @@ impl Session {
             stage,
             dest,
             flush_every,
+            jobwide,
         })
     }
 
@@ -166,11 +183,11 @@ impl Session {
         // The first process of the communicator (not the dataset rank: VELOC_Init_single
         // gives each process its own id and job).
         let first = crate::mpi::cached_rank() == Some(0);
-        let mine = if first {
-            self.ds.begin(name, pid).map_err(Into::into)
-        } else {
-            Ok(0)
+        let begin = || match &self.jobwide {
+            Some(j) => j.begin(name),
+            None => self.ds.begin(name, pid).map_err(Into::into),
         };
+        let mine = if first { begin() } else { Ok(0) };
         let r0 = crate::mpi::bcast_bytes(&mine.as_ref().map(|i| *i as i64).unwrap_or(-1).to_le_bytes())?;
         let id0 = i64::from_le_bytes(r0[..8].try_into().unwrap_or([0xff; 8]));
         if id0 < 0 {
@@ -178,11 +195,7 @@ impl Session {
                 .err()
                 .unwrap_or_else(|| CompatError::Collective("rank 0 could not begin the dataset".into())));
         }
-        let id = if first {
-            id0 as u64
-        } else {
-            self.ds.begin(name, pid)?
-        };
+        let id = if first { id0 as u64 } else { begin()? };
         if id != id0 as u64 {
             return Err(CompatError::Collective(format!(
                 "rank {} began dataset {id}, the first rank dataset {id0}",
@@ -279,14 +292,65 @@ impl Session {
     }
 
     /// Complete this rank's part of dataset `id`.
-    pub fn complete(&self, id: u64, valid: bool) -> Result<Dataset> {
-        Ok(self.ds.complete(Some(id), valid)?)
+    pub fn complete(&self, id: u64, valid: bool) -> Result<()> {
+        match &self.jobwide {
+            Some(j) => j.complete(id, valid),
+            None => self.ds.complete(Some(id), valid).map(|_| ()).map_err(Into::into),
+        }
+    }
+
+    /// This node's records of the job as they are (read only: not settled).
+    fn records(&self) -> Result<Vec<Dataset>> {
+        Ok(ckptfs_datasets::record::load_all(&self.store, &self.job)?.0)
+    }
+
+    /// The newest record of this library named `name` on this node.
+    pub fn record_named(&self, name: &str) -> Result<Option<Dataset>> {
+        Ok(self
+            .records()?
+            .into_iter()
+            .rev()
+            .find(|d| d.name == name && self.owns(d)))
+    }
+
+    /// Across nodes: restart job-wide (every rank of the restart gets the same dataset,
+    /// this node's missing files come back from partners or the PFS) and return it with
+    /// this rank's files.
+    pub fn restart_jobwide(&self) -> Result<Option<(Dataset, BTreeMap<String, String>)>> {
+        let j = self
+            .jobwide
+            .as_ref()
+            .ok_or_else(|| CompatError::State("not in cluster mode".into()))?;
+        let Some(name) = j.start_restart()? else {
+            return Ok(None);
+        };
+        let d = self
+            .record_named(&name)?
+            .ok_or_else(|| CompatError::NotFound(format!("dataset {name}: no record of it on this node")))?;
+        let files = self.files_of(&d);
+        Ok(Some((d, files)))
+    }
+
+    /// This rank's files of `d` (relative name -> store path), from the record's files
+    /// and, across nodes, every node's agreed part.
+    pub fn files_of(&self, d: &Dataset) -> BTreeMap<String, String> {
+        let mine = format!("{}/r{}/", self.dataset_dir(d.id), self.rank);
+        d.files
+            .keys()
+            .chain(d.nodes.values().flat_map(|p| p.files.keys()))
+            .filter_map(|p| p.strip_prefix(&mine).map(|rel| (rel.to_string(), p.clone())))
+            .collect()
     }
 
     /// Whether `d` is one of this library's datasets (all its files under its directory).
     pub fn owns(&self, d: &Dataset) -> bool {
         let dir = format!("{}/", self.dataset_dir(d.id));
-        !d.files.is_empty() && d.files.keys().all(|p| p.starts_with(&dir))
+        let mut files = d
+            .files
+            .keys()
+            .chain(d.nodes.values().flat_map(|p| p.files.keys()))
+            .peekable();
+        files.peek().is_some() && files.all(|p| p.starts_with(&dir))
     }
 
     /// The newest complete dataset of this library with an id below `below` that
@@ -297,6 +361,15 @@ impl Session {
         below: Option<u64>,
         want: &dyn Fn(&Dataset) -> bool,
     ) -> Result<Option<Dataset>> {
+        if let Some(j) = &self.jobwide {
+            // Across nodes only the job-wide choice is known (the newest wholly
+            // recoverable dataset): it is offered if it passes the filters.
+            let Some(name) = j.have_restart()? else {
+                return Ok(None);
+            };
+            let d = self.record_named(&name)?;
+            return Ok(d.filter(|d| below.is_none_or(|b| d.id < b) && want(d)));
+        }
         let (all, _) = self.ds.list()?;
         for d in all.iter().rev() {
             if d.state != State::Complete || below.is_some_and(|b| d.id >= b) || !self.owns(d) || !want(d) {

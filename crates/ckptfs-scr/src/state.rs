@@ -339,12 +339,26 @@ impl Scr {
                 r => r.map(|_| ()),
             };
             mpi::barrier()?;
-            // Flush through the drain (one process per node) when the dataset is marked.
-            let flush = if self.sess.rank == 0 && all_valid {
-                match self.sess.ds.show(id) {
-                    Ok(d) if d.flush || flags & FLAG_OUTPUT != 0 => self.sess.flush(id).map(|_| ()),
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(e.into()),
+            // Flush through the drain when the dataset is marked (every SCR_FLUSH-th,
+            // or an output): one process on a single node; across nodes every rank
+            // asks, the first on each node copies the node's files and the others find
+            // them published.
+            let flush = if all_valid && completed.is_ok() {
+                match &self.sess.jobwide {
+                    Some(_) => {
+                        let every = self.sess.flush_every;
+                        if flags & FLAG_OUTPUT != 0 || (every > 0 && id % u64::from(every) == 0) {
+                            self.sess.flush(id).map(|_| ())
+                        } else {
+                            Ok(())
+                        }
+                    }
+                    None if self.sess.rank == 0 => match self.sess.ds.show(id) {
+                        Ok(d) if d.flush || flags & FLAG_OUTPUT != 0 => self.sess.flush(id).map(|_| ()),
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(e.into()),
+                    },
+                    None => Ok(()),
                 }
             } else {
                 Ok(())
@@ -413,6 +427,9 @@ impl Scr {
         if !matches!(self.phase, Phase::Idle) {
             return Err(CompatError::State("SCR_Start_restart inside a phase".into()));
         }
+        if self.sess.jobwide.is_some() {
+            return self.start_restart_jobwide();
+        }
         let Some((id, name)) = self.choose()? else {
             return Err(CompatError::NotFound("no checkpoint to restart from".into()));
         };
@@ -430,6 +447,35 @@ impl Scr {
             )));
         }
         let dir = format!("restart{id}");
+        self.sess.unstage(&dir);
+        self.phase = Phase::Restart {
+            d: Box::new(d),
+            files,
+            dir,
+        };
+        Ok(name)
+    }
+
+    /// Across nodes: every rank restarts job-wide (the C API's agreement gives all the
+    /// same dataset, and brings this node's missing files back from partners or the
+    /// PFS); the ranks check that they agree.
+    fn start_restart_jobwide(&mut self) -> Result<String> {
+        let mine = self.sess.restart_jobwide();
+        let name = match &mine {
+            Ok(Some((d, _))) => d.name.clone(),
+            _ => String::new(),
+        };
+        let r0 = mpi::bcast_str(&name)?;
+        let ok = mpi::all(!name.is_empty() && name == r0)?;
+        let Some((d, files)) = mine? else {
+            return Err(CompatError::NotFound("no checkpoint to restart from".into()));
+        };
+        if !ok {
+            return Err(CompatError::Collective(format!(
+                "ranks chose different checkpoints or failed to load theirs (rank 0: {r0:?}, this rank: {name:?})"
+            )));
+        }
+        let dir = format!("restart{}", d.id);
         self.sess.unstage(&dir);
         self.phase = Phase::Restart {
             d: Box::new(d),

@@ -328,7 +328,10 @@ impl Veloc {
         };
         mpi::barrier()?;
         let flush = self.flush_due(all_valid && completed.is_ok());
-        if mpi::cached_rank() == Some(0) || self.cfg.mapped.job_suffix.is_some() {
+        if mpi::cached_rank() == Some(0)
+            || self.cfg.mapped.job_suffix.is_some()
+            || self.sess.jobwide.is_some()
+        {
             if let Err(e) = flush.then(|| self.sess.flush(id)).transpose() {
                 ckptfs_compat::ffi::report("ckptfs-veloc", "VELOC_Checkpoint_end (persistent)", &e);
             }
@@ -390,6 +393,18 @@ impl Veloc {
         }
         let dn = dataset_name(name, version);
         let mine = (|| {
+            if self.sess.jobwide.is_some() {
+                // Across nodes: the job-wide restart (agreed by every rank, this node's
+                // files brought back); only the newest wholly recoverable checkpoint.
+                return match self.sess.restart_jobwide()? {
+                    Some((d, files)) if d.name == dn => Ok(files),
+                    Some((d, _)) => Err(CompatError::NotFound(format!(
+                        "across nodes only the newest wholly recoverable checkpoint ({}) can be restarted, not {dn}",
+                        d.name
+                    ))),
+                    None => Err(CompatError::NotFound("no checkpoint to restart from".into())),
+                };
+            }
             let (all, _) = self.sess.ds.list()?;
             let d = all
                 .into_iter()
