@@ -2,12 +2,14 @@
 # The SCR and VeloC drop-in libraries (libscr.so, libveloc-client.so) under real MPI
 # programs: C and Fortran test programs written from the APIs' documentation, built
 # with mpicc/mpif90 against include/scr.h, scrf.h, veloc.h and run with mpirun on 4
-# ranks. Every step checks return codes, which checkpoint is restarted and the bytes
-# read back. Exit status non-zero on any failure; the last line is "N passed, M failed".
+# ranks, on one node and on local clusters of 2 and 4 nodes (node daemons on
+# 127.0.0.1; a rank killed mid-checkpoint, a node lost with its store). Every step
+# checks return codes, which checkpoint is restarted and the bytes read back. Exit status non-zero on any failure; the last line is "N passed, M failed".
 #
 #   tests/scr-veloc/run.sh
 #
-# Library location: $CKPTFS_BIN_DIR if set (must hold libscr.so, libveloc_client.so and
+# Library location: $CKPTFS_BIN_DIR if set (must hold libscr.so, libveloc_client.so,
+# libckptfs.so (loaded across nodes) and
 # the ckptfs binary), else ${CARGO_TARGET_DIR:-<repo>/target}/release after building.
 set -uo pipefail
 
@@ -17,12 +19,12 @@ if [[ -n "${CKPTFS_BIN_DIR:-}" ]]; then
     libdir="$CKPTFS_BIN_DIR"
 else
     libdir="${CARGO_TARGET_DIR:-$root/target}/release"
-    (cd "$root" && cargo build --release -q -p ckptfs-scr -p ckptfs-veloc -p ckptfs-cli) || exit 2
+    (cd "$root" && cargo build --release -q -p ckptfs-scr -p ckptfs-veloc -p ckptfs-capi -p ckptfs-cli) || exit 2
 fi
 # Cargo cannot put a '-' in a library file name: the VeloC client library is built as
 # libveloc_client.so and linked as -lveloc-client through this name.
 [[ -f "$libdir/libveloc_client.so" ]] && ln -sf libveloc_client.so "$libdir/libveloc-client.so"
-for f in libscr.so libveloc-client.so ckptfs; do
+for f in libscr.so libveloc-client.so libckptfs.so ckptfs; do
     [[ -e "$libdir/$f" ]] || { echo "run.sh: $libdir/$f missing" >&2; exit 2; }
 done
 command -v mpicc >/dev/null || { echo "run.sh: mpicc missing (scripts/setup-scr.sh)" >&2; exit 2; }
@@ -33,8 +35,9 @@ export CKPTFS_MEM_SIZE=256M
 export CKPTFS_STAGE_DIR="$out/stage"
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 ckptfs="$libdir/ckptfs"
+single_store="$CKPTFS_STORE"
 cleanup() {
-    "$ckptfs" destroy >/dev/null 2>&1 || true
+    CKPTFS_STORE="$single_store" "$ckptfs" destroy >/dev/null 2>&1 || true
     rm -rf "$out"
 }
 trap cleanup EXIT
@@ -170,6 +173,95 @@ step "veloc: rank 1's version 3 lost from the store" \
 step "veloc: ... Restart_test gives 2, the newest wholly recoverable" veloc "$out/vel/mem-only.cfg" memrestart 2
 export CKPTFS_JOB=vel3
 step "veloc: a new job has nothing to restart" veloc "$out/vel/veloc.cfg" memrestart none
+
+# ---------------------------------------------------------------- across nodes
+# A local cluster (docs/cluster.md): N node daemons on 127.0.0.1, each with its own
+# store; the 4 ranks are mapped onto the nodes by node-wrap.sh (CKPTFS_NODE_ID).
+# Completion and restart are job-wide through the daemons; a node is lost by killing
+# its daemon and destroying its store, and a replacement starts empty.
+daemons=()
+stop_daemons() {
+    local p
+    for p in "${daemons[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${daemons[@]}"; do wait "$p" 2>/dev/null; done
+    daemons=()
+}
+cleanup_all() {
+    stop_daemons
+    local c
+    for c in "$out"/c*/c.toml; do
+        [[ -f "$c" ]] || continue
+        for n in $(sed -n 's/^id = "\(.*\)"/\1/p' "$c"); do
+            "$ckptfs" --cluster "$c" --node-id "$n" destroy >/dev/null 2>&1
+        done
+    done
+    cleanup
+}
+trap cleanup_all EXIT
+until_ok() {
+    local i
+    for i in $(seq 1 300); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+    return 1
+}
+declare -A node_pid
+start_node() { # CLUSTER NODE
+    "$ckptfs" node --cluster "$1" --node-id "$2" 2>>"${1%/*}/$2.log" &
+    node_pid[$2]=$!
+    daemons+=($!)
+    until_ok "$ckptfs" --cluster "$1" --node-id "$2" node status
+}
+# Every file of dataset ID written on NODE has a partner copy (the levels show another
+# node beside local).
+partnered() { # CLUSTER NODE JOB ID FILES
+    [[ $("$ckptfs" --cluster "$1" --node-id "$2" ls -l -R "/$6/$3/$4" 2>/dev/null | grep -cE "\[local, node[0-9]+") == "$5" ]]
+}
+cluster_case() { # NODES
+    local n=$1 per=$((4 / $1)) dir="$out/c$1" c
+    mkdir -p "$dir/pfs"
+    c="$dir/c.toml"
+    local port=$((20000 + (RANDOM % 2000) * 10))
+    step "cluster $n nodes: cluster init --local $n and $n node daemons" bash -c \
+        "'$ckptfs' cluster init --local $n --out '$c' --port $port --job scrv$$ >/dev/null"
+    local i
+    for i in $(seq 1 "$n"); do start_node "$c" "node$i"; done
+    step "cluster $n nodes: every daemon answers" bash -c \
+        "for i in \$(seq 1 $n); do '$ckptfs' --cluster '$c' --node-id node\$i node status >/dev/null || exit 1; done"
+    local run=(env CKPTFS_CLUSTER="$c" PER_NODE="$per" "${mpirun[@]}" "$here/node-wrap.sh")
+    local last="node$n" victim=$((4 - 1))
+    export CKPTFS_JOB="mn$n" SCR_FLUSH=0
+    step "cluster $n nodes: scr, 3 checkpoints complete job-wide" bash -c "cd '$dir/pfs' && ${run[*]} '$out/scr_test' write 1 3"
+    step "cluster $n nodes: scr restart on every node reads step.3" bash -c "cd '$dir/pfs' && ${run[*]} '$out/scr_test' restart step.3"
+    step_fails "cluster $n nodes: rank $victim on $last SIGKILLed mid-checkpoint" bash -c \
+        "cd '$dir/pfs' && ${run[*]} '$out/scr_test' kill 4 $victim"
+    step "cluster $n nodes: ... restart skips the incomplete step.4, reads step.3" bash -c \
+        "cd '$dir/pfs' && ${run[*]} '$out/scr_test' restart step.3"
+    step "cluster $n nodes: $last's files of step.3 have partner copies" until_ok partnered "$c" "$last" "mn$n" 3 "$per" scr
+    kill -9 "${node_pid[$last]}" 2>/dev/null
+    wait "${node_pid[$last]}" 2>/dev/null
+    step "cluster $n nodes: $last lost (daemon SIGKILLed, store destroyed)" \
+        "$ckptfs" --cluster "$c" --node-id "$last" destroy
+    start_node "$c" "$last"
+    step "cluster $n nodes: after the loss, every rank restarts from step.3 (partner copies)" bash -c \
+        "cd '$dir/pfs' && ${run[*]} '$out/scr_test' restart step.3"
+    export CKPTFS_JOB="mv$n"
+    step "cluster $n nodes: veloc, memory checkpoints 1..2 job-wide" \
+        "${run[@]}" "$out/veloc_test" "$out/vel/veloc.cfg" mem 1 2
+    step "cluster $n nodes: veloc, $last's version 2 has partner copies" \
+        until_ok partnered "$c" "$last" "mv$n" 2 "$per" veloc
+    kill -9 "${node_pid[$last]}" 2>/dev/null
+    wait "${node_pid[$last]}" 2>/dev/null
+    "$ckptfs" --cluster "$c" --node-id "$last" destroy >/dev/null 2>&1
+    start_node "$c" "$last"
+    step "cluster $n nodes: veloc, after losing $last, version 2 restores every element" \
+        "${run[@]}" "$out/veloc_test" "$out/vel/veloc.cfg" memrestart 2
+    stop_daemons
+}
+# The nodes' stores come from the cluster file; daemons and ranks agree on their size.
+unset CKPTFS_STORE
+export CKPTFS_MEM_SIZE=64M
+cluster_case 2
+cluster_case 4
+unset CKPTFS_CLUSTER
 
 # ---------------------------------------------------------------- every symbol
 step "api_compile: every header function resolves in the libraries (LD_BIND_NOW=1)" \
