@@ -135,6 +135,16 @@ step "scr: SCR_FLUSH=0: 3 checkpoints in memory only" scr write 1 3
 step "scr: rank 1's files of step.3 (dataset 3) lost from the store" "$ckptfs" rm -r /scr/scr4/3/r1
 step "scr: ... restart takes step.2, the newest wholly recoverable" scr restart step.2
 
+# Scavenge at job end (SCR's scr_postrun role): `ckptfs agent --once --dest` drains
+# every complete file not yet on the PFS, the newest checkpoint included, with the
+# manifest a restart looks for; then the checkpoint survives the loss of the store copy.
+export CKPTFS_JOB=scr5 SCR_FLUSH=0
+step "scr: scavenge: 2 checkpoints in memory only" scr write 1 2
+step "scr: scavenge: ckptfs agent --once --dest PREFIX/.ckptfs at job end" \
+    "$ckptfs" agent --once --dest "$out/pfs/.ckptfs"
+step "scr: scavenge: rank 1's files of step.2 lost from the store" "$ckptfs" rm -r /scr/scr5/2/r1
+step "scr: scavenge: ... restart reads step.2 back from the PFS" scr restart step.2
+
 # ---------------------------------------------------------------- SCR, Fortran
 step "build scr_test.f90 (mpif90 -lscr, scrf.h)" \
     mpif90 -Wall -Werror "${inc[@]}" "$here/scr_test.f90" "${link[@]}" -lscr -o "$out/scr_ftest"
