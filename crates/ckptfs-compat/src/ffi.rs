@@ -110,3 +110,36 @@ pub unsafe fn fortran_out(s: &str, p: *mut c_char, len: usize, what: &str) -> Re
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_in_and_out() {
+        let mut buf = [1 as c_char; 8];
+        // SAFETY: buf holds 8 bytes.
+        unsafe { str_out("abc", buf.as_mut_ptr(), 8, "x") }.unwrap();
+        // SAFETY: str_out wrote a NUL-terminated string.
+        assert_eq!(unsafe { str_in(buf.as_ptr(), "x") }.unwrap(), "abc");
+        // SAFETY: buf holds 8 bytes; too long is refused before writing.
+        let r = unsafe { str_out("abcdefgh", buf.as_mut_ptr(), 8, "x") };
+        assert!(matches!(r, Err(CompatError::TooLong(_))));
+        // SAFETY: NULL is checked.
+        assert!(unsafe { str_in(std::ptr::null(), "x") }.is_err());
+        let mut f = [0 as c_char; 6];
+        // SAFETY: f holds 6 bytes.
+        unsafe { fortran_out("ab", f.as_mut_ptr(), 6, "x") }.unwrap();
+        assert_eq!(f.map(|c| c as u8), *b"ab    ");
+        // SAFETY: f holds 6 bytes.
+        assert_eq!(unsafe { fortran_in(f.as_ptr(), 6, "x") }.unwrap(), "ab");
+        // SAFETY: f holds 6 bytes.
+        assert!(unsafe { fortran_out("abcdefg", f.as_mut_ptr(), 6, "x") }.is_err());
+    }
+
+    #[test]
+    fn a_panic_becomes_an_error() {
+        let r: Result<()> = guard(|| panic!("boom"));
+        assert!(matches!(r, Err(CompatError::Panic(m)) if m == "boom"));
+    }
+}

@@ -171,3 +171,30 @@ pub fn config_call(s: &str, initialized: bool) -> Result<Option<String>> {
         None => Ok(set_or_env(s)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_query_unset_and_refused_after_init() {
+        assert_eq!(config_call("CKPTFS_TEST_KEY_X=5", false).unwrap(), None);
+        assert_eq!(
+            config_call("CKPTFS_TEST_KEY_X", false).unwrap().as_deref(),
+            Some("5")
+        );
+        assert_eq!(config_call("CKPTFS_TEST_KEY_X=\"a=b\"", false).unwrap(), None);
+        assert_eq!(
+            config_call("CKPTFS_TEST_KEY_X", true).unwrap().as_deref(),
+            Some("a=b")
+        );
+        assert!(
+            config_call("CKPTFS_TEST_KEY_X=7", true).is_err(),
+            "no set after SCR_Init"
+        );
+        assert_eq!(config_call("CKPTFS_TEST_KEY_X=", false).unwrap(), None);
+        assert_eq!(config_call("CKPTFS_TEST_KEY_X", false).unwrap(), None);
+        assert!(config_call("=3", false).is_err());
+        assert!(config_call("  ", false).is_err());
+    }
+}

@@ -612,3 +612,28 @@ fn publish(prefix: &Path, files: &[(String, PathBuf)]) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routed_names_must_lie_under_the_prefix() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(relative_to_prefix(&cwd, "ckpt/a.dat").unwrap(), "ckpt/a.dat");
+        assert_eq!(relative_to_prefix(&cwd, "./x/../b").unwrap(), "b");
+        let abs = cwd.join("d/e").to_string_lossy().into_owned();
+        assert_eq!(relative_to_prefix(&cwd, &abs).unwrap(), "d/e");
+        for bad in ["../out", "/etc/passwd", "", ".", "a/../.."] {
+            assert!(relative_to_prefix(&cwd, bad).is_err(), "{bad:?}");
+        }
+        let long = "n".repeat(MAX_FILENAME);
+        assert!(matches!(
+            relative_to_prefix(&cwd, &long),
+            Err(CompatError::TooLong(_))
+        ));
+        // A look-alike of the prefix is outside it.
+        let sib = format!("{}2/f", cwd.display());
+        assert!(relative_to_prefix(&cwd, &sib).is_err());
+    }
+}
