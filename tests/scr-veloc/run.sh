@@ -99,6 +99,13 @@ step "scr: an output dataset reaches the prefix and is not a checkpoint" scr out
 step "scr: SCR_Drop hides a checkpoint from restarts" scr drop step.3 step.2
 step "scr: SCR_Delete removes it" scr delete step.2
 step "scr: Need_checkpoint and Should_exit agree on every rank" scr need
+step "scr: right after a checkpoint the policy (Young/Daly) says not due" scr need 0
+step "scr: a failure predictor's alarm for this node" "$ckptfs" alarm "$(hostname)"
+step "scr: ... makes SCR_Need_checkpoint say due" scr need 1
+step "scr: the alarm cleared" "$ckptfs" alarm "$(hostname)" --clear
+step "scr: SCR_Should_exit: the halt file PREFIX/.ckptfs/halt" bash -c "mkdir -p '$out/pfs/.ckptfs' && touch '$out/pfs/.ckptfs/halt'"
+step "scr: ... makes SCR_Should_exit say stop on every rank" scr need 0 1
+rm -f "$out/pfs/.ckptfs/halt"
 export CKPTFS_JOB=scr2
 step "scr: a new job has nothing to restart" scr restart none
 step "scr: SCR_CHECKPOINT_INTERVAL=1 says a checkpoint is due" env SCR_CHECKPOINT_INTERVAL=1 \

@@ -19,7 +19,8 @@
  *   scr_test errors               every misuse answers a failure, never crashes
  *   scr_test drop NAME NEXT       SCR_Drop(NAME): SCR_Have_restart offers NEXT
  *   scr_test delete NAME          SCR_Delete(NAME): it is gone
- *   scr_test need                 SCR_Need_checkpoint and SCR_Should_exit agree on all ranks
+ *   scr_test need [NEED [EXIT]]   SCR_Need_checkpoint and SCR_Should_exit agree on all
+ *                                 ranks (and equal NEED, EXIT: default 0)
  */
 #include <mpi.h>
 #include <scr.h>
@@ -279,7 +280,8 @@ int main(int argc, char **argv) {
         MPI_Allreduce(&need, &mn, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
         CHECK(mx == mn && (need == 0 || need == 1), "need differs between ranks: %d..%d", mn, mx);
         if (argc == 3) CHECK(need == atoi(argv[2]), "need = %d, expected %s", need, argv[2]);
-        CHECK(SCR_Should_exit(&ex) == SCR_SUCCESS && ex == 0, "SCR_Should_exit = %d", ex);
+        int want_exit = argc == 4 ? atoi(argv[3]) : 0;
+        CHECK(SCR_Should_exit(&ex) == SCR_SUCCESS && ex == want_exit, "SCR_Should_exit = %d", ex);
         CHECK(SCR_Need_checkpoint(NULL) != SCR_SUCCESS, "Need_checkpoint(NULL)");
     } else {
         CHECK(0, "unknown mode %s", mode);
