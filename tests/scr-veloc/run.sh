@@ -42,7 +42,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mpirun=(mpirun --oversubscribe -np 4)
+# Open MPI's mpirun has been seen to hang (children reaped, mpirun waiting) after a rank
+# was SIGKILLed: every run gets a time limit, so a hang is a failed step, not a stuck
+# suite.
+mpirun=(timeout -k 5 90 mpirun --oversubscribe -np 4)
 [[ "$(id -u)" == 0 ]] && mpirun+=(--allow-run-as-root)
 inc=(-I "$root/include")
 link=(-L "$libdir")

@@ -67,3 +67,13 @@ int ckmpi_node_rank(int *rank, int *size) {
     MPI_Comm_free(&node);
     return 0;
 }
+
+/* This process's rank among the processes that pass the same `color` (a ckptfs node's
+ * index in the cluster file). */
+int ckmpi_color_rank(int color, int *rank) {
+    MPI_Comm sub;
+    if (MPI_Comm_split(g_comm, color, 0, &sub) != MPI_SUCCESS) return -1;
+    MPI_Comm_rank(sub, rank);
+    MPI_Comm_free(&sub);
+    return 0;
+}

@@ -30,14 +30,17 @@ pub fn from_env() -> Option<(PathBuf, String)> {
     Some((PathBuf::from(v("CKPTFS_CLUSTER")?), v("CKPTFS_NODE_ID")?))
 }
 
-/// The store of `node` in the cluster file.
-pub fn node_store(file: &std::path::Path, node: &str) -> Result<String> {
+/// The store of `node` in the cluster file, and the node's index there.
+pub fn node_store(file: &std::path::Path, node: &str) -> Result<(String, u32)> {
     let c = ckptfs_cluster::Cluster::load(file)
         .map_err(|e| CompatError::Invalid(format!("cluster file {}: {e}", file.display())))?;
-    Ok(c.node(node)
+    let store = c
+        .node(node)
         .map_err(|e| CompatError::Invalid(format!("node {node} in {}: {e}", file.display())))?
         .store
-        .clone())
+        .clone();
+    let index = c.nodes.iter().position(|n| n.id == node).unwrap_or(0) as u32;
+    Ok((store, index))
 }
 
 /// The C API's job-wide dataset calls.

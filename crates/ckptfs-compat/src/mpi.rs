@@ -25,6 +25,7 @@ extern "C" {
     fn ckmpi_allreduce_i64(v: i64, op: c_int, out: *mut i64) -> c_int;
     fn ckmpi_bcast(buf: *mut c_void, len: c_int, root: c_int) -> c_int;
     fn ckmpi_node_rank(rank: *mut c_int, size: *mut c_int) -> c_int;
+    fn ckmpi_color_rank(color: c_int, rank: *mut c_int) -> c_int;
 }
 
 static RANK: AtomicI64 = AtomicI64::new(-1);
@@ -183,4 +184,16 @@ pub fn node_rank() -> Result<(u32, u32)> {
     // SAFETY: collective on the duplicate; out pointers are valid locals.
     ok(unsafe { ckmpi_node_rank(&mut r, &mut s) }, "MPI_Comm_split_type")?;
     Ok((r as u32, s as u32))
+}
+
+/// This process's rank among the processes passing the same `color` (collective).
+pub fn color_rank(color: u32) -> Result<u32> {
+    if solo() {
+        return Ok(0);
+    }
+    let mut r = 0;
+    // SAFETY: collective on the duplicate; the out pointer is a valid local.
+    let rc = unsafe { ckmpi_color_rank(color as c_int, &mut r) };
+    ok(rc, "MPI_Comm_split")?;
+    Ok(r as u32)
 }

@@ -56,6 +56,11 @@ pub struct Session {
     pub flush_every: u32,
     /// Across nodes (`CKPTFS_CLUSTER`, `CKPTFS_NODE_ID`): the job-wide calls.
     pub jobwide: Option<crate::cluster::JobWide>,
+    /// This process flushes its node's datasets (the first process of the
+    /// communicator on each ckptfs node).
+    pub flusher: bool,
+    /// A drain daemon kept the store's drain lock: flushes are left to it.
+    flush_left: std::sync::atomic::AtomicBool,
 }
 
 fn env(k: &str) -> Option<String> {
@@ -105,8 +110,10 @@ impl Session {
             opts.name.clear();
         }
         let mut jobwide = None;
+        let mut node_index = None;
         if let Some((file, node)) = crate::cluster::from_env() {
-            let name = crate::cluster::node_store(&file, &node)?;
+            let (name, index) = crate::cluster::node_store(&file, &node)?;
+            node_index = Some(index);
             if !opts.name.is_empty() && opts.name != name {
                 return Err(CompatError::Invalid(format!(
                     "CKPTFS_STORE {} conflicts with node {node}'s store {name} in {}",
@@ -151,6 +158,11 @@ impl Session {
         let stage = top.join(&job).join(format!("r{rank}"));
         owned_dir(&stage)?;
         let dest = cfg.dests.first().cloned();
+        // Collective: every process of the communicator opens its session in Init.
+        let flusher = match node_index {
+            Some(i) => crate::mpi::color_rank(i)? == 0,
+            None => crate::mpi::cached_rank() == Some(0),
+        };
         let flush_every = cfg.flush_every;
         Ok(Session {
             ds: Datasets::single_node(store.clone(), cfg),
@@ -163,6 +175,8 @@ impl Session {
             dest,
             flush_every,
             jobwide,
+            flusher,
+            flush_left: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -417,6 +431,9 @@ impl Session {
         let Some(dest) = &self.dest else {
             return Err(CompatError::Flush("no PFS destination configured".into()));
         };
+        if self.flush_left.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(0);
+        }
         std::fs::create_dir_all(dest)
             .map_err(|e| CompatError::io(format!("create {}", dest.display()), e))?;
         let mut cfg = ckptfs_agent::AgentConfig::new(std::slice::from_ref(dest));
@@ -435,6 +452,12 @@ impl Session {
                 Ok(a) => break a,
                 Err(ckptfs_agent::AgentError::Busy { .. }) if t0.elapsed() < FLUSH_WAIT => {
                     std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e @ ckptfs_agent::AgentError::Busy { .. }) => {
+                    self.flush_left.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return Err(CompatError::Flush(format!(
+                        "{e}: flushes of this run are left to that drain (configure it with dataset_flush_every)"
+                    )));
                 }
                 Err(e) => return Err(CompatError::Flush(e.to_string())),
             }

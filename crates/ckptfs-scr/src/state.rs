@@ -340,10 +340,8 @@ impl Scr {
             };
             mpi::barrier()?;
             // Flush through the drain when the dataset is marked (every SCR_FLUSH-th,
-            // or an output): one process on a single node; across nodes every rank
-            // asks, the first on each node copies the node's files and the others find
-            // them published.
-            let flush = if all_valid && completed.is_ok() {
+            // or an output), by the first process of each node.
+            let flush = if all_valid && completed.is_ok() && self.sess.flusher {
                 match &self.sess.jobwide {
                     Some(_) => {
                         let every = self.sess.flush_every;
@@ -353,12 +351,11 @@ impl Scr {
                             Ok(())
                         }
                     }
-                    None if self.sess.rank == 0 => match self.sess.ds.show(id) {
+                    None => match self.sess.ds.show(id) {
                         Ok(d) if d.flush || flags & FLAG_OUTPUT != 0 => self.sess.flush(id).map(|_| ()),
                         Ok(_) => Ok(()),
                         Err(e) => Err(e.into()),
                     },
-                    None => Ok(()),
                 }
             } else {
                 Ok(())

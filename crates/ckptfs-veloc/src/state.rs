@@ -328,10 +328,7 @@ impl Veloc {
         };
         mpi::barrier()?;
         let flush = self.flush_due(all_valid && completed.is_ok());
-        if mpi::cached_rank() == Some(0)
-            || self.cfg.mapped.job_suffix.is_some()
-            || self.sess.jobwide.is_some()
-        {
+        if self.sess.flusher {
             if let Err(e) = flush.then(|| self.sess.flush(id)).transpose() {
                 ckptfs_compat::ffi::report("ckptfs-veloc", "VELOC_Checkpoint_end (persistent)", &e);
             }
