@@ -199,8 +199,9 @@ impl Quota {
     }
 
     /// Reserve `size` bytes for a copy of `src`'s `path` (ENOSPC past the limit, or
-    /// when the store has not that much free memory and spill left): what complete
-    /// copies hold (less the copy this one replaces) plus what copies in flight reserved.
+    /// when the store has not that much free memory and spill left, counting the copy
+    /// this one replaces as free): the limit bounds what complete copies hold (less the
+    /// copy this one replaces) plus what copies in flight reserved.
     pub fn reserve(&self, store: &Store, src: &str, path: &str, size: u64) -> Result<Reservation> {
         let mut r = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
         let replaced = store
@@ -215,7 +216,9 @@ impl Quota {
         let info = store.info();
         let free = (info.mem_free_chunks as u64 + info.spill_free_chunks as u64) * store.chunk_size();
         let want = held.saturating_add(*r).saturating_add(size);
-        if want > self.limit || size.saturating_add(*r) > free {
+        // The free memory check is rough (copies in flight have taken part of theirs
+        // already): the quota is what bounds them.
+        if want > self.limit || size > free.saturating_add(replaced) {
             return Err(NodeError::store(
                 format!(
                     "partner copy of {path} from {src} ({size} bytes): {held} bytes held and {} reserved \

@@ -277,6 +277,8 @@ impl Bed {
         let child = self
             .ckptfs(i)
             .args(["node", "--interval", "0.01", "--partner-priority", &self.priority])
+            // The partner's store is sized for the copies of every checkpoint written.
+            .args(["--partner-max", "100%"])
             .args(["--writer-yield", &self.writer_yield.to_string()])
             // Info: the line saying the store's page tables are populated (below).
             .env("RUST_LOG", "info")
