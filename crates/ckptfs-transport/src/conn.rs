@@ -1,14 +1,12 @@
 //! The TCP connection: handshake, framed send and receive with timeouts, chunk data
 //! written with one `writev` and read straight into the caller's buffer.
 
-use crate::auth::{self, Role, Transcript};
 use crate::frame::{
-    self, decode_chunk_fixed, decode_header, decode_payload, encode_head, ChunkHeader, Hello, Msg, MsgType,
+    self, decode_chunk_fixed, decode_header, decode_payload, encode_head, ChunkHeader, Msg, MsgType,
     CHUNK_FIXED, HEADER_LEN,
 };
 use crate::seal::{Dir, Protection, TAG_LEN};
 use crate::{ChunkData, ChunkSink, FrameError, Result, TransportError};
-use ckptfs_cluster::{NodeKeys, PairKey};
 use std::collections::BTreeSet;
 use std::io::IoSlice;
 use std::net::SocketAddr;
@@ -645,7 +643,7 @@ impl Conn {
         (self.reader, self.writer)
     }
 
-    fn raw(stream: TcpStream, cfg: &ConnConfig) -> Conn {
+    pub(crate) fn raw(stream: TcpStream, cfg: &ConnConfig) -> Conn {
         let _ = stream.set_nodelay(true);
         let peer_addr = stream.peer_addr().ok();
         let (r, w) = stream.into_split();
@@ -674,7 +672,7 @@ impl Conn {
         }
     }
 
-    fn authenticated(mut self, peer: &str, cfg: &ConnConfig, open: Dir, seal: Dir) -> Conn {
+    pub(crate) fn authenticated(mut self, peer: &str, cfg: &ConnConfig, open: Dir, seal: Dir) -> Conn {
         let id: Arc<str> = Arc::from(peer);
         self.reader.peer_id = id.clone();
         self.writer.peer_id = id;
@@ -687,7 +685,7 @@ impl Conn {
     }
 
     /// Tells the peer why it is refused (best effort) and returns the error.
-    async fn refuse(&mut self, errno: i32, why: String) -> TransportError {
+    pub(crate) async fn refuse(&mut self, errno: i32, why: String) -> TransportError {
         let _ = self
             .writer
             .send(&Msg::Error {
@@ -697,217 +695,4 @@ impl Conn {
             .await;
         TransportError::Auth(why)
     }
-}
-
-/// The one refusal a server sends, whatever failed (see [`crate::auth`]).
-pub const REFUSAL: &str = "authentication refused";
-
-/// Connects to the daemon of node `peer` at `addr` as `identity` and authenticates both
-/// ways with the key of the pair; a server that is not `peer` (or cannot prove it) is
-/// refused before anything but the handshake is sent.
-pub async fn connect(
-    addr: &str,
-    identity: &Identity,
-    peer: &str,
-    keys: &NodeKeys,
-    cfg: &ConnConfig,
-) -> Result<Conn> {
-    let key = keys.pair(peer).ok_or_else(|| {
-        TransportError::Auth(format!(
-            "node {:?} holds no key for node {peer:?} (not in its key file or cluster map)",
-            identity.node_id
-        ))
-    })?;
-    let fut = async {
-        let stream = TcpStream::connect(addr).await?;
-        client_handshake(Conn::raw(stream, cfg), identity, peer, key, cfg).await
-    };
-    match tokio::time::timeout(cfg.handshake_timeout, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(TransportError::Timeout {
-            what: "connect and handshake",
-        }),
-    }
-}
-
-/// Authenticates an accepted stream (the server side of the handshake).
-pub async fn accept(
-    stream: TcpStream,
-    identity: &Identity,
-    keys: &NodeKeys,
-    cfg: &ConnConfig,
-) -> Result<Conn> {
-    let fut = server_handshake(Conn::raw(stream, cfg), identity, keys, cfg);
-    match tokio::time::timeout(cfg.handshake_timeout, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(TransportError::Timeout { what: "handshake" }),
-    }
-}
-
-fn unexpected(m: &Msg, wanted: &str) -> TransportError {
-    TransportError::Auth(format!("expected {wanted}, got {:?}", m.kind()))
-}
-
-async fn client_handshake(
-    mut c: Conn,
-    me: &Identity,
-    peer: &str,
-    key: &PairKey,
-    cfg: &ConnConfig,
-) -> Result<Conn> {
-    let nc = auth::nonce()?;
-    let mode = cfg.protection.code();
-    c.send(&Msg::Hello(Hello {
-        node_id: me.node_id.clone(),
-        server_id: peer.to_string(),
-        job: me.job.clone(),
-        nonce: nc,
-        mode,
-    }))
-    .await?;
-    let ch = match c.recv().await {
-        Ok(Msg::Challenge(ch)) => ch,
-        Ok(m) => {
-            return Err(c
-                .refuse(libc::EPROTO, unexpected(&m, "Challenge").to_string())
-                .await)
-        }
-        Err(TransportError::Peer { reason, .. }) => {
-            return Err(TransportError::Auth(format!("refused by {peer}: {reason}")))
-        }
-        Err(e) => return Err(e),
-    };
-    if ch.node_id != peer {
-        let why = format!(
-            "the server says it is {:?}, not {peer:?}, the node dialled",
-            ch.node_id
-        );
-        return Err(c.refuse(libc::EACCES, why).await);
-    }
-    let t = Transcript {
-        job: &me.job,
-        client_nonce: &nc,
-        server_nonce: &ch.nonce,
-        client_id: &me.node_id,
-        server_id: peer,
-        mode,
-    };
-    let mac = auth::prove(key.expose(), Role::Client, &t);
-    c.send(&Msg::Response { mac }).await?;
-    match c.recv().await {
-        Ok(Msg::AuthOk { mac }) => {
-            if !auth::verify(key.expose(), Role::Server, &t, &mac) {
-                let why = format!("the server at {peer:?}'s address did not prove the key of node {peer:?}");
-                return Err(c.refuse(libc::EACCES, why).await);
-            }
-            let (c2s, s2c) = auth::session_keys(key.expose(), &t);
-            let p = cfg.protection;
-            Ok(c.authenticated(peer, cfg, Dir::new(s2c, p), Dir::new(c2s, p)))
-        }
-        Ok(m) => Err(c.refuse(libc::EPROTO, unexpected(&m, "AuthOk").to_string()).await),
-        Err(TransportError::Peer { reason, .. }) => {
-            Err(TransportError::Auth(format!("refused by {peer}: {reason}")))
-        }
-        Err(e) => Err(e),
-    }
-}
-
-async fn server_handshake(mut c: Conn, me: &Identity, keys: &NodeKeys, cfg: &ConnConfig) -> Result<Conn> {
-    let hello = match c.recv().await {
-        Ok(Msg::Hello(h)) => h,
-        Ok(m) => {
-            let why = unexpected(&m, "Hello").to_string();
-            let _ = c.refuse(libc::EACCES, REFUSAL.into()).await;
-            return Err(TransportError::Auth(why));
-        }
-        Err(e @ (TransportError::Frame(_) | TransportError::Protocol(_))) => {
-            let _ = c.refuse(libc::EACCES, REFUSAL.into()).await;
-            return Err(TransportError::Auth(format!("not a ckptfs peer: {e}")));
-        }
-        Err(e) => return Err(e),
-    };
-    // Every cause is found now, but told (the same way) only after the Response, so a
-    // stranger learns nothing from which step refused it.
-    let mode = cfg.protection.code();
-    let problem = if hello.job != me.job {
-        Some(format!("job {:?} is not this job", hello.job))
-    } else if hello.server_id != me.node_id {
-        Some(format!(
-            "it dialled node {:?}, this is {:?}",
-            hello.server_id, me.node_id
-        ))
-    } else if hello.node_id == me.node_id {
-        Some("it claims this node's own id".to_string())
-    } else if cfg
-        .allowed_peers
-        .as_ref()
-        .is_some_and(|a| !a.contains(&hello.node_id))
-    {
-        Some("not in the cluster map".to_string())
-    } else if hello.mode != mode {
-        Some(format!(
-            "frame protection {} asked, this node uses {mode}",
-            hello.mode
-        ))
-    } else if keys.pair(&hello.node_id).is_none() {
-        Some("no key for it".to_string())
-    } else {
-        None
-    };
-    let decoy;
-    let key = match keys.pair(&hello.node_id) {
-        Some(k) if problem.is_none() => k,
-        _ => {
-            decoy = PairKey::from_bytes(auth::nonce()?);
-            &decoy
-        }
-    };
-    let ns = auth::nonce()?;
-    c.send(&Msg::Challenge(frame::Challenge {
-        node_id: me.node_id.clone(),
-        nonce: ns,
-    }))
-    .await?;
-    let t = Transcript {
-        job: &me.job,
-        client_nonce: &hello.nonce,
-        server_nonce: &ns,
-        client_id: &hello.node_id,
-        server_id: &me.node_id,
-        mode,
-    };
-    let mac = match c.recv().await {
-        Ok(Msg::Response { mac }) => mac,
-        Ok(m) => {
-            let why = format!("node {:?}: {}", hello.node_id, unexpected(&m, "Response"));
-            let _ = c.refuse(libc::EACCES, REFUSAL.into()).await;
-            return Err(TransportError::Auth(why));
-        }
-        Err(TransportError::Peer { reason, .. }) => {
-            return Err(TransportError::Auth(format!(
-                "client {:?} gave up: {reason}",
-                hello.node_id
-            )))
-        }
-        Err(e @ (TransportError::Frame(_) | TransportError::Protocol(_))) => {
-            let _ = c.refuse(libc::EACCES, REFUSAL.into()).await;
-            return Err(TransportError::Auth(format!(
-                "bad handshake from {:?}: {e}",
-                hello.node_id
-            )));
-        }
-        Err(e) => return Err(e),
-    };
-    let proved = auth::verify(key.expose(), Role::Client, &t, &mac);
-    if let Some(why) = problem.or_else(|| (!proved).then(|| "bad proof".to_string())) {
-        let _ = c.refuse(libc::EACCES, REFUSAL.into()).await;
-        return Err(TransportError::Auth(format!("node {:?}: {why}", hello.node_id)));
-    }
-    c.send(&Msg::AuthOk {
-        mac: auth::prove(key.expose(), Role::Server, &t),
-    })
-    .await?;
-    let (c2s, s2c) = auth::session_keys(key.expose(), &t);
-    let p = cfg.protection;
-    Ok(c.authenticated(&hello.node_id, cfg, Dir::new(c2s, p), Dir::new(s2c, p)))
 }

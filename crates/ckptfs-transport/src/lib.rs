@@ -81,12 +81,14 @@
 pub mod auth;
 mod conn;
 pub mod frame;
+mod handshake;
 mod lowat;
 pub mod raw;
 pub mod seal;
 
-pub use conn::{accept, connect, Conn, ConnConfig, ConnReader, ConnWriter, Identity, HANDSHAKE_MAX, REFUSAL};
+pub use conn::{Conn, ConnConfig, ConnReader, ConnWriter, Identity, HANDSHAKE_MAX};
 pub use frame::{ChunkHeader, ListEntry, Msg, MsgType, Nack, PutBegin, PutEnd};
+pub use handshake::{accept, connect, REFUSAL};
 pub use raw::RawConn;
 pub use seal::{Protection, TAG_LEN};
 
