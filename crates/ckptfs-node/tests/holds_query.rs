@@ -12,26 +12,8 @@ use ckptfs_datasets::Want;
 use ckptfs_node::datasets::{Reply, Request};
 use ckptfs_node::partner_store::copy_path;
 use ckptfs_store::checksum::crc32c_append;
-use ckptfs_transport::{self as tp, ConnConfig, Identity};
-use std::time::{Duration, Instant};
+use ckptfs_transport as tp;
 use support::*;
-
-async fn client(tc: &TestCluster, me: &str, to: &str) -> tp::Conn {
-    let keys = tc.cluster.node_keys(me).unwrap();
-    let id = Identity {
-        node_id: me.to_string(),
-        job: tc.cluster.job.clone(),
-    };
-    let addr = tc.cluster.node(to).unwrap().addr.clone();
-    let t = Instant::now();
-    loop {
-        match tp::connect(&addr, &id, to, &keys, &ConnConfig::default()).await {
-            Ok(c) => return c,
-            Err(e) if t.elapsed() > Duration::from_secs(60) => panic!("{to} never came up: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-}
 
 fn want(path: &str, data: &[u8]) -> Want {
     Want {

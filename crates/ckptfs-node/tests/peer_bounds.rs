@@ -8,28 +8,11 @@ mod support;
 use ckptfs_cluster::Scheme;
 use ckptfs_node::partner_store::{copy_path, HeldFile};
 use ckptfs_node::peer::{Conn, Msg};
-use ckptfs_transport::{self as tp, ConnConfig, Identity};
+use ckptfs_transport as tp;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
-
-async fn client(tc: &TestCluster, me: &str, to: &str) -> tp::Conn {
-    let keys = tc.cluster.node_keys(me).unwrap();
-    let id = Identity {
-        node_id: me.to_string(),
-        job: tc.cluster.job.clone(),
-    };
-    let addr = tc.cluster.node(to).unwrap().addr.clone();
-    let t = Instant::now();
-    loop {
-        match tp::connect(&addr, &id, to, &keys, &ConnConfig::default()).await {
-            Ok(c) => return c,
-            Err(e) if t.elapsed() > Duration::from_secs(60) => panic!("{to} never came up: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-}
 
 fn get(path: &str) -> tp::Msg {
     tp::Msg::Get {

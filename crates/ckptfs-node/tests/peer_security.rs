@@ -12,55 +12,13 @@ mod support;
 use ckptfs_cluster::Scheme;
 use ckptfs_node::levels::Levels;
 use ckptfs_transport::frame::{encode_header, MsgType, CHUNK_FIXED, HEADER_LEN};
-use ckptfs_transport::{self as tp, ChunkHeader, Identity, Msg, PutBegin, PutEnd};
+use ckptfs_transport::{self as tp, ChunkHeader, Msg, PutBegin, PutEnd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-fn identity(tc: &TestCluster, id: &str) -> Identity {
-    Identity {
-        node_id: id.to_string(),
-        job: tc.cluster.job.clone(),
-    }
-}
-
-/// An authenticated connection from `me` to `to` with `me`'s own keys.
-async fn client(tc: &TestCluster, me: &str, to: &str) -> tp::Conn {
-    let keys = tc.cluster.node_keys(me).unwrap();
-    tp::connect(
-        &tc.cluster.node(to).unwrap().addr,
-        &identity(tc, me),
-        to,
-        &keys,
-        &ckptfs_node::peer::conn_config(&tc.cluster),
-    )
-    .await
-    .unwrap()
-}
-
-/// Waits until node `id`'s daemon accepts an authenticated connection from `from`.
-async fn up(tc: &TestCluster, from: &str, id: &str) {
-    let keys = tc.cluster.node_keys(from).unwrap();
-    let t = Instant::now();
-    loop {
-        let r = tp::connect(
-            &tc.cluster.node(id).unwrap().addr,
-            &identity(tc, from),
-            id,
-            &keys,
-            &ckptfs_node::peer::conn_config(&tc.cluster),
-        )
-        .await;
-        if r.is_ok() {
-            return;
-        }
-        assert!(t.elapsed() < Duration::from_secs(60), "{id} never came up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 fn put_begin(src: &str, path: &str, size: u64, chunk: u32) -> Msg {
     Msg::PutBegin(PutBegin {
@@ -229,8 +187,8 @@ async fn a_nodes_credentials_act_only_as_that_node() {
     let tc = TestCluster::new("sec-ident", 4, Scheme::Ring, 1).patient();
     let d1 = Daemon::start(tc.config("node1"));
     let d3 = Daemon::start(tc.config("node3"));
-    up(&tc, "node2", "node3").await;
-    up(&tc, "node2", "node1").await;
+    drop(client(&tc, "node2", "node3").await);
+    drop(client(&tc, "node2", "node1").await);
     let k2 = tc.cluster.node_keys("node2").unwrap();
     assert!(k2.pair("node1").is_some() && k2.pair("node3").is_some());
     // node2's keys, node1's name: refused.
@@ -292,7 +250,7 @@ async fn concurrent_copies_cannot_pass_the_partner_limit_together() {
     let mut cfg = tc.config("node3");
     cfg.partner_limit = Some(8 << 20);
     let d3 = Daemon::start(cfg);
-    up(&tc, "node1", "node3").await;
+    drop(client(&tc, "node1", "node3").await);
     let mut conns = Vec::new();
     for _ in 0..4 {
         conns.push(client(&tc, "node1", "node3").await);
@@ -320,7 +278,7 @@ async fn concurrent_copies_cannot_pass_the_partner_limit_together() {
 async fn by_default_peers_cannot_take_the_store_from_the_application() {
     let tc = TestCluster::new("sec-share", 4, Scheme::Ring, 1).patient();
     let d3 = Daemon::start(tc.config("node3"));
-    up(&tc, "node1", "node3").await;
+    drop(client(&tc, "node1", "node3").await);
     let mut c = client(&tc, "node1", "node3").await;
     let mut taken = 0;
     for i in 0..47 {
@@ -345,7 +303,7 @@ async fn by_default_peers_cannot_take_the_store_from_the_application() {
 async fn a_chunk_announced_but_not_sent_takes_no_memory() {
     let tc = TestCluster::new("sec-lazy", 4, Scheme::Ring, 1).patient();
     let d3 = Daemon::start(tc.config("node3"));
-    up(&tc, "node1", "node3").await;
+    drop(client(&tc, "node1", "node3").await);
     let s3 = tc.store("node3");
     let mut c = client(&tc, "node1", "node3").await;
     let size: u32 = 20 << 20;
@@ -386,7 +344,7 @@ async fn idle_unauthenticated_connections_do_not_keep_honest_peers_out() {
     }
     let tc = TestCluster::new("sec-fds", 4, Scheme::Ring, 1).patient();
     let d3 = Daemon::start(tc.config("node3"));
-    up(&tc, "node1", "node3").await;
+    drop(client(&tc, "node1", "node3").await);
     let addr = tc.cluster.node("node3").unwrap().addr.clone();
     let mut idle = Vec::new();
     for _ in 0..1100 {

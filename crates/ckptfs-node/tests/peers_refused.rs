@@ -8,30 +8,10 @@ mod support;
 use ckptfs_cluster::{Scheme, Secret};
 use ckptfs_node::levels::Levels;
 use ckptfs_node::partner_store;
-use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Identity, Msg, PutBegin, PutEnd};
+use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Msg, PutBegin, PutEnd};
 use std::time::Duration;
 use support::*;
 use tokio::io::AsyncWriteExt;
-
-fn identity(tc: &TestCluster, id: &str) -> Identity {
-    Identity {
-        node_id: id.to_string(),
-        job: tc.cluster.job.clone(),
-    }
-}
-
-async fn client(tc: &TestCluster, me: &str, to: &str) -> tp::Conn {
-    let keys = tc.cluster.node_keys(me).unwrap();
-    tp::connect(
-        &tc.cluster.node(to).unwrap().addr,
-        &identity(tc, me),
-        to,
-        &keys,
-        &ConnConfig::default(),
-    )
-    .await
-    .unwrap()
-}
 
 fn put_begin(src: &str, path: &str, size: u64) -> Msg {
     Msg::PutBegin(PutBegin {

@@ -186,3 +186,27 @@ pub fn copy_on(store: &Store, src: &str, path: &str) -> Option<Vec<u8>> {
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// Who node `id` of the test cluster is on the wire.
+pub fn identity(tc: &TestCluster, id: &str) -> ckptfs_transport::Identity {
+    ckptfs_transport::Identity {
+        node_id: id.to_string(),
+        job: tc.cluster.job.clone(),
+    }
+}
+
+/// An authenticated connection from node `me` to node `to` with `me`'s own keys,
+/// tried again until `to`'s daemon answers (60 s at most).
+pub async fn client(tc: &TestCluster, me: &str, to: &str) -> ckptfs_transport::Conn {
+    let keys = tc.cluster.node_keys(me).unwrap();
+    let addr = tc.cluster.node(to).unwrap().addr.clone();
+    let cfg = ckptfs_node::peer::conn_config(&tc.cluster);
+    let t = Instant::now();
+    loop {
+        match ckptfs_transport::connect(&addr, &identity(tc, me), to, &keys, &cfg).await {
+            Ok(c) => return c,
+            Err(e) if t.elapsed() > Duration::from_secs(60) => panic!("{to} never came up: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
