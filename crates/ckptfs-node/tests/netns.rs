@@ -427,3 +427,74 @@ fn netns_wrong_secret_garbage_and_path_escapes_are_refused_and_nothing_is_writte
     );
     d2.stop();
 }
+
+/// Issue "Peer security" item 1 between simulated nodes: a local user of node3, whose
+/// daemon is down, listens on node3's address and relays every connection to node1's
+/// own daemon. node1 must not take its own daemon for node3: no copy of its own files
+/// in its store, node3 never listed as holding one.
+#[test]
+fn netns_a_relay_on_a_down_partners_address_to_the_nodes_own_daemon_gets_nothing_listed() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let Some(sim) = sim(4) else { return };
+    let tc = cluster_on(&sim, "nsrelay", Scheme::Ring, 1).patient();
+    assert_eq!(tc.partners_of("node1"), ["node3"]);
+    let n1 = tc.cluster.node("node1").unwrap().addr.clone();
+    let n3 = tc.cluster.node("node3").unwrap().addr.clone();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let seen = conns.clone();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let relay = sim
+        .node(2)
+        .spawn_in_netns(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let l = tokio::net::TcpListener::bind(&n3)
+                    .await
+                    .expect("bind node3's address");
+                let accept = async {
+                    loop {
+                        let Ok((mut a, _)) = l.accept().await else {
+                            return;
+                        };
+                        seen.fetch_add(1, Ordering::Relaxed);
+                        let to = n1.clone();
+                        tokio::spawn(async move {
+                            if let Ok(mut b) = tokio::net::TcpStream::connect(&to).await {
+                                let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+                            }
+                        });
+                    }
+                };
+                tokio::select! {
+                    _ = accept => {}
+                    _ = stop_rx => {}
+                }
+            })
+        })
+        .expect("relay in node3's namespace");
+    let d1 = NsDaemon::start(&sim, 0, tc.config("node1"));
+    let s1 = tc.store("node1");
+    write(&s1, "/ckpt/a.dat", &bytes(300_000, 1));
+    until("node1 to reach node3's address (the relay)", || {
+        conns.load(Ordering::Relaxed) >= 3
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let rec = Levels::load(&s1);
+    let f = rec.files.get("/ckpt/a.dat");
+    assert!(
+        f.is_none_or(|f| !f.partners.iter().any(|p| p == "node3")),
+        "node3 listed as holding a copy: {f:?}"
+    );
+    assert!(
+        s1.stat("/.ckptfs/partners/node1").is_err(),
+        "node1 holds a 'partner copy' of its own files"
+    );
+    d1.stop();
+    let _ = stop_tx.send(());
+    let _ = relay.join();
+}
