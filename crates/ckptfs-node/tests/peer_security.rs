@@ -12,7 +12,7 @@ mod support;
 use ckptfs_cluster::Scheme;
 use ckptfs_node::levels::Levels;
 use ckptfs_transport::frame::{encode_header, MsgType, CHUNK_FIXED, HEADER_LEN};
-use ckptfs_transport::{self as tp, ChunkHeader, Msg, PutBegin, PutEnd};
+use ckptfs_transport::{self as tp, Msg, PutBegin};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -215,31 +215,13 @@ async fn a_nodes_credentials_act_only_as_that_node() {
 
 /// Sends a whole copy of `len` bytes of `path` on `c`; true when it was acknowledged.
 async fn send_copy(c: &mut tp::Conn, src: &str, path: &str, len: usize) -> bool {
-    let data = bytes(len, len as u32);
-    c.send(&put_begin(src, path, len as u64, 64 << 10)).await.unwrap();
-    match c.recv().await.unwrap() {
-        Msg::Ack { .. } => {}
-        Msg::Nack(n) => {
+    match put_copy(c, src, path, &bytes(len, len as u32), 0).await {
+        Ok(acked) => acked,
+        Err(n) => {
             assert_eq!(n.errno, libc::ENOSPC, "{n:?}");
-            return false;
+            false
         }
-        m => panic!("{m:?}"),
     }
-    let mut n = 0;
-    for (i, ch) in data.chunks(64 << 10).enumerate() {
-        c.send_chunk(&ChunkHeader::for_data(i as u64, (i << 16) as u64, ch), ch)
-            .await
-            .unwrap();
-        n += 1;
-    }
-    c.send(&Msg::PutEnd(PutEnd {
-        generation: 0,
-        chunks: n,
-        size: len as u64,
-    }))
-    .await
-    .unwrap();
-    matches!(c.recv().await.unwrap(), Msg::Ack { .. })
 }
 
 /// `--partner-max 8M` and four 8 MiB copies offered at once: one is taken, three are

@@ -8,7 +8,6 @@ mod support;
 
 use ckptfs_cluster::Scheme;
 use ckptfs_node::levels::Levels;
-use ckptfs_transport::{self as tp, ChunkHeader, Identity, Msg, PutBegin, PutEnd};
 use std::time::Duration;
 use support::*;
 
@@ -120,54 +119,8 @@ async fn rewrites_and_deletes_reach_a_stand_in_and_nothing_comes_back() {
 
 /// Sends node1's copy of `path` with generation `g` to `to`.
 async fn place(tc: &TestCluster, to: &str, path: &str, data: &[u8], g: u64) {
-    let keys = tc.cluster.node_keys("node1").unwrap();
-    let id = Identity {
-        node_id: "node1".into(),
-        job: tc.cluster.job.clone(),
-    };
-    let addr = tc.cluster.node(to).unwrap().addr.clone();
-    let t = std::time::Instant::now();
-    let mut c = loop {
-        match tp::connect(
-            &addr,
-            &id,
-            to,
-            &keys,
-            &ckptfs_node::peer::conn_config(&tc.cluster),
-        )
-        .await
-        {
-            Ok(c) => break c,
-            Err(e) if t.elapsed() > Duration::from_secs(60) => panic!("{to}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    };
-    c.send(&Msg::PutBegin(PutBegin {
-        src_node: "node1".into(),
-        path: path.trim_start_matches('/').into(),
-        size: data.len() as u64,
-        chunk_size: 64 << 10,
-        mtime_ns: 0,
-        generation: g,
-    }))
-    .await
-    .unwrap();
-    assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
-    let mut n = 0;
-    for (i, ch) in data.chunks(64 << 10).enumerate() {
-        c.send_chunk(&ChunkHeader::for_data(i as u64, (i << 16) as u64, ch), ch)
-            .await
-            .unwrap();
-        n += 1;
-    }
-    c.send(&Msg::PutEnd(PutEnd {
-        generation: g,
-        chunks: n,
-        size: data.len() as u64,
-    }))
-    .await
-    .unwrap();
-    assert!(matches!(c.recv().await.unwrap(), Msg::Ack { .. }));
+    let mut c = client(tc, "node1", to).await;
+    assert!(put_copy(&mut c, "node1", path, data, g).await.unwrap());
 }
 
 /// Two holders with two versions of one file (generation 5 on node3, 9 on node4): the

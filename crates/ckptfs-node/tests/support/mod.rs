@@ -210,3 +210,46 @@ pub async fn client(tc: &TestCluster, me: &str, to: &str) -> ckptfs_transport::C
         }
     }
 }
+
+/// Sends a whole copy of `data` as `src`'s file `path` (relative on the wire) with copy
+/// generation `generation`, in 64 KiB chunks; the receiver's Nack if it refused the
+/// copy when it began, else whether the end was acknowledged.
+pub async fn put_copy(
+    c: &mut ckptfs_transport::Conn,
+    src: &str,
+    path: &str,
+    data: &[u8],
+    generation: u64,
+) -> Result<bool, ckptfs_transport::Nack> {
+    use ckptfs_transport::{ChunkHeader, Msg, PutBegin, PutEnd};
+    c.send(&Msg::PutBegin(PutBegin {
+        src_node: src.into(),
+        path: path.trim_start_matches('/').into(),
+        size: data.len() as u64,
+        chunk_size: 64 << 10,
+        mtime_ns: 0,
+        generation,
+    }))
+    .await
+    .unwrap();
+    match c.recv().await.unwrap() {
+        Msg::Ack { .. } => {}
+        Msg::Nack(n) => return Err(n),
+        m => panic!("{m:?}"),
+    }
+    let mut n = 0;
+    for (i, ch) in data.chunks(64 << 10).enumerate() {
+        c.send_chunk(&ChunkHeader::for_data(i as u64, (i << 16) as u64, ch), ch)
+            .await
+            .unwrap();
+        n += 1;
+    }
+    c.send(&Msg::PutEnd(PutEnd {
+        generation,
+        chunks: n,
+        size: data.len() as u64,
+    }))
+    .await
+    .unwrap();
+    Ok(matches!(c.recv().await.unwrap(), Msg::Ack { .. }))
+}
