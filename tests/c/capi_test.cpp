@@ -115,22 +115,24 @@ int main() {
                 ++ok_writers;
         });
     std::atomic<int> listings{0}, churn_errors{0};
+    // Both loops run at least once: on a busy machine the writers can finish
+    // before either thread is first scheduled.
     std::thread lister([&] {
-        while (!stop) {
+        do {
             int d = ckptfs_opendir("/cpp/run");
             ckptfs_dirent e;
             while (d >= 0 && ckptfs_readdir(d, &e) == 1) {
             }
             if (d >= 0 && ckptfs_close(d) == 0)
                 ++listings;
-        }
+        } while (!stop);
     });
     std::thread churner([&] {
-        while (!stop) {
+        do {
             int fd = ckptfs_open("/cpp/churn", O_CREAT | O_RDWR, 0600);
             if (fd < 0 || ckptfs_write(fd, "x", 1) != 1 || ckptfs_close(fd) != 0)
                 ++churn_errors;
-        }
+        } while (!stop);
     });
     for (auto &t : threads)
         t.join();
