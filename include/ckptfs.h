@@ -366,6 +366,17 @@ int ckptfs_file_levels(const char *path, ckptfs_levels *out);
  */
 ssize_t ckptfs_file_partners(const char *path, char *buf, size_t len);
 
+/*
+ * The ids of every level holding a verified copy of the current version of `path`, in
+ * the order to read them: "local", "partner:NODE", "pfs:DIR", then other levels
+ * ("erasure:SET", "pool:MANAGER", "s3:BUCKET/PREFIX"), copied into `buf` one after
+ * another, each NUL-terminated (as listxattr(2)). Returns the length of that list in
+ * bytes (0: no level holds it). With buf == NULL and len == 0 only returns the length.
+ * A level added later appears here with its own id, with no new flag.
+ * Errors: -ERANGE len smaller than the list; -ENOENT; -EISDIR; -EFAULT.
+ */
+ssize_t ckptfs_file_level_ids(const char *path, char *buf, size_t len);
+
 /* ------------------------------------------------------------------ datasets */
 /*
  * Checkpoint datasets (docs/datasets.md), modelled on SCR's Start/Complete_output,

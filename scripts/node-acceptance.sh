@@ -56,7 +56,7 @@ echo "node1's partner: $partner"
 # heartbeat can make node1 copy to the next eligible node as well, which is the designed
 # answer to a partner that looks down: allowed here; exact placement is checked by the
 # node crate's tests with patient heartbeats.)
-levels_ok() { ckptfs --cluster c.toml --node-id node1 ls -l -R /ckpt | grep -cE "\[local, ([a-z0-9]+, )*$partner(, [a-z0-9]+)*\]" | grep -qx 2; }
+levels_ok() { ckptfs --cluster c.toml --node-id node1 ls -l -R /ckpt | grep -cE "\[local, (partner:[a-z0-9]+, )*partner:$partner(, [a-z0-9:/._-]+)*\]" | grep -qx 2; }
 until_ok "both files to show 'local, $partner'" levels_ok
 ckptfs --cluster c.toml --node-id node1 ls -l /ckpt
 ckptfs --cluster c.toml --node-id node1 status --json | python3 -c '

@@ -524,6 +524,13 @@ static void t_levels(void) {
     CHECK_EQ(ckptfs_file_partners("/ckpt/lv/a.dat", list, sizeof list), 12);
     CHECK(memcmp(list, "node3\0node4\0", 12) == 0);
     CHECK_EQ(ckptfs_file_partners("/ckpt/lv/b.dat", list, sizeof list), 0);
+    /* The level ids, in read order. */
+    CHECK_EQ(ckptfs_file_level_ids("/ckpt/lv/a.dat", NULL, 0), 34);
+    CHECK_EQ(ckptfs_file_level_ids("/ckpt/lv/a.dat", list, 33), -ERANGE);
+    CHECK_EQ(ckptfs_file_level_ids("/ckpt/lv/a.dat", list, sizeof list), 34);
+    CHECK(memcmp(list, "local\0partner:node3\0partner:node4\0", 34) == 0);
+    CHECK_EQ(ckptfs_file_level_ids("/ckpt/lv/b.dat", list, sizeof list), 6);
+    CHECK(memcmp(list, "local\0", 6) == 0);
 
     /* A stale record: a.dat rewritten since its copies were made has no partner copy. */
     CHECK_EQ(put_file("/ckpt/lv/a.dat", "version two, longer", 19), 0);

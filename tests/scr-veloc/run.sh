@@ -233,7 +233,7 @@ start_node() { # CLUSTER NODE
 # Every file of dataset ID written on NODE has a partner copy (the levels show another
 # node beside local).
 partnered() { # CLUSTER NODE JOB ID FILES
-    [[ $("$ckptfs" --cluster "$1" --node-id "$2" ls -l -R "/$6/$3/$4" 2>/dev/null | grep -cE "\[local, node[0-9]+") == "$5" ]]
+    [[ $("$ckptfs" --cluster "$1" --node-id "$2" ls -l -R "/$6/$3/$4" 2>/dev/null | grep -cE "\[local, partner:node[0-9]+") == "$5" ]]
 }
 cluster_case() { # NODES
     local n=$1 per=$((4 / $1)) dir="$out/c$1" c

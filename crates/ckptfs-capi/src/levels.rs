@@ -86,6 +86,25 @@ pub unsafe extern "C" fn ckptfs_file_partners(path: *const c_char, buf: *mut c_c
     }) as isize
 }
 
+/// The level ids holding a verified copy of the current version of the file `path`, in
+/// read order (`local`, `partner:node3`, `pfs:/scratch/run`, other levels' ids), as
+/// consecutive NUL-terminated strings in `buf` (as `listxattr`): returns the bytes of
+/// the list (0: no level holds it), or -errno (-ERANGE: `len` too small; `buf` NULL with
+/// `len` 0 returns the size needed).
+///
+/// # Safety
+/// `path` is a C string; `buf` is NULL or valid for writing `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ckptfs_file_level_ids(path: *const c_char, buf: *mut c_char, len: usize) -> isize {
+    call(|| {
+        // SAFETY: forwarded contract.
+        let path = unsafe { cstr(path, "path") }?;
+        let w = where_of(path, "levels of")?;
+        // SAFETY: forwarded contract.
+        unsafe { copy_list_out(&w.levels, buf, len, "the level list") }
+    }) as isize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +160,29 @@ mod tests {
                 0 => Ok(out),
                 e => Err(-e),
             }
+        }
+
+        fn level_ids(&self, rel: &str) -> std::result::Result<String, i32> {
+            let p = c(&format!("{}{rel}", self.prefix));
+            // SAFETY: a C string; NULL with 0 asks for the size.
+            let need = unsafe { ckptfs_file_level_ids(p.as_ptr(), std::ptr::null_mut(), 0) };
+            if need < 0 {
+                return Err(-need as i32);
+            }
+            let mut buf = vec![0 as c_char; need as usize];
+            // SAFETY: a C string and `need` writable bytes.
+            let n = unsafe { ckptfs_file_level_ids(p.as_ptr(), buf.as_mut_ptr(), buf.len()) };
+            if n < 0 {
+                return Err(-n as i32);
+            }
+            if n > 0 && n < need {
+                // SAFETY: as above, one byte short.
+                assert_eq!(
+                    unsafe { ckptfs_file_level_ids(p.as_ptr(), buf.as_mut_ptr(), (n - 1) as usize) },
+                    -(libc::ERANGE as isize)
+                );
+            }
+            Ok(buf[..n as usize].iter().map(|b| *b as u8 as char).collect())
         }
 
         fn partners(&self, rel: &str, len: usize) -> std::result::Result<Vec<u8>, i32> {
@@ -205,6 +247,7 @@ mod tests {
                 refused: Default::default(),
                 generation: 1,
                 stale: vec![],
+                held: vec![],
             },
         );
         rec.files.insert(
@@ -215,6 +258,7 @@ mod tests {
                 refused: [("node2".to_string(), "ENOSPC".to_string())].into(),
                 generation: 2,
                 stale: vec![],
+                held: vec![],
             },
         );
         rec.save(&m.store).unwrap();
@@ -243,6 +287,18 @@ mod tests {
         assert_eq!(needed, 12);
         assert_eq!(m.partners("/a", 11), Err(libc::ERANGE));
         assert_eq!(m.partners("/a", 12), Ok(b"node3\0node4\0".to_vec()));
+        // The level ids, in read order; another level's id from the record's `held`.
+        assert_eq!(
+            m.level_ids("/a"),
+            Ok("local\0partner:node3\0partner:node4\0".into())
+        );
+        let mut rec2 = Levels::load(&m.store);
+        rec2.files.get_mut("/b").unwrap().held = vec!["s3:bucket/run1".into(), "erasure:set1".into()];
+        rec2.save(&m.store).unwrap();
+        assert_eq!(
+            m.level_ids("/b"),
+            Ok("local\0erasure:set1\0s3:bucket/run1\0".into())
+        );
         // Rewritten: the record is of the old version, so no partner copy.
         m.write("/a", b"version two, longer");
         assert_eq!(
@@ -253,6 +309,8 @@ mod tests {
             })
         );
         assert_eq!(m.partners("/a", 64), Ok(vec![]));
+        assert_eq!(m.level_ids("/a"), Ok("local\0".into()));
+        assert_eq!(m.level_ids("/none"), Err(libc::ENOENT));
         // Errors.
         assert_eq!(m.levels("/none"), Err(libc::ENOENT));
         assert_eq!(m.levels(""), Err(libc::EISDIR));

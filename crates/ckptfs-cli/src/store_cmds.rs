@@ -208,7 +208,8 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// Long listings show, per file, the levels holding it (`local, node3, pfs`).
+/// Long listings show, per file, the ids of the levels holding it, in read order
+/// (`local, partner:node3, pfs:/scratch/run`).
 fn print_entry(store: &Store, name: &str, st: &Stat, long: Option<(&ckptfs_node::LevelsView, &str)>) {
     if let Some((levels, path)) = long {
         // A symbolic link shows its target, as `ls -l` does.

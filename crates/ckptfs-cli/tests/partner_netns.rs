@@ -202,7 +202,7 @@ fn shm_listing(c: &Cluster, i: usize) -> String {
 
 fn wait_levels(c: &Cluster, i: usize, path: &str, partner: &str) {
     let dir = Path::new(path).parent().unwrap().to_str().unwrap().to_string();
-    let want = format!("[local, {partner}]");
+    let want = format!("[local, partner:{partner}]");
     c.until(&format!("{path} on node{} to show {want}", i + 1), || {
         let out = c.cmd(i, &["ls", "-l", &dir]).output().unwrap();
         String::from_utf8_lossy(&out.stdout)

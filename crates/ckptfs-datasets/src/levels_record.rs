@@ -88,6 +88,11 @@ pub struct FileLevels {
     /// version or a Delete, and leaves this list only when it acknowledged that.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stale: Vec<String>,
+    /// Other levels holding a verified copy of this version, by level id
+    /// (`erasure:set1`, `pool:node1`, `s3:bucket/prefix`): the generic entry of a level
+    /// that is neither the store, a partner nor the drain's directory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<String>,
 }
 
 /// The whole record.
@@ -192,19 +197,37 @@ pub struct Where {
     pub refused: BTreeMap<String, String>,
     /// Drained to the parallel file system (by the drain agent of this store).
     pub pfs: bool,
+    /// Every level holding this version, by level id, in read order (`local`,
+    /// `partner:node3`, `pfs:/scratch/run`, then other levels' ids): what
+    /// `ckptfs ls -l`, `status --json`, the C API and Python report.
+    pub levels: Vec<String>,
 }
 
 impl Where {
-    /// Short text: `local, node3, pfs` (`-` when nothing holds it).
-    pub fn summary(&self) -> String {
+    /// The level ids of `local`, `partners`, `pfs` (the drain's directory, when known)
+    /// and `held`, in read order.
+    pub fn ids(local: bool, partners: &[String], pfs: Option<&str>, held: &[String]) -> Vec<String> {
         let mut v: Vec<String> = Vec::new();
-        if self.local {
+        if local {
             v.push("local".into());
         }
-        v.extend(self.partners.iter().cloned());
-        if self.pfs {
-            v.push("pfs".into());
+        v.extend(partners.iter().map(|n| format!("partner:{n}")));
+        if let Some(dir) = pfs {
+            v.push(if dir.is_empty() {
+                "pfs".into()
+            } else {
+                format!("pfs:{dir}")
+            });
         }
+        v.extend(held.iter().cloned());
+        // Read order: by kind (local, partner, erasure, pool, pfs, object), stable.
+        v.sort_by_key(|id| ckptfs_level::LevelId::parse(id).map_or(usize::MAX, |l| l.kind_rank()));
+        v
+    }
+
+    /// Short text: `local, partner:node3, pfs:/scratch/run` (`-` when nothing holds it).
+    pub fn summary(&self) -> String {
+        let mut v: Vec<String> = self.levels.clone();
         for n in self.refused.keys() {
             v.push(format!("no copy on {n}"));
         }
@@ -275,11 +298,22 @@ impl LevelsView {
             .files
             .get(path)
             .filter(|l| l.identity == Identity::of(st));
+        let local = st.state == WriteState::Complete;
+        let partners = rec.map(|l| l.partners.clone()).unwrap_or_default();
+        let held = rec.map(|l| l.held.clone()).unwrap_or_default();
+        let pfs = self.drained(path, st);
+        let dir = self.drain.as_ref().map(|(d, _)| d.display().to_string());
         Where {
-            local: st.state == WriteState::Complete,
-            partners: rec.map(|l| l.partners.clone()).unwrap_or_default(),
+            levels: Where::ids(
+                local,
+                &partners,
+                pfs.then_some(dir.as_deref().unwrap_or("")),
+                &held,
+            ),
+            local,
+            partners,
             refused: rec.map(|l| l.refused.clone()).unwrap_or_default(),
-            pfs: self.drained(path, st),
+            pfs,
         }
     }
 }

@@ -48,7 +48,6 @@ pub use protection::{Part, Recovered, SetProtection, SetState};
 pub use registry::{Holders, Holding, LevelFactory, Registry};
 
 use std::os::fd::BorrowedFd;
-use std::time::Instant;
 
 /// Identity and version of one stored copy. Two copies hold the same content when
 /// [`Version::same_content`] says so; a copy changed when any field changed.
@@ -242,31 +241,16 @@ pub struct Transfer {
     pub seconds: f64,
 }
 
-/// Move one copy from `reader` to `writer`, chunk by chunk (no whole-file buffer), then
-/// confirm the source is unchanged and commit. On any error the writer is dropped (the
-/// partial copy removed). The time is charged to `meters` (the source's as a get, the
-/// destination's as a put).
+/// Move one copy from an open `reader` to an open `writer` through a default [`Mover`]
+/// (chunk by chunk, no whole-file buffer), then confirm the source is unchanged and
+/// commit. On any error the writer is dropped (the partial copy removed). The time is
+/// charged to `meters` (the source's as a get, the destination's as a put).
 pub fn transfer(
-    mut reader: Box<dyn ChunkReader + '_>,
-    mut writer: Box<dyn ChunkWriter + '_>,
+    reader: Box<dyn ChunkReader + '_>,
+    writer: Box<dyn ChunkWriter + '_>,
     meters: (&CostMeter, &CostMeter),
 ) -> Result<Transfer, LevelError> {
-    let t0 = Instant::now();
-    let src = reader.stored().clone();
-    let cs = src.chunk_size.max(1);
-    for i in 0..src.chunks() {
-        reader.read_chunk_to(i, i * cs, &mut *writer)?;
-    }
-    reader.finish()?;
-    let stored = writer.commit()?;
-    let seconds = t0.elapsed().as_secs_f64();
-    meters.0.record(Direction::Get, src.version.size, seconds);
-    meters.1.record(Direction::Put, src.version.size, seconds);
-    Ok(Transfer {
-        stored,
-        bytes: src.version.size,
-        seconds,
-    })
+    Mover::default().copy_open(reader, writer, meters)
 }
 
 /// Copy `path` from level `from` to level `to` with a default [`Mover`] (one stream,

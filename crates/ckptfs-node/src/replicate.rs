@@ -373,6 +373,7 @@ async fn pass(
                     refused: BTreeMap::new(),
                     generation,
                     stale: Vec::new(),
+                    held: Vec::new(),
                 },
             );
         }

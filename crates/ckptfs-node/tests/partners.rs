@@ -339,10 +339,13 @@ async fn hosted_drain_publishes_to_the_pfs_and_levels_show_it() {
     .await;
     assert_eq!(std::fs::read(pfs.path().join("ckpt/d")).unwrap(), data);
     let st = s1.stat("/ckpt/d").unwrap();
+    let w = ckptfs_node::LevelsView::load(&s1).of("/ckpt/d", &st);
+    let pfs_id = format!("pfs:{}", pfs.path().display());
     assert_eq!(
-        ckptfs_node::LevelsView::load(&s1).of("/ckpt/d", &st).summary(),
-        "local, node2, pfs"
+        w.levels,
+        ["local".to_string(), "partner:node2".into(), pfs_id.clone()]
     );
+    assert_eq!(w.summary(), format!("local, partner:node2, {pfs_id}"));
     d1.stop().await;
     d2.stop().await;
     ckptfs_agent::status::remove_status(&tc.store_opts("node1").name);
