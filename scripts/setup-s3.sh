@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The S3 server of the object-level tests and `ckptfs bench object` (docs/object.md):
+# versitygw (an S3 gateway over a POSIX directory) built from the Go module proxy with the
+# installed Go toolchain, into .tools/s3/bin of the checkout (cached: built once per pinned
+# version), and the AWS command-line client (PyPI `awscli`) in the project's venv as the
+# well-known client the benchmark compares against.
+# Idempotent and quiet; skipped with CKPTFS_SKIP_S3=1. Without Go the S3 tests print SKIPPED.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "${CKPTFS_SKIP_S3:-0}" = 1 ] && { echo "setup-s3: skipped (CKPTFS_SKIP_S3=1)"; exit 0; }
+
+VERSITYGW_VERSION=${CKPTFS_VERSITYGW_VERSION:-v1.8.0}
+bin_dir=$PWD/.tools/s3/bin
+stamp=$bin_dir/.versitygw-version
+if [ -x "$bin_dir/versitygw" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$VERSITYGW_VERSION" ]; then
+    :
+elif ! command -v go >/dev/null 2>&1; then
+    echo "setup-s3: no Go toolchain: the S3 tests will be SKIPPED (install Go >= 1.22)" >&2
+else
+    mkdir -p "$bin_dir"
+    start=$(date +%s)
+    echo "setup-s3: building versitygw $VERSITYGW_VERSION with go install (about 1.5 min)"
+    GOBIN=$bin_dir CGO_ENABLED=0 GOFLAGS=-trimpath \
+        go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+    echo "$VERSITYGW_VERSION" >"$stamp"
+    echo "setup-s3: versitygw built in $(( $(date +%s) - start )) s"
+fi
+
+# The well-known client of `ckptfs bench object` (optional: the benchmark says so without it).
+if [ -x .venv/bin/python ] && ! .venv/bin/python -c 'import awscli' >/dev/null 2>&1; then
+    echo "setup-s3: installing awscli into .venv"
+    .venv/bin/python -m pip install -q awscli || echo "setup-s3: awscli not installed (bench object compares without it)" >&2
+fi
+exit 0
