@@ -23,7 +23,14 @@ bin=${VERSITYGW:-$root/.tools/s3/bin/versitygw}
 bucket=${S3_LOCAL_BUCKET:-ckptfs}
 range=${S3_LOCAL_PORTS:-44000-44999}
 
-alive() { [ -f "$dir/server.pid" ] && kill -0 "$(cat "$dir/server.pid")" 2>/dev/null; }
+# Running (a killed server whose parent is gone can linger as a zombie: not alive).
+alive() {
+    local pid state
+    [ -f "$dir/server.pid" ] || return 1
+    pid=$(cat "$dir/server.pid")
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 print_env() {
@@ -104,7 +111,7 @@ stop)
     if alive; then
         pid=$(cat "$dir/server.pid")
         kill "$pid" 2>/dev/null || true
-        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        for _ in $(seq 1 50); do alive || break; sleep 0.1; done
         kill -9 "$pid" 2>/dev/null || true
     fi
     rm -f "$dir/server.pid"
