@@ -126,7 +126,7 @@ pub fn drain_once(store: &Store, obj: &ObjectLevel, opt: &DrainOptions) -> Resul
     }
     rep.manifest = obj.publish_set()?;
     for f in &done {
-        if let Ok(Some(e)) = obj.entry(&f.path) {
+        if let Some(e) = obj.cached_entry(&f.path) {
             rep.object_bytes += e.object_size;
         }
     }

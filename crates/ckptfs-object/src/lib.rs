@@ -341,6 +341,12 @@ impl ObjectLevel {
         self.index.lock().unwrap_or_else(|p| p.into_inner()).bad.clone()
     }
 
+    /// The entry of `path` as last read (no request): the open set, then the manifests
+    /// read so far.
+    pub fn cached_entry(&self, path: &str) -> Option<Entry> {
+        self.lookup(path)
+    }
+
     fn lookup(&self, path: &str) -> Option<Entry> {
         if let Some(set) = &*self.set.lock().unwrap_or_else(|p| p.into_inner()) {
             if let Some(e) = set.iter().rev().find(|e| e.path == path) {
@@ -556,7 +562,13 @@ impl Level for ObjectLevel {
     }
 
     fn get<'a>(&'a self, path: &str) -> Result<Box<dyn ChunkReader + 'a>, LevelError> {
-        let e = self.entry(path)?.ok_or_else(|| LevelError::NotFound {
+        // The entry as last listed (a restore lists first: no LIST per file); a newer
+        // object than that entry fails `finish`'s ETag check instead of mixing.
+        let e = match self.lookup(path) {
+            Some(e) => Some(e),
+            None => self.entry(path)?,
+        };
+        let e = e.ok_or_else(|| LevelError::NotFound {
             level: self.name(),
             path: path.to_string(),
         })?;
