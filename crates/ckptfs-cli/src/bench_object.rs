@@ -30,6 +30,9 @@ pub struct BenchArgs {
     /// current directory, or the one holding this binary].
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
+    /// Python with torch for the state-dict case [default: the checkout's .venv].
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -151,7 +154,7 @@ fn plain_copy(from: &Path, to: &Path) -> Result<f64> {
     Ok(t0.elapsed().as_secs_f64())
 }
 
-/// The heat demo's field: examples/heat/heat.c run for 100 steps of a 2048x2048 grid.
+/// The heat demo's field: examples/heat/heat.c run for 200 steps of a 2048x2048 grid.
 fn heat_field(root: &Path, work: &Path) -> Option<Vec<u8>> {
     let src = root.join("examples/heat/heat.c");
     let bin = work.join("heat");
@@ -167,8 +170,11 @@ fn heat_field(root: &Path, work: &Path) -> Option<Vec<u8>> {
     }
     let dir = work.join("heat-ckpt");
     std::fs::create_dir_all(&dir).ok()?;
+    // HEAT_SEGMENT=1: a checkpoint after the last step too (heat.200), the state a
+    // restart would read.
     let st = Command::new(&bin)
-        .args(["2048", "2048", "100", "100"])
+        .env("HEAT_SEGMENT", "1")
+        .args(["2048", "2048", "200", "100"])
         .arg(&dir)
         .arg(work.join("heat.result"))
         .output()
@@ -176,13 +182,13 @@ fn heat_field(root: &Path, work: &Path) -> Option<Vec<u8>> {
     if !st.status.success() {
         return None;
     }
-    std::fs::read(dir.join("heat.100")).ok()
+    std::fs::read(dir.join("heat.200")).ok()
 }
 
 /// A torch state dict (a 6-layer transformer encoder, float32, torch.save) when the
 /// checkout's .venv has torch.
-fn torch_state_dict(root: &Path, work: &Path) -> Option<Vec<u8>> {
-    let py = root.join(".venv/bin/python");
+fn torch_state_dict(root: &Path, python: &Option<PathBuf>, work: &Path) -> Option<Vec<u8>> {
+    let py = python.clone().unwrap_or_else(|| root.join(".venv/bin/python"));
     if !py.exists() {
         return None;
     }
@@ -371,7 +377,7 @@ pub fn run(a: BenchArgs) -> Result<Report> {
         Some(f) => kinds.push(("heat field", f)),
         None => notes.push("heat field not measured (cc or examples/heat/heat.c missing)".into()),
     }
-    match torch_state_dict(&root, work.path()) {
+    match torch_state_dict(&root, &a.python, work.path()) {
         Some(t) => kinds.push(("torch state dict", t)),
         None => {
             notes.push("torch state dict not measured (.venv without torch: scripts/setup-python.sh)".into())
@@ -387,7 +393,7 @@ pub fn run(a: BenchArgs) -> Result<Report> {
     if let Some((_, field)) = kinds.iter().find(|(k, _)| *k == "heat field") {
         let fname = format!("{sname}-z");
         let zs = new_store(&fname, field.len() as u64)?;
-        store_put(&zs, "/b/heat.100", field)?;
+        store_put(&zs, "/b/heat.200", field)?;
         for (label, comp) in [
             ("off", None),
             (
