@@ -53,6 +53,8 @@ fi
 "$CK" agent --dest s3://ckptfs/run1 --once 2>"$WORK/agent2.err"
 grep -q "drained 0 files.*3 already published" "$WORK/agent2.err" && ok "second drain: nothing to send" \
     || bad "second drain: $(cat "$WORK/agent2.err")"
+"$CK" ls -l /ckpt >"$WORK/ls.out" 2>&1
+grep -q "s3:ckptfs/run1.*big" "$WORK/ls.out" && ok "ls -l lists the s3:ckptfs/run1 level" || bad "ls -l: $(cat "$WORK/ls.out")"
 "$CK" destroy >/dev/null
 if "$CK" restore --dest s3://ckptfs/run1 >"$WORK/restore.out" 2>&1; then
     grep -q "restored 3 files" "$WORK/restore.out" && ok "restore: 3 files back" || bad "restore: $(cat "$WORK/restore.out")"

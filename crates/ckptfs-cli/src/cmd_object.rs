@@ -23,6 +23,26 @@ pub fn s3_dest(d: &DestArgs) -> Option<String> {
     }
 }
 
+/// Record which versions the bucket holds, for `ckptfs ls -l` and `status --json`
+/// (`ckptfs_datasets::levels_record::ObjectLevels`). A failure only warns: the data
+/// moved and the manifests say so.
+fn record(store: &Store, obj: &ObjectLevel) {
+    use ckptfs_level::Level;
+    let held = match obj.list("/") {
+        Ok(v) => v,
+        Err(e) => return eprintln!("ckptfs: warning: levels record not updated: {e}"),
+    };
+    let mut r = ckptfs_datasets::levels_record::ObjectLevels::load(store);
+    r.set(
+        &obj.name(),
+        held.into_iter()
+            .map(|s| (s.path, s.version.size, s.version.mtime_ns)),
+    );
+    if let Err(e) = r.save(store) {
+        eprintln!("ckptfs: warning: {e}");
+    }
+}
+
 fn open(url: &str, ctx: &Ctx) -> Result<ObjectLevel> {
     let env = |k: &str| match (k, &ctx.node_id) {
         ("CKPTFS_NODE_ID", Some(n)) => Some(n.clone()),
@@ -52,6 +72,9 @@ pub fn agent(url: &str, args: &AgentArgs, ctx: &Ctx) -> Result<i32> {
     );
     loop {
         let rep = drain_once(&store, &obj, &opt)?;
+        if rep.drained_files > 0 || rep.already_drained > 0 {
+            record(&store, &obj);
+        }
         if args.json {
             println!("{}", serde_json::to_string_pretty(&rep)?);
         } else if rep.drained_files > 0 || !rep.failed.is_empty() || args.once {
@@ -91,6 +114,7 @@ pub fn restore_main(url: &str, args: &RestoreArgs, ctx: &Ctx) -> Result<i32> {
     let obj = open(url, ctx)?;
     let store = Store::open_or_create(&ctx.store).context("open the store")?;
     let rep = restore(&store, &obj, args.path.as_deref().unwrap_or("/"))?;
+    record(&store, &obj);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
     } else {

@@ -9,12 +9,10 @@ pub enum ObjectError {
     #[error("object level: {0}")]
     Config(String),
     /// The service refused the credentials (HTTP 403: wrong key, wrong secret).
-    #[error("s3 endpoint {endpoint}, bucket {bucket}: access denied ({op} {key}): check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (credentials from {from}): {detail}")]
+    #[error("{at}: access denied ({op} {key}): check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (credentials from {from}): {detail}")]
     Denied {
-        /// Endpoint URL.
-        endpoint: String,
-        /// Bucket.
-        bucket: String,
+        /// `s3 endpoint URL, bucket B`.
+        at: String,
         /// Operation.
         op: &'static str,
         /// Object key.
@@ -34,12 +32,12 @@ pub enum ObjectError {
     },
     /// The service kept answering 503 SlowDown / 5xx / 429 (or kept dropping the
     /// connection) after the bounded number of retries.
-    #[error("s3 endpoint {endpoint}, bucket {bucket}: {op} {key}: gave up after {retries} retries with backoff (throttled or unavailable): {detail}")]
+    #[error(
+        "{at}: {op} {key}: gave up after {retries} retries with backoff (throttled or unavailable): {detail}"
+    )]
     Unavailable {
-        /// Endpoint URL.
-        endpoint: String,
-        /// Bucket.
-        bucket: String,
+        /// `s3 endpoint URL, bucket B`.
+        at: String,
         /// Operation.
         op: &'static str,
         /// Object key.
@@ -50,12 +48,10 @@ pub enum ObjectError {
         detail: String,
     },
     /// Any other failed request.
-    #[error("s3 endpoint {endpoint}, bucket {bucket}: {op} {key}: {detail}")]
+    #[error("{at}: {op} {key}: {detail}")]
     Request {
-        /// Endpoint URL.
-        endpoint: String,
-        /// Bucket.
-        bucket: String,
+        /// `s3 endpoint URL, bucket B`.
+        at: String,
         /// Operation.
         op: &'static str,
         /// Object key.
@@ -124,8 +120,13 @@ impl ObjectError {
         if let Some(s) = cx.secret.filter(|s| !s.is_empty()) {
             detail = detail.replace(s, "***");
         }
-        // Keep messages on one line and bounded (the service's XML bodies can be long).
+        // Keep messages on one line and bounded: the service's XML error body becomes
+        // its code and message (the rest, StringToSign and the like, is noise).
         detail = detail.replace(['\n', '\r'], " ");
+        if let (Some(at), Some(code)) = (detail.find("<?xml"), xml_field(&detail, "Code")) {
+            let msg = xml_field(&detail, "Message").unwrap_or_default();
+            detail = format!("{}{code}: {msg}", &detail[..at]);
+        }
         if detail.len() > 600 {
             let mut cut = 600;
             while !detail.is_char_boundary(cut) {
@@ -134,12 +135,14 @@ impl ObjectError {
             detail.truncate(cut);
             detail.push_str("...");
         }
-        let endpoint = cx.endpoint.to_string();
-        let bucket = cx.bucket.to_string();
-        let key = key.to_string();
         if detail.contains("NoSuchBucket") {
-            return ObjectError::NoBucket { endpoint, bucket };
+            return ObjectError::NoBucket {
+                endpoint: cx.endpoint.to_string(),
+                bucket: cx.bucket.to_string(),
+            };
         }
+        let at = format!("s3 endpoint {}, bucket {}", cx.endpoint, cx.bucket);
+        let key = key.to_string();
         let denied = matches!(
             e,
             object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
@@ -153,8 +156,7 @@ impl ObjectError {
         .any(|m| detail.contains(m));
         if denied {
             return ObjectError::Denied {
-                endpoint,
-                bucket,
+                at,
                 op,
                 key,
                 from: cx.from.to_string(),
@@ -163,8 +165,7 @@ impl ObjectError {
         }
         if matches!(e, object_store::Error::NotFound { .. }) {
             return ObjectError::Request {
-                endpoint,
-                bucket,
+                at,
                 op,
                 key,
                 errno: libc::ENOENT,
@@ -177,8 +178,7 @@ impl ObjectError {
                 .any(|m| detail.contains(m));
         if gave_up {
             return ObjectError::Unavailable {
-                endpoint,
-                bucket,
+                at,
                 op,
                 key,
                 retries: cx.retries,
@@ -186,14 +186,21 @@ impl ObjectError {
             };
         }
         ObjectError::Request {
-            endpoint,
-            bucket,
+            at,
             op,
             key,
             errno: libc::EIO,
             detail,
         }
     }
+}
+
+/// The text of the first `<name>...</name>` in `s`.
+fn xml_field(s: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let start = s.find(&open)? + open.len();
+    let end = s[start..].find(&format!("</{name}>"))? + start;
+    Some(s[start..end].to_string())
 }
 
 impl From<ObjectError> for ckptfs_level::LevelError {
