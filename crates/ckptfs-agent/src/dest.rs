@@ -6,7 +6,7 @@
 //! from the 2 MiB-aligned chunks of the data region), `fsync`, `rename`, directory
 //! `fsync`, and `lfs setstripe -c 1 [-i OST]` on Lustre.
 
-pub use ckptfs_store::region_io::IoPart;
+pub use ckptfs_level::IoPart;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd};

@@ -217,9 +217,11 @@ impl From<LevelError> for AgentError {
         match e {
             LevelError::Backend { errno, source } => match source.downcast::<AgentError>() {
                 Ok(a) => *a,
-                Err(source) => AgentError::Level(LevelError::Backend { errno, source }),
+                Err(source) => match source.downcast::<StoreError>() {
+                    Ok(s) => AgentError::Store(*s),
+                    Err(source) => AgentError::Level(LevelError::Backend { errno, source }),
+                },
             },
-            LevelError::Store(s) => AgentError::Store(s),
             LevelError::Changed(p) => AgentError::Changed(p),
             other => AgentError::Level(other),
         }

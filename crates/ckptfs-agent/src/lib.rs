@@ -21,7 +21,7 @@
 //!   the manifest.
 //!
 //! - **The mover between levels** ([`mover`]): the node store and the PFS directory are
-//!   levels behind `ckptfs_level::Level` ([`ckptfs_level::StoreLevel`], [`PfsLevel`]);
+//!   levels behind `ckptfs_level::Level` ([`ckptfs_store::level::StoreLevel`], [`PfsLevel`]);
 //!   the drain is the store -> PFS path, restore the PFS -> store path, and [`fill`]
 //!   moves files between any two levels under a [`MovePolicy`].
 //!

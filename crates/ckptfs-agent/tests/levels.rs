@@ -6,7 +6,8 @@ mod common;
 use ckptfs_agent::dest::PosixDest;
 use ckptfs_agent::manifest::{self, Manifest};
 use ckptfs_agent::{fill, status, Agent, AgentError, DrainPolicy, PfsLevel, Target};
-use ckptfs_level::{copy, Level, LevelKind, StoreLevel};
+use ckptfs_level::{copy, Level, LevelKind};
+use ckptfs_store::level::StoreLevel;
 use common::*;
 use std::path::Path;
 use std::sync::Arc;
@@ -176,4 +177,14 @@ fn drain_measures_the_levels_costs_and_publishes_them_in_the_status() {
         ("local", "pfs")
     );
     assert_eq!(st.levels[1].puts, 3);
+}
+
+#[test]
+fn the_pfs_level_passes_the_level_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let level = pfs(dir.path(), "conf");
+    ckptfs_level::conformance::run(&ckptfs_level::conformance::Harness::new(
+        &level, CS as u64, "/conf",
+    ))
+    .unwrap();
 }

@@ -1,10 +1,5 @@
-//! CRC32C arithmetic on chunk lists: the whole-file CRC and per-chunk content CRCs of a
-//! store file derived from its chunk list (no data read), and combining CRCs of
-//! consecutive pieces.
-
-use ckptfs_store::checksum::crc32c_append_zeros;
-use ckptfs_store::ChunkInfo;
-use std::collections::HashMap;
+//! CRC32C arithmetic: combining the CRCs of consecutive pieces into the CRC of the whole
+//! (a copy's whole-file CRC from its chunk CRCs, with no data read).
 
 /// CRC32C of `b` followed by `a`'s `len_b` bytes.
 pub fn crc_combine(a: u32, b: u32, len_b: u64) -> u32 {
@@ -61,30 +56,10 @@ fn zero_ops() -> &'static [Gf2Matrix; 64] {
     })
 }
 
-/// Per-chunk content CRCs and the whole-file CRC of a store file, derived from its
-/// chunk list without reading data; None if a checksum is stale.
-pub fn crcs_from_chunks(size: u64, cs: u64, chunks: &[ChunkInfo]) -> Option<(u32, Vec<u32>)> {
-    let n = size.div_ceil(cs);
-    let by: HashMap<u32, &ChunkInfo> = chunks.iter().map(|c| (c.logical, c)).collect();
-    let mut file = 0u32;
-    let mut out = Vec::with_capacity(n as usize);
-    for l in 0..n {
-        let len = (size - l * cs).min(cs);
-        let c = match by.get(&(l as u32)) {
-            None => crc32c_append_zeros(0, len as usize),
-            Some(c) if c.written <= len => crc32c_append_zeros(c.crc?, (len - c.written) as usize),
-            Some(_) => return None,
-        };
-        file = crc_combine(file, c, len);
-        out.push(c);
-    }
-    Some((file, out))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ckptfs_store::checksum::crc32c;
+    use ckptfs_crc::crc32c;
 
     #[test]
     fn crc_combine_matches_the_crc_of_the_concatenation() {

@@ -1,11 +1,10 @@
 //! The level error type and its errno mapping.
 
-use ckptfs_store::StoreError;
 use std::io;
 
 /// What a level operation can fail with. Each variant maps to one errno
 /// ([`LevelError::errno`]); a level with richer errors of its own (the PFS level's
-/// `AgentError`) carries them in [`LevelError::Backend`] with their errno, so a caller
+/// `AgentError`, the store's `StoreError`) carries them in [`LevelError::Backend`] with their errno, so a caller
 /// that knows the level can recover the original error by downcasting.
 #[derive(Debug, thiserror::Error)]
 pub enum LevelError {
@@ -31,9 +30,6 @@ pub enum LevelError {
         /// Chunk index (the level's chunk size).
         chunk: u64,
     },
-    /// The node store refused an operation.
-    #[error(transparent)]
-    Store(#[from] StoreError),
     /// An operating-system call failed.
     #[error("{op} {path}: {source}")]
     Io {
@@ -63,7 +59,6 @@ impl LevelError {
             LevelError::NotFound { .. } => libc::ENOENT,
             LevelError::Changed(_) => libc::EAGAIN,
             LevelError::Corrupt { .. } => libc::EIO,
-            LevelError::Store(e) => e.errno(),
             LevelError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             LevelError::Backend { errno, .. } => *errno,
         }
@@ -75,6 +70,14 @@ impl LevelError {
             op,
             path: path.into(),
             source,
+        }
+    }
+
+    /// The level's own error of type `E`, if this is one (see [`LevelError::Backend`]).
+    pub fn backend_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            LevelError::Backend { source, .. } => source.downcast_ref::<E>(),
+            _ => None,
         }
     }
 

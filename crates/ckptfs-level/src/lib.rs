@@ -7,7 +7,7 @@
 //! - [`Level::list`] / [`Level::stat`]: what it holds, each copy with its identity and
 //!   version ([`Version`]: inode, generation, size, mtime, CRC32C) and per-chunk CRCs;
 //! - [`Level::get`]: a [`ChunkReader`] that hands out one verified chunk at a time as
-//!   gathered pieces ([`IoPart`]: ranges of the store's data region, buffers), never
+//!   gathered pieces ([`IoPart`]: shared memory ranges, buffers), never
 //!   the whole file in one buffer and never a `&[u8]` over shared memory;
 //! - [`Level::put`]: a [`ChunkWriter`] that takes those pieces at file offsets and
 //!   publishes the copy atomically on [`ChunkWriter::commit`] (dropped uncommitted,
@@ -21,21 +21,31 @@
 //! [`transfer`] moves one file from a reader to a writer and charges both levels'
 //! meters; the agent (`ckptfs-agent`) is the mover that decides what goes where.
 //!
-//! This crate holds the interface and the node store as a level ([`StoreLevel`]); the
-//! PFS directory is implemented in `ckptfs-agent` (its drain pipeline is the PFS path
-//! of the mover). Errors carry one errno each ([`LevelError::errno`]).
+//! This crate holds the interface only: no level is implemented here, and it depends on
+//! no implementation (the node store as a level is `ckptfs_store::level::StoreLevel`,
+//! the PFS directory is in `ckptfs-agent`, partner copies in `ckptfs-node`). Errors
+//! carry one errno each ([`LevelError::errno`]).
 #![deny(missing_docs)]
 
+pub mod conformance;
 pub mod cost;
 pub mod crc;
 mod error;
-pub mod store_level;
+mod id;
+pub mod mem;
+pub mod mover;
+mod piece;
+pub mod protection;
+pub mod registry;
 
 pub use ckptfs_settings::types::Level as LevelKind;
-pub use ckptfs_store::region_io::IoPart;
 pub use cost::{Cost, CostMeter, Direction};
 pub use error::LevelError;
-pub use store_level::StoreLevel;
+pub use id::LevelId;
+pub use mover::{Job, MoveOptions, Moved, Mover, Progress};
+pub use piece::{crc32c_of, IoPart, SharedBytes};
+pub use protection::{Part, Recovered, SetProtection, SetState};
+pub use registry::{Holders, Holding, LevelFactory, Registry};
 
 use std::os::fd::BorrowedFd;
 use std::time::Instant;
@@ -166,6 +176,11 @@ pub trait Level: Send + Sync {
     fn kind(&self) -> LevelKind;
     /// A name for messages (`local:STORE`, `pfs:/dir`).
     fn name(&self) -> String;
+    /// This instance's id in the registry (`partner:node3`, `s3:bucket/prefix`); by
+    /// default parsed from [`Level::name`], whose form is `kind:instance`.
+    fn id(&self) -> LevelId {
+        LevelId::parse(&self.name()).unwrap_or_else(|| LevelId::new(self.kind().name(), self.name()))
+    }
     /// The copies under store path `prefix` (`/` for all).
     fn list(&self, prefix: &str) -> Result<Vec<Stored>, LevelError>;
     /// The copy of `path`, if any.
@@ -248,10 +263,19 @@ pub fn transfer(
     })
 }
 
-/// Copy `path` from level `from` to level `to` ([`transfer`] of `from.get` into
-/// `to.put`).
+/// Copy `path` from level `from` to level `to` with a default [`Mover`] (one stream,
+/// chunk by chunk, resent after a transient failure).
 pub fn copy(from: &dyn Level, to: &dyn Level, path: &str) -> Result<Transfer, LevelError> {
-    let r = from.get(path)?;
-    let w = to.put(r.stored())?;
-    transfer(r, w, (from.meter(), to.meter()))
+    Mover::default().copy(from, to, path)
+}
+
+/// Move an open reader's copy into an open writer of one level (its meter charged as a
+/// put): a source that is not a level (a buffer, a socket).
+pub fn copy_reader(
+    reader: Box<dyn ChunkReader + '_>,
+    writer: Box<dyn ChunkWriter + '_>,
+    meter: &CostMeter,
+) -> Result<Transfer, LevelError> {
+    let scratch = CostMeter::default();
+    Mover::default().copy_open(reader, writer, (&scratch, meter))
 }

@@ -22,7 +22,7 @@
 
 use crate::partner_store;
 use ckptfs_datasets::Want;
-use ckptfs_level::crc::crcs_from_chunks;
+use ckptfs_store::level::crcs_from_chunks;
 use ckptfs_store::{FileKind, OpenFlags, Store, WriteState};
 use std::collections::{BTreeMap, BTreeSet};
 

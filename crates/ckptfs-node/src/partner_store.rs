@@ -15,8 +15,8 @@
 //! daemon at start ([`clear_incoming`]).
 
 use crate::error::{NodeError, Result};
-use ckptfs_level::crc::crcs_from_chunks;
 use ckptfs_store::checksum::crc32c_append_zeros;
+use ckptfs_store::level::crcs_from_chunks;
 use ckptfs_store::netin::Landing;
 use ckptfs_store::{FileHandle, FileKind, OpenFlags, Store, StoreError, WriteState};
 use std::collections::BTreeMap;
@@ -278,7 +278,7 @@ pub fn generation_of(store: &Store, path: &str) -> u64 {
 
 /// The complete partner copies of node `src` held here, sorted by path, each with its
 /// whole-file CRC32C combined from the store's chunk CRCs
-/// ([`ckptfs_level::crc::crcs_from_chunks`]).
+/// ([`ckptfs_store::level::crcs_from_chunks`]).
 pub fn list(store: &Store, src: &str) -> Vec<HeldFile> {
     let prefix = format!("{PARTNERS_DIR}/{src}/");
     let cs = store.chunk_size();

@@ -12,8 +12,9 @@ mod support;
 
 use ckptfs_agent::mover::fill;
 use ckptfs_cluster::Scheme;
-use ckptfs_level::{copy, IoPart, Level, LevelError, StoreLevel, Version};
+use ckptfs_level::{copy, IoPart, Level, LevelError, Version};
 use ckptfs_node::{partner_store, PartnerLevel};
+use ckptfs_store::level::StoreLevel;
 use ckptfs_store::Store;
 use std::sync::Arc;
 use support::*;

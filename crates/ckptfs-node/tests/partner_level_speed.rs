@@ -10,8 +10,8 @@ mod support;
 
 use ckptfs_agent::mover::fill;
 use ckptfs_cluster::Scheme;
-use ckptfs_level::StoreLevel;
 use ckptfs_node::PartnerLevel;
+use ckptfs_store::level::StoreLevel;
 use ckptfs_store::{Store, StoreOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

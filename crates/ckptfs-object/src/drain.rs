@@ -10,7 +10,8 @@
 //! the next drain, which sends those files again.
 
 use crate::{ObjectError, ObjectLevel};
-use ckptfs_level::{copy, Level, LevelError, StoreLevel};
+use ckptfs_level::{copy, Level, LevelError};
+use ckptfs_store::level::StoreLevel;
 use ckptfs_store::Store;
 use serde::Serialize;
 use std::collections::HashMap;

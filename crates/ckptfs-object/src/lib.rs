@@ -44,7 +44,9 @@ pub use error::ObjectError;
 pub use manifest::{Entry, Manifest};
 
 use bytes::Bytes;
-use ckptfs_level::{ChunkReader, ChunkWriter, CostMeter, Level, LevelError, LevelKind, Stored, Version};
+use ckptfs_level::{
+    ChunkReader, ChunkWriter, CostMeter, Level, LevelError, LevelId, LevelKind, Stored, Version,
+};
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::multipart::MultipartStore;
@@ -534,6 +536,16 @@ impl Level for ObjectLevel {
 
     fn name(&self) -> String {
         self.cfg.name()
+    }
+
+    /// `s3:bucket/prefix` (`s3:bucket` without a prefix).
+    fn id(&self) -> LevelId {
+        let inst = if self.cfg.prefix.is_empty() {
+            self.cfg.bucket.clone()
+        } else {
+            format!("{}/{}", self.cfg.bucket, self.cfg.prefix)
+        };
+        LevelId::new("s3", inst)
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<Stored>, LevelError> {

@@ -3,9 +3,10 @@
 //! scripts/setup-s3.sh). No mocks: every test drains a real node store into the
 //! server and restores from it. Without the server binary the tests print SKIPPED.
 
-use ckptfs_level::{copy, IoPart, Level, LevelError, StoreLevel};
+use ckptfs_level::{copy, IoPart, Level, LevelError};
 use ckptfs_object::drain::{drain_once, restore, DrainOptions};
 use ckptfs_object::{ObjectConfig, ObjectError, ObjectLevel};
+use ckptfs_store::level::StoreLevel;
 use ckptfs_store::{OpenFlags, Store, StoreOptions};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -559,4 +560,25 @@ fn writes_must_be_sequential_and_a_dropped_writer_aborts_its_upload() {
     assert_eq!(srv.open_uploads(), 0);
     assert!(obj.list_keys("uploads").unwrap().is_empty());
     assert!(obj.list("/").unwrap().is_empty());
+}
+
+#[test]
+fn the_object_level_passes_the_conformance_suite() {
+    for compress in ["off", "zstd"] {
+        let Some(srv) = Server::start() else { return };
+        let prefix = format!("conf{compress}");
+        let obj = srv.level(&prefix, &[("CKPTFS_S3_COMPRESS", compress)]).unwrap();
+        assert_eq!(obj.id().to_string(), format!("s3:ckptfs/{prefix}"));
+        // Flip a byte of the object in the server's data directory.
+        let damage = |path: &str| -> std::io::Result<()> {
+            let f = srv.object_file(&format!("{prefix}/data{path}"));
+            let mut b = std::fs::read(&f)?;
+            let at = b.len().saturating_sub(3);
+            b[at] ^= 0x40;
+            std::fs::write(&f, &b)
+        };
+        let mut h = ckptfs_level::conformance::Harness::new(&obj, 4096, "/conf");
+        h.damage = Some(&damage);
+        ckptfs_level::conformance::run(&h).unwrap();
+    }
 }

@@ -54,6 +54,7 @@ pub mod hugepages;
 mod integrity;
 pub mod layout;
 mod leases;
+pub mod level;
 mod links;
 mod lock;
 mod namespace;

@@ -22,6 +22,7 @@
 
 use crate::checksum::crc32c;
 use crate::store::Store;
+use ckptfs_level::IoPart;
 use std::io;
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -178,75 +179,42 @@ impl<'a> RegionSlice<'a> {
     }
 }
 
-/// One piece of a gathered write.
-#[derive(Debug, Clone, Copy)]
-pub enum IoPart<'a> {
-    /// Bytes of the data region.
-    Region(RegionSlice<'a>),
-    /// A caller buffer.
-    Buf(&'a [u8]),
+// SAFETY: a `RegionSlice` is a bounds-checked range of a mapping that its lifetime `'a`
+// keeps alive (`RegionIo::slice`), so `addr..addr + len` stays mapped and readable for as
+// long as it is borrowed.
+unsafe impl ckptfs_level::SharedBytes for RegionSlice<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn addr(&self) -> usize {
+        self.addr
+    }
+    fn copy_to(&self, dst: &mut [u8]) {
+        RegionSlice::copy_to(self, dst)
+    }
+    fn crc32c(&self) -> u32 {
+        RegionSlice::crc32c(self)
+    }
 }
 
-impl IoPart<'_> {
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        match self {
-            IoPart::Region(r) => r.len(),
-            IoPart::Buf(b) => b.len(),
-        }
-    }
-
-    /// Whether the piece is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Whether address and length are multiples of `align` (O_DIRECT eligibility).
-    pub fn is_aligned(&self, align: usize) -> bool {
-        match self {
-            IoPart::Region(r) => r.is_aligned(align),
-            IoPart::Buf(b) => (b.as_ptr() as usize).is_multiple_of(align) && b.len().is_multiple_of(align),
-        }
-    }
-
-    /// Append the bytes to `out` (test doubles and small writes).
-    pub fn extend_vec(&self, out: &mut Vec<u8>) {
-        match self {
-            IoPart::Buf(b) => out.extend_from_slice(b),
-            IoPart::Region(r) => {
-                let at = out.len();
-                out.resize(at + r.len(), 0);
-                r.copy_to(&mut out[at..]);
-            }
-        }
-    }
-
-    fn iovec(&self) -> libc::iovec {
-        let (base, len) = match self {
-            IoPart::Region(r) => (r.addr as *mut libc::c_void, r.len),
-            IoPart::Buf(b) => (b.as_ptr() as *mut libc::c_void, b.len()),
-        };
-        libc::iovec {
-            iov_base: base,
-            iov_len: len,
-        }
+fn iovec(p: &IoPart<'_>) -> libc::iovec {
+    libc::iovec {
+        iov_base: p.addr() as *mut libc::c_void,
+        iov_len: p.len(),
     }
 }
 
 /// Write all of `parts` at `off` of `fd` with `pwritev`, retrying short and interrupted
 /// writes (at most `UIO_MAXIOV` pieces per call).
 pub fn pwritev_all(fd: BorrowedFd<'_>, parts: &[IoPart<'_>], mut off: u64) -> io::Result<()> {
-    let mut iov: Vec<libc::iovec> = parts
-        .iter()
-        .filter(|p| !p.is_empty())
-        .map(IoPart::iovec)
-        .collect();
+    let mut iov: Vec<libc::iovec> = parts.iter().filter(|p| !p.is_empty()).map(iovec).collect();
     let mut first = 0;
     while first < iov.len() {
         let n = (iov.len() - first).min(libc::UIO_MAXIOV as usize);
         // SAFETY: every iovec points into a caller buffer borrowed by `parts` or a
-        // bounds-checked range of a mapping kept alive by `parts`' lifetime; the kernel
-        // only reads from them, and `iov[first..first + n]` is in bounds.
+        // shared range whose `SharedBytes` contract keeps it mapped while `parts`
+        // borrows it; the kernel only reads from them, and `iov[first..first + n]` is in
+        // bounds.
         let r = unsafe { libc::pwritev(fd.as_raw_fd(), iov[first..].as_ptr(), n as i32, off as i64) };
         if r < 0 {
             let e = io::Error::last_os_error();
@@ -317,11 +285,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = std::fs::File::create(dir.path().join("out")).unwrap();
         let tail = [7u8; 5];
-        let parts = [
-            IoPart::Region(s.prefix(1000)),
-            IoPart::Buf(&tail),
-            IoPart::Region(s),
-        ];
+        let head = s.prefix(1000);
+        let parts = [IoPart::Shared(&head), IoPart::Buf(&tail), IoPart::Shared(&s)];
         pwritev_all(std::os::fd::AsFd::as_fd(&out), &parts, 3).unwrap();
         let mut want = vec![0u8; 3];
         for p in &parts {

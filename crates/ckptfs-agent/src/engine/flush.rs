@@ -100,12 +100,20 @@ impl Shared {
                 bufs.push(buf);
             }
         }
+        // The memory chunks' ranges first: the pieces below borrow them.
+        let mut regions = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            if let Src::Mem { off, written, .. } = b.src {
+                regions.push(self.region_slice(off, written.min(b.len))?);
+            }
+        }
         let mut iov: Vec<IoPart<'_>> = Vec::with_capacity(blocks.len() * 2);
         let mut spill_bufs = bufs.iter();
+        let mut mem_slices = regions.iter();
         let mut total = 0;
         for b in blocks {
             let data: IoPart<'_> = match b.src {
-                Src::Mem { off, written, .. } => IoPart::Region(self.region_slice(off, written.min(b.len))?),
+                Src::Mem { .. } => IoPart::Shared(mem_slices.next().expect("one range per memory block")),
                 Src::Spill { written, .. } => {
                     IoPart::Buf(&spill_bufs.next().expect("one buffer per spill block")[..written.min(b.len)])
                 }

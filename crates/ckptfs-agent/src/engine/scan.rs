@@ -4,8 +4,8 @@
 use super::{lock, parent_of, Fp, Item, Shared};
 use crate::error::AgentError;
 use crate::mover::Candidate;
-use ckptfs_level::crc::crcs_from_chunks;
 use ckptfs_level::LevelKind;
+use ckptfs_store::level::crcs_from_chunks;
 use ckptfs_store::{FileKind, Stat, WriteState};
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;

@@ -2,7 +2,7 @@
 //!
 //! - `list`/`stat`: complete files (closed by their last writer), with their identity
 //!   and the CRCs derived from the chunk list (no data read);
-//! - `get`: chunks straight from the data region as [`IoPart::Region`] pieces (checked
+//! - `get`: chunks straight from the data region as [`IoPart::Shared`] pieces (checked
 //!   against the chunk list's CRC32C in place, through the store's `region_io`), spill
 //!   chunks `pread` into one reused buffer, holes and unwritten tails as zeros; `finish`
 //!   re-checks the file's identity and chunk list, so a copy that raced with a rewrite
@@ -15,13 +15,13 @@
 //! - `verify`: every chunk re-read and checked; `delete`: unlink if the identity
 //!   (inode, generation, size, mtime) is still the one given.
 
-use crate::crc::crcs_from_chunks;
-use crate::{ChunkReader, ChunkWriter, CostMeter, IoPart, Level, LevelError, LevelKind, Stored, Version};
-use ckptfs_store::checksum::crc32c;
-use ckptfs_store::netin::Landing;
-use ckptfs_store::region_io::RegionIo;
-use ckptfs_store::{
-    ChunkInfo, ChunkLocation, FileHandle, FileKind, OpenFlags, Stat, Store, StoreError, WriteState,
+use crate::checksum::{crc32c, crc32c_append_zeros};
+use crate::netin::Landing;
+use crate::region_io::RegionIo;
+use crate::{ChunkInfo, ChunkLocation, FileHandle, FileKind, OpenFlags, Stat, Store, StoreError, WriteState};
+use ckptfs_level::crc::crc_combine;
+use ckptfs_level::{
+    ChunkReader, ChunkWriter, CostMeter, IoPart, Level, LevelError, LevelKind, Stored, Version,
 };
 use std::collections::HashMap;
 use std::fs::File;
@@ -165,7 +165,7 @@ impl Level for StoreLevel {
             match self.stored_of(&path, &st) {
                 Ok(s) => out.push(s),
                 // Removed since the listing.
-                Err(LevelError::Store(StoreError::NotFound(_))) => {}
+                Err(e) if matches!(e.backend_ref::<StoreError>(), Some(StoreError::NotFound(_))) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -315,7 +315,7 @@ impl ChunkReader for StoreReader<'_> {
         match c.location {
             ChunkLocation::Memory(off) => {
                 let r = self.lvl.region.slice(off, written).ok_or_else(|| {
-                    LevelError::Store(StoreError::Invalid(format!(
+                    LevelError::from(StoreError::Invalid(format!(
                         "chunk bytes {off}+{written} lie outside the {}-byte data region",
                         self.lvl.region.len()
                     )))
@@ -323,11 +323,12 @@ impl ChunkReader for StoreReader<'_> {
                 if r.crc32c() != crc {
                     return Err(self.mismatch(i));
                 }
-                sink(&[IoPart::Region(r.prefix(n)), zeros])
+                let head = r.prefix(n);
+                sink(&[IoPart::Shared(&head), zeros])
             }
             ChunkLocation::Spill(off) => {
                 let spill = self.lvl.spill.as_ref().ok_or_else(|| {
-                    LevelError::Store(StoreError::Invalid("spill chunk without a spill file".into()))
+                    LevelError::from(StoreError::Invalid("spill chunk without a spill file".into()))
                 })?;
                 self.buf.resize(written, 0);
                 spill
@@ -362,7 +363,7 @@ fn pwrite_all(out: &mut FileHandle, mut b: &[u8], mut off: u64) -> Result<(), Le
     while !b.is_empty() {
         let n = out.pwrite(b, off)?;
         if n == 0 {
-            return Err(LevelError::Store(StoreError::Invalid(
+            return Err(LevelError::from(StoreError::Invalid(
                 "store write made no progress".into(),
             )));
         }
@@ -378,8 +379,8 @@ impl ChunkWriter for StoreWriter<'_> {
         for p in parts {
             match p {
                 IoPart::Buf(b) => pwrite_all(out, b, off)?,
-                IoPart::Region(r) => {
-                    // Region bytes are never borrowed as `&[u8]`: copy them out first.
+                IoPart::Shared(r) => {
+                    // Shared bytes are never borrowed as `&[u8]`: copy them out first.
                     self.buf.resize(r.len(), 0);
                     r.copy_to(&mut self.buf);
                     pwrite_all(out, &self.buf, off)?;
@@ -390,7 +391,12 @@ impl ChunkWriter for StoreWriter<'_> {
         Ok(())
     }
 
-    fn land(&mut self, off: u64, len: usize, fill: &mut crate::Fill<'_>) -> Option<Result<bool, LevelError>> {
+    fn land(
+        &mut self,
+        off: u64,
+        len: usize,
+        fill: &mut ckptfs_level::Fill<'_>,
+    ) -> Option<Result<bool, LevelError>> {
         let out = self.out.as_mut().expect("writer used after commit");
         let mut go = || -> Result<bool, LevelError> {
             // The bytes land in the file's chunks past its size (a spill chunk: in a
@@ -418,7 +424,7 @@ impl ChunkWriter for StoreWriter<'_> {
     }
 }
 
-impl crate::Landing for Landing {
+impl ckptfs_level::Landing for Landing {
     fn remaining(&self) -> usize {
         self.len() - self.landed()
     }
@@ -446,5 +452,31 @@ impl Drop for StoreWriter<'_> {
             drop(self.out.take());
             let _ = self.lvl.store.unlink(&self.tmp);
         }
+    }
+}
+
+/// Per-chunk content CRCs and the whole-file CRC of a store file, derived from its
+/// chunk list without reading data; None if a checksum is stale.
+pub fn crcs_from_chunks(size: u64, cs: u64, chunks: &[ChunkInfo]) -> Option<(u32, Vec<u32>)> {
+    let n = size.div_ceil(cs);
+    let by: HashMap<u32, &ChunkInfo> = chunks.iter().map(|c| (c.logical, c)).collect();
+    let mut file = 0u32;
+    let mut out = Vec::with_capacity(n as usize);
+    for l in 0..n {
+        let len = (size - l * cs).min(cs);
+        let c = match by.get(&(l as u32)) {
+            None => crc32c_append_zeros(0, len as usize),
+            Some(c) if c.written <= len => crc32c_append_zeros(c.crc?, (len - c.written) as usize),
+            Some(_) => return None,
+        };
+        file = crc_combine(file, c, len);
+        out.push(c);
+    }
+    Some((file, out))
+}
+
+impl From<StoreError> for LevelError {
+    fn from(e: StoreError) -> Self {
+        LevelError::backend(e.errno(), e)
     }
 }

@@ -2,7 +2,8 @@
 //! `get`/`put` and come out byte-identical; corruption, a rewrite during the read, an
 //! uncommitted writer and a stale delete each have their observable outcome and errno.
 
-use ckptfs_level::{copy, IoPart, Level, LevelError, StoreLevel, Version};
+use ckptfs_level::{copy, IoPart, Level, LevelError, Version};
+use ckptfs_store::level::StoreLevel;
 use ckptfs_store::{OpenFlags, Store, StoreOptions};
 
 const CS: usize = 64 << 10;
@@ -256,4 +257,15 @@ fn uncommitted_writer_leaves_nothing_and_delete_removes_only_the_version_given()
     assert!(la.delete("/x/f", &s.version).unwrap());
     assert!(a.store.stat("/x/f").is_err());
     assert!(!la.delete("/x/f", &s.version).unwrap());
+}
+
+#[test]
+fn the_store_level_passes_the_level_conformance_suite() {
+    let ts = store("conf", |_| {});
+    ts.store.mkdir("/conf", 0o755).unwrap();
+    let level = StoreLevel::new(&ts.store).unwrap();
+    ckptfs_level::conformance::run(&ckptfs_level::conformance::Harness::new(
+        &level, CS as u64, "/conf",
+    ))
+    .unwrap();
 }
