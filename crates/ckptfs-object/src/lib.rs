@@ -35,6 +35,7 @@
 pub mod config;
 pub mod drain;
 pub mod error;
+pub mod factory;
 pub mod manifest;
 mod reader;
 mod writer;
@@ -97,8 +98,15 @@ pub struct ObjectLevel {
     /// Entries committed while a set is open ([`ObjectLevel::begin_set`]).
     set: Mutex<Option<Vec<Entry>>>,
     seq: AtomicU64,
+    /// When the manifests were last listed (stat/holds list again only after
+    /// [`STAT_TTL`]; `list` always does).
+    listed: Mutex<Option<std::time::Instant>>,
     meter: CostMeter,
 }
+
+/// How long a listing of the manifests answers `stat` and `holds` (a registry asks
+/// every level about every file: one LIST per file would dominate).
+pub const STAT_TTL: Duration = Duration::from_millis(500);
 
 impl std::fmt::Debug for ObjectLevel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -194,6 +202,7 @@ impl ObjectLevel {
             index: Mutex::new(Index::default()),
             set: Mutex::new(None),
             seq: AtomicU64::new(0),
+            listed: Mutex::new(None),
             meter: CostMeter::new(),
         })
     }
@@ -270,8 +279,28 @@ impl ObjectLevel {
         self.refresh().map(|_| ())
     }
 
+    /// [`ObjectLevel::refresh`] unless the last listing is younger than [`STAT_TTL`].
+    fn refresh_if_stale(&self) -> Result<(), ObjectError> {
+        let fresh = self
+            .listed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| t.elapsed() < STAT_TTL);
+        if fresh {
+            return Ok(());
+        }
+        self.refresh()
+    }
+
     /// Read the manifests not read yet.
     fn refresh(&self) -> Result<(), ObjectError> {
+        let started = std::time::Instant::now();
+        self.refresh_inner()?;
+        *self.listed.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
+        Ok(())
+    }
+
+    fn refresh_inner(&self) -> Result<(), ObjectError> {
         let mprefix = self.key("manifests")?;
         let s3 = self.store();
         let metas: Vec<object_store::ObjectMeta> = self
@@ -364,7 +393,7 @@ impl ObjectLevel {
 
     /// The manifest entry of `path` (after reading new manifests).
     pub fn entry(&self, path: &str) -> Result<Option<Entry>, ObjectError> {
-        self.refresh()?;
+        self.refresh_if_stale()?;
         Ok(self.lookup(path))
     }
 
@@ -630,7 +659,7 @@ impl Level for ObjectLevel {
     }
 
     fn holds(&self, files: &[(String, u32)]) -> Result<Vec<bool>, LevelError> {
-        self.refresh()?;
+        self.refresh_if_stale()?;
         Ok(files
             .iter()
             .map(|(p, crc)| self.lookup(p).is_some_and(|e| e.crc32c == *crc))
