@@ -1,6 +1,6 @@
 //! The object level's errors. Each names the endpoint and bucket it concerns; none
 //! carries a credential (messages from the service are scrubbed of the secret key before
-//! they are kept, see [`ObjectError::request`]).
+//! they are kept).
 
 /// What went wrong with the object store.
 #[derive(Debug, thiserror::Error)]
