@@ -297,6 +297,10 @@ struct DirReader<'a> {
 }
 
 impl ChunkReader for DirReader<'_> {
+    fn rereadable(&self) -> bool {
+        true
+    }
+
     fn stored(&self) -> &Stored {
         &self.stored
     }

@@ -152,6 +152,10 @@ struct FlakyReader<'a> {
 }
 
 impl ChunkReader for FlakyReader<'_> {
+    fn rereadable(&self) -> bool {
+        true
+    }
+
     fn stored(&self) -> &Stored {
         self.inner.stored()
     }

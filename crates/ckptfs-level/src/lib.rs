@@ -124,6 +124,12 @@ pub trait ChunkReader {
             Ok(())
         })
     }
+    /// Whether [`read_chunk`](ChunkReader::read_chunk) may be called again for the same
+    /// chunk (a copy read by offset: a file, memory). A reader of a stream (a socket)
+    /// says no, and the mover sends the whole file again instead.
+    fn rereadable(&self) -> bool {
+        false
+    }
     /// After the last chunk: confirm the copy is still the version that was read (and,
     /// for a file, that nothing follows its end).
     fn finish(self: Box<Self>) -> Result<(), LevelError>;

@@ -38,6 +38,10 @@ impl<'a> BufReader<'a> {
 }
 
 impl ChunkReader for BufReader<'_> {
+    fn rereadable(&self) -> bool {
+        true
+    }
+
     fn stored(&self) -> &Stored {
         &self.stored
     }

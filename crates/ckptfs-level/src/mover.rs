@@ -15,7 +15,8 @@
 //!   handed to `pwritev`) applies;
 //! - **rate limit**: one token bucket over all streams ([`MoveOptions::max_bw`]);
 //! - **progress**: a callback after every chunk ([`Progress`]);
-//! - **resend**: a chunk refused by its CRC is read again once; a file whose transfer
+//! - **resend**: a chunk refused by its CRC is read again once where the reader can
+//!   ([`ChunkReader::rereadable`]: a copy read by offset); a file whose transfer
 //!   failed with a transient error (EIO, EAGAIN, a dropped connection) is sent again
 //!   from its start, up to [`MoveOptions::retries`] times; the partial copy of a failed
 //!   attempt is never published (its writer is dropped uncommitted);
@@ -341,7 +342,11 @@ impl Mover {
             self.throttle(len);
             match reader.read_chunk_to(i, i * cs, &mut *writer) {
                 Ok(()) => {}
-                Err(LevelError::Corrupt { .. }) => reader.read_chunk_to(i, i * cs, &mut *writer)?,
+                // Read once more where the reader can; if that fails too, the first
+                // error stands.
+                Err(e @ LevelError::Corrupt { .. }) if reader.rereadable() => {
+                    reader.read_chunk_to(i, i * cs, &mut *writer).map_err(|_| e)?
+                }
                 Err(e) => return Err(e),
             }
             done += len;
@@ -384,7 +389,7 @@ impl Mover {
                             Ok(())
                         };
                         let first = r.read_chunk(i, &mut fill);
-                        if let Err(LevelError::Corrupt { .. }) = first {
+                        if matches!(first, Err(LevelError::Corrupt { .. })) && r.rereadable() {
                             buf.clear();
                             let mut fill = |parts: &[IoPart<'_>]| {
                                 for p in parts {
@@ -392,7 +397,8 @@ impl Mover {
                                 }
                                 Ok(())
                             };
-                            r.read_chunk(i, &mut fill)?;
+                            r.read_chunk(i, &mut fill)
+                                .map_err(|_| first.expect_err("a refused chunk"))?;
                         } else {
                             first?;
                         }

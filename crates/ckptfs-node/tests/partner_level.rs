@@ -212,3 +212,25 @@ async fn an_uncommitted_writer_leaves_nothing_and_delete_removes_only_the_versio
     .await;
     d.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_partner_level_passes_the_level_conformance_suite() {
+    let tc = Arc::new(TestCluster::new("hpv-conf", 2, Scheme::Ring, 1));
+    let d = Daemon::start(tc.config("node2"));
+    up(&tc, "node2").await;
+    let t = tc.clone();
+    blocking(move || {
+        let p = PartnerLevel::new(&t.cluster, "node1", "node2").unwrap();
+        let s2 = t.store("node2");
+        // Damage: one byte of the holder's copy, in the partner's own store.
+        let damage = |path: &str| -> std::io::Result<()> {
+            flip(&s2, &partner_store::copy_path("node1", path), 1);
+            Ok(())
+        };
+        let mut h = ckptfs_level::conformance::Harness::new(&p, CS as u64, "/conf");
+        h.damage = Some(&damage);
+        ckptfs_level::conformance::run(&h).unwrap();
+    })
+    .await;
+    d.stop().await;
+}

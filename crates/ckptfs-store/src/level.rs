@@ -286,6 +286,10 @@ impl StoreReader<'_> {
 }
 
 impl ChunkReader for StoreReader<'_> {
+    fn rereadable(&self) -> bool {
+        true
+    }
+
     fn stored(&self) -> &Stored {
         &self.stored
     }
