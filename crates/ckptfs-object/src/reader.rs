@@ -96,13 +96,13 @@ impl<'a> ObjectReader<'a> {
                 return Ok(b.clone());
             }
         }
-        while self.inflight.front().is_some_and(|(i, _)| *i < j) {
-            if let Some((_, h)) = self.inflight.pop_front() {
+        // Not the next segment fetched ahead (a chunk skipped forward, or read again
+        // after the mover's window moved on): drop the fetches ahead and start at `j`.
+        if self.inflight.front().map(|(i, _)| *i) != Some(j) {
+            for (_, h) in self.inflight.drain(..) {
                 h.abort();
             }
-        }
-        if self.inflight.is_empty() {
-            self.next = self.next.max(j);
+            self.next = j;
         }
         while self.inflight.len() < self.lvl.cfg.concurrency && self.next < self.segs.len() {
             let (s3, key, range) = (
@@ -116,10 +116,9 @@ impl<'a> ObjectReader<'a> {
             ));
             self.next += 1;
         }
-        let Some((i, h)) = self.inflight.pop_front() else {
+        let Some((_, h)) = self.inflight.pop_front() else {
             return Err(self.corrupt(chunk));
         };
-        debug_assert_eq!(i, j);
         let raw = match self.lvl.block(h)? {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => return Err(self.lvl.err("get", &self.key, e).into()),
@@ -173,6 +172,11 @@ impl ChunkReader for ObjectReader<'_> {
             return Err(self.corrupt(i));
         }
         sink(&[IoPart::Buf(bytes)])
+    }
+
+    /// Ranged reads: any chunk can be read again.
+    fn rereadable(&self) -> bool {
+        true
     }
 
     fn finish(mut self: Box<Self>) -> Result<(), LevelError> {
