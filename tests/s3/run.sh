@@ -132,5 +132,20 @@ else
     bad "profile: $(cat "$WORK/prof.out")"
 fi
 
+# 7. The agent as a daemon: drains files as they complete, exits 0 on SIGTERM.
+"$CK" agent --dest s3://ckptfs/run5 --interval 0.2 --json >"$WORK/daemon.out" 2>"$WORK/daemon.err" &
+apid=$!
+"$CK" put -p "$WORK/f" /ckpt/late >/dev/null
+seen=0
+for _ in $(seq 1 100); do
+    if "$CK" ls -l /ckpt 2>/dev/null | grep -q "s3:ckptfs/run5.*late"; then seen=1; break; fi
+    sleep 0.2
+done
+kill -TERM "$apid"
+wait "$apid"
+rc=$?
+if [ $seen = 1 ] && [ $rc = 0 ]; then ok "agent daemon drained a new file and stopped on SIGTERM"; else bad "daemon (seen $seen, rc $rc): $(cat "$WORK/daemon.err")"; fi
+grep -q "$AWS_SECRET_ACCESS_KEY" "$WORK/daemon.out" "$WORK/daemon.err" && bad "the secret in the agent's output" || ok "no secret in the agent's --json output"
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
