@@ -68,34 +68,44 @@ start)
     mkdir -p "$dir/data" "$dir/meta"
     dir=$(cd "$dir" && pwd)
     if alive; then print_env; exit 0; fi
+    fresh=0
     if [ ! -f "$dir/credentials" ]; then
-        umask 077
         access=$(head -c 4096 /dev/urandom | LC_ALL=C tr -dc 'A-Z0-9')
         secret=$(head -c 4096 /dev/urandom | LC_ALL=C tr -dc 'A-Za-z0-9')
-        access=${access:0:20}
-        secret=${secret:0:40}
-        lo=${range%-*}; hi=${range#*-}
-        port=
-        for _ in $(seq 1 200); do
-            p=$(( lo + RANDOM % (hi - lo + 1) ))
-            if ! port_busy "$p"; then port=$p; break; fi
-        done
-        [ -n "$port" ] || { echo "s3-local: no free port in $range" >&2; exit 1; }
-        printf 'S3_PORT=%s\nS3_ACCESS=%s\nS3_SECRET=%s\n' "$port" "$access" "$secret" >"$dir/credentials"
-        umask 022
+        S3_ACCESS=${access:0:20}
+        S3_SECRET=${secret:0:40}
+        S3_PORT=
+        fresh=1
+    else
+        # shellcheck disable=SC1091
+        . "$dir/credentials"
     fi
-    # shellcheck disable=SC1091
-    . "$dir/credentials"
-    if port_busy "$S3_PORT"; then
-        echo "s3-local: port $S3_PORT (kept in $dir/credentials) is taken by another process" >&2
-        exit 1
-    fi
-    # The keys go through the environment, not argv (ps shows argv to every user).
-    ROOT_ACCESS_KEY_ID=$S3_ACCESS ROOT_SECRET_ACCESS_KEY=$S3_SECRET \
-        setsid "$bin" --port "127.0.0.1:$S3_PORT" --region us-east-1 \
-        posix --sidecar "$dir/meta" "$dir/data" >>"$dir/server.log" 2>&1 </dev/null &
-    echo $! >"$dir/server.pid"
-    if ! wait_up "$S3_PORT"; then
+    lo=${range%-*}; hi=${range#*-}
+    started=0
+    for _ in 1 2 3 4 5; do
+        if [ $fresh = 1 ]; then
+            # A new server: a free port (another start may take it first: then another).
+            S3_PORT=
+            for _ in $(seq 1 200); do
+                p=$(( lo + RANDOM % (hi - lo + 1) ))
+                if ! port_busy "$p"; then S3_PORT=$p; break; fi
+            done
+            [ -n "$S3_PORT" ] || { echo "s3-local: no free port in $range" >&2; exit 1; }
+            (umask 077; printf 'S3_PORT=%s\nS3_ACCESS=%s\nS3_SECRET=%s\n' "$S3_PORT" "$S3_ACCESS" "$S3_SECRET" >"$dir/credentials")
+        elif port_busy "$S3_PORT"; then
+            echo "s3-local: port $S3_PORT (kept in $dir/credentials) is taken by another process" >&2
+            exit 1
+        fi
+        # The keys go through the environment, not argv (ps shows argv to every user).
+        ROOT_ACCESS_KEY_ID=$S3_ACCESS ROOT_SECRET_ACCESS_KEY=$S3_SECRET \
+            setsid "$bin" --port "127.0.0.1:$S3_PORT" --region us-east-1 \
+            posix --sidecar "$dir/meta" "$dir/data" >>"$dir/server.log" 2>&1 </dev/null &
+        echo $! >"$dir/server.pid"
+        # Up, and still ours (not another server that won the port while ours exited).
+        if wait_up "$S3_PORT" && sleep 0.3 && alive; then started=1; break; fi
+        [ $fresh = 1 ] || break
+    done
+    if [ $started = 0 ]; then
         echo "s3-local: versitygw did not start (log: $dir/server.log):" >&2
         tail -5 "$dir/server.log" >&2 || true
         exit 1
