@@ -44,6 +44,12 @@ impl DestArgs {
         if self.dest.is_empty() {
             bail!("--dest DIR[,DIR...] is required");
         }
+        if self.dest.iter().any(|d| d.to_string_lossy().starts_with("s3://")) {
+            bail!(
+                "an s3:// destination works with `ckptfs agent --dest` and `ckptfs restore --dest` \
+                 (one destination, without --from-peers) for now: docs/object.md"
+            );
+        }
         let mut c = AgentConfig::new(&self.dest);
         c.targets = targets(&self.dest, &self.ost);
         if let Some(n) = node_id {
