@@ -509,7 +509,15 @@ impl ObjectLevel {
                 // point elsewhere.
                 let ours = self.key("data").map(|d| j.key.starts_with(&format!("{d}/")));
                 if let (Ok(true), Ok(key)) = (ours, Path::parse(&j.key)) {
-                    match self.block(s3.abort_multipart(&key, &j.upload_id))? {
+                    // Twice, a moment apart: a part that was still arriving when the first
+                    // abort ran may survive it (S3's documented behaviour for parts in
+                    // progress), not the second.
+                    let (first, _) = self.block(async {
+                        let first = s3.abort_multipart(&key, &j.upload_id).await;
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                        (first, s3.abort_multipart(&key, &j.upload_id).await)
+                    })?;
+                    match first {
                         Ok(()) => n += 1,
                         // Already completed or aborted (NoSuchUpload): nothing to do.
                         Err(e) => tracing::info!("abort of {} upload: {e}", j.key),
