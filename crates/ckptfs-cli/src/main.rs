@@ -6,11 +6,13 @@
 //! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
 
 mod bench_datasets_partner;
+mod bench_object;
 mod cmd_agent;
 mod cmd_ckpt;
 mod cmd_cluster;
 mod cmd_mount;
 mod cmd_node;
+mod cmd_object;
 mod cmd_run;
 mod config;
 mod elf;
@@ -181,6 +183,9 @@ enum BenchCommand {
     /// The part of `bench partner` that runs on a simulated node (internal).
     #[command(hide = true)]
     PartnerWorker(ckptfs_node::bench::WorkerArgs),
+    /// Drain and restore with S3 (a local versitygw) vs the AWS CLI and a plain copy;
+    /// zstd ratio and speed on checkpoint data.
+    Object(bench_object::BenchArgs),
     /// PyTorch dcp.save stall and load times: ckptfs writer vs FileSystemWriter vs memcpy
     /// (runs scripts/bench-torch.py with the checkout's .venv).
     Torch(ckptfs_bench::torch::TorchBenchArgs),
@@ -270,6 +275,11 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(0)
             }
             BenchCommand::Torch(a) => ckptfs_bench::torch::run(a),
+            BenchCommand::Object(a) => {
+                let json = a.json;
+                bench_object::run(a)?.print(json);
+                Ok(0)
+            }
             BenchCommand::Fuse(a) => {
                 let json = a.json;
                 ckptfs_bench::fuse::run(a)?.print(json);

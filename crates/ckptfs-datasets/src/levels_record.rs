@@ -186,6 +186,88 @@ impl Levels {
     }
 }
 
+/// Store path of the object-storage levels' record.
+pub const OBJECT_LEVELS_PATH: &str = "/.ckptfs/object-levels.json";
+
+/// Which object-storage levels (`s3:bucket/prefix`) hold which version of each file:
+/// written by `ckptfs agent --dest s3://...` and `ckptfs restore --dest s3://...` after
+/// each run from the bucket's manifests (replaced atomically, like [`Levels`]), read by
+/// listings. A version is its size and mtime (the object level keeps no inode).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectLevels {
+    /// Store path -> level name -> (size, mtime_ns) of the version it holds.
+    pub files: BTreeMap<String, BTreeMap<String, (u64, u64)>>,
+}
+
+impl ObjectLevels {
+    /// Read the record (empty if there is none or it is unreadable).
+    pub fn load(store: &Store) -> ObjectLevels {
+        let Ok(mut f) = store.open(OBJECT_LEVELS_PATH, OpenFlags::READ, 0) else {
+            return ObjectLevels::default();
+        };
+        let mut buf = vec![0u8; f.size() as usize];
+        if f.read_full(&mut buf).is_err() {
+            return ObjectLevels::default();
+        }
+        serde_json::from_slice(&buf).unwrap_or_default()
+    }
+
+    /// Level `level` holds exactly `held` (path, size, mtime_ns): replaces what the record
+    /// said of that level.
+    pub fn set(&mut self, level: &str, held: impl IntoIterator<Item = (String, u64, u64)>) {
+        for l in self.files.values_mut() {
+            l.remove(level);
+        }
+        for (p, size, mtime) in held {
+            self.files
+                .entry(p)
+                .or_default()
+                .insert(level.to_string(), (size, mtime));
+        }
+        self.files.retain(|_, l| !l.is_empty());
+    }
+
+    /// The levels holding the version `st` of `path`.
+    pub fn of(&self, path: &str, st: &Stat) -> Vec<String> {
+        self.files
+            .get(path)
+            .map(|l| {
+                l.iter()
+                    .filter(|(_, v)| **v == (st.size, st.mtime_ns))
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Replace the record atomically.
+    pub fn save(&self, store: &Store) -> Result<(), SaveError> {
+        match store.mkdir(ckptfs_store::SYSTEM_DIR, 0o700) {
+            Ok(_) | Err(StoreError::Exists(_)) => {}
+            Err(source) => {
+                return Err(SaveError {
+                    what: "create the system directory for",
+                    source,
+                })
+            }
+        }
+        let tmp = format!("{OBJECT_LEVELS_PATH}.{}.tmp", std::process::id());
+        let data = serde_json::to_vec(self).expect("object levels serialize");
+        let write = |source| SaveError {
+            what: "write",
+            source,
+        };
+        let mut f = store.open(&tmp, OpenFlags::CREATE, 0o600).map_err(write)?;
+        f.write_all(&data).and_then(|_| f.close()).map_err(write)?;
+        store
+            .rename(&tmp, OBJECT_LEVELS_PATH)
+            .map_err(|source| SaveError {
+                what: "publish",
+                source,
+            })
+    }
+}
+
 /// The levels holding one file, as `ckptfs ls -l` and `ckptfs status --json` show them.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Where {
@@ -197,6 +279,9 @@ pub struct Where {
     pub refused: BTreeMap<String, String>,
     /// Drained to the parallel file system (by the drain agent of this store).
     pub pfs: bool,
+    /// Object-storage levels holding this version (`s3:bucket/prefix`), as the last
+    /// drain or restore with them recorded ([`ObjectLevels`]).
+    pub objects: Vec<String>,
     /// Every level holding this version, by level id, in read order (`local`,
     /// `partner:node3`, `pfs:/scratch/run`, then other levels' ids): what
     /// `ckptfs ls -l`, `status --json`, the C API and Python report.
@@ -249,6 +334,8 @@ pub struct LevelsView {
     drain: Option<(std::path::PathBuf, String)>,
     /// Its manifests read so far, per store directory (file name -> (size, mtime_ns)).
     manifests: std::cell::RefCell<BTreeMap<String, Drained>>,
+    /// The object-storage levels' record.
+    objects: ObjectLevels,
 }
 
 impl LevelsView {
@@ -262,6 +349,7 @@ impl LevelsView {
             levels: Levels::load(store),
             drain,
             manifests: Default::default(),
+            objects: ObjectLevels::load(store),
         }
     }
 
@@ -300,7 +388,9 @@ impl LevelsView {
             .filter(|l| l.identity == Identity::of(st));
         let local = st.state == WriteState::Complete;
         let partners = rec.map(|l| l.partners.clone()).unwrap_or_default();
-        let held = rec.map(|l| l.held.clone()).unwrap_or_default();
+        let objects = self.objects.of(path, st);
+        let mut held = rec.map(|l| l.held.clone()).unwrap_or_default();
+        held.extend(objects.iter().cloned());
         let pfs = self.drained(path, st);
         let dir = self.drain.as_ref().map(|(d, _)| d.display().to_string());
         Where {
@@ -314,6 +404,7 @@ impl LevelsView {
             partners,
             refused: rec.map(|l| l.refused.clone()).unwrap_or_default(),
             pfs,
+            objects,
         }
     }
 }

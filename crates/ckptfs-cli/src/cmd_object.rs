@@ -1,0 +1,135 @@
+//! `ckptfs agent --dest s3://bucket/prefix` and `ckptfs restore --dest s3://...`: the
+//! object level (crates/ckptfs-object, docs/object.md) as drain destination and restore
+//! source. Endpoint and credentials come from the `AWS_*` variables or the AWS files;
+//! the level's settings from `CKPTFS_S3_*` (docs/object.md) and the flags below.
+
+use crate::cmd_agent::{human, AgentArgs, DestArgs, RestoreArgs};
+use crate::config::Ctx;
+use crate::text::esc;
+use anyhow::{Context, Result};
+use ckptfs_object::drain::{drain_once, restore, DrainOptions};
+use ckptfs_object::{ObjectConfig, ObjectLevel};
+use ckptfs_store::Store;
+use std::time::Duration;
+
+/// The `s3://` URL when `--dest` names the object level (one destination).
+pub fn s3_dest(d: &DestArgs) -> Option<String> {
+    match d.dest.as_slice() {
+        [one] => one
+            .to_str()
+            .filter(|s| ObjectConfig::is_url(s))
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
+/// Record which versions the bucket holds, for `ckptfs ls -l` and `status --json`
+/// (`ckptfs_datasets::levels_record::ObjectLevels`). A failure only warns: the data
+/// moved and the manifests say so.
+fn record(store: &Store, obj: &ObjectLevel) {
+    use ckptfs_level::Level;
+    let held = match obj.list("/") {
+        Ok(v) => v,
+        Err(e) => return eprintln!("ckptfs: warning: levels record not updated: {e}"),
+    };
+    let mut r = ckptfs_datasets::levels_record::ObjectLevels::load(store);
+    r.set(
+        &obj.name(),
+        held.into_iter()
+            .map(|s| (s.path, s.version.size, s.version.mtime_ns)),
+    );
+    if let Err(e) = r.save(store) {
+        eprintln!("ckptfs: warning: {e}");
+    }
+}
+
+fn open(url: &str, ctx: &Ctx) -> Result<ObjectLevel> {
+    let env = |k: &str| match (k, &ctx.node_id) {
+        ("CKPTFS_NODE_ID", Some(n)) => Some(n.clone()),
+        _ => std::env::var(k).ok(),
+    };
+    let cfg = ObjectConfig::from_url(url, &env)?;
+    Ok(ObjectLevel::new(cfg)?)
+}
+
+/// `ckptfs agent --dest s3://...`: drain now (`--once`) or every `--interval` until
+/// SIGTERM/SIGINT.
+pub fn agent(url: &str, args: &AgentArgs, ctx: &Ctx) -> Result<i32> {
+    let obj = open(url, ctx)?;
+    let opt = DrainOptions {
+        max_bw: args.max_bw.map(|m| m * 1e6),
+        evict: args.evict,
+        prefix: None,
+    };
+    let shutdown = ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT])?;
+    let store = Store::attach(&ctx.store).context("attach the store")?;
+    eprintln!(
+        "ckptfs agent: store {} -> {} at {} (pid {})",
+        store.name(),
+        ckptfs_level::Level::name(&obj),
+        obj.config().endpoint_display(),
+        std::process::id()
+    );
+    loop {
+        let rep = drain_once(&store, &obj, &opt)?;
+        if rep.drained_files > 0 || rep.already_drained > 0 {
+            record(&store, &obj);
+        }
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rep)?);
+        } else if rep.drained_files > 0 || !rep.failed.is_empty() || args.once {
+            eprintln!(
+                "ckptfs agent: drained {} files ({} -> {} in objects), {} already published, {} failed, {:.1} s{}",
+                rep.drained_files,
+                human(rep.drained_bytes),
+                human(rep.object_bytes),
+                rep.already_drained,
+                rep.failed.len(),
+                rep.seconds,
+                if rep.aborted_uploads > 0 {
+                    format!(", {} stale uploads aborted", rep.aborted_uploads)
+                } else {
+                    String::new()
+                }
+            );
+            for f in &rep.failed {
+                eprintln!("  failed {}: {}", esc(&f.path), esc(&f.error));
+            }
+        }
+        if args.once {
+            return Ok(if rep.failed.is_empty() { 0 } else { 1 });
+        }
+        let until = std::time::Instant::now() + Duration::from_secs_f64(args.interval.max(0.01));
+        while std::time::Instant::now() < until {
+            if shutdown.is_triggered() {
+                return Ok(0);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// `ckptfs restore --dest s3://... [PATH]`.
+pub fn restore_main(url: &str, args: &RestoreArgs, ctx: &Ctx) -> Result<i32> {
+    let obj = open(url, ctx)?;
+    let store = Store::open_or_create(&ctx.store).context("open the store")?;
+    let rep = restore(&store, &obj, args.path.as_deref().unwrap_or("/"))?;
+    record(&store, &obj);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        println!(
+            "restored {} files ({}) from {}, {} already present, {} failed, {:.1} s",
+            rep.restored_files,
+            human(rep.restored_bytes),
+            rep.level,
+            rep.already_present,
+            rep.failed.len(),
+            rep.seconds
+        );
+        for f in &rep.failed {
+            println!("  failed {}: {}", esc(&f.path), esc(&f.error));
+        }
+    }
+    Ok(if rep.failed.is_empty() { 0 } else { 1 })
+}
