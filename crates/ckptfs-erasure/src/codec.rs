@@ -46,6 +46,15 @@ impl Scheme {
     }
 }
 
+impl From<ckptfs_cluster::Erasure> for Scheme {
+    fn from(e: ckptfs_cluster::Erasure) -> Scheme {
+        match e {
+            ckptfs_cluster::Erasure::Xor => Scheme::Xor,
+            ckptfs_cluster::Erasure::Rs(k) => Scheme::Rs(k),
+        }
+    }
+}
+
 impl fmt::Display for Scheme {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -91,13 +100,20 @@ impl Encoder {
     /// Reed-Solomon: the layout rounds segment lengths up to 64 bytes).
     pub fn new(scheme: Scheme, data: usize, len: usize) -> Result<Encoder, ErasureError> {
         if data == 0 {
-            return Err(ErasureError::Codec("a stripe needs at least one data shard".into()));
+            return Err(ErasureError::Codec(
+                "a stripe needs at least one data shard".into(),
+            ));
         }
         let rs = match scheme {
             Scheme::Rs(k) if len > 0 => Some(ReedSolomonEncoder::new(data, k as usize, len).map_err(rs_err)?),
             _ => None,
         };
-        Ok(Encoder { scheme, data, len, rs })
+        Ok(Encoder {
+            scheme,
+            data,
+            len,
+            rs,
+        })
     }
 
     /// Parity of one stripe: `data` shards in, `parity` shards (each `len` bytes) out.
@@ -143,38 +159,78 @@ impl Encoder {
     }
 }
 
-/// Rebuild the missing shards of one stripe in place. `shards` holds the `data` data
-/// shards then the parity shards; `None` for a missing one (each present shard is `len`
-/// bytes). Every missing data shard is filled; missing parity shards are recomputed.
-/// Fails when more shards are missing than the scheme has parity.
-pub fn decode(scheme: Scheme, data: usize, len: usize, shards: &mut [Option<Vec<u8>>]) -> Result<(), ErasureError> {
-    let p = scheme.parity();
-    if shards.len() != data + p {
-        return Err(ErasureError::Codec("stripe has the wrong number of shards".into()));
+/// Rebuild the missing shards of one stripe in place (see [`Decoder::decode`]); a
+/// one-off [`Decoder`].
+pub fn decode(
+    scheme: Scheme,
+    data: usize,
+    len: usize,
+    shards: &mut [Option<Vec<u8>>],
+) -> Result<(), ErasureError> {
+    Decoder::new(scheme, data, len).decode(shards)
+}
+
+/// A reusable decoder for one scheme and stripe shape: Reed-Solomon's work buffers are
+/// allocated once (making them costs more than decoding a stripe of a few MiB).
+pub struct Decoder {
+    scheme: Scheme,
+    data: usize,
+    len: usize,
+    rs: Option<ReedSolomonDecoder>,
+    enc: Option<Encoder>,
+}
+
+impl Decoder {
+    /// A decoder of stripes of `data` data shards of `len` bytes.
+    pub fn new(scheme: Scheme, data: usize, len: usize) -> Decoder {
+        Decoder {
+            scheme,
+            data,
+            len,
+            rs: None,
+            enc: None,
+        }
     }
-    if shards.iter().flatten().any(|s| s.len() != len) {
-        return Err(ErasureError::Codec("shards of unequal length".into()));
-    }
-    let missing = shards.iter().filter(|s| s.is_none()).count();
-    if missing > p {
-        return Err(ErasureError::Codec(format!(
-            "{missing} shards of a stripe are missing; the scheme rebuilds at most {p}"
-        )));
-    }
-    if missing == 0 {
-        return Ok(());
-    }
-    let data_missing = shards[..data].iter().any(|s| s.is_none());
-    if data_missing {
-        if len == 0 {
+
+    /// Rebuild the missing shards of one stripe in place. `shards` holds the `data`
+    /// data shards then the parity shards; `None` for a missing one (each present shard
+    /// is `len` bytes). Every missing data shard is filled; missing parity shards are
+    /// recomputed. Fails when more shards are missing than the scheme has parity.
+    pub fn decode(&mut self, shards: &mut [Option<Vec<u8>>]) -> Result<(), ErasureError> {
+        let (scheme, data, len) = (self.scheme, self.data, self.len);
+        let p = scheme.parity();
+        if shards.len() != data + p {
+            return Err(ErasureError::Codec(
+                "stripe has the wrong number of shards".into(),
+            ));
+        }
+        if shards.iter().flatten().any(|s| s.len() != len) {
+            return Err(ErasureError::Codec("shards of unequal length".into()));
+        }
+        let missing = shards.iter().filter(|s| s.is_none()).count();
+        if missing > p {
+            return Err(ErasureError::Codec(format!(
+                "{missing} shards of a stripe are missing; the scheme rebuilds at most {p}"
+            )));
+        }
+        if missing == 0 {
+            return Ok(());
+        }
+        let data_missing = shards[..data].iter().any(|s| s.is_none());
+        if data_missing && len == 0 {
             for s in shards[..data].iter_mut() {
                 s.get_or_insert_with(Vec::new);
             }
-        } else {
+        } else if data_missing {
             match scheme {
                 Scheme::Xor => {
-                    let gone = shards[..data].iter().position(|s| s.is_none()).expect("one missing");
-                    let mut acc = shards[data].clone().expect("parity present when a data shard is missing");
+                    let gone = shards[..data]
+                        .iter()
+                        .position(|s| s.is_none())
+                        .expect("one missing");
+                    let mut acc = shards[data]
+                        .clone()
+                        .expect("parity present when a data shard is missing");
                     for (i, s) in shards[..data].iter().enumerate() {
                         if i != gone {
                             xor_into(&mut acc, s.as_ref().expect("present"));
@@ -183,7 +239,13 @@ pub fn decode(scheme: Scheme, data: usize, len: usize, shards: &mut [Option<Vec<
                     shards[gone] = Some(acc);
                 }
                 Scheme::Rs(k) => {
-                    let mut dec = ReedSolomonDecoder::new(data, k as usize, len).map_err(rs_err)?;
+                    let dec = match &mut self.rs {
+                        Some(d) => {
+                            d.reset(data, k as usize, len).map_err(rs_err)?;
+                            d
+                        }
+                        slot => slot.insert(ReedSolomonDecoder::new(data, k as usize, len).map_err(rs_err)?),
+                    };
                     for (i, s) in shards[..data].iter().enumerate() {
                         if let Some(s) = s {
                             dec.add_original_shard(i, s).map_err(rs_err)?;
@@ -195,29 +257,39 @@ pub fn decode(scheme: Scheme, data: usize, len: usize, shards: &mut [Option<Vec<
                         }
                     }
                     let res = dec.decode().map_err(rs_err)?;
-                    let restored: Vec<(usize, Vec<u8>)> =
-                        res.restored_original_iter().map(|(i, b)| (i, b.to_vec())).collect();
+                    let restored: Vec<(usize, Vec<u8>)> = res
+                        .restored_original_iter()
+                        .map(|(i, b)| (i, b.to_vec()))
+                        .collect();
                     drop(res);
                     for (i, b) in restored {
                         shards[i] = Some(b);
                     }
                     if shards[..data].iter().any(|s| s.is_none()) {
-                        return Err(ErasureError::Codec("decoder did not restore every data shard".into()));
+                        return Err(ErasureError::Codec(
+                            "decoder did not restore every data shard".into(),
+                        ));
                     }
                 }
             }
         }
-    }
-    if shards[data..].iter().any(|s| s.is_none()) {
-        let mut enc = Encoder::new(scheme, data, len)?;
-        let d: Vec<&[u8]> = shards[..data].iter().map(|s| s.as_deref().expect("restored")).collect();
-        let mut par = vec![Vec::new(); p];
-        enc.encode(&d, &mut par)?;
-        for (slot, new) in shards[data..].iter_mut().zip(par) {
-            slot.get_or_insert(new);
+        if shards[data..].iter().any(|s| s.is_none()) {
+            let enc = match &mut self.enc {
+                Some(e) => e,
+                slot => slot.insert(Encoder::new(scheme, data, len)?),
+            };
+            let d: Vec<&[u8]> = shards[..data]
+                .iter()
+                .map(|s| s.as_deref().expect("restored"))
+                .collect();
+            let mut par = vec![Vec::new(); p];
+            enc.encode(&d, &mut par)?;
+            for (slot, new) in shards[data..].iter_mut().zip(par) {
+                slot.get_or_insert(new);
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -248,7 +320,10 @@ mod tests {
                 let d: Vec<Vec<u8>> = (0..data).map(|i| bytes(len, i as u32)).collect();
                 let refs: Vec<&[u8]> = d.iter().map(|v| v.as_slice()).collect();
                 let mut par = vec![Vec::new(); scheme.parity()];
-                Encoder::new(scheme, data, len).unwrap().encode(&refs, &mut par).unwrap();
+                Encoder::new(scheme, data, len)
+                    .unwrap()
+                    .encode(&refs, &mut par)
+                    .unwrap();
                 let all: Vec<Vec<u8>> = d.iter().cloned().chain(par.iter().cloned()).collect();
                 let total = all.len();
                 for mask in 0u32..(1 << total) {

@@ -230,8 +230,8 @@ impl Header {
         if bytes.len() as u64 > MAX_HEADER {
             return Err(ErasureError::Header("header too long".into()));
         }
-        let h: Header =
-            serde_json::from_slice(bytes).map_err(|e| ErasureError::Header(format!("unreadable header: {e}")))?;
+        let h: Header = serde_json::from_slice(bytes)
+            .map_err(|e| ErasureError::Header(format!("unreadable header: {e}")))?;
         h.check()?;
         Ok(h)
     }
@@ -298,7 +298,13 @@ mod tests {
 
     #[test]
     fn every_member_holds_p_shards_and_gives_n_minus_p_segments() {
-        for (scheme, n) in [(Scheme::Xor, 2), (Scheme::Xor, 6), (Scheme::Rs(2), 3), (Scheme::Rs(2), 8), (Scheme::Rs(3), 7)] {
+        for (scheme, n) in [
+            (Scheme::Xor, 2),
+            (Scheme::Xor, 6),
+            (Scheme::Rs(2), 3),
+            (Scheme::Rs(2), 8),
+            (Scheme::Rs(3), 7),
+        ] {
             let l = Layout::new(scheme, n, 1000).unwrap();
             for i in 0..n {
                 let segs: Vec<usize> = (0..n).filter_map(|s| l.segment_of(i, s)).collect();

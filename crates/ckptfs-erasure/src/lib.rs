@@ -28,7 +28,7 @@ pub mod sets;
 pub use codec::Scheme;
 pub use layout::{Header, Layout};
 pub use set::{component, dataset_dir, ErasureSet, Rebuilt, NAMESPACE, PARITY_CHUNK};
-pub use sets::{form_sets, RedSet, SetPlan, DEFAULT_SET_SIZE};
+pub use sets::{cluster_sets, form_sets, RedSet, SetPlan, DEFAULT_SET_SIZE};
 
 use ckptfs_level::LevelError;
 

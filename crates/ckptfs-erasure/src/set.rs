@@ -6,8 +6,12 @@
 //!
 //! ```text
 //! /.ckptfs/erasure/DATASET/SET/EPOCH/p.STRIPE.ROW   one parity shard (chunk CRCs on the level)
-//! /.ckptfs/erasure/DATASET/SET/EPOCH/header         the header (JSON), on every member
+//! /.ckptfs/erasure/DATASET/SET/header               the header (JSON), on every member
+//! /.ckptfs/erasure/DATASET/SET/encoding             the epoch being encoded (8 bytes)
 //! ```
+//!
+//! Every path is known from the dataset, the set, the epoch and the layout: nothing is
+//! found by listing (a node store does not list its `/.ckptfs` namespace).
 //!
 //! Order of an encode: read each stripe's data segments, compute its parity, store each
 //! shard at its holder and read it back (every chunk checked); only when every shard of
@@ -17,12 +21,14 @@
 //! checks that every member still has its header, parity and files before answering
 //! `Protected`.
 
-use crate::codec::{decode, Encoder, Scheme};
+use crate::codec::{Decoder, Encoder, Scheme};
 use crate::layout::{FileRecord, Header, Layout, ParityRecord, PartRecord, FORMAT, MAX_HEADER};
 use crate::ErasureError;
 use ckptfs_level::crc::crc_combine;
 use ckptfs_level::mem::{stored_of, BufReader};
-use ckptfs_level::{copy_reader, IoPart, Level, LevelError, LevelId, Part, Recovered, SetProtection, SetState};
+use ckptfs_level::{
+    copy_reader, IoPart, Level, LevelError, LevelId, Part, Recovered, SetProtection, SetState,
+};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -38,7 +44,8 @@ pub fn component(s: &str) -> String {
     let plain = !s.is_empty()
         && s.len() <= 128
         && !s.starts_with('.')
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
     if plain && !s.starts_with('x') {
         s.to_string()
     } else {
@@ -63,8 +70,12 @@ fn parity_path(dataset: &str, set: &str, epoch: u64, s: usize, j: usize) -> Stri
     format!("{}/p.{s}.{j}", epoch_dir(dataset, set, epoch))
 }
 
-fn header_path(dataset: &str, set: &str, epoch: u64) -> String {
-    format!("{}/header", epoch_dir(dataset, set, epoch))
+fn header_path(dataset: &str, set: &str) -> String {
+    format!("{}/header", dataset_dir(dataset, set))
+}
+
+fn marker_path(dataset: &str, set: &str) -> String {
+    format!("{}/encoding", dataset_dir(dataset, set))
 }
 
 /// What [`ErasureSet::rebuild`] did.
@@ -133,10 +144,18 @@ fn read_range(level: &dyn Level, files: &[FileRecord], off: u64, out: &mut [u8])
                     if lo >= hi {
                         continue;
                     }
-                    let mut tmp = vec![0u8; p.len()];
-                    p.copy_to(&mut tmp);
                     let dst = (fs + lo - off) as usize;
-                    out[dst..dst + (hi - lo) as usize].copy_from_slice(&tmp[(lo - ps) as usize..(hi - ps) as usize]);
+                    let dst = &mut out[dst..dst + (hi - lo) as usize];
+                    match p {
+                        IoPart::Buf(b) => dst.copy_from_slice(&b[(lo - ps) as usize..(hi - ps) as usize]),
+                        // Shared memory is copied out whole (never sliced as `&[u8]`).
+                        _ if lo == ps && hi == pe => p.copy_to(dst),
+                        _ => {
+                            let mut tmp = vec![0u8; p.len()];
+                            p.copy_to(&mut tmp);
+                            dst.copy_from_slice(&tmp[(lo - ps) as usize..(hi - ps) as usize]);
+                        }
+                    }
                 }
                 Ok(())
             })?;
@@ -150,7 +169,9 @@ fn read_all(level: &dyn Level, path: &str, max: u64) -> Result<Vec<u8>, LevelErr
     let mut r = level.get(path)?;
     let size = r.stored().version.size;
     if size > max {
-        return Err(le(ErasureError::Header(format!("{path}: {size} bytes is too long"))));
+        return Err(le(ErasureError::Header(format!(
+            "{path}: {size} bytes is too long"
+        ))));
     }
     let mut out = Vec::with_capacity(size as usize);
     for i in 0..r.stored().chunks() {
@@ -163,13 +184,22 @@ fn read_all(level: &dyn Level, path: &str, max: u64) -> Result<Vec<u8>, LevelErr
     Ok(out)
 }
 
-/// Write `bytes` as `path` on `level` through the mover, then read it back checked.
-fn put_checked(level: &dyn Level, path: &str, bytes: &[u8], chunk: u64, epoch: u64) -> Result<ckptfs_level::Stored, LevelError> {
+/// Write `bytes` as `path` on `level` through the mover, then read it back checked;
+/// returns the copy as written (CRCs per `chunk` bytes).
+fn put_checked(
+    level: &dyn Level,
+    path: &str,
+    bytes: &[u8],
+    chunk: u64,
+    epoch: u64,
+) -> Result<ckptfs_level::Stored, LevelError> {
     let src = stored_of(path, bytes, chunk, now_ns(), epoch);
     let w = level.put(&src)?;
-    let t = copy_reader(Box::new(BufReader::new(src.clone(), bytes)), w, level.meter())?;
+    copy_reader(Box::new(BufReader::new(src.clone(), bytes)), w, level.meter())?;
     level.verify(path, &src.version)?;
-    Ok(t.stored)
+    // The source's description: its chunk CRCs are in `chunk` units (the level may
+    // keep its own chunk size).
+    Ok(src)
 }
 
 fn now_ns() -> u64 {
@@ -243,7 +273,10 @@ impl ErasureSet {
                     .iter()
                     .map(|s| {
                         FileRecord::of(s).ok_or_else(|| {
-                            ErasureError::Layout(format!("{}: its CRCs are not known; it cannot be encoded", s.path))
+                            ErasureError::Layout(format!(
+                                "{}: its CRCs are not known; it cannot be encoded",
+                                s.path
+                            ))
                         })
                     })
                     .collect::<Result<_, _>>()?,
@@ -259,11 +292,30 @@ impl ErasureSet {
             });
         }
         if let Some(p) = parts.iter().find(|p| !self.members.contains(&p.member)) {
-            return Err(ErasureError::Layout(format!("{:?} is not a member of set {}", p.member, self.name)));
+            return Err(ErasureError::Layout(format!(
+                "{:?} is not a member of set {}",
+                p.member, self.name
+            )));
         }
         let largest = records.iter().map(|r| r.size).max().unwrap_or(0);
         let lay = Layout::new(self.scheme, self.members.len(), largest)?;
         let epoch = now_ns().max(1);
+        // What this encoding supersedes: the headers' epochs and any epoch an earlier,
+        // interrupted encoding had started (its marker).
+        let mut stale: Vec<u64> = self
+            .read_headers(dataset)
+            .into_iter()
+            .flatten()
+            .map(|h| h.epoch)
+            .collect();
+        for l in &levels {
+            if let Some(e) = Self::read_marker(&**l, dataset, &self.name) {
+                stale.push(e);
+            }
+        }
+        stale.sort_unstable();
+        stale.dedup();
+        stale.retain(|&e| e != epoch);
         let seg = lay.segment as usize;
         let p = self.scheme.parity();
         let mut enc = Encoder::new(self.scheme, lay.data(), seg)?;
@@ -274,16 +326,33 @@ impl ErasureSet {
             member: self.members[i].clone(),
             source: e,
         };
+        for (i, l) in levels.iter().enumerate() {
+            put_checked(
+                &**l,
+                &marker_path(dataset, &self.name),
+                &epoch.to_le_bytes(),
+                PARITY_CHUNK,
+                epoch,
+            )
+            .map_err(|e| on(i, e))?;
+        }
         for s in 0..lay.n {
             for (d, &i) in lay.data_members(s).iter().enumerate() {
                 let t = lay.segment_of(i, s).expect("data member");
-                read_range(&*levels[i], &records[i].files, t as u64 * lay.segment, &mut bufs[d]).map_err(|e| on(i, e))?;
+                read_range(
+                    &*levels[i],
+                    &records[i].files,
+                    t as u64 * lay.segment,
+                    &mut bufs[d],
+                )
+                .map_err(|e| on(i, e))?;
             }
             let refs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
             enc.encode(&refs, &mut par)?;
             for (j, &h) in lay.holders(s).iter().enumerate() {
                 let path = parity_path(dataset, &self.name, epoch, s, j);
-                let st = put_checked(&*levels[h], &path, &par[j], PARITY_CHUNK, epoch).map_err(|e| on(h, e))?;
+                let st =
+                    put_checked(&*levels[h], &path, &par[j], PARITY_CHUNK, epoch).map_err(|e| on(h, e))?;
                 parity.push(ParityRecord {
                     stripe: s,
                     row: j,
@@ -308,68 +377,88 @@ impl ErasureSet {
         header.check()?;
         let bytes = serde_json::to_vec(&header).map_err(|e| ErasureError::Header(e.to_string()))?;
         for (i, l) in levels.iter().enumerate() {
-            put_checked(&**l, &header_path(dataset, &self.name, epoch), &bytes, PARITY_CHUNK, epoch)
-                .map_err(|e| on(i, e))?;
+            put_checked(
+                &**l,
+                &header_path(dataset, &self.name),
+                &bytes,
+                PARITY_CHUNK,
+                epoch,
+            )
+            .map_err(|e| on(i, e))?;
         }
         // Older encodings of this dataset are now superseded (best effort).
-        for l in &levels {
-            let _ = Self::remove_epochs(&**l, dataset, &self.name, |e| e != epoch);
+        for (i, l) in levels.iter().enumerate() {
+            for &e in &stale {
+                self.drop_parity(&**l, i, dataset, e);
+            }
         }
         Ok(header)
     }
 
-    fn remove_epochs(level: &dyn Level, dataset: &str, set: &str, which: impl Fn(u64) -> bool) -> Result<(), LevelError> {
-        for st in level.list(&dataset_dir(dataset, set))? {
-            if Self::epoch_of(&st.path, dataset, set).is_some_and(&which) {
-                level.delete(&st.path, &st.version)?;
+    /// Remove the parity shards member `i` holds for `epoch` (best effort).
+    fn drop_parity(&self, level: &dyn Level, i: usize, dataset: &str, epoch: u64) {
+        let lay = Layout {
+            n: self.members.len(),
+            scheme: self.scheme,
+            segment: 0,
+        };
+        for (s, j) in lay.held_by(i) {
+            let path = parity_path(dataset, &self.name, epoch, s, j);
+            if let Ok(Some(st)) = level.stat(&path) {
+                let _ = level.delete(&path, &st.version);
             }
         }
-        Ok(())
     }
 
-    fn epoch_of(path: &str, dataset: &str, set: &str) -> Option<u64> {
-        let rest = path.strip_prefix(&dataset_dir(dataset, set))?.strip_prefix('/')?;
-        let (e, _) = rest.split_once('/')?;
-        u64::from_str_radix(e, 16).ok()
+    fn read_marker(level: &dyn Level, dataset: &str, set: &str) -> Option<u64> {
+        let b = read_all(level, &marker_path(dataset, set), 8).ok()?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
     }
 
     /// Remove every encoding of `dataset` by this set from every reachable member.
     pub fn forget(&self, dataset: &str) {
-        for l in self.levels() {
-            let _ = Self::remove_epochs(&*l, dataset, &self.name, |_| true);
-        }
-    }
-
-    /// Headers of `dataset` found on the members, newest epoch first.
-    fn headers(&self, dataset: &str) -> Vec<Header> {
-        let mut found: BTreeMap<u64, Header> = BTreeMap::new();
-        for l in self.levels() {
-            let Ok(list) = l.list(&dataset_dir(dataset, &self.name)) else {
-                continue;
-            };
-            for st in list {
-                let Some(e) = Self::epoch_of(&st.path, dataset, &self.name) else {
-                    continue;
-                };
-                if !st.path.ends_with("/header") || found.contains_key(&e) {
-                    continue;
-                }
-                if let Ok(h) = read_all(&*l, &st.path, MAX_HEADER)
-                    .map_err(ErasureError::from)
-                    .and_then(|b| Header::parse(&b))
-                {
-                    if h.epoch == e && h.dataset == dataset && h.set == self.name && h.members == self.members {
-                        found.insert(e, h);
-                    }
+        let levels = self.levels();
+        let mut epochs: Vec<u64> = self
+            .read_headers(dataset)
+            .into_iter()
+            .flatten()
+            .map(|h| h.epoch)
+            .collect();
+        epochs.extend(
+            levels
+                .iter()
+                .filter_map(|l| Self::read_marker(&**l, dataset, &self.name)),
+        );
+        epochs.sort_unstable();
+        epochs.dedup();
+        for (i, l) in levels.iter().enumerate() {
+            for &e in &epochs {
+                self.drop_parity(&**l, i, dataset, e);
+            }
+            for path in [header_path(dataset, &self.name), marker_path(dataset, &self.name)] {
+                if let Ok(Some(st)) = l.stat(&path) {
+                    let _ = l.delete(&path, &st.version);
                 }
             }
         }
-        found.into_values().rev().collect()
+    }
+
+    /// Each member's header of `dataset` (None where it has none, or none that parses
+    /// and names this dataset, set and member list).
+    fn read_headers(&self, dataset: &str) -> Vec<Option<Header>> {
+        self.levels()
+            .iter()
+            .map(|l| {
+                let b = read_all(&**l, &header_path(dataset, &self.name), MAX_HEADER).ok()?;
+                let h = Header::parse(&b).ok()?;
+                (h.dataset == dataset && h.set == self.name && h.members == self.members).then_some(h)
+            })
+            .collect()
     }
 
     /// Which members of `h`'s encoding are lost (their files, parity or header gone or
     /// changed, or their level unreachable), and whether every survivor has the header.
-    fn assess(&self, h: &Header) -> (Vec<usize>, bool) {
+    fn assess(&self, h: &Header, have: &[Option<u64>]) -> (Vec<usize>, bool) {
         let levels = self.levels();
         let lay = h.layout();
         let mut lost = Vec::new();
@@ -382,7 +471,7 @@ impl ErasureSet {
                 let r = h.parity_of(s, j);
                 matches!(l.stat(&parity_path(&h.dataset, &h.set, h.epoch, s, j)), Ok(Some(st)) if st.version.crc32c == Some(r.crc32c) && st.version.size == h.segment)
             });
-            let header_ok = matches!(l.stat(&header_path(&h.dataset, &h.set, h.epoch)), Ok(Some(_)));
+            let header_ok = have[i] == Some(h.epoch);
             if !files_ok || !parity_ok {
                 lost.push(i);
             } else if !header_ok {
@@ -398,22 +487,22 @@ impl ErasureSet {
 
     /// The header of the newest encoding of `dataset` that can be used, with its lost
     /// members; `Err` with the state when none can.
-    fn usable(&self, dataset: &str) -> Result<(Header, Vec<usize>), SetState> {
-        let headers = self.headers(dataset);
-        if headers.is_empty() {
-            return Err(SetState::Absent);
+    fn usable(&self, dataset: &str) -> Result<(Header, Vec<usize>, bool), SetState> {
+        let per = self.read_headers(dataset);
+        let have: Vec<Option<u64>> = per.iter().map(|h| h.as_ref().map(|h| h.epoch)).collect();
+        let mut headers: BTreeMap<u64, Header> = BTreeMap::new();
+        for h in per.into_iter().flatten() {
+            headers.entry(h.epoch).or_insert(h);
         }
         let mut first_lost = None;
-        for h in headers {
-            let (lost, all_headers) = self.assess(&h);
-            if lost.len() <= self.scheme.parity() && (all_headers || !lost.is_empty()) {
-                return Ok((h, lost));
+        // Newest first. A header exists only once its epoch's parity was whole, so any
+        // epoch with at most p lost members can rebuild.
+        for h in headers.into_values().rev() {
+            let (lost, all_headers) = self.assess(&h, &have);
+            if lost.len() <= self.scheme.parity() {
+                return Ok((h, lost, all_headers));
             }
-            if lost.len() > self.scheme.parity() {
-                first_lost.get_or_insert(SetState::Lost(self.names(&lost)));
-            } else {
-                first_lost.get_or_insert(SetState::InProgress);
-            }
+            first_lost.get_or_insert(SetState::Lost(self.names(&lost)));
         }
         Err(first_lost.unwrap_or(SetState::Absent))
     }
@@ -428,6 +517,7 @@ impl ErasureSet {
         let seg = lay.segment as usize;
         let p = self.scheme.parity();
         let mut part = vec![0u8; (lay.segment * lay.data() as u64) as usize];
+        let mut dec = Decoder::new(self.scheme, lay.data(), seg);
         for t in 0..lay.data() {
             let s = lay.stripe_of(x, t);
             if (t as u64) * lay.segment >= rec.size {
@@ -492,7 +582,7 @@ impl ErasureSet {
                     tolerates: p,
                 });
             }
-            decode(self.scheme, lay.data(), seg, &mut shards)?;
+            dec.decode(&mut shards)?;
             let d = dm.iter().position(|&i| i == x).expect("x is data in its stripe");
             let at = t * seg;
             part[at..at + seg].copy_from_slice(shards[d].as_ref().expect("decoded"));
@@ -529,7 +619,7 @@ impl ErasureSet {
     /// [`ErasureSet::replace`]), verify every CRC, then encode the set again.
     pub fn rebuild(&self, dataset: &str) -> Result<Rebuilt, ErasureError> {
         let (h, lost) = match self.usable(dataset) {
-            Ok(x) => x,
+            Ok((h, lost, _)) => (h, lost),
             Err(SetState::Lost(names)) => {
                 return Err(ErasureError::TooManyLost {
                     set: self.name.clone(),
@@ -538,7 +628,12 @@ impl ErasureSet {
                     tolerates: self.scheme.parity(),
                 })
             }
-            Err(st) => return Err(ErasureError::NotProtected(format!("{dataset} on set {}: {st:?}", self.name))),
+            Err(st) => {
+                return Err(ErasureError::NotProtected(format!(
+                    "{dataset} on set {}: {st:?}",
+                    self.name
+                )))
+            }
         };
         let levels = self.levels();
         let mut done = Rebuilt::default();
@@ -569,11 +664,15 @@ impl ErasureSet {
     /// Read every byte of the newest encoding (parts and parity) and check it; lists
     /// what does not match (empty when all is well).
     pub fn scrub(&self, dataset: &str) -> Result<Vec<String>, ErasureError> {
-        let (h, lost) = self
+        let (h, lost, _) = self
             .usable(dataset)
             .map_err(|st| ErasureError::NotProtected(format!("{dataset} on set {}: {st:?}", self.name)))?;
         let levels = self.levels();
-        let mut bad: Vec<String> = self.names(&lost).into_iter().map(|m| format!("{m}: lost")).collect();
+        let mut bad: Vec<String> = self
+            .names(&lost)
+            .into_iter()
+            .map(|m| format!("{m}: lost"))
+            .collect();
         for (i, l) in levels.iter().enumerate() {
             if lost.contains(&i) {
                 continue;
@@ -640,8 +739,10 @@ impl SetProtection for ErasureSet {
 
     fn state(&self, dataset: &str) -> Result<SetState, LevelError> {
         Ok(match self.usable(dataset) {
-            Ok((_, lost)) if lost.is_empty() => SetState::Protected,
-            Ok((_, lost)) => SetState::Degraded(self.names(&lost)),
+            Ok((_, lost, true)) if lost.is_empty() => SetState::Protected,
+            // Every member's data and parity is there, some header is not (yet).
+            Ok((_, lost, false)) if lost.is_empty() => SetState::InProgress,
+            Ok((_, lost, _)) => SetState::Degraded(self.names(&lost)),
             Err(st) => st,
         })
     }
@@ -649,7 +750,7 @@ impl SetProtection for ErasureSet {
     fn recover(&self, dataset: &str, member: &str, into: &dyn Level) -> Result<Recovered, LevelError> {
         let x = self.index(member).map_err(le)?;
         let (h, lost) = match self.usable(dataset) {
-            Ok(v) => v,
+            Ok((h, lost, _)) => (h, lost),
             Err(SetState::Lost(names)) => {
                 return Err(le(ErasureError::TooManyLost {
                     set: self.name.clone(),

@@ -69,12 +69,21 @@ impl SetPlan {
     }
 }
 
+/// The sets of a cluster file's `[redundancy] erasure` and `set_size` (None when the
+/// cluster has no erasure sets).
+pub fn cluster_sets(cluster: &Cluster) -> Option<Result<SetPlan, ErasureError>> {
+    let e = cluster.redundancy.erasure?;
+    Some(form_sets(cluster, e.into(), cluster.redundancy.set_size))
+}
+
 /// Form the sets of `cluster` for `scheme` with at most `size` members each.
 pub fn form_sets(cluster: &Cluster, scheme: Scheme, size: usize) -> Result<SetPlan, ErasureError> {
     let n = cluster.nodes.len();
     let min = scheme.min_members();
     if size < min {
-        return Err(ErasureError::Layout(format!("{scheme} needs sets of at least {min} members, asked for {size}")));
+        return Err(ErasureError::Layout(format!(
+            "{scheme} needs sets of at least {min} members, asked for {size}"
+        )));
     }
     if n < min {
         return Err(ErasureError::Layout(format!(
@@ -184,6 +193,28 @@ mod tests {
     }
 
     #[test]
+    fn the_cluster_file_key_round_trips_and_forms_the_sets() {
+        let mut c = Cluster::local(6, "ers", 46100).unwrap();
+        assert!(cluster_sets(&c).is_none());
+        c.redundancy.erasure = Some("rs:2".parse().unwrap());
+        c.redundancy.set_size = 3;
+        let text = c.to_toml();
+        assert!(
+            text.contains("erasure = \"rs:2\"") && text.contains("set_size = 3"),
+            "{text}"
+        );
+        let back = Cluster::from_toml_str(&text, "test").unwrap();
+        assert_eq!(back.redundancy, c.redundancy);
+        let p = cluster_sets(&back).unwrap().unwrap();
+        assert_eq!(p.sets.len(), 2);
+        assert!("rs:0".parse::<ckptfs_cluster::Erasure>().is_err());
+        let bad = text.replace("erasure = \"rs:2\"", "erasure = \"rs:9\"");
+        assert!(Cluster::from_toml_str(&bad, "test")
+            .and_then(|c| c.validate())
+            .is_err());
+    }
+
+    #[test]
     fn sets_are_balanced_and_spread_over_domains() {
         let c = Cluster::local(20, "ers", 46100).unwrap();
         let p = form_sets(&c, Scheme::Xor, 8).unwrap();
@@ -196,6 +227,9 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), 20);
         assert!(form_sets(&Cluster::local(2, "ers", 46100).unwrap(), Scheme::Rs(2), 8).is_err());
-        assert_eq!(form_sets(&Cluster::local(3, "ers", 46100).unwrap(), Scheme::Rs(2), 2).ok(), None);
+        assert_eq!(
+            form_sets(&Cluster::local(3, "ers", 46100).unwrap(), Scheme::Rs(2), 2).ok(),
+            None
+        );
     }
 }

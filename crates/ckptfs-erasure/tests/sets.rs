@@ -5,7 +5,8 @@ use ckptfs_dirlevel::DirLevel;
 use ckptfs_erasure::{ErasureError, ErasureSet, Scheme};
 use ckptfs_level::conformance::{get_bytes, put_bytes};
 use ckptfs_level::{
-    ChunkReader, ChunkWriter, CostMeter, Level, LevelError, LevelKind, Part, SetProtection, SetState, Stored, Version,
+    ChunkReader, ChunkWriter, CostMeter, Level, LevelError, LevelKind, Part, SetProtection, SetState, Stored,
+    Version,
 };
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,11 @@ fn tmp() -> tempfile::TempDir {
 
 fn data(len: usize, seed: u32) -> Vec<u8> {
     (0..len as u32)
-        .map(|i| (i.wrapping_add(seed.wrapping_mul(7919)).wrapping_mul(2_654_435_761) >> 11) as u8)
+        .map(|i| {
+            (i.wrapping_add(seed.wrapping_mul(7919))
+                .wrapping_mul(2_654_435_761)
+                >> 11) as u8
+        })
         .collect()
 }
 
@@ -138,7 +143,17 @@ fn find(dir: &Path, suffix: &str) -> Option<PathBuf> {
 #[test]
 fn xor_one_lost_member_is_rebuilt_and_reencoded() {
     let t = tmp();
-    let c = Cluster::new(t.path(), Scheme::Xor, &[vec![10_000, 3], vec![70_000], vec![], vec![1, 0, 4097], vec![33_333, 33_333]]);
+    let c = Cluster::new(
+        t.path(),
+        Scheme::Xor,
+        &[
+            vec![10_000, 3],
+            vec![70_000],
+            vec![],
+            vec![1, 0, 4097],
+            vec![33_333, 33_333],
+        ],
+    );
     c.protect();
     assert_eq!(c.set.state(DS).unwrap(), SetState::Protected);
     assert!((c.set.memory_overhead() - 0.25).abs() < 1e-9);
@@ -152,18 +167,36 @@ fn xor_one_lost_member_is_rebuilt_and_reencoded() {
     assert!(c.set.scrub(DS).unwrap().is_empty());
     // Parity stays in the namespace applications do not see.
     let lvl = DirLevel::new(c.current_dir(1)).unwrap();
-    assert!(lvl.list("/.ckptfs/erasure").unwrap().iter().any(|s| s.path.contains("/p.")));
+    assert!(lvl
+        .list("/.ckptfs/erasure")
+        .unwrap()
+        .iter()
+        .any(|s| s.path.contains("/p.")));
 }
 
 #[test]
 fn rs2_two_lost_at_once_recover_into_a_replacement() {
     let t = tmp();
-    let c = Cluster::new(t.path(), Scheme::Rs(2), &[vec![5000], vec![9000, 12], vec![100_000], vec![0], vec![64], vec![77_777]]);
+    let c = Cluster::new(
+        t.path(),
+        Scheme::Rs(2),
+        &[
+            vec![5000],
+            vec![9000, 12],
+            vec![100_000],
+            vec![0],
+            vec![64],
+            vec![77_777],
+        ],
+    );
     c.protect();
     assert_eq!(c.set.state(DS).unwrap(), SetState::Protected);
     c.lose(2);
     c.lose(5);
-    assert_eq!(c.set.state(DS).unwrap(), SetState::Degraded(vec!["node3".into(), "node6".into()]));
+    assert_eq!(
+        c.set.state(DS).unwrap(),
+        SetState::Degraded(vec!["node3".into(), "node6".into()])
+    );
     // recover() writes one member's files into any level.
     let elsewhere = DirLevel::new(t.path().join("elsewhere")).unwrap();
     let r = c.set.recover(DS, "node3", &elsewhere).unwrap();
@@ -177,7 +210,11 @@ fn rs2_two_lost_at_once_recover_into_a_replacement() {
 #[test]
 fn k_plus_one_lost_is_reported_by_name() {
     let t = tmp();
-    let c = Cluster::new(t.path(), Scheme::Rs(2), &[vec![5000], vec![9000], vec![100], vec![1], vec![64]]);
+    let c = Cluster::new(
+        t.path(),
+        Scheme::Rs(2),
+        &[vec![5000], vec![9000], vec![100], vec![1], vec![64]],
+    );
     c.protect();
     for i in [0, 3, 4] {
         c.lose(i);
@@ -191,14 +228,27 @@ fn k_plus_one_lost_is_reported_by_name() {
         }
         other => panic!("expected TooManyLost, got {other:?}"),
     }
-    let e = c.set.recover(DS, "node1", &DirLevel::new(t.path().join("x")).unwrap()).unwrap_err();
+    let e = c
+        .set
+        .recover(DS, "node1", &DirLevel::new(t.path().join("x")).unwrap())
+        .unwrap_err();
     assert!(e.to_string().contains("node1, node4, node5"), "{e}");
 }
 
 #[test]
 fn corrupted_parity_chunk_is_detected_and_never_used() {
     let t = tmp();
-    let c = Cluster::new(t.path(), Scheme::Rs(2), &[vec![50_000], vec![40_000], vec![30_000], vec![20_000], vec![10_000]]);
+    let c = Cluster::new(
+        t.path(),
+        Scheme::Rs(2),
+        &[
+            vec![50_000],
+            vec![40_000],
+            vec![30_000],
+            vec![20_000],
+            vec![10_000],
+        ],
+    );
     c.protect();
     // Damage every parity shard member 2 holds.
     let p = find(&c.level_dir(2), "/p.2.0").expect("member 2 holds stripe 2 row 0");
@@ -215,7 +265,11 @@ fn corrupted_parity_chunk_is_detected_and_never_used() {
 #[test]
 fn corrupted_data_chunk_is_detected_and_never_served() {
     let t = tmp();
-    let c = Cluster::new(t.path(), Scheme::Xor, &[vec![50_000], vec![40_000], vec![30_000], vec![20_000]]);
+    let c = Cluster::new(
+        t.path(),
+        Scheme::Xor,
+        &[vec![50_000], vec![40_000], vec![30_000], vec![20_000]],
+    );
     c.protect();
     let f = c.level_dir(3).join(&c.files[3][0].0[1..]);
     flip_last_byte(&f);
@@ -258,7 +312,11 @@ impl Level for Dying {
     fn put<'a>(&'a self, src: &Stored) -> Result<Box<dyn ChunkWriter + 'a>, LevelError> {
         if self.ok.fetch_sub(1, Ordering::Relaxed) == 0 {
             self.ok.store(0, Ordering::Relaxed);
-            return Err(LevelError::io("put", src.path.clone(), std::io::Error::from_raw_os_error(libc_econnreset())));
+            return Err(LevelError::io(
+                "put",
+                src.path.clone(),
+                std::io::Error::from_raw_os_error(libc_econnreset()),
+            ));
         }
         self.inner.put(src)
     }
@@ -277,7 +335,11 @@ fn libc_econnreset() -> i32 {
 #[test]
 fn a_member_killed_during_encoding_leaves_no_set_that_looks_complete() {
     let t = tmp();
-    let c = Cluster::new(t.path(), Scheme::Xor, &[vec![20_000], vec![20_000], vec![20_000], vec![20_000]]);
+    let c = Cluster::new(
+        t.path(),
+        Scheme::Xor,
+        &[vec![20_000], vec![20_000], vec![20_000], vec![20_000]],
+    );
     // Member 2 dies after storing its first parity shard.
     let dying: Arc<dyn Level> = Arc::new(Dying {
         inner: DirLevel::new(c.level_dir(2)).unwrap(),
@@ -290,28 +352,44 @@ fn a_member_killed_during_encoding_leaves_no_set_that_looks_complete() {
     assert!(matches!(st, SetState::Absent | SetState::InProgress), "{st:?}");
     assert!(c.set.rebuild(DS).is_err());
     // The node comes back: a new encode protects the dataset.
-    c.set.replace("node3", Arc::new(DirLevel::new(c.level_dir(2)).unwrap())).unwrap();
+    c.set
+        .replace("node3", Arc::new(DirLevel::new(c.level_dir(2)).unwrap()))
+        .unwrap();
     c.set.encode(DS, &c.parts()).unwrap();
     assert_eq!(c.set.state(DS).unwrap(), SetState::Protected);
 }
 
 #[test]
-fn a_member_lost_while_headers_are_written_is_degraded_not_protected() {
+fn a_member_lost_while_headers_are_written_is_not_protected_but_rebuilds() {
     let t = tmp();
     let c = Cluster::new(t.path(), Scheme::Xor, &[vec![9_000], vec![9_000], vec![9_000]]);
-    // Member 3 stores its parity shard (1 put), then dies before its header.
+    // Member 3 stores its encoding marker and its parity shard (2 puts), then dies
+    // before its header: members 1 and 2 have theirs.
     let dying: Arc<dyn Level> = Arc::new(Dying {
         inner: DirLevel::new(c.level_dir(2)).unwrap(),
-        ok: AtomicUsize::new(1),
+        ok: AtomicUsize::new(2),
     });
     c.set.replace("node3", dying).unwrap();
     assert!(c.set.encode(DS, &c.parts()).is_err());
-    assert_ne!(c.set.state(DS).unwrap(), SetState::Protected);
+    assert_eq!(c.set.state(DS).unwrap(), SetState::InProgress);
+    // The parity is whole: a member lost now can still be rebuilt.
+    c.lose(0);
+    assert_eq!(c.set.state(DS).unwrap(), SetState::Degraded(vec!["node1".into()]));
+    c.set
+        .replace("node3", Arc::new(DirLevel::new(c.level_dir(2)).unwrap()))
+        .unwrap();
+    c.set.rebuild(DS).unwrap();
+    c.check_all();
+    assert_eq!(c.set.state(DS).unwrap(), SetState::Protected);
 }
 
 fn scheme_strategy() -> impl Strategy<Value = (Scheme, usize)> {
     (1usize..=3, 0usize..=4, any::<bool>()).prop_map(|(k, extra, xor)| {
-        let s = if k == 1 && xor { Scheme::Xor } else { Scheme::Rs(k as u16) };
+        let s = if k == 1 && xor {
+            Scheme::Xor
+        } else {
+            Scheme::Rs(k as u16)
+        };
         (s, k + 1 + extra)
     })
 }
@@ -370,3 +448,26 @@ proptest! {
     }
 }
 
+#[test]
+fn an_interrupted_re_encode_keeps_the_older_whole_encoding() {
+    let t = tmp();
+    let c = Cluster::new(
+        t.path(),
+        Scheme::Rs(2),
+        &[vec![9_000], vec![19_000], vec![29_000], vec![4_000]],
+    );
+    c.protect();
+    let dying: Arc<dyn Level> = Arc::new(Dying {
+        inner: DirLevel::new(c.level_dir(1)).unwrap(),
+        ok: AtomicUsize::new(1),
+    });
+    c.set.replace("node2", dying).unwrap();
+    assert!(c.set.encode(DS, &c.parts()).is_err());
+    c.set
+        .replace("node2", Arc::new(DirLevel::new(c.level_dir(1)).unwrap()))
+        .unwrap();
+    assert_eq!(c.set.state(DS).unwrap(), SetState::Protected);
+    c.lose(3);
+    c.set.rebuild(DS).unwrap();
+    c.check_all();
+}
