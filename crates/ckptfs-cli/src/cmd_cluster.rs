@@ -15,7 +15,7 @@ pub enum ClusterCommand {
     ///
     /// Nodes come from --local N (node1..nodeN on 127.0.0.1, two per rack), --hosts, or
     /// the launcher's environment (CKPTFS_NODES, else Slurm's SLURM_JOB_NODELIST).
-    Init(InitArgs),
+    Init(Box<InitArgs>),
     /// Print each node's partners and, per failure domain, what its loss would destroy.
     Plan(PlanArgs),
 }
@@ -94,7 +94,7 @@ pub struct PlanArgs {
 /// `cluster` is the global `--cluster FILE` option.
 pub fn main(cmd: ClusterCommand, cluster: Option<PathBuf>) -> Result<i32> {
     match cmd {
-        ClusterCommand::Init(a) => init(a),
+        ClusterCommand::Init(a) => init(*a),
         ClusterCommand::Plan(mut a) => {
             a.cluster = cluster;
             plan(a)

@@ -35,7 +35,7 @@ impl Scheme {
             "rs" => Some(Scheme::Rs(2)),
             _ => {
                 let k: u16 = s.strip_prefix("rs:")?.parse().ok()?;
-                (k >= 1 && k <= 255).then_some(Scheme::Rs(k))
+                (1..=255).contains(&k).then_some(Scheme::Rs(k))
             }
         }
     }

@@ -98,6 +98,21 @@ impl Layout {
     }
 }
 
+/// A store path an application may own: absolute, no empty, `.` or `..` component, at
+/// most 4096 bytes, and not under the system namespace `/.ckptfs` (a header read back
+/// from a store never makes a rebuild write there).
+pub fn app_path(p: &str) -> bool {
+    let Some(rel) = p.strip_prefix('/') else {
+        return false;
+    };
+    p.len() <= 4096
+        && !rel.is_empty()
+        && rel
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
+        && rel.split('/').next() != Some(".ckptfs")
+}
+
 /// One file of a member's part, as recorded when the set was encoded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -247,7 +262,7 @@ impl Header {
         if self.parts.len() != n || self.parts.iter().zip(&self.members).any(|(p, m)| &p.member != m) {
             return bad("parts do not match the members".into());
         }
-        if self.segment % SEGMENT_ALIGN != 0 || self.chunk_size == 0 {
+        if !self.segment.is_multiple_of(SEGMENT_ALIGN) || self.chunk_size == 0 {
             return bad("bad segment or chunk size".into());
         }
         let cap = self.segment.saturating_mul(lay.data() as u64);
@@ -260,6 +275,12 @@ impl Header {
                 return bad(format!("member {:?}: part size does not add up", p.member));
             }
             for f in &p.files {
+                if !app_path(&f.path) {
+                    return bad(format!(
+                        "member {:?}: {:?} is not an application store path",
+                        p.member, f.path
+                    ));
+                }
                 if f.chunk_size == 0 || f.chunk_crc32c.len() as u64 != f.size.div_ceil(f.chunk_size) {
                     return bad(format!("{}: chunk CRCs do not match its size", f.path));
                 }
@@ -295,6 +316,23 @@ impl Header {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_application_paths_are_accepted() {
+        assert!(app_path("/ckpt/a.0"));
+        for bad in [
+            "",
+            "/",
+            "ckpt/a",
+            "/ckpt//a",
+            "/ckpt/../a",
+            "/./a",
+            "/.ckptfs/partners/x",
+            "/.ckptfs",
+        ] {
+            assert!(!app_path(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn every_member_holds_p_shards_and_gives_n_minus_p_segments() {

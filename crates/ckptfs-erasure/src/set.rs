@@ -272,6 +272,12 @@ impl ErasureSet {
                     .files
                     .iter()
                     .map(|s| {
+                        if !crate::layout::app_path(&s.path) {
+                            return Err(ErasureError::Layout(format!(
+                                "{:?} is not an application store path",
+                                s.path
+                            )));
+                        }
                         FileRecord::of(s).ok_or_else(|| {
                             ErasureError::Layout(format!(
                                 "{}: its CRCs are not known; it cannot be encoded",
@@ -716,8 +722,9 @@ impl SetProtection for ErasureSet {
         p / (self.members.len() as f64 - p)
     }
 
-    /// Records the member's part; the call that completes the set (every member has
-    /// called it for the dataset) encodes it.
+    /// Records the member's part (a member with no files gives an empty list); the call
+    /// that completes the set (every member has given its part of the dataset) encodes
+    /// it. Until then `state` answers `InProgress`.
     fn protect(&self, part: &Part) -> Result<(), LevelError> {
         self.index(&part.member).map_err(le)?;
         let ready = {
@@ -743,6 +750,10 @@ impl SetProtection for ErasureSet {
             // Every member's data and parity is there, some header is not (yet).
             Ok((_, lost, false)) if lost.is_empty() => SetState::InProgress,
             Ok((_, lost, _)) => SetState::Degraded(self.names(&lost)),
+            // Some members have given their parts, the others not yet.
+            Err(SetState::Absent) if self.pending.lock().expect("pending lock").contains_key(dataset) => {
+                SetState::InProgress
+            }
             Err(st) => st,
         })
     }

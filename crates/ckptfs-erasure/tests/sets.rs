@@ -154,6 +154,9 @@ fn xor_one_lost_member_is_rebuilt_and_reencoded() {
             vec![33_333, 33_333],
         ],
     );
+    assert_eq!(c.set.state(DS).unwrap(), SetState::Absent);
+    c.set.protect(&c.parts()[0]).unwrap();
+    assert_eq!(c.set.state(DS).unwrap(), SetState::InProgress);
     c.protect();
     assert_eq!(c.set.state(DS).unwrap(), SetState::Protected);
     assert!((c.set.memory_overhead() - 0.25).abs() < 1e-9);
