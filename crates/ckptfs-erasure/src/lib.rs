@@ -14,7 +14,7 @@
 //! - [`ErasureSet`]: the set-level protection ([`ckptfs_level::SetProtection`]) over
 //!   the members' levels (their node stores): encode, state, recover, rebuild, scrub.
 //! - [`sets`]: set formation from the cluster's failure-domain map.
-//! - [`bench`]: encode throughput against memcpy.
+//! - [`mod@bench`]: encode throughput against memcpy.
 //!
 //! docs/erasure.md describes the layout, the schedule and the failure cases.
 #![deny(missing_docs)]
