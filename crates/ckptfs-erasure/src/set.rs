@@ -27,7 +27,8 @@ use crate::ErasureError;
 use ckptfs_level::crc::crc_combine;
 use ckptfs_level::mem::{stored_of, BufReader};
 use ckptfs_level::{
-    copy_reader, IoPart, Level, LevelError, LevelId, Part, Recovered, SetProtection, SetState,
+    CostMeter, IoPart, Level, LevelError, LevelId, MoveOptions, Mover, Part, Recovered, SetProtection,
+    SetState,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -95,6 +96,7 @@ pub struct ErasureSet {
     members: Vec<String>,
     levels: RwLock<Vec<Arc<dyn Level>>>,
     pending: Mutex<BTreeMap<String, BTreeMap<String, Part>>>,
+    mover: Mover,
 }
 
 impl std::fmt::Debug for ErasureSet {
@@ -187,6 +189,7 @@ fn read_all(level: &dyn Level, path: &str, max: u64) -> Result<Vec<u8>, LevelErr
 /// Write `bytes` as `path` on `level` through the mover, then read it back checked;
 /// returns the copy as written (CRCs per `chunk` bytes).
 fn put_checked(
+    mover: &Mover,
     level: &dyn Level,
     path: &str,
     bytes: &[u8],
@@ -195,7 +198,11 @@ fn put_checked(
 ) -> Result<ckptfs_level::Stored, LevelError> {
     let src = stored_of(path, bytes, chunk, now_ns(), epoch);
     let w = level.put(&src)?;
-    copy_reader(Box::new(BufReader::new(src.clone(), bytes)), w, level.meter())?;
+    mover.copy_open(
+        Box::new(BufReader::new(src.clone(), bytes)),
+        w,
+        (&CostMeter::default(), level.meter()),
+    )?;
     level.verify(path, &src.version)?;
     // The source's description: its chunk CRCs are in `chunk` units (the level may
     // keep its own chunk size).
@@ -230,7 +237,16 @@ impl ErasureSet {
             members,
             levels: RwLock::new(levels),
             pending: Mutex::new(BTreeMap::new()),
+            mover: Mover::default(),
         })
+    }
+
+    /// Move every byte this set writes (parity, headers, rebuilt files) with a mover of
+    /// these options: `max_bw` throttles encoding and rebuilds so that they stay in the
+    /// background of the application (as the other levels' movers do).
+    pub fn with_mover(mut self, opts: MoveOptions) -> ErasureSet {
+        self.mover = Mover::new(opts);
+        self
     }
 
     /// The set's name.
@@ -334,6 +350,7 @@ impl ErasureSet {
         };
         for (i, l) in levels.iter().enumerate() {
             put_checked(
+                &self.mover,
                 &**l,
                 &marker_path(dataset, &self.name),
                 &epoch.to_le_bytes(),
@@ -357,8 +374,8 @@ impl ErasureSet {
             enc.encode(&refs, &mut par)?;
             for (j, &h) in lay.holders(s).iter().enumerate() {
                 let path = parity_path(dataset, &self.name, epoch, s, j);
-                let st =
-                    put_checked(&*levels[h], &path, &par[j], PARITY_CHUNK, epoch).map_err(|e| on(h, e))?;
+                let st = put_checked(&self.mover, &*levels[h], &path, &par[j], PARITY_CHUNK, epoch)
+                    .map_err(|e| on(h, e))?;
                 parity.push(ParityRecord {
                     stripe: s,
                     row: j,
@@ -384,6 +401,7 @@ impl ErasureSet {
         let bytes = serde_json::to_vec(&header).map_err(|e| ErasureError::Header(e.to_string()))?;
         for (i, l) in levels.iter().enumerate() {
             put_checked(
+                &self.mover,
                 &**l,
                 &header_path(dataset, &self.name),
                 &bytes,
@@ -605,7 +623,7 @@ impl ErasureSet {
 
     /// Write a rebuilt part's files into `into` (each checked chunk by chunk against the
     /// recorded CRCs on the way, and read back).
-    fn write_part(rec: &PartRecord, part: &[u8], into: &dyn Level) -> Result<Recovered, LevelError> {
+    fn write_part(&self, rec: &PartRecord, part: &[u8], into: &dyn Level) -> Result<Recovered, LevelError> {
         let mut out = Recovered::default();
         let mut at = 0usize;
         for f in &rec.files {
@@ -613,7 +631,11 @@ impl ErasureSet {
             at += f.size as usize;
             let src = f.stored();
             let w = into.put(&src)?;
-            let t = copy_reader(Box::new(BufReader::new(src.clone(), bytes)), w, into.meter())?;
+            let t = self.mover.copy_open(
+                Box::new(BufReader::new(src.clone(), bytes)),
+                w,
+                (&CostMeter::default(), into.meter()),
+            )?;
             into.verify(&f.path, &src.version)?;
             out.bytes += f.size;
             out.files.push(t.stored);
@@ -648,10 +670,12 @@ impl ErasureSet {
             parts.push(self.rebuild_part(&h, x, &lost)?);
         }
         for (&x, part) in lost.iter().zip(&parts) {
-            let r = Self::write_part(&h.parts[x], part, &*levels[x]).map_err(|e| ErasureError::Member {
-                member: self.members[x].clone(),
-                source: e,
-            })?;
+            let r = self
+                .write_part(&h.parts[x], part, &*levels[x])
+                .map_err(|e| ErasureError::Member {
+                    member: self.members[x].clone(),
+                    source: e,
+                })?;
             done.members.push((self.members[x].clone(), r));
         }
         let again: Vec<Part> = h
@@ -782,7 +806,7 @@ impl SetProtection for ErasureSet {
             let from = self.levels()[x].clone();
             let mut out = Recovered::default();
             for f in &h.parts[x].files {
-                let t = ckptfs_level::copy(&*from, into, &f.path)?;
+                let t = self.mover.copy(&*from, into, &f.path)?;
                 if !t.stored.version.same_content(&f.stored().version) {
                     return Err(LevelError::Changed(f.path.clone()));
                 }
@@ -792,6 +816,6 @@ impl SetProtection for ErasureSet {
             return Ok(out);
         }
         let part = self.rebuild_part(&h, x, &lost).map_err(le)?;
-        Self::write_part(&h.parts[x], &part, into)
+        self.write_part(&h.parts[x], &part, into)
     }
 }

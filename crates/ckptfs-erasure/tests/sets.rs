@@ -474,3 +474,30 @@ fn an_interrupted_re_encode_keeps_the_older_whole_encoding() {
     c.set.rebuild(DS).unwrap();
     c.check_all();
 }
+
+#[test]
+fn encoding_is_throttled_by_the_sets_mover() {
+    let t = tmp();
+    let sizes = [vec![200_000], vec![200_000], vec![200_000]];
+    let c = Cluster::new(t.path(), Scheme::Xor, &sizes);
+    let parts = c.parts();
+    let levels: Vec<(String, Arc<dyn Level>)> = (0..3)
+        .map(|i| {
+            let l: Arc<dyn Level> = Arc::new(DirLevel::new(c.level_dir(i)).unwrap());
+            (format!("node{}", i + 1), l)
+        })
+        .collect();
+    let slow = ErasureSet::new("set1", Scheme::Xor, levels)
+        .unwrap()
+        .with_mover(ckptfs_level::MoveOptions {
+            max_bw: Some(200_000),
+            ..Default::default()
+        });
+    let t0 = std::time::Instant::now();
+    slow.encode(DS, &parts).unwrap();
+    // 3 parity shards of 100 032 bytes (plus markers and headers) at 200 kB/s, after a
+    // burst of one second's worth: at least 0.5 s.
+    let took = t0.elapsed().as_secs_f64();
+    assert!(took >= 0.4, "{took}");
+    assert_eq!(slow.state(DS).unwrap(), SetState::Protected);
+}
