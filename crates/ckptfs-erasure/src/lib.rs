@@ -13,6 +13,8 @@
 //!   keeps (dataset, set, member order, part sizes and CRCs, every parity shard's CRCs).
 //! - [`ErasureSet`]: the set-level protection ([`ckptfs_level::SetProtection`]) over
 //!   the members' levels (their node stores): encode, state, recover, rebuild, scrub.
+//! - [`MemberFiles`]: one member's files of a dataset as a read-only level, so the
+//!   registry and the mover restore them like any level's copies.
 //! - [`sets`]: set formation from the cluster's failure-domain map.
 //! - [`mod@bench`]: encode throughput against memcpy.
 //!
@@ -22,11 +24,13 @@
 pub mod bench;
 pub mod codec;
 pub mod layout;
+mod read;
 mod set;
 pub mod sets;
 
 pub use codec::Scheme;
 pub use layout::{Header, Layout};
+pub use read::MemberFiles;
 pub use set::{component, dataset_dir, ErasureSet, Rebuilt, NAMESPACE, PARITY_CHUNK};
 pub use sets::{cluster_sets, form_sets, RedSet, SetPlan, DEFAULT_SET_SIZE};
 

@@ -691,6 +691,47 @@ impl ErasureSet {
         Ok(done)
     }
 
+    /// `member`'s part of `dataset` as recorded, with its bytes: rebuilt from the
+    /// survivors when the member is lost, else read from its level (every chunk checked
+    /// either way, and the whole part against its recorded CRC32C).
+    pub fn part_of(&self, dataset: &str, member: &str) -> Result<(PartRecord, Vec<u8>), ErasureError> {
+        let x = self.index(member)?;
+        let (h, lost) = match self.usable(dataset) {
+            Ok((h, lost, _)) => (h, lost),
+            Err(SetState::Lost(names)) => {
+                return Err(ErasureError::TooManyLost {
+                    set: self.name.clone(),
+                    lost: names,
+                    unreadable: Vec::new(),
+                    tolerates: self.scheme.parity(),
+                })
+            }
+            Err(st) => {
+                return Err(ErasureError::NotProtected(format!(
+                    "{dataset} on set {}: {st:?}",
+                    self.name
+                )))
+            }
+        };
+        let rec = h.parts[x].clone();
+        let part = if lost.contains(&x) {
+            self.rebuild_part(&h, x, &lost)?
+        } else {
+            let mut b = vec![0u8; rec.size as usize];
+            read_range(&*self.levels()[x], &rec.files, 0, &mut b).map_err(|e| ErasureError::Member {
+                member: member.to_string(),
+                source: e,
+            })?;
+            if ckptfs_crc::crc32c(&b) != rec.crc32c {
+                return Err(ErasureError::Verify(format!(
+                    "part of {member} does not match its recorded CRC32C"
+                )));
+            }
+            b
+        };
+        Ok((rec, part))
+    }
+
     /// Read every byte of the newest encoding (parts and parity) and check it; lists
     /// what does not match (empty when all is well).
     pub fn scrub(&self, dataset: &str) -> Result<Vec<String>, ErasureError> {

@@ -501,3 +501,30 @@ fn encoding_is_throttled_by_the_sets_mover() {
     assert!(took >= 0.4, "{took}");
     assert_eq!(slow.state(DS).unwrap(), SetState::Protected);
 }
+
+#[test]
+fn a_lost_members_files_are_read_through_the_set_as_a_level() {
+    let t = tmp();
+    let c = Cluster::new(
+        t.path(),
+        Scheme::Rs(2),
+        &[vec![70_000, 5], vec![9_000], vec![], vec![123_456]],
+    );
+    c.protect();
+    c.lose(3);
+    let set = Arc::new(c.set);
+    let lvl = ckptfs_erasure::MemberFiles::new(set.clone(), DS, "node4");
+    assert_eq!(lvl.id().to_string(), "erasure:set0/node4");
+    let listed = lvl.list("/").unwrap();
+    assert_eq!(listed.len(), 1);
+    // The mover restores it into the replacement's store like any level's copy.
+    let dest = DirLevel::new(t.path().join("restored")).unwrap();
+    let tr = ckptfs_level::copy(&lvl, &dest, &listed[0].path).unwrap();
+    assert_eq!(tr.bytes, 123_456);
+    assert_eq!(get_bytes(&dest, &listed[0].path).unwrap(), c.files[3][0].1);
+    // A member that is not lost reads from its own level, checked the same way.
+    let alive = ckptfs_erasure::MemberFiles::new(set.clone(), DS, "node1");
+    assert_eq!(get_bytes(&alive, &c.files[0][1].0).unwrap(), c.files[0][1].1);
+    assert!(alive.put(&listed[0]).is_err());
+    assert!(lvl.stat("/nope").unwrap().is_none());
+}
