@@ -15,7 +15,7 @@ pub enum ClusterCommand {
     ///
     /// Nodes come from --local N (node1..nodeN on 127.0.0.1, two per rack), --hosts, or
     /// the launcher's environment (CKPTFS_NODES, else Slurm's SLURM_JOB_NODELIST).
-    Init(InitArgs),
+    Init(Box<InitArgs>),
     /// Print each node's partners and, per failure domain, what its loss would destroy.
     Plan(PlanArgs),
 }
@@ -47,6 +47,13 @@ pub struct InitArgs {
     /// Partner copies of each file.
     #[arg(long, value_name = "K", default_value_t = 1)]
     pub copies: usize,
+    /// Redundancy: `partner:K` (K partner copies, as --copies), or erasure sets `xor`
+    /// or `rs:K` (parity over sets of --set-size nodes; docs/erasure.md).
+    #[arg(long, value_name = "xor|rs:K|partner:K")]
+    pub redundancy: Option<String>,
+    /// Members per erasure set (fewer when there are fewer nodes).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub set_size: usize,
     /// Heartbeat interval between daemons (milliseconds).
     #[arg(long, value_name = "MS", default_value_t = ckptfs_cluster::DEFAULT_HEARTBEAT_MS)]
     pub heartbeat_ms: u64,
@@ -87,7 +94,7 @@ pub struct PlanArgs {
 /// `cluster` is the global `--cluster FILE` option.
 pub fn main(cmd: ClusterCommand, cluster: Option<PathBuf>) -> Result<i32> {
     match cmd {
-        ClusterCommand::Init(a) => init(a),
+        ClusterCommand::Init(a) => init(*a),
         ClusterCommand::Plan(mut a) => {
             a.cluster = cluster;
             plan(a)
@@ -135,10 +142,22 @@ fn slurm_topology_file(a: &InitArgs) -> Option<PathBuf> {
 
 fn init(a: InitArgs) -> Result<i32> {
     let job = a.job.clone().unwrap_or_else(default_job);
-    let redundancy = Redundancy {
+    let mut redundancy = Redundancy {
         scheme: a.scheme.parse::<Scheme>()?,
         copies: a.copies,
+        set_size: a.set_size,
+        ..Redundancy::default()
     };
+    // Erasure sets (issue 32): --redundancy xor|rs:K|partner:K.
+    match a.redundancy.as_deref() {
+        None => {}
+        Some(r) if r.starts_with("partner:") => {
+            redundancy.copies = r["partner:".len()..]
+                .parse()
+                .with_context(|| format!("--redundancy {r}: expected partner:K"))?;
+        }
+        Some(r) => redundancy.erasure = Some(r.parse()?),
+    }
     let secret_path = a
         .secret_file
         .clone()
@@ -195,6 +214,7 @@ fn init(a: InitArgs) -> Result<i32> {
     cluster.validate()?;
     // Refuse a plan that cannot work before writing anything.
     let plan = cluster.plan()?;
+    let sets = ckptfs_erasure::cluster_sets(&cluster).transpose()?;
     for p in [&a.out, &secret_path] {
         if !a.force && std::fs::symlink_metadata(p).is_ok() {
             bail!("{} exists; not overwritten (use --force)", p.display());
@@ -221,6 +241,17 @@ fn init(a: InitArgs) -> Result<i32> {
     );
     for w in &plan.warnings {
         println!("warning: {w}");
+    }
+    if let Some(sets) = sets {
+        println!(
+            "erasure sets: {}, {} set(s) of up to {} nodes (ckptfs cluster plan shows them)",
+            sets.scheme,
+            sets.sets.len(),
+            sets.size
+        );
+        for w in &sets.warnings {
+            println!("warning: {w}");
+        }
     }
     Ok(0)
 }
@@ -249,18 +280,79 @@ fn plan(a: PlanArgs) -> Result<i32> {
     };
     let cluster = Cluster::load(&path)?;
     let plan = cluster.plan()?;
+    let sets = ckptfs_erasure::cluster_sets(&cluster).transpose()?;
     if a.json {
         let v = serde_json::json!({
             "job": cluster.job,
             "cluster_file": path,
             "plan": plan,
             "survives_every_domain": plan.survives_every_domain(),
+            "erasure": sets,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
     print!("{}", render(&cluster, &plan));
+    if let Some(sets) = &sets {
+        print!("{}", render_sets(sets));
+    }
     Ok(0)
+}
+
+/// The erasure sets as text: members, then what each domain's loss destroys.
+fn render_sets(p: &ckptfs_erasure::SetPlan) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "\nerasure sets: {} over sets of at most {} nodes (each set survives {} lost member{})\n",
+        p.scheme,
+        p.size,
+        p.tolerates,
+        if p.tolerates == 1 { "" } else { "s" }
+    );
+    let mut rows = vec![vec!["set".to_string(), "level id".into(), "members".into()]];
+    for s in &p.sets {
+        rows.push(vec![
+            s.name.clone(),
+            format!("erasure:{}", s.name),
+            s.members.join(","),
+        ]);
+    }
+    table(&mut o, &rows);
+    for w in &p.warnings {
+        let _ = writeln!(o, "warning: {w}");
+    }
+    if !p.domain_loss.is_empty() {
+        let _ = writeln!(o);
+        let mut rows = vec![vec![
+            "failure domain".to_string(),
+            "nodes".into(),
+            "its loss destroys the parts of".into(),
+        ]];
+        for d in &p.domain_loss {
+            rows.push(vec![
+                format!("{}={}", d.level, d.value),
+                d.nodes.join(","),
+                if d.destroyed.is_empty() {
+                    "nothing".into()
+                } else {
+                    d.destroyed.join(",")
+                },
+            ]);
+        }
+        table(&mut o, &rows);
+    }
+    let _ = writeln!(
+        o,
+        "\n{}",
+        if p.survives_every_domain() {
+            "with erasure sets, every part survives the loss of any one failure domain"
+        } else {
+            "with erasure sets, some failure domain's loss destroys parts (see above)"
+        }
+    );
+    o
 }
 
 /// The plan as text tables.

@@ -6,6 +6,7 @@
 //! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
 
 mod bench_datasets_partner;
+mod bench_erasure;
 mod bench_object;
 mod cmd_agent;
 mod cmd_ckpt;
@@ -180,6 +181,8 @@ enum BenchCommand {
     Drain(ckptfs_bench::drain::BenchArgs),
     /// Partner copies between two simulated nodes: TCP stream, copy, restore, app writes.
     Partner(ckptfs_node::bench::PartnerBenchArgs),
+    /// Erasure sets: encode throughput vs memcpy, protect and rebuild vs partner copies.
+    Erasure(bench_erasure::BenchArgs),
     /// The part of `bench partner` that runs on a simulated node (internal).
     #[command(hide = true)]
     PartnerWorker(ckptfs_node::bench::WorkerArgs),
@@ -265,6 +268,7 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(0)
             }
             BenchCommand::Datasets(a) => cmd_ckpt::bench(a),
+            BenchCommand::Erasure(a) => bench_erasure::run(a),
             BenchCommand::Partner(a) => {
                 let json = a.json;
                 ckptfs_node::bench::run(a)?.print(json);

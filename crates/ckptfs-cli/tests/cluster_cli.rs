@@ -196,3 +196,99 @@ domains = { rack = "r1" }
     assert!(line.ends_with(" a,b"), "{text}");
     assert!(text.contains("some failure domain's loss destroys checkpoints"));
 }
+
+#[test]
+fn init_with_erasure_sets_and_plan_prints_the_sets_and_domain_losses() {
+    let d = tempfile::Builder::new().prefix("ers-").tempdir().unwrap();
+    let out = p(d.path(), "c.toml");
+    let said = ok(ckptfs(&[
+        "cluster",
+        "init",
+        "--local",
+        "6",
+        "--out",
+        &out,
+        "--port",
+        "46200",
+        "--redundancy",
+        "rs:2",
+    ])
+    .output()
+    .unwrap());
+    assert!(said.contains("erasure sets: rs:2, 1 set(s)"), "{said}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("erasure = \"rs:2\"") && text.contains("set_size = 8"),
+        "{text}"
+    );
+    let plan = ok(ckptfs(&["cluster", "plan", "--cluster", &out]).output().unwrap());
+    assert!(
+        plan.contains("erasure:set0") && plan.contains("node1,node2,node3,node4,node5,node6"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("every part survives the loss of any one failure domain"),
+        "{plan}"
+    );
+    // XOR over sets of 3: each set holds one node per rack.
+    let x = p(d.path(), "x.toml");
+    ok(ckptfs(&[
+        "cluster",
+        "init",
+        "--local",
+        "6",
+        "--out",
+        &x,
+        "--port",
+        "46200",
+        "--redundancy",
+        "xor",
+        "--set-size",
+        "3",
+    ])
+    .output()
+    .unwrap());
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(ckptfs(&["cluster", "plan", "--cluster", &x, "--json"])
+            .output()
+            .unwrap()))
+        .unwrap();
+    let sets = json["erasure"]["sets"].as_array().unwrap();
+    assert_eq!(sets.len(), 2);
+    assert_eq!(sets[0]["members"], serde_json::json!(["node1", "node3", "node5"]));
+    // partner:K is --copies K; too few nodes for rs:2 is refused before anything is written.
+    let k = p(d.path(), "k.toml");
+    ok(ckptfs(&[
+        "cluster",
+        "init",
+        "--local",
+        "4",
+        "--out",
+        &k,
+        "--port",
+        "46200",
+        "--redundancy",
+        "partner:2",
+    ])
+    .output()
+    .unwrap());
+    assert!(std::fs::read_to_string(&k).unwrap().contains("copies = 2"));
+    let bad = p(d.path(), "bad.toml");
+    let o = ckptfs(&[
+        "cluster",
+        "init",
+        "--local",
+        "2",
+        "--out",
+        &bad,
+        "--port",
+        "46200",
+        "--redundancy",
+        "rs:2",
+    ])
+    .output()
+    .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("needs sets of at least 3 members"));
+    assert!(!Path::new(&bad).exists());
+}

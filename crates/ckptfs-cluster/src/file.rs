@@ -61,10 +61,77 @@ pub struct Redundancy {
     /// Partner copies of each file, k >= 1 (default 1).
     #[serde(default = "one")]
     pub copies: usize,
+    /// Erasure sets (`"xor"` or `"rs:K"`; none by default): the nodes are grouped into
+    /// sets of `set_size` that protect each dataset with parity (crate ckptfs-erasure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub erasure: Option<Erasure>,
+    /// Members per erasure set (default 8; fewer when the cluster has fewer nodes).
+    #[serde(default = "eight")]
+    pub set_size: usize,
 }
 
 fn one() -> usize {
     1
+}
+
+fn eight() -> usize {
+    8
+}
+
+/// The erasure scheme of the cluster's sets (`xor`, `rs:K`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Erasure {
+    /// One parity shard per stripe: a set survives one lost member.
+    Xor,
+    /// Reed-Solomon with K parity shards per stripe: a set survives K lost members.
+    Rs(u16),
+}
+
+impl Erasure {
+    /// Members a set may lose.
+    pub fn tolerates(&self) -> usize {
+        match self {
+            Erasure::Xor => 1,
+            Erasure::Rs(k) => *k as usize,
+        }
+    }
+}
+
+impl std::fmt::Display for Erasure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Erasure::Xor => f.write_str("xor"),
+            Erasure::Rs(k) => write!(f, "rs:{k}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Erasure {
+    type Err = ClusterError;
+    fn from_str(s: &str) -> Result<Self> {
+        let k = s.strip_prefix("rs:").map(|k| k.parse::<u16>());
+        match (s, k) {
+            ("xor", _) => Ok(Erasure::Xor),
+            (_, Some(Ok(k))) if (1..=255).contains(&k) => Ok(Erasure::Rs(k)),
+            _ => Err(invalid(format!(
+                "redundancy.erasure {s:?}: expected \"xor\" or \"rs:K\" (K from 1 to 255)"
+            ))),
+        }
+    }
+}
+
+impl TryFrom<String> for Erasure {
+    type Error = ClusterError;
+    fn try_from(s: String) -> Result<Self> {
+        s.parse()
+    }
+}
+
+impl From<Erasure> for String {
+    fn from(e: Erasure) -> String {
+        e.to_string()
+    }
 }
 
 impl Default for Redundancy {
@@ -72,6 +139,8 @@ impl Default for Redundancy {
         Redundancy {
             scheme: Scheme::Ring,
             copies: 1,
+            erasure: None,
+            set_size: eight(),
         }
     }
 }
@@ -136,6 +205,8 @@ pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
 /// [redundancy]
 /// scheme = "ring"                  # or "mirror"
 /// copies = 1
+/// # erasure = "rs:2"               # erasure sets (or "xor"); none by default
+/// # set_size = 8                   # members per erasure set
 /// [[node]]
 /// id = "node1"
 /// addr = "127.0.0.1:7460"
@@ -329,6 +400,16 @@ impl Cluster {
                 self.nodes.len()
             )));
         }
+        if let Some(e) = self.redundancy.erasure {
+            let need = e.tolerates() + 1;
+            if self.redundancy.set_size < need || self.nodes.len() < need {
+                return Err(invalid(format!(
+                    "redundancy.erasure = \"{e}\" needs sets of at least {need} members (set_size = {}, {} nodes)",
+                    self.redundancy.set_size,
+                    self.nodes.len()
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -516,6 +597,10 @@ impl Cluster {
         let _ = writeln!(o, "\n[redundancy]");
         let _ = writeln!(o, "scheme = \"{}\"", self.redundancy.scheme);
         let _ = writeln!(o, "copies = {}", self.redundancy.copies);
+        if let Some(e) = self.redundancy.erasure {
+            let _ = writeln!(o, "erasure = \"{e}\"");
+            let _ = writeln!(o, "set_size = {}", self.redundancy.set_size);
+        }
         for n in &self.nodes {
             let _ = writeln!(o, "\n[[node]]");
             let _ = writeln!(o, "id = {}", q(&n.id));

@@ -12,7 +12,11 @@ fn map(nodes: &[(&str, &[(&str, &str)])], levels: &[&str], scheme: Scheme, copie
         encrypt: false,
         heartbeat_ms: 1000,
         heartbeat_misses: 3,
-        redundancy: Redundancy { scheme, copies },
+        redundancy: Redundancy {
+            scheme,
+            copies,
+            ..Redundancy::default()
+        },
         domains: levels.iter().map(|s| s.to_string()).collect(),
         nodes: nodes
             .iter()

@@ -28,6 +28,7 @@ fn arb_cluster() -> impl Strategy<Value = Cluster> {
                 redundancy: Redundancy {
                     scheme: if mirror { Scheme::Mirror } else { Scheme::Ring },
                     copies: k,
+                    ..Redundancy::default()
                 },
                 domains: names.clone(),
                 nodes: (0..n)
