@@ -70,7 +70,7 @@ def inner(a):
     nbytes = sum(t.numel() * 4 for t in sd.values())
     dst = {k: torch.empty_like(v) for k, v in sd.items()}
 
-    def protected_after(path, t0, timeout=600):
+    def protected_after(path, t0, timeout=300):
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             o = subprocess.run([exe, "--cluster", cfile, "--node-id", "node1", "status", "--json"],
@@ -86,6 +86,12 @@ def inner(a):
 
     rows = {"memcpy": [], "ckptfs": [], "ckptfs-protected": [], "async": [], "async-done": [],
             "async-protected": [], "fs-/dev/shm": [], "fs-disk": []}
+    def clear():
+        # One checkpoint at a time in the stores: node2 holds node1's copies within its
+        # quota, and the previous ones are released when deleted here.
+        for k in ct.list_checkpoints("/bench"):
+            ct.delete_checkpoint(k["name"])
+
     for r in range(a.reps):
         for k, v in sd.items():  # warm
             dst[k].copy_(v)
@@ -94,12 +100,14 @@ def inner(a):
             dst[k].copy_(v)
         rows["memcpy"].append(time.monotonic() - t0)
 
+        clear()
         p = f"/bench/{a.link}/s{r}"
         t0 = time.monotonic()
         dcp.save(sd, storage_writer=ct.Writer(path=p))
         rows["ckptfs"].append(time.monotonic() - t0)
         rows["ckptfs-protected"].append(protected_after(p, t0))
 
+        clear()
         p = f"/bench/{a.link}/a{r}"
         t0 = time.monotonic()
         fut = dcp.async_save(sd, storage_writer=ct.Writer(path=p))
@@ -107,7 +115,6 @@ def inner(a):
         fut.result()
         rows["async-done"].append(time.monotonic() - t0)
         rows["async-protected"].append(protected_after(p, t0))
-        ct.keep_last(1, f"/bench/{a.link}")
 
         for name, base in (("fs-/dev/shm", "/dev/shm"), ("fs-disk", a.disk)):
             d = tempfile.mkdtemp(prefix=f"{a.tag}-fs-", dir=base)
@@ -117,8 +124,7 @@ def inner(a):
                 rows[name].append(time.monotonic() - t0)
             finally:
                 shutil.rmtree(d, ignore_errors=True)
-    for k in ct.list_checkpoints("/bench"):
-        ct.delete_checkpoint(k["name"])
+    clear()
     ct.release_staging_buffers()
     med = {k: statistics.median(v) for k, v in rows.items() if v}
     med["bytes"] = nbytes
@@ -139,13 +145,13 @@ def driver(a):
     work = Path(tempfile.mkdtemp(prefix=f"{a.tag}-nodes-"))
     job = f"{a.tag}-{os.getpid()}"
     biggest = max(size_of(s) for s in a.sizes.split(","))
-    env = dict(os.environ, CKPTFS_MEM_SIZE=str(4 * biggest + (64 << 20)), CKPTFS_CHUNK_SIZE="1M",
+    env = dict(os.environ, CKPTFS_MEM_SIZE=str(6 * biggest + (64 << 20)), CKPTFS_CHUNK_SIZE="1M",
                CKPTFS_JOB=job, CKPTFS_BIN=exe)
     for k in ("CKPTFS_STORE", "CKPTFS_DEST"):
         env.pop(k, None)
     subprocess.run([exe, "cluster", "init", "--local", "2", "--out", "c.toml", "--port", str(a.port), "--job", job],
                    cwd=work, env=env, check=True, capture_output=True)
-    nodes = Nodes(work, a.tag, shm_size=f"{6 * biggest // (1 << 20) + 256}m")
+    nodes = Nodes(work, a.tag, shm_size=f"{8 * biggest // (1 << 20) + 256}m")
     out = []
     try:
         text = (work / "c.toml").read_text()
