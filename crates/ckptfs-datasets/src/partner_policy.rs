@@ -195,3 +195,68 @@ impl PartnerPolicy {
         CopyVerdict::Copy
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{DecisionRec, FileRec, FORMAT};
+    use std::collections::BTreeMap;
+
+    fn decided_local() -> Dataset {
+        Dataset {
+            format: FORMAT.into(),
+            id: 1,
+            name: "s".into(),
+            job: "j".into(),
+            state: State::Complete,
+            reason: None,
+            created_ns: 1,
+            closed_ns: Some(2),
+            parts_expected: 1,
+            parts: BTreeMap::new(),
+            dir: None,
+            files: [(
+                "/c/a".to_string(),
+                FileRec {
+                    size: 10,
+                    crc32c: 7,
+                    mtime_ns: 1,
+                    levels: vec!["local".into()],
+                },
+            )]
+            .into(),
+            decision: Some(DecisionRec {
+                level: "local".into(),
+                reason: "local has the lowest expected overhead".into(),
+                input: serde_json::Value::Null,
+                estimates: BTreeMap::new(),
+                rule: "posterior".into(),
+                p_source: 0.0,
+                alarm: false,
+                measured: Some(crate::measured::Measured {
+                    partner: true,
+                    ..Default::default()
+                }),
+            }),
+            flush: false,
+            evicted: false,
+            node: None,
+            local_expected: None,
+            node_done: true,
+            nodes: BTreeMap::new(),
+            pfs_pruned: false,
+        }
+    }
+
+    /// The default protects every complete dataset beyond its node; only the explicit
+    /// adaptive choice (`dataset_partner_copies = decision`) leaves one decided `local`
+    /// (with the partner level on offer) node-local.
+    #[test]
+    fn a_dataset_decided_local_is_copied_by_default_and_skipped_only_when_adaptive() {
+        let d = decided_local();
+        let s = snapshot(std::slice::from_ref(&d), 10, false);
+        assert_eq!(s.files["/c/a"][0].2, CopyVerdict::Copy);
+        let s = snapshot(std::slice::from_ref(&d), 10, true);
+        assert_eq!(s.files["/c/a"][0].2, CopyVerdict::Skip);
+    }
+}
