@@ -132,6 +132,13 @@ def test_two_nodes_every_rank_loads_survives_a_rank_and_a_node_loss(tmp_path, mo
         local3 = [d for d in ckptfs.datasets.Datasets(job=job).list() if d["name"] == "/job/step3"]
         assert rows["/job/step3"]["state"] == "incomplete" and not rows["/job/step3"]["loadable"], (rows, local3)
         assert ct.latest_checkpoint("/job") == "/job/step2"
+        # One state across the CLI and Python: `ckpt list` of the cluster (on either
+        # node) gives each checkpoint's newest dataset the state Python gives it.
+        for n in ("node1", "node2"):
+            cli = json.loads(c.run("ckpt", "list", "--json", node=n).stdout)["datasets"]
+            newest = {d["name"]: d for d in sorted(cli, key=lambda d: d["id"])}
+            assert {k: v["state"] for k, v in newest.items()} == {k: v["state"] for k, v in rows.items()}, (
+                n, cli, rows)
 
         # Same world size, every rank on both nodes resumes from step 2.
         mp.spawn(_resume_job, args=(*args, str(tmp_path / "pg2"), str(tmp_path)), nprocs=4, join=True)
