@@ -35,7 +35,8 @@ fi
 
 stamp=.venv/.ckptfs-wheel.stamp
 sum=$(find crates/ckptfs-python crates/ckptfs-store crates/ckptfs-crc crates/ckptfs-settings crates/ckptfs-datasets \
-        crates/ckptfs-agent crates/ckptfs-policy crates/ckptfs-runtime python \
+        crates/ckptfs-agent crates/ckptfs-policy crates/ckptfs-runtime crates/ckptfs-node crates/ckptfs-cluster \
+        crates/ckptfs-transport crates/ckptfs-level python \
         -path '*/target' -prune -o -path '*/__pycache__' -prune -o -type f -print0 \
         | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ] || ! "$VPY" -c 'import ckptfs._native' >/dev/null 2>&1; then

@@ -33,9 +33,23 @@ StoreLike = Union[None, str, Store]
 Record = Dict[str, Any]
 
 
+def _cluster() -> Optional["tuple[str, str]"]:
+    """``(cluster file, node)`` when ``CKPTFS_CLUSTER`` and ``CKPTFS_NODE_ID`` are set
+    (what ``ckptfs run --cluster`` sets; torchrun users export them per node)."""
+    f = os.environ.get("CKPTFS_CLUSTER", "").strip()
+    n = os.environ.get("CKPTFS_NODE_ID", "").strip()
+    return (f, n) if f and n else None
+
+
 def _store(store: StoreLike) -> Store:
+    """``store`` as a Store; None: this node's store in cluster mode (the cluster file
+    names it), else the settings' default store."""
     if isinstance(store, Store):
         return store
+    if not store:
+        c = _cluster()
+        if c is not None:
+            return Store(_native.cluster_store_name(*c), create=True)
     return Store(store or None, create=True)
 
 
@@ -88,6 +102,26 @@ class Datasets:
     @property
     def dests(self) -> List[str]:
         return self._d.dests
+
+    @property
+    def cluster(self) -> "Optional[tuple[str, str]]":
+        """``(cluster file, node)`` in cluster mode (``CKPTFS_CLUSTER`` and
+        ``CKPTFS_NODE_ID`` set: completeness, ids and restarts are job-wide, the other
+        nodes' daemons are asked), else None."""
+        return self._d.cluster
+
+    def job_list(self) -> List[Record]:
+        """Every dataset as the whole job sees it, oldest first: in cluster mode every
+        node's records (through its daemon) judged job-wide (``state`` complete only
+        when every rank's part on every node is; ``parts``: node -> ``{"ranks",
+        "files"}``; ``unreachable``: nodes that could not be asked); on one node this
+        store's records in the same form."""
+        out = json.loads(self._d.job_list())
+        for r in out:
+            st = r.get("state")
+            if isinstance(st, dict):  # {"state": ..., "reason": ...}
+                r["state"], r["reason"] = st.get("state"), st.get("reason")
+        return out
 
     def begin(self, name: str) -> int:
         """Begin dataset ``name`` for this rank (joining an open one of that name that

@@ -36,7 +36,7 @@ from typing import Any, Generator, List, Optional, Union
 import torch
 from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemReader, FileSystemWriter
 
-from . import Store, _norm
+from . import Store, _native, _norm
 from . import datasets as _ds
 
 __all__ = [
@@ -50,6 +50,9 @@ __all__ = [
     "load_safetensors",
     "latest_checkpoint",
     "is_complete",
+    "list_checkpoints",
+    "delete_checkpoint",
+    "keep_last",
 ]
 
 METADATA = ".metadata"
@@ -57,10 +60,8 @@ METADATA = ".metadata"
 StoreLike = Union[None, str, Store]
 
 
-def _store(store: StoreLike) -> Store:
-    if isinstance(store, Store):
-        return store
-    return Store(store or None, create=True)
+_cluster = _ds._cluster
+_store = _ds._store
 
 
 # -- completeness ------------------------------------------------------------------------
@@ -143,12 +144,181 @@ def latest_checkpoint(
     st = _store(store)
     r = _norm(root)
     ds = _datasets(st, job, dests)
+    if ds.cluster is not None and st.name == _native.cluster_store_name(*ds.cluster):
+        chosen = _job_latest(ds, r)
+        return chosen["name"] if chosen else None
     found = ds.restart_search(r, restore=restore)
-    if found["chosen"] is not None:
-        return found["chosen"]["name"]
+    chosen = found["chosen"]
+    for sk in found.get("skipped") or []:
+        if chosen is None or sk["id"] > chosen["id"]:
+            _warn(
+                f"ckptfs: checkpoint {sk['name']} (dataset {sk['id']}) is newer than "
+                f"{chosen['name'] if chosen else 'any chosen'} but was skipped: {sk['reason']}"
+            )
+    if chosen is not None:
+        _warn_unrecorded(st, r, chosen["name"], ds)
+        return chosen["name"]
     if any(_under(d["name"], r) for d in ds.list()):
         return None
     return _latest_by_dir(st, r)
+
+
+def _warn(msg: str) -> None:
+    import warnings
+
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def _warn_unrecorded(st: Store, root: str, chosen: str, ds: "_ds.Datasets") -> None:
+    """Warn when a checkpoint directory under ``root`` passes the directory rule, has no
+    dataset record, and its ``.metadata`` is newer than the chosen one's: a save made
+    without the Writer (``dcp.save(checkpoint_id="ckptfs://...")`` through torch's
+    fsspec writer, or ``Writer(dataset=False)``) that a restart does not take."""
+    names = {d["name"] for d in ds.list()}
+    try:
+        t0 = st.stat(posixpath.join(chosen, METADATA)).mtime_ns
+    except OSError:
+        return
+    for p in _dir_candidates(st, root):
+        if p in names or not _dir_complete(st, p):
+            continue
+        t = st.stat(posixpath.join(p, METADATA)).mtime_ns
+        if t > t0:
+            _warn(
+                f"ckptfs: checkpoint {p} is newer than the chosen {chosen} but has no dataset "
+                "record (saved without ckptfs.torch.Writer, or with dataset=False): it is not "
+                "chosen; load it with Reader(path=...) or save through the Writer"
+            )
+
+
+def _job_latest(ds: "_ds.Datasets", root: str) -> Optional[dict]:
+    """Cluster mode: the newest dataset under ``root`` complete job-wide (every rank's
+    part on every node); each newer one passed over is warned about with its reason."""
+    jl = [d for d in ds.job_list() if _under(d["name"], root)]
+    chosen = None
+    for d in reversed(jl):
+        if d["state"] == "complete":
+            chosen = d
+            break
+    for d in jl:
+        if d["state"] != "complete" and (chosen is None or d["id"] > chosen["id"]):
+            _warn(
+                f"ckptfs: checkpoint {d['name']} (dataset {d['id']}) is newer than "
+                f"{chosen['name'] if chosen else 'any complete one'} but is {d['state']} "
+                f"job-wide: {d.get('reason') or ''}"
+            )
+    return chosen
+
+
+# -- managing checkpoints ------------------------------------------------------------------
+def _levels_all(files: "dict[str, dict]") -> List[str]:
+    """Levels holding every file (fastest first)."""
+    if not files:
+        return []
+    return [lv for lv in ("local", "partner", "pfs") if all(lv in (f.get("levels") or []) for f in files.values())]
+
+
+def list_checkpoints(root: str = "/", store: StoreLike = None, job: Optional[str] = None) -> List[dict]:
+    """The checkpoints (datasets) named ``root`` or below, oldest first, one row per
+    dataset: ``name id state reason size levels loadable decision``.
+
+    ``state`` is the dataset's as the whole job sees it (cluster mode: every node's
+    records through the daemons; a checkpoint is ``complete`` only when every rank's
+    part on every node is), ``levels`` the levels holding every file now (``local``,
+    ``partner``, ``pfs``), ``loadable`` whether it is complete and some level holds it
+    all (an evicted checkpoint whose files are gone is not), ``decision`` the level
+    policy's ``{"level", "reason"}`` (with ``dataset_partner_copies = decision``, a
+    checkpoint decided ``local`` is node-local by that choice, for that reason)."""
+    st = _store(store)
+    r = _norm(root)
+    ds = _datasets(st, job)
+    recs = {d["id"]: d for d in ds.list()}
+    rows = []
+    for d in ds.job_list():
+        if not _under(d["name"], r):
+            continue
+        rec = recs.get(d["id"]) or {}
+        files: "dict[str, dict]" = {}
+        if ds.cluster is None:
+            files = dict(rec.get("files") or {})  # levels as checked now
+        else:  # every node's part, each node's levels as it checked them now
+            for part in (d.get("parts") or {}).values():
+                files.update(part.get("files") or {})
+        levels = _levels_all(files)
+        dec = rec.get("decision") or None
+        rows.append(
+            {
+                "name": d["name"],
+                "id": d["id"],
+                "state": d["state"],
+                "reason": d.get("reason"),
+                "size": sum(int(f.get("size") or 0) for f in files.values()),
+                "levels": levels,
+                "loadable": d["state"] == "complete" and bool(levels),
+                "evicted": bool(rec.get("evicted")),
+                "decision": {"level": dec.get("level"), "reason": dec.get("reason")} if dec else None,
+            }
+        )
+    # One row per checkpoint name: a step saved again after a crash is its newest save
+    # (``attempts`` counts the saves of that name).
+    by_name: "dict[str, dict]" = {}
+    for row in rows:
+        prev = by_name.pop(row["name"], None)
+        row["attempts"] = (prev["attempts"] if prev else 0) + 1
+        by_name[row["name"]] = row
+    return sorted(by_name.values(), key=lambda x: x["id"])
+
+
+def _rm_empty_dirs(st: Store, path: str) -> None:
+    """Remove ``path`` and its parents while they are empty directories."""
+    p = path
+    while p not in ("", "/"):
+        try:
+            if not st.isdir(p) or st.listdir(p):
+                return
+            st.rmdir(p)
+        except OSError:
+            return
+        p = posixpath.dirname(p)
+
+
+def delete_checkpoint(name: str, store: StoreLike = None, job: Optional[str] = None) -> int:
+    """Delete checkpoint ``name`` from this node: every dataset of that name (its record
+    and its files in this store still holding its content), then its directory and
+    parents once empty. Returns the number of datasets deleted. In cluster mode each
+    node keeps its own part: call it on every node (one rank per node)."""
+    st = _store(store)
+    p = _norm(name)
+    ds = _datasets(st, job)
+    n = 0
+    for d in ds.list():
+        if d["name"] == p:
+            ds.delete(d["id"])
+            n += 1
+    _rm_empty_dirs(st, p)
+    return n
+
+
+def keep_last(n: int, root: str = "/", store: StoreLike = None, job: Optional[str] = None) -> List[str]:
+    """Keep the newest ``n`` loadable checkpoints under ``root`` on this node and delete
+    the others (older complete ones, and incomplete or invalid ones older than the
+    oldest kept), directories included. Open (being written) checkpoints are left
+    alone. Returns the names deleted."""
+    if n < 1:
+        raise ValueError("keep_last: n must be at least 1")
+    rows = list_checkpoints(root, store, job)
+    keep = [r for r in rows if r["loadable"]][-n:]
+    if not keep:
+        return []
+    oldest_kept = keep[0]["id"]
+    kept_names = {r["name"] for r in keep}
+    gone = []
+    for r in rows:
+        if r["id"] >= oldest_kept or r["state"] == "open" or r["name"] in kept_names:
+            continue
+        delete_checkpoint(r["name"], store, job)
+        gone.append(r["name"])
+    return gone
 
 
 class _StoreFileSystem(FileSystemBase):
@@ -234,6 +404,148 @@ def _no_zip_crc32(enabled: bool) -> Generator[None, None, None]:
                 config.save.compute_crc32 = _crc_saved
 
 
+# -- room in the store ----------------------------------------------------------------
+def _fmt(n: int) -> str:
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n} B"
+
+
+def _free_bytes(store: Store) -> "tuple[int, str]":
+    """Free bytes in the store (memory and spill) and a description of its size."""
+    i = store.info()
+    cs = int(i["chunk_size"])
+    free = (int(i["mem_free_chunks"]) + int(i.get("spill_free_chunks") or 0)) * cs
+    size = f"{_fmt(int(i['mem_size']))} memory"
+    if int(i.get("spill_size") or 0):
+        size += f" + {_fmt(int(i['spill_size']))} spill"
+    return free, size
+
+
+def _no_space(store: Store, need: int, what: str, free: Optional[int] = None) -> OSError:
+    f, size = _free_bytes(store)
+    free = f if free is None else free
+    return OSError(
+        28,
+        f"no space in ckptfs store {store.name} ({size}, {_fmt(free)} free): {what} needs about {_fmt(need)}",
+    )
+
+
+def _existing_bytes(store: Store, path: str) -> int:
+    """Bytes of the files already under ``path`` (a save replacing them frees them)."""
+    n = 0
+    try:
+        for dirpath, _d, files in store.walk(path):
+            for f in files:
+                try:
+                    n += store.stat(posixpath.join(dirpath, f)).size
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    return n
+
+
+def _check_room(store: Store, need: int, what: str, replaced: int = 0) -> None:
+    """``OSError(ENOSPC)`` naming the store, its size and what the save needs, before
+    a byte is written, when the store cannot take ``need`` bytes (``replaced``: bytes of
+    files the save replaces). A chunk per file of slack is not counted: the check only
+    refuses saves that cannot fit."""
+    free, _ = _free_bytes(store)
+    if need > free + replaced:
+        raise _no_space(store, need, what, free)
+
+
+def _store_full(store: Store) -> bool:
+    try:
+        i = store.info()
+        return int(i["mem_free_chunks"]) + int(i.get("spill_free_chunks") or 0) == 0
+    except Exception:  # noqa: BLE001 (best effort while reporting another error)
+        return False
+
+
+def _plan_bytes(plan: Any) -> int:
+    """Bytes of the tensors in a DCP save plan (items without tensor data count 0)."""
+    n = 0
+    for item in getattr(plan, "items", []) or []:
+        td = getattr(item, "tensor_data", None)
+        if td is None:
+            continue
+        numel = 1
+        for s in td.chunk.sizes:
+            numel *= int(s)
+        dtype = getattr(td.properties, "dtype", None)
+        n += numel * (torch.empty((), dtype=dtype).element_size() if dtype is not None else 4)
+    return n
+
+
+def _obj_bytes(obj: Any, seen: Optional[set] = None) -> int:
+    """Bytes of the tensors reachable through dicts, lists and tuples of ``obj``."""
+    seen = set() if seen is None else seen
+    if isinstance(obj, torch.Tensor):
+        key = (obj.untyped_storage().data_ptr(), obj.untyped_storage().nbytes()) if obj.device.type == "cpu" else id(obj)
+        if key in seen:
+            return 0
+        seen.add(key)
+        return obj.untyped_storage().nbytes()
+    if isinstance(obj, dict):
+        return sum(_obj_bytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_obj_bytes(v, seen) for v in obj)
+    return 0
+
+
+# -- async_save staging into reused buffers ----------------------------------------------
+def _signature(obj: Any, path: str = "") -> Any:
+    """The structure of a state dict: every tensor's place, shape, dtype and device, and
+    every other value's place and type (two dicts with one signature can share staging
+    buffers)."""
+    if isinstance(obj, torch.Tensor):
+        return ("T", path, tuple(obj.shape), str(obj.dtype), obj.device.type, obj.is_contiguous())
+    if isinstance(obj, dict):
+        return ("D", path, tuple(_signature(v, f"{path}.{k}") for k, v in obj.items()))
+    if isinstance(obj, (list, tuple)):
+        return ("L", path, type(obj).__name__, tuple(_signature(v, f"{path}[{i}]") for i, v in enumerate(obj)))
+    return ("V", path, type(obj).__name__)
+
+
+class _StagingPool:
+    """Process-wide staging buffers for ``dcp.async_save`` through :class:`Writer`:
+    CPU copies of a state dict, allocated once per state-dict structure and reused by
+    every later save of the same structure (each save makes a new Writer, so the
+    buffers cannot live in the writer as torch's ``cache_staged_state_dict`` keeps them).
+    A buffer set is lent to one save from its staging to the end of its
+    ``write_data`` (the shards are in the store then); a save staged while the previous
+    one is still writing gets a second set instead of overwriting the first."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.free: "dict[Any, List[Any]]" = {}
+
+    def take(self, sig: Any) -> Any:
+        with self.lock:
+            sets = self.free.get(sig)
+            return sets.pop() if sets else None
+
+    def give(self, sig: Any, staged: Any) -> None:
+        with self.lock:
+            self.free.setdefault(sig, []).append(staged)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.free.clear()
+
+
+_staging = _StagingPool()
+
+
+def release_staging_buffers() -> None:
+    """Drop the staging buffers ``dcp.async_save`` through :class:`Writer` keeps for
+    reuse (memory the size of the state dict per structure saved)."""
+    _staging.clear()
+
+
 def _dist_rank_world() -> "tuple[int, int]":
     import torch.distributed as dist
 
@@ -278,6 +590,7 @@ class Writer(FileSystemWriter):
         dataset_world: Optional[int] = None,
         complete_in_background: bool = False,
         zip_crc32: bool = False,
+        stage_buffers: bool = True,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("sync_files", False)
@@ -296,6 +609,8 @@ class Writer(FileSystemWriter):
         self._coordinator = True
         self._ds: Optional[_ds.Datasets] = None
         self._ds_id: Optional[int] = None
+        self.stage_buffers = stage_buffers
+        self._lent: Any = None
 
     def reset(self, checkpoint_id: Union[str, os.PathLike, None] = None) -> None:
         self.wait()
@@ -324,6 +639,29 @@ class Writer(FileSystemWriter):
         completion); None on other ranks or with ``dataset=False``."""
         return self.wait()
 
+    def stage(self, state_dict: Any) -> Any:
+        """``dcp.async_save``'s staging: copy the state dict into CPU buffers reused
+        from earlier saves of the same structure (allocated at the first one), so an
+        async save blocks for the copy only, as long as a sync save's copy into the
+        store. ``stage_buffers=False`` allocates new buffers every time (torch's
+        ``BlockingAsyncStager``)."""
+        if not self.stage_buffers:
+            return super().stage(state_dict)
+        from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+
+        sig = _signature(state_dict)
+        staged = _staging.take(sig)
+        if staged is None:
+            staged = _create_cpu_state_dict(state_dict, pin_memory=torch.cuda.is_available())
+        staged = _copy_state_dict(state_dict, staged)
+        self._lent = (sig, staged)
+        return staged
+
+    def _give_back(self) -> None:
+        lent, self._lent = self._lent, None
+        if lent is not None:
+            _staging.give(*lent)
+
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         super().set_up_storage_writer(is_coordinator, *args, **kwargs)
         self._coordinator = is_coordinator
@@ -332,7 +670,9 @@ class Writer(FileSystemWriter):
         rank, world = _dist_rank_world()
         if self.dataset_world is not None:
             world = self.dataset_world
-        elif os.environ.get("LOCAL_WORLD_SIZE", "").isdigit():
+        elif _cluster() is None and os.environ.get("LOCAL_WORLD_SIZE", "").isdigit():
+            # One node's store: the ranks writing into it. In cluster mode every rank
+            # of the job has a part (job-wide completion across the nodes' records).
             world = int(os.environ["LOCAL_WORLD_SIZE"])
         self._ds = _ds.Datasets(self.store, job=self.job, rank=rank, world=world)
         self._ds_id = self._ds.begin(str(self.path))
@@ -344,13 +684,27 @@ class Writer(FileSystemWriter):
         return self._ds.complete(i, valid)
 
     def write_data(self, plan: Any, planner: Any) -> Any:
-        if self.use_dataset:
-            self._begin()
+        rank = _dist_rank_world()[0]
+        need = _plan_bytes(plan)
+        what = f"checkpoint {self.path} (rank {rank}'s shards)"
+        # A full store is reported as such before torch's writer sees a short write (it
+        # would report a zip position error instead).
+        try:
+            _check_room(self.store, need, what, _existing_bytes(self.store, str(self.path)))
+            if self.use_dataset:
+                self._begin()
+        except BaseException:
+            self._give_back()
+            raise
         try:
             with _no_zip_crc32(not self.zip_crc32):
                 fut = super().write_data(plan, planner)  # written when it returns (FileSystemWriter)
-        except BaseException:
+            self._give_back()  # the shards are in the store: the staging buffers are free
+        except BaseException as e:
+            self._give_back()
             self._complete(False)
+            if not (isinstance(e, OSError) and e.errno == 28) and _store_full(self.store):
+                raise _no_space(self.store, need, what) from e
             raise
         if not self._coordinator:
             self._complete(True)
@@ -386,6 +740,67 @@ class Writer(FileSystemWriter):
         return _StoreFileSystem.validate_checkpoint_id(checkpoint_id)
 
 
+class _JobFileSystem(_StoreFileSystem):
+    """Cluster mode: DCP's file-system interface over this node's store and the other
+    nodes' files of one checkpoint. A file of another node's part (the coordinator's
+    ``.metadata``, other ranks' shards), or one of this node's part the store no longer
+    has whole, is read through the node daemons (``ckptfs._native.read_job_file``: a
+    partner copy in this store, the owner's daemon, the owner's partners, any other
+    node), checked against the CRC32C the dataset recorded, and kept in memory for the
+    rest of the load."""
+
+    def __init__(self, store: Store, cluster: "tuple[str, str]", files: "dict[str, tuple[str, int, int, int]]") -> None:
+        super().__init__(store)
+        self.cluster = cluster
+        self.files = files  # path -> (owner node, size, crc32c, mtime_ns)
+        self.fetched: "dict[str, bytes]" = {}
+        self.sources: "dict[str, str]" = {}  # path -> node it was read from
+
+    def _local(self, p: str) -> bool:
+        f = self.files.get(p)
+        if f is None:
+            return True
+        owner, size, _crc, mtime = f
+        if owner != self.cluster[1]:
+            return False
+        try:
+            st = self.store.stat(p)
+        except OSError:
+            return False
+        return st.state == "complete" and st.size == size and st.mtime_ns == mtime
+
+    def fetch(self, p: str) -> bytes:
+        b = self.fetched.get(p)
+        if b is None:
+            owner, size, crc, _ = self.files[p]
+            node, b = _native.read_job_file(self.store._s, self.cluster[0], self.cluster[1], owner, p, size, crc)
+            self.fetched[p] = b
+            self.sources[p] = node
+        return b
+
+    @contextmanager
+    def create_stream(self, path: Union[str, os.PathLike], mode: str) -> Generator[io.IOBase, None, None]:
+        p = _norm(path)
+        if "r" in mode and "+" not in mode and not self._local(p):
+            yield io.BytesIO(self.fetch(p))
+            return
+        with super().create_stream(path, mode) as f:
+            yield f
+
+    def exists(self, path: Union[str, os.PathLike]) -> bool:
+        return _norm(path) in self.files or super().exists(path)
+
+
+def _job_files(d: dict) -> "dict[str, tuple[str, int, int, int]]":
+    """Every file of job-wide dataset ``d``: path -> (node whose part it is, size,
+    CRC32C, mtime_ns)."""
+    out = {}
+    for node, part in (d.get("parts") or {}).items():
+        for path, f in (part.get("files") or {}).items():
+            out[path] = (node, int(f["size"]), int(f["crc32c"]), int(f.get("mtime_ns") or 0))
+    return out
+
+
 class Reader(FileSystemReader):
     """``StorageReader`` for ``dcp.load`` from a node store.
 
@@ -409,6 +824,11 @@ class Reader(FileSystemReader):
         super().__init__(path="/", **kwargs)
         self.store = _store(store)
         self.fs = _StoreFileSystem(self.store)
+        self.dataset: Optional[dict] = None
+        c = _cluster()
+        if c is not None and self.store.name == _native.cluster_store_name(*c):
+            self._init_cluster(c, path, root, job, dests)
+            return
         if path is None:
             r = _strip_url(root)
             found = latest_checkpoint(r, self.store, job=job, dests=dests, restore=True)
@@ -417,6 +837,35 @@ class Reader(FileSystemReader):
             self.path = found
         else:
             self.path = _strip_url(path)
+
+    def _init_cluster(self, c: "tuple[str, str]", path: Any, root: Any, job: Optional[str], dests: Any) -> None:
+        """Cluster mode: the checkpoint as the whole job sees it (every node's records
+        through the daemons): ``path``'s newest dataset complete job-wide, or without
+        ``path`` the newest under ``root``; files this node's store lacks are read from
+        the nodes that hold them (:class:`_JobFileSystem`)."""
+        ds = _ds.Datasets(self.store, job=job, dests=dests)
+        if path is None:
+            r = _strip_url(root)
+            d = _job_latest(ds, r)
+            if d is None:
+                raise FileNotFoundError(2, f"no checkpoint under {r} is complete job-wide (node {c[1]}, job {ds.job})")
+        else:
+            p = _strip_url(path)
+            mine = [x for x in ds.job_list() if x["name"] == p]
+            done = [x for x in mine if x["state"] == "complete"]
+            if not done:
+                if mine:
+                    x = mine[-1]
+                    raise FileNotFoundError(
+                        2, f"checkpoint {p} is {x['state']} job-wide, not loadable: {x.get('reason') or ''}"
+                    )
+                # No dataset of that name on any node: this store's directory as is.
+                self.path = p
+                return
+            d = done[-1]
+        self.path = d["name"]
+        self.dataset = d
+        self.fs = _JobFileSystem(self.store, c, _job_files(d))
 
     def reset(self, checkpoint_id: Union[str, os.PathLike, None] = None) -> None:
         super().reset(_strip_url(checkpoint_id) if checkpoint_id else None)
@@ -437,9 +886,17 @@ def save(obj: Any, path: Union[str, os.PathLike], store: StoreLike = None, **kwa
     is complete when this returns."""
     st = _store(store)
     p = _strip_url(path)
+    need = _obj_bytes(obj)
+    replaced = st.stat(p).size if st.exists(p) else 0
+    _check_room(st, need, f"torch.save of {p}", replaced)
     st.makedirs(posixpath.dirname(p), exist_ok=True)
-    with st.open(p, "wb") as f:
-        torch.save(obj, f, **kwargs)
+    try:
+        with st.open(p, "wb") as f:
+            torch.save(obj, f, **kwargs)
+    except BaseException as e:
+        if not (isinstance(e, OSError) and e.errno == 28) and _store_full(st):
+            raise _no_space(st, need, f"torch.save of {p}") from e
+        raise
 
 
 def load(path: Union[str, os.PathLike], store: StoreLike = None, **kwargs: Any) -> Any:

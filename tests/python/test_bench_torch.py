@@ -38,3 +38,32 @@ def test_bench_torch_reports_every_row(tmp_path):
     assert rows["partner"]["restore_s"] > 0 and rows["ckptfs-bg"]["save_total_s"] > 0
     assert list(tmp_path.iterdir()) == []
     assert not any(tag in n for n in os.listdir("/dev/shm")), os.listdir("/dev/shm")
+
+
+def test_bench_torch_two_nodes_reports_stalls_and_time_to_protected(tmp_path):
+    """`ckptfs bench torch --nodes 2` at a tiny size on two simulated nodes (root): every
+    figure present, "protected" no sooner than the save returned, nothing left
+    in the disk directory. Skipped without root, FAILS then with
+    CKPTFS_REQUIRE_ROOT_TESTS=1."""
+    exe = Path(os.environ.get("CKPTFS_BIN_DIR") or ROOT / "target" / "release") / "ckptfs"
+    why = None if os.geteuid() == 0 else "needs root (network namespaces)"
+    if not exe.is_file():
+        why = f"{exe} not built"
+    if why:
+        if os.environ.get("CKPTFS_REQUIRE_ROOT_TESTS") == "1":
+            pytest.fail(f"root test cannot run (CKPTFS_REQUIRE_ROOT_TESTS=1): {why}")
+        pytest.skip(why)
+    port = int(os.environ.get("CKPTFS_TEST_PORT", 43600 + 2 * (os.getpid() % 100))) + 4
+    tag = f"{os.environ.get('CKPTFS_NETNS_TAG', 'pyt')[:4]}"
+    r = subprocess.run(
+        [str(exe), "bench", "torch", "--nodes", "2", "--sizes", "8M", "--reps", "1", "--links", "1gbit",
+         "--disk", str(tmp_path), "--port", str(port), "--tag", tag, "--json"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    (row,) = json.loads(r.stdout)
+    for k in ("memcpy", "ckptfs", "async", "async-done", "fs-/dev/shm", "fs-disk", "wire",
+              "ckptfs-protected", "async-protected"):
+        assert row[k] > 0, (k, row)
+    assert row["ckptfs-protected"] >= row["ckptfs"] and row["async-protected"] >= row["async"], row
+    assert list(tmp_path.iterdir()) == []

@@ -96,7 +96,8 @@ class _Cluster:
         for n in list(self.daemons):
             self.kill(n)
         for n in ("node1", "node2"):
-            self.run("destroy", node=n, check=False)
+            # --force: the test still holds a Store of node1's (it leaked otherwise)
+            self.run("destroy", "--force", node=n, check=False)
 
 
 def test_node_lost_shards_come_back_from_the_partner_and_load_identically(tmp_path):

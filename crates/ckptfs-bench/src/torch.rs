@@ -45,6 +45,15 @@ pub struct TorchBenchArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// 2: the multi-node case (root): two simulated nodes (network namespaces, each its
+    /// own /dev/shm, store and node daemon), the stall of dcp.save and dcp.async_save on
+    /// node1 and the time until every file is protected on node2, per link rate of
+    /// --links (`scripts/bench-torch-nodes.py`). 0: the one-node benchmark.
+    #[arg(long, default_value_t = 0)]
+    pub nodes: usize,
+    /// Link rates of the multi-node case (tc tbf on the veths), comma separated.
+    #[arg(long, default_value = "1gbit,10gbit")]
+    pub links: String,
 }
 
 /// Checkout roots to look in: the one holding this binary (`target/release/ckptfs`)
@@ -88,20 +97,28 @@ pub fn run(a: TorchBenchArgs) -> Result<i32> {
         "the Python environment",
         "run scripts/setup-python.sh in the checkout, or pass --python",
     )?;
-    let script = find(
-        &a.script,
-        "scripts/bench-torch.py",
-        "the script scripts/bench-torch.py",
-        "run from the checkout, or pass --script",
-    )?;
+    let (rel, name) = match a.nodes {
+        0 => ("scripts/bench-torch.py", "the script scripts/bench-torch.py"),
+        2 => (
+            "scripts/bench-torch-nodes.py",
+            "the script scripts/bench-torch-nodes.py",
+        ),
+        n => bail!("--nodes {n}: the multi-node benchmark runs 2 nodes (or 0: one node)"),
+    };
+    let script = find(&a.script, rel, name, "run from the checkout, or pass --script")?;
     check_imports(&python)?;
     let mut cmd = Command::new(&python);
     cmd.arg(&script)
         .args(["--sizes", &a.sizes, "--reps", &a.reps.to_string()])
         .arg("--disk")
         .arg(&a.disk)
-        .args(["--remote-max", &a.remote_max, "--port", &a.port.to_string()])
+        .args(["--port", &a.port.to_string()])
         .args(["--tag", &a.tag]);
+    if a.nodes == 0 {
+        cmd.args(["--remote-max", &a.remote_max]);
+    } else {
+        cmd.args(["--links", &a.links]);
+    }
     if a.json {
         cmd.arg("--json");
     }

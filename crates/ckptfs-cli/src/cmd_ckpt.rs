@@ -153,7 +153,15 @@ fn list_job(ds: &Datasets, json: bool) -> Result<()> {
             "{:>5}  {:<20} {:<10} {:>10} {:<18} {:>6}  {}",
             d.id,
             esc(&d.name),
-            d.state.name(),
+            // A file no level holds: the dataset cannot be loaded whatever its verdict.
+            shown_state(
+                d.state.name(),
+                false,
+                d.parts
+                    .values()
+                    .flat_map(|p| p.files.values())
+                    .any(|f| f.levels.is_empty()),
+            ),
             human(d.size()),
             if levels.is_empty() { "-" } else { levels.as_str() },
             age(d.closed_ns.unwrap_or(d.created_ns)),
@@ -244,7 +252,7 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
                     }
                     if let Some(dec) = &d.decision {
                         if note.is_empty() {
-                            note = format!("policy: {}", dec.level);
+                            note = policy_note(&dec.level, &dec.reason, ds.config().partner_copies_adaptive);
                         }
                     }
                     let levels = d.levels().join(",");
@@ -252,7 +260,7 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
                         "{:>5}  {:<20} {:<10} {:>10} {:<12} {:>6}  {}",
                         d.id,
                         esc(&d.name),
-                        d.state.name(),
+                        shown_state(d.state.name(), d.evicted, levels.is_empty()),
                         human(d.size()),
                         if levels.is_empty() { "-" } else { levels.as_str() },
                         age(d.closed_ns.unwrap_or(d.created_ns)),
@@ -509,5 +517,46 @@ impl Drop for TmpDir {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = ckptfs_store::Store::destroy(&self.0);
+    }
+}
+
+/// The STATE column: a complete dataset whose files no level holds any more (evicted
+/// from memory and never protected or flushed) is not shown as `complete`.
+fn shown_state(state: &'static str, evicted: bool, no_level: bool) -> &'static str {
+    match (state, evicted, no_level) {
+        ("complete", true, true) => "evicted",
+        ("complete", false, true) => "lost",
+        _ => state,
+    }
+}
+
+/// The note for a dataset's level decision: with the adaptive choice
+/// (`dataset_partner_copies = decision`) a `local` decision means no copy beyond this
+/// node, said so with the policy's reason; otherwise (every complete dataset is
+/// protected) the decision only names the level the policy found cheapest.
+fn policy_note(level: &str, reason: &str, adaptive: bool) -> String {
+    if adaptive && level == "local" {
+        format!("node-local by the policy's choice (dataset_partner_copies = decision): {reason}")
+    } else {
+        format!("policy: {level}")
+    }
+}
+
+#[cfg(test)]
+mod list_tests {
+    use super::*;
+
+    #[test]
+    fn evicted_or_lost_datasets_are_not_shown_complete_and_local_choices_say_why() {
+        assert_eq!(shown_state("complete", true, true), "evicted");
+        assert_eq!(shown_state("complete", false, true), "lost");
+        assert_eq!(shown_state("complete", true, false), "complete");
+        assert_eq!(shown_state("open", false, true), "open");
+        let n = policy_note("local", "local has the lowest expected overhead", true);
+        assert!(
+            n.starts_with("node-local by the policy's choice") && n.contains("lowest expected"),
+            "{n}"
+        );
+        assert_eq!(policy_note("local", "x", false), "policy: local");
     }
 }

@@ -114,9 +114,10 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     };
     cfg.partner_priority =
         ckptfs_node::parse_priority(&prio).context("setting partner_priority (--partner-priority)")?;
-    // Partner copies follow the datasets' level decisions (docs/datasets.md); with no
-    // dataset record of the job every complete file is copied, as without datasets.
-    // `dataset_partner_copies = all` copies every complete file whatever the decisions.
+    // Partner copies follow the datasets (docs/datasets.md): every complete dataset is
+    // copied (`complete`, the default), or only those the adaptive level policy decided
+    // `partner` (`decision`); with no dataset record of the job every complete file is
+    // copied, as without datasets. `all` copies every complete file at once.
     let dcfg = ckptfs_datasets::Config::from_settings(&ctx.settings, &|k| std::env::var(k).ok())
         .context("dataset settings")?;
     cfg.metrics = args.metrics.clone().map(|addr| ckptfs_node::MetricsConfig {
@@ -124,10 +125,10 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
         job: Some(dcfg.job.clone()),
     });
     if dcfg.partner_copies_follow_decision {
-        cfg.datasets = Some(std::sync::Arc::new(ckptfs_datasets::PartnerPolicy::new(
-            ctx.store.clone(),
-            &dcfg.job,
-        )));
+        cfg.datasets = Some(std::sync::Arc::new(
+            ckptfs_datasets::PartnerPolicy::new(ctx.store.clone(), &dcfg.job)
+                .adaptive(dcfg.partner_copies_adaptive),
+        ));
     }
     if !args.dest.dest.is_empty() {
         let mut d = args.dest.config(Some(node))?;

@@ -17,6 +17,19 @@ fn attach(ctx: &Ctx) -> Result<Store> {
     Ok(Store::attach(&ctx.store)?)
 }
 
+/// What `dirty` means in `status`: a process died holding one of the store's locks
+/// (SIGKILL, a crash), and the next process to take that lock repaired what it may have
+/// left half-changed; the data of complete files is untouched. `fsck --repair` checks
+/// everything and marks the store clean again.
+fn dirty_explained(recoveries: u64) -> String {
+    format!(
+        "            dirty: {recoveries} time(s) a process died holding a store lock (killed or crashed mid-\
+         update); the next locker repaired what it may have left half-changed, complete files are \
+         untouched. Files being written then are `incomplete`. `ckptfs fsck --repair` checks the \
+         whole store and marks it clean."
+    )
+}
+
 fn human(n: u64) -> String {
     const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
@@ -155,6 +168,9 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
         i.format_version,
         i.state
     );
+    if i.state == "dirty" {
+        println!("{}", dirty_explained(i.recoveries));
+    }
     println!(
         "memory      {} used, {} free of {} ({} chunks of {})",
         human(used),
@@ -614,4 +630,17 @@ pub fn config(ctx: &Ctx, json: bool) -> Result<i32> {
         println!("(settings at their default are not imposed on an existing store)");
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod dirty_tests {
+    #[test]
+    fn status_explains_dirty_and_what_to_do() {
+        let t = super::dirty_explained(2);
+        assert!(t.contains("2 time(s) a process died holding a store lock"), "{t}");
+        assert!(
+            t.contains("mid-update") && t.contains("ckptfs fsck --repair"),
+            "{t}"
+        );
+    }
 }

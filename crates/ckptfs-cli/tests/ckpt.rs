@@ -665,6 +665,8 @@ fn partner_copies_follow_the_level_decision() {
         ("CKPTFS_NODE_MTBF", "1000000000"),
         ("CKPTFS_CHECKPOINT_INTERVAL", "100"),
         ("CKPTFS_PFS_BANDWIDTH", "1"),
+        // The adaptive choice (the default protects every complete dataset).
+        ("CKPTFS_DATASET_PARTNER_COPIES", "decision"),
     ];
     let run = |args: &[&str]| {
         let mut c = node1.cmd(args);

@@ -534,7 +534,9 @@ impl Cluster {
     }
 
     /// A map for `n` nodes on 127.0.0.1: `node1..nodeN`, ports `base_port..`, stores
-    /// `<job>.nodeI`, two nodes per rack (`node1, node2` in `r1`, `node3, node4` in `r2`).
+    /// `<job>.nodeI`, two nodes per rack (`node1, node2` in `r1`, `node3, node4` in `r2`)
+    /// from 4 nodes on; 2 or 3 nodes each get a rack of their own (`rI`), so the plan
+    /// survives the loss of any one rack.
     pub fn local(n: usize, job: &str, base_port: u16) -> Result<Cluster> {
         if n < 2 {
             return Err(invalid(format!("--local {n}: a cluster needs at least 2 nodes")));
@@ -550,7 +552,12 @@ impl Cluster {
                 id: format!("node{i}"),
                 addr: format!("127.0.0.1:{}", base_port as usize + i - 1),
                 store: format!("{job}.node{i}"),
-                domains: BTreeMap::from([("rack".to_string(), format!("r{}", i.div_ceil(2)))]),
+                // Two nodes per rack from 4 nodes on; with fewer, each node its own rack
+                // (two in one rack would make that rack's loss destroy everything).
+                domains: BTreeMap::from([(
+                    "rack".to_string(),
+                    format!("r{}", if n < 4 { i } else { i.div_ceil(2) }),
+                )]),
             })
             .collect();
         let c = Cluster {

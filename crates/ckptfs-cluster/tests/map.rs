@@ -120,6 +120,18 @@ fn local_map_puts_two_nodes_per_rack_on_distinct_ports_and_stores() {
     assert_eq!(c.nodes[4].addr, "127.0.0.1:17164");
     assert_eq!(c.nodes[4].store, "demo.node5");
     assert!(Cluster::local(1, "demo", 17160).is_err());
+    // Fewer than 4 nodes: each its own rack, and the plan survives any rack's loss.
+    for n in [2, 3] {
+        let c = Cluster::local(n, "demo", 17160).unwrap();
+        let racks: Vec<_> = c
+            .nodes
+            .iter()
+            .map(|x| x.domain("rack").unwrap().to_string())
+            .collect();
+        let want: Vec<_> = (1..=n).map(|i| format!("r{i}")).collect();
+        assert_eq!(racks, want);
+        assert!(c.plan().unwrap().survives_every_domain(), "{n} nodes");
+    }
     assert!(Cluster::local(3, "demo", 65535).is_err());
 }
 

@@ -76,9 +76,14 @@ pub struct Config {
     pub flush_every: u32,
     /// Flushed datasets kept on the PFS (0: all).
     pub keep_pfs: u32,
-    /// `dataset_partner_copies`: the node daemon's partner copies follow each dataset's
-    /// level decision (true, `decision`) or take every complete file (`all`).
+    /// `dataset_partner_copies`: the node daemon's partner copies follow the datasets
+    /// (true: `complete`, the default, or `decision`) or take every complete file
+    /// (`all`).
     pub partner_copies_follow_decision: bool,
+    /// `dataset_partner_copies = decision`: a complete dataset is copied only when its
+    /// level decision (REMEM's adaptive choice) says `partner`; with `complete` (the
+    /// default) every complete dataset is protected beyond its node.
+    pub partner_copies_adaptive: bool,
     /// Node MTBF, seconds.
     pub node_mtbf: f64,
     /// Nodes of the job.
@@ -220,14 +225,15 @@ impl Config {
             flush_every: count("dataset_flush_every")?,
             keep_pfs: count("dataset_keep_pfs")?,
             partner_copies_follow_decision: match text("dataset_partner_copies").as_deref() {
-                None | Some("decision") => true,
+                None | Some("complete") | Some("decision") => true,
                 Some("all") => false,
                 Some(other) => {
                     return Err(DatasetError::Invalid(format!(
-                        "setting dataset_partner_copies: {other:?} is not decision or all"
+                        "setting dataset_partner_copies: {other:?} is not complete, decision or all"
                     )))
                 }
             },
+            partner_copies_adaptive: text("dataset_partner_copies").as_deref() == Some("decision"),
             node_mtbf,
             job_nodes: count("job_nodes")?.max(1),
             precision,

@@ -484,6 +484,32 @@ mod tests {
     const C: State = State::Complete;
     const O: State = State::Open;
 
+    /// Another node's daemon reports an open dataset whose rank died as incomplete (it
+    /// was open for ever to the rest of the job until that node looked under its lock).
+    #[test]
+    fn a_dead_ranks_open_dataset_is_reported_incomplete_without_the_lock() {
+        let mut a = rec("a", 1, "s", &[("0", C), ("1", O)], false);
+        let me = ckptfs_store::process::me();
+        let p = a.parts.get_mut("1").unwrap();
+        p.pid = Some(me.pid);
+        p.pid_start = Some(me.start.wrapping_add(1)); // this pid, another start: dead
+        let alive = rec("a", 2, "t", &[("0", O)], false);
+        let mut alive = alive;
+        let q = alive.parts.get_mut("0").unwrap();
+        q.pid = Some(me.pid);
+        q.pid_start = Some(me.start);
+        let out = record::with_dead_ranks(vec![a, alive]);
+        assert_eq!(out[0].state, State::Incomplete);
+        assert!(
+            out[0].reason.as_deref().unwrap().contains("rank 1"),
+            "{:?}",
+            out[0].reason
+        );
+        assert_eq!(out[1].state, State::Open);
+        let v = views(vec![("a", Ok(out)), ("b", Ok(vec![]))]);
+        assert!(matches!(judge(&v, 1, 4).state, JobState::Incomplete(_)));
+    }
+
     #[test]
     fn complete_only_when_every_rank_on_every_node_is_in_and_checked() {
         let a = rec("a", 1, "s", &[("0", C), ("1", C)], true);

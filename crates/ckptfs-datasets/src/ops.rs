@@ -92,14 +92,33 @@ impl Datasets {
         self.next_id_from(all, 1)
     }
 
+    /// The stored next id (1 when none is stored yet).
+    fn stored_next_id(&self) -> Result<u64> {
+        let path = format!("{}/next_id", job_dir(&self.cfg.job));
+        match record::read_file(&self.store, &path) {
+            Ok(b) => Ok(String::from_utf8_lossy(&b).trim().parse::<u64>().unwrap_or(1)),
+            Err(DatasetError::Store(StoreError::NotFound(_))) => Ok(1),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Cluster mode: this node takes id `id` that another node gave the dataset (a join):
+    /// later ids start past it, without using up one more (a join that consumed an id made
+    /// this node's next dataset one id ahead of the nodes that began it, which then judged
+    /// it lost: "has no part of it but began dataset N+1 later").
+    pub(crate) fn note_id(&self, id: u64) -> Result<()> {
+        if self.stored_next_id()? > id {
+            return Ok(());
+        }
+        record::mkdir_p(&self.store, &job_dir(&self.cfg.job))?;
+        let path = format!("{}/next_id", job_dir(&self.cfg.job));
+        record::write_atomic(&self.store, &path, format!("{}\n", id + 1).as_bytes())
+    }
+
     /// The next id, at least `floor` (cluster mode: one past the largest any node knows).
     pub(crate) fn next_id_from(&self, all: &[Dataset], floor: u64) -> Result<u64> {
         let path = format!("{}/next_id", job_dir(&self.cfg.job));
-        let stored = match record::read_file(&self.store, &path) {
-            Ok(b) => String::from_utf8_lossy(&b).trim().parse::<u64>().unwrap_or(1),
-            Err(DatasetError::Store(StoreError::NotFound(_))) => 1,
-            Err(e) => return Err(e),
-        };
+        let stored = self.stored_next_id()?;
         let id = stored
             .max(all.iter().map(|d| d.id + 1).max().unwrap_or(1))
             .max(floor);
@@ -176,7 +195,7 @@ impl Datasets {
                 let (join, floor) = self.cluster_id(nodes, &all, name);
                 match join {
                     Some(id) => {
-                        self.next_id_from(&all, id + 1)?;
+                        self.note_id(id)?;
                         self.new_record(id, name, None)
                     }
                     None => {
@@ -476,7 +495,7 @@ impl Datasets {
                     let join = v.records_of_dir_name(name).into_iter().max();
                     match join {
                         Some(id) if !all.iter().any(|d| d.id == id) => {
-                            self.next_id_from(all, id + 1)?;
+                            self.note_id(id)?;
                             id
                         }
                         _ => self.next_id_from(
@@ -656,6 +675,26 @@ pub fn check_name(name: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node joining dataset `id` that another node began takes `id` and its next
+    /// dataset is `id + 1`, as on the node that began it (it used to be `id + 2`).
+    #[test]
+    fn a_join_moves_the_next_id_past_it_without_using_one_up() {
+        let name = format!("hd-noteid-{}", std::process::id());
+        let mut o = ckptfs_store::StoreOptions::named(&name);
+        o.mem_size = Some(8 << 20);
+        o.chunk_size = Some(64 << 10);
+        let store = Store::create(&o).unwrap();
+        let ds = Datasets::single_node(store, Config::for_job("t"));
+        ds.note_id(1).unwrap();
+        assert_eq!(ds.next_id(&[]).unwrap(), 2);
+        ds.note_id(5).unwrap();
+        ds.note_id(3).unwrap(); // never lowers it
+        assert_eq!(ds.next_id(&[]).unwrap(), 6);
+        drop(ds);
+        let _ = Store::destroy(&name);
+        remove_lock(&name);
+    }
 
     /// The lock file goes with the store once nobody holds it: a holder that lets go within
     /// the grace (as a child between its fork and exec does) does not keep it; one that

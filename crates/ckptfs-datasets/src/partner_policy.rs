@@ -57,6 +57,8 @@ struct Snapshot {
 /// The partner-copy rule for the datasets of one job (see the module documentation).
 pub struct PartnerPolicy {
     opts: StoreOptions,
+    /// Follow each decision's level (`decision`), else copy every complete dataset.
+    adaptive: bool,
     job: String,
     store: Mutex<Option<Store>>,
     snap: Mutex<Snapshot>,
@@ -71,8 +73,13 @@ impl std::fmt::Debug for PartnerPolicy {
     }
 }
 
-/// The verdict of a complete dataset's decision on its files.
-fn decided(d: &Dataset) -> CopyVerdict {
+/// The verdict of a complete dataset's decision on its files: with `adaptive`
+/// (`dataset_partner_copies = decision`) the decision's level; else every complete
+/// dataset is copied (protected beyond its node, the default).
+fn decided(d: &Dataset, adaptive: bool) -> CopyVerdict {
+    if !adaptive {
+        return CopyVerdict::Copy;
+    }
     match &d.decision {
         Some(dec) if dec.level != "partner" && dec.measured.as_ref().is_some_and(|m| m.partner) => {
             CopyVerdict::Skip
@@ -81,7 +88,7 @@ fn decided(d: &Dataset) -> CopyVerdict {
     }
 }
 
-fn snapshot(all: &[Dataset], taken_ns: u64) -> Snapshot {
+fn snapshot(all: &[Dataset], taken_ns: u64, adaptive: bool) -> Snapshot {
     let mut s = Snapshot {
         taken_ns,
         any: !all.is_empty(),
@@ -89,7 +96,7 @@ fn snapshot(all: &[Dataset], taken_ns: u64) -> Snapshot {
     };
     for d in all {
         let verdict = match d.state {
-            State::Complete => decided(d),
+            State::Complete => decided(d, adaptive),
             State::Open => CopyVerdict::Hold,
             State::Invalid | State::Incomplete => CopyVerdict::Copy,
         };
@@ -120,10 +127,20 @@ impl PartnerPolicy {
     pub fn new(opts: StoreOptions, job: &str) -> PartnerPolicy {
         PartnerPolicy {
             opts,
+            adaptive: true,
             job: job.to_string(),
             store: Mutex::new(None),
             snap: Mutex::new(Snapshot::default()),
         }
+    }
+
+    /// Whether a complete dataset is copied only when its level decision says
+    /// `partner` (`dataset_partner_copies = decision`, REMEM's adaptive choice) or
+    /// always (`complete`, the default: every complete dataset protected beyond its
+    /// node). [`Self::new`] follows the decisions.
+    pub fn adaptive(mut self, adaptive: bool) -> PartnerPolicy {
+        self.adaptive = adaptive;
+        self
     }
 
     /// Read the records again (once per scan, before the store is listed).
@@ -139,7 +156,7 @@ impl PartnerPolicy {
                 taken_ns,
                 ..Default::default()
             },
-            Some(Ok((all, _bad))) => snapshot(&all, taken_ns),
+            Some(Ok((all, _bad))) => snapshot(&all, taken_ns, self.adaptive),
             Some(Err(e)) => {
                 tracing::warn!(job = %self.job, error = %e, "cannot read the dataset records; no partner copies this scan");
                 Snapshot {
@@ -176,5 +193,70 @@ impl PartnerPolicy {
             return CopyVerdict::Hold;
         }
         CopyVerdict::Copy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{DecisionRec, FileRec, FORMAT};
+    use std::collections::BTreeMap;
+
+    fn decided_local() -> Dataset {
+        Dataset {
+            format: FORMAT.into(),
+            id: 1,
+            name: "s".into(),
+            job: "j".into(),
+            state: State::Complete,
+            reason: None,
+            created_ns: 1,
+            closed_ns: Some(2),
+            parts_expected: 1,
+            parts: BTreeMap::new(),
+            dir: None,
+            files: [(
+                "/c/a".to_string(),
+                FileRec {
+                    size: 10,
+                    crc32c: 7,
+                    mtime_ns: 1,
+                    levels: vec!["local".into()],
+                },
+            )]
+            .into(),
+            decision: Some(DecisionRec {
+                level: "local".into(),
+                reason: "local has the lowest expected overhead".into(),
+                input: serde_json::Value::Null,
+                estimates: BTreeMap::new(),
+                rule: "posterior".into(),
+                p_source: 0.0,
+                alarm: false,
+                measured: Some(crate::measured::Measured {
+                    partner: true,
+                    ..Default::default()
+                }),
+            }),
+            flush: false,
+            evicted: false,
+            node: None,
+            local_expected: None,
+            node_done: true,
+            nodes: BTreeMap::new(),
+            pfs_pruned: false,
+        }
+    }
+
+    /// The default protects every complete dataset beyond its node; only the explicit
+    /// adaptive choice (`dataset_partner_copies = decision`) leaves one decided `local`
+    /// (with the partner level on offer) node-local.
+    #[test]
+    fn a_dataset_decided_local_is_copied_by_default_and_skipped_only_when_adaptive() {
+        let d = decided_local();
+        let s = snapshot(std::slice::from_ref(&d), 10, false);
+        assert_eq!(s.files["/c/a"][0].2, CopyVerdict::Copy);
+        let s = snapshot(std::slice::from_ref(&d), 10, true);
+        assert_eq!(s.files["/c/a"][0].2, CopyVerdict::Skip);
     }
 }

@@ -320,6 +320,31 @@ pub fn load_verdicts(store: &Store, job: &str) -> Vec<Dataset> {
     out
 }
 
+/// Records as they stand for a reader that does not take the lock (another node's
+/// question through the daemon): an open dataset with an open part whose process died
+/// is reported `incomplete`, with the reason the next locked look will record (failure
+/// case D3), instead of open for ever to the rest of the job. Nothing is written.
+pub fn with_dead_ranks(mut all: Vec<Dataset>) -> Vec<Dataset> {
+    for d in all
+        .iter_mut()
+        .filter(|d| d.state == State::Open && d.dir.is_none())
+    {
+        let dead = d.parts.iter().find(|(_, p)| {
+            p.state == State::Open
+                && matches!((p.pid, p.pid_start), (Some(pid), Some(start))
+                    if !ckptfs_store::process::alive(ckptfs_store::process::ProcId { pid, start }))
+        });
+        if let Some((rank, p)) = dead {
+            d.reason = Some(format!(
+                "rank {rank} (pid {}) died before completing",
+                p.pid.unwrap_or(0)
+            ));
+            d.state = State::Incomplete;
+        }
+    }
+    all
+}
+
 /// `all` (this node's records of a job) with the verdicts it was told: a dataset this
 /// node has no complete record of, but another node announced complete job-wide, is
 /// taken as that verdict (it carries every node's part), so the verdict survives the

@@ -91,6 +91,9 @@ pub fn records(store: &Store, job: &str, dests: &[PathBuf]) -> std::result::Resu
     let (all, _) = ckptfs_datasets::record::load_all(store, job).map_err(|e| e.to_string())?;
     let mut all =
         ckptfs_datasets::record::with_verdicts(all, ckptfs_datasets::record::load_verdicts(store, job));
+    // A rank of this node that died with its part open: incomplete, as this node's
+    // next locked look will record it (the asking node cannot see this node's processes).
+    all = ckptfs_datasets::record::with_dead_ranks(all);
     fill_levels(store, &mut all, dests);
     Ok(all)
 }

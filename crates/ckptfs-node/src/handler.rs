@@ -229,6 +229,10 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                 crate::restore::send_held(&store, &peer, &path, conn).await?;
             }
             Msg::Query(body) => {
+                if let Some(req) = crate::job_files::parse(&body) {
+                    crate::job_files::serve(&store, &shared.cfg.node_id, &req, conn).await?;
+                    continue;
+                }
                 let reply = crate::datasets::answer_async(shared, body).await;
                 conn.send(Msg::QueryReply(reply)).await?;
             }

@@ -30,6 +30,7 @@ pub mod datasets;
 mod error;
 mod handler;
 pub mod holds;
+pub mod job_files;
 pub mod levels;
 mod list_bounds;
 pub mod metrics;

@@ -25,6 +25,8 @@ fn json<T: serde::Serialize>(v: &T) -> PyResult<String> {
 #[pyclass(module = "ckptfs._native", name = "Datasets", frozen)]
 pub struct PyDatasets {
     ds: Datasets,
+    /// `(cluster file, node)` in cluster mode.
+    cluster: Option<(String, String)>,
 }
 
 /// Whether dataset name `name` is `prefix` or below it (`/run1` holds `/run1/step5`).
@@ -79,7 +81,9 @@ impl PyDatasets {
     /// and `CKPTFS_*` variables as for the CLI.
     #[new]
     #[pyo3(signature = (store, job=None, rank=None, world=None, dests=None, node=None, config=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         store: &PyStore,
         job: Option<String>,
         rank: Option<String>,
@@ -113,10 +117,41 @@ impl PyDatasets {
                 .or_else(|| std::env::var(k).ok().filter(|v| !v.is_empty()))
         };
         let settings = resolve_settings(&HashMap::new(), config, &env)?;
-        let cfg = Config::from_settings(&settings, &env).map_err(derr)?;
+        let mut cfg = Config::from_settings(&settings, &env).map_err(derr)?;
+        let Some((file, node)) = crate::cluster::cluster_of(&env) else {
+            return Ok(PyDatasets {
+                ds: Datasets::single_node(store.store.clone(), cfg),
+                cluster: None,
+            });
+        };
+        // Cluster mode: completeness, ids and restart are job-wide (the other nodes'
+        // daemons are asked), as for `ckptfs ckpt` and the C API.
+        let cluster = crate::cluster::load(&file, &node)?;
+        cfg.node = node.clone();
+        let timeout = crate::cluster::node_timeout(&env);
+        let st = store.store.clone();
+        let nodes = py
+            .allow_threads(|| ckptfs_node::datasets::ClusterNodes::new(cluster, &node, st, timeout))
+            .map_err(|e| crate::einval(format!("cluster {file}: {e}")))?;
         Ok(PyDatasets {
-            ds: Datasets::single_node(store.store.clone(), cfg),
+            ds: Datasets::new(store.store.clone(), cfg, Box::new(nodes)),
+            cluster: Some((file, node)),
         })
+    }
+
+    /// `(cluster file, node)` in cluster mode, else None.
+    #[getter]
+    fn cluster(&self) -> Option<(String, String)> {
+        self.cluster.clone()
+    }
+
+    /// Every dataset of the job as the whole job sees it (cluster mode: every node's
+    /// records through its daemon, judged job-wide; one node: this store's records),
+    /// oldest first, as JSON: `id name state reason parts {node: {ranks, files}}
+    /// created_ns closed_ns unreachable`.
+    fn job_list(&self, py: Python<'_>) -> PyResult<String> {
+        let all = py.allow_threads(|| self.ds.job_list()).map_err(derr)?;
+        json(&all)
     }
 
     /// The job id.

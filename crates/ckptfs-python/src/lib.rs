@@ -11,6 +11,7 @@
 //! released around every copy and every store call that takes a lock.
 
 mod buffer;
+mod cluster;
 mod datasets;
 mod file;
 mod store;
@@ -38,6 +39,9 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<datasets::PyDatasets>()?;
     m.add_function(wrap_pyfunction!(store::destroy, m)?)?;
     m.add_function(wrap_pyfunction!(store::default_store_name, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::cluster_store_name, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::cluster_nodes, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::read_job_file, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

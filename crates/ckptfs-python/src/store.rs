@@ -135,6 +135,28 @@ fn resolve_options(flags: &HashMap<&'static str, String>, config: Option<String>
     Ok(resolve_settings(flags, config, &env)?.store.into())
 }
 
+/// Open store `opts`, creating it when it does not exist, with one creator per store
+/// among the caller's processes on this node: every rank of a job opening the store at
+/// once would otherwise each build a whole new segment until one won. The creator holds
+/// an `flock` on `create.<store>.lock` in the caller's 0700 runtime directory while it
+/// builds the store; the others wait for it, then attach.
+fn open_or_create_once(opts: &StoreOptions) -> ckptfs_store::Result<Store> {
+    match Store::attach(opts) {
+        Err(ckptfs_store::StoreError::NoStore(_)) => {}
+        r => return r,
+    }
+    let name = opts.effective_name()?;
+    // Without a runtime directory (or lock) the old way: each creates, one wins.
+    let _lock = ckptfs_runtime::RuntimeDir::for_caller().ok().and_then(|rt| {
+        let f = rt
+            .open_file(&format!("create.{name}.lock"), libc::O_CREAT | libc::O_RDWR)
+            .ok()?;
+        f.lock().ok()?;
+        Some(f)
+    });
+    Store::open_or_create(opts)
+}
+
 #[pymethods]
 impl PyStore {
     /// Open the store `name` (default: the settings' store, `u<UID>`), creating it if
@@ -181,7 +203,7 @@ impl PyStore {
         let store = py
             .allow_threads(|| {
                 if create {
-                    Store::open_or_create(&opts)
+                    open_or_create_once(&opts)
                 } else {
                     Store::attach(&opts)
                 }

@@ -248,8 +248,8 @@ pub const SETTINGS: &[Setting] = &[
         key: "dataset_partner_copies",
         env: "CKPTFS_DATASET_PARTNER_COPIES",
         flag: "-",
-        default: || "decision".into(),
-        help: "which files `ckptfs node` copies to partners: decision (those of datasets decided partner, and files outside datasets) or all",
+        default: || "complete".into(),
+        help: "which files `ckptfs node` copies to partners: complete (every complete dataset's files, and files outside datasets), decision (only datasets the adaptive level policy decided partner) or all (every complete file at once)",
         kind: Kind::Text,
     },
     Setting {

@@ -1,0 +1,86 @@
+//! A job across nodes from Python: the node's store named by the cluster file, the other
+//! nodes' dataset records through their daemons (job-wide completion), and reading a
+//! file of a checkpoint that another node holds (`ckptfs_node::job_files`).
+//!
+//! Cluster mode is `CKPTFS_CLUSTER` (the cluster file) and `CKPTFS_NODE_ID` (this
+//! node), as `ckptfs run --cluster` sets them; torchrun users export them per node.
+
+use crate::einval;
+use crate::store::PyStore;
+use ckptfs_cluster::Cluster;
+use ckptfs_datasets::Want;
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::path::Path;
+use std::time::Duration;
+
+/// The cluster file and this node's id, when both are set (non-empty).
+pub(crate) fn cluster_of(get: &dyn Fn(&str) -> Option<String>) -> Option<(String, String)> {
+    let v = |k: &str| get(k).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    Some((v("CKPTFS_CLUSTER")?, v("CKPTFS_NODE_ID")?))
+}
+
+/// Load cluster file `file` and check it names node `node`.
+pub(crate) fn load(file: &str, node: &str) -> PyResult<Cluster> {
+    let c = Cluster::load(Path::new(file)).map_err(|e| einval(format!("cluster file {file}: {e}")))?;
+    c.node(node)
+        .map_err(|e| einval(format!("node {node} in {file}: {e}")))?;
+    Ok(c)
+}
+
+/// How long a node's daemon may take to accept a connection (`CKPTFS_NODE_TIMEOUT_MS`,
+/// default 3 s), as for `ckptfs ckpt` and the C API.
+pub(crate) fn node_timeout(get: &dyn Fn(&str) -> Option<String>) -> Duration {
+    get("CKPTFS_NODE_TIMEOUT_MS")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_secs(3))
+}
+
+/// The store of node `node` in cluster file `file`.
+#[pyfunction]
+pub fn cluster_store_name(file: String, node: String) -> PyResult<String> {
+    Ok(load(&file, &node)?
+        .node(&node)
+        .map(|n| n.store.clone())
+        .unwrap_or_default())
+}
+
+/// The nodes of cluster file `file`, in its order.
+#[pyfunction]
+pub fn cluster_nodes(file: String) -> PyResult<Vec<String>> {
+    let c = Cluster::load(Path::new(&file)).map_err(|e| einval(format!("cluster file {file}: {e}")))?;
+    Ok(c.nodes.iter().map(|n| n.id.clone()).collect())
+}
+
+/// Read `owner`'s checkpoint file `path` (exactly `size` bytes with CRC32C `crc32c`) as
+/// node `me` of cluster file `file` whose store is `store`: from `store` when it holds
+/// it (a partner copy), else from the owner's daemon, its partners', any other node's
+/// (`ckptfs_node::job_files::read_job_file`). Returns `(node it came from, bytes)`;
+/// `OSError(EIO)` naming every node asked when none gave it whole and CRC-checked.
+#[pyfunction]
+#[pyo3(signature = (store, file, me, owner, path, size, crc32c, timeout_ms=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn read_job_file<'py>(
+    py: Python<'py>,
+    store: &PyStore,
+    file: String,
+    me: String,
+    owner: String,
+    path: String,
+    size: u64,
+    crc32c: u32,
+    timeout_ms: Option<u64>,
+) -> PyResult<(String, Bound<'py, PyBytes>)> {
+    let cluster = load(&file, &me)?;
+    let timeout = timeout_ms
+        .map(Duration::from_millis)
+        .unwrap_or_else(|| node_timeout(&|k| std::env::var(k).ok()));
+    let w = Want { path, size, crc32c };
+    let st = store.store.clone();
+    let r = py
+        .allow_threads(|| ckptfs_node::job_files::read_job_file(&cluster, &me, &st, &owner, &w, timeout))
+        .map_err(|e| PyOSError::new_err((libc::EIO, e)))?;
+    Ok((r.from, PyBytes::new(py, &r.bytes)))
+}
