@@ -6,6 +6,7 @@
 //! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
 
 mod bench_datasets_partner;
+mod bench_partner;
 mod cmd_agent;
 mod cmd_ckpt;
 mod cmd_cluster;
@@ -177,10 +178,10 @@ enum BenchCommand {
     /// Application-observed write bandwidth (OAB) and drain bandwidth (ASB) vs direct writes.
     Drain(ckptfs_bench::drain::BenchArgs),
     /// Partner copies between two simulated nodes: TCP stream, copy, restore, app writes.
-    Partner(ckptfs_node::bench::PartnerBenchArgs),
+    Partner(bench_partner::PartnerBenchArgs),
     /// The part of `bench partner` that runs on a simulated node (internal).
     #[command(hide = true)]
-    PartnerWorker(ckptfs_node::bench::WorkerArgs),
+    PartnerWorker(bench_partner::WorkerArgs),
     /// PyTorch dcp.save stall and load times: ckptfs writer vs FileSystemWriter vs memcpy
     /// (runs scripts/bench-torch.py with the checkout's .venv).
     Torch(ckptfs_bench::torch::TorchBenchArgs),
@@ -262,11 +263,11 @@ fn run(cli: Cli) -> Result<i32> {
             BenchCommand::Datasets(a) => cmd_ckpt::bench(a),
             BenchCommand::Partner(a) => {
                 let json = a.json;
-                ckptfs_node::bench::run(a)?.print(json);
+                bench_partner::run(a)?.print(json);
                 Ok(0)
             }
             BenchCommand::PartnerWorker(a) => {
-                ckptfs_node::bench::worker(a)?;
+                bench_partner::worker(a)?;
                 Ok(0)
             }
             BenchCommand::Torch(a) => ckptfs_bench::torch::run(a),
