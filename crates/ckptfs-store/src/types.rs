@@ -2,7 +2,7 @@
 //! flags.
 
 use crate::error::{Result, StoreError};
-use crate::store::components;
+use crate::layout::{NAME_MAX, TREE_PATH_MAX};
 #[cfg(doc)]
 use crate::store::Store;
 use serde::Serialize;
@@ -414,4 +414,17 @@ pub fn is_system_path(path: &str) -> bool {
         Ok(c) => c.first() == Some(&SYSTEM_DIR_NAME),
         Err(_) => false,
     }
+}
+
+/// Split a store path into components, resolving `.` and `..` lexically (the store has
+/// no symbolic links). Relative paths are taken from the root.
+pub(crate) fn components(path: &str) -> Result<Vec<&str>> {
+    if path.len() > TREE_PATH_MAX {
+        return Err(StoreError::NameTooLong(format!("{}...", &path[..64])));
+    }
+    if path.contains('\0') {
+        return Err(StoreError::Invalid("path contains a NUL byte".into()));
+    }
+    ckptfs_settings::path::components_checked(path, NAME_MAX)
+        .map_err(|c| StoreError::NameTooLong(c.to_string()))
 }
