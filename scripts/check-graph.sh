@@ -11,4 +11,5 @@
 #   scripts/check-graph.sh --paths         count inline paths (crate::a::f()) too
 set -euo pipefail
 cd "$(dirname "$0")/.."
+python3 scripts/check_graph.py --self-test
 exec python3 scripts/check_graph.py "$@"

@@ -475,8 +475,46 @@ def check_deps(packages):
     return failures
 
 
+def self_test():
+    """The import check on made-up crates: a circle found, the allowed shapes not."""
+    import tempfile
+
+    cases = {
+        # a <-> b through `use`: a circle
+        "circle": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use crate::b::B;\npub struct A;\n",
+                    "b.rs": "use crate::a::A;\npub struct B;\n"}, 1),
+        # a -> b through a re-export at the root, b -> a through super: a circle
+        "reexport": ({"lib.rs": "mod a;\nmod b;\npub use b::B;\n", "a.rs": "use crate::B;\npub struct A;\n",
+                      "b.rs": "use super::a::{self, A};\npub struct B;\n"}, 1),
+        # a parent and its child name each other: one unit, no circle
+        "parent": ({"lib.rs": "mod p;\n", "p/mod.rs": "mod c;\npub use c::C;\npub struct P;\n",
+                    "p/c.rs": "use super::P;\npub struct C;\n"}, 0),
+        # a test module's `use super::*` and a comment or string naming crate::b: no circle
+        "tests": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use crate::b::B;\npub struct A;\n",
+                   "b.rs": "// use crate::a::A;\nconst S: &str = \"use crate::a::A;\";\n"
+                           "#[cfg(test)]\nmod tests {\n    use crate::a::A;\n}\n"}, 0),
+    }
+    bad = 0
+    for name, (files, want) in cases.items():
+        with tempfile.TemporaryDirectory(prefix="check-graph-") as d:
+            for f, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(d, f)), exist_ok=True)
+                with open(os.path.join(d, f), "w") as fh:
+                    fh.write(text)
+            mods = crate_modules(d, "lib.rs")
+            collect_refs(mods)
+            got = len(find_cycles(mods.keys() - {()}, module_graph(mods)))
+            if got != want:
+                print(f"self-test {name}: {got} circles, expected {want}", file=sys.stderr)
+                bad += 1
+    print("check-graph self-test: " + ("FAILED" if bad else "ok"))
+    return 1 if bad else 0
+
+
 def main():
     args = set(sys.argv[1:])
+    if "--self-test" in args:
+        return self_test()
     meta = metadata()
     members = set(meta["workspace_members"])
     packages = [p for p in meta["packages"] if p["id"] in members]
