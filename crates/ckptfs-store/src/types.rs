@@ -56,17 +56,9 @@ pub fn segment_path_in(dir: Option<&std::path::Path>, name: &str) -> PathBuf {
 }
 
 /// Rank of this process in its parallel job, from the usual launcher variables.
+/// (The list is [`ckptfs_settings::job::RANK_VARS`].)
 pub fn job_rank() -> Option<String> {
-    [
-        "CKPTFS_RANK",
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "PMIX_RANK",
-        "SLURM_PROCID",
-        "RANK",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+    ckptfs_settings::job::rank(&|k| std::env::var(k).ok())
 }
 
 impl StoreOptions {
