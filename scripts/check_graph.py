@@ -9,6 +9,9 @@
 2. The crate graph: regenerated from `cargo metadata` into the block of docs/design.md
    between `<!-- crate-graph:begin -->` and `<!-- crate-graph:end -->`. With `--fix` the
    block is rewritten; without it the check fails when the checked-in block is stale.
+4. Environment variables: every `CKPTFS_*` variable the code reads (crates' sources,
+   the Python package, scripts/test.sh, .ci/run, tests/*/run.sh) is in docs/design.md's table between
+   `<!-- env-table:begin -->` and `<!-- env-table:end -->`, and every one there is read.
 3. Forbidden dependencies: no library crate depends (normal dependencies) on the
    benchmark crate, the network simulator, clap or anyhow; the C library
    (`cargo tree -e normal -p ckptfs-capi`) links no tokio, fuser, clap or node daemon.
@@ -511,6 +514,39 @@ def self_test():
     return 1 if bad else 0
 
 
+# Names that are C constants or test data, not variables.
+NOT_VARIABLES = re.compile(
+    r"^CKPTFS_((KIND|LEVEL|MOUNT|STATE|VERSION)_[A-Z_]*|H|VELOC_H|NAME_MAX|PATH_MAX|OPTIONS_INIT"
+    r"|CHUNK_MEMORY|CHUNK_SPILL|MAGIC|VERSION|X|TEST_KEY_X)$"
+)
+
+
+def check_env_table():
+    names = set()
+    roots = [os.path.join(ROOT, "crates"), os.path.join(ROOT, "python")]
+    files = [os.path.join(ROOT, "scripts", "test.sh"), os.path.join(ROOT, ".ci", "run")]
+    tests = os.path.join(ROOT, "tests")
+    files += [os.path.join(tests, d, "run.sh") for d in sorted(os.listdir(tests))]
+    files = [f for f in files if os.path.exists(f)]
+    for r in roots:
+        for dirpath, dirnames, filenames in os.walk(r):
+            dirnames[:] = [d for d in dirnames if d not in ("target", "tests", "examples", "__pycache__")]
+            files += [os.path.join(dirpath, f) for f in filenames if f.endswith((".rs", ".py", ".c", ".h"))]
+    for f in files:
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            names |= set(re.findall(r"\bCKPTFS_[A-Z0-9_]*[A-Z0-9]\b", fh.read()))
+    names = {n for n in names if not NOT_VARIABLES.match(n)}
+    with open(os.path.join(ROOT, "docs", "design.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    b, e = text.find("<!-- env-table:begin -->"), text.find("<!-- env-table:end -->")
+    if b < 0 or e < 0:
+        return ["docs/design.md: no env-table block"]
+    table = set(re.findall(r"\bCKPTFS_[A-Z0-9_]*[A-Z0-9]\b", text[b:e]))
+    out = [f"{n}: read by the code, missing from docs/design.md's environment table" for n in sorted(names - table)]
+    out += [f"{n}: in docs/design.md's environment table, read nowhere" for n in sorted(table - names)]
+    return out
+
+
 def main():
     args = set(sys.argv[1:])
     if "--self-test" in args:
@@ -522,11 +558,12 @@ def main():
     if "--imports-only" not in args:
         failures += check_design_block(packages, "--fix" in args)
         failures += check_deps(packages)
+        failures += check_env_table()
     for f in failures:
         print("FAIL: " + f, file=sys.stderr)
     if failures:
         return 1
-    print("check-graph: no import circle, crate graph current, no forbidden dependency")
+    print("check-graph: no import circle, crate graph current, no forbidden dependency, every variable listed")
     return 0
 
 
