@@ -542,12 +542,24 @@ fn daemon_section_resolves_with_the_same_precedence_in_config_and_node() {
             text(&o.stderr)
         );
     }
-    let o = node(&["--writer-yield", "5000"], &[]);
+    // node's flag beats the variable and the file (both valid): its bad value is the one
+    // refused, named as the flag.
+    let o = node(
+        &["--writer-yield", "5000"],
+        &[("CKPTFS_NODE_WRITER_YIELD", "0.25")],
+    );
     assert!(!o.status.success());
-    assert!(text(&o.stderr).contains("--writer-yield"), "{}", text(&o.stderr));
-    // The flag beats the bad variable: node gets past its settings (and stops at the
+    assert!(
+        text(&o.stderr).contains("flag --writer-yield"),
+        "{}",
+        text(&o.stderr)
+    );
+    // A good flag with good other sources: node gets past its settings (and stops at the
     // missing cluster instead).
-    let o = node(&["--writer-yield", "0.1"], &bad_env);
+    let o = node(
+        &["--writer-yield", "0.1"],
+        &[("CKPTFS_NODE_WRITER_YIELD", "0.25")],
+    );
     assert!(!o.status.success());
     let e = text(&o.stderr);
     assert!(!e.contains("writer_yield") && !e.contains("WRITER_YIELD"), "{e}");

@@ -125,7 +125,7 @@ impl SharedMapping {
                 // A spilled chunk is not in the shared memory region.
                 return fail(os("map a spilled chunk", libc::ENODEV), h);
             };
-            if at + within + piece > region.len as u64 {
+            if at + within + piece > region.len {
                 return fail(os("a chunk outside the data region", libc::EIO), h);
             }
             // Round the piece up to whole pages (the last one of the range; chunks are
