@@ -95,8 +95,7 @@ pub unsafe fn map(
         )
         .map_err(state::se)?;
     // SAFETY: the caller's mmap(2) contract, passed on (MAP_FIXED gives up `addr`).
-    let m =
-        unsafe { SharedMapping::map(&store, h, addr, len, prot, flags, off as u64) }.map_err(state::se)?;
+    let m = unsafe { SharedMapping::map(store, h, addr, len, prot, flags, off as u64) }.map_err(state::se)?;
     let base = m.addr() as *mut libc::c_void;
     maps().push(Map { m, pid: getpid() });
     COUNT.fetch_add(1, Ordering::Relaxed);
