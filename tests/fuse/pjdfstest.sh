@@ -14,7 +14,7 @@
 # tests/fuse/unsupported-shim.txt (documented in docs/preload.md).
 #
 # Needs root (pjdfstest switches users; the mounts are served for all users) and
-# /dev/fuse; without root it prints why and exits 0. pjdfstest is installed into
+# /dev/fuse; without root it prints why and exits 0 (1 under CKPTFS_REQUIRE_ROOT_TESTS=1). pjdfstest is installed into
 # .tools/ by scripts/setup-fuse.sh. Env: CKPTFS_BIN_DIR (default target/release),
 # PJDFSTEST (the binary), PJDFSTEST_KEEP=1 keeps the work directory.
 set -euo pipefail
@@ -24,7 +24,13 @@ bin="${CKPTFS_BIN_DIR:-$root/target/release}/ckptfs"
 pjd="${PJDFSTEST:-$root/.tools/bin/pjdfstest}"
 
 if [ "$(id -u)" -ne 0 ]; then
-    echo "pjdfstest: skipped (needs root: the suite switches users and the mounts serve every user)"
+    # Under CKPTFS_REQUIRE_ROOT_TESTS=1 (.ci/run) a root-only suite that cannot run fails,
+    # as the Rust tests do (crates/ckptfs-testsupport, skip_root_only).
+    if [ "${CKPTFS_REQUIRE_ROOT_TESTS:-0}" = 1 ]; then
+        echo "pjdfstest: FAILED: needs root and CKPTFS_REQUIRE_ROOT_TESTS=1" >&2
+        exit 1
+    fi
+    echo "SKIPPED: pjdfstest needs root (the suite switches users and the mounts serve every user)"
     exit 0
 fi
 [ -x "$pjd" ] || bash "$root/scripts/setup-fuse.sh"

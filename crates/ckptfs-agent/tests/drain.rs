@@ -289,7 +289,7 @@ fn full_tmpfs_destination_then_space_returns() {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIP: cannot mount a tmpfs here (not root?)");
+        ckptfs_testsupport::skip_root_only("cannot mount a tmpfs here (not root?)");
         return;
     }
     let r = std::panic::catch_unwind(|| {

@@ -534,8 +534,8 @@ fn enormous_chunk_size_or_size_is_an_error_not_an_abort() {
 #[test]
 fn data_file_of_another_owner_than_its_manifest_is_refused() {
     // SAFETY: plain libc call.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: needs root (chown)");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("needs root (chown)");
         return;
     }
     let b = data(31, 10);

@@ -88,11 +88,8 @@ pub fn open(ctx: &Ctx, dest: &[PathBuf]) -> Result<Datasets> {
     // are asked (docs/datasets.md, "Across nodes").
     if let (Some(cluster), Some(node)) = (&ctx.cluster, &ctx.node_id) {
         cfg.node = node.clone();
-        let timeout = std::env::var("CKPTFS_NODE_TIMEOUT_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(std::time::Duration::from_millis)
-            .unwrap_or(std::time::Duration::from_secs(3));
+        let timeout =
+            ckptfs_settings::job::node_timeout(&|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
         let nodes = ckptfs_node::datasets::ClusterNodes::new(cluster.clone(), node, store.clone(), timeout)?;
         return Ok(Datasets::new(store, cfg, Box::new(nodes)));
     }

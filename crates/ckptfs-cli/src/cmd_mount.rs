@@ -57,8 +57,8 @@ pub struct MountArgs {
     pub cache_poll_ms: u64,
     /// Store mode: serve FUSE requests over io_uring when the kernel offers it (auto), or
     /// only through /dev/fuse (off). The kernel keeps one request queue per CPU and each
-    /// is answered by a thread on that CPU, so a call wakes no other CPU: about 3x the
-    /// create/remove rate on the development VM. Needs Linux 6.14+ with
+    /// is answered by a thread on that CPU, so a call wakes no other CPU (a higher
+    /// create/remove rate: docs/benchmarks.md). Needs Linux 6.14+ with
     /// /sys/module/fuse/parameters/enable_uring set to Y (root, before mounting); the
     /// daemon's log says which transport the mount got (docs/fuse.md).
     #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = ["auto", "off"])]

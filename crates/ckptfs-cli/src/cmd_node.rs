@@ -22,17 +22,20 @@ pub struct NodeArgs {
     /// with its defaults).
     #[command(flatten)]
     pub dest: DestArgs,
-    /// Bandwidth cap of partner copies out, MB/s.
+    /// Bandwidth cap of partner copies out, MB/s [setting daemon.max_bw, env
+    /// CKPTFS_NODE_MAX_BW; default: none].
     #[arg(long, value_name = "MB/S")]
     pub max_bw: Option<f64>,
     /// Most memory this node gives to other nodes' copies: a size (K/M/G) or a share of
     /// the store's memory (`50%`, the default). Counted from the moment a copy begins;
-    /// past it a partner answers ENOSPC and the source records "no partner copy".
-    #[arg(long, value_name = "SIZE|N%", value_parser = parse_partner_max)]
-    pub partner_max: Option<PartnerMax>,
-    /// Seconds between scans of the store for files to copy.
-    #[arg(long, value_name = "SECONDS", default_value_t = 0.2)]
-    pub interval: f64,
+    /// past it a partner answers ENOSPC and the source records "no partner copy"
+    /// [setting daemon.partner_max, env CKPTFS_NODE_PARTNER_MAX].
+    #[arg(long, value_name = "SIZE|N%")]
+    pub partner_max: Option<String>,
+    /// Seconds between scans of the store for files to copy [setting
+    /// daemon.scan_interval, env CKPTFS_NODE_SCAN_INTERVAL; default 0.2].
+    #[arg(long, value_name = "SECONDS")]
+    pub interval: Option<f64>,
     /// CPU and IO priority of partner copies (their own threads; heartbeats keep the
     /// daemon's): idle (nice 19, idle IO class), low (nice 10, the default, like the
     /// drain) or normal. Also setting `partner_priority` / CKPTFS_PARTNER_PRIORITY.
@@ -41,30 +44,28 @@ pub struct NodeArgs {
     /// Copies out step back while an application writes into this node's store (a
     /// checkpoint being written goes at full speed; the copy of the previous one waits
     /// until the writes stop): the longest pause at a stretch, seconds. After it, copies
-    /// take at least half the time even if the writes never stop. 0: never step back.
-    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
-    pub writer_yield: f64,
-    /// Serve Prometheus metrics at http://ADDR/metrics (host:port; docs/metrics.md).
-    #[arg(long, value_name = "HOST:PORT", env = "CKPTFS_METRICS")]
+    /// take at least half the time even if the writes never stop. 0: never step back
+    /// [setting daemon.writer_yield, env CKPTFS_NODE_WRITER_YIELD; default 1].
+    #[arg(long, value_name = "SECONDS")]
+    pub writer_yield: Option<f64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (host:port; docs/metrics.md)
+    /// [setting daemon.metrics, env CKPTFS_METRICS].
+    #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<String>,
 }
 
-/// `--partner-max`: bytes, or a share of the store's memory.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum PartnerMax {
-    /// At most this many bytes.
-    Bytes(u64),
-    /// At most this share (0-1) of the store's memory.
-    Share(f64),
-}
-
-fn parse_partner_max(v: &str) -> std::result::Result<PartnerMax, String> {
-    match v.trim().strip_suffix('%') {
-        Some(p) => match p.trim().parse::<f64>() {
-            Ok(x) if (0.0..=100.0).contains(&x) => Ok(PartnerMax::Share(x / 100.0)),
-            _ => Err(format!("{v:?}: want a share from 0% to 100%")),
-        },
-        None => crate::config::parse_size(v).map(PartnerMax::Bytes),
+impl NodeArgs {
+    /// The flags of the `[daemon]` settings (and `partner_priority`), by setting key.
+    pub fn flag(&self, key: &str) -> Option<String> {
+        match key {
+            "daemon.max_bw" => self.max_bw.map(|v| v.to_string()),
+            "daemon.partner_max" => self.partner_max.clone(),
+            "daemon.scan_interval" => self.interval.map(|v| v.to_string()),
+            "daemon.writer_yield" => self.writer_yield.map(|v| v.to_string()),
+            "daemon.metrics" => self.metrics.clone(),
+            "partner_priority" => self.partner_priority.clone(),
+            _ => None,
+        }
     }
 }
 
@@ -87,31 +88,23 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     if let Some(NodeCmd::Status { json, watch }) = args.cmd {
         return show_status(&ctx.store.effective_name()?, json, watch);
     }
+    // The [daemon] settings: flags > env > settings file > defaults, as every setting.
+    let settings = ctx.resolve_with_flags(&|k| args.flag(k))?;
+    let d = &settings.daemon;
     let (cluster, node) = ctx.cluster_node().context("ckptfs node")?;
     let mut cfg = NodeConfig::new(cluster.clone(), node)?;
     cfg.store = ctx.store.clone();
-    cfg.max_bw = args.max_bw.map(|m| m * 1e6);
-    match args.partner_max {
-        Some(PartnerMax::Bytes(b)) => cfg.partner_limit = Some(b),
-        Some(PartnerMax::Share(f)) => cfg.partner_share = f,
-        None => {}
+    cfg.max_bw = d.max_bw;
+    match d.partner_max {
+        ckptfs_settings::PartnerMax::Bytes(b) => cfg.partner_limit = Some(b),
+        ckptfs_settings::PartnerMax::Share(f) => cfg.partner_share = f,
     }
-    cfg.scan_interval = Duration::from_secs_f64(args.interval.max(0.01));
-    if !(args.writer_yield >= 0.0 && args.writer_yield <= 3600.0) {
-        anyhow::bail!(
-            "--writer-yield {}: want seconds from 0 (never step back) to 3600",
-            args.writer_yield
-        );
-    }
-    cfg.writer_yield = Duration::from_secs_f64(args.writer_yield);
-    let prio = match &args.partner_priority {
-        Some(v) => v.clone(),
-        None => ctx
-            .settings
-            .row("partner_priority")
-            .map(|r| r.value.clone())
-            .unwrap_or_default(),
-    };
+    cfg.scan_interval = Duration::from_secs_f64(d.scan_interval);
+    cfg.writer_yield = Duration::from_secs_f64(d.writer_yield);
+    let prio = settings
+        .row("partner_priority")
+        .map(|r| r.value.clone())
+        .unwrap_or_default();
     cfg.partner_priority =
         ckptfs_node::parse_priority(&prio).context("setting partner_priority (--partner-priority)")?;
     // Partner copies follow the datasets (docs/datasets.md): every complete dataset is
@@ -120,7 +113,7 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     // copied, as without datasets. `all` copies every complete file at once.
     let dcfg = ckptfs_datasets::Config::from_settings(&ctx.settings, &|k| std::env::var(k).ok())
         .context("dataset settings")?;
-    cfg.metrics = args.metrics.clone().map(|addr| ckptfs_node::MetricsConfig {
+    cfg.metrics = d.metrics.clone().map(|addr| ckptfs_node::MetricsConfig {
         addr,
         job: Some(dcfg.job.clone()),
     });

@@ -166,6 +166,28 @@ impl Ctx {
         })
     }
 
+    /// The settings resolved again with a subcommand's own flags (by setting key, e.g.
+    /// `ckptfs node`'s for the `[daemon]` section), the environment and the settings file.
+    pub fn resolve_with_flags(&self, flags: &dyn Fn(&str) -> Option<String>) -> Result<Settings> {
+        let text = match &self.config_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("reading settings file {}", p.display()))?,
+            ),
+            None => None,
+        };
+        let name = self.config_file.as_ref().map(|p| p.display().to_string());
+        let file = match (&name, &text) {
+            (Some(name), Some(text)) => Some(FileText { name, text }),
+            _ => None,
+        };
+        Ok(ckptfs_settings::resolve(&Inputs {
+            flags,
+            env: &|k| std::env::var(k).ok(),
+            file,
+        })?)
+    }
+
     /// Apply `--cluster` / `--node-id`: with both, the store is that node's store from
     /// the cluster file (an explicit `--store`/`CKPTFS_STORE` naming another is an error).
     pub fn with_cluster(mut self, args: &ClusterArgs) -> Result<Ctx> {

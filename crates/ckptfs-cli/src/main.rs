@@ -8,6 +8,7 @@
 mod bench_datasets_partner;
 mod bench_erasure;
 mod bench_object;
+mod bench_partner;
 mod cmd_agent;
 mod cmd_ckpt;
 mod cmd_cluster;
@@ -180,12 +181,12 @@ enum BenchCommand {
     /// Application-observed write bandwidth (OAB) and drain bandwidth (ASB) vs direct writes.
     Drain(ckptfs_bench::drain::BenchArgs),
     /// Partner copies between two simulated nodes: TCP stream, copy, restore, app writes.
-    Partner(ckptfs_node::bench::PartnerBenchArgs),
+    Partner(bench_partner::PartnerBenchArgs),
     /// Erasure sets: encode throughput vs memcpy, protect and rebuild vs partner copies.
     Erasure(bench_erasure::BenchArgs),
     /// The part of `bench partner` that runs on a simulated node (internal).
     #[command(hide = true)]
-    PartnerWorker(ckptfs_node::bench::WorkerArgs),
+    PartnerWorker(bench_partner::WorkerArgs),
     /// Drain and restore with S3 (a local versitygw) vs the AWS CLI and a plain copy;
     /// zstd ratio and speed on checkpoint data.
     Object(bench_object::BenchArgs),
@@ -271,11 +272,11 @@ fn run(cli: Cli) -> Result<i32> {
             BenchCommand::Erasure(a) => bench_erasure::run(a),
             BenchCommand::Partner(a) => {
                 let json = a.json;
-                ckptfs_node::bench::run(a)?.print(json);
+                bench_partner::run(a)?.print(json);
                 Ok(0)
             }
             BenchCommand::PartnerWorker(a) => {
-                ckptfs_node::bench::worker(a)?;
+                bench_partner::worker(a)?;
                 Ok(0)
             }
             BenchCommand::Torch(a) => ckptfs_bench::torch::run(a),

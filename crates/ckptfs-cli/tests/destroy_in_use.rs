@@ -32,9 +32,8 @@ impl Drop for Cleanup {
 
 #[test]
 fn destroy_of_a_mounted_store_is_refused_and_forced_leaves_the_mount_answering_errors() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: needs root and /dev/fuse");
+    if !ckptfs_testsupport::is_root() || !Path::new("/dev/fuse").exists() {
+        ckptfs_testsupport::skip_root_only("needs root and /dev/fuse");
         return;
     }
     let store = format!("cli-destroy-busy-{}", std::process::id());

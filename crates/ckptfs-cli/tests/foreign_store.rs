@@ -51,7 +51,10 @@ fn store_name_taken_by_another_user_is_refused_naming_the_owner_unless_root_opts
         .output()
         .unwrap();
     if !o.status.success() {
-        eprintln!("SKIPPED: {USER} cannot run the ckptfs binary here: {}", text(&o));
+        ckptfs_testsupport::skip_root_only(format_args!(
+            "{USER} cannot run the ckptfs binary here: {}",
+            text(&o)
+        ));
         return;
     }
     let o = ckptfs(&name, &["ls", "/"]).output().unwrap();

@@ -24,7 +24,7 @@ impl Cluster {
     /// Four nodes, node1/node2 in rack r1, node3/node4 in rack r2, ring, k = 1.
     fn new() -> Option<Cluster> {
         if let Err(why) = available() {
-            eprintln!("SKIPPED: {why}");
+            ckptfs_testsupport::skip_root_only(why);
             return None;
         }
         let sim = Sim::new(
@@ -296,7 +296,7 @@ fn whole_rack_lost_in_namespaces_every_checkpoint_comes_back_from_the_other_rack
 #[test]
 fn bench_partner_runs_between_two_simulated_nodes_and_reports_every_case() {
     if let Err(why) = available() {
-        eprintln!("SKIPPED: {why}");
+        ckptfs_testsupport::skip_root_only(why);
         return;
     }
     // Correctness only (the figures are not asserted): small checkpoints, one rep, one

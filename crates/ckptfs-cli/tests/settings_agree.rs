@@ -249,6 +249,14 @@ const INVALID: &[(&str, &str)] = &[
     ("CKPTFS_PRIVATE", "y"),
     ("CKPTFS_STORE", "."),
     ("CKPTFS_STORE", ".."),
+    // The [daemon] section: every front-end resolves the whole table, so each refuses
+    // these too (not only `ckptfs node`).
+    ("CKPTFS_NODE_WRITER_YIELD", "-1"),
+    ("CKPTFS_NODE_WRITER_YIELD", "3601"),
+    ("CKPTFS_NODE_SCAN_INTERVAL", "soon"),
+    ("CKPTFS_NODE_MAX_BW", "-5"),
+    ("CKPTFS_NODE_PARTNER_MAX", "150%"),
+    ("CKPTFS_NODE_PARTNER_MAX", "lots"),
     ("CKPTFS_STORE", "a/b"),
     ("CKPTFS_STORE", "a b"),
     (
@@ -466,4 +474,102 @@ fn capi_mount_from_env_with_invalid_variable_is_einval() {
         assert!(msg.contains(var), "{var}={val}: {msg}");
     }
     assert!(!Path::new(&format!("/dev/shm/ckptfs.{store}")).exists());
+}
+
+/// The `[daemon]` section (issue 30): the settings file's section, the variables and
+/// `ckptfs node`'s flags resolve with the precedence of every setting (flags > env >
+/// file > defaults); `ckptfs config` and `ckptfs node` agree, and both refuse a bad value
+/// naming where it came from.
+#[test]
+fn daemon_section_resolves_with_the_same_precedence_in_config_and_node() {
+    let sc = scratch();
+    let home = sc.dir.path();
+    let file = home.join("c.toml");
+    std::fs::write(
+        &file,
+        "store = \"hs-daemon\"\n[daemon]\nwriter_yield = 0.5\nscan_interval = 0.3\npartner_max = \"8M\"\n",
+    )
+    .unwrap();
+    let config = |env: &[(&str, &str)]| {
+        let mut c = clean(Command::new(ckptfs()), home);
+        c.arg("--config")
+            .arg(&file)
+            .args(["config", "--json"])
+            .envs(env.iter().copied());
+        run(c)
+    };
+    let o = config(&[("CKPTFS_NODE_SCAN_INTERVAL", "0.4")]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v = json(&text(&o.stdout));
+    let row = |k: &str| {
+        let r = v["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == k)
+            .unwrap_or_else(|| panic!("no row {k}: {v}"))
+            .clone();
+        (
+            r["value"].as_str().unwrap().to_string(),
+            r["source"].as_str().unwrap().to_string(),
+        )
+    };
+    assert_eq!(row("daemon.writer_yield"), ("0.5".into(), "file".into()));
+    assert_eq!(
+        row("daemon.scan_interval"),
+        ("0.4".into(), "env".into()),
+        "env beats the file"
+    );
+    assert_eq!(row("daemon.partner_max"), ("8M".into(), "file".into()));
+    assert_eq!(row("daemon.max_bw"), ("0".into(), "default".into()));
+
+    // A bad value, from each source: config and node both refuse it, naming the source.
+    let node = |args: &[&str], env: &[(&str, &str)]| {
+        let mut c = clean(Command::new(ckptfs()), home);
+        c.arg("--config")
+            .arg(&file)
+            .arg("node")
+            .args(args)
+            .envs(env.iter().copied());
+        run(c)
+    };
+    let bad_env = [("CKPTFS_NODE_WRITER_YIELD", "-1")];
+    for o in [config(&bad_env), node(&[], &bad_env)] {
+        assert!(!o.status.success());
+        assert!(
+            text(&o.stderr).contains("CKPTFS_NODE_WRITER_YIELD"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    // node's flag beats the variable and the file (both valid): its bad value is the one
+    // refused, named as the flag.
+    let o = node(
+        &["--writer-yield", "5000"],
+        &[("CKPTFS_NODE_WRITER_YIELD", "0.25")],
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("flag --writer-yield"),
+        "{}",
+        text(&o.stderr)
+    );
+    // A good flag with good other sources: node gets past its settings (and stops at the
+    // missing cluster instead).
+    let o = node(
+        &["--writer-yield", "0.1"],
+        &[("CKPTFS_NODE_WRITER_YIELD", "0.25")],
+    );
+    assert!(!o.status.success());
+    let e = text(&o.stderr);
+    assert!(!e.contains("writer_yield") && !e.contains("WRITER_YIELD"), "{e}");
+    // An unknown key in the section is an error naming it.
+    std::fs::write(&file, "[daemon]\nwriter_yeild = 1\n").unwrap();
+    let o = config(&[]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("daemon.writer_yeild"),
+        "{}",
+        text(&o.stderr)
+    );
 }

@@ -105,11 +105,6 @@ pub struct Config {
     pub local_nranks: Option<u32>,
 }
 
-fn first_env(env: &dyn Fn(&str) -> Option<String>, vars: &[&str]) -> Option<String> {
-    vars.iter()
-        .find_map(|v| env(v).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()))
-}
-
 fn num(s: &ckptfs_settings::Settings, key: &str) -> Result<f64> {
     let v = s.row(key).map(|r| r.value.clone()).unwrap_or_default();
     v.trim()
@@ -183,37 +178,15 @@ impl Config {
             return Err(DatasetError::Invalid("setting node_mtbf must be > 0".into()));
         }
         let count = |k: &str| num(s, k).map(|x| x as u32);
-        let world = first_env(
-            env,
-            &["CKPTFS_NRANKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"],
-        )
-        .and_then(|v| v.parse::<u32>().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(1);
-        let job = first_env(env, &["CKPTFS_JOB"]).unwrap_or_else(|| "default".into());
+        // Job identity: read in one place (ckptfs_settings::job).
+        let id = ckptfs_settings::job::JobIdentity::from_env(env);
+        let world = id.world.unwrap_or(1);
+        let job = id.job;
         check_component("CKPTFS_JOB", &job)?;
-        let rank = first_env(
-            env,
-            &[
-                "CKPTFS_RANK",
-                "OMPI_COMM_WORLD_RANK",
-                "PMI_RANK",
-                "PMIX_RANK",
-                "SLURM_PROCID",
-                "RANK",
-            ],
-        )
-        .unwrap_or_else(|| "0".into());
+        let rank = id.rank.unwrap_or_else(|| "0".into());
         check_component("rank", &rank)?;
-        let node = first_env(env, &["CKPTFS_NODE_ID"]).unwrap_or_else(ckptfs_agent::config::hostname_node_id);
-        let dests = first_env(env, &["CKPTFS_DEST"])
-            .map(|d| {
-                d.split(',')
-                    .filter(|x| !x.is_empty())
-                    .map(PathBuf::from)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let node = id.node_id.unwrap_or_else(ckptfs_agent::config::hostname_node_id);
+        let dests = id.dests;
         Ok(Config {
             job,
             rank,
@@ -242,17 +215,7 @@ impl Config {
             interval: Some(num(s, "checkpoint_interval")?).filter(|t| *t > 0.0),
             pfs_bandwidth: num(s, "pfs_bandwidth")?.max(1.0),
             dests,
-            local_nranks: first_env(
-                env,
-                &[
-                    "CKPTFS_LOCAL_NRANKS",
-                    "OMPI_COMM_WORLD_LOCAL_SIZE",
-                    "MPI_LOCALNRANKS",
-                    "SLURM_NTASKS_PER_NODE",
-                ],
-            )
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|n| *n > 0),
+            local_nranks: id.local_nranks,
         })
     }
 

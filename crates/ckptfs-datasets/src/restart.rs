@@ -6,10 +6,10 @@ use crate::error::Result;
 use crate::filecrc::file_crc;
 use crate::ops::Datasets;
 use crate::record::{Dataset, State};
-use crate::restart_round::{Found, Recheck};
 use ckptfs_agent::dest::PosixDest;
 use ckptfs_agent::manifest;
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Where one file of a dataset can come from.
@@ -226,6 +226,52 @@ impl Datasets {
                 l.push("pfs".to_string());
             }
             f.levels = l;
+        }
+    }
+}
+
+/// A round as every node reports it.
+#[derive(Debug, Clone)]
+pub(crate) struct Merged {
+    pub round: u64,
+    pub id: u64,
+    pub name: String,
+    pub ranks: BTreeSet<String>,
+    /// Nodes with an entry of this round (their ranks took part).
+    pub nodes: BTreeSet<String>,
+    pub world: u32,
+    pub max_id: u64,
+}
+
+/// What a restart search is told about the rounds.
+pub(crate) enum Recheck {
+    /// Go on with this candidate, in this round.
+    Go(u64),
+    /// Another rank's round chose another dataset: adopt it.
+    Adopt(Merged),
+}
+
+/// The outcome of a search.
+pub(crate) enum Found {
+    /// This dataset (files restored; `round` set when it is to be recorded).
+    Chosen(Box<Restart>),
+    /// Another rank's round decides (the datasets passed over so far).
+    Adopt(Merged, Vec<Skipped>),
+}
+
+impl Found {
+    pub(crate) fn into_restart(self) -> Restart {
+        match self {
+            Found::Chosen(r) => *r,
+            Found::Adopt(_, skipped) => Restart {
+                chosen: None,
+                restored: Vec::new(),
+                skipped,
+                sources: BTreeMap::new(),
+                round: None,
+                adopted: false,
+                missing: Vec::new(),
+            },
         }
     }
 }

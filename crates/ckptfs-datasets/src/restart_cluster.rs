@@ -10,7 +10,7 @@ use crate::jobwide::{judge, JobDataset, JobState};
 use crate::ops::Datasets;
 use crate::record::{self, Dataset, NodePart, State};
 use crate::restart::{local_ok, pfs_has, Restart, Skipped, Source};
-use crate::restart_round::{Found, Recheck};
+use crate::restart::{Found, Recheck};
 use std::collections::BTreeMap;
 
 impl Datasets {

@@ -29,9 +29,9 @@ use crate::error::{DatasetError, Result};
 use crate::jobwide::{judge, JobState};
 use crate::ops::Datasets;
 use crate::record::{self, job_dir, NodePart, State};
-use crate::restart::{local_ok, pfs_has, Restart, Skipped, Source};
+use crate::restart::{local_ok, pfs_has, Found, Merged, Recheck, Restart, Skipped, Source};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Rounds kept per node (the newest by number).
 const KEEP: usize = 16;
@@ -67,19 +67,6 @@ pub fn load_rounds(store: &ckptfs_store::Store, job: &str) -> Vec<Round> {
         .unwrap_or_default()
 }
 
-/// A round as every node reports it.
-#[derive(Debug, Clone)]
-pub(crate) struct Merged {
-    pub round: u64,
-    pub id: u64,
-    pub name: String,
-    pub ranks: BTreeSet<String>,
-    /// Nodes with an entry of this round (their ranks took part).
-    pub nodes: BTreeSet<String>,
-    pub world: u32,
-    pub max_id: u64,
-}
-
 /// The newest round over every node's entries (None: no round yet). Two entries of one
 /// round naming different datasets (two first ranks searched at once and saw different
 /// files) resolve to the newest dataset, the one the faster rank saw whole.
@@ -100,14 +87,6 @@ pub(crate) fn newest(rounds: &[(String, Round)]) -> Option<Merged> {
         world: of.iter().map(|x| x.world).max().unwrap_or(1),
         max_id: of.iter().map(|x| x.max_id).min().unwrap_or(0),
     })
-}
-
-/// What a restart search is told about the rounds.
-pub(crate) enum Recheck {
-    /// Go on with this candidate, in this round.
-    Go(u64),
-    /// Another rank's round chose another dataset: adopt it.
-    Adopt(Merged),
 }
 
 impl Datasets {
@@ -439,30 +418,5 @@ impl Datasets {
         }
         r.skipped.splice(0..0, notes);
         Ok(r)
-    }
-}
-
-/// The outcome of a search.
-pub(crate) enum Found {
-    /// This dataset (files restored; `round` set when it is to be recorded).
-    Chosen(Box<Restart>),
-    /// Another rank's round decides (the datasets passed over so far).
-    Adopt(Merged, Vec<Skipped>),
-}
-
-impl Found {
-    fn into_restart(self) -> Restart {
-        match self {
-            Found::Chosen(r) => *r,
-            Found::Adopt(_, skipped) => Restart {
-                chosen: None,
-                restored: Vec::new(),
-                skipped,
-                sources: BTreeMap::new(),
-                round: None,
-                adopted: false,
-                missing: Vec::new(),
-            },
-        }
     }
 }

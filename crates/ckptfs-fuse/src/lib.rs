@@ -45,8 +45,8 @@ pub const MAX_WRITE: u32 = 1 << 20;
 pub enum IoMode {
     /// Write-only opens use direct I/O (no page cache copy, 1 MiB requests, parallel
     /// writers), and in store mode read-only opens too (one request per `read()` of up
-    /// to 1 MiB, copied straight into the caller's buffer: measured 2-3x the page-cache
-    /// path with read-ahead); read-write opens (and CRFS read-only opens) use the page
+    /// to 1 MiB, copied straight into the caller's buffer: faster than the page-cache
+    /// path with read-ahead, docs/benchmarks.md); read-write opens (and CRFS read-only opens) use the page
     /// cache, so read-ahead and shared writable mmap work as on a local file system.
     /// mmap of a direct-I/O open still works (FUSE_DIRECT_IO_ALLOW_MMAP).
     #[default]
@@ -118,9 +118,9 @@ pub struct Counters {
 /// How long a store mount's io_uring queue threads keep polling for the next request
 /// after answering one (yielding their CPU to anything runnable meanwhile) before they
 /// sleep. A thread that sleeps at once lets its vCPU halt, and on the development VM
-/// the scheduler then wakes the application on that halted vCPU for the next reply: one
-/// process's creates were 5.7-9.1k/s without polling and 8.6-15.6k/s with 50 us, in
-/// three alternated pairs (docs/benchmarks.md, "Round 2 session 8").
+/// the scheduler then wakes the application on that halted vCPU for the next reply
+/// (one process's creates, alternated with and without polling: docs/benchmarks.md,
+/// "Round 2 session 8").
 pub const RING_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Does this kernel hand FUSE requests over io_uring to servers that ask

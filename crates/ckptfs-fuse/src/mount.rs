@@ -52,11 +52,10 @@ pub struct MountConfig {
 
 /// FUSE request threads of a store mount by default: one. Every request of a store
 /// mount is short (no request waits for another one), and on a small VM a request
-/// handed to a thread on another CPU costs more than it saves: measured on a 2-vCPU
-/// KVM guest, one thread made creates 2.4-4x faster than four and took a third of the
-/// daemon's CPU time per create (docs/benchmarks.md, "round 2 session 4"). More threads
-/// help parallel writers that each move large blocks (`ckptfs mount --threads 4`: two
-/// parallel `dd` writers there wrote 3,037-3,822 MiB/s instead of 1,469-3,167).
+/// handed to a thread on another CPU costs more than it saves: on a 2-vCPU KVM guest
+/// one thread made creates faster than four, at less daemon CPU time per create. More
+/// threads help parallel writers that each move large blocks (`ckptfs mount --threads
+/// 4`). Figures: docs/benchmarks.md, "Figures behind design choices".
 pub const STORE_THREADS: usize = 1;
 
 /// FUSE request threads of a CRFS mount by default (a close() blocks its thread while

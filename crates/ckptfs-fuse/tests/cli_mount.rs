@@ -153,9 +153,8 @@ fn cli_crfs_mount_writes_backend_by_close() {
 /// daemon aborts the connection and exits, and umount succeeds (docs/fuse.md, case 5a).
 #[test]
 fn cli_umount_ends_a_daemon_whose_mount_another_namespace_holds() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (unshare of the mount namespace)");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("needs root (unshare of the mount namespace)");
         return;
     }
     let Some(bin) = ckptfs() else { return };

@@ -161,7 +161,7 @@ fn crfs_backend_full_returns_enospc_on_write_or_close() {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIPPED: cannot mount a 4 MiB tmpfs as the full backend (needs root)");
+        ckptfs_testsupport::skip_root_only("cannot mount a 4 MiB tmpfs as the full backend (needs root)");
         return;
     }
     let _guard = TmpfsMount(be.clone());

@@ -211,9 +211,8 @@ fn owner(p: &Path) -> (u32, u32) {
 
 #[test]
 fn crfs_root_daemon_runs_each_users_calls_as_that_user() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (a root daemon serving two unprivileged users)");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("needs root (a root daemon serving two unprivileged users)");
         return;
     }
     let (u1, g1) = ensure_user("ckptfs-t1");

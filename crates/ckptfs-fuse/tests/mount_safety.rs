@@ -16,11 +16,6 @@ fn zz_daemon_entry() {
 
 const USER: &str = "ckptfs-test1";
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn ckptfs() -> Option<PathBuf> {
     let dir = std::env::var_os("CKPTFS_BIN_DIR")
         .map(PathBuf::from)
@@ -125,8 +120,8 @@ fn cli_mount_log_is_in_the_runtime_dir_and_never_follows_a_planted_symlink() {
 #[test]
 fn log_file_symlink_planted_by_another_user_in_a_shared_dir_is_not_followed() {
     let Some(bin) = ckptfs() else { return };
-    if !is_root() {
-        eprintln!("SKIPPED: needs root (to run as the user {USER})");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only(format_args!("needs root (to run as the user {USER})"));
         return;
     }
     if Command::new("id")
@@ -157,7 +152,7 @@ fn log_file_symlink_planted_by_another_user_in_a_shared_dir_is_not_followed() {
         .status()
         .unwrap();
     if !st.success() {
-        eprintln!("SKIPPED: cannot run commands as {USER}");
+        ckptfs_testsupport::skip_root_only(format_args!("cannot run commands as {USER}"));
         return;
     }
     let mp = tmp.path().join("mnt");

@@ -176,9 +176,8 @@ fn store_xattrs_are_kept_by_the_store_with_linux_errnos_and_unsupported_calls_an
 
 #[test]
 fn store_write_by_a_user_clears_setuid_bits() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (a root daemon and an unprivileged writer)");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("needs root (a root daemon and an unprivileged writer)");
         return;
     }
     let (rc, _, err) = sh(
@@ -231,9 +230,8 @@ fn ensure_user(name: &str) -> (u32, u32) {
 
 #[test]
 fn store_root_daemon_files_belong_to_the_caller_and_sticky_rules_hold() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (a root daemon serving two unprivileged users)");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("needs root (a root daemon serving two unprivileged users)");
         return;
     }
     let (u1, g1) = ensure_user("ckptfs-t1");
@@ -455,9 +453,8 @@ fn store_hard_links_fifos_sockets_and_device_nodes_work_through_the_mount() {
 /// user is not in the file's group. Checked against a plain directory (the local file system) too.
 #[test]
 fn store_chown_by_a_user_clears_setid_bits_of_every_non_directory() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (a root daemon and an unprivileged chown)");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("needs root (a root daemon and an unprivileged chown)");
         return;
     }
     ensure_user("ckptfs-t1");

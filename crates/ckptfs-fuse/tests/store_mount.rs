@@ -344,9 +344,8 @@ fn store_mount_read_of_file_written_through_mount_verifies_checksums() {
 /// gets an error, not a hang.
 #[test]
 fn store_sigterm_after_umount_exits_although_another_namespace_holds_the_mount() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (unshare of the mount namespace, umount2)");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("needs root (unshare of the mount namespace, umount2)");
         return;
     }
     let (g, _s) = small_store("unshare");

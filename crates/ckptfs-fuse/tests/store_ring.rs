@@ -145,9 +145,8 @@ fn workload(mp: &Path) {
 
 #[test]
 fn the_store_mount_answers_over_io_uring_on_each_cpu_and_falls_back_to_dev_fuse() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: the kernel's enable_uring parameter needs root");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("the kernel's enable_uring parameter needs root");
         return;
     }
     if !Path::new(PARAM).exists() {

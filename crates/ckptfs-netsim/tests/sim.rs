@@ -22,7 +22,7 @@ macro_rules! sim_or_skip {
         match available() {
             Ok(()) => Sim::new($n, opts($hosts)).expect("build the simulation"),
             Err(why) => {
-                eprintln!("SKIPPED: {why}");
+                ckptfs_testsupport::skip_root_only(why);
                 return;
             }
         }
@@ -148,7 +148,7 @@ fn killed_node_is_unreachable_loses_its_shm_and_comes_back_empty() {
 #[test]
 fn teardown_leaves_no_namespace_mount_or_file_even_after_a_panic() {
     if let Err(why) = available() {
-        eprintln!("SKIPPED: {why}");
+        ckptfs_testsupport::skip_root_only(why);
         return;
     }
     let sim = Sim::new(2, opts(Some(2))).unwrap();
@@ -177,7 +177,7 @@ fn teardown_leaves_no_namespace_mount_or_file_even_after_a_panic() {
 #[test]
 fn start_sweeps_leftovers_of_a_dead_run_but_not_of_live_ones() {
     if let Err(why) = available() {
-        eprintln!("SKIPPED: {why}");
+        ckptfs_testsupport::skip_root_only(why);
         return;
     }
     // A run whose process is gone (a finished child's pid), and one of a live process.

@@ -294,9 +294,30 @@ pub struct NodeSummary {
     pub copies_refused: u64,
 }
 
-/// Run the daemon until `shutdown` completes. The caller decides what stops it (the
-/// binary: SIGTERM/SIGINT; tests: a channel).
+/// Run the daemon until `shutdown` completes, listening on the node's address from the
+/// cluster map. The caller decides what stops it (the binary: SIGTERM/SIGINT; tests: a
+/// channel). [`serve`] with the address bound here.
 pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<NodeSummary> {
+    run_on(cfg, None, shutdown).await
+}
+
+/// Run the daemon until `shutdown` completes, accepting peers on `listener`, already
+/// bound (and listening) by the caller: tests bind port 0 and write the port into the
+/// cluster map, so no port is found free, released and bound again. The listener should
+/// be on the node's address in the cluster map (peers connect there).
+pub async fn serve(
+    cfg: NodeConfig,
+    listener: std::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<NodeSummary> {
+    run_on(cfg, Some(listener), shutdown).await
+}
+
+async fn run_on(
+    cfg: NodeConfig,
+    bound: Option<std::net::TcpListener>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<NodeSummary> {
     let me = cfg
         .cluster
         .node(&cfg.node_id)
@@ -336,7 +357,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     }
     // Page tables for the whole store, once, in the background at the partner priority:
     // received copies land in any free chunk, and would otherwise pay the first touch of
-    // each (measured: 1,024 MADV_POPULATE_READ calls of 120-160 us per GiB received).
+    // each (docs/benchmarks.md, "Figures behind design choices").
     {
         let store = store.clone();
         let prio = cfg.partner_priority;
@@ -352,10 +373,16 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
                 );
             });
     }
-    // Listen only on the configured address.
-    let listener = TcpListener::bind(&me.addr)
-        .await
-        .map_err(|e| NodeError::io(format!("listen on {}", me.addr), e))?;
+    // Listen only on the configured address (or on the caller's listener).
+    let listener = match bound {
+        Some(l) => l
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(l))
+            .map_err(|e| NodeError::io(format!("listen on the listener given for {}", me.addr), e))?,
+        None => TcpListener::bind(&me.addr)
+            .await
+            .map_err(|e| NodeError::io(format!("listen on {}", me.addr), e))?,
+    };
     let listen = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -452,12 +479,24 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
 
 /// [`run`] on a multi-threaded runtime of its own (for the binary).
 pub fn run_blocking(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<NodeSummary> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    runtime()?.block_on(run(cfg, shutdown))
+}
+
+/// [`serve`] on a multi-threaded runtime of its own.
+pub fn serve_blocking(
+    cfg: NodeConfig,
+    listener: std::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<NodeSummary> {
+    runtime()?.block_on(serve(cfg, listener, shutdown))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| NodeError::io("start the runtime", e))?;
-    rt.block_on(run(cfg, shutdown))
+        .map_err(|e| NodeError::io("start the runtime", e))
 }
 
 /// Most connections still in their handshake at once. Past it the oldest is closed to

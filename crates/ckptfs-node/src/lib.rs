@@ -24,7 +24,6 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
-pub mod bench;
 pub mod daemon;
 pub mod datasets;
 mod error;

@@ -28,7 +28,7 @@ const CHILD_ENV: &str = "HND_NETNS_CHILD";
 
 fn sim(n: usize) -> Option<Sim> {
     if let Err(why) = available() {
-        eprintln!("SKIPPED: {why}");
+        ckptfs_testsupport::skip_root_only(why);
         return None;
     }
     let opts = SimOptions {

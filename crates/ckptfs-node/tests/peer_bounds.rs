@@ -98,9 +98,7 @@ impl RssPeak {
 /// that the code before the fix, which kept asking, could not take the machine's
 /// memory: the test then fails on the page count). Returns the pages it sent.
 async fn hostile_holder(tc: &TestCluster) -> Arc<AtomicU64> {
-    let listener = tokio::net::TcpListener::bind(&tc.cluster.node("node3").unwrap().addr)
-        .await
-        .unwrap();
+    let listener = listen(&tc.cluster.node("node3").unwrap().addr).await;
     let (cluster, keys) = (tc.cluster.clone(), tc.cluster.node_keys("node3").unwrap());
     let pages = Arc::new(AtomicU64::new(0));
     let served = pages.clone();

@@ -109,7 +109,7 @@ async fn a_relay_on_a_down_partners_port_to_the_nodes_own_daemon_gets_nothing_li
     let n1 = tc.cluster.node("node1").unwrap().addr.clone();
     let n3 = tc.cluster.node("node3").unwrap().addr.clone();
     let (conns, changed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let l = TcpListener::bind(&n3).await.unwrap();
+    let l = listen(&n3).await;
     let r = tokio::spawn(relay(l, n1, None, conns.clone(), changed));
     let s1 = tc.store("node1");
     let d1 = Daemon::start(tc.config("node1"));

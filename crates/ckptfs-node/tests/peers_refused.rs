@@ -253,9 +253,7 @@ async fn bad_chunk_is_refused_then_resent_and_a_cut_copy_is_never_listed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_refused_on_arrival_is_sent_again_from_there_and_the_copy_completes() {
     let tc = TestCluster::new("resend", 2, Scheme::Ring, 1);
-    let listener = tokio::net::TcpListener::bind(&tc.cluster.node("node2").unwrap().addr)
-        .await
-        .unwrap();
+    let listener = listen(&tc.cluster.node("node2").unwrap().addr).await;
     let d1 = Daemon::start(tc.config("node1"));
     let data = bytes(200_000, 21);
     write(&tc.store("node1"), "/ckpt/r", &data);

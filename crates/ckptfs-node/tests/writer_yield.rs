@@ -10,7 +10,7 @@ use ckptfs_cluster::Scheme;
 use ckptfs_store::{OpenFlags, Store};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::*;
 
 /// An application writing into `store` without a pause until `stop` is set: 4 KiB
@@ -88,17 +88,33 @@ async fn a_copy_waits_while_the_application_writes_and_goes_on_when_it_stops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_never_stops_delays_a_copy_only_boundedly() {
     let tc = TestCluster::new("yield-bound", 2, Scheme::Ring, 1);
-    let Bed(d1, d2, s1, s2, stop, app) = Bed::start(&tc, Duration::from_millis(200));
+    let writer_yield = Duration::from_millis(200);
+    let Bed(d1, d2, s1, s2, stop, app) = Bed::start(&tc, writer_yield);
     let data = bytes(4 << 20, 10);
+    let t0 = Instant::now();
     write(&s1, "/ckpt/b", &data);
-    // The application never stops, the copy still completes: after 200 ms of waiting it
-    // takes at least half the time.
+    // The application never stops, the copy still completes.
     wait_for("the copy while the application writes", || {
         copy_on(&s2, "node1", "/ckpt/b").is_some()
     })
     .await;
+    let took = t0.elapsed().as_secs_f64();
     assert!(!app.is_finished(), "the application stopped writing first");
     assert_eq!(copy_on(&s2, "node1", "/ckpt/b").unwrap(), data);
+    // The bound, observed: a copy's waits stay below its sending time plus
+    // `writer_yield` (replicate.rs, Throttle), and waits plus sending fit in the time
+    // from the write to the copy, so the copy waited at most half that time plus half of
+    // `writer_yield` (plus one 2 ms check overshooting, with slack for a loaded machine).
+    wait_for("the status counting the copy", || {
+        ckptfs_node::status(&tc.store_opts("node1").name).is_some_and(|s| s.copies_sent >= 1)
+    })
+    .await;
+    let waited = yielded(&tc, "node1");
+    let bound = (took + writer_yield.as_secs_f64()) / 2.0 + 0.1;
+    assert!(
+        waited <= bound,
+        "the copy waited {waited:.3} s of the {took:.3} s it took (bound {bound:.3} s)"
+    );
     stop.store(true, Ordering::Relaxed);
     app.join().unwrap();
     d1.stop().await;

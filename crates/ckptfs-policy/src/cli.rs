@@ -12,7 +12,7 @@ use crate::fig5;
 use crate::interval;
 use crate::plot;
 use crate::sim::{FailureSource, SimConfig, SimReport, Simulator, StrategyResult};
-use crate::units::{fmt_duration, parse_duration, parse_size};
+use crate::units::{fmt_duration, parse_duration};
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -73,8 +73,9 @@ fn duration(s: &str) -> Result<f64, String> {
     parse_duration(s)
 }
 
+/// A size in bytes: the settings' one size parser (`4GB` = `4GiB` = 4 * 2^30).
 fn size(s: &str) -> Result<f64, String> {
-    parse_size(s)
+    ckptfs_settings::parse_size(s).map(|b| b as f64)
 }
 
 /// Level costs given as flags.

@@ -1,5 +1,6 @@
-//! Parsing and printing of durations and sizes for the CLI and the files it
-//! reads.
+//! Parsing and printing of durations for the CLI and the files it reads. Sizes are
+//! parsed by the one size parser of the settings, [`ckptfs_settings::parse_size`]
+//! (binary suffixes: `4GB` = `4GiB` = 4 * 2^30 bytes).
 
 /// Parses a duration: a non-negative number with an optional unit `s`, `m`
 /// (or `min`), `h`, `d`; a bare number is seconds. Returns seconds.
@@ -22,34 +23,6 @@ pub fn parse_duration(s: &str) -> Result<f64, String> {
         .map_err(|_| format!("`{s}` is not a duration (examples: 90, 90s, 30m, 2h, 1.5d)"))?;
     if !v.is_finite() || v < 0.0 {
         return Err(format!("`{s}` must be a finite duration >= 0"));
-    }
-    Ok(v * mult)
-}
-
-/// Parses a size in bytes: a number with an optional unit `B`, `KB`, `MB`,
-/// `GB`, `TB` (powers of 1000) or `KiB`, `MiB`, `GiB`, `TiB` (powers of 1024).
-pub fn parse_size(s: &str) -> Result<f64, String> {
-    let t = s.trim();
-    let (num, mult) = split_unit(
-        t,
-        &[
-            ("KiB", 1024.0),
-            ("MiB", 1024.0 * 1024.0),
-            ("GiB", 1024.0 * 1024.0 * 1024.0),
-            ("TiB", 1024.0f64.powi(4)),
-            ("KB", 1e3),
-            ("MB", 1e6),
-            ("GB", 1e9),
-            ("TB", 1e12),
-            ("B", 1.0),
-        ],
-    );
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (examples: 4096, 800MB, 4GiB)"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("`{s}` must be a finite size >= 0"));
     }
     Ok(v * mult)
 }
@@ -99,13 +72,5 @@ mod tests {
         assert!(parse_duration("-1h").is_err());
         assert!(parse_duration("h").is_err());
         assert!(parse_duration("2 weeks").is_err());
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4GiB").unwrap(), 4.0 * 1024.0 * 1024.0 * 1024.0);
-        assert_eq!(parse_size("800MB").unwrap(), 8e8);
-        assert_eq!(parse_size("4096").unwrap(), 4096.0);
-        assert!(parse_size("lots").is_err());
     }
 }

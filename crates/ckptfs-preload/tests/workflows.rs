@@ -625,9 +625,8 @@ ls -F
 /// through the store API. Needs root to mount the tmpfs.
 #[test]
 fn the_shim_writes_into_a_store_on_a_huge_page_tmpfs_named_by_ckptfs_shm_dir() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: mounting a huge-page tmpfs needs root");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("mounting a huge-page tmpfs needs root");
         return;
     }
     let dir = tempfile::Builder::new()

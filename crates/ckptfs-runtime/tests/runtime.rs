@@ -5,11 +5,6 @@ use ckptfs_runtime::{open_log_file, RuntimeDir, RuntimeError};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// flock locks belong to open file descriptions, which a child process shares from its
 /// fork until its exec: a test that starts programs while a lock test has a lock file
 /// open makes that test see its own lock as held by another (seen in CI). Tests that
@@ -65,8 +60,8 @@ fn symlink_planted_as_runtime_dir_is_not_followed() {
 
 #[test]
 fn runtime_dir_owned_by_another_user_is_refused_naming_the_owner() {
-    if !is_root() {
-        eprintln!("SKIPPED: needs root to give a directory to another uid");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("needs root to give a directory to another uid");
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -126,8 +121,8 @@ fn planted_symlink_at_a_lock_or_log_name_is_not_followed() {
 
 #[test]
 fn user_log_file_owned_by_another_user_is_refused() {
-    if !is_root() {
-        eprintln!("SKIPPED: needs root to give a file to another uid");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("needs root to give a file to another uid");
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -220,8 +215,8 @@ fn default_runtime_dir_is_owned_by_the_caller() {
 #[test]
 fn runtime_dir_squatted_by_a_real_user_in_a_sticky_dir_is_refused_naming_them() {
     let _serial = no_forks();
-    if !is_root() {
-        eprintln!("SKIPPED: needs root (to run as the user ckptfs-test1)");
+    if !ckptfs_testsupport::is_root() {
+        ckptfs_testsupport::skip_root_only("needs root (to run as the user ckptfs-test1)");
         return;
     }
     let user = "ckptfs-test1";
@@ -238,7 +233,7 @@ fn runtime_dir_squatted_by_a_real_user_in_a_sticky_dir_is_refused_naming_them() 
             .status();
     }
     let Some(uid) = id() else {
-        eprintln!("SKIPPED: cannot create the user {user} with useradd");
+        ckptfs_testsupport::skip_root_only(format_args!("cannot create the user {user} with useradd"));
         return;
     };
     // Like /dev/shm: world-writable and sticky.

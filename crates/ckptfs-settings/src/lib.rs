@@ -4,7 +4,8 @@
 //! precedence flags > env > file > defaults), the parsing of its values (sizes, booleans,
 //! counts, prefixes, store names), lexical path normalisation, `now_ns`, and the types
 //! the levels above the node store share ([`NodeId`], [`Rank`], [`Level`],
-//! [`DatasetId`], [`Errno`]).
+//! [`DatasetId`], [`Errno`]); the job identity and the other variables a process reads
+//! besides the table ([`job`]).
 //!
 //! The CLI, the C API and the LD_PRELOAD shim all resolve their settings here, so a
 //! value means the same thing everywhere. The crate does no I/O: callers pass the
@@ -23,6 +24,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod job;
 pub mod parse;
 pub mod path;
 mod table;
@@ -32,9 +34,10 @@ pub use parse::{
     check_store_name, parse_bool, parse_count, parse_prefixes, parse_size, parse_store_size, MAX_SIZE,
 };
 pub use table::{
-    default_store_name, from_env, json_str, resolve, setting, FileText, Inputs, Kind, Row, Setting, Settings,
-    SettingsError, Source, StoreSettings, BYTES_PER_FILE, CONFIG_ENV, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES,
-    DEFAULT_MEM_SIZE, DEFAULT_SHM_DIR, MAX_CHUNK_SIZE, MAX_MAX_FILES, MIN_CHUNK_SIZE, SETTINGS,
+    default_store_name, from_env, json_str, parse_size_or_share, resolve, setting, DaemonSettings, FileText,
+    Inputs, Kind, PartnerMax, Row, Setting, Settings, SettingsError, Source, StoreSettings, BYTES_PER_FILE,
+    CONFIG_ENV, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE, DEFAULT_SHM_DIR, MAX_CHUNK_SIZE,
+    MAX_MAX_FILES, MIN_CHUNK_SIZE, SETTINGS,
 };
 pub use types::{DatasetId, Errno, Level, NodeId, Rank};
 

@@ -85,6 +85,10 @@ pub enum Kind {
     Count,
     /// A non-negative decimal number (seconds, probabilities, bytes per second).
     Number,
+    /// Seconds: a decimal number from 0 to 3600.
+    Seconds,
+    /// A size ([`parse_size`]) or a share of memory `N%` (0 to 100).
+    SizeOrShare,
 }
 
 /// One row of the settings table.
@@ -308,7 +312,52 @@ pub const SETTINGS: &[Setting] = &[
         help: "PFS bandwidth per node in bytes/s until transfers have been measured",
         kind: Kind::Number,
     },
+    // The node daemon (`ckptfs node`, crate ckptfs-node, docs/cluster.md): the `[daemon]`
+    // section of the settings file; the flags are `ckptfs node`'s.
+    Setting {
+        key: "daemon.scan_interval",
+        env: "CKPTFS_NODE_SCAN_INTERVAL",
+        flag: "--interval",
+        default: || "0.2".into(),
+        help: "seconds between the daemon's scans of the store for files to copy to partners (at least 0.01)",
+        kind: Kind::Seconds,
+    },
+    Setting {
+        key: "daemon.writer_yield",
+        env: "CKPTFS_NODE_WRITER_YIELD",
+        flag: "--writer-yield",
+        default: || "1".into(),
+        help: "longest pause, seconds, of partner copies while an application writes into the store (0: never step back; at most 3600)",
+        kind: Kind::Seconds,
+    },
+    Setting {
+        key: "daemon.max_bw",
+        env: "CKPTFS_NODE_MAX_BW",
+        flag: "--max-bw",
+        default: || "0".into(),
+        help: "bandwidth cap of partner copies out, MB/s (0: none)",
+        kind: Kind::Number,
+    },
+    Setting {
+        key: "daemon.partner_max",
+        env: "CKPTFS_NODE_PARTNER_MAX",
+        flag: "--partner-max",
+        default: || "50%".into(),
+        help: "most memory this node gives to other nodes' copies: a size (K/M/G) or a share of the store's memory (N%)",
+        kind: Kind::SizeOrShare,
+    },
+    Setting {
+        key: "daemon.metrics",
+        env: "CKPTFS_METRICS",
+        flag: "--metrics",
+        default: String::new,
+        help: "serve Prometheus metrics of `ckptfs node` at http://HOST:PORT/metrics (empty: off)",
+        kind: Kind::Text,
+    },
 ];
+
+/// A file section and the settings in it (`[daemon]` holds the `daemon.*` keys).
+const SECTIONS: &[&str] = &["daemon"];
 
 /// The row of `key`.
 pub fn setting(key: &str) -> Option<&'static Setting> {
@@ -392,8 +441,62 @@ pub struct StoreSettings {
     pub warm: Option<u64>,
 }
 
+/// How much memory a node daemon gives to other nodes' copies.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PartnerMax {
+    /// At most this many bytes.
+    Bytes(u64),
+    /// At most this share (0 to 1) of the store's memory.
+    Share(f64),
+}
+
+/// `SIZE` or `N%` (0 to 100).
+pub fn parse_size_or_share(v: &str) -> Result<PartnerMax, String> {
+    match v.trim().strip_suffix('%') {
+        Some(p) => match p.trim().parse::<f64>() {
+            Ok(x) if (0.0..=100.0).contains(&x) => Ok(PartnerMax::Share(x / 100.0)),
+            _ => Err(format!("{v:?}: want a share from 0% to 100%")),
+        },
+        None => parse_size(v).map(PartnerMax::Bytes),
+    }
+}
+
+fn number(v: &str) -> Option<f64> {
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x >= 0.0)
+}
+
+/// The resolved `[daemon]` settings (`ckptfs node`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonSettings {
+    /// Seconds between scans of the store (at least 0.01).
+    pub scan_interval: f64,
+    /// Longest pause of partner copies for the application's writes, seconds (0: none).
+    pub writer_yield: f64,
+    /// Bandwidth cap of partner copies out, bytes per second (None: none).
+    pub max_bw: Option<f64>,
+    /// Memory given to other nodes' copies.
+    pub partner_max: PartnerMax,
+    /// Prometheus metrics address (None: off).
+    pub metrics: Option<String>,
+}
+
+impl Default for DaemonSettings {
+    fn default() -> Self {
+        DaemonSettings {
+            scan_interval: 0.2,
+            writer_yield: 1.0,
+            max_bw: None,
+            partner_max: PartnerMax::Share(0.5),
+            metrics: None,
+        }
+    }
+}
+
 /// Every setting resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// Every row of [`SETTINGS`], in order: value and source.
     pub rows: Vec<Row>,
@@ -401,6 +504,8 @@ pub struct Settings {
     pub store: StoreSettings,
     /// The mount prefixes (normalised, at least one).
     pub mounts: Vec<String>,
+    /// The `[daemon]` section.
+    pub daemon: DaemonSettings,
 }
 
 /// The settings file: a name for messages and its TOML text.
@@ -434,7 +539,16 @@ fn file_values(f: FileText<'_>) -> Result<Vec<(String, String)>, SettingsError> 
                 msg: e.to_string(),
             })?;
         let mut out = Vec::new();
+        let mut flat = Vec::new();
         for (k, v) in doc {
+            match v {
+                toml::Value::Table(t) if SECTIONS.contains(&k.as_str()) => {
+                    flat.extend(t.into_iter().map(|(k2, v2)| (format!("{k}.{k2}"), v2)))
+                }
+                v => flat.push((k, v)),
+            }
+        }
+        for (k, v) in flat {
             if setting(&k).is_none() {
                 let known: Vec<_> = SETTINGS.iter().map(|s| s.key).collect();
                 return Err(SettingsError::UnknownKey {
@@ -484,6 +598,7 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
         });
     }
     let file_name = inp.file.map(|f| f.name).unwrap_or("");
+    let mut daemon = DaemonSettings::default();
     let mut st = StoreSettings::default();
     let mut mounts = Vec::new();
     for (s, row) in SETTINGS.iter().zip(&rows) {
@@ -561,21 +676,31 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
                 parse_count(v, 0, u32::MAX as u64).map_err(bad)?;
             }
             Kind::Number => {
-                let ok = v
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|x| x.is_finite() && *x >= 0.0);
-                if ok.is_none() {
-                    return Err(bad(format!("{v:?} is not a non-negative number")));
+                let x = number(v).ok_or_else(|| bad(format!("{v:?} is not a non-negative number")))?;
+                if s.key == "daemon.max_bw" {
+                    daemon.max_bw = (x > 0.0).then_some(x * 1e6);
                 }
             }
+            Kind::Seconds => {
+                let x = number(v)
+                    .filter(|x| *x <= 3600.0)
+                    .ok_or_else(|| bad(format!("{v:?} is not a number of seconds from 0 to 3600")))?;
+                match s.key {
+                    "daemon.scan_interval" => daemon.scan_interval = x.max(0.01),
+                    _ => daemon.writer_yield = x,
+                }
+            }
+            Kind::SizeOrShare => daemon.partner_max = parse_size_or_share(v).map_err(bad)?,
+        }
+        if s.key == "daemon.metrics" {
+            daemon.metrics = Some(v.trim().to_string()).filter(|m| !m.is_empty());
         }
     }
     Ok(Settings {
         rows,
         store: st,
         mounts,
+        daemon,
     })
 }
 
@@ -661,6 +786,48 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| m.get(k).cloned()
+    }
+
+    #[cfg(feature = "toml-file")]
+    #[test]
+    fn daemon_section_precedence_flag_env_file_default() {
+        let text = "[daemon]\nwriter_yield = 0.5\nscan_interval = 0.3\nmax_bw = 100\npartner_max = \"8M\"\n";
+        let env = env_of(&[
+            ("CKPTFS_NODE_SCAN_INTERVAL", "0.4"),
+            ("CKPTFS_NODE_MAX_BW", "200"),
+        ]);
+        let flags = |k: &str| (k == "daemon.max_bw").then(|| "300".to_string());
+        let s = resolve(&Inputs {
+            flags: &flags,
+            env: &env,
+            file: Some(FileText { name: "c.toml", text }),
+        })
+        .unwrap();
+        let d = &s.daemon;
+        assert_eq!(d.writer_yield, 0.5, "file");
+        assert_eq!(d.scan_interval, 0.4, "env beats the file");
+        assert_eq!(d.max_bw, Some(300e6), "the flag beats both (MB/s)");
+        assert_eq!(d.partner_max, PartnerMax::Bytes(8 << 20));
+        assert_eq!(d.metrics, None);
+        assert_eq!(s.row("daemon.max_bw").unwrap().source, Source::Flag);
+        let d = from_env(&|_| None).unwrap().daemon;
+        assert_eq!(d, DaemonSettings::default());
+        assert_eq!(d.partner_max, PartnerMax::Share(0.5));
+        // Out of range and unknown keys are errors naming them.
+        let e = from_env(&|k| (k == "CKPTFS_NODE_WRITER_YIELD").then(|| "3601".into())).unwrap_err();
+        assert!(e.to_string().contains("CKPTFS_NODE_WRITER_YIELD"), "{e}");
+        let e = from_env(&|k| (k == "CKPTFS_NODE_PARTNER_MAX").then(|| "101%".into())).unwrap_err();
+        assert!(e.to_string().contains("daemon.partner_max"), "{e}");
+        let e = resolve(&Inputs {
+            flags: &|_| None,
+            env: &|_| None,
+            file: Some(FileText {
+                name: "c.toml",
+                text: "[daemon]\nwriter_yeild = 1\n",
+            }),
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("daemon.writer_yeild"), "{e}");
     }
 
     #[test]

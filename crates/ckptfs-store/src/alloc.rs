@@ -22,7 +22,7 @@ const AFFINITY_WINDOW: u32 = 4096;
 /// `CKPTFS_NO_AFFINITY=1` turns the affinity off (for A/B measurements).
 fn affinity_off() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OFF.get_or_init(|| std::env::var_os("CKPTFS_NO_AFFINITY").is_some_and(|v| v == "1"))
+    *OFF.get_or_init(|| ckptfs_settings::job::no_affinity(&|k| std::env::var(k).ok()))
 }
 
 /// This process's view of its own free chunks on the shared memory stack.

@@ -3,7 +3,7 @@
 //! Large copies use non-temporal (streaming) stores: checkpoint data is not read again
 //! soon, and streaming stores skip the read-for-ownership of every destination cache
 //! line, which nearly doubles the copy rate into memory on this kind of machine
-//! (measured: glibc memcpy 14.5 GB/s, streaming copy 25 GB/s, 1 MiB blocks). When a CRC is
+//! (docs/benchmarks.md, "Figures behind design choices"). When a CRC is
 //! wanted, `ckptfs-crc` folds it into the copy (one loop loads, stores and checksums each
 //! 128 bytes); on a CPU without its kernel, the CRC32C is computed from the source in
 //! cache-sized pieces as it is copied, so the checksum costs one pass over data that is
@@ -14,7 +14,7 @@ use ckptfs_crc::Stores;
 
 /// Below this size a plain copy is faster than streaming stores.
 const STREAM_MIN: usize = 16 << 10;
-/// Piece size for interleaving checksum and copy: fits L1 (measured best of 16/64 KiB).
+/// Piece size for interleaving checksum and copy: fits L1 (the better of 16/64 KiB).
 const PIECE: usize = 16 << 10;
 
 /// Copy `src` to `dst` and, if `crc` is given, extend it with `src`.

@@ -66,6 +66,7 @@ mod query;
 mod recovery;
 pub mod region_io;
 mod segment;
+pub mod shared_map;
 mod small;
 mod small_fsck;
 mod small_io;
@@ -83,6 +84,7 @@ pub use error::{Result, StoreError};
 pub use file::FileHandle;
 pub use fsck::{FsckReport, Problem};
 pub use links::LINK_MAX;
+pub use shared_map::SharedMapping;
 pub use store::{
     default_max_files, default_store_name, is_system_path, job_rank, segment_path, segment_path_in,
     ChunkInfo, ChunkLocation, DataRegion, DirEntry, FileKind, OpenFlags, Stat, Store, StoreInfo,

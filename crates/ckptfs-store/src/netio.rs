@@ -75,14 +75,13 @@ pub struct WireSource {
 }
 
 /// Memory chunks go out by `writev` from the mapping unless `CKPTFS_PARTNER_SENDFILE=1`.
-/// Measured between two simulated nodes on the AMD VM (veth, 1 GiB, alternated runs):
-/// restore from a partner 1.22-1.35 GB/s by `writev` against 0.93-1.08 GB/s by
-/// `sendfile`, partner copies 1.05-1.42 against 1.00-1.28 GB/s: the page references
-/// `sendfile` hands the socket are 4 KiB tmpfs pages, many small fragments per packet for
-/// the receiver's copy. On a NIC with zero-copy transmit, `sendfile` saves the sender's
+/// Between two simulated nodes on the AMD VM, `writev` was faster than `sendfile` for
+/// restores and no slower for copies (docs/benchmarks.md, "Figures behind design
+/// choices"): the page references `sendfile` hands the socket are 4 KiB tmpfs pages,
+/// many small fragments per packet for the receiver's copy. On a NIC with zero-copy transmit, `sendfile` saves the sender's
 /// copy; the variable selects it.
 fn sendfile_wanted() -> bool {
-    std::env::var_os("CKPTFS_PARTNER_SENDFILE").is_some_and(|v| v == "1")
+    ckptfs_settings::job::partner_sendfile(&|k| std::env::var(k).ok())
 }
 
 /// The segment file of `store` opened read-only, if it is the file this process maps

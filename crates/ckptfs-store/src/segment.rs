@@ -546,8 +546,8 @@ impl Segment {
             // SAFETY: advisory call on a range inside our mapping.
             // The pages exist (pre-faulted at creation); only this process's page tables
             // are missing. POPULATE_READ maps them (writable: a shared tmpfs mapping needs
-            // no write fault for dirty tracking) 7x faster than POPULATE_WRITE on this VM:
-            // 36 ms vs 245 ms per 512 MiB.
+            // no write fault for dirty tracking) several times faster than POPULATE_WRITE
+            // (docs/benchmarks.md, "Figures behind design choices").
             unsafe { libc::madvise(p as *mut libc::c_void, cs, libc::MADV_POPULATE_READ) };
             word.fetch_or(bit, Ordering::Relaxed);
         }

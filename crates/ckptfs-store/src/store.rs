@@ -8,6 +8,7 @@ use crate::error::{Result, StoreError};
 use crate::layout::*;
 use crate::lock::Guard;
 use crate::segment::{CreateParams, Segment};
+use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
@@ -18,19 +19,6 @@ pub use crate::types::*;
 #[derive(Clone)]
 pub struct Store {
     pub(crate) seg: Arc<Segment>,
-}
-
-/// Split a store path into components, resolving `.` and `..` lexically (the store has
-/// no symbolic links). Relative paths are taken from the root.
-pub(crate) fn components(path: &str) -> Result<Vec<&str>> {
-    if path.len() > TREE_PATH_MAX {
-        return Err(StoreError::NameTooLong(format!("{}...", &path[..64])));
-    }
-    if path.contains('\0') {
-        return Err(StoreError::Invalid("path contains a NUL byte".into()));
-    }
-    ckptfs_settings::path::components_checked(path, NAME_MAX)
-        .map_err(|c| StoreError::NameTooLong(c.to_string()))
 }
 
 pub(crate) fn name_hash(parent: u32, name: &[u8]) -> u32 {
@@ -319,6 +307,20 @@ impl Store {
             base: self.seg.data_base(),
             len: self.seg.layout.data_size(),
             chunk_size: self.chunk_size(),
+        }
+    }
+}
+
+impl Store {
+    /// A second descriptor of the store's spill file (checked when the store was
+    /// attached), for readers such as the drain agent; `None` without a spill file.
+    pub fn spill_file(&self) -> Result<Option<File>> {
+        match self.seg.spill() {
+            Some(f) => f
+                .try_clone()
+                .map(Some)
+                .map_err(|e| StoreError::io("duplicate the spill file descriptor", e)),
+            None => Ok(None),
         }
     }
 }

@@ -17,7 +17,6 @@
 //! [`StoreOptions::allow_foreign_owner`]: crate::StoreOptions::allow_foreign_owner
 
 use crate::error::{Result, StoreError};
-use crate::store::Store;
 use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -208,18 +207,4 @@ pub(crate) fn remove_own_spill(sp: &Path, name: &str) {
     }
     // SAFETY: as above; unlinkat removes the entry itself and never follows a link.
     unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), 0) };
-}
-
-impl Store {
-    /// A second descriptor of the store's spill file (checked when the store was
-    /// attached), for readers such as the drain agent; `None` without a spill file.
-    pub fn spill_file(&self) -> Result<Option<File>> {
-        match self.seg.spill() {
-            Some(f) => f
-                .try_clone()
-                .map(Some)
-                .map_err(|e| StoreError::io("duplicate the spill file descriptor", e)),
-            None => Ok(None),
-        }
-    }
 }

@@ -2,7 +2,7 @@
 //! flags.
 
 use crate::error::{Result, StoreError};
-use crate::store::components;
+use crate::layout::{NAME_MAX, TREE_PATH_MAX};
 #[cfg(doc)]
 use crate::store::Store;
 use serde::Serialize;
@@ -56,17 +56,9 @@ pub fn segment_path_in(dir: Option<&std::path::Path>, name: &str) -> PathBuf {
 }
 
 /// Rank of this process in its parallel job, from the usual launcher variables.
+/// (The list is [`ckptfs_settings::job::RANK_VARS`].)
 pub fn job_rank() -> Option<String> {
-    [
-        "CKPTFS_RANK",
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "PMIX_RANK",
-        "SLURM_PROCID",
-        "RANK",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+    ckptfs_settings::job::rank(&|k| std::env::var(k).ok())
 }
 
 impl StoreOptions {
@@ -414,4 +406,17 @@ pub fn is_system_path(path: &str) -> bool {
         Ok(c) => c.first() == Some(&SYSTEM_DIR_NAME),
         Err(_) => false,
     }
+}
+
+/// Split a store path into components, resolving `.` and `..` lexically (the store has
+/// no symbolic links). Relative paths are taken from the root.
+pub(crate) fn components(path: &str) -> Result<Vec<&str>> {
+    if path.len() > TREE_PATH_MAX {
+        return Err(StoreError::NameTooLong(format!("{}...", &path[..64])));
+    }
+    if path.contains('\0') {
+        return Err(StoreError::Invalid("path contains a NUL byte".into()));
+    }
+    ckptfs_settings::path::components_checked(path, NAME_MAX)
+        .map_err(|c| StoreError::NameTooLong(c.to_string()))
 }

@@ -4,7 +4,8 @@
 //! segment naming someone else's file as its spill file.
 //!
 //! The attacker's steps run as an unprivileged user the test creates with `useradd`
-//! (`ckptfs-test1`) through `runuser`; those tests print SKIPPED and pass when not root.
+//! (`ckptfs-test1`) through `runuser`; those tests print SKIPPED and pass when not root
+//! (they fail under `CKPTFS_REQUIRE_ROOT_TESTS=1`: `ckptfs_testsupport::skip_root_only`).
 
 use ckptfs_store::checksum::crc32c;
 use ckptfs_store::layout::Layout;

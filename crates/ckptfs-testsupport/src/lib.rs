@@ -1,5 +1,14 @@
-//! Helpers shared by the ckptfs crates' tests (reference data, the unprivileged test user). Used only as a dev-dependency, so test
-//! code never pulls benchmark or CLI crates into a library's dependencies.
+//! Helpers shared by the ckptfs crates' tests (reference data, the unprivileged test user,
+//! tests that need root). Used only as a dev-dependency, so test code never pulls
+//! benchmark or CLI crates into a library's dependencies.
+//!
+//! ## Tests that need root
+//!
+//! A test that needs root (network namespaces, mounts, another user) and cannot run
+//! here calls [`skip_root_only`] (or [`require_root`]) and returns: it prints
+//! `SKIPPED: <why>` and passes. Under `CKPTFS_REQUIRE_ROOT_TESTS=1` (exported by
+//! `.ci/run`) the same call panics instead, so a CI machine that lost root (or
+//! iproute2, /dev/fuse, `useradd`) fails rather than passing those tests silently.
 #![deny(missing_docs)]
 
 /// Deterministic pseudo-random bytes for `seed` (xorshift; the tests' reference data).
@@ -33,11 +42,41 @@ pub fn uid_of(user: &str) -> Option<u32> {
     String::from_utf8_lossy(&o.stdout).trim().parse().ok()
 }
 
-/// The uid of [`TEST_USER`], creating the user if needed; `None`, with the reason
-/// printed (`SKIPPED: ...`), when not root or when `useradd` cannot create it.
+/// The environment variable that turns a root-only test that cannot run into a failure.
+pub const REQUIRE_ROOT_TESTS: &str = "CKPTFS_REQUIRE_ROOT_TESTS";
+
+/// Is `CKPTFS_REQUIRE_ROOT_TESTS=1` set (root-only tests must run)?
+pub fn root_tests_required() -> bool {
+    std::env::var(REQUIRE_ROOT_TESTS).is_ok_and(|v| v == "1")
+}
+
+/// A root-only test cannot run here, because of `why`: prints `SKIPPED: why` (the
+/// caller then returns and the test passes), or panics under
+/// `CKPTFS_REQUIRE_ROOT_TESTS=1`.
+#[track_caller]
+pub fn skip_root_only(why: impl std::fmt::Display) {
+    if root_tests_required() {
+        panic!("{REQUIRE_ROOT_TESTS}=1 and this root-only test cannot run: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+}
+
+/// `true` when this process is root; otherwise [`skip_root_only`] with "needs root
+/// (`what`)" and `false`: `if !require_root("mount a tmpfs") { return; }`.
+#[track_caller]
+pub fn require_root(what: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    skip_root_only(format_args!("needs root ({what})"));
+    false
+}
+
+/// The uid of [`TEST_USER`], creating the user if needed; `None`, through
+/// [`skip_root_only`], when not root or when `useradd` cannot create it.
+#[track_caller]
 pub fn test_user() -> Option<u32> {
-    if !is_root() {
-        eprintln!("SKIPPED: needs root (to create and run as the user {TEST_USER})");
+    if !require_root(&format!("to create and run as the user {TEST_USER}")) {
         return None;
     }
     if uid_of(TEST_USER).is_none() {
@@ -47,7 +86,7 @@ pub fn test_user() -> Option<u32> {
     }
     let u = uid_of(TEST_USER);
     if u.is_none() {
-        eprintln!("SKIPPED: cannot create the user {TEST_USER} with useradd");
+        skip_root_only(format_args!("cannot create the user {TEST_USER} with useradd"));
     }
     u
 }
@@ -55,6 +94,39 @@ pub fn test_user() -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_root_only_test_that_cannot_run_fails_under_ckptfs_require_root_tests() {
+        // Run in a child process: the variable is process-wide.
+        if std::env::var("HYG_SKIP_CHILD").is_ok() {
+            skip_root_only("the child's reason");
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let run = |require: &str| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "tests::a_root_only_test_that_cannot_run_fails_under_ckptfs_require_root_tests",
+                    "--nocapture",
+                ])
+                .env("HYG_SKIP_CHILD", "1")
+                .env(REQUIRE_ROOT_TESTS, require)
+                .output()
+                .unwrap()
+        };
+        let skipped = run("0");
+        assert!(skipped.status.success());
+        assert!(String::from_utf8_lossy(&skipped.stderr).contains("SKIPPED: the child's reason"));
+        let failed = run("1");
+        assert!(!failed.status.success());
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&failed.stdout),
+            String::from_utf8_lossy(&failed.stderr)
+        );
+        assert!(out.contains("cannot run: the child's reason"), "{out}");
+    }
 
     #[test]
     fn seeded_bytes_are_reproducible_and_differ_by_seed() {

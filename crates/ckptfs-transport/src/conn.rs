@@ -64,7 +64,7 @@ impl Default for ConnConfig {
 /// `CKPTFS_NO_RCVLOWAT=1` leaves `SO_RCVLOWAT` at 1 (for A/B measurements).
 fn lowat_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("CKPTFS_NO_RCVLOWAT").is_none_or(|v| v != "1"))
+    *ON.get_or_init(|| ckptfs_settings::job::rcvlowat(&|k| std::env::var(k).ok()))
 }
 
 /// Read a chunk's bytes `at..len` from `stream` with `read(at)` (one non-blocking read

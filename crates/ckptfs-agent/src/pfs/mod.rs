@@ -12,6 +12,7 @@
 //! - `verify`: read back and check every chunk; `delete`: drop the manifest entry
 //!   (saved atomically), then the file.
 
+pub(crate) mod find;
 pub(crate) mod publish;
 pub(crate) mod read;
 
@@ -19,7 +20,7 @@ use crate::config::{hostname_node_id, Target};
 use crate::dest::{DestIo, PosixDest};
 use crate::error::AgentError;
 use crate::manifest::{Entry, Manifest};
-use crate::restore::{find, Found};
+use crate::pfs::find::{find, Found};
 use ckptfs_level::{
     ChunkReader, ChunkWriter, CostMeter, IoPart, Level, LevelError, LevelKind, Stored, Version,
 };
@@ -97,7 +98,7 @@ impl PfsLevel {
     }
 
     /// The usable manifest entries under `prefix`, and the refused ones with why.
-    pub(crate) fn found(&self, prefix: &str) -> Result<crate::restore::Collected, AgentError> {
+    pub(crate) fn found(&self, prefix: &str) -> Result<self::find::Collected, AgentError> {
         find(&self.roots(), prefix)
     }
 

@@ -6,7 +6,7 @@
 use crate::beneath::Dir;
 use crate::error::{AgentError, Refusal};
 use crate::manifest::Entry;
-use crate::restore::{open_error, open_sub, Found};
+use crate::pfs::find::{open_error, open_sub, Found};
 use ckptfs_level::{ChunkReader, IoPart, LevelError, Stored, Version};
 use ckptfs_store::checksum::crc32c;
 use std::fs::File;

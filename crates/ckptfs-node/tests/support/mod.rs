@@ -1,19 +1,86 @@
 //! Simulated clusters on 127.0.0.1: N daemons in this process, each with its own store
-//! (`hn-<test>-<pid>.nodeI`, small) and a port found free at start.
+//! (`hn-<test>-<pid>.nodeI`, small) and a port bound at start and kept: the daemon
+//! gets it as its listener (`ckptfs_node::daemon::serve`), so no port is found free,
+//! released and bound again by whoever comes first.
 #![allow(dead_code)]
 
 use ckptfs_cluster::{Cluster, Scheme, Secret};
 use ckptfs_node::{NodeConfig, NodeSummary};
 use ckptfs_store::{OpenFlags, Store, StoreOptions};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Ports free now (bound to port 0, then released).
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+/// Sockets bound to 127.0.0.1 by [`TestCluster::new`], by address: bound but not yet
+/// listening, so a peer's connection to a node whose daemon has not started is refused,
+/// as it would be without the reservation. [`take_listener`] hands one over.
+static RESERVED: Mutex<Vec<(String, OwnedFd)>> = Mutex::new(Vec::new());
+
+/// A TCP socket bound to 127.0.0.1 on a port the kernel picks (port 0), not listening;
+/// its address is recorded in [`RESERVED`].
+pub fn reserve_port() -> String {
+    // SAFETY: socket(2) with constant arguments; the descriptor is owned just below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: a fresh descriptor, owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: the option value is a c_int that lives across the call, with its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_REUSEADDR: {}", std::io::Error::last_os_error());
+    // SAFETY: sockaddr_in is plain data; all zeroes is a valid value.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    sa.sin_family = libc::AF_INET as libc::sa_family_t;
+    sa.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: `sa` is a sockaddr_in of `len` bytes, living across the call.
+    let rc = unsafe { libc::bind(fd.as_raw_fd(), (&sa as *const libc::sockaddr_in).cast(), len) };
+    assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+    // SAFETY: as above; getsockname writes at most `len` bytes into `sa`.
+    let rc = unsafe {
+        libc::getsockname(
+            fd.as_raw_fd(),
+            (&mut sa as *mut libc::sockaddr_in).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "getsockname: {}", std::io::Error::last_os_error());
+    let addr = format!("127.0.0.1:{}", u16::from_be(sa.sin_port));
+    RESERVED.lock().unwrap().push((addr.clone(), fd));
+    addr
+}
+
+/// The socket reserved for `addr`, now listening, for a daemon or a fake peer; `None`
+/// when none is (left): the caller binds the address itself (a daemon restarted on the
+/// same node, simulated nodes' addresses).
+pub fn take_listener(addr: &str) -> Option<std::net::TcpListener> {
+    let mut r = RESERVED.lock().unwrap();
+    let i = r.iter().position(|(a, _)| a == addr)?;
+    let (_, fd) = r.swap_remove(i);
+    // SAFETY: listen(2) on a bound socket this process owns.
+    let rc = unsafe { libc::listen(fd.as_raw_fd(), 1024) };
+    assert_eq!(rc, 0, "listen: {}", std::io::Error::last_os_error());
+    Some(std::net::TcpListener::from(fd))
+}
+
+/// A listener on `addr` for a fake peer: the reserved socket, or a fresh bind.
+pub async fn listen(addr: &str) -> tokio::net::TcpListener {
+    match take_listener(addr) {
+        Some(l) => {
+            l.set_nonblocking(true).unwrap();
+            tokio::net::TcpListener::from_std(l).unwrap()
+        }
+        None => tokio::net::TcpListener::bind(addr).await.unwrap(),
+    }
 }
 
 /// The store settings of node `id` in the tests (small stores, 64 KiB chunks).
@@ -40,10 +107,7 @@ pub struct TestCluster {
 impl TestCluster {
     /// `n` nodes, two per rack (node1, node2 in r1...), scheme and copies.
     pub fn new(tag: &str, n: usize, scheme: Scheme, copies: usize) -> TestCluster {
-        let addrs = free_ports(n)
-            .into_iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect();
+        let addrs = (0..n).map(|_| reserve_port()).collect();
         Self::with_addrs(tag, addrs, scheme, copies)
     }
 
@@ -104,6 +168,10 @@ impl TestCluster {
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
+        RESERVED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(a, _)| !self.cluster.nodes.iter().any(|n| &n.addr == a));
         for node in &self.cluster.nodes {
             let _ = Store::destroy(&node.store);
             ckptfs_node::node_status::remove_status(&node.store);
@@ -118,11 +186,17 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// The daemon of `cfg`, on the socket reserved for its address (else it binds it).
     pub fn start(cfg: NodeConfig) -> Daemon {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let handle = tokio::spawn(ckptfs_node::run(cfg, async move {
+        let stop = async move {
             let _ = rx.await;
-        }));
+        };
+        let addr = cfg.cluster.node(&cfg.node_id).unwrap().addr.clone();
+        let handle = match take_listener(&addr) {
+            Some(l) => tokio::spawn(ckptfs_node::daemon::serve(cfg, l, stop)),
+            None => tokio::spawn(ckptfs_node::run(cfg, stop)),
+        };
         Daemon {
             stop: Some(tx),
             handle: Some(handle),

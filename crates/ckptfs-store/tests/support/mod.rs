@@ -396,9 +396,8 @@ pub struct HugeTmpfs {
 impl HugeTmpfs {
     /// Mount one of `size` bytes.
     pub fn mount(size: u64) -> Option<HugeTmpfs> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: mounting a huge-page tmpfs needs root");
+        if !ckptfs_testsupport::is_root() {
+            ckptfs_testsupport::skip_root_only("mounting a huge-page tmpfs needs root");
             return None;
         }
         let dir = tempfile::Builder::new().prefix("ckptfs-huge-").tempdir().unwrap();

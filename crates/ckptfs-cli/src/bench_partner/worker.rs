@@ -104,14 +104,14 @@ fn wait_copies(store: &Store, closed: &[(String, Instant)]) -> Result<Vec<f64>> 
     for (path, t_close) in closed {
         loop {
             let st = store.stat(path).with_context(|| format!("stat {path}"))?;
-            let levels = crate::levels::Levels::load(store);
+            let levels = ckptfs_node::levels::Levels::load(store);
             if !levels.partners_of(path, &st).is_empty() {
                 copy_s.push(t_close.elapsed().as_secs_f64());
                 break;
             }
             // A partner that refused (ENOSPC) will not get it: say so, do not wait.
             if let Some(l) = levels.files.get(path) {
-                if l.identity == crate::levels::Identity::of(&st) && !l.refused.is_empty() {
+                if l.identity == ckptfs_node::levels::Identity::of(&st) && !l.refused.is_empty() {
                     bail!("no partner copy of {path}: {:?}", l.refused);
                 }
             }
@@ -133,8 +133,8 @@ fn restore(a: &WorkerArgs) -> Result<serde_json::Value> {
     let _ = Store::destroy(&a.store);
     let store = open(a)?;
     let t = Instant::now();
-    let rep =
-        crate::restore_from_peers_blocking(&cluster, id, &store, "/ckpt").context("restore from peers")?;
+    let rep = ckptfs_node::restore_from_peers_blocking(&cluster, id, &store, "/ckpt")
+        .context("restore from peers")?;
     let s = t.elapsed().as_secs_f64();
     if !rep.failed.is_empty() || rep.restored.is_empty() {
         bail!(

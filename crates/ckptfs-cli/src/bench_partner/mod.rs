@@ -6,8 +6,8 @@
 //! bandwidth into an empty store; (d) the application's write bandwidth, open to close,
 //! while the previous checkpoint's partner copy runs, and with the daemon stopped
 //! (SIGSTOP, alternated with on in every repetition). Medians of the repetitions, and
-//! of per-repetition ratios. Needs root and iproute2. (Here rather than in
-//! ckptfs-bench: ckptfs-agent depends on ckptfs-bench, and this needs the node crate.)
+//! of per-repetition ratios. Needs root and iproute2. (In the CLI rather than in
+//! ckptfs-bench: it needs the node crate, and the daemon must not link the benchmarks.)
 
 mod worker;
 
@@ -475,7 +475,7 @@ pub fn run(a: PartnerBenchArgs) -> Result<Report> {
         .split(',')
         .map(|s| Ok((s.trim().to_string(), parse_rate(s)?)))
         .collect::<Result<_>>()?;
-    crate::parse_priority(&a.partner_priority)?;
+    ckptfs_node::parse_priority(&a.partner_priority)?;
     let place = Placement::new(a.shared_cpus);
     let mut bed = Bed::new(
         a.size,
