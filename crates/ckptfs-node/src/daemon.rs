@@ -420,6 +420,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     }
     copy_rt.spawn(crate::replicate::run(shared.clone()));
     tasks.spawn(status_loop(shared.clone()));
+    tasks.spawn(crate::datasets::floor_loop(
+        shared.clone(),
+        Duration::from_secs(2),
+    ));
 
     shutdown.await;
     tracing::info!("node {}: stopping", shared.cfg.node_id);
