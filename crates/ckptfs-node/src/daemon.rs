@@ -146,6 +146,13 @@ pub(crate) struct Shared {
     pub listen: String,
     /// Last heartbeat answer per peer.
     pub seen: Mutex<BTreeMap<String, Instant>>,
+    /// Heartbeat connections made per peer. A new one (the old connection broke) may be
+    /// a new incarnation of the peer, a replacement that lost the copies it held, even
+    /// when it came back before it was noticed down: the copies it holds are verified
+    /// again before they count (protect.rs).
+    pub connects: Mutex<BTreeMap<String, u64>>,
+    /// Per peer, the `connects` count its copies were last verified at.
+    pub verified: Mutex<BTreeMap<String, u64>>,
     pub counters: Mutex<Counters>,
     pub in_flight: Mutex<Option<CopyInFlight>>,
     /// When the daemon started.
@@ -214,6 +221,17 @@ impl Shared {
         .await
         .map_err(|_| NodeError::Transport(format!("connect to {peer} ({}): timed out", node.addr)))??;
         Ok(c)
+    }
+
+    /// Peers connected again since their copies were last verified (their copies do not
+    /// count until they are).
+    pub fn unverified(&self) -> Vec<String> {
+        let c = self.connects.lock().expect("connects").clone();
+        let v = self.verified.lock().expect("verified");
+        c.into_iter()
+            .filter(|(n, k)| v.get(n).copied().unwrap_or(0) != *k)
+            .map(|(n, _)| n)
+            .collect()
     }
 
     pub fn set_in_flight(&self, f: Option<CopyInFlight>) {
@@ -387,6 +405,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         plan,
         listen,
         seen: Mutex::new(BTreeMap::new()),
+        connects: Mutex::new(BTreeMap::new()),
+        verified: Mutex::new(BTreeMap::new()),
         counters: Mutex::new(Counters::default()),
         in_flight: Mutex::new(None),
         started: Instant::now(),
@@ -522,6 +542,13 @@ async fn heartbeat(shared: Arc<Shared>, peer: String) {
             conn = shared.connect(&peer).await.ok();
             if conn.is_none() {
                 shared.peer_metrics.missed(&peer);
+            } else {
+                *shared
+                    .connects
+                    .lock()
+                    .expect("connects")
+                    .entry(peer.clone())
+                    .or_default() += 1;
             }
         }
         if let Some(c) = conn.as_mut() {

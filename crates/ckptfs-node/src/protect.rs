@@ -3,7 +3,9 @@
 //! holder verifiably has it.
 //!
 //! - **Verify** ([`verify`]): the holders of this node's copies are asked for their
-//!   listing (paths, sizes, copy generations) when they come back after being down and
+//!   listing (paths, sizes, copy generations) when they come back after being down, when
+//!   the heartbeat had to connect to them again (a replacement that came back before it
+//!   was noticed down; its copies do not count in the backlog until verified), and
 //!   every [`VERIFY_EVERY`] otherwise. A copy missing or of another version there is
 //!   struck from the record, so the next pass of the copy loop sends it again (newest
 //!   first): a replaced partner with an empty store is re-filled. A holder that keeps an
@@ -201,13 +203,20 @@ pub(crate) async fn drop_stale(
 }
 
 /// Files whose current version has fewer than `copies` partner copies, and their bytes
-/// (the re-protection backlog `ckptfs node status` shows).
-pub(crate) fn backlog(levels: &Levels, copies: usize, wanted: &[&String]) -> (u64, u64) {
+/// (the re-protection backlog `ckptfs node status` shows). Copies on an `unverified`
+/// holder (connected again since its copies were last verified: maybe a replacement)
+/// do not count.
+pub(crate) fn backlog(
+    levels: &Levels,
+    copies: usize,
+    wanted: &[&String],
+    unverified: &[String],
+) -> (u64, u64) {
     let mut files = 0;
     let mut bytes = 0;
     for path in wanted {
         if let Some(rec) = levels.files.get(*path) {
-            if rec.partners.len() < copies {
+            if rec.partners.iter().filter(|p| !unverified.contains(p)).count() < copies {
                 files += 1;
                 bytes += rec.identity.size;
             }

@@ -209,7 +209,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 continue;
             }
             let up = shared.is_up(&n);
-            let back = up && !was_up.get(&n).copied().unwrap_or(false);
+            // Back: noticed down before, or connected again since the last verify (a
+            // replacement that came back before it was noticed down).
+            let back = up && (!was_up.get(&n).copied().unwrap_or(false) || shared.unverified().contains(&n));
             was_up.insert(n.clone(), up);
             let holds = levels
                 .files
@@ -223,10 +225,41 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             last_verify = Some(Instant::now());
         }
         let mut verified_change = false;
+        // A verify may turn copies into counted ones (the backlog): a pass follows.
+        if !ask.is_empty() {
+            settled = None;
+        }
         for n in ask {
+            let connects = shared
+                .connects
+                .lock()
+                .expect("connects")
+                .get(&n)
+                .copied()
+                .unwrap_or(0);
             match crate::protect::verify(&shared, &mut conns, &mut levels, &n).await {
-                Ok(changed) => verified_change |= changed,
+                Ok(changed) => {
+                    verified_change |= changed;
+                    shared.verified.lock().expect("verified").insert(n, connects);
+                }
                 Err(e) => tracing::warn!("verify the copies held by {n}: {e}"),
+            }
+        }
+        // A peer holding none of this node's copies has nothing to verify.
+        for n in shared.unverified() {
+            let holds = levels
+                .files
+                .values()
+                .any(|r| r.partners.contains(&n) || r.stale.contains(&n));
+            if !holds {
+                let connects = shared
+                    .connects
+                    .lock()
+                    .expect("connects")
+                    .get(&n)
+                    .copied()
+                    .unwrap_or(0);
+                shared.verified.lock().expect("verified").insert(n, connects);
             }
         }
         if verified_change {
@@ -379,7 +412,7 @@ async fn pass(
     }
     {
         let wanted: Vec<&String> = queue.iter().map(|(p, _)| *p).collect();
-        let (n, b) = crate::protect::backlog(levels, shared.plan.copies, &wanted);
+        let (n, b) = crate::protect::backlog(levels, shared.plan.copies, &wanted, &shared.unverified());
         let mut c = shared.counters.lock().expect("counters");
         c.unprotected_files = n;
         c.unprotected_bytes = b;
