@@ -129,6 +129,14 @@ pub(crate) struct Counters {
     pub unprotected_files: u64,
     /// Their bytes.
     pub unprotected_bytes: u64,
+    /// Copies of deleted or superseded versions still to be dropped on their holders.
+    pub pending_drops: u64,
+    /// Every node is still to be asked for older copies of files that just got their
+    /// first record (counted in the status's `pending_drops`).
+    pub verify_owed: bool,
+    /// The store's change sequence number the last finished pass of the copy loop
+    /// started from.
+    pub changes_seen: u64,
     pub chunks_refused: u64,
     /// Time copies out stepped back for the application's writes.
     pub yielded: Duration,
@@ -287,6 +295,9 @@ impl Shared {
             copies_lost: c.copies_lost,
             unprotected_files: c.unprotected_files,
             unprotected_bytes: c.unprotected_bytes,
+            pending_drops: c.pending_drops + c.verify_owed as u64,
+            changes_seen: c.changes_seen,
+            changes_now: self.store.change_seq(),
             yielded_s: c.yielded.as_secs_f64(),
             partner_priority: priority_name(self.cfg.partner_priority).to_string(),
             in_flight: self

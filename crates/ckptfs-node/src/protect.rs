@@ -81,7 +81,13 @@ pub(crate) async fn verify(
     peer: &str,
 ) -> Result<bool, NodeError> {
     let conn = connection(shared, conns, peer).await?;
-    let held = match listing(conn, peer).await {
+    let listed = tokio::select! {
+        r = listing(conn, peer) => r,
+        _ = crate::replicate::until_down(shared, peer) => {
+            Err(NodeError::Transport(format!("{peer} stopped answering heartbeats")))
+        }
+    };
+    let held = match listed {
         Ok(h) => h,
         Err(e) => {
             conns.remove(peer);
@@ -167,14 +173,19 @@ pub(crate) async fn drop_stale(
         d.used = true;
         let r = match connection(shared, conns, &node).await {
             Ok(c) => {
-                request(
+                let req = request(
                     c,
                     Msg::Delete {
                         path: path.clone(),
                         generation,
                     },
-                )
-                .await
+                );
+                tokio::select! {
+                    r = req => r,
+                    _ = crate::replicate::until_down(shared, &node) => {
+                        Err(NodeError::Transport(format!("{node} stopped answering heartbeats")))
+                    }
+                }
             }
             Err(e) => Err(e),
         };
@@ -200,6 +211,18 @@ pub(crate) async fn drop_stale(
         }
     }
     d
+}
+
+/// Deletes still owed: holders of deleted files' copies, and stale holders of older
+/// versions that are not partners now (`ckptfs node status`: `pending_drops`).
+pub(crate) fn owed_drops(levels: &Levels, partners_now: &[String]) -> u64 {
+    let dropping: usize = levels.dropping.values().map(|d| d.nodes.len()).sum();
+    let stale: usize = levels
+        .files
+        .values()
+        .map(|r| r.stale.iter().filter(|n| !partners_now.contains(n)).count())
+        .sum();
+    (dropping + stale) as u64
 }
 
 /// Files whose current version has fewer than `copies` partner copies, and their bytes

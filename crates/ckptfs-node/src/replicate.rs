@@ -178,6 +178,9 @@ struct Passed {
     /// Something is left to do without the store changing: a file still being written,
     /// a partner not reached, a copy failed or abandoned (the file changed meanwhile).
     pending: bool,
+    /// A file got its first record (new, or brought back by a restore): other nodes may
+    /// hold older copies of it placed by an earlier incarnation of this node.
+    new_records: bool,
 }
 
 /// The state in which the last pass left nothing to do.
@@ -201,6 +204,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     // VERIFY_EVERY (protect.rs).
     let mut was_up: BTreeMap<String, bool> = BTreeMap::new();
     let mut last_verify: Option<Instant> = None;
+    // Every node that is up is asked (not only the holders in the record) at start, every
+    // VERIFY_EVERY, and after files got their first record: copies an earlier
+    // incarnation of this node placed (its record lost with its store) are found so, and
+    // become stale holders, dropped like any other (failure found by the fault campaign:
+    // a file restored after a loss, then removed, came back at the next loss from a
+    // stand-in copy the lost incarnation had placed).
+    let mut verify_all = true;
     loop {
         let due = last_verify.is_none_or(|t| t.elapsed() >= crate::protect::VERIFY_EVERY);
         let mut ask: Vec<String> = Vec::new();
@@ -217,13 +227,20 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 .files
                 .values()
                 .any(|r| r.partners.contains(&n) || r.stale.contains(&n));
-            if up && holds && (due || back) {
+            if up && (((due || back) && holds) || verify_all || due) {
                 ask.push(n);
             }
         }
         if due {
             last_verify = Some(Instant::now());
         }
+        let asked_all = verify_all
+            && shared
+                .cfg
+                .cluster
+                .nodes
+                .iter()
+                .all(|n| n.id == shared.cfg.node_id || ask.contains(&n.id));
         let mut verified_change = false;
         // A verify may turn copies into counted ones (the backlog): a pass follows.
         if !ask.is_empty() {
@@ -244,6 +261,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 }
                 Err(e) => tracing::warn!("verify the copies held by {n}: {e}"),
             }
+        }
+        if asked_all {
+            verify_all = false;
+            shared.counters.lock().expect("counters").verify_owed = false;
         }
         // A peer holding none of this node's copies has nothing to verify.
         for n in shared.unverified() {
@@ -281,6 +302,11 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             settled = None;
             match pass(&shared, &partners, &mut conns, &mut levels, &mut throttle).await {
                 Ok(p) => {
+                    shared.counters.lock().expect("counters").changes_seen = seq;
+                    if p.new_records {
+                        verify_all = true;
+                        shared.counters.lock().expect("counters").verify_owed = true;
+                    }
                     if p.used {
                         last_used = Instant::now();
                     }
@@ -373,6 +399,7 @@ async fn pass(
     let dropped = crate::protect::drop_stale(shared, conns, levels, partners).await;
     used |= dropped.used;
     pending |= dropped.pending;
+    shared.counters.lock().expect("counters").pending_drops = crate::protect::owed_drops(levels, partners);
     if dirty || dropped.dirty {
         save(shared, levels, throttle);
     }
@@ -395,8 +422,10 @@ async fn pass(
         }
     }
     queue.sort_by(|a, b| b.1.mtime_ns.cmp(&a.1.mtime_ns).then_with(|| a.0.cmp(b.0)));
+    let mut new_records = false;
     for (path, _) in &queue {
         if !levels.files.contains_key(*path) {
+            new_records = true;
             let generation = levels.next_generation();
             levels.files.insert(
                 (*path).clone(),
@@ -435,7 +464,15 @@ async fn pass(
             };
             let started = Instant::now();
             let generation = rec.generation;
-            match send_copy(shared, conn, p, path, *id, generation, throttle).await {
+            // A partner that stops answering heartbeats (stopped, hung) mid-copy is left:
+            // the copy goes to a stand-in instead of waiting on its connection.
+            let sent = tokio::select! {
+                r = send_copy(shared, conn, p, path, *id, generation, throttle) => r,
+                _ = until_down(shared, p) => Err(NodeError::Transport(format!(
+                    "{p} stopped answering heartbeats during the copy"
+                ))),
+            };
+            match sent {
                 Ok(Sent::Done(bytes)) => {
                     let secs = started.elapsed().as_secs_f64();
                     let rec = levels.files.get_mut(path).expect("inserted");
@@ -477,7 +514,11 @@ async fn pass(
     }
     // Records of files whose current version was never sent anywhere stay (they show the
     // file has no partner copy yet).
-    Ok(Passed { used, pending })
+    Ok(Passed {
+        used,
+        pending,
+        new_records,
+    })
 }
 
 fn save(shared: &Shared, levels: &Levels, throttle: &mut Throttle) {
@@ -499,6 +540,17 @@ pub(crate) async fn connection<'a>(
         conns.insert(peer.to_string(), c);
     }
     Ok(conns.get_mut(peer).expect("inserted"))
+}
+
+/// Returns once `peer` counts as down (no heartbeat answer for the heartbeat period
+/// times the misses allowed); never while it answers.
+pub(crate) async fn until_down(shared: &Shared, peer: &str) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if !shared.is_up(peer) {
+            return;
+        }
+    }
 }
 
 /// Send a request and wait for its Ack; a Nack is an error.
