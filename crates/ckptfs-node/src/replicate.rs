@@ -227,7 +227,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 .files
                 .values()
                 .any(|r| r.partners.contains(&n) || r.stale.contains(&n));
-            if up && (((due || back) && holds) || verify_all || due) {
+            if up && ((back && holds) || verify_all || due) {
                 ask.push(n);
             }
         }
