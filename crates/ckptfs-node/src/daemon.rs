@@ -231,6 +231,13 @@ impl Shared {
         Ok(c)
     }
 
+    /// Whether `peer` answered a heartbeat within the heartbeat period times the misses
+    /// allowed (unlike [`Shared::is_up`], a peer never heard from is not).
+    pub fn heard(&self, peer: &str) -> bool {
+        let seen = self.seen.lock().expect("seen");
+        seen.get(peer).is_some_and(|t| t.elapsed() <= self.down_after())
+    }
+
     /// Peers connected again since their copies were last verified (their copies do not
     /// count until they are).
     pub fn unverified(&self) -> Vec<String> {

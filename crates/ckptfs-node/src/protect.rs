@@ -35,24 +35,29 @@ use std::time::Duration;
 /// else prompts it (a holder coming back up is asked at once).
 pub const VERIFY_EVERY: Duration = Duration::from_secs(10);
 
-/// Most listing pages asked of one holder in one verify (4096 entries each).
-const MAX_PAGES: usize = 4096;
-
-/// Everything `peer` holds of this node's files, by path.
-async fn listing(conn: &mut Conn, peer: &str) -> Result<BTreeMap<String, HeldFile>, NodeError> {
-    let mut out = BTreeMap::new();
-    let mut after = String::new();
-    for _ in 0..MAX_PAGES {
-        conn.send(Msg::List { after: after.clone() }).await?;
+/// Everything `peer` holds of this node's files, by path. The listing is bounded by
+/// what this node's store could hold (`ListBounds::for_store`, as a restore's): a holder
+/// that never stops saying "more" is an error after that many pages.
+async fn listing(
+    conn: &mut Conn,
+    peer: &str,
+    store: &ckptfs_store::Store,
+) -> Result<BTreeMap<String, HeldFile>, NodeError> {
+    let mut check =
+        crate::list_bounds::PageCheck::new(peer, crate::list_bounds::ListBounds::for_store(store));
+    loop {
+        conn.send(Msg::List {
+            after: check.after().to_string(),
+        })
+        .await?;
         match conn.recv().await? {
             Some(Msg::Listing { files, more }) => {
-                let last = files.last().map(|f| f.path.clone());
-                for f in files {
-                    out.insert(f.path.clone(), f);
-                }
-                match last {
-                    Some(l) if more && l > after => after = l,
-                    _ => return Ok(out),
+                if check.take(files, more)? {
+                    return Ok(check
+                        .into_files()
+                        .into_iter()
+                        .map(|f| (f.path.clone(), f))
+                        .collect());
                 }
             }
             Some(other) => {
@@ -64,10 +69,6 @@ async fn listing(conn: &mut Conn, peer: &str) -> Result<BTreeMap<String, HeldFil
             None => return Err(NodeError::Transport(format!("{peer} closed the connection"))),
         }
     }
-    Err(NodeError::Protocol {
-        peer: peer.to_string(),
-        what: format!("a listing of more than {MAX_PAGES} pages"),
-    })
 }
 
 /// Ask `peer` what it holds of this node's files and correct the record: copies it
@@ -82,7 +83,7 @@ pub(crate) async fn verify(
 ) -> Result<bool, NodeError> {
     let conn = connection(shared, conns, peer).await?;
     let listed = tokio::select! {
-        r = listing(conn, peer) => r,
+        r = listing(conn, peer, &shared.store) => r,
         _ = crate::replicate::until_down(shared, peer) => {
             Err(NodeError::Transport(format!("{peer} stopped answering heartbeats")))
         }

@@ -204,49 +204,51 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     // VERIFY_EVERY (protect.rs).
     let mut was_up: BTreeMap<String, bool> = BTreeMap::new();
     let mut last_verify: Option<Instant> = None;
-    // Every node that is up is asked (not only the holders in the record) at start, every
-    // VERIFY_EVERY, and after files got their first record: copies an earlier
-    // incarnation of this node placed (its record lost with its store) are found so, and
-    // become stale holders, dropped like any other (failure found by the fault campaign:
-    // a file restored after a loss, then removed, came back at the next loss from a
-    // stand-in copy the lost incarnation had placed).
-    let mut verify_all = true;
+    // Every node that answers heartbeats is asked (not only the holders in the record) at
+    // start, every VERIFY_EVERY, and after files got their first record: copies an
+    // earlier incarnation of this node placed (its record lost with its store) are found
+    // so, and become stale holders, dropped like any other (failure found by the fault
+    // campaign: a file restored after a loss, then removed, came back at the next loss
+    // from a stand-in copy the lost incarnation had placed). `need_ask`: the nodes still
+    // to be asked since the last such event.
+    let others: Vec<String> = shared
+        .cfg
+        .cluster
+        .nodes
+        .iter()
+        .map(|n| n.id.clone())
+        .filter(|n| *n != shared.cfg.node_id)
+        .collect();
+    let mut need_ask: std::collections::BTreeSet<String> = others.iter().cloned().collect();
     loop {
         let due = last_verify.is_none_or(|t| t.elapsed() >= crate::protect::VERIFY_EVERY);
         let mut ask: Vec<String> = Vec::new();
-        for n in shared.cfg.cluster.nodes.iter().map(|n| n.id.clone()) {
-            if n == shared.cfg.node_id {
-                continue;
-            }
-            let up = shared.is_up(&n);
+        for n in &others {
+            let up = shared.is_up(n);
             // Back: noticed down before, or connected again since the last verify (a
             // replacement that came back before it was noticed down).
-            let back = up && (!was_up.get(&n).copied().unwrap_or(false) || shared.unverified().contains(&n));
+            let back = up && (!was_up.get(n).copied().unwrap_or(false) || shared.unverified().contains(n));
             was_up.insert(n.clone(), up);
             let holds = levels
                 .files
                 .values()
-                .any(|r| r.partners.contains(&n) || r.stale.contains(&n));
-            if up && ((back && holds) || verify_all || due) {
-                ask.push(n);
+                .any(|r| r.partners.contains(n) || r.stale.contains(n));
+            if (up && (back || due) && holds) || (shared.heard(n) && (due || need_ask.contains(n))) {
+                ask.push(n.clone());
             }
         }
         if due {
             last_verify = Some(Instant::now());
         }
-        let asked_all = verify_all
-            && shared
-                .cfg
-                .cluster
-                .nodes
-                .iter()
-                .all(|n| n.id == shared.cfg.node_id || ask.contains(&n.id));
         let mut verified_change = false;
         // A verify may turn copies into counted ones (the backlog): a pass follows.
         if !ask.is_empty() {
             settled = None;
         }
         for n in ask {
+            // Asked once per event, answered or not (a node whose listing fails is asked
+            // again at the next VERIFY_EVERY, not at every scan).
+            need_ask.remove(&n);
             let connects = shared
                 .connects
                 .lock()
@@ -262,10 +264,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 Err(e) => tracing::warn!("verify the copies held by {n}: {e}"),
             }
         }
-        if asked_all {
-            verify_all = false;
-            shared.counters.lock().expect("counters").verify_owed = false;
-        }
+        // Owed while a node that answers is still to be asked (one that does not is asked
+        // when it is back).
+        shared.counters.lock().expect("counters").verify_owed = need_ask.iter().any(|n| shared.heard(n));
         // A peer holding none of this node's copies has nothing to verify.
         for n in shared.unverified() {
             let holds = levels
@@ -304,7 +305,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 Ok(p) => {
                     shared.counters.lock().expect("counters").changes_seen = seq;
                     if p.new_records {
-                        verify_all = true;
+                        need_ask.extend(others.iter().cloned());
                         shared.counters.lock().expect("counters").verify_owed = true;
                     }
                     if p.used {
@@ -543,11 +544,28 @@ pub(crate) async fn connection<'a>(
 }
 
 /// Returns once `peer` counts as down (no heartbeat answer for the heartbeat period
-/// times the misses allowed); never while it answers.
+/// times the misses allowed) and the copy in flight to it, if any, has made no progress
+/// for a second: a stopped or hung peer. Never while it answers heartbeats, nor while a
+/// copy to it still moves (heartbeats late on a loaded machine do not cut a working
+/// transfer).
 pub(crate) async fn until_down(shared: &Shared, peer: &str) {
+    let progress = || {
+        shared
+            .in_flight
+            .lock()
+            .expect("in flight")
+            .as_ref()
+            .filter(|f| f.to == peer)
+            .map(|f| f.done)
+    };
+    let mut last = (progress(), Instant::now());
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if !shared.is_up(peer) {
+        let now = progress();
+        if now != last.0 {
+            last = (now, Instant::now());
+        }
+        if !shared.is_up(peer) && last.1.elapsed() >= Duration::from_secs(1) {
             return;
         }
     }
