@@ -199,6 +199,12 @@ pub fn print_status(s: &NodeStatus) {
         s.partner_priority,
         s.yielded_s
     );
+    if s.pending_drops > 0 {
+        println!(
+            "  pending drops: {} copies of deleted or superseded versions still to be dropped on their holders",
+            s.pending_drops
+        );
+    }
     if s.unprotected_files > 0 {
         println!(
             "  re-protection backlog: {} files ({}) with fewer partner copies than the plan asks{}",

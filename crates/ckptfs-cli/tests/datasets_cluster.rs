@@ -217,6 +217,179 @@ fn a_verdict_reached_by_the_last_nodes_survives_their_loss() {
     }
 }
 
+/// The ids `ckpt begin NAME` gives on every node (one rank each).
+fn begin_everywhere(job: &Job, name: &str) -> BTreeSet<u64> {
+    (0..RANKS)
+        .map(|r| {
+            let out = job.ok(node_of(r), r, &["ckpt", "begin", name]);
+            out.split_whitespace()
+                .find_map(|w| w.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no id in {out:?}"))
+        })
+        .collect()
+}
+
+/// Datasets v1..v3, every rank's file put and completed.
+fn three_datasets(job: &Job) {
+    for v in 1u64..=3 {
+        let name = format!("v{v}");
+        assert_eq!(begin_everywhere(job, &name), BTreeSet::from([v]), "{name}");
+        for r in 0..RANKS {
+            let bytes = ckptfs_testsupport::seeded_bytes(v * 10 + r as u64, 2000 + r);
+            job.put(node_of(r), r, &format!("/ckpt/{name}/rank{r}"), &bytes);
+            job.ok(node_of(r), r, &["ckpt", "complete"]);
+        }
+    }
+}
+
+/// Failure case D10 (issue "Failures in sequence", 4): every node loses its memory,
+/// two at a time, with no dataset begun in between; the next dataset still gets the
+/// next id (4), not 1. The replacements learn the floor from the surviving nodes'
+/// daemons when they start, and keep it for the nodes replaced after them.
+#[test]
+fn dataset_ids_never_go_back_after_every_node_lost_its_memory() {
+    let mut job = new_job("ids", 41000);
+    for n in 0..NODES {
+        job.start(n);
+    }
+    three_datasets(&job);
+    for pair in [[0, 1], [2, 3]] {
+        for n in pair {
+            job.lose(n);
+        }
+        for n in pair {
+            job.start(n);
+        }
+        // The daemons exchange floors at start and every 2 s.
+        std::thread::sleep(Duration::from_millis(2500));
+    }
+    assert_eq!(begin_everywhere(&job, "w"), BTreeSet::from([4]));
+}
+
+/// Failure case D10 with a PFS destination: all four nodes lose their memory at once;
+/// the floor recorded in the destination keeps the ids going.
+#[test]
+fn dataset_ids_continue_from_the_pfs_after_every_node_lost_its_memory_at_once() {
+    let mut job = new_job("idp", 41100);
+    let dest = job.dir.path().join("pfs");
+    std::fs::create_dir(&dest).unwrap();
+    for n in 0..NODES {
+        job.start(n);
+    }
+    let begin = |job: &Job, name: &str| -> BTreeSet<u64> {
+        (0..RANKS)
+            .map(|r| {
+                let out = job
+                    .cmd(node_of(r), r, &["ckpt", "begin", name])
+                    .env("CKPTFS_DEST", &dest)
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{out:?}");
+                String::from_utf8_lossy(&out.stdout)
+                    .split_whitespace()
+                    .find_map(|w| w.parse::<u64>().ok())
+                    .unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(begin(&job, "p1"), BTreeSet::from([1]));
+    assert_eq!(begin(&job, "p2"), BTreeSet::from([2]));
+    for n in 0..NODES {
+        job.lose(n);
+    }
+    for n in 0..NODES {
+        job.start(n);
+    }
+    assert_eq!(begin(&job, "p3"), BTreeSet::from([3]));
+}
+
+/// Failure case D10b (issue "Failures in sequence", 4): a replaced node's rank (empty
+/// store) restarts first, while two nodes (a node and its partner) do not answer
+/// (SIGSTOP): it cannot tell whether v3 is whole, so it says so (exit status, the
+/// nodes named) instead of choosing an older dataset or none; once they answer again,
+/// every rank, the replacement's first, chooses v3.
+#[test]
+fn a_replaced_node_and_a_rank_that_cannot_ask_every_node_agree_on_the_restart() {
+    let mut job = new_job("agree", 41200);
+    for n in 0..NODES {
+        job.start(n);
+    }
+    let plan: Value = serde_json::from_str(&job.ok(0, 0, &["cluster", "plan", "--json"])).unwrap();
+    let partner_of = |n: usize| -> usize {
+        let p = plan["plan"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"] == node(n))
+            .unwrap()["partners"][0]
+            .as_str()
+            .unwrap()
+            .to_string();
+        p.trim_start_matches("node").parse::<usize>().unwrap() - 1
+    };
+    three_datasets(&job);
+    poll("v3 on the partner level", || {
+        job.list(0)
+            .iter()
+            .any(|d| d["name"] == "v3" && d["levels"].as_array().unwrap().iter().any(|l| l == "partner"))
+    });
+    // Node 1 lost and replaced (empty store); a node other than it and its partner, and
+    // that node's partner, stop answering.
+    job.lose(0);
+    job.start(0);
+    let x = (1..NODES)
+        .find(|&n| partner_of(n) != 0 && n != partner_of(0))
+        .unwrap_or(1);
+    let stopped = [x, partner_of(x)];
+    assert!(!stopped.contains(&0), "{stopped:?}");
+    let pid = |n: usize| job.daemons[n].as_ref().unwrap().id().to_string();
+    for &n in &stopped {
+        assert!(Command::new("kill")
+            .args(["-STOP", &pid(n)])
+            .status()
+            .unwrap()
+            .success());
+    }
+    let restart = |r: usize, timeout_ms: &str| {
+        job.cmd(
+            node_of(r),
+            r,
+            &[
+                "run",
+                "--restart",
+                "--",
+                "sh",
+                "-c",
+                "printf '%s' \"${CKPTFS_RESTART:-<none>}\"",
+            ],
+        )
+        .env("CKPTFS_NODE_TIMEOUT_MS", timeout_ms)
+        .output()
+        .unwrap()
+    };
+    let o = restart(0, "300");
+    for &n in &stopped {
+        assert!(Command::new("kill")
+            .args(["-CONT", &pid(n)])
+            .status()
+            .unwrap()
+            .success());
+    }
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        !o.status.success() && stopped.iter().all(|&n| err.contains(&node(n))),
+        "a rank that could not ask {stopped:?} chose {:?}: {err}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let mut chosen = BTreeSet::new();
+    for r in 0..RANKS {
+        let o = restart(r, "10000");
+        assert!(o.status.success(), "rank {r}: {o:?}");
+        chosen.insert(String::from_utf8_lossy(&o.stdout).to_string());
+    }
+    assert_eq!(chosen, BTreeSet::from(["v3".to_string()]));
+}
+
 /// The shim `ckptfs run` loads (next to the binary, else the release build's).
 fn preload_lib() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_ckptfs"));

@@ -112,6 +112,17 @@ pub trait JobNodes: Send + Sync {
     fn announce(&self, job: &str, ds: &Dataset) {
         let _ = (job, ds);
     }
+    /// Every other node's id floor of `job`: the next id it would give (failure case
+    /// D10); nodes that cannot be asked, or that do not know the question, are left out.
+    fn floors(&self, job: &str) -> std::collections::BTreeMap<String, u64> {
+        let _ = job;
+        std::collections::BTreeMap::new()
+    }
+    /// Tell every other node that `job`'s ids continue at `next_id` (they raise their
+    /// floor; failure case D10). Best effort.
+    fn raise_floor(&self, job: &str, next_id: u64) {
+        let _ = (job, next_id);
+    }
     /// Bring this node's file `path` back into `store` from the partner copy on node
     /// `from` (CRC32C checked per chunk); its size.
     fn fetch(&self, store: &ckptfs_store::Store, from: &str, path: &str) -> std::result::Result<u64, String>;

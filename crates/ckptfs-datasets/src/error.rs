@@ -59,6 +59,15 @@ pub enum DatasetError {
         /// What is wrong.
         msg: String,
     },
+    /// A restart across nodes could not ask every node, and what it could see does not
+    /// decide the dataset (failure case D10b): nothing is chosen rather than "none".
+    #[error("restart: nodes {nodes} could not be asked ({why}); not choosing a dataset without them")]
+    Unreachable {
+        /// The nodes that could not be asked.
+        nodes: String,
+        /// What their absence left undecided.
+        why: String,
+    },
     /// The policy crate refused its input.
     #[error("policy: {0}")]
     Policy(String),
@@ -77,6 +86,7 @@ impl DatasetError {
             DatasetError::AlreadyCompleted { .. } => libc::EALREADY,
             DatasetError::Invalid(_) | DatasetError::Policy(_) => libc::EINVAL,
             DatasetError::BadRecord { .. } => libc::EIO,
+            DatasetError::Unreachable { .. } => libc::EHOSTUNREACH,
         }
     }
 }

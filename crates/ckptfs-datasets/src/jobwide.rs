@@ -375,7 +375,7 @@ impl Datasets {
 
     /// Cluster mode: the id for a rank beginning `name`: an open dataset of that name
     /// on another node that this rank is not part of (join), else one past the largest
-    /// id any node knows.
+    /// id any node knows (records and floors).
     pub(crate) fn cluster_id(
         &self,
         nodes: &dyn JobNodes,
@@ -392,7 +392,9 @@ impl Datasets {
             .filter(|d| matches!(judge(&views, d.id, self.cfg.world).state, JobState::Open(_)))
             .map(|d| d.id)
             .max();
-        (join, views.max_id() + 1)
+        // Ids never go back: also past every node's floor (its `next_id`, failure case D10).
+        let floor = (views.max_id() + 1).max(crate::ops::peer_floor(nodes, &self.cfg.job));
+        (join, floor)
     }
 }
 

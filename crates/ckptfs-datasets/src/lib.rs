@@ -5,7 +5,7 @@
 //! CRUISE section 2.2). This crate keeps that set as a **dataset**: an id monotonic per
 //! job, a name, per-rank parts, a state (open, complete, invalid, incomplete), the files
 //! with size and CRC32C, and per file the levels holding it. docs/datasets.md has the
-//! state machine, the record format and the numbered failure cases D1-D8.
+//! state machine, the record format and the numbered failure cases D1-D10b.
 //!
 //! - Explicit API: [`Datasets::begin`], [`Datasets::complete`] (the C ABI's
 //!   `ckptfs_ckpt_begin`/`ckptfs_ckpt_complete`, `ckptfs ckpt begin|complete`).
@@ -31,6 +31,7 @@ mod config;
 mod error;
 mod filecrc;
 mod flush_policy;
+pub mod id_floor;
 pub mod jobwide;
 pub mod levels_record;
 pub mod measured;

@@ -52,6 +52,38 @@ pub fn remove_lock(store_name: &str) {
     }
 }
 
+/// The largest id floor the other nodes of the job report (0: none; failure case D10).
+pub(crate) fn peer_floor(nodes: &dyn crate::JobNodes, job: &str) -> u64 {
+    nodes.floors(job).values().copied().max().unwrap_or(0)
+}
+
+/// Take store `store_name`'s dataset lock (held until the result is dropped).
+pub(crate) fn lock_store(store_name: &str) -> Result<Lock> {
+    let rt = ckptfs_runtime::RuntimeDir::for_caller()?;
+    let name = lock_name(store_name);
+    let f = rt.open_file(&name, libc::O_CREAT | libc::O_RDWR)?;
+    f.lock().map_err(|source| DatasetError::Lock {
+        path: rt.file_path(&name).display().to_string(),
+        source,
+    })?;
+    Ok(Lock(f))
+}
+
+/// Store `store_name`'s dataset lock if no one holds it now (None: held).
+pub(crate) fn try_lock_store(store_name: &str) -> Result<Option<Lock>> {
+    let rt = ckptfs_runtime::RuntimeDir::for_caller()?;
+    let name = lock_name(store_name);
+    let f = rt.open_file(&name, libc::O_CREAT | libc::O_RDWR)?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(Lock(f))),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(source)) => Err(DatasetError::Lock {
+            path: rt.file_path(&name).display().to_string(),
+            source,
+        }),
+    }
+}
+
 impl Datasets {
     /// The datasets of `cfg.job` in `store`, agreement by `completion`.
     pub fn new(store: Store, cfg: Config, completion: Box<dyn Completion + Send + Sync>) -> Datasets {
@@ -78,52 +110,38 @@ impl Datasets {
     }
 
     pub(crate) fn lock(&self) -> Result<Lock> {
-        let rt = ckptfs_runtime::RuntimeDir::for_caller()?;
-        let name = lock_name(self.store.name());
-        let f = rt.open_file(&name, libc::O_CREAT | libc::O_RDWR)?;
-        f.lock().map_err(|source| DatasetError::Lock {
-            path: rt.file_path(&name).display().to_string(),
-            source,
-        })?;
-        Ok(Lock(f))
+        lock_store(self.store.name())
     }
 
     fn next_id(&self, all: &[Dataset]) -> Result<u64> {
         self.next_id_from(all, 1)
     }
 
-    /// The stored next id (1 when none is stored yet).
-    fn stored_next_id(&self) -> Result<u64> {
-        let path = format!("{}/next_id", job_dir(&self.cfg.job));
-        match record::read_file(&self.store, &path) {
-            Ok(b) => Ok(String::from_utf8_lossy(&b).trim().parse::<u64>().unwrap_or(1)),
-            Err(DatasetError::Store(StoreError::NotFound(_))) => Ok(1),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Cluster mode: this node takes id `id` that another node gave the dataset (a join):
-    /// later ids start past it, without using up one more (a join that consumed an id made
-    /// this node's next dataset one id ahead of the nodes that began it, which then judged
-    /// it lost: "has no part of it but began dataset N+1 later").
-    pub(crate) fn note_id(&self, id: u64) -> Result<()> {
-        if self.stored_next_id()? > id {
-            return Ok(());
-        }
-        record::mkdir_p(&self.store, &job_dir(&self.cfg.job))?;
-        let path = format!("{}/next_id", job_dir(&self.cfg.job));
-        record::write_atomic(&self.store, &path, format!("{}\n", id + 1).as_bytes())
-    }
-
-    /// The next id, at least `floor` (cluster mode: one past the largest any node knows).
+    /// The next id, at least `floor` (cluster mode: one past the largest any node knows,
+    /// and every reachable node's floor), at least this node's `next_id` and one past its
+    /// records, and at least the floor recorded in the PFS destinations (failure case
+    /// D10). The new floor is recorded in the destinations and, across nodes, told to
+    /// every node ([`crate::id_floor`]).
     pub(crate) fn next_id_from(&self, all: &[Dataset], floor: u64) -> Result<u64> {
-        let path = format!("{}/next_id", job_dir(&self.cfg.job));
-        let stored = self.stored_next_id()?;
+        let stored = crate::id_floor::stored_next_id(&self.store, &self.cfg.job)?;
         let id = stored
             .max(all.iter().map(|d| d.id + 1).max().unwrap_or(1))
-            .max(floor);
+            .max(floor)
+            .max(crate::id_floor::pfs_floor(&self.cfg.dests, &self.cfg.job));
         record::mkdir_p(&self.store, &job_dir(&self.cfg.job))?;
-        record::write_atomic(&self.store, &path, format!("{}\n", id + 1).as_bytes())?;
+        record::write_atomic(
+            &self.store,
+            &format!("{}/next_id", job_dir(&self.cfg.job)),
+            format!("{}\n", id + 1).as_bytes(),
+        )?;
+        let node = match self.completion.job_nodes() {
+            Some(n) => n.me().to_string(),
+            None => self.cfg.node.clone(),
+        };
+        crate::id_floor::pfs_record(&self.cfg.dests, &self.cfg.job, &node, id + 1);
+        if let Some(nodes) = self.completion.job_nodes() {
+            nodes.raise_floor(&self.cfg.job, id + 1);
+        }
         Ok(id)
     }
 
@@ -195,7 +213,7 @@ impl Datasets {
                 let (join, floor) = self.cluster_id(nodes, &all, name);
                 match join {
                     Some(id) => {
-                        self.note_id(id)?;
+                        crate::id_floor::raise_locked(&self.store, &self.cfg.job, id + 1)?;
                         self.new_record(id, name, None)
                     }
                     None => {
@@ -485,22 +503,22 @@ impl Datasets {
         // id is the one another node gave this directory's name, else one past the
         // largest any node knows (docs/datasets.md, "Transparent mode across nodes").
         let views = match (nodes, dirs.is_empty()) {
-            (Some(n), false) => Some(self.views(n, all)),
+            (Some(n), false) => Some((self.views(n, all), peer_floor(n, &self.cfg.job))),
             _ => None,
         };
         for (p, _) in dirs {
             let name = p.trim_start_matches('/');
             let id = match &views {
-                Some(v) => {
+                Some((v, peers)) => {
                     let join = v.records_of_dir_name(name).into_iter().max();
                     match join {
                         Some(id) if !all.iter().any(|d| d.id == id) => {
-                            self.note_id(id)?;
+                            crate::id_floor::raise_locked(&self.store, &self.cfg.job, id + 1)?;
                             id
                         }
                         _ => self.next_id_from(
                             all,
-                            v.max_id().max(all.iter().map(|d| d.id).max().unwrap_or(0)) + 1,
+                            (v.max_id().max(all.iter().map(|d| d.id).max().unwrap_or(0)) + 1).max(*peers),
                         )?,
                     }
                 }
@@ -686,10 +704,11 @@ mod tests {
         o.chunk_size = Some(64 << 10);
         let store = Store::create(&o).unwrap();
         let ds = Datasets::single_node(store, Config::for_job("t"));
-        ds.note_id(1).unwrap();
+        let join = |id: u64| crate::id_floor::raise_locked(&ds.store, &ds.cfg.job, id + 1).unwrap();
+        join(1);
         assert_eq!(ds.next_id(&[]).unwrap(), 2);
-        ds.note_id(5).unwrap();
-        ds.note_id(3).unwrap(); // never lowers it
+        join(5);
+        join(3); // never lowers it
         assert_eq!(ds.next_id(&[]).unwrap(), 6);
         drop(ds);
         let _ = Store::destroy(&name);

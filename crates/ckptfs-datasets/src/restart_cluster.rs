@@ -99,6 +99,7 @@ impl Datasets {
     pub(crate) fn have_cluster(&self, nodes: &dyn JobNodes) -> Result<Option<(u64, String)>> {
         let (local, _) = self.list()?;
         let views = self.views(nodes, &local);
+        let mut passed_over = None;
         'ids: for id in views.ids().into_iter().rev() {
             let j = judge(&views, id, self.cfg.world);
             if j.state != JobState::Complete {
@@ -106,12 +107,19 @@ impl Datasets {
             }
             for (owner, part) in &j.parts {
                 if self.part_sources(nodes, owner, part).is_err() {
+                    passed_over.get_or_insert((id, j.name.clone()));
                     continue 'ids;
                 }
             }
+            if let Some(e) = unreachable_error(&views, passed_over.as_ref()) {
+                return Err(e);
+            }
             return Ok(Some((id, j.name)));
         }
-        Ok(None)
+        match unreachable_error(&views, passed_over.as_ref()) {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
     }
 
     /// Bring one of this node's files back from `src`; the reason when it fails.
@@ -157,6 +165,10 @@ impl Datasets {
         let views = self.views(nodes, &local);
         let me = nodes.me().to_string();
         let mut skipped = Vec::new();
+        // Failure case D10b: a complete dataset passed over for lack of files while some
+        // node could not be asked may be whole after all: the ranks that can see every
+        // node would choose it.
+        let mut passed_over = None;
         'ids: for id in views.ids().into_iter().rev() {
             let j = judge(&views, id, self.cfg.world);
             let skip = |reason: String| Skipped {
@@ -178,10 +190,14 @@ impl Datasets {
                     Ok(s) if *owner == me => mine = s,
                     Ok(_) => {}
                     Err(reason) => {
+                        passed_over.get_or_insert((id, j.name.clone()));
                         skipped.push(skip(reason));
                         continue 'ids;
                     }
                 }
+            }
+            if let Some(e) = unreachable_error(&views, passed_over.as_ref()) {
+                return Err(e);
             }
             let round = match planned.map(|p| self.recheck(p, id)).transpose()? {
                 Some(Recheck::Adopt(m)) => return Ok(Found::Adopt(m, skipped)),
@@ -231,6 +247,9 @@ impl Datasets {
                 missing: Vec::new(),
             })));
         }
+        if let Some(e) = unreachable_error(&views, passed_over.as_ref()) {
+            return Err(e);
+        }
         Ok(Found::Chosen(Box::new(Restart {
             chosen: None,
             restored: Vec::new(),
@@ -259,4 +278,24 @@ impl Datasets {
         record::save(&self.store, &d)?;
         Ok(d)
     }
+}
+
+/// Failure case D10b: the error for a restart that could not ask every node and
+/// passed over dataset `passed`, complete job-wide, for lack of files: the ranks that
+/// can ask every node may find it whole, so choosing an older one (or none) here would
+/// split the job. None when every node answered, or nothing was passed over.
+fn unreachable_error(views: &crate::Views, passed: Option<&(u64, String)>) -> Option<crate::DatasetError> {
+    let (id, name) = passed?;
+    let lost: Vec<String> = views
+        .by_node
+        .iter()
+        .filter_map(|(n, r)| r.as_ref().err().map(|e| format!("{n}: {e}")))
+        .collect();
+    if lost.is_empty() {
+        return None;
+    }
+    Some(crate::DatasetError::Unreachable {
+        nodes: lost.join("; "),
+        why: format!("dataset {id} ({name}) is complete but not wholly held by the nodes that answered"),
+    })
 }

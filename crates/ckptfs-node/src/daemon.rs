@@ -129,6 +129,14 @@ pub(crate) struct Counters {
     pub unprotected_files: u64,
     /// Their bytes.
     pub unprotected_bytes: u64,
+    /// Copies of deleted or superseded versions still to be dropped on their holders.
+    pub pending_drops: u64,
+    /// Every node is still to be asked for older copies of files that just got their
+    /// first record (counted in the status's `pending_drops`).
+    pub verify_owed: bool,
+    /// The store's change sequence number the last finished pass of the copy loop
+    /// started from.
+    pub changes_seen: u64,
     pub chunks_refused: u64,
     /// Time copies out stepped back for the application's writes.
     pub yielded: Duration,
@@ -146,6 +154,13 @@ pub(crate) struct Shared {
     pub listen: String,
     /// Last heartbeat answer per peer.
     pub seen: Mutex<BTreeMap<String, Instant>>,
+    /// Heartbeat connections made per peer. A new one (the old connection broke) may be
+    /// a new incarnation of the peer, a replacement that lost the copies it held, even
+    /// when it came back before it was noticed down: the copies it holds are verified
+    /// again before they count (protect.rs).
+    pub connects: Mutex<BTreeMap<String, u64>>,
+    /// Per peer, the `connects` count its copies were last verified at.
+    pub verified: Mutex<BTreeMap<String, u64>>,
     pub counters: Mutex<Counters>,
     pub in_flight: Mutex<Option<CopyInFlight>>,
     /// When the daemon started.
@@ -216,6 +231,24 @@ impl Shared {
         Ok(c)
     }
 
+    /// Whether `peer` answered a heartbeat within the heartbeat period times the misses
+    /// allowed (unlike [`Shared::is_up`], a peer never heard from is not).
+    pub fn heard(&self, peer: &str) -> bool {
+        let seen = self.seen.lock().expect("seen");
+        seen.get(peer).is_some_and(|t| t.elapsed() <= self.down_after())
+    }
+
+    /// Peers connected again since their copies were last verified (their copies do not
+    /// count until they are).
+    pub fn unverified(&self) -> Vec<String> {
+        let c = self.connects.lock().expect("connects").clone();
+        let v = self.verified.lock().expect("verified");
+        c.into_iter()
+            .filter(|(n, k)| v.get(n).copied().unwrap_or(0) != *k)
+            .map(|(n, _)| n)
+            .collect()
+    }
+
     pub fn set_in_flight(&self, f: Option<CopyInFlight>) {
         *self.in_flight.lock().expect("in flight") = f;
     }
@@ -269,6 +302,9 @@ impl Shared {
             copies_lost: c.copies_lost,
             unprotected_files: c.unprotected_files,
             unprotected_bytes: c.unprotected_bytes,
+            pending_drops: c.pending_drops + c.verify_owed as u64,
+            changes_seen: c.changes_seen,
+            changes_now: self.store.change_seq(),
             yielded_s: c.yielded.as_secs_f64(),
             partner_priority: priority_name(self.cfg.partner_priority).to_string(),
             in_flight: self
@@ -414,6 +450,8 @@ async fn run_on(
         plan,
         listen,
         seen: Mutex::new(BTreeMap::new()),
+        connects: Mutex::new(BTreeMap::new()),
+        verified: Mutex::new(BTreeMap::new()),
         counters: Mutex::new(Counters::default()),
         in_flight: Mutex::new(None),
         started: Instant::now(),
@@ -447,6 +485,10 @@ async fn run_on(
     }
     copy_rt.spawn(crate::replicate::run(shared.clone()));
     tasks.spawn(status_loop(shared.clone()));
+    tasks.spawn(crate::datasets::floor_loop(
+        shared.clone(),
+        Duration::from_secs(2),
+    ));
 
     shutdown.await;
     tracing::info!("node {}: stopping", shared.cfg.node_id);
@@ -557,6 +599,13 @@ async fn heartbeat(shared: Arc<Shared>, peer: String) {
             conn = shared.connect(&peer).await.ok();
             if conn.is_none() {
                 shared.peer_metrics.missed(&peer);
+            } else {
+                *shared
+                    .connects
+                    .lock()
+                    .expect("connects")
+                    .entry(peer.clone())
+                    .or_default() += 1;
             }
         }
         if let Some(c) = conn.as_mut() {

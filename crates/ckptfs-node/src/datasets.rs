@@ -15,8 +15,14 @@
 //!   its partner copy of `owner`'s file; never any other file of the store. Each
 //!   distinct file once, its CRC32C combined from the store's chunk records, at most
 //!   [`crate::holds::MAX_HOLDS_FILES`] files a question ([`crate::holds`]).
+//! - `floors`: the next dataset id this node would give, per job it knows; `floor {job,
+//!   next_id}` raises this node's floor of the job (never lowers it). A `begin` tells
+//!   every node its new floor, and each daemon asks its peers for theirs at start and
+//!   every 2 s (failure case D10: ids never go back, also after every node lost its
+//!   memory one after the other).
 //!
-//! All only read. Any authenticated node of the cluster (its own key with this node) may ask.
+//! All only read, except `agreed` and `floor` (which only add). Any authenticated node
+//! of the cluster (its own key with this node) may ask.
 
 use crate::error::{NodeError, Result};
 use crate::levels::LevelsView;
@@ -53,6 +59,15 @@ pub enum Request {
         /// The dataset, complete, with `nodes`.
         dataset: Box<Dataset>,
     },
+    /// Its id floor of every job it knows (failure case D10).
+    Floors,
+    /// Raise its id floor of `job` to at least `next_id` (failure case D10).
+    Floor {
+        /// Job id.
+        job: String,
+        /// The next id the job may give.
+        next_id: u64,
+    },
     /// Which of `owner`'s `files` it holds with exactly that content.
     Holds {
         /// Node whose files these are.
@@ -72,7 +87,9 @@ pub enum Reply {
     Holds(Vec<bool>),
     /// Answer to `restarts`.
     Restarts(Vec<ckptfs_datasets::restart_round::Round>),
-    /// The verdict is kept.
+    /// Answer to `floors`: per job, the next id this node would give.
+    Floors(BTreeMap<String, u64>),
+    /// The verdict (or floor) is kept.
     Kept,
     /// The question could not be answered.
     Error(String),
@@ -142,6 +159,11 @@ pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> 
         },
         Ok(Request::Restarts { job }) => match ckptfs_datasets::check_component("job", &job) {
             Ok(()) => Reply::Restarts(ckptfs_datasets::restart_round::load_rounds(store, &job)),
+            Err(e) => Reply::Error(e.to_string()),
+        },
+        Ok(Request::Floors) => Reply::Floors(ckptfs_datasets::id_floor::floors(store)),
+        Ok(Request::Floor { job, next_id }) => match ckptfs_datasets::id_floor::raise(store, &job, next_id) {
+            Ok(_) => Reply::Kept,
             Err(e) => Reply::Error(e.to_string()),
         },
         Ok(Request::Holds { files, .. }) if files.len() > crate::holds::MAX_HOLDS_FILES => {
@@ -374,6 +396,30 @@ impl JobNodes for ClusterNodes {
         }
     }
 
+    fn floors(&self, job: &str) -> BTreeMap<String, u64> {
+        self.ask_all(&Request::Floors)
+            .into_iter()
+            .filter_map(|(n, r)| match r {
+                Ok(Reply::Floors(m)) => m
+                    .get(job)
+                    .map(|&f| (n, f.min(ckptfs_datasets::id_floor::MAX_FLOOR))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn raise_floor(&self, job: &str, next_id: u64) {
+        let req = Request::Floor {
+            job: job.to_string(),
+            next_id,
+        };
+        for (n, r) in self.ask_all(&req) {
+            if let Err(e) = r {
+                tracing::debug!("{n} could not be told the id floor {next_id} of {job}: {e}");
+            }
+        }
+    }
+
     fn holds_copy(&self, owner: &str, file: &Want) -> bool {
         owner != self.asker.me && holds(&self.store, &self.asker.me, owner, file)
     }
@@ -422,5 +468,41 @@ impl ckptfs_datasets::Completion for ClusterNodes {
 
     fn job_nodes(&self) -> Option<&dyn JobNodes> {
         Some(self)
+    }
+}
+
+/// The daemon's id floor exchange (failure case D10): at start and every `every` after,
+/// ask every peer for its floors and raise this node's to them, so a replacement knows
+/// how far the job's ids went before the nodes it learned it from can be lost too.
+pub(crate) async fn floor_loop(shared: Arc<crate::daemon::Shared>, every: Duration) {
+    loop {
+        for n in &shared.cfg.cluster.nodes {
+            if n.id == shared.cfg.node_id {
+                continue;
+            }
+            let got = tokio::time::timeout(Duration::from_secs(5), async {
+                let mut c = shared.connect(&n.id).await.map_err(|e| e.to_string())?;
+                let body = serde_json::to_string(&Request::Floors).map_err(|e| e.to_string())?;
+                c.send(Msg::Query(body)).await.map_err(|e| e.to_string())?;
+                match c.recv().await.map_err(|e| e.to_string())? {
+                    Some(Msg::QueryReply(t)) => serde_json::from_str::<Reply>(&t).map_err(|e| e.to_string()),
+                    _ => Err("no answer".to_string()),
+                }
+            })
+            .await;
+            let Ok(Ok(Reply::Floors(m))) = got else { continue };
+            let store = shared.store.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                for (job, f) in m.into_iter().take(ckptfs_datasets::id_floor::MAX_JOBS) {
+                    match ckptfs_datasets::id_floor::raise(&store, &job, f) {
+                        Ok(true) => tracing::info!("ids of job {job} continue at {f} (a peer's floor)"),
+                        Ok(false) => {}
+                        Err(e) => tracing::debug!("id floor {f} of job {job}: {e}"),
+                    }
+                }
+            })
+            .await;
+        }
+        tokio::time::sleep(every).await;
     }
 }

@@ -80,6 +80,22 @@ pub struct NodeStatus {
     /// Their bytes.
     #[serde(default)]
     pub unprotected_bytes: u64,
+    /// Copies of deleted files and of superseded versions still to be dropped on their
+    /// holders, plus 1 while the nodes are still to be asked for older copies of files
+    /// that just got their first record (copies an earlier incarnation of this node
+    /// placed). 0 once every Delete is acknowledged: until then a restore after this
+    /// node's loss may find a removed file or an older version there.
+    #[serde(default)]
+    pub pending_drops: u64,
+    /// The store's change sequence number the copy loop's last finished pass started
+    /// from, and the store's when this status was written: while they differ, changes
+    /// (new files, rewrites, deletes) are not yet in `unprotected_files` and
+    /// `pending_drops`.
+    #[serde(default)]
+    pub changes_seen: u64,
+    /// See `changes_seen`.
+    #[serde(default)]
+    pub changes_now: u64,
     /// Seconds copies out have stepped back for the application's writes since start.
     #[serde(default)]
     pub yielded_s: f64,

@@ -3,7 +3,9 @@
 //! holder verifiably has it.
 //!
 //! - **Verify** ([`verify`]): the holders of this node's copies are asked for their
-//!   listing (paths, sizes, copy generations) when they come back after being down and
+//!   listing (paths, sizes, copy generations) when they come back after being down, when
+//!   the heartbeat had to connect to them again (a replacement that came back before it
+//!   was noticed down; its copies do not count in the backlog until verified), and
 //!   every [`VERIFY_EVERY`] otherwise. A copy missing or of another version there is
 //!   struck from the record, so the next pass of the copy loop sends it again (newest
 //!   first): a replaced partner with an empty store is re-filled. A holder that keeps an
@@ -33,24 +35,29 @@ use std::time::Duration;
 /// else prompts it (a holder coming back up is asked at once).
 pub const VERIFY_EVERY: Duration = Duration::from_secs(10);
 
-/// Most listing pages asked of one holder in one verify (4096 entries each).
-const MAX_PAGES: usize = 4096;
-
-/// Everything `peer` holds of this node's files, by path.
-async fn listing(conn: &mut Conn, peer: &str) -> Result<BTreeMap<String, HeldFile>, NodeError> {
-    let mut out = BTreeMap::new();
-    let mut after = String::new();
-    for _ in 0..MAX_PAGES {
-        conn.send(Msg::List { after: after.clone() }).await?;
+/// Everything `peer` holds of this node's files, by path. The listing is bounded by
+/// what this node's store could hold (`ListBounds::for_store`, as a restore's): a holder
+/// that never stops saying "more" is an error after that many pages.
+async fn listing(
+    conn: &mut Conn,
+    peer: &str,
+    store: &ckptfs_store::Store,
+) -> Result<BTreeMap<String, HeldFile>, NodeError> {
+    let mut check =
+        crate::list_bounds::PageCheck::new(peer, crate::list_bounds::ListBounds::for_store(store));
+    loop {
+        conn.send(Msg::List {
+            after: check.after().to_string(),
+        })
+        .await?;
         match conn.recv().await? {
             Some(Msg::Listing { files, more }) => {
-                let last = files.last().map(|f| f.path.clone());
-                for f in files {
-                    out.insert(f.path.clone(), f);
-                }
-                match last {
-                    Some(l) if more && l > after => after = l,
-                    _ => return Ok(out),
+                if check.take(files, more)? {
+                    return Ok(check
+                        .into_files()
+                        .into_iter()
+                        .map(|f| (f.path.clone(), f))
+                        .collect());
                 }
             }
             Some(other) => {
@@ -62,10 +69,6 @@ async fn listing(conn: &mut Conn, peer: &str) -> Result<BTreeMap<String, HeldFil
             None => return Err(NodeError::Transport(format!("{peer} closed the connection"))),
         }
     }
-    Err(NodeError::Protocol {
-        peer: peer.to_string(),
-        what: format!("a listing of more than {MAX_PAGES} pages"),
-    })
 }
 
 /// Ask `peer` what it holds of this node's files and correct the record: copies it
@@ -79,7 +82,13 @@ pub(crate) async fn verify(
     peer: &str,
 ) -> Result<bool, NodeError> {
     let conn = connection(shared, conns, peer).await?;
-    let held = match listing(conn, peer).await {
+    let listed = tokio::select! {
+        r = listing(conn, peer, &shared.store) => r,
+        _ = crate::replicate::until_down(shared, peer) => {
+            Err(NodeError::Transport(format!("{peer} stopped answering heartbeats")))
+        }
+    };
+    let held = match listed {
         Ok(h) => h,
         Err(e) => {
             conns.remove(peer);
@@ -165,14 +174,19 @@ pub(crate) async fn drop_stale(
         d.used = true;
         let r = match connection(shared, conns, &node).await {
             Ok(c) => {
-                request(
+                let req = request(
                     c,
                     Msg::Delete {
                         path: path.clone(),
                         generation,
                     },
-                )
-                .await
+                );
+                tokio::select! {
+                    r = req => r,
+                    _ = crate::replicate::until_down(shared, &node) => {
+                        Err(NodeError::Transport(format!("{node} stopped answering heartbeats")))
+                    }
+                }
             }
             Err(e) => Err(e),
         };
@@ -200,14 +214,33 @@ pub(crate) async fn drop_stale(
     d
 }
 
+/// Deletes still owed: holders of deleted files' copies, and stale holders of older
+/// versions that are not partners now (`ckptfs node status`: `pending_drops`).
+pub(crate) fn owed_drops(levels: &Levels, partners_now: &[String]) -> u64 {
+    let dropping: usize = levels.dropping.values().map(|d| d.nodes.len()).sum();
+    let stale: usize = levels
+        .files
+        .values()
+        .map(|r| r.stale.iter().filter(|n| !partners_now.contains(n)).count())
+        .sum();
+    (dropping + stale) as u64
+}
+
 /// Files whose current version has fewer than `copies` partner copies, and their bytes
-/// (the re-protection backlog `ckptfs node status` shows).
-pub(crate) fn backlog(levels: &Levels, copies: usize, wanted: &[&String]) -> (u64, u64) {
+/// (the re-protection backlog `ckptfs node status` shows). Copies on an `unverified`
+/// holder (connected again since its copies were last verified: maybe a replacement)
+/// do not count.
+pub(crate) fn backlog(
+    levels: &Levels,
+    copies: usize,
+    wanted: &[&String],
+    unverified: &[String],
+) -> (u64, u64) {
     let mut files = 0;
     let mut bytes = 0;
     for path in wanted {
         if let Some(rec) = levels.files.get(*path) {
-            if rec.partners.len() < copies {
+            if rec.partners.iter().filter(|p| !unverified.contains(p)).count() < copies {
                 files += 1;
                 bytes += rec.identity.size;
             }

@@ -178,6 +178,9 @@ struct Passed {
     /// Something is left to do without the store changing: a file still being written,
     /// a partner not reached, a copy failed or abandoned (the file changed meanwhile).
     pending: bool,
+    /// A file got its first record (new, or brought back by a restore): other nodes may
+    /// hold older copies of it placed by an earlier incarnation of this node.
+    new_records: bool,
 }
 
 /// The state in which the last pass left nothing to do.
@@ -201,32 +204,84 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     // VERIFY_EVERY (protect.rs).
     let mut was_up: BTreeMap<String, bool> = BTreeMap::new();
     let mut last_verify: Option<Instant> = None;
+    // Every node that answers heartbeats is asked (not only the holders in the record) at
+    // start, every VERIFY_EVERY, and after files got their first record: copies an
+    // earlier incarnation of this node placed (its record lost with its store) are found
+    // so, and become stale holders, dropped like any other (failure found by the fault
+    // campaign: a file restored after a loss, then removed, came back at the next loss
+    // from a stand-in copy the lost incarnation had placed). `need_ask`: the nodes still
+    // to be asked since the last such event.
+    let others: Vec<String> = shared
+        .cfg
+        .cluster
+        .nodes
+        .iter()
+        .map(|n| n.id.clone())
+        .filter(|n| *n != shared.cfg.node_id)
+        .collect();
+    let mut need_ask: std::collections::BTreeSet<String> = others.iter().cloned().collect();
     loop {
         let due = last_verify.is_none_or(|t| t.elapsed() >= crate::protect::VERIFY_EVERY);
         let mut ask: Vec<String> = Vec::new();
-        for n in shared.cfg.cluster.nodes.iter().map(|n| n.id.clone()) {
-            if n == shared.cfg.node_id {
-                continue;
-            }
-            let up = shared.is_up(&n);
-            let back = up && !was_up.get(&n).copied().unwrap_or(false);
+        for n in &others {
+            let up = shared.is_up(n);
+            // Back: noticed down before, or connected again since the last verify (a
+            // replacement that came back before it was noticed down).
+            let back = up && (!was_up.get(n).copied().unwrap_or(false) || shared.unverified().contains(n));
             was_up.insert(n.clone(), up);
             let holds = levels
                 .files
                 .values()
-                .any(|r| r.partners.contains(&n) || r.stale.contains(&n));
-            if up && holds && (due || back) {
-                ask.push(n);
+                .any(|r| r.partners.contains(n) || r.stale.contains(n));
+            if (up && (back || due) && holds) || (shared.heard(n) && (due || need_ask.contains(n))) {
+                ask.push(n.clone());
             }
         }
         if due {
             last_verify = Some(Instant::now());
         }
         let mut verified_change = false;
+        // A verify may turn copies into counted ones (the backlog): a pass follows.
+        if !ask.is_empty() {
+            settled = None;
+        }
         for n in ask {
+            // Asked once per event, answered or not (a node whose listing fails is asked
+            // again at the next VERIFY_EVERY, not at every scan).
+            need_ask.remove(&n);
+            let connects = shared
+                .connects
+                .lock()
+                .expect("connects")
+                .get(&n)
+                .copied()
+                .unwrap_or(0);
             match crate::protect::verify(&shared, &mut conns, &mut levels, &n).await {
-                Ok(changed) => verified_change |= changed,
+                Ok(changed) => {
+                    verified_change |= changed;
+                    shared.verified.lock().expect("verified").insert(n, connects);
+                }
                 Err(e) => tracing::warn!("verify the copies held by {n}: {e}"),
+            }
+        }
+        // Owed while a node that answers is still to be asked (one that does not is asked
+        // when it is back).
+        shared.counters.lock().expect("counters").verify_owed = need_ask.iter().any(|n| shared.heard(n));
+        // A peer holding none of this node's copies has nothing to verify.
+        for n in shared.unverified() {
+            let holds = levels
+                .files
+                .values()
+                .any(|r| r.partners.contains(&n) || r.stale.contains(&n));
+            if !holds {
+                let connects = shared
+                    .connects
+                    .lock()
+                    .expect("connects")
+                    .get(&n)
+                    .copied()
+                    .unwrap_or(0);
+                shared.verified.lock().expect("verified").insert(n, connects);
             }
         }
         if verified_change {
@@ -248,6 +303,11 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             settled = None;
             match pass(&shared, &partners, &mut conns, &mut levels, &mut throttle).await {
                 Ok(p) => {
+                    shared.counters.lock().expect("counters").changes_seen = seq;
+                    if p.new_records {
+                        need_ask.extend(others.iter().cloned());
+                        shared.counters.lock().expect("counters").verify_owed = true;
+                    }
                     if p.used {
                         last_used = Instant::now();
                     }
@@ -340,6 +400,7 @@ async fn pass(
     let dropped = crate::protect::drop_stale(shared, conns, levels, partners).await;
     used |= dropped.used;
     pending |= dropped.pending;
+    shared.counters.lock().expect("counters").pending_drops = crate::protect::owed_drops(levels, partners);
     if dirty || dropped.dirty {
         save(shared, levels, throttle);
     }
@@ -362,8 +423,10 @@ async fn pass(
         }
     }
     queue.sort_by(|a, b| b.1.mtime_ns.cmp(&a.1.mtime_ns).then_with(|| a.0.cmp(b.0)));
+    let mut new_records = false;
     for (path, _) in &queue {
         if !levels.files.contains_key(*path) {
+            new_records = true;
             let generation = levels.next_generation();
             levels.files.insert(
                 (*path).clone(),
@@ -380,7 +443,7 @@ async fn pass(
     }
     {
         let wanted: Vec<&String> = queue.iter().map(|(p, _)| *p).collect();
-        let (n, b) = crate::protect::backlog(levels, shared.plan.copies, &wanted);
+        let (n, b) = crate::protect::backlog(levels, shared.plan.copies, &wanted, &shared.unverified());
         let mut c = shared.counters.lock().expect("counters");
         c.unprotected_files = n;
         c.unprotected_bytes = b;
@@ -403,7 +466,15 @@ async fn pass(
             };
             let started = Instant::now();
             let generation = rec.generation;
-            match send_copy(shared, conn, p, path, *id, generation, throttle).await {
+            // A partner that stops answering heartbeats (stopped, hung) mid-copy is left:
+            // the copy goes to a stand-in instead of waiting on its connection.
+            let sent = tokio::select! {
+                r = send_copy(shared, conn, p, path, *id, generation, throttle) => r,
+                _ = until_down(shared, p) => Err(NodeError::Transport(format!(
+                    "{p} stopped answering heartbeats during the copy"
+                ))),
+            };
+            match sent {
                 Ok(Sent::Done(bytes)) => {
                     let secs = started.elapsed().as_secs_f64();
                     let rec = levels.files.get_mut(path).expect("inserted");
@@ -445,7 +516,11 @@ async fn pass(
     }
     // Records of files whose current version was never sent anywhere stay (they show the
     // file has no partner copy yet).
-    Ok(Passed { used, pending })
+    Ok(Passed {
+        used,
+        pending,
+        new_records,
+    })
 }
 
 fn save(shared: &Shared, levels: &Levels, throttle: &mut Throttle) {
@@ -467,6 +542,34 @@ pub(crate) async fn connection<'a>(
         conns.insert(peer.to_string(), c);
     }
     Ok(conns.get_mut(peer).expect("inserted"))
+}
+
+/// Returns once `peer` counts as down (no heartbeat answer for the heartbeat period
+/// times the misses allowed) and the copy in flight to it, if any, has made no progress
+/// for a second: a stopped or hung peer. Never while it answers heartbeats, nor while a
+/// copy to it still moves (heartbeats late on a loaded machine do not cut a working
+/// transfer).
+pub(crate) async fn until_down(shared: &Shared, peer: &str) {
+    let progress = || {
+        shared
+            .in_flight
+            .lock()
+            .expect("in flight")
+            .as_ref()
+            .filter(|f| f.to == peer)
+            .map(|f| f.done)
+    };
+    let mut last = (progress(), Instant::now());
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = progress();
+        if now != last.0 {
+            last = (now, Instant::now());
+        }
+        if !shared.is_up(peer) && last.1.elapsed() >= Duration::from_secs(1) {
+            return;
+        }
+    }
 }
 
 /// Send a request and wait for its Ack; a Nack is an error.

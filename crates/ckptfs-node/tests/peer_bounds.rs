@@ -172,9 +172,12 @@ async fn a_holder_that_always_says_more_is_dropped_at_a_bound_and_an_honest_one_
     .unwrap();
     let grew = peak.stop().saturating_sub(before);
     // The hostile listing ended at its first bound: this store holds 256 files (the test
-    // stores' max_files), so one page (256 / 4096 + 1) of at most 256 entries.
+    // stores' max_files), so one page (256 / 4096 + 1) of at most 256 entries. Twice:
+    // the restore's listing, and node2's daemon, which asks every node that answers
+    // heartbeats for copies of its files at start (the same bound), each asking for
+    // at most 2 pages and a page in flight.
     let served = pages.load(Ordering::SeqCst);
-    assert!(served <= 3, "the hostile holder was asked for {served} pages");
+    assert!(served <= 6, "the hostile holder was asked for {served} pages");
     assert!(grew < 256 << 20, "anonymous RSS grew by {grew} bytes");
     assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
     let why = rep.unreachable.get("node3").expect("node3's listing used");
