@@ -145,6 +145,14 @@ impl NodeKeys {
         }
     }
 
+    /// With `key` as the key of the pair (this node, `peer`): for a role of the node
+    /// that talks to another role of the same node (the pool's client and manager on
+    /// one node, keyed by [`pair_key`] of the node with itself).
+    pub fn with_pair(mut self, peer: &str, key: PairKey) -> NodeKeys {
+        self.peers.insert(peer.to_string(), key);
+        self
+    }
+
     /// This node's id.
     pub fn node(&self) -> &str {
         &self.node

@@ -42,7 +42,8 @@ fn arb_cluster() -> impl Strategy<Value = Cluster> {
                             .collect::<BTreeMap<_, _>>(),
                     })
                     .collect(),
-                source: None,
+                pool: None,
+        source: None,
             }
         })
 }
