@@ -555,7 +555,22 @@ impl PoolWrite<'_> {
                 chunk: 0,
             });
         }
+        // A member that failed after acknowledging chunks took them with it (one copy
+        // per chunk): the write fails, by name, rather than commit a lost file.
+        let failed = self.failed.lock().unwrap().clone();
         let refs = self.refs.lock().unwrap();
+        let gone: Vec<u64> = refs
+            .iter()
+            .filter(|(_, r)| r.sent && failed.contains(&r.node))
+            .map(|(i, _)| *i)
+            .collect();
+        if let Some(first) = gone.first() {
+            return Err(PoolError::Lost {
+                path: self.path.clone(),
+                chunk: *first,
+                node: refs[first].node.clone(),
+            });
+        }
         let chunks: Vec<ChunkRef> = (0..self.crcs.len() as u64)
             .map(|i| refs.get(&i).cloned().ok_or_else(|| proto("pool", format!("chunk {i} not stored"))))
             .collect::<Result<_>>()?;
@@ -588,7 +603,7 @@ impl PoolWrite<'_> {
             stored_seconds: stored,
             oab: size / app.max(1e-9),
             asb: size / stored.max(1e-9),
-            stripe: self.members.clone(),
+            stripe: self.members.iter().filter(|m| !failed.contains(m)).cloned().collect(),
         })
     }
 }

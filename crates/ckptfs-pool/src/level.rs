@@ -107,8 +107,10 @@ impl Level for PoolLevel {
 
     fn delete(&self, path: &str, want: &Version) -> Result<bool, LevelError> {
         match self.client.stat(path).map_err(lerr)? {
+            // The level's copy is the file: every version kept goes with it (an older
+            // version must not reappear as the copy).
             Some(f) if Self::stored(&f).version.same_content(want) => {
-                Ok(self.client.remove(path, Some(f.version), Some(f.crc32c)).map_err(lerr)? > 0)
+                Ok(self.client.remove(path, None, None).map_err(lerr)? > 0)
             }
             _ => Ok(false),
         }

@@ -194,8 +194,12 @@ impl Manager {
             };
             let m = self.clone();
             tokio::spawn(async move {
-                let Ok(mut conn) = m.net.accept(sock).await else {
-                    return;
+                let mut conn = match m.net.accept(sock).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::debug!("pool manager: {e}");
+                        return;
+                    }
                 };
                 let id = m.conns.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let peer = conn.peer_id().to_string();
@@ -203,11 +207,13 @@ impl Manager {
                     let r = match req {
                         Ok(req) => m.handle(&peer, id, req).unwrap_or_else(|e| refused(e.errno(), e.to_string())),
                         Err(why) => {
+                            tracing::warn!("pool manager: bad request from {peer}: {why}");
                             let _ = reply(&mut conn, &refused(libc::EPROTO, why)).await;
                             break;
                         }
                     };
                     if !reply(&mut conn, &r).await {
+                        tracing::debug!("pool manager: reply to {peer} failed");
                         break;
                     }
                 }

@@ -257,7 +257,7 @@ pub enum Request {
 
 /// The manager's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "re", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Reply {
     /// Done.
     Ok,

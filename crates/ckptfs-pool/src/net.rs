@@ -148,7 +148,11 @@ pub(crate) async fn ask(conn: &mut tp::Conn, req: &Request) -> Result<Reply> {
 pub(crate) async fn next_request(conn: &mut tp::Conn) -> Option<Result<Request, String>> {
     match conn.recv().await {
         Ok(Msg::Query { body }) => Some(parse_request(&body)),
-        Ok(Msg::Bye) | Err(_) => None,
+        Ok(Msg::Bye) => None,
+        Err(e) => {
+            tracing::debug!("pool: {}: {e}", conn.peer_id());
+            None
+        }
         Ok(m) => Some(Err(format!("unexpected {:?}", m.kind()))),
     }
 }
