@@ -11,6 +11,7 @@ mod cmd_ckpt;
 mod cmd_cluster;
 mod cmd_mount;
 mod cmd_node;
+mod cmd_pool;
 mod cmd_run;
 mod config;
 mod elf;
@@ -139,6 +140,8 @@ enum Command {
     Restore(cmd_agent::RestoreArgs),
     /// The per-node daemon: partner copies in other failure domains, heartbeats, drain.
     Node(cmd_node::NodeArgs),
+    /// The aggregate memory pool: manager, benefactors, put/get/ls/rm/status/reassemble.
+    Pool(cmd_pool::PoolArgs),
     /// Run a benchmark; prints measured figures next to the baselines of the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -233,6 +236,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Agent(a) => cmd_agent::main(a, &ctx),
         Command::Restore(a) => cmd_agent::restore_main(a, &ctx),
         Command::Node(a) => cmd_node::main(a, &ctx),
+        Command::Pool(a) => cmd_pool::main(a, &ctx),
         Command::Mount(a) => cmd_mount::main(a, &ctx),
         Command::Umount(a) => cmd_mount::umount(a, &ctx),
         Command::Bench(b) => match b {
@@ -297,6 +301,7 @@ fn quiet_on_broken_pipe(cmd: &Command) -> bool {
         Command::Agent(a) => a.cmd.is_some(),
         Command::Node(a) => a.cmd.is_some(),
         Command::Mount(_) => false,
+        Command::Pool(a) => a.quiet_on_broken_pipe(),
         Command::Init
         | Command::Status { .. }
         | Command::Ls { .. }

@@ -145,9 +145,9 @@ impl NodeKeys {
         }
     }
 
-    /// With `key` as the key of the pair (this node, `peer`): for a role of the node
-    /// that talks to another role of the same node (the pool's client and manager on
-    /// one node, keyed by [`pair_key`] of the node with itself).
+    /// With `key` as the key of the pair (this node, `peer`), where `peer` is not a node
+    /// of the map but a role derived from one (the pool's clients, `<node>.client`,
+    /// keyed by [`pair_key`] from the job's secret).
     pub fn with_pair(mut self, peer: &str, key: PairKey) -> NodeKeys {
         self.peers.insert(peer.to_string(), key);
         self

@@ -6,7 +6,7 @@
 //! the write, and its chunks are reclaimed. Reads check every chunk against its BLAKE3
 //! hash and CRC32C and fall back to the drained chunk file where the benefactor is lost.
 
-use crate::client::{PoolClient, PoolWrite};
+use crate::client::{PoolClient, PoolWrite, PutReport};
 use crate::msg::FileInfo;
 use crate::{PoolError, PoolNet};
 use ckptfs_level::{
@@ -14,12 +14,13 @@ use ckptfs_level::{
     Version,
 };
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The pool level.
 pub struct PoolLevel {
     client: PoolClient,
     meter: CostMeter,
+    last: Mutex<Option<PutReport>>,
 }
 
 impl PoolLevel {
@@ -28,7 +29,13 @@ impl PoolLevel {
         PoolLevel {
             client,
             meter: CostMeter::new(),
+            last: Mutex::new(None),
         }
+    }
+
+    /// The report (OAB, ASB, chunks sent) of the last put committed through this level.
+    pub fn last_put(&self) -> Option<PutReport> {
+        self.last.lock().unwrap().clone()
     }
 
     /// Its client.
@@ -196,10 +203,13 @@ impl ChunkWriter for PoolWriter<'_> {
         }
         let r = w.commit(self.src.version.mtime_ns, self.src.mode, Some(self.want));
         match r {
-            Ok(rep) => match self.lvl.client.stat(&self.src.path).map_err(lerr)? {
-                Some(f) if f.version == rep.version => Ok(PoolLevel::stored(&f)),
-                _ => Err(LevelError::Changed(self.src.path.clone())),
-            },
+            Ok(rep) => {
+                *self.lvl.last.lock().unwrap() = Some(rep.clone());
+                match self.lvl.client.stat(&self.src.path).map_err(lerr)? {
+                    Some(f) if f.version == rep.version => Ok(PoolLevel::stored(&f)),
+                    _ => Err(LevelError::Changed(self.src.path.clone())),
+                }
+            }
             Err(PoolError::Corrupt { .. }) => Err(LevelError::Corrupt {
                 level: "pool".into(),
                 path: self.src.path.clone(),
@@ -239,7 +249,7 @@ impl LevelFactory for PoolFactory {
             .get("buffer")
             .and_then(|b| b.parse().ok())
             .unwrap_or(64 << 20);
-        let net = PoolNet::new(&cluster, &node).map_err(lerr)?;
+        let net = PoolNet::client(&cluster, &node).map_err(lerr)?;
         Ok(Arc::new(PoolLevel::new(PoolClient::new(net, buffer).map_err(lerr)?)))
     }
 }

@@ -31,7 +31,7 @@ mod net;
 
 pub use client::{PoolClient, PutReport};
 pub use level::{PoolFactory, PoolLevel};
-pub use net::PoolNet;
+pub use net::{client_id, PoolNet};
 
 /// What can go wrong in the pool.
 #[derive(Debug, thiserror::Error)]

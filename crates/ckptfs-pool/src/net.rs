@@ -7,37 +7,72 @@ use ckptfs_transport::{self as tp, ConnConfig, Identity, Msg, Protection};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// Who a pool role is and how it reaches the others: its node id, the cluster map, its
-/// keys (one per pair of nodes, plus one with itself, so that the client and the
-/// manager or a benefactor may share a node).
+/// Who a pool role is and how it reaches the others.
+///
+/// The manager and the benefactors are node ids of the map (`node1`); a client is the
+/// node id with `.client` appended (`node1.client`), so that a client may run on the
+/// manager's or a benefactor's node (the transport refuses a peer claiming the server's
+/// own id). Keys are per pair, as for the node daemons: the servers hold their node keys
+/// (key file or job secret) plus a key with every node's client, and a client derives
+/// its keys with every node; both come from the job's secret (`pair_key`).
 #[derive(Debug, Clone)]
 pub struct PoolNet {
     /// The cluster map.
     pub cluster: Cluster,
     /// Its `[pool]` section.
     pub pool: PoolMap,
-    /// This role's node id.
+    /// This role's transport id (a node id, or `<node>.client`).
     pub me: String,
     keys: NodeKeys,
 }
 
+/// The transport id of node `node`'s pool client.
+pub fn client_id(node: &str) -> String {
+    format!("{node}.client")
+}
+
+fn pool_of(cluster: &Cluster) -> Result<PoolMap> {
+    cluster
+        .pool
+        .clone()
+        .ok_or_else(|| PoolError::Config("the cluster map has no [pool] section".into()))
+}
+
 impl PoolNet {
-    /// The pool roles of node `me` of `cluster` (which must have a `[pool]` section).
-    pub fn new(cluster: &Cluster, me: &str) -> Result<PoolNet> {
-        let pool = cluster
-            .pool
-            .clone()
-            .ok_or_else(|| PoolError::Config("the cluster map has no [pool] section".into()))?;
+    /// The manager or benefactor of node `me`.
+    pub fn server(cluster: &Cluster, me: &str) -> Result<PoolNet> {
+        let pool = pool_of(cluster)?;
         let mut keys = cluster
             .node_keys(me)
             .map_err(|e| PoolError::Config(e.to_string()))?;
-        if let Ok(master) = cluster.secret() {
-            keys = keys.with_pair(me, pair_key(&master, &cluster.job, me, me));
+        let master = cluster
+            .secret()
+            .map_err(|e| PoolError::Config(format!("pool roles need the job secret: {e}")))?;
+        for n in &cluster.nodes {
+            let c = client_id(&n.id);
+            keys = keys.with_pair(&c, pair_key(&master, &cluster.job, me, &c));
         }
         Ok(PoolNet {
             cluster: cluster.clone(),
             pool,
             me: me.to_string(),
+            keys,
+        })
+    }
+
+    /// The pool client of node `node` (transport id `<node>.client`).
+    pub fn client(cluster: &Cluster, node: &str) -> Result<PoolNet> {
+        let pool = pool_of(cluster)?;
+        cluster.node(node).map_err(|e| PoolError::Config(e.to_string()))?;
+        let master = cluster
+            .secret()
+            .map_err(|e| PoolError::Config(format!("pool clients need the job secret: {e}")))?;
+        let me = client_id(node);
+        let keys = NodeKeys::derive(&master, &cluster.job, &me, cluster.nodes.iter().map(|n| n.id.as_str()));
+        Ok(PoolNet {
+            cluster: cluster.clone(),
+            pool,
+            me,
             keys,
         })
     }
@@ -54,7 +89,7 @@ impl PoolNet {
                 self.cluster
                     .nodes
                     .iter()
-                    .map(|n| n.id.clone())
+                    .flat_map(|n| [n.id.clone(), client_id(&n.id)])
                     .collect::<BTreeSet<_>>(),
             ),
             read_timeout: Some(Duration::from_secs(30)),

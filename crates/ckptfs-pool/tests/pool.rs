@@ -33,7 +33,16 @@ fn hex(b: &[u8]) -> String {
 impl Pool {
     /// node1 manager, node2..node5 benefactors lending `mem` each, node6/node7 clients.
     fn start(slot: u16, mem: u64, width: u32, drain: bool) -> Pool {
-        let base = 45000 + slot * 20;
+        // Fixed ports may be taken by another socket's ephemeral port: try other bases.
+        for attempt in 0..5 {
+            if let Some(p) = Self::try_start(45000 + (slot + 9 * attempt) * 20, slot, mem, width, drain) {
+                return p;
+            }
+        }
+        panic!("no free ports for pool test {slot}");
+    }
+
+    fn try_start(base: u16, slot: u16, mem: u64, width: u32, drain: bool) -> Option<Pool> {
         let dir = tempfile::Builder::new().prefix("pool-test").tempdir().unwrap();
         let mut c = Cluster::local(7, &format!("pool-t{slot}"), base).unwrap();
         c.secret = Some(hex(Secret::generate().unwrap().expose()));
@@ -58,22 +67,27 @@ impl Pool {
             mgr: None,
             bens: Vec::new(),
         };
-        pool.start_manager();
+        pool.try_manager()?;
         for i in 2..=5 {
-            let b = pool.start_benefactor(i, mem);
+            let b = pool.try_benefactor(i, mem)?;
             pool.bens.push(Some(b));
         }
         pool.wait_alive(4);
-        pool
+        Some(pool)
+    }
+
+    fn try_manager(&mut self) -> Option<()> {
+        let net = PoolNet::server(&self.cluster, "node1").unwrap();
+        let m = Manager::open(net.clone(), &self.dir.path().join("meta")).unwrap();
+        let r = rt();
+        let l = r.block_on(tokio::net::TcpListener::bind(net.pool.addr.clone())).ok()?;
+        r.spawn(m.serve(l));
+        self.mgr = Some(r);
+        Some(())
     }
 
     fn start_manager(&mut self) {
-        let net = PoolNet::new(&self.cluster, "node1").unwrap();
-        let m = Manager::open(net.clone(), &self.dir.path().join("meta")).unwrap();
-        let r = rt();
-        let l = r.block_on(tokio::net::TcpListener::bind(net.pool.addr.clone())).unwrap();
-        r.spawn(m.serve(l));
-        self.mgr = Some(r);
+        self.try_manager().expect("manager's port");
     }
 
     fn kill_manager(&mut self) {
@@ -82,18 +96,18 @@ impl Pool {
         }
     }
 
-    fn start_benefactor(&self, i: usize, mem: u64) -> (tokio::runtime::Runtime, Arc<Benefactor>) {
+    fn try_benefactor(&self, i: usize, mem: u64) -> Option<(tokio::runtime::Runtime, Arc<Benefactor>)> {
         let id = format!("node{i}");
-        let net = PoolNet::new(&self.cluster, &id).unwrap();
+        let net = PoolNet::server(&self.cluster, &id).unwrap();
         let addr = net.benefactor_addr(&id).unwrap();
         let b = Benefactor::new(net, mem);
         let r = rt();
-        r.block_on(b.start(&addr)).unwrap();
-        (r, b)
+        r.block_on(b.start(&addr)).ok()?;
+        Some((r, b))
     }
 
     fn kill_benefactor(&mut self, i: usize) {
-        if let Some((r, b)) = self.bens[i - 2].take() {
+        if let Some((r, b)) = self.bens.get_mut(i - 2).and_then(Option::take) {
             b.pause_drain(true);
             r.shutdown_timeout(Duration::from_secs(2));
         }
@@ -104,7 +118,7 @@ impl Pool {
     }
 
     fn client(&self, node: &str, buffer: u64) -> PoolClient {
-        PoolClient::new(PoolNet::new(&self.cluster, node).unwrap(), buffer).unwrap()
+        PoolClient::new(PoolNet::client(&self.cluster, node).unwrap(), buffer).unwrap()
     }
 
     fn wait_alive(&self, n: usize) {
@@ -164,8 +178,9 @@ fn the_pool_level_passes_the_conformance_suite() {
 #[test]
 fn two_clients_write_and_read_back_byte_identical_and_versions_send_only_changed_chunks() {
     let pool = Pool::start(1, 64 << 20, 2, false);
-    let a = pool.client("node6", 1 << 20);
-    let b = pool.client("node7", 256 << 10);
+    // Clients on the manager's node and on a benefactor's node.
+    let a = pool.client("node1", 1 << 20);
+    let b = pool.client("node2", 256 << 10);
     let da = data(3 << 20, 1);
     let db = data((2 << 20) + 12345, 2);
     std::thread::scope(|s| {
