@@ -192,7 +192,11 @@ fn init(a: InitArgs) -> Result<i32> {
         let port = first.port() as usize + 100;
         if port <= u16::MAX as usize {
             let mut p = ckptfs_cluster::PoolMap::new(&first.id, &format!("{}:{port}", first.host()));
-            let stem = a.out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let stem = a
+                .out
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
             p.meta_dir = Some(PathBuf::from(format!("{stem}.pool-meta")));
             p.drain_dir = Some(PathBuf::from(format!("{stem}.pool-drain")));
             cluster.pool = Some(p);

@@ -116,7 +116,10 @@ fn net(ctx: &Ctx, server: bool) -> Result<PoolNet> {
         .cluster
         .as_ref()
         .context("ckptfs pool needs --cluster FILE (or CKPTFS_CLUSTER)")?;
-    let pool = cluster.pool.as_ref().context("the cluster file has no [pool] section")?;
+    let pool = cluster
+        .pool
+        .as_ref()
+        .context("the cluster file has no [pool] section")?;
     let me = match &ctx.node_id {
         Some(id) => id.clone(),
         None => pool.manager.clone(),
@@ -145,7 +148,12 @@ pub fn main(a: PoolArgs, ctx: &Ctx) -> Result<i32> {
                     .map(|s| s.with_extension("pool-meta"))
                     .context("no metadata directory (--meta)")?,
             };
-            eprintln!("pool manager {} on {} (metadata {})", net.me, net.pool.addr, dir.display());
+            eprintln!(
+                "pool manager {} on {} (metadata {})",
+                net.me,
+                net.pool.addr,
+                dir.display()
+            );
             ckptfs_pool::manager::run(net, &dir)?;
             Ok(0)
         }
@@ -162,7 +170,12 @@ pub fn main(a: PoolArgs, ctx: &Ctx) -> Result<i32> {
             ckptfs_pool::benefactor::run(net, mem)?;
             Ok(0)
         }
-        PoolCmd::Put { src, dst, buffer, json } => put(ctx, &src, &dst, buffer, json),
+        PoolCmd::Put {
+            src,
+            dst,
+            buffer,
+            json,
+        } => put(ctx, &src, &dst, buffer, json),
         PoolCmd::Get { src, dst } => get(ctx, &src, &dst),
         PoolCmd::Ls { prefix, long, json } => {
             let c = PoolClient::new(net(ctx, false)?, 1 << 20)?;
@@ -200,7 +213,10 @@ pub fn main(a: PoolArgs, ctx: &Ctx) -> Result<i32> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
-                println!("{:<12} {:<22} {:>6} {:>12} {:>12} {:>8}", "node", "addr", "alive", "lent", "used", "chunks");
+                println!(
+                    "{:<12} {:<22} {:>6} {:>12} {:>12} {:>8}",
+                    "node", "addr", "alive", "lent", "used", "chunks"
+                );
                 for b in &s {
                     println!(
                         "{:<12} {:<22} {:>6} {:>12} {:>12} {:>8}",
@@ -218,7 +234,13 @@ pub fn main(a: PoolArgs, ctx: &Ctx) -> Result<i32> {
             };
             let (done, bad) = drain::reassemble(&dir, &dest)?;
             for r in &done {
-                println!("{} v{} {} bytes -> {}", r.path, r.version, r.size, r.dest.display());
+                println!(
+                    "{} v{} {} bytes -> {}",
+                    r.path,
+                    r.version,
+                    r.size,
+                    r.dest.display()
+                );
             }
             for b in &bad {
                 eprintln!("not rebuilt: {b}");
@@ -387,10 +409,15 @@ fn get(ctx: &Ctx, src: &str, dst: &Path) -> Result<i32> {
     let level = PoolLevel::new(PoolClient::new(net(ctx, false)?, 1 << 20)?);
     let reader = level.get(src)?;
     let stored = reader.stored().clone();
-    let dir = dst.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = dst
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".{}.pool-get.{}",
-        dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        dst.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         std::process::id()
     ));
     let f = std::fs::OpenOptions::new()
@@ -406,6 +433,9 @@ fn get(ctx: &Ctx, src: &str, dst: &Path) -> Result<i32> {
     });
     let scratch = ckptfs_level::CostMeter::default();
     let t = Mover::new(MoveOptions::default()).copy_open(reader, writer, (level.meter(), &scratch))?;
-    eprintln!("{src} v{}: {} bytes in {:.3} s", stored.version.serial, t.bytes, t.seconds);
+    eprintln!(
+        "{src} v{}: {} bytes in {:.3} s",
+        stored.version.serial, t.bytes, t.seconds
+    );
     Ok(0)
 }

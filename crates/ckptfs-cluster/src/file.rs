@@ -395,7 +395,10 @@ impl Cluster {
         }
         if let Some(p) = &self.pool {
             if !ids.contains(p.manager.as_str()) {
-                return Err(invalid(format!("pool.manager {:?} is not a node of the map", p.manager)));
+                return Err(invalid(format!(
+                    "pool.manager {:?} is not a node of the map",
+                    p.manager
+                )));
             }
             if split_addr(&p.addr).is_none() {
                 return Err(invalid(format!("pool.addr {:?} is not host:port", p.addr)));

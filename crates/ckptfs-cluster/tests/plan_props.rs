@@ -43,7 +43,7 @@ fn arb_cluster() -> impl Strategy<Value = Cluster> {
                     })
                     .collect(),
                 pool: None,
-        source: None,
+                source: None,
             }
         })
 }

@@ -77,7 +77,13 @@ impl Benefactor {
 
     /// Chunks held in memory.
     pub fn chunks(&self) -> usize {
-        self.st.lock().unwrap().chunks.values().filter(|e| e.data.is_some()).count()
+        self.st
+            .lock()
+            .unwrap()
+            .chunks
+            .values()
+            .filter(|e| e.data.is_some())
+            .count()
     }
 
     /// Testing: serve chunks with one byte flipped (a benefactor returning wrong bytes).
@@ -176,7 +182,12 @@ impl Benefactor {
                     }
                 }
             }
-            tokio::time::sleep(if registered { every } else { every.min(Duration::from_millis(200)) }).await;
+            tokio::time::sleep(if registered {
+                every
+            } else {
+                every.min(Duration::from_millis(200))
+            })
+            .await;
         }
     }
 
@@ -251,7 +262,9 @@ impl Benefactor {
     /// Room for `len` more bytes, evicting drained chunks first in first out.
     fn reserve(&self, st: &mut State, len: u64) -> bool {
         while st.used + len > self.mem {
-            let Some(h) = st.evictable.pop_front() else { return false };
+            let Some(h) = st.evictable.pop_front() else {
+                return false;
+            };
             if let Some(e) = st.chunks.get_mut(&h) {
                 if e.drained.is_some() && e.data.take().is_some() {
                     st.used -= e.len;
@@ -291,10 +304,14 @@ impl Benefactor {
 
     /// `c/<write id>/<hash>`: one chunk, Chunk and PutEnd follow.
     async fn put(&self, conn: &mut tp::Conn, b: PutBegin) -> bool {
-        let parsed = b.path.strip_prefix("c/").and_then(|r| r.split_once('/')).and_then(|(w, h)| {
-            Some((w.parse::<u64>().ok()?, ChunkHash::parse(h)?))
-        });
-        let Some((write_id, hash)) = parsed else { return false };
+        let parsed = b
+            .path
+            .strip_prefix("c/")
+            .and_then(|r| r.split_once('/'))
+            .and_then(|(w, h)| Some((w.parse::<u64>().ok()?, ChunkHash::parse(h)?)));
+        let Some((write_id, hash)) = parsed else {
+            return false;
+        };
         if b.size > 64 << 20 {
             return false;
         }

@@ -131,7 +131,9 @@ impl PoolClient {
 
     /// Files under `prefix`.
     pub fn list(&self, prefix: &str) -> Result<Vec<FileInfo>> {
-        match self.ask(&Request::List { prefix: prefix.into() })? {
+        match self.ask(&Request::List {
+            prefix: prefix.into(),
+        })? {
             Reply::Files(f) => Ok(f),
             _ => Err(proto("manager", "unexpected reply to list")),
         }
@@ -182,7 +184,9 @@ impl PoolClient {
         else {
             return Err(proto("manager", "unexpected reply to open"));
         };
-        let cs = chunk_size.filter(|c| (4096..=64 << 20).contains(c)).unwrap_or(pool_cs);
+        let cs = chunk_size
+            .filter(|c| (4096..=64 << 20).contains(c))
+            .unwrap_or(pool_cs);
         let slots = (self.buffer / cs).max(1) as usize;
         let (tx, rx) = mpsc::unbounded_channel();
         let w = PoolWrite {
@@ -299,7 +303,12 @@ impl PoolClient {
         Some(drain::read_chunk(&dir, &n))
     }
 
-    async fn fetch(&self, node: &str, hash: &ChunkHash, conns: &mut HashMap<String, tp::Conn>) -> Result<Vec<u8>> {
+    async fn fetch(
+        &self,
+        node: &str,
+        hash: &ChunkHash,
+        conns: &mut HashMap<String, tp::Conn>,
+    ) -> Result<Vec<u8>> {
         if !conns.contains_key(node) {
             let addr = self.net.benefactor_addr(node)?;
             conns.insert(node.to_string(), self.net.connect(&addr, node).await?);
@@ -478,10 +487,9 @@ impl PoolWrite<'_> {
                 self.extend()?;
             }
             let s = self.slots.clone();
-            let got = self
-                .c
-                .rt
-                .block_on(async { tokio::time::timeout(Duration::from_millis(200), s.acquire_owned()).await });
+            let got = self.c.rt.block_on(async {
+                tokio::time::timeout(Duration::from_millis(200), s.acquire_owned()).await
+            });
             if let Ok(Ok(p)) = got {
                 return Ok(p);
             }
@@ -507,7 +515,10 @@ impl PoolWrite<'_> {
             _slot: slot,
         };
         let tx = self.shared.tx.lock().unwrap();
-        tx.as_ref().expect("open").send(job).map_err(|_| proto("pool", "senders gone"))?;
+        tx.as_ref()
+            .expect("open")
+            .send(job)
+            .map_err(|_| proto("pool", "senders gone"))?;
         self.queued += 1;
         Ok(())
     }
@@ -541,17 +552,16 @@ impl PoolWrite<'_> {
         }
         let stored = self.t0.elapsed().as_secs_f64();
         self.shared.tx.lock().unwrap().take();
-        let crc = self
-            .crcs
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, c)| {
-                let len = (self.written - i as u64 * self.cs).min(self.cs);
-                ckptfs_level::crc::crc_combine(acc, *c, len)
-            });
+        let crc = self.crcs.iter().enumerate().fold(0u32, |acc, (i, c)| {
+            let len = (self.written - i as u64 * self.cs).min(self.cs);
+            ckptfs_level::crc::crc_combine(acc, *c, len)
+        });
         if want_crc.is_some_and(|w| w != crc) {
             return Err(PoolError::Corrupt {
-                what: format!("{} (the bytes written do not match the source's CRC32C)", self.path),
+                what: format!(
+                    "{} (the bytes written do not match the source's CRC32C)",
+                    self.path
+                ),
                 chunk: 0,
             });
         }
@@ -572,7 +582,11 @@ impl PoolWrite<'_> {
             });
         }
         let chunks: Vec<ChunkRef> = (0..self.crcs.len() as u64)
-            .map(|i| refs.get(&i).cloned().ok_or_else(|| proto("pool", format!("chunk {i} not stored"))))
+            .map(|i| {
+                refs.get(&i)
+                    .cloned()
+                    .ok_or_else(|| proto("pool", format!("chunk {i} not stored")))
+            })
             .collect::<Result<_>>()?;
         drop(refs);
         let chunks_sent = chunks.iter().filter(|c| c.sent).count() as u64;
@@ -603,7 +617,12 @@ impl PoolWrite<'_> {
             stored_seconds: stored,
             oab: size / app.max(1e-9),
             asb: size / stored.max(1e-9),
-            stripe: self.members.iter().filter(|m| !failed.contains(m)).cloned().collect(),
+            stripe: self
+                .members
+                .iter()
+                .filter(|m| !failed.contains(m))
+                .cloned()
+                .collect(),
         })
     }
 }

@@ -82,7 +82,7 @@ pub struct Rebuilt {
 /// under `dir`, checking every chunk against the hash in its name. Returns the files
 /// rebuilt and the versions that could not be (incomplete or damaged), by name.
 pub fn reassemble(dir: &Path, dest: &Path) -> Result<(Vec<Rebuilt>, Vec<String>)> {
-    let mut found: BTreeMap<String, BTreeMap<u64, Vec<(u64, u64, ChunkHash, PathBuf)>>> = BTreeMap::new();
+    let mut found: Found = BTreeMap::new();
     walk(dir, dir, &mut found)?;
     let mut done = Vec::new();
     let mut bad = Vec::new();
@@ -105,10 +105,12 @@ pub fn reassemble(dir: &Path, dest: &Path) -> Result<(Vec<Rebuilt>, Vec<String>)
             }
             let out = dest.join(path.trim_start_matches('/'));
             if let Some(parent) = out.parent() {
-                fs::create_dir_all(parent).map_err(|e| PoolError::io(format!("mkdir {}", parent.display()), e))?;
+                fs::create_dir_all(parent)
+                    .map_err(|e| PoolError::io(format!("mkdir {}", parent.display()), e))?;
             }
             let tmp = out.with_extension("reassembling");
-            let mut f = fs::File::create(&tmp).map_err(|e| PoolError::io(format!("create {}", tmp.display()), e))?;
+            let mut f =
+                fs::File::create(&tmp).map_err(|e| PoolError::io(format!("create {}", tmp.display()), e))?;
             let mut size = 0u64;
             let mut ok = true;
             for (i, (h, p)) in &by {
@@ -153,18 +155,30 @@ fn walk(root: &Path, d: &Path, found: &mut Found) -> Result<()> {
         }
         let name = ent.file_name().to_string_lossy().into_owned();
         if let Some(stem) = name.strip_suffix(SUFFIX) {
-            let rel = ent.path().parent().unwrap_or(root).strip_prefix(root).unwrap_or(Path::new("")).join(stem);
+            let rel = ent
+                .path()
+                .parent()
+                .unwrap_or(root)
+                .strip_prefix(root)
+                .unwrap_or(Path::new(""))
+                .join(stem);
             let path = format!("/{}", rel.to_string_lossy());
             if check_path(&path).is_err() {
                 continue;
             }
-            for v in fs::read_dir(ent.path()).map_err(|e| PoolError::io("list", e))?.flatten() {
+            for v in fs::read_dir(ent.path())
+                .map_err(|e| PoolError::io("list", e))?
+                .flatten()
+            {
                 let vn = v.file_name().to_string_lossy().into_owned();
                 let Some(ver) = vn.strip_prefix('v').and_then(|s| s.parse::<u64>().ok()) else {
                     continue;
                 };
                 let list = found.entry(path.clone()).or_default().entry(ver).or_default();
-                for c in fs::read_dir(v.path()).map_err(|e| PoolError::io("list", e))?.flatten() {
+                for c in fs::read_dir(v.path())
+                    .map_err(|e| PoolError::io("list", e))?
+                    .flatten()
+                {
                     if let Some(parsed) = parse_name(&c.file_name().to_string_lossy()) {
                         list.push((parsed.0, parsed.1, parsed.2, c.path()));
                     }

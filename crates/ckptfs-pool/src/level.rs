@@ -80,7 +80,13 @@ impl Level for PoolLevel {
 
     fn list(&self, prefix: &str) -> Result<Vec<Stored>, LevelError> {
         let p = if prefix.is_empty() { "/" } else { prefix };
-        Ok(self.client.list(p).map_err(lerr)?.iter().map(Self::stored).collect())
+        Ok(self
+            .client
+            .list(p)
+            .map_err(lerr)?
+            .iter()
+            .map(Self::stored)
+            .collect())
     }
 
     fn stat(&self, path: &str) -> Result<Option<Stored>, LevelError> {
@@ -88,10 +94,14 @@ impl Level for PoolLevel {
     }
 
     fn get<'a>(&'a self, path: &str) -> Result<Box<dyn ChunkReader + 'a>, LevelError> {
-        let f = self.client.stat(path).map_err(lerr)?.ok_or_else(|| LevelError::NotFound {
-            level: self.name(),
-            path: path.to_string(),
-        })?;
+        let f = self
+            .client
+            .stat(path)
+            .map_err(lerr)?
+            .ok_or_else(|| LevelError::NotFound {
+                level: self.name(),
+                path: path.to_string(),
+            })?;
         Ok(Box::new(PoolReader {
             lvl: self,
             stored: Self::stored(&f),
@@ -101,8 +111,14 @@ impl Level for PoolLevel {
     }
 
     fn put<'a>(&'a self, src: &Stored) -> Result<Box<dyn ChunkWriter + 'a>, LevelError> {
-        let want = src.version.crc32c.ok_or_else(|| LevelError::Changed(src.path.clone()))?;
-        let w = self.client.create(&src.path, Some(src.chunk_size)).map_err(lerr)?;
+        let want = src
+            .version
+            .crc32c
+            .ok_or_else(|| LevelError::Changed(src.path.clone()))?;
+        let w = self
+            .client
+            .create(&src.path, Some(src.chunk_size))
+            .map_err(lerr)?;
         Ok(Box::new(PoolWriter {
             lvl: self,
             w: Some(w),
@@ -145,14 +161,18 @@ impl ChunkReader for PoolReader<'_> {
         i: u64,
         sink: &mut dyn FnMut(&[IoPart<'_>]) -> Result<(), LevelError>,
     ) -> Result<(), LevelError> {
-        let data = self.lvl.client.read_chunk(&self.f, i, &mut self.conns).map_err(|e| match e {
-            PoolError::Corrupt { .. } => LevelError::Corrupt {
-                level: self.lvl.name(),
-                path: self.f.path.clone(),
-                chunk: i,
-            },
-            e => lerr(e),
-        })?;
+        let data = self
+            .lvl
+            .client
+            .read_chunk(&self.f, i, &mut self.conns)
+            .map_err(|e| match e {
+                PoolError::Corrupt { .. } => LevelError::Corrupt {
+                    level: self.lvl.name(),
+                    path: self.f.path.clone(),
+                    chunk: i,
+                },
+                e => lerr(e),
+            })?;
         sink(&[IoPart::Buf(&data)])
     }
 
@@ -232,13 +252,22 @@ impl LevelFactory for PoolFactory {
 
     fn open(&self, id: &LevelId, options: &BTreeMap<String, String>) -> Result<Arc<dyn Level>, LevelError> {
         let bad = |m: String| LevelError::backend(libc::EINVAL, std::io::Error::other(m));
-        let file = options
-            .get("cluster")
-            .ok_or_else(|| bad(format!("level {id}: option cluster (the cluster file) is required")))?;
-        let cluster = ckptfs_cluster::Cluster::load(std::path::Path::new(file)).map_err(|e| bad(e.to_string()))?;
-        let manager = cluster.pool.as_ref().map(|p| p.manager.clone()).unwrap_or_default();
+        let file = options.get("cluster").ok_or_else(|| {
+            bad(format!(
+                "level {id}: option cluster (the cluster file) is required"
+            ))
+        })?;
+        let cluster =
+            ckptfs_cluster::Cluster::load(std::path::Path::new(file)).map_err(|e| bad(e.to_string()))?;
+        let manager = cluster
+            .pool
+            .as_ref()
+            .map(|p| p.manager.clone())
+            .unwrap_or_default();
         if manager != id.instance {
-            return Err(bad(format!("level {id}: the cluster map's pool manager is {manager:?}")));
+            return Err(bad(format!(
+                "level {id}: the cluster map's pool manager is {manager:?}"
+            )));
         }
         let node = options
             .get("node")
@@ -250,6 +279,8 @@ impl LevelFactory for PoolFactory {
             .and_then(|b| b.parse().ok())
             .unwrap_or(64 << 20);
         let net = PoolNet::client(&cluster, &node).map_err(lerr)?;
-        Ok(Arc::new(PoolLevel::new(PoolClient::new(net, buffer).map_err(lerr)?)))
+        Ok(Arc::new(PoolLevel::new(
+            PoolClient::new(net, buffer).map_err(lerr)?,
+        )))
     }
 }

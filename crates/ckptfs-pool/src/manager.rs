@@ -15,7 +15,9 @@
 //! open writes and the benefactors' work queues are soft state, rebuilt after a restart
 //! from the refreshes and from the tables (chunks not yet drained are named again).
 
-use crate::msg::{BenefactorInfo, ChunkHash, ChunkInfo, ChunkName, ChunkRef, FileInfo, Peer, Reply, Request, MAX_LIST};
+use crate::msg::{
+    BenefactorInfo, ChunkHash, ChunkInfo, ChunkName, ChunkRef, FileInfo, Peer, Reply, Request, MAX_LIST,
+};
 use crate::net::{next_request, reply};
 use crate::{now_ms, PoolError, PoolNet, Result};
 use redb::{Database, ReadableTable, TableDefinition};
@@ -120,7 +122,8 @@ impl Manager {
     /// Open (or create) the metadata under `meta_dir` and re-queue the drain of every
     /// committed chunk not yet drained.
     pub fn open(net: PoolNet, meta_dir: &Path) -> Result<Arc<Manager>> {
-        std::fs::create_dir_all(meta_dir).map_err(|e| PoolError::io(format!("mkdir {}", meta_dir.display()), e))?;
+        std::fs::create_dir_all(meta_dir)
+            .map_err(|e| PoolError::io(format!("mkdir {}", meta_dir.display()), e))?;
         let db = Database::create(meta_dir.join("pool-meta.redb")).map_err(meta)?;
         {
             let tx = db.begin_write().map_err(meta)?;
@@ -155,13 +158,17 @@ impl Manager {
                         .and_then(|r| serde_json::from_str::<ChunkRec>(r.value()).ok())
                         .is_some_and(|r| r.drained);
                     if !drained {
-                        st.outbox.entry(c.node.clone()).or_default().commit.push(ChunkName {
-                            path: p.value().to_string(),
-                            version: v.version,
-                            index: i as u64,
-                            count: v.chunks.len() as u64,
-                            hash: c.hash.clone(),
-                        });
+                        st.outbox
+                            .entry(c.node.clone())
+                            .or_default()
+                            .commit
+                            .push(ChunkName {
+                                path: p.value().to_string(),
+                                version: v.version,
+                                index: i as u64,
+                                count: v.chunks.len() as u64,
+                                hash: c.hash.clone(),
+                            });
                     }
                 }
             }
@@ -205,7 +212,9 @@ impl Manager {
                 let peer = conn.peer_id().to_string();
                 while let Some(req) = next_request(&mut conn).await {
                     let r = match req {
-                        Ok(req) => m.handle(&peer, id, req).unwrap_or_else(|e| refused(e.errno(), e.to_string())),
+                        Ok(req) => m
+                            .handle(&peer, id, req)
+                            .unwrap_or_else(|e| refused(e.errno(), e.to_string())),
                         Err(why) => {
                             tracing::warn!("pool manager: bad request from {peer}: {why}");
                             let _ = reply(&mut conn, &refused(libc::EPROTO, why)).await;
@@ -281,11 +290,16 @@ impl Manager {
             Request::Stat { path } => Ok(Reply::File(self.list_where(|p| p == path)?.pop())),
             Request::List { prefix } => {
                 let pre = prefix.trim_end_matches('/').to_string();
-                let mut v = self.list_where(|p| pre.is_empty() || p == pre || p.starts_with(&format!("{pre}/")))?;
+                let mut v =
+                    self.list_where(|p| pre.is_empty() || p == pre || p.starts_with(&format!("{pre}/")))?;
                 v.truncate(MAX_LIST);
                 Ok(Reply::Files(v))
             }
-            Request::Delete { path, version, crc32c } => self.delete(&path, version, crc32c),
+            Request::Delete {
+                path,
+                version,
+                crc32c,
+            } => self.delete(&path, version, crc32c),
             Request::Keep {
                 prefix,
                 versions,
@@ -295,7 +309,8 @@ impl Manager {
                 {
                     let mut t = tx.open_table(KEEP).map_err(meta)?;
                     let rule = serde_json::to_string(&KeepRule { versions, seconds }).map_err(meta)?;
-                    t.insert(prefix.trim_end_matches('/'), rule.as_str()).map_err(meta)?;
+                    t.insert(prefix.trim_end_matches('/'), rule.as_str())
+                        .map_err(meta)?;
                 }
                 tx.commit().map_err(meta)?;
                 self.expire_all()?;
@@ -392,7 +407,14 @@ impl Manager {
         })
     }
 
-    fn plan(&self, _peer: &str, conn: u64, extend: Option<u64>, path: &str, exclude: &[String]) -> Result<Reply> {
+    fn plan(
+        &self,
+        _peer: &str,
+        conn: u64,
+        extend: Option<u64>,
+        path: &str,
+        exclude: &[String],
+    ) -> Result<Reply> {
         let mut st = self.st.lock().unwrap();
         let mut alive: Vec<(&String, &Ben)> = st
             .bens
@@ -413,7 +435,7 @@ impl Manager {
         }
         let write_id = match extend {
             Some(w) => {
-                if !st.open.get(&w).is_some_and(|o| o.conn == conn) {
+                if st.open.get(&w).is_none_or(|o| o.conn != conn) {
                     return Ok(refused(libc::EBADF, "no such open write"));
                 }
                 w
@@ -459,18 +481,25 @@ impl Manager {
         let tx = self.db.begin_read().map_err(meta)?;
         let t = tx.open_table(FILES).map_err(meta)?;
         let r = t.get(path).map_err(meta)?;
-        r.map(|v| serde_json::from_str(v.value()).map_err(meta)).transpose()
+        r.map(|v| serde_json::from_str(v.value()).map_err(meta))
+            .transpose()
     }
 
     fn commit(&self, conn: u64, write_id: u64, mut v: VersionRec) -> Result<Reply> {
         let path = {
             let st = self.st.lock().unwrap();
             let Some(w) = st.open.get(&write_id).filter(|w| w.conn == conn) else {
-                return Ok(refused(libc::EBADF, "no such open write (aborted, or the manager restarted)"));
+                return Ok(refused(
+                    libc::EBADF,
+                    "no such open write (aborted, or the manager restarted)",
+                ));
             };
             for c in v.chunks.iter().filter(|c| c.sent) {
                 if !st.bens.contains_key(&c.node) {
-                    return Ok(refused(libc::EINVAL, format!("chunk map names {}, not a benefactor", c.node)));
+                    return Ok(refused(
+                        libc::EINVAL,
+                        format!("chunk map names {}, not a benefactor", c.node),
+                    ));
                 }
             }
             w.path.clone()
@@ -507,7 +536,10 @@ impl Manager {
                     None => {
                         // A reference to a chunk no longer held (its version expired
                         // meanwhile): the transaction is dropped, nothing changes.
-                        return Ok(refused(libc::EAGAIN, format!("chunk {} is no longer in the pool; write it again", c.hash)));
+                        return Ok(refused(
+                            libc::EAGAIN,
+                            format!("chunk {} is no longer in the pool; write it again", c.hash),
+                        ));
                     }
                 };
                 let s = serde_json::to_string(&rec).map_err(meta)?;
@@ -534,13 +566,17 @@ impl Manager {
         st.open.remove(&write_id);
         let count = v.chunks.len() as u64;
         for (i, c) in v.chunks.iter().enumerate() {
-            st.outbox.entry(c.node.clone()).or_default().commit.push(ChunkName {
-                path: path.clone(),
-                version: v.version,
-                index: i as u64,
-                count,
-                hash: c.hash.clone(),
-            });
+            st.outbox
+                .entry(c.node.clone())
+                .or_default()
+                .commit
+                .push(ChunkName {
+                    path: path.clone(),
+                    version: v.version,
+                    index: i as u64,
+                    count,
+                    hash: c.hash.clone(),
+                });
         }
         Ok(Reply::Committed { version: v.version })
     }
@@ -568,7 +604,11 @@ impl Manager {
                     .is_some_and(|r| r.drained);
                 let alive = self.alive(&st, &c.node);
                 if !alive {
-                    state = if drained && state != "lost" { "degraded" } else { "lost" };
+                    state = if drained && state != "lost" {
+                        "degraded"
+                    } else {
+                        "lost"
+                    };
                 }
                 infos.push(ChunkInfo {
                     hash: c.hash.clone(),
@@ -590,7 +630,10 @@ impl Manager {
                 chunks: infos,
                 committed_ms: v.committed_ms,
                 state: state.into(),
-                older: f.versions[..f.versions.len() - 1].iter().map(|o| o.version).collect(),
+                older: f.versions[..f.versions.len() - 1]
+                    .iter()
+                    .map(|o| o.version)
+                    .collect(),
             });
         }
         Ok(out)
@@ -656,7 +699,9 @@ impl Manager {
                 all.push((p.value().to_string(), f.value().to_string()));
             }
             for (p, f) in all {
-                let Some(rule) = rule_for(&rules, &p) else { continue };
+                let Some(rule) = rule_for(&rules, &p) else {
+                    continue;
+                };
                 let mut f: FileRec = serde_json::from_str(&f).map_err(meta)?;
                 let before = f.versions.len();
                 let gone = expire(&mut f, rule);
@@ -685,7 +730,10 @@ impl Manager {
         let mut out = Vec::new();
         for row in t.iter().map_err(meta)? {
             let (k, v) = row.map_err(meta)?;
-            out.push((k.value().to_string(), serde_json::from_str(v.value()).map_err(meta)?));
+            out.push((
+                k.value().to_string(),
+                serde_json::from_str(v.value()).map_err(meta)?,
+            ));
         }
         Ok(out)
     }

@@ -30,8 +30,10 @@ impl ChunkHash {
     }
     /// Parse 64 lowercase hex digits.
     pub fn parse(s: &str) -> Option<ChunkHash> {
-        (s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-            .then(|| ChunkHash(s.to_string()))
+        (s.len() == 64
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| ChunkHash(s.to_string()))
     }
 }
 
@@ -359,7 +361,9 @@ impl Request {
                 check_len(uncommitted, MAX_LIST, "uncommitted")?;
                 check_len(drained, MAX_LIST, "drained")
             }
-            Request::Open { path, .. } | Request::Stat { path } | Request::Delete { path, .. } => check_path(path),
+            Request::Open { path, .. } | Request::Stat { path } | Request::Delete { path, .. } => {
+                check_path(path)
+            }
             Request::Extend { exclude, .. } => {
                 check_len(exclude, MAX_LIST, "exclude")?;
                 exclude.iter().try_for_each(|n| check_name(n))

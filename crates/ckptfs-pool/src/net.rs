@@ -68,7 +68,12 @@ impl PoolNet {
             .secret()
             .map_err(|e| PoolError::Config(format!("pool clients need the job secret: {e}")))?;
         let me = client_id(node);
-        let keys = NodeKeys::derive(&master, &cluster.job, &me, cluster.nodes.iter().map(|n| n.id.as_str()));
+        let keys = NodeKeys::derive(
+            &master,
+            &cluster.job,
+            &me,
+            cluster.nodes.iter().map(|n| n.id.as_str()),
+        );
         Ok(PoolNet {
             cluster: cluster.clone(),
             pool,
@@ -118,12 +123,18 @@ impl PoolNet {
 
     /// Connect to the manager.
     pub async fn connect_manager(&self) -> Result<tp::Conn> {
-        tp::connect(&self.pool.addr, &self.identity(), &self.pool.manager, &self.keys, &self.config())
-            .await
-            .map_err(|e| PoolError::ManagerDown {
-                addr: self.pool.addr.clone(),
-                why: e.to_string(),
-            })
+        tp::connect(
+            &self.pool.addr,
+            &self.identity(),
+            &self.pool.manager,
+            &self.keys,
+            &self.config(),
+        )
+        .await
+        .map_err(|e| PoolError::ManagerDown {
+            addr: self.pool.addr.clone(),
+            why: e.to_string(),
+        })
     }
 
     /// Authenticate an accepted stream.
@@ -145,7 +156,9 @@ impl PoolNet {
             .map_err(|e| PoolError::Config(e.to_string()))?;
         let port = n.port() as u32 + self.pool.benefactor_port_offset as u32;
         if port > u16::MAX as u32 {
-            return Err(PoolError::Config(format!("{id}: benefactor port {port} out of range")));
+            return Err(PoolError::Config(format!(
+                "{id}: benefactor port {port} out of range"
+            )));
         }
         Ok(format!("{}:{port}", n.host()))
     }

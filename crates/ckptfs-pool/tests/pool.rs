@@ -80,7 +80,9 @@ impl Pool {
         let net = PoolNet::server(&self.cluster, "node1").unwrap();
         let m = Manager::open(net.clone(), &self.dir.path().join("meta")).unwrap();
         let r = rt();
-        let l = r.block_on(tokio::net::TcpListener::bind(net.pool.addr.clone())).ok()?;
+        let l = r
+            .block_on(tokio::net::TcpListener::bind(net.pool.addr.clone()))
+            .ok()?;
         r.spawn(m.serve(l));
         self.mgr = Some(r);
         Some(())
@@ -131,7 +133,10 @@ impl Pool {
                     return;
                 }
             }
-            assert!(t0.elapsed() < Duration::from_secs(10), "{n} benefactors not alive");
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{n} benefactors not alive"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -219,13 +224,17 @@ fn drained_chunks_reassemble_and_evicted_chunks_are_read_from_the_pfs() {
     let files: Vec<(String, Vec<u8>)> = (0..3).map(|i| (format!("/d/f{i}"), data(2 << 20, i))).collect();
     for (p, d) in &files {
         c.put_bytes(p, d, 1).unwrap();
-        wait("drain", 20, || c.stat(p).unwrap().unwrap().chunks.iter().all(|x| x.drained));
+        wait("drain", 20, || {
+            c.stat(p).unwrap().unwrap().chunks.iter().all(|x| x.drained)
+        });
     }
     // Incremental version: shared chunks are hard links.
     let mut v2 = files[2].1.clone();
     v2[5] ^= 1;
     c.put_bytes("/d/f2", &v2, 2).unwrap();
-    wait("drain v2", 20, || c.stat("/d/f2").unwrap().unwrap().chunks.iter().all(|x| x.drained));
+    wait("drain v2", 20, || {
+        c.stat("/d/f2").unwrap().unwrap().chunks.iter().all(|x| x.drained)
+    });
     for (p, d) in &files[..2] {
         assert_eq!(&c.get_bytes(p).unwrap().1, d, "{p} read back after eviction");
     }
@@ -249,7 +258,10 @@ fn drained_chunks_reassemble_and_evicted_chunks_are_read_from_the_pfs() {
         },
     );
     let nlink = std::os::unix::fs::MetadataExt::nlink(&std::fs::metadata(n).unwrap());
-    assert_eq!(nlink, 2, "a chunk shared by two versions is one file, hard-linked");
+    assert_eq!(
+        nlink, 2,
+        "a chunk shared by two versions is one file, hard-linked"
+    );
 }
 
 #[test]
@@ -286,7 +298,9 @@ fn a_benefactor_lost_mid_write_is_replaced_and_its_files_are_reported_lost_by_na
     let r = c.put_bytes("/l/during", &big, 2).unwrap();
     assert!(!r.stripe.contains(&format!("node{victim}")));
     assert_eq!(c.get_bytes("/l/during").unwrap().1, big);
-    wait("death", 10, || c.stat("/l/before").unwrap().unwrap().state == "lost");
+    wait("death", 10, || {
+        c.stat("/l/before").unwrap().unwrap().state == "lost"
+    });
     match c.get_bytes("/l/before") {
         Err(PoolError::Lost { path, node, .. }) => {
             assert_eq!(path, "/l/before");
