@@ -370,3 +370,49 @@ fn a_benefactor_returning_wrong_bytes_is_detected() {
         other => panic!("{:?}", other.map(|(f, _)| f.path)),
     }
 }
+
+#[test]
+fn the_mover_moves_files_between_a_directory_level_and_the_pool() {
+    use ckptfs_level::conformance::{get_bytes, put_bytes};
+    use ckptfs_level::{Job, Level, MoveOptions, Mover};
+    let pool = Pool::start(8, 64 << 20, 2, false);
+    let level = PoolLevel::new(pool.client("node6", 1 << 20));
+    let dir = ckptfs_dirlevel::DirLevel::new(pool.dir.path().join("dirlevel")).unwrap();
+    let back = ckptfs_dirlevel::DirLevel::new(pool.dir.path().join("back")).unwrap();
+    let files: Vec<(String, Vec<u8>)> = (0..4)
+        .map(|i| (format!("/mv/f{i}"), data(300_000 * i + 5, i as u32)))
+        .collect();
+    for (p, d) in &files {
+        put_bytes(&dir, p, d, 64 << 10, 1).unwrap();
+    }
+    let mover = Mover::new(MoveOptions {
+        streams: 2,
+        window: 3,
+        ..Default::default()
+    });
+    let jobs: Vec<Job<'_>> = files
+        .iter()
+        .map(|(p, _)| Job {
+            from: &dir,
+            to: &level,
+            path: p,
+        })
+        .collect();
+    assert!(mover.run(&jobs).iter().all(|m| m.result.is_ok()));
+    let jobs: Vec<Job<'_>> = files
+        .iter()
+        .map(|(p, _)| Job {
+            from: &level,
+            to: &back,
+            path: p,
+        })
+        .collect();
+    assert!(mover.run(&jobs).iter().all(|m| m.result.is_ok()));
+    for (p, d) in &files {
+        assert_eq!(&get_bytes(&back, p).unwrap(), d);
+        assert_eq!(
+            level.stat(p).unwrap().unwrap().version.crc32c,
+            Some(ckptfs_crc::crc32c(d))
+        );
+    }
+}
