@@ -184,6 +184,9 @@ enum BenchCommand {
     /// The part of `bench partner` that runs on a simulated node (internal).
     #[command(hide = true)]
     PartnerWorker(ckptfs_node::bench::WorkerArgs),
+    /// Aggregate memory pool: OAB/ASB against buffer size per stripe width, several
+    /// clients, dedup bytes (a manager and 4 benefactors in this process, on 127.0.0.1).
+    Pool(cmd_pool::PoolBenchArgs),
     /// PyTorch dcp.save stall and load times: ckptfs writer vs FileSystemWriter vs memcpy
     /// (runs scripts/bench-torch.py with the checkout's .venv).
     Torch(ckptfs_bench::torch::TorchBenchArgs),
@@ -273,6 +276,7 @@ fn run(cli: Cli) -> Result<i32> {
                 ckptfs_node::bench::worker(a)?;
                 Ok(0)
             }
+            BenchCommand::Pool(a) => cmd_pool::bench(a),
             BenchCommand::Torch(a) => ckptfs_bench::torch::run(a),
             BenchCommand::Fuse(a) => {
                 let json = a.json;
