@@ -190,8 +190,9 @@ fn init(a: InitArgs) -> Result<i32> {
         // metadata and drained chunks beside the cluster file (docs/pool.md).
         let first = &cluster.nodes[0];
         let port = first.port() as usize + 100;
-        if port <= u16::MAX as usize {
-            let mut p = ckptfs_cluster::PoolMap::new(&first.id, &format!("{}:{port}", first.host()));
+        let addr = format!("{}:{port}", first.host());
+        if port <= u16::MAX as usize && cluster.nodes.iter().all(|n| n.addr != addr) {
+            let mut p = ckptfs_cluster::PoolMap::new(&first.id, &addr);
             let stem = a
                 .out
                 .file_stem()
