@@ -51,6 +51,7 @@ pub struct Benefactor {
     st: Mutex<State>,
     wake: Condvar,
     lie: AtomicBool,
+    lie_used: AtomicBool,
     drain_paused: AtomicBool,
 }
 
@@ -66,6 +67,7 @@ impl Benefactor {
             st: Mutex::new(State::default()),
             wake: Condvar::new(),
             lie: AtomicBool::new(false),
+            lie_used: AtomicBool::new(false),
             drain_paused: AtomicBool::new(false),
         })
     }
@@ -89,6 +91,11 @@ impl Benefactor {
     /// Testing: serve chunks with one byte flipped (a benefactor returning wrong bytes).
     pub fn set_lie(&self, on: bool) {
         self.lie.store(on, Ordering::SeqCst);
+    }
+
+    /// Testing: report no memory used (a benefactor lying about its free memory).
+    pub fn set_lie_about_memory(&self, on: bool) {
+        self.lie_used.store(on, Ordering::SeqCst);
     }
 
     /// Testing: hold the drain (chunks stay queued).
@@ -149,8 +156,13 @@ impl Benefactor {
                             .map(|(h, e)| (e.write_id, h.clone()))
                             .collect();
                         let n = st.newly_drained.len().min(MAX_LIST);
+                        let used = if self.lie_used.load(Ordering::SeqCst) {
+                            0
+                        } else {
+                            st.used
+                        };
                         Request::Refresh {
-                            used: st.used,
+                            used,
                             uncommitted,
                             drained: st.newly_drained.drain(..n).collect(),
                         }

@@ -54,6 +54,9 @@ struct ChunkRec {
     refs: u64,
     len: u32,
     drained: bool,
+    /// When the first version referencing it was committed (ms since the epoch).
+    #[serde(default)]
+    at_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -68,6 +71,13 @@ struct Ben {
     mem: u64,
     used: u64,
     last: Instant,
+    /// Caught lying about its memory (uses more than it lends, or less than the
+    /// undrained chunks the manager placed there): left out of plans.
+    suspect: Option<String>,
+    /// Wall time of its last refresh (ms since the epoch).
+    last_ms: u64,
+    /// Audits in a row that found it holding less than it must.
+    strikes: u32,
 }
 
 #[derive(Debug, Default)]
@@ -193,6 +203,9 @@ impl Manager {
                 if let Err(e) = tick.expire_all() {
                     tracing::warn!("pool expiry: {e}");
                 }
+                if let Err(e) = tick.audit() {
+                    tracing::warn!("pool audit: {e}");
+                }
             }
         });
         loop {
@@ -238,6 +251,7 @@ impl Manager {
         match req {
             Request::Register { mem, used, addr } => {
                 let mut st = self.st.lock().unwrap();
+                let suspect = (used > mem).then(|| format!("reports {used} bytes used of {mem} lent"));
                 st.bens.insert(
                     peer.to_string(),
                     Ben {
@@ -245,6 +259,9 @@ impl Manager {
                         mem,
                         used,
                         last: Instant::now(),
+                        suspect,
+                        last_ms: now_ms(),
+                        strikes: 0,
                     },
                 );
                 Ok(Reply::Ok)
@@ -330,11 +347,59 @@ impl Manager {
                             alive: b.last.elapsed() < self.death(),
                             silent_ms: b.last.elapsed().as_millis() as u64,
                             chunks: counts.get(n).copied().unwrap_or(0),
+                            suspect: b.suspect.clone(),
                         })
                         .collect(),
                 ))
             }
         }
+    }
+
+    /// A benefactor must hold at least the committed chunks placed there that it has not
+    /// drained (it may evict only drained ones): one reporting less memory used is lying
+    /// about its free memory.
+    pub fn audit(&self) -> Result<()> {
+        // Only chunks committed well before a benefactor's last refresh count: its
+        // report was taken before it was sent.
+        let margin = 2 * self.net.pool.refresh_ms;
+        let tx = self.db.begin_read().map_err(meta)?;
+        let t = tx.open_table(CHUNKS).map_err(meta)?;
+        let mut recs: Vec<(String, u64, u64)> = Vec::new();
+        for row in t.iter().map_err(meta)? {
+            let (k, v) = row.map_err(meta)?;
+            let Ok(r) = serde_json::from_str::<ChunkRec>(v.value()) else {
+                continue;
+            };
+            if let Some((_, n)) = k.value().split_once('@') {
+                if !r.drained {
+                    recs.push((n.to_string(), r.len as u64, r.at_ms));
+                }
+            }
+        }
+        let mut st = self.st.lock().unwrap();
+        for (n, b) in st.bens.iter_mut() {
+            let min: u64 = recs
+                .iter()
+                .filter(|(rn, _, at)| rn == n && at + margin < b.last_ms)
+                .map(|(_, len, _)| len)
+                .sum();
+            if b.used < min {
+                b.strikes += 1;
+            } else {
+                b.strikes = 0;
+            }
+            if b.strikes >= 2 && b.suspect.is_none() {
+                tracing::warn!(
+                    "pool: benefactor {n} reports {} bytes used, holds at least {min}",
+                    b.used
+                );
+                b.suspect = Some(format!(
+                    "reports {} bytes used, holds at least {min} undrained",
+                    b.used
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn chunks_per_node(&self) -> Result<BTreeMap<String, u64>> {
@@ -368,6 +433,10 @@ impl Manager {
             };
             b.used = used;
             b.last = Instant::now();
+            b.last_ms = now_ms();
+            if used > b.mem {
+                b.suspect = Some(format!("reports {used} bytes used of {} lent", b.mem));
+            }
         }
         let mut drop = Vec::new();
         let tx = self.db.begin_write().map_err(meta)?;
@@ -419,7 +488,7 @@ impl Manager {
         let mut alive: Vec<(&String, &Ben)> = st
             .bens
             .iter()
-            .filter(|(n, b)| b.last.elapsed() < self.death() && !exclude.contains(n))
+            .filter(|(n, b)| b.last.elapsed() < self.death() && b.suspect.is_none() && !exclude.contains(n))
             .collect();
         alive.sort_by_key(|(n, b)| (std::cmp::Reverse(b.mem.saturating_sub(b.used)), (*n).clone()));
         let stripe: Vec<Peer> = alive
@@ -532,6 +601,7 @@ impl Manager {
                         refs: 1,
                         len: c.len,
                         drained: false,
+                        at_ms: now_ms(),
                     },
                     None => {
                         // A reference to a chunk no longer held (its version expired

@@ -161,6 +161,9 @@ pub struct BenefactorInfo {
     pub silent_ms: u64,
     /// Chunks the pool's metadata places there.
     pub chunks: u64,
+    /// Why the manager no longer trusts it (lied about its memory), if it does not.
+    #[serde(default)]
+    pub suspect: Option<String>,
 }
 
 /// A request to the manager.

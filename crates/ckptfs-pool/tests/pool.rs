@@ -416,3 +416,54 @@ fn the_mover_moves_files_between_a_directory_level_and_the_pool() {
         );
     }
 }
+
+#[test]
+fn a_benefactor_lost_mid_drain_leaves_drained_files_degraded_and_readable_and_the_rest_lost() {
+    let mut pool = Pool::start(9, 64 << 20, 4, true);
+    let c = pool.client("node6", 1 << 20);
+    let drained = data(1 << 20, 11);
+    c.put_bytes("/g/drained", &drained, 1).unwrap();
+    wait("drain", 20, || {
+        c.stat("/g/drained")
+            .unwrap()
+            .unwrap()
+            .chunks
+            .iter()
+            .all(|x| x.drained)
+    });
+    // Hold every drain, then write a file whose chunks stay in memory only.
+    for i in 2..=5 {
+        pool.ben(i).pause_drain(true);
+    }
+    let undrained = data(1 << 20, 12);
+    c.put_bytes("/g/undrained", &undrained, 1).unwrap();
+    let f = c.stat("/g/undrained").unwrap().unwrap();
+    let victim: usize = f.chunks[0].node.trim_start_matches("node").parse().unwrap();
+    pool.kill_benefactor(victim);
+    wait("death", 10, || {
+        c.stat("/g/drained").unwrap().unwrap().state == "degraded"
+    });
+    assert_eq!(c.stat("/g/undrained").unwrap().unwrap().state, "lost");
+    assert_eq!(
+        c.get_bytes("/g/drained").unwrap().1,
+        drained,
+        "served from the drained chunks"
+    );
+    assert!(matches!(c.get_bytes("/g/undrained"), Err(PoolError::Lost { .. })));
+}
+
+#[test]
+fn a_benefactor_lying_about_its_free_memory_is_left_out_of_plans() {
+    let pool = Pool::start(10, 64 << 20, 4, false);
+    let c = pool.client("node6", 1 << 20);
+    c.put_bytes("/f/x", &data(2 << 20, 13), 1).unwrap();
+    pool.ben(3).set_lie_about_memory(true);
+    wait("suspect", 10, || {
+        c.status()
+            .unwrap()
+            .iter()
+            .any(|b| b.node == "node3" && b.suspect.is_some())
+    });
+    let r = c.put_bytes("/f/y", &data(2 << 20, 14), 1).unwrap();
+    assert!(!r.stripe.contains(&"node3".to_string()), "{:?}", r.stripe);
+}
