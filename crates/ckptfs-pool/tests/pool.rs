@@ -51,7 +51,7 @@ impl Pool {
         p.chunk_size = 64 << 10;
         p.stripe_width = width;
         p.refresh_ms = 100;
-        p.death_ms = 800;
+        p.death_ms = 2000;
         p.meta_dir = Some(dir.path().join("meta"));
         if drain {
             p.drain_dir = Some(dir.path().join("pfs"));
