@@ -433,10 +433,7 @@ fn get(ctx: &Ctx, src: &str, dst: &Path) -> Result<i32> {
     });
     let scratch = ckptfs_level::CostMeter::default();
     let t = Mover::new(MoveOptions::default()).copy_open(reader, writer, (level.meter(), &scratch))?;
-    eprintln!(
-        "{src} v{}: {} bytes in {:.3} s",
-        stored.version.serial, t.bytes, t.seconds
-    );
+    eprintln!("{src}: {} bytes in {:.3} s", t.bytes, t.seconds);
     Ok(0)
 }
 

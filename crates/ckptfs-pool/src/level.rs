@@ -1,7 +1,7 @@
 //! The pool as a storage level (`pool:<manager node>`), and its registry entry.
 //!
-//! A copy is the newest committed version of a pool file; its [`Version::serial`] is the
-//! pool version. [`Level::put`] writes through a [`PoolWrite`] (the bytes are checked
+//! A copy is the newest committed version of a pool file (its [`Version::serial`] is 0:
+//! the pool's version numbers are not the source's copy generations). [`Level::put`] writes through a [`PoolWrite`] (the bytes are checked
 //! against the source's CRC32C before the commit); a writer dropped uncommitted aborts
 //! the write, and its chunks are reclaimed. Reads check every chunk against its BLAKE3
 //! hash and CRC32C and fall back to the drained chunk file where the benefactor is lost.
@@ -52,7 +52,10 @@ impl PoolLevel {
                 size: f.size,
                 mtime_ns: f.mtime_ns,
                 crc32c: Some(f.crc32c),
-                serial: f.version,
+                // The pool's version numbers are its own: the registry orders copies of
+                // different levels by serial only where both keep the source's copy
+                // generation, so the pool leaves it unknown (mtime decides).
+                serial: 0,
             },
             mode: f.mode,
             chunk_size: f.chunk_size,
