@@ -204,6 +204,24 @@ fn init(a: InitArgs) -> Result<i32> {
             n.store = format!("{job}.{}", n.id);
         }
     }
+    if cluster.pool.is_none() {
+        // The pool manager: the first node, on its host at the daemon port + 100;
+        // metadata and drained chunks beside the cluster file (docs/pool.md).
+        let first = &cluster.nodes[0];
+        let port = first.port() as usize + 100;
+        let addr = format!("{}:{port}", first.host());
+        if port <= u16::MAX as usize && cluster.nodes.iter().all(|n| n.addr != addr) {
+            let mut p = ckptfs_cluster::PoolMap::new(&first.id, &addr);
+            let stem = a
+                .out
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            p.meta_dir = Some(PathBuf::from(format!("{stem}.pool-meta")));
+            p.drain_dir = Some(PathBuf::from(format!("{stem}.pool-drain")));
+            cluster.pool = Some(p);
+        }
+    }
     cluster.redundancy = redundancy;
     cluster.heartbeat_ms = a.heartbeat_ms;
     cluster.secret_file = Some(secret_ref);

@@ -15,6 +15,7 @@ mod cmd_cluster;
 mod cmd_mount;
 mod cmd_node;
 mod cmd_object;
+mod cmd_pool;
 mod cmd_run;
 mod config;
 mod elf;
@@ -143,6 +144,8 @@ enum Command {
     Restore(cmd_agent::RestoreArgs),
     /// The per-node daemon: partner copies in other failure domains, heartbeats, drain.
     Node(cmd_node::NodeArgs),
+    /// The aggregate memory pool: manager, benefactors, put/get/ls/rm/status/reassemble.
+    Pool(cmd_pool::PoolArgs),
     /// Run a benchmark; prints measured figures next to the baselines of the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -190,6 +193,9 @@ enum BenchCommand {
     /// Drain and restore with S3 (a local versitygw) vs the AWS CLI and a plain copy;
     /// zstd ratio and speed on checkpoint data.
     Object(bench_object::BenchArgs),
+    /// Aggregate memory pool: OAB/ASB against buffer size per stripe width, several
+    /// clients, dedup bytes (a manager and 4 benefactors in this process, on 127.0.0.1).
+    Pool(cmd_pool::PoolBenchArgs),
     /// PyTorch dcp.save stall and load times: ckptfs writer vs FileSystemWriter vs memcpy
     /// (runs scripts/bench-torch.py with the checkout's .venv).
     Torch(ckptfs_bench::torch::TorchBenchArgs),
@@ -242,6 +248,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Agent(a) => cmd_agent::main(a, &ctx),
         Command::Restore(a) => cmd_agent::restore_main(a, &ctx),
         Command::Node(a) => cmd_node::main(a, &ctx),
+        Command::Pool(a) => cmd_pool::main(a, &ctx),
         Command::Mount(a) => cmd_mount::main(a, &ctx),
         Command::Umount(a) => cmd_mount::umount(a, &ctx),
         Command::Bench(b) => match b {
@@ -279,6 +286,7 @@ fn run(cli: Cli) -> Result<i32> {
                 bench_partner::worker(a)?;
                 Ok(0)
             }
+            BenchCommand::Pool(a) => cmd_pool::bench(a),
             BenchCommand::Torch(a) => ckptfs_bench::torch::run(a),
             BenchCommand::Object(a) => {
                 let json = a.json;
@@ -312,6 +320,7 @@ fn quiet_on_broken_pipe(cmd: &Command) -> bool {
         Command::Agent(a) => a.cmd.is_some(),
         Command::Node(a) => a.cmd.is_some(),
         Command::Mount(_) => false,
+        Command::Pool(a) => a.quiet_on_broken_pipe(),
         Command::Init
         | Command::Status { .. }
         | Command::Ls { .. }

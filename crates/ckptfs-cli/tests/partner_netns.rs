@@ -56,6 +56,11 @@ impl Cluster {
                 &format!("\"{}:{PORT}\"", n.ip),
             );
         }
+        // The pool manager's address `cluster init` names (port + 100), on node1 too.
+        text = text.replace(
+            "\"127.0.0.1:17440\"",
+            &format!("\"{}:{}\"", sim.node(0).ip, PORT + 100),
+        );
         assert!(!text.contains("127.0.0.1"), "{text}");
         std::fs::write(&file, text).unwrap();
         let mut c = Cluster {

@@ -131,6 +131,7 @@ impl Cluster {
             redundancy: opts.redundancy,
             domains: levels,
             nodes,
+            pool: None,
             source: None,
         };
         c.validate()?;

@@ -247,9 +247,84 @@ pub struct Cluster {
     /// The nodes, in the order that defines the plan.
     #[serde(rename = "node", default)]
     pub nodes: Vec<Node>,
+    /// The aggregate memory pool (`[pool]`): its manager node and address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolMap>,
     /// The file this map was read from (resolves a relative `secret_file`).
     #[serde(skip)]
     pub source: Option<PathBuf>,
+}
+
+/// The `[pool]` section: where the aggregate memory pool's manager runs and how the
+/// pool behaves (docs/pool.md).
+///
+/// ```toml
+/// [pool]
+/// manager = "node1"            # a node id of the map (the manager's identity)
+/// addr = "127.0.0.1:17270"     # where the manager listens
+/// benefactor_port_offset = 200 # a benefactor listens on its node's port + this
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolMap {
+    /// Node id of the manager (its transport identity).
+    pub manager: String,
+    /// Address the manager listens on (host:port).
+    pub addr: String,
+    /// A benefactor listens on its node's host at its node's port plus this.
+    #[serde(default = "default_pool_offset")]
+    pub benefactor_port_offset: u16,
+    /// Pool chunk size in bytes.
+    #[serde(default = "default_pool_chunk")]
+    pub chunk_size: u32,
+    /// Benefactors a file is striped over.
+    #[serde(default = "default_pool_width")]
+    pub stripe_width: u32,
+    /// Soft-state refresh interval of a benefactor, milliseconds.
+    #[serde(default = "default_pool_refresh")]
+    pub refresh_ms: u64,
+    /// A benefactor silent this long is declared dead, milliseconds.
+    #[serde(default = "default_pool_death")]
+    pub death_ms: u64,
+    /// Directory (on the PFS) the benefactors drain chunk files into; none: no drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_dir: Option<PathBuf>,
+    /// Manager metadata directory (its redb file); relative to the cluster file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta_dir: Option<PathBuf>,
+}
+
+fn default_pool_offset() -> u16 {
+    200
+}
+fn default_pool_chunk() -> u32 {
+    1 << 20
+}
+fn default_pool_width() -> u32 {
+    2
+}
+fn default_pool_refresh() -> u64 {
+    1000
+}
+fn default_pool_death() -> u64 {
+    5000
+}
+
+impl PoolMap {
+    /// A pool section with the defaults: `manager` at `addr`.
+    pub fn new(manager: &str, addr: &str) -> PoolMap {
+        PoolMap {
+            manager: manager.to_string(),
+            addr: addr.to_string(),
+            benefactor_port_offset: default_pool_offset(),
+            chunk_size: default_pool_chunk(),
+            stripe_width: default_pool_width(),
+            refresh_ms: default_pool_refresh(),
+            death_ms: default_pool_death(),
+            drain_dir: None,
+            meta_dir: None,
+        }
+    }
 }
 
 fn default_hb() -> u64 {
@@ -389,6 +464,25 @@ impl Cluster {
                 }
             }
         }
+        if let Some(p) = &self.pool {
+            if !ids.contains(p.manager.as_str()) {
+                return Err(invalid(format!(
+                    "pool.manager {:?} is not a node of the map",
+                    p.manager
+                )));
+            }
+            if split_addr(&p.addr).is_none() {
+                return Err(invalid(format!("pool.addr {:?} is not host:port", p.addr)));
+            }
+            if p.chunk_size < 4096 || p.chunk_size > 64 << 20 {
+                return Err(invalid("pool.chunk_size must be 4 KiB to 64 MiB"));
+            }
+            if p.stripe_width == 0 || p.refresh_ms == 0 || p.death_ms <= p.refresh_ms {
+                return Err(invalid(
+                    "pool: stripe_width and refresh_ms must be > 0, death_ms > refresh_ms",
+                ));
+            }
+        }
         let k = self.redundancy.copies;
         if k == 0 {
             return Err(invalid("redundancy.copies must be >= 1"));
@@ -424,6 +518,12 @@ impl Cluster {
     /// Index of node `id` in [`Cluster::nodes`].
     pub fn index_of(&self, id: &str) -> Option<usize> {
         self.nodes.iter().position(|n| n.id == id)
+    }
+
+    /// A path of the map (`secret_file`, `pool.drain_dir`...) resolved against the
+    /// cluster file's directory.
+    pub fn resolve_path(&self, p: &Path) -> PathBuf {
+        self.resolve(p).unwrap_or_else(|| p.to_path_buf())
     }
 
     /// Path of the secret file, resolved against the cluster file's directory.
@@ -571,6 +671,7 @@ impl Cluster {
             redundancy: Redundancy::default(),
             domains: vec!["rack".into()],
             nodes,
+            pool: None,
             source: None,
         };
         c.validate()?;
@@ -625,6 +726,22 @@ impl Cluster {
                 })
                 .collect();
             let _ = writeln!(o, "domains = {{ {} }}", d.join(", "));
+        }
+        if let Some(p) = &self.pool {
+            let _ = writeln!(o, "\n# aggregate memory pool (docs/pool.md)\n[pool]");
+            let _ = writeln!(o, "manager = {}", q(&p.manager));
+            let _ = writeln!(o, "addr = {}", q(&p.addr));
+            let _ = writeln!(o, "benefactor_port_offset = {}", p.benefactor_port_offset);
+            let _ = writeln!(o, "chunk_size = {}", p.chunk_size);
+            let _ = writeln!(o, "stripe_width = {}", p.stripe_width);
+            let _ = writeln!(o, "refresh_ms = {}", p.refresh_ms);
+            let _ = writeln!(o, "death_ms = {}", p.death_ms);
+            if let Some(d) = &p.drain_dir {
+                let _ = writeln!(o, "drain_dir = {}", q(&d.to_string_lossy()));
+            }
+            if let Some(d) = &p.meta_dir {
+                let _ = writeln!(o, "meta_dir = {}", q(&d.to_string_lossy()));
+            }
         }
         o
     }

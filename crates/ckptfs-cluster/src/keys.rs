@@ -145,6 +145,14 @@ impl NodeKeys {
         }
     }
 
+    /// With `key` as the key of the pair (this node, `peer`), where `peer` is not a node
+    /// of the map but a role derived from one (the pool's clients, `<node>.client`,
+    /// keyed by [`pair_key`] from the job's secret).
+    pub fn with_pair(mut self, peer: &str, key: PairKey) -> NodeKeys {
+        self.peers.insert(peer.to_string(), key);
+        self
+    }
+
     /// This node's id.
     pub fn node(&self) -> &str {
         &self.node

@@ -212,3 +212,29 @@ fn inline_secret_is_refused_unless_the_cluster_file_is_mode_0600() {
     let c = Cluster::load(&p).unwrap();
     assert_eq!(c.secret().unwrap(), Secret::from_hex(hex).unwrap());
 }
+
+#[test]
+fn a_pool_section_round_trips_and_is_checked() {
+    let mut c = Cluster::local(4, "demo", 17160).unwrap();
+    let mut p = ckptfs_cluster::PoolMap::new("node1", "127.0.0.1:17260");
+    p.drain_dir = Some("drain".into());
+    c.pool = Some(p.clone());
+    let back = Cluster::from_toml_str(&c.to_toml(), "t").unwrap();
+    assert_eq!(back.pool, Some(p.clone()));
+    for bad in [
+        ckptfs_cluster::PoolMap::new("node9", "127.0.0.1:1"),
+        ckptfs_cluster::PoolMap::new("node1", "nowhere"),
+        ckptfs_cluster::PoolMap {
+            death_ms: 10,
+            refresh_ms: 10,
+            ..p.clone()
+        },
+        ckptfs_cluster::PoolMap {
+            chunk_size: 100,
+            ..p.clone()
+        },
+    ] {
+        c.pool = Some(bad.clone());
+        assert!(c.validate().is_err(), "{bad:?}");
+    }
+}

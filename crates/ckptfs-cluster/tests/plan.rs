@@ -31,6 +31,7 @@ fn map(nodes: &[(&str, &[(&str, &str)])], levels: &[&str], scheme: Scheme, copie
                     .collect::<BTreeMap<_, _>>(),
             })
             .collect(),
+        pool: None,
         source: None,
     }
 }

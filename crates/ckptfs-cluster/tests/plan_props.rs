@@ -43,6 +43,7 @@ fn arb_cluster() -> impl Strategy<Value = Cluster> {
                             .collect::<BTreeMap<_, _>>(),
                     })
                     .collect(),
+                pool: None,
                 source: None,
             }
         })
