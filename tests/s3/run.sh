@@ -15,6 +15,10 @@ passed=0 failed=0
 ok() { echo "ok: $*"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
 if [ ! -x .tools/s3/bin/versitygw ]; then
+    if [ -n "${CKPTFS_REQUIRE_SERVICES:-}" ]; then
+        echo "FAIL: no S3 server (.tools/s3/bin/versitygw): scripts/setup-s3.sh did not build it" >&2
+        exit 1
+    fi
     echo "SKIPPED: no S3 server (.tools/s3/bin/versitygw; bash scripts/setup-s3.sh needs Go)"
     echo "0 passed, 0 failed, 1 skipped"
     exit 0

@@ -40,7 +40,8 @@ mod secret;
 
 pub use env::{EnvSource, HostListOptions, ProcessEnv, Topology};
 pub use file::{
-    Cluster, Erasure, Node, PoolMap, Redundancy, Scheme, DEFAULT_HEARTBEAT_MISSES, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT,
+    Cluster, Erasure, Node, PoolMap, Redundancy, Scheme, DEFAULT_HEARTBEAT_MISSES, DEFAULT_HEARTBEAT_MS,
+    DEFAULT_PORT,
 };
 pub use keys::{pair_key, NodeKeys, PairKey, PAIR_KEY_LEN};
 pub use plan::{DomainLoss, NodePlan, Plan};
