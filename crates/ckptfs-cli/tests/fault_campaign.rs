@@ -123,6 +123,8 @@ impl Camp {
                     &format!("\"{}:{NETNS_PORT}\"", n.ip),
                 );
             }
+            // The pool manager's address (unused here) moves to node1's address too.
+            text = text.replace("\"127.0.0.1:", &format!("\"{}:", sim.nodes()[0].ip));
             assert!(!text.contains("127.0.0.1"), "{text}");
             std::fs::write(&file, text).unwrap();
         }

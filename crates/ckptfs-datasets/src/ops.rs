@@ -139,10 +139,16 @@ impl Datasets {
             None => self.cfg.node.clone(),
         };
         crate::id_floor::pfs_record(&self.cfg.dests, &self.cfg.job, &node, id + 1);
+        Ok(id)
+    }
+
+    /// Tell every node the floor past dataset `id`, once its record is saved here: told
+    /// before, a node beginning the same dataset at the same time would find no dataset of
+    /// that name but a floor past it, and take the next id instead of joining.
+    fn tell_floor(&self, id: u64) {
         if let Some(nodes) = self.completion.job_nodes() {
             nodes.raise_floor(&self.cfg.job, id + 1);
         }
-        Ok(id)
     }
 
     pub(crate) fn new_record(&self, id: u64, name: &str, dir: Option<String>) -> Dataset {
@@ -225,6 +231,7 @@ impl Datasets {
         };
         ds.parts.insert(rank, part);
         record::save(&self.store, &ds)?;
+        self.tell_floor(ds.id);
         Ok(ds.id)
     }
 
@@ -544,6 +551,7 @@ impl Datasets {
                 },
             );
             record::save(&self.store, &d)?;
+            self.tell_floor(d.id);
             all.push(d);
         }
         for i in 0..all.len() {
