@@ -578,7 +578,6 @@ impl Model {
 }
 
 #[test]
-#[ignore = "fails in CI on the merged tree (round 3 session 2): the dataset id floor and the torch join fix disagree; open bug, run with --ignored"]
 fn seeded_fault_campaign_against_a_model_of_the_job() {
     let seed = std::env::var("CKPTFS_CAMPAIGN_SEED")
         .ok()

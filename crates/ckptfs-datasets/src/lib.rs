@@ -42,6 +42,8 @@ pub mod policy;
 pub mod record;
 mod restart;
 mod restart_cluster;
+#[cfg(test)]
+mod two_nodes_tests;
 pub mod restart_round;
 
 pub use completion::{Agreement, Completion, JobNodes, NodeRecords, SingleNode, Want};
