@@ -565,7 +565,7 @@ impl Model {
                 last = c.listing(i);
                 self.files[i].keys().all(|p| {
                     last.get(p.rsplit('/').next().unwrap())
-                        .is_some_and(|line| line.contains(", node"))
+                        .is_some_and(|line| line.contains(", partner:node"))
                 })
             });
             self.listed[i] = last;
