@@ -1,7 +1,7 @@
 //! The cluster file: TOML, read with serde, validated with errors that name the node
 //! and the field.
 
-use crate::{invalid, ClusterError, NodeKeys, Result, Secret};
+use crate::{check_name, invalid, ClusterError, NodeKeys, Result, Secret};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -15,8 +15,6 @@ pub const DEFAULT_HEARTBEAT_MISSES: u32 = 3;
 pub const DEFAULT_PORT: u16 = 7460;
 /// Largest cluster file read (bytes).
 pub const MAX_FILE: u64 = 16 << 20;
-/// Longest node id, job name, store name or domain name accepted.
-pub const MAX_NAME: usize = 64;
 
 /// How partner copies are placed (REMEM III-C).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -332,23 +330,6 @@ fn default_hb() -> u64 {
 }
 fn default_misses() -> u32 {
     DEFAULT_HEARTBEAT_MISSES
-}
-
-/// Checks a name used as node id, job, store or domain: non-empty, at most
-/// [`MAX_NAME`] bytes, letters, digits, `.`, `_`, `-`, not starting with `.` or `-`.
-pub(crate) fn check_name(what: &str, s: &str) -> Result<()> {
-    let ok = !s.is_empty()
-        && s.len() <= MAX_NAME
-        && !s.starts_with(['.', '-'])
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(format!(
-            "{what} {s:?}: expected 1-{MAX_NAME} letters, digits, '.', '_', '-' (not starting with '.' or '-')"
-        )))
-    }
 }
 
 impl Cluster {

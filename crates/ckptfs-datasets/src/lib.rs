@@ -42,9 +42,9 @@ pub mod policy;
 pub mod record;
 mod restart;
 mod restart_cluster;
+pub mod restart_round;
 #[cfg(test)]
 mod two_nodes_tests;
-pub mod restart_round;
 
 pub use completion::{Agreement, Completion, JobNodes, NodeRecords, SingleNode, Want};
 pub use config::{check_component, glob_match, CompleteRule, Config, FailureRule};
