@@ -33,6 +33,7 @@ mod filecrc;
 mod flush_policy;
 pub mod id_floor;
 pub mod jobwide;
+pub mod level_policy;
 pub mod levels_record;
 pub mod measured;
 mod ops;
