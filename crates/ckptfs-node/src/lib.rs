@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod copy_send;
 pub mod daemon;
 pub mod datasets;
 mod error;
@@ -42,6 +43,7 @@ pub mod ratelimit;
 mod replicate;
 pub mod restore;
 pub mod source;
+mod throttle;
 
 pub use ckptfs_agent::sys::Priority;
 pub use daemon::{parse_priority, priority_name, run, run_blocking, NodeConfig, NodeSummary};
