@@ -398,10 +398,7 @@ impl Drop for Daemon {
 /// between the check here and the daemon's bind.
 fn loopback_cluster(st: &Store, ports: std::ops::Range<u16>) -> [String; 2] {
     let dir = st.dir.path();
-    let port = ports
-        .step_by(2)
-        .find(|&p| (p..p + 2).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .expect("two free ports");
+    let port = ckptfs_testsupport::free_ports(ports, 2);
     let mut c = st.cmd(&[
         "cluster",
         "init",

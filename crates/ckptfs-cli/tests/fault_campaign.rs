@@ -95,10 +95,7 @@ impl Camp {
         let file = dir.path().join("c.toml");
         let base = match &sim {
             Some(_) => 41000,
-            None => (41100..41996)
-                .step_by(4)
-                .find(|&b| (b..b + 4).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-                .expect("4 free ports in 41100-41999"),
+            None => ckptfs_testsupport::free_ports(41100..42000, 4),
         };
         let job = format!("camp{}", std::process::id());
         let o = Command::new(CKPTFS)
