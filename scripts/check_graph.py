@@ -60,8 +60,6 @@ ALLOWED_CIRCLES = {
     ("ckptfs-datasets", frozenset({"completion", "id_floor", "jobwide", "measured", "ops", "policy",
                                    "record", "restart", "restart_round"})):
         "the dataset operations and the job-wide rules call each other",
-    ("ckptfs-cli (bin ckptfs)", frozenset({"cmd_agent", "cmd_node", "cmd_object"})):
-        "the drain's command is shared by the node and object commands",
 }
 
 # `--use-only`: count `use` lines only (the check before round 3).

@@ -1,7 +1,7 @@
 //! `ckptfs ckpt begin|complete|list|show|delete|need`, `ckptfs alarm` and the restart
 //! step of `ckptfs run --restart`: the CLI over `ckptfs-datasets`.
 
-use crate::cmd_agent::human;
+use crate::agent_args::human;
 use crate::config::Ctx;
 use crate::text::esc;
 use anyhow::{Context, Result};

@@ -5,6 +5,7 @@
 //! (`config`), runs the benchmarks (`bench`) and the level policy (`policy`). Store
 //! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
 
+mod agent_args;
 mod bench_datasets_partner;
 mod bench_erasure;
 mod bench_object;
