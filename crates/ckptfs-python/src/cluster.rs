@@ -47,6 +47,25 @@ pub fn cluster_store_name(file: String, node: String) -> PyResult<String> {
         .unwrap_or_default())
 }
 
+/// Node `node`'s store in cluster file `file`: `(store name, mem_size)`, where
+/// `mem_size` is the file's `mem_size` (`cluster init --mem`) when no `CKPTFS_MEM_SIZE`
+/// or settings file (`$CKPTFS_CONFIG`) gives one, else None. The caller creates the
+/// store with that size when it does not exist yet.
+#[pyfunction]
+pub fn cluster_store(file: String, node: String) -> PyResult<(String, Option<u64>)> {
+    let c = load(&file, &node)?;
+    let name = c.node(&node).map(|n| n.store.clone()).unwrap_or_default();
+    let Some(m) = c.mem_size else {
+        return Ok((name, None));
+    };
+    let env = |k: &str| std::env::var(k).ok();
+    let s = crate::store::resolve_settings(&std::collections::HashMap::new(), None, &env)?;
+    let given = s
+        .row("mem_size")
+        .is_some_and(|r| r.source != ckptfs_settings::Source::Default);
+    Ok((name, (!given).then_some(m)))
+}
+
 /// The nodes of cluster file `file`, in its order.
 #[pyfunction]
 pub fn cluster_nodes(file: String) -> PyResult<Vec<String>> {
