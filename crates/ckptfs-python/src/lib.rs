@@ -43,6 +43,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::cluster_store, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::cluster_nodes, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::read_job_file, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::unrecorded_checkpoints, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
