@@ -404,7 +404,10 @@ impl Drop for Daemon {
 fn loopback_cluster(st: &Store, ports: std::ops::Range<u16>) -> [String; 2] {
     let dir = st.dir.path();
     // CKPTFS_TEST_PORT: the first of 20 ports to use instead (runs beside other suites).
-    let ports = match std::env::var("CKPTFS_TEST_PORT").ok().and_then(|p| p.parse::<u16>().ok()) {
+    let ports = match std::env::var("CKPTFS_TEST_PORT")
+        .ok()
+        .and_then(|p| p.parse::<u16>().ok())
+    {
         Some(p) => p..p.saturating_add(20),
         None => ports,
     };
