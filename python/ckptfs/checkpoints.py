@@ -13,10 +13,11 @@ directory rule (:func:`is_complete`).
 In cluster mode (``CKPTFS_CLUSTER`` and ``CKPTFS_NODE_ID`` set) completeness is
 job-wide: every node's records through the node daemons.
 
-A newer checkpoint saved without the Writer (torch's fsspec writer through
-``dcp.save(checkpoint_id="ckptfs://...")``, ``Writer(dataset=False)``) is never chosen
-by a restart; whenever a restart chooses an older one, every rank that asks is warned
-(``RuntimeWarning``), on every node: the node daemons are asked for such directories
+A checkpoint saved without the Writer (torch's fsspec writer through
+``dcp.save(checkpoint_id="ckptfs://...")``, ``Writer(dataset=False)``) has no dataset
+record: once records name checkpoints under the root, a restart takes the newest
+recorded one, and every rank that asks is warned (``RuntimeWarning``) about each newer
+unrecorded one, on every node: the node daemons are asked for such directories
 (``.metadata`` only exists in the coordinator's node store).
 """
 
