@@ -131,6 +131,7 @@ impl Cluster {
             heartbeat_misses: crate::file::DEFAULT_HEARTBEAT_MISSES,
             redundancy: opts.redundancy,
             domains: levels,
+            mem_size: None,
             nodes,
             pool: None,
             source: None,

@@ -199,6 +199,7 @@ pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
 /// secret_file = "c.secret"         # relative to this file's directory (the launcher's)
 /// keys_dir = "c.keys"              # per-node key files, <node>.key (each node's own)
 /// heartbeat_ms = 1000
+/// # mem_size = 4294967296        # each node's store memory (bytes), `cluster init --mem`
 /// domains = ["rack"]               # levels, most important first
 /// [redundancy]
 /// scheme = "ring"                  # or "mirror"
@@ -242,6 +243,12 @@ pub struct Cluster {
     /// Failure-domain levels, most important first (`["rack", "switch", "psu"]`).
     #[serde(default)]
     pub domains: Vec<String>,
+    /// Memory of each node's store in bytes (`cluster init --mem`): the size a node's
+    /// store is created with by its daemon, `ckptfs --cluster --node-id` commands and
+    /// ranks in cluster mode, when no flag, `CKPTFS_MEM_SIZE` or settings file gives
+    /// `mem_size`. None: the settings' default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_size: Option<u64>,
     /// The nodes, in the order that defines the plan.
     #[serde(rename = "node", default)]
     pub nodes: Vec<Node>,
@@ -388,6 +395,11 @@ impl Cluster {
         }
         if self.heartbeat_misses == 0 {
             return Err(invalid("heartbeat_misses must be > 0"));
+        }
+        if self.mem_size == Some(0) {
+            return Err(invalid(
+                "mem_size must be > 0 (bytes of each node's store memory)",
+            ));
         }
         if self.secret.is_some() && self.secret_file.is_some() {
             return Err(invalid("give either secret or secret_file, not both"));
@@ -651,6 +663,7 @@ impl Cluster {
             heartbeat_misses: DEFAULT_HEARTBEAT_MISSES,
             redundancy: Redundancy::default(),
             domains: vec!["rack".into()],
+            mem_size: None,
             nodes,
             pool: None,
             source: None,
@@ -680,6 +693,10 @@ impl Cluster {
         }
         let _ = writeln!(o, "heartbeat_ms = {}", self.heartbeat_ms);
         let _ = writeln!(o, "heartbeat_misses = {}", self.heartbeat_misses);
+        if let Some(m) = self.mem_size {
+            let _ = writeln!(o, "# memory of each node's store, bytes ({} MiB)", m >> 20);
+            let _ = writeln!(o, "mem_size = {m}");
+        }
         let levels: Vec<String> = self.domains.iter().map(|l| q(l)).collect();
         let _ = writeln!(o, "# failure-domain levels, most important first");
         let _ = writeln!(o, "domains = [{}]", levels.join(", "));

@@ -40,6 +40,7 @@ mod ops;
 pub mod partner_policy;
 mod pfs_retention;
 pub mod policy;
+pub mod protection;
 pub mod record;
 mod restart;
 mod restart_cluster;

@@ -50,7 +50,7 @@ pub struct PartnerPolicy {
 /// The verdict of a complete dataset's decision on its files: with `adaptive`
 /// (`dataset_partner_copies = decision`) the decision's level; else every complete
 /// dataset is copied (protected beyond its node, the default).
-fn decided(d: &Dataset, adaptive: bool) -> CopyVerdict {
+pub(crate) fn decided(d: &Dataset, adaptive: bool) -> CopyVerdict {
     if !adaptive {
         return CopyVerdict::Copy;
     }
