@@ -55,8 +55,6 @@ ALLOWED_CIRCLE_CRATES = {
 # exactly as found: a circle that changes (a module joins or leaves) fails, so no new
 # one hides behind them. Delete an entry when its crate is split.
 ALLOWED_CIRCLES = {
-    ("ckptfs-store", frozenset({"ahead", "alloc", "integrity", "segment", "store"})):
-        "the segment embeds the populate helper and the allocator's affinity, whose code needs the segment",
     ("ckptfs-datasets", frozenset({"completion", "id_floor", "jobwide", "measured", "ops", "policy",
                                    "record", "restart", "restart_round"})):
         "the dataset operations and the job-wide rules call each other",
