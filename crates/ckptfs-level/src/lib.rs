@@ -96,6 +96,22 @@ impl Stored {
     pub fn chunks(&self) -> u64 {
         self.version.size.div_ceil(self.chunk_size.max(1))
     }
+
+    /// Check chunk `i`'s bytes against the CRC32C this copy records for it (every
+    /// reader's check before it hands a chunk on): [`LevelError::Corrupt`] naming
+    /// `level`, the file and the chunk when they differ or the chunk has no CRC.
+    pub fn check_chunk(&self, level: &str, i: u64, bytes: &[u8]) -> Result<(), LevelError> {
+        let want = usize::try_from(i).ok().and_then(|i| self.chunk_crc32c.get(i));
+        if want == Some(&ckptfs_crc::crc32c(bytes)) {
+            Ok(())
+        } else {
+            Err(LevelError::Corrupt {
+                level: level.to_string(),
+                path: self.path.clone(),
+                chunk: i,
+            })
+        }
+    }
 }
 
 /// Hands out one copy's bytes, chunk by chunk, each checked against its CRC32C.
