@@ -136,9 +136,11 @@ def latest_checkpoint(
     restore: bool = False,
 ) -> Optional[str]:
     """The newest checkpoint under ``root`` complete on some level: the newest dataset
-    named ``root`` or below it that is complete in this store or in a drain destination
-    (``dests``, default ``$CKPTFS_DEST``); with ``restore`` its PFS-only files are
-    brought back first. When no dataset record names anything under ``root``, the
+    named ``root`` or below it that is complete in this store, in a drain destination
+    (``dests``, default ``$CKPTFS_DEST``) or on a level of the settings' ``[levels]``
+    read order (``CKPTFS_LEVELS``, e.g. object storage ``s3:bucket/prefix``); with
+    ``restore`` the files the store lacks are brought back first (every chunk checked;
+    a damaged copy passes over to the older checkpoint). When no dataset record names anything under ``root``, the
     newest directory passing the directory rule (by its ``.metadata`` time). None if
     there is none."""
     st = _store(store)
@@ -806,8 +808,9 @@ class Reader(FileSystemReader):
 
     ``path``: the checkpoint directory. Without it, the newest checkpoint under ``root``
     (default "/") complete on any level (:func:`latest_checkpoint` with ``restore``:
-    files only the PFS holds are brought back into the store first, from ``dests``,
-    default ``$CKPTFS_DEST``); ``FileNotFoundError`` if there is none. The chosen
+    files the store lacks are brought back into it first, from ``dests``, default
+    ``$CKPTFS_DEST``, or from the levels of the settings' ``[levels]`` read order,
+    ``CKPTFS_LEVELS``, such as object storage); ``FileNotFoundError`` if there is none. The chosen
     directory is ``reader.path``. ``job``: the dataset job (default ``$CKPTFS_JOB``).
     """
 
