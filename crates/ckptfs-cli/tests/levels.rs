@@ -502,3 +502,42 @@ fn dataset_restart_and_ckpt_list_find_datasets_only_in_s3() {
     // Nothing of the damaged copy was published under the file's name.
     assert!(!s.run(&["cat", "/ck/2/rank0"]).status.success());
 }
+
+/// The options of a `[levels]` entry reach the object level wherever it is opened: with
+/// the endpoint only in the settings file's `[levels."s3:B/P"]` table (no
+/// AWS_ENDPOINT_URL), `agent --dest s3://B/P` drains to the server and `run --restore`
+/// reads the checkpoint back through the registry.
+#[test]
+fn the_endpoint_in_the_levels_options_reaches_the_drain_and_the_restore() {
+    let Some(srv) = Server::start() else { return };
+    ensure_preload_lib();
+    let mut s = Store::new("s3opt").with_server(&srv);
+    let endpoint = s
+        .env
+        .iter()
+        .find(|(k, _)| k == "AWS_ENDPOINT_URL")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    s.env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
+    let id = format!("s3:{}/run2", srv.bucket);
+    let file = s.home.path().join("c.toml");
+    std::fs::write(
+        &file,
+        format!("[levels]\norder = [\"local\", \"{id}\"]\n\n[levels.\"{id}\"]\nendpoint = \"{endpoint}\"\n"),
+    )
+    .unwrap();
+    s.env.push(("CKPTFS_CONFIG".into(), file.display().to_string()));
+    let bytes = data(7, 400_000);
+    s.ok(&["init"]);
+    s.put("/ck/opt", &bytes);
+    let url = format!("s3://{}/run2", srv.bucket);
+    let o = s.run(&["agent", "--once", "--dest", &url]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(srv.object_file("run2/data/ck/opt").is_file());
+    s.ok(&["destroy"]);
+    let o = s.run(&["run", "--restore", "--", "cat", "/ckpt/ck/opt"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(o.stdout, bytes);
+    assert!(err.contains(&format!("from {id}")), "{err}");
+}
