@@ -20,6 +20,9 @@
 //! A *dataset* is a set of files: [`Level::holds`] answers for a whole set at once.
 //! [`transfer`] moves one file from a reader to a writer and charges both levels'
 //! meters; the agent (`ckptfs-agent`) is the mover that decides what goes where.
+//! [`Registry`] holds a node's level instances in read order; [`open_levels`] builds
+//! the read order of the settings' `[levels]` section ([`ReadOrder`]), opening each
+//! listed level with the [`LevelFactory`] of its kind.
 //!
 //! This crate holds the interface only: no level is implemented here, and it depends on
 //! no implementation (the node store as a level is `ckptfs_store::level::StoreLevel`,
