@@ -21,6 +21,7 @@ mod cmd_pool;
 mod cmd_run;
 mod config;
 mod elf;
+mod levels;
 mod slurm_topology;
 mod store_cmds;
 mod text;

@@ -9,8 +9,9 @@ use crate::error::Result;
 use crate::jobwide::{judge, JobDataset, JobState};
 use crate::ops::Datasets;
 use crate::record::{self, Dataset, NodePart, State};
-use crate::restart::{local_ok, pfs_has, Restart, Skipped, Source};
+use crate::restart::{local_ok, Restart, Skipped, Source};
 use crate::restart::{Found, Recheck};
+use ckptfs_level::Step;
 use std::collections::BTreeMap;
 
 impl Datasets {
@@ -66,27 +67,29 @@ impl Datasets {
             }
         }
         let mut out = Vec::new();
+        // Partner copies are read where the `[levels]` order lists `partner`.
+        let partners = self.order.reads(&Step::Partner);
         for (k, w) in wants.iter().enumerate() {
             let held_by = |n: &str| holders.get(n).and_then(|v| v.get(k)).copied() == Some(true);
             let src = if local[k] || (owner != me && held_by(owner)) {
                 Source::Local
-            } else if let Some(n) = holders.keys().find(|n| n.as_str() != owner && held_by(n)) {
+            } else if let Some(n) = holders
+                .keys()
+                .find(|n| partners && n.as_str() != owner && held_by(n))
+            {
                 Source::Partner(n.clone())
-            } else if owner != me && nodes.holds_copy(owner, w) {
+            } else if partners && owner != me && nodes.holds_copy(owner, w) {
                 Source::Partner(me.to_string())
-            } else if pfs_has(&self.cfg.dests, &w.path, w.size, w.crc32c) {
-                Source::Pfs
+            } else if let Some(src) = self.held_beyond(&w.path, w.size, w.crc32c) {
+                src
             } else {
                 return Err(format!(
-                    "file {} of node {owner} ({} bytes, crc32c {:08x}) is damaged or lost on every level (local, partner{})",
+                    "file {} of node {owner} ({} bytes, crc32c {:08x}) is damaged or lost on every level (local{}{})",
                     w.path,
                     w.size,
                     w.crc32c,
-                    if self.cfg.dests.is_empty() {
-                        "; no PFS destination given"
-                    } else {
-                        ", pfs"
-                    }
+                    if partners { ", partner" } else { "" },
+                    self.beyond_names()
                 ));
             };
             out.push((w.path.clone(), src));
@@ -137,11 +140,7 @@ impl Datasets {
                 .fetch(&self.store, n, path)
                 .map(|_| ())
                 .map_err(|e| format!("from the partner copy on {n}: {e}")),
-            Source::Pfs => match ckptfs_agent::restore_path(&self.store, &self.cfg.dests, path) {
-                Ok(true) => Ok(()),
-                Ok(false) => Err("from the PFS: no copy found".into()),
-                Err(e) => Err(format!("from the PFS: {e}")),
-            },
+            Source::Pfs | Source::Level(_) => self.fetch_beyond(path, src),
         };
         match r {
             Err(e) => Some(format!("file {path}: restore {e}")),
