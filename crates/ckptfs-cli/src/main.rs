@@ -9,6 +9,7 @@ mod bench_datasets_partner;
 mod bench_erasure;
 mod bench_object;
 mod bench_partner;
+mod cluster_remap;
 mod cmd_agent;
 mod cmd_ckpt;
 mod cmd_cluster;
