@@ -54,7 +54,8 @@ impl HugeTmpfs {
             .lines()
             .filter_map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() >= 4 && dir.starts_with(f[1])).then(|| (f[1].len(), f[2] == "tmpfs", f[3].contains("huge=")))
+                (f.len() >= 4 && dir.starts_with(f[1]))
+                    .then(|| (f[1].len(), f[2] == "tmpfs", f[3].contains("huge=")))
             })
             .max_by_key(|m| m.0);
         match best {

@@ -50,7 +50,12 @@ pub fn remap(previous: &[String], nodes: &mut Vec<Node>) -> Vec<Placed> {
             },
         ));
     }
-    nodes.sort_by_key(|n| placed.iter().find(|(_, p)| p.id == n.id).map_or(usize::MAX, |(r, _)| *r));
+    nodes.sort_by_key(|n| {
+        placed
+            .iter()
+            .find(|(_, p)| p.id == n.id)
+            .map_or(usize::MAX, |(r, _)| *r)
+    });
     placed.sort_by_key(|(r, _)| *r);
     placed.into_iter().map(|(_, p)| p).collect()
 }
@@ -85,7 +90,10 @@ mod tests {
         let mut n = nodes(&["c1", "c2", "c3", "c4"]);
         let p = remap(&ids(&["c1", "c2", "c3", "c4"]), &mut n);
         assert_eq!(render(&p), "c1 c1\nc2 c2\nc3 c3\nc4 c4\n");
-        assert_eq!(n.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), ["c1", "c2", "c3", "c4"]);
+        assert_eq!(
+            n.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(),
+            ["c1", "c2", "c3", "c4"]
+        );
     }
 
     #[test]
@@ -94,7 +102,10 @@ mod tests {
         let mut n = nodes(&["c1", "c2", "c4", "c5"]);
         let p = remap(&ids(&["c1", "c2", "c3", "c4"]), &mut n);
         assert_eq!(render(&p), "c1 c1\nc2 c2\nc5 c3\nc4 c4\n");
-        assert_eq!(n.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), ["c1", "c2", "c3", "c4"]);
+        assert_eq!(
+            n.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(),
+            ["c1", "c2", "c3", "c4"]
+        );
         // The host's own address and failure domain stay with it.
         assert_eq!(n[2].addr, "c5:7000");
         assert_eq!(n[2].domains["switch"], "s-c5");

@@ -39,7 +39,8 @@ pub fn copy_into(src: &File, path: &Path, dst: &mut FileHandle) -> Result<u64> {
     if len == 0 {
         return Ok(0);
     }
-    let len = usize::try_from(len).map_err(|_| CompatError::Invalid(format!("{}: too large", path.display())))?;
+    let len =
+        usize::try_from(len).map_err(|_| CompatError::Invalid(format!("{}: too large", path.display())))?;
     // SAFETY: a fresh private read-only mapping of an open descriptor; the kernel picks
     // the address. Failure is checked below.
     let ptr = unsafe {
@@ -64,7 +65,10 @@ pub fn copy_into(src: &File, path: &Path, dst: &mut FileHandle) -> Result<u64> {
     let after = src.metadata().map_err(|e| err("stat", e))?.len();
     if after != len as u64 {
         return Err(CompatError::io(
-            format!("copy {}: the file changed size while it was copied", path.display()),
+            format!(
+                "copy {}: the file changed size while it was copied",
+                path.display()
+            ),
             std::io::Error::from_raw_os_error(libc::EAGAIN),
         ));
     }
