@@ -34,6 +34,9 @@ export CKPTFS_BIN=$BIN/ckptfs
 passed=0 failed=0
 t0=$(date +%s)
 CASES=" ${*:-1 2 3 4 5} "
+# The jobs get the submitter's environment (sbatch --export=ALL): an inherited setting
+# would change which node ids they take or where they flush.
+unset CKPTFS_PREVIOUS_CLUSTER CKPTFS_FLUSH_S3
 want() { [[ "$CASES" == *" $1 "* ]]; }
 ok() { echo "ok: $*"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
