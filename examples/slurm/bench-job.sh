@@ -25,6 +25,7 @@ echo "prolog: fuse enable_uring = $(cat /sys/module/fuse/parameters/enable_uring
 # one as root, or skips the rows).
 huge=()
 mountpoint -q /dev/shm-ckptfs 2>/dev/null && huge=(--huge-dir /dev/shm-ckptfs)
+echo "bench store: huge-page rows in ${huge[1]:-a tmpfs the bench mounts (root) or none}"
 srun --overlap "$CK" bench store --procs "${BENCH_PROCS:-2}" --file-size "${BENCH_FILE_SIZE:-256M}" --no-sweep --no-spill \
     --small-files 0 --reps "${BENCH_REPS:-3}" "${huge[@]}"
 echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
