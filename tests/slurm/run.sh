@@ -260,8 +260,10 @@ grep -q 'run 1 of job .* on c\[1-2,4-5\]' "$OUT" && grep -q 'host c5 runs as nod
     ok "run 1 got c5 instead of c3; c5 runs as node c3" || { bad "new allocation"; show_out; }
 n=$(grep -c 'restart from dataset step30' "$OUT")
 [ "$n" = 8 ] && ok "all 8 ranks restarted from dataset step30" || { bad "$n ranks restarted from step30"; show_out; }
-grep -Eq '^rank 4 on c3 \(host c5\): restart from dataset step30 from partner' "$OUT" &&
-    grep -Eq '^rank 5 on c3 \(host c5\): restart from dataset step30 from partner' "$OUT" &&
+# Both of c3's ranks run on c5; the node's files come back once, from the partner's
+# memory, by whichever of the two restarts first (the other finds them local).
+[ "$(grep -Ec '^rank [45] on c3 \(host c5\): restart from dataset step30' "$OUT")" = 2 ] &&
+    grep -Eq '^rank [45] on c3 \(host c5\): restart from dataset step30 from partner' "$OUT" &&
     ok "the lost node's ranks ran on c5 and got their files from the partner's memory" || { bad "ranks of c3 on c5"; grep '^rank' "$OUT" >&2; }
 same=0
 for r in 0 1 2 3 4 5 6 7; do cmp -s "$(reference 50)" "$JD/job/r$r.bin" && same=$((same + 1)); done
