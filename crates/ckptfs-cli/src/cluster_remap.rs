@@ -22,7 +22,7 @@ pub struct Placed {
 /// `previous` (the ids of the old cluster file, in its order), as the module says; the
 /// nodes are reordered: the previous file's order first, then new hosts. Returns where
 /// each node runs, in the new order.
-pub fn remap(previous: &[String], nodes: &mut Vec<Node>) -> Vec<Placed> {
+pub fn remap(previous: &[String], nodes: &mut [Node]) -> Vec<Placed> {
     let hosts: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
     let lost: Vec<&String> = previous.iter().filter(|p| !hosts.contains(p)).collect();
     let mut fresh = hosts.iter().filter(|h| !previous.contains(h));
