@@ -72,7 +72,11 @@ impl Pool {
         }
         let t0 = Instant::now();
         while p.alive() != 3 {
-            assert!(t0.elapsed() < Duration::from_secs(20), "benefactors not up");
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "benefactors not up: {}",
+                p.logs()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         p
@@ -87,14 +91,23 @@ impl Pool {
     }
 
     pub fn spawn(&mut self, args: &[&str]) {
+        let log = std::fs::File::create(self.path().join(format!("kid{}.log", self.kids.len()))).unwrap();
         let c = Command::new(BIN)
             .current_dir(self.path())
             .args(args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap();
         self.kids.push(c);
+    }
+
+    /// The daemons' stderr, for a failure's message.
+    pub fn logs(&self) -> String {
+        (0..self.kids.len())
+            .map(|i| std::fs::read_to_string(self.path().join(format!("kid{i}.log"))).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     pub fn run(&self, args: &[&str]) -> String {
