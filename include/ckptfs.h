@@ -418,6 +418,50 @@ int ckptfs_start_restart(char *buf, size_t len);
  * 0. 0 or -errno. */
 int ckptfs_need_checkpoint(int *flag);
 
+/* ------------------------------------------------------------------ pool */
+/*
+ * The aggregate memory pool (docs/pool.md): a manager and benefactor nodes lending
+ * their memory; files are cut into chunks striped over the benefactors (r copies each
+ * with pool.replicas = r) from a write buffer, and committed at close. Handles are
+ * small non-negative integers of this library (not kernel descriptors). A file is
+ * written sequentially once per version; a read sees the newest version committed when
+ * it was opened, every chunk checked against its BLAKE3 hash and CRC32C.
+ */
+
+/* Connect to the pool of the cluster file `cluster_file` (NULL: $CKPTFS_CLUSTER) as
+ * the pool client of node `node_id` (NULL: $CKPTFS_NODE_ID, else the manager's node),
+ * with a write buffer of `buffer` bytes (0: 64 MiB). A client handle or -errno
+ * (-EINVAL: no cluster file, or no [pool] section). */
+int ckptfs_pool_connect(const char *cluster_file, const char *node_id, uint64_t buffer);
+
+/* Forget a client handle (files open through it stay usable). 0 or -errno. */
+int ckptfs_pool_disconnect(int pool);
+
+/* Start writing a new version of `path` (absolute pool path). A descriptor or -errno
+ * (-EHOSTDOWN: the manager is unreachable; -ENOSPC: no benefactor with memory). */
+int ckptfs_pool_create(int pool, const char *path);
+
+/* Append `count` bytes; returns once they are in the write buffer: count or -errno. */
+ssize_t ckptfs_pool_write(int fd, const void *data, size_t count);
+
+/* Open the newest version of `path` for reading: a descriptor or -errno (-ENOENT). */
+int ckptfs_pool_open(int pool, const char *path);
+
+/* Read up to `count` bytes at `offset`: the bytes read (0 at the end) or -errno
+ * (-EIO: a chunk is lost or every copy returned wrong bytes). */
+ssize_t ckptfs_pool_pread(int fd, void *out, size_t count, uint64_t offset);
+
+/* Size of an open pool file (of a write: the bytes taken so far), or -errno. */
+int64_t ckptfs_pool_size(int fd);
+
+/* Close. A write is committed: only when this returns 0 is the version visible and
+ * every chunk held by the benefactors; otherwise -errno and nothing is published. The
+ * descriptor is released either way. */
+int ckptfs_pool_close(int fd);
+
+/* Remove every version of `path`. 0 or -errno (-ENOENT). */
+int ckptfs_pool_unlink(int pool, const char *path);
+
 /* ------------------------------------------------------------------ misc */
 
 /* The library version, e.g. "0.1.0" (the header's is CKPTFS_VERSION). */

@@ -17,6 +17,10 @@
 //! memory chunks as mapped in the caller, `ckptfs_get_chunk_list` the chunks of a file
 //! with their offsets, lengths and CRC32C.
 //!
+//! `ckptfs_pool_*` ([`pool`]) write and read files of the aggregate memory pool (a
+//! manager and benefactor nodes lending memory): a file written there is committed to
+//! the pool by `ckptfs_pool_close`.
+//!
 //! `ckptfs_file_levels` and `ckptfs_file_partners` ([`levels`]) tell which levels hold
 //! the current version of a file: this node's store, partner nodes, the PFS.
 #![deny(missing_docs)]
@@ -29,5 +33,6 @@ pub mod env;
 pub mod error;
 pub mod ffi;
 pub mod levels;
+pub mod pool;
 pub mod state;
 pub mod types;

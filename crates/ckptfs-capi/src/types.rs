@@ -315,6 +315,7 @@ mod header_sync {
             include_str!("ffi/files.rs"),
             include_str!("ffi/namespace.rs"),
             include_str!("ffi/region.rs"),
+            include_str!("ffi/pool.rs"),
             include_str!("datasets.rs"),
             include_str!("levels.rs"),
         );

@@ -31,6 +31,14 @@ pub struct MountArgs {
     /// threads. `--chunk-size` is then the aggregation chunk size (default 4M).
     #[arg(long, value_name = "DIR")]
     pub backend: Option<PathBuf>,
+    /// Pool mode: serve the aggregate memory pool whose manager is MANAGER (its node id
+    /// or address in the cluster map given with --cluster); files written there are
+    /// committed to the pool at close (docs/pool.md, "The FUSE mount").
+    #[arg(long, value_name = "MANAGER", conflicts_with = "backend")]
+    pub pool: Option<String>,
+    /// Pool mode: the client's write buffer (K/M/G).
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = crate::config::parse_size)]
+    pub pool_buffer: u64,
     /// CRFS buffer pool size (K/M/G).
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = crate::config::parse_size)]
     pub pool_size: u64,
@@ -178,15 +186,38 @@ pub fn main(args: MountArgs, ctx: &Ctx) -> Result<i32> {
     }
 }
 
+/// The pool client of a pool mount: this node's (--node-id, else the manager's node).
+fn pool_client(manager: &str, buffer: u64, ctx: &Ctx) -> Result<ckptfs_pool::PoolClient> {
+    let cluster = ctx
+        .cluster
+        .as_ref()
+        .context("ckptfs mount --pool needs --cluster FILE (or CKPTFS_CLUSTER)")?;
+    let pool = cluster
+        .pool
+        .as_ref()
+        .context("the cluster file has no [pool] section")?;
+    if manager != pool.manager && manager != pool.addr {
+        bail!(
+            "--pool {manager}: the cluster map's pool manager is {} at {}",
+            pool.manager,
+            pool.addr
+        );
+    }
+    let me = ctx.node_id.clone().unwrap_or_else(|| pool.manager.clone());
+    let net = ckptfs_pool::PoolNet::client(cluster, &me)?;
+    Ok(ckptfs_pool::PoolClient::new(net, buffer)?)
+}
+
 fn serve(args: &MountArgs, ctx: &Ctx) -> Result<i32> {
-    let mode = match &args.backend {
-        Some(dir) => Mode::Crfs(CrfsConfig {
+    let mode = match (&args.backend, &args.pool) {
+        (Some(dir), _) => Mode::Crfs(CrfsConfig {
             backend: dir.clone(),
             pool_size: args.pool_size as usize,
             chunk_size: ctx.store.chunk_size.unwrap_or(DEFAULT_CRFS_CHUNK) as usize,
             io_threads: args.io_threads,
         }),
-        None => Mode::Store(ctx.store.clone()),
+        (None, Some(m)) => Mode::Pool(pool_client(m, args.pool_buffer, ctx)?),
+        (None, None) => Mode::Store(ctx.store.clone()),
     };
     if args.backend.is_some() {
         // The backend gets exactly the modes the application asked for.

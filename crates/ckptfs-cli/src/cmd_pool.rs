@@ -76,11 +76,13 @@ enum PoolCmd {
         json: bool,
     },
     /// Remove a pool file (every version, or one).
+    // Its own --version (the binary's --version flag would clash; clap's debug check).
+    #[command(disable_version_flag = true)]
     Rm {
         /// Pool path.
         path: String,
         /// Only this version.
-        #[arg(long)]
+        #[arg(long, value_name = "N")]
         version: Option<u64>,
     },
     /// Longevity of the files under a prefix: versions and/or seconds kept.
@@ -256,7 +258,11 @@ fn print_file(f: &FileInfo, long: bool) {
         return;
     }
     let drained = f.chunks.iter().filter(|c| c.drained).count();
-    let mut nodes: Vec<&str> = f.chunks.iter().map(|c| c.node.as_str()).collect();
+    let mut nodes: Vec<&str> = f
+        .chunks
+        .iter()
+        .flat_map(|c| c.holders().into_iter().map(|(n, _)| n))
+        .collect();
     nodes.sort();
     nodes.dedup();
     println!(
@@ -434,224 +440,5 @@ fn get(ctx: &Ctx, src: &str, dst: &Path) -> Result<i32> {
     let scratch = ckptfs_level::CostMeter::default();
     let t = Mover::new(MoveOptions::default()).copy_open(reader, writer, (level.meter(), &scratch))?;
     eprintln!("{src}: {} bytes in {:.3} s", t.bytes, t.seconds);
-    Ok(0)
-}
-
-/// `ckptfs bench pool` options.
-#[derive(Args, Debug)]
-pub struct PoolBenchArgs {
-    /// File size per client (bytes; K, M, G suffixes).
-    #[arg(long, value_parser = size, default_value = "64M")]
-    size: u64,
-    /// Client write buffer sizes to try.
-    #[arg(long, value_parser = size, value_delimiter = ',', default_value = "1M,4M,16M,64M")]
-    buffers: Vec<u64>,
-    /// Stripe widths to try.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-    widths: Vec<u32>,
-    /// Concurrent clients for the aggregate-throughput figure.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-    clients: Vec<usize>,
-    /// Memory each of the 4 benefactors lends.
-    #[arg(long, value_parser = size, default_value = "1G")]
-    mem: u64,
-    /// Pool chunk size.
-    #[arg(long, value_parser = size, default_value = "1M")]
-    chunk: u64,
-    /// First of the ports used (manager, benefactors; 20 ports).
-    #[arg(long, default_value_t = 45900)]
-    port: u16,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(serde::Serialize)]
-struct BenchRow {
-    width: u32,
-    buffer: u64,
-    oab_mb_s: f64,
-    asb_mb_s: f64,
-}
-
-#[derive(serde::Serialize)]
-struct ClientsRow {
-    clients: usize,
-    width: u32,
-    aggregate_mb_s: f64,
-}
-
-#[derive(serde::Serialize)]
-struct BenchOut {
-    size: u64,
-    chunk: u64,
-    benefactors: usize,
-    links: &'static str,
-    single_client: Vec<BenchRow>,
-    clients: Vec<ClientsRow>,
-    dedup_v2_changed_chunks: u64,
-    dedup_v2_chunks: u64,
-    dedup_v2_bytes_sent: u64,
-    dedup_v1_bytes_sent: u64,
-}
-
-/// `ckptfs bench pool`: a manager and 4 benefactors on 127.0.0.1 in this process;
-/// OAB and ASB against the client buffer for each stripe width (stdchk's figures 1 and
-/// 2), aggregate throughput of several clients (figure 3), and the bytes a second
-/// version with 10 % changed chunks sends.
-pub fn bench(a: PoolBenchArgs) -> Result<i32> {
-    use ckptfs_pool::benefactor::Benefactor;
-    use ckptfs_pool::manager::Manager;
-    let dir = tempfile::Builder::new().prefix("pool-bench").tempdir()?;
-    let mut c = ckptfs_cluster::Cluster::local(6, &format!("pool-bench-{}", std::process::id()), a.port)?;
-    let secret = ckptfs_cluster::Secret::generate()?;
-    c.secret = Some(secret.expose().iter().map(|b| format!("{b:02x}")).collect());
-    let mut p = ckptfs_cluster::PoolMap::new("node1", &format!("127.0.0.1:{}", a.port + 10));
-    p.benefactor_port_offset = 11;
-    p.chunk_size = a.chunk as u32;
-    p.refresh_ms = 200;
-    p.death_ms = 2000;
-    // The manager plans over the widest stripe asked; each client cuts it to its own.
-    p.stripe_width = a.widths.iter().copied().max().unwrap_or(2).max(1);
-    c.pool = Some(p);
-    let file = dir.path().join("c.toml");
-    std::fs::write(&file, c.to_toml())?;
-    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    let cluster = ckptfs_cluster::Cluster::load(&file)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let mnet = PoolNet::server(&cluster, "node1")?;
-    let m = Manager::open(mnet.clone(), &dir.path().join("meta"))?;
-    let l = rt.block_on(tokio::net::TcpListener::bind(mnet.pool.addr.clone()))?;
-    rt.spawn(m.serve(l));
-    let mut bens = Vec::new();
-    for i in 2..=5 {
-        let id = format!("node{i}");
-        let net = PoolNet::server(&cluster, &id)?;
-        let addr = net.benefactor_addr(&id)?;
-        let b = Benefactor::new(net, a.mem);
-        rt.block_on(b.start(&addr))?;
-        bens.push(b);
-    }
-    std::thread::sleep(std::time::Duration::from_millis(600));
-    let data: Vec<u8> = (0..a.size as u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
-    let mut rows = Vec::new();
-    let mut n = 0u64;
-    for &w in &a.widths {
-        for &buf in &a.buffers {
-            let mut net = PoolNet::client(&cluster, "node6")?;
-            net.pool.stripe_width = w;
-            let client = PoolClient::new(net, buf)?;
-            let path = format!("/bench/w{w}-b{buf}-{n}");
-            n += 1;
-            let r = client.put_bytes(&path, &data, 1)?;
-            client.remove(&path, None, None)?;
-            rows.push(BenchRow {
-                width: w,
-                buffer: buf,
-                oab_mb_s: r.oab / 1e6,
-                asb_mb_s: r.asb / 1e6,
-            });
-        }
-    }
-    let mut crows = Vec::new();
-    let width = *a.widths.iter().max().unwrap_or(&2);
-    for &k in &a.clients {
-        let clients: Vec<PoolClient> = (0..k)
-            .map(|i| {
-                let mut net = PoolNet::client(&cluster, if i % 2 == 0 { "node6" } else { "node1" })?;
-                net.pool.stripe_width = width;
-                Ok(PoolClient::new(net, 64 << 20)?)
-            })
-            .collect::<Result<_>>()?;
-        let t0 = std::time::Instant::now();
-        std::thread::scope(|s| -> Result<()> {
-            let hs: Vec<_> = clients
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    let d = &data;
-                    s.spawn(move || c.put_bytes(&format!("/bench/clients{k}-{i}"), d, 1))
-                })
-                .collect();
-            for h in hs {
-                h.join().map_err(|_| anyhow::anyhow!("client panicked"))??;
-            }
-            Ok(())
-        })?;
-        let secs = t0.elapsed().as_secs_f64();
-        for (i, c) in clients.iter().enumerate() {
-            c.remove(&format!("/bench/clients{k}-{i}"), None, None)?;
-        }
-        crows.push(ClientsRow {
-            clients: k,
-            width,
-            aggregate_mb_s: (k as u64 * a.size) as f64 / secs / 1e6,
-        });
-    }
-    let client = PoolClient::new(PoolNet::client(&cluster, "node6")?, 64 << 20)?;
-    let v1 = client.put_bytes("/bench/dedup", &data, 1)?;
-    let mut v2 = data.clone();
-    let cs = a.chunk as usize;
-    let chunks = v2.len().div_ceil(cs);
-    let mut changed = 0u64;
-    for i in (0..chunks).step_by(10) {
-        v2[i * cs] ^= 0xff;
-        changed += 1;
-    }
-    let r2 = client.put_bytes("/bench/dedup", &v2, 2)?;
-    let out = BenchOut {
-        size: a.size,
-        chunk: a.chunk,
-        benefactors: bens.len(),
-        links: "loopback (no tc limit: root and network namespaces are not used by this run)",
-        single_client: rows,
-        clients: crows,
-        dedup_v2_changed_chunks: changed,
-        dedup_v2_chunks: r2.chunks,
-        dedup_v2_bytes_sent: r2.bytes_sent,
-        dedup_v1_bytes_sent: v1.bytes_sent,
-    };
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        println!(
-            "pool bench: {} MiB per client, chunk {} KiB, 4 benefactors, {}",
-            a.size >> 20,
-            a.chunk >> 10,
-            out.links
-        );
-        println!(
-            "{:>6} {:>10} {:>10} {:>10}",
-            "width", "buffer", "OAB MB/s", "ASB MB/s"
-        );
-        for r in &out.single_client {
-            println!(
-                "{:>6} {:>9}M {:>10.0} {:>10.0}",
-                r.width,
-                r.buffer >> 20,
-                r.oab_mb_s,
-                r.asb_mb_s
-            );
-        }
-        for r in &out.clients {
-            println!(
-                "{} clients (width {}): {:.0} MB/s aggregate",
-                r.clients, r.width, r.aggregate_mb_s
-            );
-        }
-        println!(
-            "dedup: v2 with {} of {} chunks changed sent {} bytes (v1: {})",
-            out.dedup_v2_changed_chunks,
-            out.dedup_v2_chunks,
-            out.dedup_v2_bytes_sent,
-            out.dedup_v1_bytes_sent
-        );
-    }
-    drop(rt);
     Ok(0)
 }

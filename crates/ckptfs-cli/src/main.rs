@@ -10,6 +10,7 @@ mod bench_datasets_partner;
 mod bench_erasure;
 mod bench_object;
 mod bench_partner;
+mod bench_pool;
 mod bench_scr;
 mod cluster_remap;
 mod cmd_agent;
@@ -206,9 +207,11 @@ enum BenchCommand {
     /// Drain and restore with S3 (a local versitygw) vs the AWS CLI and a plain copy;
     /// zstd ratio and speed on checkpoint data.
     Object(bench_object::BenchArgs),
-    /// Aggregate memory pool: OAB/ASB against buffer size per stripe width, several
-    /// clients, dedup bytes (a manager and 4 benefactors in this process, on 127.0.0.1).
-    Pool(cmd_pool::PoolBenchArgs),
+    /// Aggregate memory pool (stdchk's figures 1-3): OAB/ASB against buffer size per
+    /// stripe width, several clients, dedup bytes, next to the wire's rate measured in
+    /// the same run; on 127.0.0.1, or with --links on simulated nodes (root) whose links
+    /// `tc` limits.
+    Pool(bench_pool::PoolBenchArgs),
     /// PyTorch dcp.save stall and load times: ckptfs writer vs FileSystemWriter vs memcpy
     /// (runs scripts/bench-torch.py with the checkout's .venv).
     Torch(ckptfs_bench::torch::TorchBenchArgs),
@@ -301,7 +304,7 @@ fn run(cli: Cli) -> Result<i32> {
                 bench_partner::worker(a)?;
                 Ok(0)
             }
-            BenchCommand::Pool(a) => cmd_pool::bench(a),
+            BenchCommand::Pool(a) => bench_pool::run(a),
             BenchCommand::Torch(a) => ckptfs_bench::torch::run(a),
             BenchCommand::Object(a) => {
                 let json = a.json;

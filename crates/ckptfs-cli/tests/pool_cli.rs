@@ -34,10 +34,13 @@ fn json(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn pool_acceptance_commands_work_end_to_end() {
-    let dir = tempfile::Builder::new().prefix("pool-cli").tempdir().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("pl3-pool-cli")
+        .tempdir_in("/tmp")
+        .unwrap();
     let d = dir.path();
-    // Ports 45400-45700 (nodes 45400.., manager +100, benefactors +200).
-    let port = 45400 + (std::process::id() % 50) as u16;
+    // Ports 46284-46287: the manager at node1's port, node2..node4 lend at theirs.
+    let port = 46284u16;
     run(
         d,
         &[
@@ -57,7 +60,12 @@ fn pool_acceptance_commands_work_end_to_end() {
     assert!(toml.contains("[pool]") && toml.contains("manager = \"node1\""));
     std::fs::write(
         d.join("c.toml"),
-        toml.replace("refresh_ms = 1000", "refresh_ms = 100"),
+        toml.replace("refresh_ms = 1000", "refresh_ms = 100")
+            .replace(
+                &format!("addr = \"127.0.0.1:{}\"", port + 100),
+                &format!("addr = \"127.0.0.1:{port}\""),
+            )
+            .replace("benefactor_port_offset = 200", "benefactor_port_offset = 0"),
     )
     .unwrap();
     let spawn = |args: &[&str]| {

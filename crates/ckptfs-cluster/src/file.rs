@@ -282,9 +282,14 @@ pub struct PoolMap {
     /// Pool chunk size in bytes.
     #[serde(default = "default_pool_chunk")]
     pub chunk_size: u32,
-    /// Benefactors a file is striped over.
+    /// Benefactors a file is striped over (per replica).
     #[serde(default = "default_pool_width")]
     pub stripe_width: u32,
+    /// Copies of each chunk, on distinct benefactors (in distinct failure domains of the
+    /// map's first domain level where possible); the manager re-replicates the chunks
+    /// of a lost benefactor so that this many copies hold again.
+    #[serde(default = "default_pool_replicas")]
+    pub replicas: u32,
     /// Soft-state refresh interval of a benefactor, milliseconds.
     #[serde(default = "default_pool_refresh")]
     pub refresh_ms: u64,
@@ -308,6 +313,9 @@ fn default_pool_chunk() -> u32 {
 fn default_pool_width() -> u32 {
     2
 }
+fn default_pool_replicas() -> u32 {
+    1
+}
 fn default_pool_refresh() -> u64 {
     1000
 }
@@ -324,6 +332,7 @@ impl PoolMap {
             benefactor_port_offset: default_pool_offset(),
             chunk_size: default_pool_chunk(),
             stripe_width: default_pool_width(),
+            replicas: default_pool_replicas(),
             refresh_ms: default_pool_refresh(),
             death_ms: default_pool_death(),
             drain_dir: None,
@@ -469,6 +478,9 @@ impl Cluster {
             }
             if p.chunk_size < 4096 || p.chunk_size > 64 << 20 {
                 return Err(invalid("pool.chunk_size must be 4 KiB to 64 MiB"));
+            }
+            if p.replicas == 0 || p.replicas > 8 {
+                return Err(invalid("pool.replicas must be 1 to 8"));
             }
             if p.stripe_width == 0 || p.refresh_ms == 0 || p.death_ms <= p.refresh_ms {
                 return Err(invalid(
@@ -732,6 +744,9 @@ impl Cluster {
             let _ = writeln!(o, "benefactor_port_offset = {}", p.benefactor_port_offset);
             let _ = writeln!(o, "chunk_size = {}", p.chunk_size);
             let _ = writeln!(o, "stripe_width = {}", p.stripe_width);
+            if p.replicas != 1 {
+                let _ = writeln!(o, "replicas = {}", p.replicas);
+            }
             let _ = writeln!(o, "refresh_ms = {}", p.refresh_ms);
             let _ = writeln!(o, "death_ms = {}", p.death_ms);
             if let Some(d) = &p.drain_dir {

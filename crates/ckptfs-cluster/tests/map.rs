@@ -218,6 +218,7 @@ fn a_pool_section_round_trips_and_is_checked() {
     let mut c = Cluster::local(4, "demo", 17160).unwrap();
     let mut p = ckptfs_cluster::PoolMap::new("node1", "127.0.0.1:17260");
     p.drain_dir = Some("drain".into());
+    p.replicas = 2;
     c.pool = Some(p.clone());
     let back = Cluster::from_toml_str(&c.to_toml(), "t").unwrap();
     assert_eq!(back.pool, Some(p.clone()));
@@ -231,6 +232,10 @@ fn a_pool_section_round_trips_and_is_checked() {
         },
         ckptfs_cluster::PoolMap {
             chunk_size: 100,
+            ..p.clone()
+        },
+        ckptfs_cluster::PoolMap {
+            replicas: 0,
             ..p.clone()
         },
     ] {

@@ -12,8 +12,11 @@
 //!   copied into chunks taken from a fixed buffer pool, coalesced per file, queued, and
 //!   written by a pool of IO threads with one large write each; close() waits for the
 //!   file's outstanding chunks and reports any backend error.
+//! * [`PoolFs`] (pool mode) serves the aggregate memory pool (`ckptfs-pool`): files are
+//!   written into the benefactors' memory through the pool client's write buffer and
+//!   committed at close (docs/pool.md).
 //!
-//! [`mount::run`] mounts either one, unmounts when its shutdown trigger fires, cleans a stale
+//! [`mount::run`] mounts any of them, unmounts when its shutdown trigger fires, cleans a stale
 //! mount left by a killed daemon, and returns when the file system is unmounted.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -23,12 +26,14 @@ mod creds;
 pub mod crfs;
 mod dirs;
 pub mod mount;
+mod pool_fs;
 mod store_fs;
 
 pub use cache::CacheConfig;
 pub use cache::Invalidator;
 pub use crfs::{BackendSink, CrfsConfig, CrfsFs, DiscardSink, FileSink};
 pub use mount::{Mode, MountConfig, MountError};
+pub use pool_fs::PoolFs;
 pub use store_fs::StoreFs;
 
 use fuser::{Errno, FopenFlags, InitFlags, KernelConfig, ReplyEmpty};

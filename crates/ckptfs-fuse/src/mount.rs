@@ -7,7 +7,7 @@
 
 use crate::cache::Poller;
 use crate::crfs::{CrfsConfig, CrfsFs};
-use crate::{Invalidator, IoMode, StoreFs};
+use crate::{Invalidator, IoMode, PoolFs, StoreFs};
 use ckptfs_runtime::Shutdown;
 use ckptfs_store::{Store, StoreError, StoreOptions};
 use fuser::{Config, MountOption, SessionACL};
@@ -25,6 +25,8 @@ pub enum Mode {
     Store(StoreOptions),
     /// CRFS aggregation over a backend directory.
     Crfs(CrfsConfig),
+    /// The aggregate memory pool, through this client.
+    Pool(ckptfs_pool::PoolClient),
 }
 
 /// Everything `ckptfs mount` decides.
@@ -61,6 +63,10 @@ pub const STORE_THREADS: usize = 1;
 /// FUSE request threads of a CRFS mount by default (a close() blocks its thread while
 /// the file's chunks drain, so other requests need other threads).
 pub const CRFS_THREADS: usize = 4;
+
+/// FUSE request threads of a pool mount by default (a close() blocks its thread until
+/// every chunk of the file is stored and the version committed).
+pub const POOL_THREADS: usize = 4;
 
 /// Errors of mounting and unmounting.
 #[derive(Debug, thiserror::Error)]
@@ -109,7 +115,7 @@ pub struct MountEntry {
     pub target: PathBuf,
     /// File system type (`fuse.ckptfs` for ours).
     pub fstype: String,
-    /// Source (`ckptfs:STORE` or `crfs:DIR` for ours).
+    /// Source (`ckptfs:STORE`, `crfs:DIR` or `pool:MANAGER@ADDR` for ours).
     pub source: String,
     /// Per-mount options (`rw`, `nosuid`, `nodev`, ...).
     pub options: Vec<String>,
@@ -119,7 +125,9 @@ impl MountEntry {
     /// Is it a ckptfs mount (store or CRFS mode)?
     pub fn is_ckptfs(&self) -> bool {
         self.fstype.starts_with("fuse")
-            && (self.source.starts_with("ckptfs:") || self.source.starts_with("crfs:"))
+            && (self.source.starts_with("ckptfs:")
+                || self.source.starts_with("crfs:")
+                || self.source.starts_with("pool:"))
     }
 }
 
@@ -261,6 +269,8 @@ pub fn run(cfg: &MountConfig, shutdown: &Shutdown, on_ready: impl FnOnce()) -> R
         (Mode::Store(_), n) => n,
         (Mode::Crfs(_), 0) => CRFS_THREADS,
         (Mode::Crfs(_), n) => n.max(2),
+        (Mode::Pool(_), 0) => POOL_THREADS,
+        (Mode::Pool(_), n) => n.max(2),
     });
     config.clone_fd = true;
     // As root, let every user's job use the mount (permissions are still checked).
@@ -288,6 +298,15 @@ pub fn run(cfg: &MountConfig, shutdown: &Shutdown, on_ready: impl FnOnce()) -> R
             options.push(MountOption::FSName(format!("crfs:{}", c.backend.display())));
             config.mount_options = options;
             serve(fs, mp, &config, sigs, None, on_ready)
+        }
+        Mode::Pool(client) => {
+            let net = client.net();
+            options.push(MountOption::FSName(format!(
+                "pool:{}@{}",
+                net.pool.manager, net.pool.addr
+            )));
+            config.mount_options = options;
+            serve(PoolFs::new(client.clone()), mp, &config, sigs, None, on_ready)
         }
     }
 }

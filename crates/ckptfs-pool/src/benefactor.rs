@@ -29,7 +29,10 @@ use std::time::Duration;
 struct Entry {
     data: Option<Arc<Vec<u8>>>,
     len: u64,
+    /// The last write that sent it (a chunk sent again by a later write belongs to it).
     write_id: u64,
+    /// `State::puts` when it was last sent.
+    put_no: u64,
     committed: bool,
     drained: Option<PathBuf>,
 }
@@ -41,6 +44,8 @@ struct State {
     queue: VecDeque<ChunkName>,
     newly_drained: Vec<ChunkHash>,
     evictable: VecDeque<ChunkHash>,
+    /// Chunks received so far (a clock for `Entry::put_no`).
+    puts: u64,
 }
 
 /// A benefactor.
@@ -110,6 +115,12 @@ impl Benefactor {
         let l = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| PoolError::io(format!("listen on {addr}"), e))?;
+        self.start_on(l, addr).await
+    }
+
+    /// As [`Benefactor::start`], on a listener already bound at `addr` (the address it
+    /// registers with).
+    pub async fn start_on(self: &Arc<Self>, l: tokio::net::TcpListener, addr: &str) -> Result<()> {
         let me = self.clone();
         tokio::spawn(async move {
             loop {
@@ -145,9 +156,11 @@ impl Benefactor {
                 registered = false;
             }
             if let Some(c) = conn.as_mut() {
+                let mut asked_at = u64::MAX;
                 let r = if registered {
                     let req = {
                         let mut st = self.st.lock().unwrap();
+                        asked_at = st.puts;
                         let uncommitted: Vec<(u64, ChunkHash)> = st
                             .chunks
                             .iter()
@@ -185,7 +198,7 @@ impl Benefactor {
                         if !known {
                             registered = false;
                         }
-                        self.apply(commit, drop);
+                        self.apply(commit, drop, asked_at);
                     }
                     Ok(_) => {}
                     Err(e) => {
@@ -203,9 +216,14 @@ impl Benefactor {
         }
     }
 
-    fn apply(&self, commit: Vec<ChunkName>, drop: Vec<ChunkHash>) {
+    /// Apply a refresh's answer: `asked_at` is `State::puts` when the refresh was sent;
+    /// a chunk sent again since is not dropped (the answer did not know of that write).
+    fn apply(&self, commit: Vec<ChunkName>, drop: Vec<ChunkHash>, asked_at: u64) {
         let mut st = self.st.lock().unwrap();
         for h in drop {
+            if st.chunks.get(&h).is_some_and(|e| e.put_no > asked_at) {
+                continue;
+            }
             if let Some(e) = st.chunks.remove(&h) {
                 if e.data.is_some() {
                     st.used -= e.len;
@@ -215,7 +233,8 @@ impl Benefactor {
         for n in commit {
             if let Some(e) = st.chunks.get_mut(&n.hash) {
                 e.committed = true;
-                if self.drain_dir.is_some() {
+                // A replica is kept in memory only; the chunk's first holder drains it.
+                if self.drain_dir.is_some() && n.drain {
                     st.queue.push_back(n);
                 }
             }
@@ -352,7 +371,10 @@ impl Benefactor {
     fn hold(&self, hash: ChunkHash, write_id: u64, data: Vec<u8>) -> bool {
         let mut st = self.st.lock().unwrap();
         let len = data.len() as u64;
-        match st.chunks.get(&hash).map(|e| e.data.is_some()) {
+        st.puts += 1;
+        let put_no = st.puts;
+        let mut data = Some(data);
+        let held = match st.chunks.get(&hash).map(|e| e.data.is_some()) {
             Some(true) => true,
             Some(false) => {
                 // Evicted earlier and sent again: hold it in memory again.
@@ -360,27 +382,38 @@ impl Benefactor {
                     return false;
                 }
                 st.used += len;
-                st.chunks.get_mut(&hash).expect("present").data = Some(Arc::new(data));
-                true
-            }
-            None => {
-                if !self.reserve(&mut st, len) {
-                    return false;
+                if let Some(e) = st.chunks.get_mut(&hash) {
+                    e.data = data.take().map(Arc::new);
                 }
-                st.used += len;
-                st.chunks.insert(
-                    hash,
-                    Entry {
-                        data: Some(Arc::new(data)),
-                        len,
-                        write_id,
-                        committed: false,
-                        drained: None,
-                    },
-                );
                 true
             }
+            None => false,
+        };
+        if let (true, Some(e)) = (held, st.chunks.get_mut(&hash)) {
+            // Sent again (by this or another write): it now belongs to this write
+            // until a commit names it, so that the end of an earlier write does not
+            // reclaim it under the new one.
+            e.write_id = write_id;
+            e.committed = false;
+            e.put_no = put_no;
+            return true;
         }
+        if !self.reserve(&mut st, len) {
+            return false;
+        }
+        st.used += len;
+        st.chunks.insert(
+            hash,
+            Entry {
+                data: data.map(Arc::new),
+                len,
+                write_id,
+                put_no,
+                committed: false,
+                drained: None,
+            },
+        );
+        true
     }
 
     /// `c/<hash>`: PutBegin, Chunk, PutEnd with the bytes, or a Nack.

@@ -186,7 +186,7 @@ impl ChunkReader for PoolReader<'_> {
 
 struct PoolWriter<'a> {
     lvl: &'a PoolLevel,
-    w: Option<PoolWrite<'a>>,
+    w: Option<PoolWrite>,
     src: Stored,
     want: u32,
     buf: Vec<u8>,

@@ -5,12 +5,16 @@
 //! pool files with their chunk maps and versions, and hands out striping plans. A client
 //! cuts a file into equal chunks, sends them straight to the benefactors of its plan from
 //! a write buffer that decouples the application from the transfers, and commits the
-//! chunk map to the manager on close; only committed files are visible.
+//! chunk map to the manager on close; only committed files are visible. With a
+//! replication factor r > 1 (`pool.replicas`) each chunk is written to r distinct
+//! benefactors (in distinct failure domains where possible), reads fall back from one
+//! copy to the next, and the manager re-replicates the copies of a lost benefactor.
 //!
 //! * [`manager`]: [`manager::Manager`] and its server (metadata in redb);
 //! * [`benefactor`]: [`benefactor::Benefactor`]: chunks in its own bounded memory, served
 //!   and drained FIFO to the PFS;
-//! * [`client`]: [`client::PoolClient`] (put, get, list, remove, status);
+//! * [`client`]: [`client::PoolClient`] (put, get, list, remove, status) and
+//!   [`client::PoolWrite`], a file being written;
 //! * [`level`]: [`level::PoolLevel`], the pool as a [`ckptfs_level::Level`], and
 //!   [`level::PoolFactory`], its registry entry (`pool:<manager>`);
 //! * [`drain`]: chunk file names on the PFS and [`drain::reassemble`];
@@ -29,7 +33,7 @@ pub mod manager;
 pub mod msg;
 mod net;
 
-pub use client::{PoolClient, PutReport};
+pub use client::{PoolClient, PoolWrite, PutReport};
 pub use level::{PoolFactory, PoolLevel};
 pub use net::{client_id, PoolNet};
 

@@ -64,16 +64,26 @@ pub struct Peer {
     pub node: String,
     /// Where it listens.
     pub addr: String,
+    /// Its replica group: every chunk goes to one member of each group of the plan
+    /// (groups are disjoint, in distinct failure domains where possible).
+    #[serde(default)]
+    pub group: u32,
 }
 
-/// One chunk of a file version: its hash and the benefactor holding it.
+/// Most copies of one chunk a chunk map may name.
+pub const MAX_REPLICAS: usize = 8;
+
+/// One chunk of a file version: its hash and the benefactors holding it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChunkRef {
     /// BLAKE3 of the chunk.
     pub hash: ChunkHash,
-    /// Holder's node id.
+    /// The first holder's node id (the one that drains it).
     pub node: String,
+    /// The other holders (replicas), if any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
     /// Chunk length in bytes.
     pub len: u32,
     /// Sent by this write (false: a reference to a chunk the pool already holds).
@@ -95,6 +105,34 @@ pub struct ChunkName {
     pub count: u64,
     /// BLAKE3 of the chunk.
     pub hash: ChunkHash,
+    /// This holder drains the chunk (false: a replica, kept in memory only).
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub drain: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
+}
+
+impl ChunkRef {
+    /// Every holder, the first one first.
+    pub fn holders(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.node).chain(self.also.iter())
+    }
+}
+
+/// A replica of a chunk as a file listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaInfo {
+    /// Holder.
+    pub node: String,
+    /// Its holder is alive.
+    pub alive: bool,
 }
 
 /// A chunk as a file listing shows it.
@@ -111,6 +149,18 @@ pub struct ChunkInfo {
     pub drained: bool,
     /// Its holder is alive.
     pub alive: bool,
+    /// The other holders (replicas).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<ReplicaInfo>,
+}
+
+impl ChunkInfo {
+    /// Every holder with its liveness, the first one first.
+    pub fn holders(&self) -> Vec<(&str, bool)> {
+        std::iter::once((self.node.as_str(), self.alive))
+            .chain(self.replicas.iter().map(|r| (r.node.as_str(), r.alive)))
+            .collect()
+    }
 }
 
 /// A committed version of a pool file.
@@ -137,7 +187,9 @@ pub struct FileInfo {
     pub chunks: Vec<ChunkInfo>,
     /// Commit time, ms since the epoch.
     pub committed_ms: u64,
-    /// `ok`, `degraded` (a holder is dead but its chunks were drained) or `lost`.
+    /// `ok` (every chunk has its replicas, all alive), `degraded` (every chunk can be
+    /// read, from a live holder or its drained file, but some chunk has fewer live
+    /// holders than the replication factor) or `lost` (some chunk has neither).
     pub state: String,
     /// Other versions still kept, oldest first.
     pub older: Vec<u64>,
@@ -348,7 +400,16 @@ fn check_len<T>(v: &[T], max: usize, what: &str) -> Result<(), String> {
 
 fn check_refs(v: &[ChunkRef]) -> Result<(), String> {
     check_len(v, MAX_CHUNKS, "chunks")?;
-    v.iter().try_for_each(|c| check_name(&c.node))
+    v.iter().try_for_each(|c| {
+        check_len(&c.also, MAX_REPLICAS - 1, "replicas")?;
+        c.holders().try_for_each(|n| check_name(n))?;
+        let mut seen: Vec<&String> = c.holders().collect();
+        seen.sort();
+        seen.dedup();
+        (seen.len() == 1 + c.also.len())
+            .then_some(())
+            .ok_or_else(|| bad("a chunk names one holder twice"))
+    })
 }
 
 impl Request {
@@ -404,6 +465,16 @@ pub fn parse_request(body: &str) -> Result<Request, String> {
     Ok(r)
 }
 
+fn check_file(f: &FileInfo) -> Result<(), String> {
+    check_path(&f.path)?;
+    check_len(&f.chunks, MAX_CHUNKS, "chunks")?;
+    f.chunks.iter().try_for_each(|c| {
+        check_len(&c.replicas, MAX_REPLICAS - 1, "replicas")?;
+        check_name(&c.node)?;
+        c.replicas.iter().try_for_each(|r| check_name(&r.node))
+    })
+}
+
 /// Parse a reply ([`MAX_BODY`] bytes at most; lists bounded).
 pub fn parse_reply(body: &str) -> Result<Reply, String> {
     if body.len() > MAX_BODY {
@@ -421,10 +492,10 @@ pub fn parse_reply(body: &str) -> Result<Reply, String> {
             stripe.iter().try_for_each(|p| check_name(&p.node))?;
             check_refs(prev)?;
         }
-        Reply::File(Some(f)) => check_path(&f.path)?,
+        Reply::File(Some(f)) => check_file(f)?,
         Reply::Files(v) => {
             check_len(v, MAX_LIST, "files")?;
-            v.iter().try_for_each(|f| check_path(&f.path))?;
+            v.iter().try_for_each(check_file)?;
         }
         Reply::Status(v) => check_len(v, MAX_LIST, "benefactors")?,
         _ => {}
@@ -452,6 +523,8 @@ mod tests {
             r#"{"op":"refresh","used":1,"uncommitted":[[1,"zz"]],"drained":[]}"#,
             r#"{"op":"nope"}"#,
             r#"{"op":"commit","write_id":1,"size":10,"chunk_size":4,"mtime_ns":0,"mode":0,"crc32c":0,"chunk_crc32c":[],"chunks":[]}"#,
+            // One holder named twice.
+            r#"{"op":"commit","write_id":1,"size":4,"chunk_size":4,"mtime_ns":0,"mode":0,"crc32c":0,"chunk_crc32c":[1],"chunks":[{"hash":"0000000000000000000000000000000000000000000000000000000000000000","node":"node2","also":["node2"],"len":4}]}"#,
         ] {
             assert!(parse_request(bad).is_err(), "{bad}");
         }
@@ -470,7 +543,7 @@ mod tests {
             let r = Request::Commit {
                 write_id: 3, size: 9, chunk_size: 4, mtime_ns: 1, mode: 0o644, crc32c: 7,
                 chunk_crc32c: vec![1, 2, 3],
-                chunks: (0..3).map(|i| ChunkRef { hash: ChunkHash::of(&[i]), node: "node2".into(), len: 4, sent: true }).collect(),
+                chunks: (0..3).map(|i| ChunkRef { hash: ChunkHash::of(&[i]), node: "node2".into(), also: vec!["node3".into()], len: 4, sent: true }).collect(),
             };
             let mut s = serde_json::to_vec(&r).unwrap();
             let i = idx % s.len();

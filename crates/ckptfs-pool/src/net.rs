@@ -1,9 +1,9 @@
 //! Connections of the pool's roles over the authenticated peer transport.
 
-use crate::msg::{parse_reply, parse_request, Reply, Request};
+use crate::msg::{parse_reply, parse_request, ChunkHash, Reply, Request};
 use crate::{PoolError, Result};
 use ckptfs_cluster::{pair_key, Cluster, NodeKeys, PoolMap};
-use ckptfs_transport::{self as tp, ConnConfig, Identity, Msg, Protection};
+use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Identity, Msg, Protection, PutBegin, PutEnd};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -211,4 +211,100 @@ pub(crate) async fn reply(conn: &mut tp::Conn, r: &Reply) -> bool {
         return false;
     };
     conn.send(&Msg::QueryReply { body }).await.is_ok()
+}
+
+fn proto(peer: &str, why: impl Into<String>) -> PoolError {
+    PoolError::Peer {
+        peer: peer.to_string(),
+        why: why.into(),
+        errno: libc::EPROTO,
+    }
+}
+
+/// Fetch chunk `hash` from a benefactor: `Get c/<hash>`, answered by PutBegin, one
+/// Chunk and PutEnd (or a Nack). The bytes are not checked here.
+pub(crate) async fn get_chunk(conn: &mut tp::Conn, me: &str, hash: &ChunkHash) -> Result<Vec<u8>> {
+    let peer = conn.peer_id().to_string();
+    let terr = |e: tp::TransportError| PoolError::Peer {
+        peer: peer.clone(),
+        why: e.to_string(),
+        errno: e.errno(),
+    };
+    conn.send(&Msg::Get {
+        src_node: me.to_string(),
+        path: format!("c/{hash}"),
+    })
+    .await
+    .map_err(terr)?;
+    let size = match conn.recv().await.map_err(terr)? {
+        Msg::PutBegin(b) if b.size <= MAX_CHUNK => b.size,
+        Msg::Nack(n) => {
+            return Err(PoolError::Peer {
+                peer,
+                why: n.reason,
+                errno: n.errno,
+            })
+        }
+        m => return Err(proto(&peer, format!("unexpected {:?}", m.kind()))),
+    };
+    let mut data = vec![0u8; size as usize];
+    match conn.recv().await.map_err(terr)? {
+        Msg::Chunk(c) if c.len as u64 == size => conn.recv_chunk_data(&mut data).await.map_err(terr)?,
+        m => return Err(proto(&peer, format!("unexpected {:?}", m.kind()))),
+    }
+    match conn.recv().await.map_err(terr)? {
+        Msg::PutEnd(e) if e.size == size => Ok(data),
+        m => Err(proto(&peer, format!("unexpected {:?}", m.kind()))),
+    }
+}
+
+/// Largest chunk a benefactor takes or a client accepts.
+pub(crate) const MAX_CHUNK: u64 = 64 << 20;
+
+/// Store chunk `hash` (`data`, chunk `index` of write `write_id`) on a benefactor:
+/// PutBegin `c/<write id>/<hash>`, one Chunk, PutEnd; waits for its Ack.
+pub(crate) async fn put_chunk(
+    conn: &mut tp::Conn,
+    me: &str,
+    write_id: u64,
+    index: u64,
+    hash: &ChunkHash,
+    data: &[u8],
+) -> Result<()> {
+    let peer = conn.peer_id().to_string();
+    let terr = |e: tp::TransportError| PoolError::Peer {
+        peer: peer.clone(),
+        why: e.to_string(),
+        errno: e.errno(),
+    };
+    let size = data.len() as u64;
+    conn.send(&Msg::PutBegin(PutBegin {
+        src_node: me.to_string(),
+        path: format!("c/{write_id}/{hash}"),
+        size,
+        chunk_size: size.max(1) as u32,
+        mtime_ns: 0,
+        generation: index,
+    }))
+    .await
+    .map_err(terr)?;
+    conn.send_chunk(&ChunkHeader::for_data(index, 0, data), data)
+        .await
+        .map_err(terr)?;
+    conn.send(&Msg::PutEnd(PutEnd {
+        generation: index,
+        chunks: 1,
+        size,
+    }))
+    .await
+    .map_err(terr)?;
+    match conn.recv().await.map_err(terr)? {
+        Msg::Ack { .. } => Ok(()),
+        Msg::Nack(n) => Err(PoolError::Peer {
+            peer,
+            why: n.reason,
+            errno: n.errno,
+        }),
+        m => Err(proto(&peer, format!("unexpected {:?}", m.kind()))),
+    }
 }

@@ -1,7 +1,9 @@
-//! A manager, four benefactors and two clients on 127.0.0.1 (ports 45000-45999): the
-//! level conformance suite, byte-identical round trips, incremental versions, drain and
-//! reassembly, a benefactor lost mid-write, the manager restarted, a client dying before
-//! its commit, expiry, a benefactor returning wrong bytes.
+//! A manager, four benefactors and two clients on 127.0.0.1 (ports 46200-46295, five
+//! per test): the level conformance suite, byte-identical round trips, incremental
+//! versions, drain and reassembly, a benefactor lost mid-write, the manager restarted, a
+//! client dying before its commit, expiry, a benefactor returning wrong bytes; with two
+//! replicas: benefactors killed after and during a write lose nothing, and their copies
+//! are made again elsewhere (in the other rack).
 
 use ckptfs_cluster::{Cluster, PoolMap, Secret};
 use ckptfs_level::conformance::{run, Harness};
@@ -26,34 +28,111 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Listeners on 127.0.0.1:46200-46287, bound once per test process.
+fn reserved() -> &'static std::sync::Mutex<std::collections::HashMap<u16, std::net::TcpListener>> {
+    static R: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<u16, std::net::TcpListener>>> =
+        std::sync::OnceLock::new();
+    R.get_or_init(|| {
+        std::sync::Mutex::new(
+            (46200..46288)
+                .filter_map(|p| Some((p, std::net::TcpListener::bind(("127.0.0.1", p)).ok()?)))
+                .collect(),
+        )
+    })
+}
+
+/// A listener at `addr`: the reserved one, else bound now.
+fn listen(r: &tokio::runtime::Runtime, addr: &str) -> Option<tokio::net::TcpListener> {
+    let port: u16 = addr.rsplit(':').next()?.parse().ok()?;
+    let _g = r.enter();
+    let l = reserved().lock().unwrap().remove(&port);
+    let got = match l {
+        Some(l) => {
+            l.set_nonblocking(true).ok()?;
+            tokio::net::TcpListener::from_std(l)
+        }
+        None => r.block_on(tokio::net::TcpListener::bind(addr)),
+    };
+    got.ok()
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// How a test pool is laid out.
+#[derive(Clone, Copy)]
+struct Opts {
+    mem: u64,
+    width: u32,
+    drain: bool,
+    replicas: u32,
+    /// node2, node3 in rack r1; node4, node5 in rack r2.
+    racks: bool,
+}
+
+impl Opts {
+    fn new(mem: u64, width: u32, drain: bool) -> Opts {
+        Opts {
+            mem,
+            width,
+            drain,
+            replicas: 1,
+            racks: false,
+        }
+    }
 }
 
 impl Pool {
     /// node1 manager, node2..node5 benefactors lending `mem` each, node6/node7 clients.
     fn start(slot: u16, mem: u64, width: u32, drain: bool) -> Pool {
-        // Fixed ports may be taken by another socket's ephemeral port: try other bases.
-        for attempt in 0..5 {
-            if let Some(p) = Self::try_start(45000 + (slot + 9 * attempt) * 20, slot, mem, width, drain) {
+        Self::start_with(slot, Opts::new(mem, width, drain))
+    }
+
+    fn start_with(slot: u16, o: Opts) -> Pool {
+        // Five ports per test (manager, four benefactors): 46200 + 6 * slot, bound
+        // by the first test of the process (see `reserved`), before any connection
+        // could take one as its ephemeral port. A port not reserved may be held for a
+        // moment: try again.
+        assert!(slot < 16, "ports 46200-46299 only");
+        for _ in 0..10 {
+            if let Some(p) = Self::try_start(46200 + 6 * slot, slot, o) {
                 return p;
             }
+            std::thread::sleep(Duration::from_millis(500));
         }
         panic!("no free ports for pool test {slot}");
     }
 
-    fn try_start(base: u16, slot: u16, mem: u64, width: u32, drain: bool) -> Option<Pool> {
-        let dir = tempfile::Builder::new().prefix("pool-test").tempdir().unwrap();
-        let mut c = Cluster::local(7, &format!("pool-t{slot}"), base).unwrap();
+    fn try_start(base: u16, slot: u16, o: Opts) -> Option<Pool> {
+        let dir = tempfile::Builder::new()
+            .prefix("pl3-pool-test")
+            .tempdir_in("/tmp")
+            .unwrap();
+        // Node ports (base..base+6) are only names: no node daemon listens on them.
+        let mut c = Cluster::local(7, &format!("pl3-pool-t{slot}"), base).unwrap();
         c.secret = Some(hex(Secret::generate().unwrap().expose()));
-        let mut p = PoolMap::new("node1", &format!("127.0.0.1:{}", base + 10));
-        p.benefactor_port_offset = 11;
+        if o.racks {
+            c.domains = vec!["rack".into()];
+            for n in c.nodes.iter_mut() {
+                let rack = match n.id.as_str() {
+                    "node2" | "node3" => "r1",
+                    "node4" | "node5" => "r2",
+                    _ => "r0",
+                };
+                n.domains.insert("rack".into(), rack.into());
+            }
+        }
+        let mut p = PoolMap::new("node1", &format!("127.0.0.1:{base}"));
+        // node2..node5 (ports base+1..base+4) lend at their node's port.
+        p.benefactor_port_offset = 0;
         p.chunk_size = 64 << 10;
-        p.stripe_width = width;
+        p.stripe_width = o.width;
+        p.replicas = o.replicas;
         p.refresh_ms = 100;
         p.death_ms = 2000;
         p.meta_dir = Some(dir.path().join("meta"));
-        if drain {
+        if o.drain {
             p.drain_dir = Some(dir.path().join("pfs"));
         }
         c.pool = Some(p);
@@ -69,7 +148,7 @@ impl Pool {
         };
         pool.try_manager()?;
         for i in 2..=5 {
-            let b = pool.try_benefactor(i, mem)?;
+            let b = pool.try_benefactor(i, o.mem)?;
             pool.bens.push(Some(b));
         }
         pool.wait_alive(4);
@@ -80,9 +159,7 @@ impl Pool {
         let net = PoolNet::server(&self.cluster, "node1").unwrap();
         let m = Manager::open(net.clone(), &self.dir.path().join("meta")).unwrap();
         let r = rt();
-        let l = r
-            .block_on(tokio::net::TcpListener::bind(net.pool.addr.clone()))
-            .ok()?;
+        let l = listen(&r, &net.pool.addr)?;
         r.spawn(m.serve(l));
         self.mgr = Some(r);
         Some(())
@@ -104,7 +181,8 @@ impl Pool {
         let addr = net.benefactor_addr(&id).unwrap();
         let b = Benefactor::new(net, mem);
         let r = rt();
-        r.block_on(b.start(&addr)).ok()?;
+        let l = listen(&r, &addr)?;
+        r.block_on(b.start_on(l, &addr)).ok()?;
         Some((r, b))
     }
 
@@ -255,6 +333,7 @@ fn drained_chunks_reassemble_and_evicted_chunks_are_read_from_the_pfs() {
             index: 31,
             count: 32,
             hash: f.chunks[31].hash.clone(),
+            drain: true,
         },
     );
     let nlink = std::os::unix::fs::MetadataExt::nlink(&std::fs::metadata(n).unwrap());
@@ -266,7 +345,9 @@ fn drained_chunks_reassemble_and_evicted_chunks_are_read_from_the_pfs() {
 
 #[test]
 fn a_benefactor_lost_mid_write_is_replaced_and_its_files_are_reported_lost_by_name() {
-    let mut pool = Pool::start(3, 64 << 20, 2, false);
+    // Width 4: every benefactor holds chunks of /l/before and is a member of the write
+    // of /l/during (the victim must be both).
+    let mut pool = Pool::start(3, 64 << 20, 4, false);
     let c = pool.client("node6", 128 << 10);
     let before = data(1 << 20, 9);
     c.put_bytes("/l/before", &before, 1).unwrap();
@@ -297,6 +378,7 @@ fn a_benefactor_lost_mid_write_is_replaced_and_its_files_are_reported_lost_by_na
     // Written again, it lands on the benefactors left.
     let r = c.put_bytes("/l/during", &big, 2).unwrap();
     assert!(!r.stripe.contains(&format!("node{victim}")));
+
     assert_eq!(c.get_bytes("/l/during").unwrap().1, big);
     wait("death", 10, || {
         c.stat("/l/before").unwrap().unwrap().state == "lost"
@@ -333,9 +415,10 @@ fn a_client_dead_before_its_commit_leaves_nothing_visible_and_its_chunks_are_rec
         let dead = pool.client("node7", 1 << 20);
         let mut w = dead.create("/k/never", None).unwrap();
         w.write(&data(1 << 20, 5)).unwrap();
-        // Let the chunks land, then die without commit or abort.
+        // Let the chunks land, then die without commit or abort (the client's
+        // connections close with it).
         std::thread::sleep(Duration::from_millis(300));
-        std::mem::forget(w);
+        w.abandon();
     }
     let c = pool.client("node6", 1 << 20);
     assert!(c.stat("/k/never").unwrap().is_none());
@@ -466,4 +549,142 @@ fn a_benefactor_lying_about_its_free_memory_is_left_out_of_plans() {
     });
     let r = c.put_bytes("/f/y", &data(2 << 20, 14), 1).unwrap();
     assert!(!r.stripe.contains(&"node3".to_string()), "{:?}", r.stripe);
+}
+
+fn racks_of(f: &ckptfs_pool::msg::FileInfo) -> Vec<Vec<String>> {
+    f.chunks
+        .iter()
+        .map(|c| c.holders().iter().map(|(n, _)| n.to_string()).collect())
+        .collect()
+}
+
+fn rack(node: &str) -> &'static str {
+    match node {
+        "node2" | "node3" => "r1",
+        _ => "r2",
+    }
+}
+
+/// Every chunk of `path` has two live copies, in distinct racks, none on `gone`.
+fn fully_replicated(c: &PoolClient, path: &str, gone: &[String]) -> bool {
+    let f = c.stat(path).unwrap().unwrap();
+    f.state == "ok"
+        && racks_of(&f)
+            .iter()
+            .all(|h| h.len() == 2 && rack(&h[0]) != rack(&h[1]) && !h.iter().any(|n| gone.contains(n)))
+}
+
+#[test]
+fn with_two_replicas_killed_benefactors_lose_nothing_and_their_copies_are_made_again() {
+    let mut pool = Pool::start_with(
+        11,
+        Opts {
+            replicas: 2,
+            racks: true,
+            ..Opts::new(64 << 20, 2, false)
+        },
+    );
+    let c = pool.client("node6", 256 << 10);
+    let files: Vec<(String, Vec<u8>)> = [(1 << 20, 1), ((2 << 20) + 4321, 2), (700_000, 3)]
+        .iter()
+        .map(|(len, seed)| (format!("/r/f{seed}"), data(*len, *seed)))
+        .collect();
+    for (p, d) in &files {
+        let r = c.put_bytes(p, d, 1).unwrap();
+        assert_eq!(r.bytes_sent, 2 * d.len() as u64, "two copies of every chunk sent");
+        assert!(
+            fully_replicated(&c, p, &[]),
+            "{:?}",
+            racks_of(&c.stat(p).unwrap().unwrap())
+        );
+    }
+    // The first benefactor holding a chunk of f1 dies: everything reads back at once
+    // (from the other copies), and its copies are made again.
+    let f = c.stat("/r/f1").unwrap().unwrap();
+    let x = f.chunks[0].node.clone();
+    pool.kill_benefactor(x.trim_start_matches("node").parse().unwrap());
+    for (p, d) in &files {
+        assert_eq!(&c.get_bytes(p).unwrap().1, d, "{p} after {x} was killed");
+    }
+    let gone = vec![x.clone()];
+    wait("re-replication", 30, || {
+        files.iter().all(|(p, _)| fully_replicated(&c, p, &gone))
+    });
+    // A second benefactor dies, in the other rack: still nothing is lost, which only
+    // the copies made after the first death allow.
+    let f = c.stat("/r/f2").unwrap().unwrap();
+    let y = f.chunks[0]
+        .holders()
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .find(|n| rack(n) != rack(&x))
+        .unwrap();
+    pool.kill_benefactor(y.trim_start_matches("node").parse().unwrap());
+    for (p, d) in &files {
+        assert_eq!(&c.get_bytes(p).unwrap().1, d, "{p} after {x} and {y} were killed");
+    }
+    wait("death", 10, || {
+        c.status().unwrap().iter().filter(|b| b.alive).count() == 2
+    });
+    // Two benefactors left, one per rack: the copies are made again on them.
+    let gone = vec![x, y];
+    wait("re-replication on the two left", 30, || {
+        files.iter().all(|(p, _)| fully_replicated(&c, p, &gone))
+    });
+    for (p, d) in &files {
+        assert_eq!(&c.get_bytes(p).unwrap().1, d);
+    }
+}
+
+#[test]
+fn with_two_replicas_a_benefactor_killed_mid_write_still_commits_a_whole_file() {
+    let mut pool = Pool::start_with(
+        12,
+        Opts {
+            replicas: 2,
+            ..Opts::new(64 << 20, 2, false)
+        },
+    );
+    let c = pool.client("node6", 128 << 10);
+    let big = data(8 << 20, 21);
+    let mut w = c.create("/mw/big", None).unwrap();
+    w.write(&big[..2 << 20]).unwrap();
+    pool.kill_benefactor(3);
+    w.write(&big[2 << 20..]).unwrap();
+    let r = w.commit(1, 0o644, None).unwrap();
+    assert!(!r.stripe.contains(&"node3".to_string()), "{:?}", r.stripe);
+    assert_eq!(c.get_bytes("/mw/big").unwrap().1, big);
+    wait("re-replication", 30, || {
+        let f = c.stat("/mw/big").unwrap().unwrap();
+        f.state == "ok"
+            && f.chunks.iter().all(|x| {
+                let h = x.holders();
+                h.len() == 2 && h.iter().all(|(n, a)| *a && *n != "node3")
+            })
+    });
+    assert_eq!(c.get_bytes("/mw/big").unwrap().1, big);
+}
+
+#[test]
+fn with_two_replicas_a_copy_with_wrong_bytes_is_passed_over() {
+    let pool = Pool::start_with(
+        13,
+        Opts {
+            replicas: 2,
+            ..Opts::new(64 << 20, 1, false)
+        },
+    );
+    let c = pool.client("node6", 1 << 20);
+    let d = data(500_000, 31);
+    c.put_bytes("/wb/x", &d, 1).unwrap();
+    let f = c.stat("/wb/x").unwrap().unwrap();
+    let liar: usize = f.chunks[0].node.trim_start_matches("node").parse().unwrap();
+    pool.ben(liar).set_lie(true);
+    assert_eq!(c.get_bytes("/wb/x").unwrap().1, d, "read from the other copy");
+    // Both copies wrong: detected, not returned.
+    for (n, _) in f.chunks[0].holders() {
+        pool.ben(n.trim_start_matches("node").parse().unwrap())
+            .set_lie(true);
+    }
+    assert!(matches!(c.get_bytes("/wb/x"), Err(PoolError::Corrupt { .. })));
 }

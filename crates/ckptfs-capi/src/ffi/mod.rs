@@ -4,12 +4,14 @@
 
 mod files;
 mod namespace;
+mod pool;
 mod region;
 #[cfg(test)]
 mod tests;
 
 pub use files::*;
 pub use namespace::*;
+pub use pool::*;
 pub use region::*;
 
 use crate::env;

@@ -143,7 +143,7 @@ impl Placement {
 }
 
 /// `10gbit` → 10_000_000_000; `none` → None.
-fn parse_rate(s: &str) -> Result<Option<u64>> {
+pub(crate) fn parse_rate(s: &str) -> Result<Option<u64>> {
     let s = s.trim().to_ascii_lowercase();
     if s == "none" || s.is_empty() {
         return Ok(None);
