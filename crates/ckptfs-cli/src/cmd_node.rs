@@ -117,10 +117,14 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
         addr,
         job: Some(dcfg.job.clone()),
     });
-    if dcfg.partner_copies_follow_decision {
+    // Erasure sets (issue 32, `--redundancy xor|rs:K`): the set's leader encodes every
+    // complete dataset of the job, and complete datasets get no partner copies.
+    cfg.erasure = ckptfs_node::ErasureConfig::of(cluster, node, &dcfg.job)?;
+    if dcfg.partner_copies_follow_decision || cfg.erasure.is_some() {
         cfg.datasets = Some(std::sync::Arc::new(
             ckptfs_datasets::PartnerPolicy::new(ctx.store.clone(), &dcfg.job)
-                .adaptive(dcfg.partner_copies_adaptive),
+                .adaptive(dcfg.partner_copies_adaptive)
+                .erasure(cfg.erasure.is_some()),
         ));
     }
     if !args.dest.dest.is_empty() {
@@ -243,7 +247,7 @@ pub struct RestoredFile {
     pub path: String,
     /// Size in bytes.
     pub size: u64,
-    /// `partner` or `pfs`.
+    /// `partner`, `erasure` or `pfs`.
     pub level: &'static str,
     /// Node id (partner) or file (PFS) it came from.
     pub from: String,
@@ -293,10 +297,10 @@ impl MultiLevelReport {
                 esc(&r.path),
                 human(r.size),
                 esc(&r.from),
-                if r.level == "partner" {
-                    "partner memory"
-                } else {
-                    "pfs"
+                match r.level {
+                    "partner" => "partner memory",
+                    "erasure" => "rebuilt by its erasure set",
+                    _ => "pfs",
                 }
             ));
         }
@@ -381,6 +385,33 @@ pub fn multi_level_restore(
             .map(|(n, e)| format!("{n} ({e})"))
             .collect();
         peer_failed = r.failed;
+        // Erasure sets (issue 32): this node's parts the survivors of its set rebuild
+        // (every CRC checked), for what the partners did not bring back.
+        let e = ckptfs_node::rebuild_from_set(cluster, node, store, None)?;
+        for p in e.rebuilt {
+            for (path, size) in p.files {
+                if !rep.restored.iter().any(|r| r.path == path) {
+                    rep.restored.push(RestoredFile {
+                        path,
+                        size,
+                        level: "erasure",
+                        from: p.level.clone(),
+                    });
+                }
+            }
+        }
+        for (dataset, why) in e.failed {
+            rep.failed.push(NotRestored {
+                path: format!("dataset {dataset} ({})", e.level),
+                error: why,
+            });
+        }
+        for (n, why) in e.unreachable {
+            let s = format!("{n} ({why})");
+            if !rep.unreachable.iter().any(|u| u.starts_with(&format!("{n} "))) {
+                rep.unreachable.push(s);
+            }
+        }
     }
     if let Some(c) = pfs {
         let r = crate::cmd_agent::restore_into(store, c, prefix, nodes)?;

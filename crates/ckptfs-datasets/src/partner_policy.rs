@@ -59,6 +59,9 @@ pub struct PartnerPolicy {
     opts: StoreOptions,
     /// Follow each decision's level (`decision`), else copy every complete dataset.
     adaptive: bool,
+    /// The cluster protects complete datasets with erasure sets (`[redundancy]
+    /// erasure`): their files get no partner copies (the set's parity replaces them).
+    erasure: bool,
     job: String,
     store: Mutex<Option<Store>>,
     snap: Mutex<Snapshot>,
@@ -88,7 +91,7 @@ fn decided(d: &Dataset, adaptive: bool) -> CopyVerdict {
     }
 }
 
-fn snapshot(all: &[Dataset], taken_ns: u64, adaptive: bool) -> Snapshot {
+fn snapshot(all: &[Dataset], taken_ns: u64, adaptive: bool, erasure: bool) -> Snapshot {
     let mut s = Snapshot {
         taken_ns,
         any: !all.is_empty(),
@@ -96,6 +99,7 @@ fn snapshot(all: &[Dataset], taken_ns: u64, adaptive: bool) -> Snapshot {
     };
     for d in all {
         let verdict = match d.state {
+            State::Complete if erasure => CopyVerdict::Skip,
             State::Complete => decided(d, adaptive),
             State::Open => CopyVerdict::Hold,
             State::Invalid | State::Incomplete => CopyVerdict::Copy,
@@ -128,6 +132,7 @@ impl PartnerPolicy {
         PartnerPolicy {
             opts,
             adaptive: true,
+            erasure: false,
             job: job.to_string(),
             store: Mutex::new(None),
             snap: Mutex::new(Snapshot::default()),
@@ -140,6 +145,14 @@ impl PartnerPolicy {
     /// node). [`Self::new`] follows the decisions.
     pub fn adaptive(mut self, adaptive: bool) -> PartnerPolicy {
         self.adaptive = adaptive;
+        self
+    }
+
+    /// The cluster protects complete datasets with erasure sets (issue 32: `--redundancy
+    /// xor|rs:K` instead of `partner:K`): their files are not copied to partners; files
+    /// of no dataset still are.
+    pub fn erasure(mut self, on: bool) -> PartnerPolicy {
+        self.erasure = on;
         self
     }
 
@@ -156,7 +169,7 @@ impl PartnerPolicy {
                 taken_ns,
                 ..Default::default()
             },
-            Some(Ok((all, _bad))) => snapshot(&all, taken_ns, self.adaptive),
+            Some(Ok((all, _bad))) => snapshot(&all, taken_ns, self.adaptive, self.erasure),
             Some(Err(e)) => {
                 tracing::warn!(job = %self.job, error = %e, "cannot read the dataset records; no partner copies this scan");
                 Snapshot {
@@ -254,9 +267,12 @@ mod tests {
     #[test]
     fn a_dataset_decided_local_is_copied_by_default_and_skipped_only_when_adaptive() {
         let d = decided_local();
-        let s = snapshot(std::slice::from_ref(&d), 10, false);
+        let s = snapshot(std::slice::from_ref(&d), 10, false, false);
         assert_eq!(s.files["/c/a"][0].2, CopyVerdict::Copy);
-        let s = snapshot(std::slice::from_ref(&d), 10, true);
+        let s = snapshot(std::slice::from_ref(&d), 10, true, false);
+        assert_eq!(s.files["/c/a"][0].2, CopyVerdict::Skip);
+        // With erasure sets the set's parity protects it instead of a partner copy.
+        let s = snapshot(std::slice::from_ref(&d), 10, false, true);
         assert_eq!(s.files["/c/a"][0].2, CopyVerdict::Skip);
     }
 }

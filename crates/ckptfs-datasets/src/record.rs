@@ -166,7 +166,7 @@ impl Dataset {
     /// Levels holding every file (intersection), fastest first.
     pub fn levels(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for l in ["local", "partner", "pfs"] {
+        for l in ["local", "partner", "erasure", "pfs"] {
             if !self.files.is_empty() && self.files.values().all(|f| f.levels.iter().any(|x| x == l)) {
                 out.push(l.to_string());
             }

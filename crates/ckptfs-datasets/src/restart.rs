@@ -21,6 +21,9 @@ pub enum Source {
     Pfs,
     /// The node named holds a partner copy with the exact content.
     Partner(String),
+    /// The node's erasure set (its level id, `erasure:set0`) can rebuild the node's
+    /// part with the exact content (issue 32).
+    Erasure(String),
 }
 
 impl Source {
@@ -30,6 +33,7 @@ impl Source {
             Source::Local => "local".into(),
             Source::Pfs => "pfs".into(),
             Source::Partner(n) => format!("partner:{n}"),
+            Source::Erasure(l) => l.clone(),
         }
     }
 }

@@ -228,7 +228,7 @@ impl Datasets {
                 // (no entry of the round) lost them: the dataset is gone for good.
                 for (owner, p) in &j.parts {
                     if *owner != me && !m.nodes.contains(owner) {
-                        if let Err(why) = self.part_sources(nodes, owner, p) {
+                        if let Err(why) = self.part_sources(nodes, owner, p, m.id) {
                             return Ok(Err(format!(
                                 "node {owner} took no part in the round and its part is not whole: {why}"
                             )));
@@ -271,7 +271,7 @@ impl Datasets {
                 for (n, v) in nodes.holders(&me, std::slice::from_ref(&w), &others) {
                     if v.first() == Some(&true)
                         && self
-                            .bring_back(nodes, path, f.size, f.crc32c, &Source::Partner(n.clone()))
+                            .bring_back(nodes, m.id, path, f.size, f.crc32c, &Source::Partner(n.clone()))
                             .is_none()
                     {
                         src = Some(Source::Partner(n));

@@ -18,6 +18,9 @@
 //! - [`levels`]: which levels hold each file (local, partner nodes, PFS).
 //! - [`restore`]: recovery from the partners' memory (a holder's listing bounded by
 //!   what the store could hold: [`ListBounds`]).
+//! - [`erasure`]: erasure sets across the daemons (issue 32): the leader's encode of
+//!   complete datasets, the XOR ring, the members' shares, the rebuild of a lost
+//!   member's part from the survivors.
 //! - [`holds`]: the dataset `holds` question, confined to the owner's copies and the
 //!   node's dataset files, bounded per question.
 //! - [`ratelimit`]: at most one warning per source address or peer per 10 s.
@@ -26,6 +29,7 @@
 
 pub mod daemon;
 pub mod datasets;
+pub mod erasure;
 mod error;
 mod handler;
 pub mod holds;
@@ -45,6 +49,7 @@ pub mod source;
 
 pub use ckptfs_agent::sys::Priority;
 pub use daemon::{parse_priority, priority_name, run, run_blocking, NodeConfig, NodeSummary};
+pub use erasure::{rebuild_from_set, ErasureConfig, SetRebuildReport};
 pub use error::{NodeError, Result};
 pub use levels::{LevelsView, Where};
 pub use metrics::MetricsConfig;
