@@ -66,7 +66,17 @@ impl Cluster {
         let file = dir.path().join("c.toml");
         let job = format!("j{}", std::process::id());
         let out = Command::new(CKPTFS)
-            .args(["cluster", "init", "--local", "4", "--redundancy", "xor", "--set-size", "4", "--out"])
+            .args([
+                "cluster",
+                "init",
+                "--local",
+                "4",
+                "--redundancy",
+                "xor",
+                "--set-size",
+                "4",
+                "--out",
+            ])
             .arg(&file)
             .args(["--port", "17340", "--job", sim.prefix(), "--heartbeat-ms", "200"])
             .output()
@@ -97,7 +107,9 @@ impl Cluster {
             c.start(i);
         }
         for i in 0..N {
-            c.until(&format!("{}'s daemon", node(i)), || c.run(i, &["node", "status"]).status.success());
+            c.until(&format!("{}'s daemon", node(i)), || {
+                c.run(i, &["node", "status"]).status.success()
+            });
         }
         Some(c)
     }
@@ -142,7 +154,12 @@ impl Cluster {
 
     fn start(&mut self, i: usize) {
         let log = std::fs::File::create(self.log(i)).unwrap();
-        let child = self.cmd(i, &["node"]).stdout(Stdio::null()).stderr(log).spawn().unwrap();
+        let child = self
+            .cmd(i, &["node"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
         self.daemons[i] = Some(child);
     }
 
@@ -236,11 +253,16 @@ impl Cluster {
         let store = format!("{}.{}", self.sim.prefix(), node(i));
         let opts = ckptfs_store::StoreOptions {
             name: store.clone(),
-            shm_dir: Some(PathBuf::from(format!("/proc/{}/root/dev/shm", self.daemon_pid(i)))),
+            shm_dir: Some(PathBuf::from(format!(
+                "/proc/{}/root/dev/shm",
+                self.daemon_pid(i)
+            ))),
             ..Default::default()
         };
         let s = ckptfs_store::Store::attach(&opts).unwrap_or_else(|e| panic!("attach {store}: {e}"));
-        let chunks = s.chunk_list(path).unwrap_or_else(|e| panic!("{path} on {}: {e}", node(i)));
+        let chunks = s
+            .chunk_list(path)
+            .unwrap_or_else(|e| panic!("{path} on {}: {e}", node(i)));
         let ckptfs_store::ChunkLocation::Memory(off) = chunks[0].location else {
             panic!("{path} is not in memory")
         };
@@ -287,11 +309,16 @@ fn write_dataset(c: &Cluster) -> Vec<Vec<(String, Vec<u8>)>> {
 fn wait_protected(c: &Cluster, key: &str) -> u64 {
     let mut epoch = 0;
     for i in 0..N {
-        c.until(&format!("{key} protected on {}", node(i)), || {
-            matches!(c.erasure_state(i, key), Some((s, _)) if s == "protected")
-        });
+        c.until(
+            &format!("{key} protected on {}", node(i)),
+            || matches!(c.erasure_state(i, key), Some((s, _)) if s == "protected"),
+        );
         let (_, e) = c.erasure_state(i, key).unwrap();
-        assert!(epoch == 0 || e == epoch, "{} has epoch {e:x}, another {epoch:x}", node(i));
+        assert!(
+            epoch == 0 || e == epoch,
+            "{} has epoch {e:x}, another {epoch:x}",
+            node(i)
+        );
         epoch = e;
     }
     epoch
@@ -345,8 +372,15 @@ fn xor_set_of_four_rebuilds_a_lost_node_refuses_a_flipped_parity_byte_and_names_
     c.lose(3);
     c.replace(3);
     let o = c.run(3, &["restore", "--from-peers"]);
-    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(!o.status.success(), "a rebuild used a damaged parity shard: {out}");
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        !o.status.success(),
+        "a rebuild used a damaged parity shard: {out}"
+    );
     assert!(out.contains("unreadable: node2"), "{out}");
     assert!(out.contains("node4"), "{out}");
 
@@ -354,7 +388,11 @@ fn xor_set_of_four_rebuilds_a_lost_node_refuses_a_flipped_parity_byte_and_names_
     c.lose(0);
     c.replace(0);
     let o = c.run(0, &["restore", "--from-peers"]);
-    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(!o.status.success(), "{out}");
     assert!(
         out.contains("2 member(s) lost (node1, node4), the scheme tolerates 1"),

@@ -3,7 +3,9 @@
 
 use crate::codec::Encoder;
 use crate::layout::{FileRecord, Header, Layout, ParityRecord, PartRecord, FORMAT};
-use crate::set::{marker_path, now_ns, parity_path, put_checked, read_range, header_path, ErasureSet, PARITY_CHUNK};
+use crate::set::{
+    header_path, marker_path, now_ns, parity_path, put_checked, read_range, ErasureSet, PARITY_CHUNK,
+};
 use crate::ErasureError;
 use ckptfs_level::crc::crc_combine;
 use ckptfs_level::{Level, LevelError, Part};

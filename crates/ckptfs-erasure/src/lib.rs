@@ -26,11 +26,11 @@
 
 pub mod bench;
 pub mod codec;
-pub mod layout;
-mod read;
 mod encode;
+pub mod layout;
 pub mod member;
 pub mod proto;
+mod read;
 mod recover;
 pub mod ring;
 mod set;

@@ -24,7 +24,10 @@ pub fn part_record(level: &dyn Level, member: &str, want: &[WantFile]) -> Result
             return Err(ErasureError::Level(LevelError::Changed(w.path.clone())));
         }
         files.push(FileRecord::of(&st).ok_or_else(|| {
-            ErasureError::Layout(format!("{}: its CRCs are not known; it cannot be encoded", w.path))
+            ErasureError::Layout(format!(
+                "{}: its CRCs are not known; it cannot be encoded",
+                w.path
+            ))
         })?);
     }
     let size = files.iter().map(|f| f.size).sum();
@@ -40,11 +43,18 @@ pub fn part_record(level: &dyn Level, member: &str, want: &[WantFile]) -> Result
 /// `out.len()` bytes at `off` of member `i`'s data segment of stripe `s` of `h` (zeros
 /// past its part's end), from its files on `level` (each the recorded version, every
 /// chunk read checked).
-pub fn read_segment(level: &dyn Level, h: &Header, i: usize, s: usize, off: u64, out: &mut [u8]) -> Result<(), ErasureError> {
+pub fn read_segment(
+    level: &dyn Level,
+    h: &Header,
+    i: usize,
+    s: usize,
+    off: u64,
+    out: &mut [u8],
+) -> Result<(), ErasureError> {
     let lay = h.layout();
-    let t = lay
-        .segment_of(i, s)
-        .ok_or_else(|| ErasureError::Layout(format!("{} is not a data member of stripe {s}", h.members[i])))?;
+    let t = lay.segment_of(i, s).ok_or_else(|| {
+        ErasureError::Layout(format!("{} is not a data member of stripe {s}", h.members[i]))
+    })?;
     if off + out.len() as u64 > lay.segment {
         return Err(ErasureError::Layout("a read past the segment".into()));
     }
@@ -86,7 +96,13 @@ pub fn read_parity(level: &dyn Level, h: &Header, s: usize, j: usize) -> Result<
 
 /// Note that `epoch` of `dataset` is being encoded (so a later encode removes its parity
 /// if this one never finishes).
-pub fn mark_encoding(mover: &Mover, level: &dyn Level, dataset: &str, set: &str, epoch: u64) -> Result<(), ErasureError> {
+pub fn mark_encoding(
+    mover: &Mover,
+    level: &dyn Level,
+    dataset: &str,
+    set: &str,
+    epoch: u64,
+) -> Result<(), ErasureError> {
     put_checked(
         mover,
         level,
@@ -166,7 +182,12 @@ pub fn holds_share(level: &dyn Level, h: &Header, i: usize) -> bool {
 
 /// Write a rebuilt part's files into `into` through `mover` (each checked chunk by chunk
 /// against the recorded CRCs on the way, and read back).
-pub fn write_part(mover: &Mover, rec: &PartRecord, part: &[u8], into: &dyn Level) -> Result<Recovered, LevelError> {
+pub fn write_part(
+    mover: &Mover,
+    rec: &PartRecord,
+    part: &[u8],
+    into: &dyn Level,
+) -> Result<Recovered, LevelError> {
     let mut out = Recovered::default();
     let mut at = 0usize;
     for f in &rec.files {

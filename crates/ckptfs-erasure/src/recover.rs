@@ -18,7 +18,12 @@ impl ErasureSet {
 
     /// Write a rebuilt part's files into `into` (each checked chunk by chunk against the
     /// recorded CRCs on the way, and read back).
-    pub(crate) fn write_part(&self, rec: &PartRecord, part: &[u8], into: &dyn Level) -> Result<Recovered, LevelError> {
+    pub(crate) fn write_part(
+        &self,
+        rec: &PartRecord,
+        part: &[u8],
+        into: &dyn Level,
+    ) -> Result<Recovered, LevelError> {
         let mut out = Recovered::default();
         let mut at = 0usize;
         for f in &rec.files {

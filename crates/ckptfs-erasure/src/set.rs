@@ -118,7 +118,12 @@ pub(crate) fn le(e: ErasureError) -> LevelError {
 /// Read `out.len()` bytes at part offset `off` of a part whose files are `files`, from
 /// `level`; bytes past the part's end are zeros. Each file must still be the recorded
 /// version (its reader checks every chunk read against its CRC32C).
-pub(crate) fn read_range(level: &dyn Level, files: &[FileRecord], off: u64, out: &mut [u8]) -> Result<(), LevelError> {
+pub(crate) fn read_range(
+    level: &dyn Level,
+    files: &[FileRecord],
+    off: u64,
+    out: &mut [u8],
+) -> Result<(), LevelError> {
     out.fill(0);
     let end = off + out.len() as u64;
     let mut at = 0u64; // part offset of the file's start
@@ -375,7 +380,6 @@ impl ErasureSet {
         }
         Err(first_lost.unwrap_or(SetState::Absent))
     }
-
 }
 
 impl SetProtection for ErasureSet {

@@ -329,11 +329,13 @@ impl Shared {
                 // What this member keeps, as its store says (an encode led elsewhere, a
                 // rebuild, an earlier daemon's).
                 for h in crate::erasure::local_headers(&self.store, &e.set.name) {
-                    st.datasets.entry(h.dataset.clone()).or_insert(crate::erasure::DatasetErasure {
-                        state: "protected".into(),
-                        epoch: h.epoch,
-                        ..Default::default()
-                    });
+                    st.datasets
+                        .entry(h.dataset.clone())
+                        .or_insert(crate::erasure::DatasetErasure {
+                            state: "protected".into(),
+                            epoch: h.epoch,
+                            ..Default::default()
+                        });
                 }
                 st
             }),

@@ -427,17 +427,33 @@ impl JobNodes for ClusterNodes {
         owner != self.asker.me && holds(&self.store, &self.asker.me, owner, file)
     }
 
-    fn erasure_source(&self, job: &str, id: u64, owner: &str, files: &[Want]) -> std::result::Result<String, String> {
+    fn erasure_source(
+        &self,
+        job: &str,
+        id: u64,
+        owner: &str,
+        files: &[Want],
+    ) -> std::result::Result<String, String> {
         let a = &self.asker;
-        ckptfs_erasure::cluster_sets(&a.cluster).ok_or("no erasure sets")?.map_err(|e| e.to_string())?;
-        let want: Vec<(String, u64, u32)> = files.iter().map(|w| (w.path.clone(), w.size, w.crc32c)).collect();
-        crate::erasure::set_can_rebuild(&a.cluster, &a.me, owner, &crate::erasure::dataset_key(job, id), &want)
+        ckptfs_erasure::cluster_sets(&a.cluster)
+            .ok_or("no erasure sets")?
+            .map_err(|e| e.to_string())?;
+        let want: Vec<(String, u64, u32)> =
+            files.iter().map(|w| (w.path.clone(), w.size, w.crc32c)).collect();
+        crate::erasure::set_can_rebuild(
+            &a.cluster,
+            &a.me,
+            owner,
+            &crate::erasure::dataset_key(job, id),
+            &want,
+        )
     }
 
     fn erasure_rebuild(&self, store: &Store, job: &str, id: u64) -> std::result::Result<(), String> {
         let a = &self.asker;
         let key = crate::erasure::dataset_key(job, id);
-        let rep = crate::erasure::rebuild_from_set(&a.cluster, &a.me, store, Some(&key)).map_err(|e| e.to_string())?;
+        let rep = crate::erasure::rebuild_from_set(&a.cluster, &a.me, store, Some(&key))
+            .map_err(|e| e.to_string())?;
         match rep.failed.into_iter().find(|(d, _)| *d == key) {
             Some((_, why)) => Err(why),
             None if rep.rebuilt.iter().any(|r| r.dataset == key) || rep.present.contains(&key) => Ok(()),

@@ -82,7 +82,11 @@ impl ErasureConfig {
         let Some(set) = plan.set_of(node).cloned() else {
             return Ok(None);
         };
-        let scheme = cluster.redundancy.erasure.map(Scheme::from).unwrap_or(Scheme::Xor);
+        let scheme = cluster
+            .redundancy
+            .erasure
+            .map(Scheme::from)
+            .unwrap_or(Scheme::Xor);
         Ok(Some(ErasureConfig {
             job: job.to_string(),
             scheme,
@@ -134,13 +138,14 @@ pub struct ErasureStatus {
     pub pieces_refused: u64,
 }
 
-type PieceIn = std::result::Result<(Piece, Vec<u8>), String>;
+/// A piece from a neighbour (its sender, the piece, its bytes), or why the stream broke.
+type PieceIn = std::result::Result<(String, Piece, Vec<u8>), String>;
 
 /// The daemon's erasure state.
 #[derive(Default)]
 pub(crate) struct EraState {
     /// Encodings running here, by (dataset, epoch): where the predecessor's pieces go.
-    jobs: Mutex<HashMap<(String, u64), mpsc::Sender<PieceIn>>>,
+    jobs: Mutex<HashMap<(String, u64), mpsc::UnboundedSender<PieceIn>>>,
     registered: Notify,
     status: Mutex<ErasureStatus>,
     /// One member role at a time on this node.
@@ -179,6 +184,10 @@ fn fail(errno: i32, message: impl std::fmt::Display) -> EraMsg {
     }
 }
 
+fn bfail(errno: i32, message: impl std::fmt::Display) -> Box<EraMsg> {
+    Box::new(fail(errno, message))
+}
+
 async fn send_era(conn: &mut Conn, m: &EraMsg) -> Result<()> {
     let body = proto::encode(m).map_err(err)?;
     conn.send(Msg::Erasure(body)).await
@@ -193,7 +202,10 @@ async fn recv_era(conn: &mut Conn) -> Result<EraMsg> {
             what: message,
             errno,
         }),
-        Some(other) => Err(proto_err(&peer, format!("expected an erasure message, got {}", other.name()))),
+        Some(other) => Err(proto_err(
+            &peer,
+            format!("expected an erasure message, got {}", other.name()),
+        )),
         None => Err(NodeError::Transport(format!("{peer} closed the connection"))),
     }
 }
@@ -272,32 +284,32 @@ fn my_part(store: &Store, me: &str, want: &[WantFile]) -> Result<PartRecord> {
 // ---------------------------------------------------------------------------------
 // The leader.
 
-/// Complete datasets of the job newer than the newest one this set already protects:
-/// (key, every member's files as the agreed record lists them), newest first.
-fn to_encode(store: &Store, cfg: &ErasureConfig, me: &str) -> Vec<(String, BTreeMap<String, Vec<WantFile>>)> {
+/// A dataset key and every member's files of it as the agreed record lists them.
+type Wants = (String, BTreeMap<String, Vec<WantFile>>);
+
+/// Complete datasets of the job newer than the newest one this set already protects
+/// (key, every member's files as the agreed record lists them), newest first; and that
+/// newest protected one with its epoch (the leader checks that every member still holds
+/// its share of it, and encodes it again when one does not: a member rebuilt without
+/// its parity, after more than one loss).
+fn to_encode(store: &Store, cfg: &ErasureConfig, me: &str) -> (Vec<Wants>, Option<(Wants, u64)>) {
     let Ok((all, _)) = ckptfs_datasets::record::load_all(store, &cfg.job) else {
-        return Vec::new();
+        return (Vec::new(), None);
     };
-    let all = ckptfs_datasets::record::with_verdicts(
-        all,
-        ckptfs_datasets::record::load_verdicts(store, &cfg.job),
-    );
+    let all =
+        ckptfs_datasets::record::with_verdicts(all, ckptfs_datasets::record::load_verdicts(store, &cfg.job));
     let level = match level_of(store) {
         Ok(l) => l,
-        Err(_) => return Vec::new(),
+        Err(_) => return (Vec::new(), None),
     };
     let mut out = Vec::new();
+    let mut protected = None;
     for d in all.iter().rev() {
         if d.state != ckptfs_datasets::State::Complete || d.nodes.is_empty() {
             continue;
         }
         let key = dataset_key(&cfg.job, d.id);
-        if let Some(h) = member::header(&level, &key, &cfg.set.name) {
-            if h.members == cfg.set.members && h.index_of(me).is_some_and(|i| member::holds_share(&level, &h, i)) {
-                break;
-            }
-        }
-        let wants = cfg
+        let wants: BTreeMap<String, Vec<WantFile>> = cfg
             .set
             .members
             .iter()
@@ -319,34 +331,80 @@ fn to_encode(store: &Store, cfg: &ErasureConfig, me: &str) -> Vec<(String, BTree
                 (m.clone(), files)
             })
             .collect();
+        if let Some(h) = member::header(&level, &key, &cfg.set.name) {
+            if h.members == cfg.set.members
+                && h.index_of(me).is_some_and(|i| member::holds_share(&level, &h, i))
+            {
+                protected = Some(((key, wants), h.epoch));
+                break;
+            }
+        }
         out.push((key, wants));
     }
-    out
+    (out, protected)
 }
 
 /// The leader's loop: encode every complete dataset not yet protected (newest first),
 /// when every member answers heartbeats. Runs on the partner-copy threads (low
 /// priority): the application never waits for it.
 pub(crate) async fn leader_loop(shared: Arc<Shared>) {
-    let Some(cfg) = shared.cfg.erasure.clone() else { return };
+    let Some(cfg) = shared.cfg.erasure.clone() else {
+        return;
+    };
     let me = shared.cfg.node_id.clone();
     if cfg.set.members.first() != Some(&me) {
         return;
     }
     let mut failed: HashMap<String, Instant> = HashMap::new();
+    let mut checked: Option<Instant> = None;
+    // Protected datasets found short of a member's share, being encoded again.
+    let mut degraded: std::collections::HashSet<String> = Default::default();
     loop {
         tokio::time::sleep(cfg.every).await;
-        let todo = {
+        let (mut todo, protected) = {
             let (store, cfg, me) = (shared.store.clone(), cfg.clone(), me.clone());
             tokio::task::spawn_blocking(move || to_encode(&store, &cfg, &me))
                 .await
                 .unwrap_or_default()
         };
+        // Every few seconds: does every member still hold its share of the newest
+        // protected dataset? One that does not (rebuilt without its parity) and answers
+        // again gets a new encoding of the set.
+        if let Some(((key, wants), epoch)) = protected {
+            if checked.is_none_or(|t| t.elapsed() >= RECHECK_EVERY)
+                && cfg.set.members.iter().all(|m| *m == me || shared.is_up(m))
+            {
+                checked = Some(Instant::now());
+                let short = members_without_share(&shared, &cfg, &key, epoch).await;
+                if !short.is_empty() {
+                    tracing::info!(
+                        "erasure: {} no longer hold their share of {key}: encoding the set again",
+                        short.join(", ")
+                    );
+                    shared.erasure.set_state(
+                        &key,
+                        DatasetErasure {
+                            state: "degraded".into(),
+                            epoch,
+                            detail: Some(format!("no share on {}", short.join(", "))),
+                            ..Default::default()
+                        },
+                    );
+                    degraded.insert(key.clone());
+                    todo.push((key, wants));
+                }
+            }
+        }
         for (key, wants) in todo {
             if failed.get(&key).is_some_and(|t| t.elapsed() < RETRY_AFTER) {
                 continue;
             }
-            let down: Vec<&String> = cfg.set.members.iter().filter(|m| **m != me && !shared.is_up(m)).collect();
+            let down: Vec<&String> = cfg
+                .set
+                .members
+                .iter()
+                .filter(|m| **m != me && !shared.is_up(m))
+                .collect();
             if !down.is_empty() {
                 shared.erasure.set_state(
                     &key,
@@ -359,21 +417,6 @@ pub(crate) async fn leader_loop(shared: Arc<Shared>) {
                         ..Default::default()
                     },
                 );
-                continue;
-            }
-            if cfg.scheme != Scheme::Xor {
-                shared.erasure.set_state(
-                    &key,
-                    DatasetErasure {
-                        state: "failed".into(),
-                        detail: Some(format!(
-                            "{}: encoding across daemons is built for xor only (see docs/erasure.md)",
-                            cfg.scheme
-                        )),
-                        ..Default::default()
-                    },
-                );
-                failed.insert(key, Instant::now());
                 continue;
             }
             let t0 = Instant::now();
@@ -394,6 +437,12 @@ pub(crate) async fn leader_loop(shared: Arc<Shared>) {
                         },
                     );
                     failed.remove(&key);
+                    degraded.remove(&key);
+                }
+                Err(e) if degraded.contains(&key) => {
+                    // The older encoding still protects what it can: degraded, not failed.
+                    tracing::debug!("erasure: dataset {key} not encoded again yet: {e}");
+                    failed.insert(key, Instant::now());
                 }
                 Err(e) => {
                     tracing::warn!("erasure: dataset {key} not encoded: {e}");
@@ -410,6 +459,40 @@ pub(crate) async fn leader_loop(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// How often the leader checks that every member still holds its share.
+pub const RECHECK_EVERY: Duration = Duration::from_secs(3);
+
+/// The members (other than this one) that do not list `key`'s encoding `epoch` as a
+/// share they hold whole; a member that cannot be asked is not counted (it is down).
+async fn members_without_share(
+    shared: &Arc<Shared>,
+    cfg: &ErasureConfig,
+    key: &str,
+    epoch: u64,
+) -> Vec<String> {
+    let mut short = Vec::new();
+    for m in cfg.set.members.iter().filter(|m| **m != shared.cfg.node_id) {
+        let Ok(mut c) = shared.connect(m).await else {
+            continue;
+        };
+        match ask(
+            &mut c,
+            &EraMsg::Headers {
+                set: cfg.set.name.clone(),
+            },
+            Duration::from_secs(10),
+        )
+        .await
+        {
+            Ok(EraMsg::Listed { datasets }) if !datasets.iter().any(|(d, e)| d == key && *e == epoch) => {
+                short.push(m.clone())
+            }
+            _ => {}
+        }
+    }
+    short
 }
 
 /// The time an encode of parts of up to `largest` bytes may take before it is given up.
@@ -509,7 +592,8 @@ async fn encode_dataset(
                 let i = plan.index_of(&m).expect("member");
                 let held = plan.layout().held_by(i);
                 if v.len() != held.len()
-                    || v.iter().any(|p| p.holder != m || !held.contains(&(p.stripe, p.row)))
+                    || v.iter()
+                        .any(|p| p.holder != m || !held.contains(&(p.stripe, p.row)))
                 {
                     problems.push(format!("{m}: answered parity records that are not its own"));
                 } else {
@@ -568,7 +652,7 @@ fn expect_piece(
     offset: u64,
     len: u32,
 ) -> std::result::Result<(), String> {
-    let (p, data) = got.as_ref().map_err(|e| e.clone())?;
+    let (_, p, data) = got.as_ref().map_err(|e| e.clone())?;
     let ok = p.kind == SegKind::Partial
         && p.stripe as usize == stripe
         && p.row == 0
@@ -599,10 +683,9 @@ async fn member_role(shared: Arc<Shared>, plan: Header, me: String) -> Result<Ve
             plan.dataset, plan.set, plan.members, plan.scheme, cfg.set.name, cfg.set.members, cfg.scheme
         )));
     }
-    if plan.scheme != Scheme::Xor {
-        return Err(err(format!("{}: encoding across daemons is built for xor only", plan.scheme)));
-    }
-    let i = plan.index_of(&me).ok_or_else(|| err("not a member of the plan"))?;
+    let i = plan
+        .index_of(&me)
+        .ok_or_else(|| err("not a member of the plan"))?;
     let _one = shared.erasure.running.lock().await;
     let n = plan.members.len();
     // My part in the plan must be exactly what this store holds.
@@ -621,21 +704,34 @@ async fn member_role(shared: Arc<Shared>, plan: Header, me: String) -> Result<Ve
             .await
             .map_err(|e| err(e.to_string()))??;
         if mine != plan.parts[i] {
-            return Err(err(format!("the plan's part of {me} is not what its store holds")));
+            return Err(err(format!(
+                "the plan's part of {me} is not what its store holds"
+            )));
         }
         let level = level_of(&shared.store)?;
-        member::mark_encoding(&Mover::default(), &level, &plan.dataset, &plan.set, plan.epoch).map_err(err)?;
+        member::mark_encoding(&Mover::default(), &level, &plan.dataset, &plan.set, plan.epoch)
+            .map_err(err)?;
     }
     let key = (plan.dataset.clone(), plan.epoch);
-    let (tx, mut rx) = mpsc::channel::<PieceIn>(4);
+    // Unbounded, yet bounded in practice: a neighbour is at most a round of pieces ahead
+    // (ring.rs), and the handler must always drain its connection (no cycle of full
+    // buffers between members sending to each other).
+    let (tx, mut rx) = mpsc::unbounded_channel::<PieceIn>();
     shared.erasure.jobs.lock().expect("jobs").insert(key.clone(), tx);
     shared.erasure.registered.notify_waiters();
-    let r = ring_steps(&shared, &plan, &me, i, n, &mut rx).await;
+    let r = match plan.scheme {
+        Scheme::Xor => ring_steps(&shared, &plan, &me, i, n, &mut rx).await,
+        Scheme::Rs(_) => gather_steps(&shared, &plan, i, &mut rx).await,
+    };
     shared.erasure.jobs.lock().expect("jobs").remove(&key);
-    let parity = r?;
+    let shards = r?;
     let level = level_of(&shared.store)?;
-    let rec = member::store_parity(&Mover::default(), &level, &plan, &me, i, 0, &parity).map_err(err)?;
-    Ok(vec![rec])
+    let lay = plan.layout();
+    let mut recs = Vec::new();
+    for ((s, j), b) in lay.held_by(i).into_iter().zip(shards) {
+        recs.push(member::store_parity(&Mover::default(), &level, &plan, &me, s, j, &b).map_err(err)?);
+    }
+    Ok(recs)
 }
 
 async fn ring_steps(
@@ -644,8 +740,8 @@ async fn ring_steps(
     me: &str,
     i: usize,
     n: usize,
-    rx: &mut mpsc::Receiver<PieceIn>,
-) -> Result<Vec<u8>> {
+    rx: &mut mpsc::UnboundedReceiver<PieceIn>,
+) -> Result<Vec<Vec<u8>>> {
     let succ = plan.members[ring::successor(n, i)].clone();
     let pred = plan.members[ring::predecessor(n, i)].clone();
     let mut conn = shared.connect(&succ).await?;
@@ -660,8 +756,7 @@ async fn ring_steps(
     .await?;
     // The sender: pieces go out in order, two in flight at most (ring.rs: no deadlock).
     let (out_tx, mut out_rx) = mpsc::channel::<(Piece, Vec<u8>)>(2);
-    let mut throttle =
-        crate::replicate::Throttle::new(shared.cfg.max_bw, &shared.store, Duration::ZERO);
+    let mut throttle = crate::replicate::Throttle::new(shared.cfg.max_bw, &shared.store, Duration::ZERO);
     let sh = shared.clone();
     let sender = tokio::spawn(async move {
         while let Some((p, data)) = out_rx.recv().await {
@@ -702,13 +797,20 @@ async fn ring_steps(
                     Step::Pass(s) | Step::Keep(s) => {
                         let got = tokio::time::timeout(PIECE_TIMEOUT, rx.recv())
                             .await
-                            .map_err(|_| err(format!("no piece of stripe {s} from {pred} in {PIECE_TIMEOUT:?}")))?
+                            .map_err(|_| {
+                                err(format!("no piece of stripe {s} from {pred} in {PIECE_TIMEOUT:?}"))
+                            })?
                             .ok_or_else(|| err(format!("the ring connection from {pred} ended")))?;
                         if let Err(e) = expect_piece(plan, &pred, &got, s, off, len) {
-                            shared.erasure.status.lock().expect("erasure status").pieces_refused += 1;
+                            shared
+                                .erasure
+                                .status
+                                .lock()
+                                .expect("erasure status")
+                                .pieces_refused += 1;
                             return Err(err(e));
                         }
-                        let (_, mut b) = got.expect("checked");
+                        let (_, _, mut b) = got.expect("checked");
                         if let Step::Pass(_) = st {
                             let mut own = vec![0u8; len as usize];
                             member::read_segment(&level, plan, i, s, off, &mut own).map_err(err)?;
@@ -732,18 +834,250 @@ async fn ring_steps(
     r?;
     sent?;
     let _ = me;
-    Ok(parity)
+    Ok(vec![parity])
+}
+
+/// Who sends pieces to member `me` during an encode: its predecessor in the XOR ring;
+/// with Reed-Solomon, the data members of its stripe (their segments) and the members
+/// `me - j` (row `j` of their stripe, `0 < j < k`).
+fn senders_to(cfg: &ErasureConfig, me: &str) -> Vec<String> {
+    let m = &cfg.set.members;
+    let n = m.len();
+    let Some(i) = m.iter().position(|x| x == me) else {
+        return Vec::new();
+    };
+    match cfg.scheme {
+        Scheme::Xor => vec![m[ring::predecessor(n, i)].clone()],
+        Scheme::Rs(k) => {
+            let lay = Layout {
+                n,
+                scheme: cfg.scheme,
+                segment: 0,
+            };
+            let mut v: Vec<String> = lay.data_members(i).into_iter().map(|d| m[d].clone()).collect();
+            for j in 1..(k as usize).min(n) {
+                v.push(m[(i + n - j) % n].clone());
+            }
+            v
+        }
+    }
+}
+
+/// Outgoing pieces to one member, in order, on a connection of their own.
+struct Outgoing {
+    tx: mpsc::Sender<(Piece, Vec<u8>)>,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+async fn open_outgoing(shared: &Arc<Shared>, plan: &Header, to: &str) -> Result<Outgoing> {
+    let mut conn = shared.connect(to).await?;
+    send_era(
+        &mut conn,
+        &EraMsg::Ring {
+            set: plan.set.clone(),
+            dataset: plan.dataset.clone(),
+            epoch: plan.epoch,
+        },
+    )
+    .await?;
+    let (tx, mut rx) = mpsc::channel::<(Piece, Vec<u8>)>(2);
+    let mut throttle = crate::replicate::Throttle::new(shared.cfg.max_bw, &shared.store, Duration::ZERO);
+    let sh = shared.clone();
+    let task = tokio::spawn(async move {
+        while let Some((p, data)) = rx.recv().await {
+            let (off, crc) = (p.offset, ckptfs_transport::crc32c(&data));
+            conn.send(Msg::Piece(p)).await?;
+            conn.send_chunk_buf(off, crc, &data).await?;
+            throttle.sent(data.len()).await;
+            sh.erasure.status.lock().expect("erasure status").bytes_sent += data.len() as u64;
+        }
+        send_era(&mut conn, &EraMsg::Done).await
+    });
+    Ok(Outgoing { tx, task })
+}
+
+/// A piece's place: (sender, kind, stripe, row, offset).
+type PieceKey = (String, u8, u32, u16, u64);
+
+/// Reed-Solomon across daemons: each data member sends its segment of stripe `s` to the
+/// stripe's row-0 holder (member `s`), which encodes each piece once its data pieces are
+/// in and forwards rows `1..k` to their holders (members `s + j`). Piece by piece: in
+/// round `r` a member first sends its pieces `r` (no waiting), then waits for the pieces
+/// `r` of its own stripe, encodes and forwards, then waits for the rows it holds of the
+/// stripes before it: no member waits for one that waits for it. Returns the member's
+/// shards in `held_by` order.
+async fn gather_steps(
+    shared: &Arc<Shared>,
+    plan: &Header,
+    i: usize,
+    rx: &mut mpsc::UnboundedReceiver<PieceIn>,
+) -> Result<Vec<Vec<u8>>> {
+    let lay = plan.layout();
+    let (n, p) = (lay.n, plan.scheme.parity());
+    let members = &plan.members;
+    let mut dests: Vec<usize> = (0..n).filter(|&s| lay.segment_of(i, s).is_some()).collect();
+    dests.extend((1..p).map(|j| (i + j) % n));
+    dests.sort_unstable();
+    dests.dedup();
+    let mut out: BTreeMap<usize, Outgoing> = BTreeMap::new();
+    for d in dests {
+        out.insert(d, open_outgoing(shared, plan, &members[d]).await?);
+    }
+    let level = level_of(&shared.store)?;
+    let held = lay.held_by(i);
+    let mut shards: Vec<Vec<u8>> = held.iter().map(|_| vec![0u8; plan.segment as usize]).collect();
+    let data_of_mine = lay.data_members(i);
+    let mut enc: Option<(u32, ckptfs_erasure::codec::Encoder)> = None;
+    // Pieces that arrived before their round.
+    let mut early: HashMap<PieceKey, Vec<u8>> = HashMap::new();
+    let piece = |s: usize, j: usize, kind: SegKind, offset: u64, len: u32| Piece {
+        set: plan.set.clone(),
+        dataset: plan.dataset.clone(),
+        epoch: plan.epoch,
+        stripe: s as u32,
+        row: j as u16,
+        kind,
+        offset,
+        len,
+        seg_size: plan.segment,
+    };
+    let pieces = ring::pieces(plan.segment);
+    let run = async {
+        for &(off, len) in &pieces {
+            // 1. This member's data pieces of the round, to their stripes' holders.
+            for s in 0..n {
+                if lay.segment_of(i, s).is_none() {
+                    continue;
+                }
+                let mut b = vec![0u8; len as usize];
+                member::read_segment(&level, plan, i, s, off, &mut b).map_err(err)?;
+                out[&s]
+                    .tx
+                    .send((piece(s, 0, SegKind::Data, off, len), b))
+                    .await
+                    .map_err(|_| err(format!("the connection to {} ended", members[s])))?;
+            }
+            // 2. What this member waits for in the round: the data of its stripe, and
+            // the rows it holds of the stripes before it.
+            let data_keys: Vec<PieceKey> = data_of_mine
+                .iter()
+                .map(|&d| (members[d].clone(), SegKind::Data as u8, i as u32, 0u16, off))
+                .collect();
+            let row_keys: Vec<PieceKey> = (1..p)
+                .map(|j| {
+                    let s = (i + n - j) % n;
+                    (members[s].clone(), SegKind::Parity as u8, s as u32, j as u16, off)
+                })
+                .collect();
+            let mut got: HashMap<PieceKey, Vec<u8>> = HashMap::new();
+            for k in data_keys.iter().chain(&row_keys) {
+                if let Some(b) = early.remove(k) {
+                    got.insert(k.clone(), b);
+                }
+            }
+            let mut encoded = false;
+            loop {
+                if !encoded && data_keys.iter().all(|k| got.contains_key(k)) {
+                    // 3. Encode this piece of the stripe, keep row 0, forward the others.
+                    let refs: Vec<&[u8]> = data_keys.iter().map(|k| got[k].as_slice()).collect();
+                    if enc.as_ref().is_none_or(|(l, _)| *l != len) {
+                        let e = ckptfs_erasure::codec::Encoder::new(plan.scheme, lay.data(), len as usize)
+                            .map_err(err)?;
+                        enc = Some((len, e));
+                    }
+                    let mut par = vec![Vec::new(); p];
+                    enc.as_mut()
+                        .expect("set")
+                        .1
+                        .encode(&refs, &mut par)
+                        .map_err(err)?;
+                    for (j, row) in par.into_iter().enumerate() {
+                        if j == 0 {
+                            let k = held.iter().position(|&h| h == (i, 0)).expect("row 0");
+                            shards[k][off as usize..(off + len as u64) as usize].copy_from_slice(&row);
+                        } else {
+                            let to = (i + j) % n;
+                            out[&to]
+                                .tx
+                                .send((piece(i, j, SegKind::Parity, off, len), row))
+                                .await
+                                .map_err(|_| err(format!("the connection to {} ended", members[to])))?;
+                        }
+                    }
+                    encoded = true;
+                }
+                if encoded && row_keys.iter().all(|k| got.contains_key(k)) {
+                    break;
+                }
+                // 4. The next piece from any sender: it must be one this member waits
+                // for, in this round or a later one, and not seen before.
+                let next = tokio::time::timeout(PIECE_TIMEOUT, rx.recv())
+                    .await
+                    .map_err(|_| err(format!("no piece at {off} in {PIECE_TIMEOUT:?}")))?
+                    .ok_or_else(|| err("the encoding's connections ended"))?;
+                let (from, pc, b) = next.map_err(err)?;
+                let k: PieceKey = (from.clone(), pc.kind as u8, pc.stripe, pc.row, pc.offset);
+                let expected_len = pieces.iter().find(|(o, _)| *o == pc.offset).map(|(_, l)| *l);
+                let same_place = |w: &PieceKey| (&w.0, w.1, w.2, w.3) == (&k.0, k.1, k.2, k.3);
+                let ok = pc.seg_size == plan.segment
+                    && expected_len == Some(pc.len)
+                    && b.len() == pc.len as usize
+                    && pc.offset >= off
+                    && data_keys.iter().chain(&row_keys).any(same_place)
+                    && !got.contains_key(&k)
+                    && !early.contains_key(&k);
+                if !ok {
+                    shared
+                        .erasure
+                        .status
+                        .lock()
+                        .expect("erasure status")
+                        .pieces_refused += 1;
+                    return Err(err(format!(
+                        "{from} sent a piece out of place (stripe {} row {} at {} of {} bytes, segment {})",
+                        pc.stripe, pc.row, pc.offset, pc.len, pc.seg_size
+                    )));
+                }
+                if pc.offset == off {
+                    got.insert(k, b);
+                } else {
+                    early.insert(k, b);
+                }
+            }
+            // 5. The rows of the stripes before it that this member holds.
+            for (jm1, k) in row_keys.iter().enumerate() {
+                let s = (i + n - (jm1 + 1)) % n;
+                let at = held.iter().position(|&h| h == (s, jm1 + 1)).expect("held row");
+                shards[at][off as usize..(off + len as u64) as usize].copy_from_slice(&got[k]);
+            }
+        }
+        Ok::<(), NodeError>(())
+    };
+    let r = run.await;
+    let mut sent = Ok(());
+    for (_, o) in out {
+        drop(o.tx);
+        match o.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => sent = Err(e),
+            Err(e) => sent = Err(err(e.to_string())),
+        }
+    }
+    r?;
+    sent?;
+    Ok(shards)
 }
 
 // ---------------------------------------------------------------------------------
 // The server side.
 
-fn set_of_shared(shared: &Shared) -> std::result::Result<ErasureConfig, EraMsg> {
-    shared
-        .cfg
-        .erasure
-        .clone()
-        .ok_or_else(|| fail(libc::ENOENT, format!("{} has no erasure set", shared.cfg.node_id)))
+fn set_of_shared(shared: &Shared) -> std::result::Result<ErasureConfig, Box<EraMsg>> {
+    shared.cfg.erasure.clone().ok_or_else(|| {
+        Box::new(fail(
+            libc::ENOENT,
+            format!("{} has no erasure set", shared.cfg.node_id),
+        ))
+    })
 }
 
 /// Serve one erasure message (the first `Erasure` frame of a request) on `conn`.
@@ -752,7 +1086,12 @@ pub(crate) async fn serve(shared: &Arc<Shared>, conn: &mut Conn, body: String) -
     let msg = match proto::parse(&body) {
         Ok(m) => m,
         Err(e) => {
-            shared.erasure.status.lock().expect("erasure status").pieces_refused += 1;
+            shared
+                .erasure
+                .status
+                .lock()
+                .expect("erasure status")
+                .pieces_refused += 1;
             return Err(proto_err(&peer, e));
         }
     };
@@ -763,7 +1102,12 @@ pub(crate) async fn serve(shared: &Arc<Shared>, conn: &mut Conn, body: String) -
     let me = shared.cfg.node_id.clone();
     let leader = cfg.set.members.first().cloned().unwrap_or_default();
     let member_of = |n: &str| cfg.set.members.iter().any(|m| m == n);
-    let refuse = |what: &str| fail(libc::EACCES, format!("{peer} may not {what} (set {})", cfg.set.name));
+    let refuse = |what: &str| {
+        fail(
+            libc::EACCES,
+            format!("{peer} may not {what} (set {})", cfg.set.name),
+        )
+    };
     match msg {
         EraMsg::PartOf { set, dataset, files } => {
             if set != cfg.set.name || peer != leader {
@@ -807,11 +1151,17 @@ pub(crate) async fn serve(shared: &Arc<Shared>, conn: &mut Conn, body: String) -
             }
         }
         EraMsg::Ring { set, dataset, epoch } => {
-            let n = cfg.set.members.len();
-            let i = cfg.set.members.iter().position(|m| *m == me).unwrap_or(0);
-            if set != cfg.set.name || peer != cfg.set.members[ring::predecessor(n, i)] {
-                shared.erasure.status.lock().expect("erasure status").pieces_refused += 1;
-                return Err(proto_err(&peer, "sends running sums but is not the member before this one"));
+            if set != cfg.set.name || !senders_to(&cfg, &me).contains(&peer) {
+                shared
+                    .erasure
+                    .status
+                    .lock()
+                    .expect("erasure status")
+                    .pieces_refused += 1;
+                return Err(proto_err(
+                    &peer,
+                    "sends pieces of an encoding but is not a member that sends to this one",
+                ));
             }
             serve_ring(shared, conn, &dataset, epoch).await
         }
@@ -832,7 +1182,13 @@ pub(crate) async fn serve(shared: &Arc<Shared>, conn: &mut Conn, body: String) -
             let level = level_of(&shared.store)?;
             match member::header(&level, &dataset, &set) {
                 Some(header) => send_era(conn, &EraMsg::Head { header }).await,
-                None => send_era(conn, &fail(libc::ENOENT, format!("no header of {dataset} on {me}"))).await,
+                None => {
+                    send_era(
+                        conn,
+                        &fail(libc::ENOENT, format!("no header of {dataset} on {me}")),
+                    )
+                    .await
+                }
             }
         }
         EraMsg::Read {
@@ -846,7 +1202,17 @@ pub(crate) async fn serve(shared: &Arc<Shared>, conn: &mut Conn, body: String) -
             if set != cfg.set.name || !member_of(&peer) {
                 return send_era(conn, &refuse("read the set's segments")).await;
             }
-            serve_read(shared, conn, &set, &dataset, epoch, stripe as usize, row as usize, parity).await
+            serve_read(
+                shared,
+                conn,
+                &set,
+                &dataset,
+                epoch,
+                stripe as usize,
+                row as usize,
+                parity,
+            )
+            .await
         }
         EraMsg::Encode { .. } | EraMsg::Commit { .. } => {
             // Only after the part question, from the leader, on the same connection.
@@ -862,13 +1228,18 @@ async fn serve_ring(shared: &Arc<Shared>, conn: &mut Conn, dataset: &str, epoch:
     let key = (dataset.to_string(), epoch);
     // The predecessor may have got the plan first: wait for this member's encoding.
     let deadline = Instant::now() + PIECE_TIMEOUT;
-    let tx = loop {
+    let tx: mpsc::UnboundedSender<PieceIn> = loop {
         let registered = shared.erasure.registered.notified();
         if let Some(tx) = shared.erasure.jobs.lock().expect("jobs").get(&key).cloned() {
             break tx;
         }
         if Instant::now() >= deadline {
-            return Err(proto_err(&peer, format!("sends running sums of {dataset} epoch {epoch:016x}, which is not being encoded here")));
+            return Err(proto_err(
+                &peer,
+                format!(
+                    "sends running sums of {dataset} epoch {epoch:016x}, which is not being encoded here"
+                ),
+            ));
         }
         let _ = tokio::time::timeout(Duration::from_millis(200), registered).await;
     };
@@ -882,14 +1253,22 @@ async fn serve_ring(shared: &Arc<Shared>, conn: &mut Conn, dataset: &str, epoch:
             Msg::Erasure(b) if matches!(proto::parse(&b), Ok(EraMsg::Done)) => return Ok(()),
             other => {
                 let e = format!("{peer} sent {} inside the ring", other.name());
-                let _ = tx.send(Err(e.clone())).await;
+                let _ = tx.send(Err(e.clone()));
                 return Err(proto_err(&peer, e));
             }
         };
         if p.dataset != dataset || p.epoch != epoch || p.len as u64 > PIECE {
-            let e = format!("{peer} sent a piece of another encoding or too long ({} bytes)", p.len);
-            shared.erasure.status.lock().expect("erasure status").pieces_refused += 1;
-            let _ = tx.send(Err(e.clone())).await;
+            let e = format!(
+                "{peer} sent a piece of another encoding or too long ({} bytes)",
+                p.len
+            );
+            shared
+                .erasure
+                .status
+                .lock()
+                .expect("erasure status")
+                .pieces_refused += 1;
+            let _ = tx.send(Err(e.clone()));
             return Err(proto_err(&peer, e));
         }
         let (offset, len) = match conn.recv().await? {
@@ -899,14 +1278,19 @@ async fn serve_ring(shared: &Arc<Shared>, conn: &mut Conn, dataset: &str, epoch:
                     "{peer} announced a piece and sent {}",
                     other.as_ref().map(|m| m.name()).unwrap_or("nothing")
                 );
-                let _ = tx.send(Err(e.clone())).await;
+                let _ = tx.send(Err(e.clone()));
                 return Err(proto_err(&peer, e));
             }
         };
         if offset != p.offset || len != p.len {
             let e = format!("{peer}'s chunk (at {offset}, {len} bytes) is not the piece it announced");
-            shared.erasure.status.lock().expect("erasure status").pieces_refused += 1;
-            let _ = tx.send(Err(e.clone())).await;
+            shared
+                .erasure
+                .status
+                .lock()
+                .expect("erasure status")
+                .pieces_refused += 1;
+            let _ = tx.send(Err(e.clone()));
             return Err(proto_err(&peer, e));
         }
         let mut b = vec![0u8; len as usize];
@@ -915,11 +1299,16 @@ async fn serve_ring(shared: &Arc<Shared>, conn: &mut Conn, dataset: &str, epoch:
                 "{peer}'s piece of stripe {} at {offset} failed its CRC32C check: the encoding stops",
                 p.stripe
             );
-            shared.erasure.status.lock().expect("erasure status").pieces_refused += 1;
-            let _ = tx.send(Err(e.clone())).await;
+            shared
+                .erasure
+                .status
+                .lock()
+                .expect("erasure status")
+                .pieces_refused += 1;
+            let _ = tx.send(Err(e.clone()));
             return Err(proto_err(&peer, e));
         }
-        if tx.send(Ok((p, b))).await.is_err() {
+        if tx.send(Ok((peer.clone(), p, b))).is_err() {
             return Ok(());
         }
     }
@@ -932,7 +1321,10 @@ async fn commit_local(shared: &Arc<Shared>, header: &Header) -> Result<()> {
     let cfg = shared.cfg.erasure.clone().ok_or_else(|| err("no erasure set"))?;
     let me = shared.cfg.node_id.clone();
     if header.set != cfg.set.name || header.members != cfg.set.members {
-        return Err(err(format!("a header of set {} {:?}, this node is in {}", header.set, header.members, cfg.set.name)));
+        return Err(err(format!(
+            "a header of set {} {:?}, this node is in {}",
+            header.set, header.members, cfg.set.name
+        )));
     }
     let (store, header2) = (shared.store.clone(), header.clone());
     let r = tokio::task::spawn_blocking(move || -> Result<()> {
@@ -998,30 +1390,48 @@ async fn serve_read(
     parity: bool,
 ) -> Result<()> {
     let me = shared.cfg.node_id.clone();
-    let (store, set2, ds2, me2) = (shared.store.clone(), set.to_string(), dataset.to_string(), me.clone());
+    let (store, set2, ds2, me2) = (
+        shared.store.clone(),
+        set.to_string(),
+        dataset.to_string(),
+        me.clone(),
+    );
     // Read the whole segment or shard (checked as it is read) on a blocking thread.
-    let got = tokio::task::spawn_blocking(move || -> std::result::Result<(Header, Vec<u8>), EraMsg> {
-        let level = level_of(&store).map_err(|e| fail(e.errno(), e))?;
+    let got = tokio::task::spawn_blocking(move || -> std::result::Result<(Header, Vec<u8>), Box<EraMsg>> {
+        let level = level_of(&store).map_err(|e| bfail(e.errno(), e))?;
         let h = member::header(&level, &ds2, &set2)
             .filter(|h| h.epoch == epoch)
-            .ok_or_else(|| fail(libc::ENOENT, format!("{me2} holds no encoding {epoch:016x} of {ds2}")))?;
-        let i = h.index_of(&me2).ok_or_else(|| fail(libc::ENOENT, "not a member"))?;
+            .ok_or_else(|| {
+                bfail(
+                    libc::ENOENT,
+                    format!("{me2} holds no encoding {epoch:016x} of {ds2}"),
+                )
+            })?;
+        let i = h
+            .index_of(&me2)
+            .ok_or_else(|| bfail(libc::ENOENT, "not a member"))?;
         let lay = h.layout();
         if s >= lay.n {
-            return Err(fail(libc::EINVAL, format!("no stripe {s}")));
+            return Err(bfail(libc::EINVAL, format!("no stripe {s}")));
         }
         let b = if parity {
             if !lay.held_by(i).contains(&(s, j)) {
-                return Err(fail(libc::ENOENT, format!("{me2} holds no parity shard {s}.{j}")));
+                return Err(bfail(
+                    libc::ENOENT,
+                    format!("{me2} holds no parity shard {s}.{j}"),
+                ));
             }
-            let b = member::read_parity(&level, &h, s, j).map_err(|e| fail(e.errno(), e))?;
+            let b = member::read_parity(&level, &h, s, j).map_err(|e| bfail(e.errno(), e))?;
             if !ckptfs_erasure::parity_matches(&h, s, j, &b) {
-                return Err(fail(libc::EIO, format!("parity shard {s}.{j} on {me2} fails its CRC32C check")));
+                return Err(bfail(
+                    libc::EIO,
+                    format!("parity shard {s}.{j} on {me2} fails its CRC32C check"),
+                ));
             }
             b
         } else {
             let mut b = vec![0u8; h.segment as usize];
-            member::read_segment(&level, &h, i, s, 0, &mut b).map_err(|e| fail(e.errno(), e))?;
+            member::read_segment(&level, &h, i, s, 0, &mut b).map_err(|e| bfail(e.errno(), e))?;
             b
         };
         Ok((h, b))
@@ -1046,7 +1456,8 @@ async fn serve_read(
             seg_size: h.segment,
         }))
         .await?;
-        conn.send_chunk_buf(off, ckptfs_transport::crc32c(data), data).await?;
+        conn.send_chunk_buf(off, ckptfs_transport::crc32c(data), data)
+            .await?;
     }
     send_era(conn, &EraMsg::Done).await
 }
@@ -1094,7 +1505,14 @@ struct NetShards<'a> {
 }
 
 impl NetShards<'_> {
-    fn read(&self, h: &Header, i: usize, s: usize, j: usize, parity: bool) -> std::result::Result<Vec<u8>, String> {
+    fn read(
+        &self,
+        h: &Header,
+        i: usize,
+        s: usize,
+        j: usize,
+        parity: bool,
+    ) -> std::result::Result<Vec<u8>, String> {
         let node = &h.members[i];
         let req = EraMsg::Read {
             set: h.set.clone(),
@@ -1128,12 +1546,18 @@ impl NetShards<'_> {
                                 return Err(proto_err(node, "sent a piece that was not asked for"));
                             }
                             match c.recv().await? {
-                                Some(Msg::Chunk { offset, len, .. }) if offset == p.offset && len == p.len => {}
-                                _ => return Err(proto_err(node, "announced a piece and sent something else")),
+                                Some(Msg::Chunk { offset, len, .. })
+                                    if offset == p.offset && len == p.len => {}
+                                _ => {
+                                    return Err(proto_err(node, "announced a piece and sent something else"))
+                                }
                             }
                             let end = (p.offset + p.len as u64) as usize;
                             if !c.chunk_data(&mut out[p.offset as usize..end]).await? {
-                                return Err(proto_err(node, format!("a piece at {} failed its CRC32C check", p.offset)));
+                                return Err(proto_err(
+                                    node,
+                                    format!("a piece at {} failed its CRC32C check", p.offset),
+                                ));
                             }
                             next = end as u64;
                         }
@@ -1185,19 +1609,29 @@ async fn connect(cluster: &Cluster, me: &str, node: &str, timeout: Duration) -> 
 }
 
 /// Ask every other member of `set` which encodings it holds its whole share of.
+/// Per member, the encodings it listed; per member not reached, why.
+type Survey = (BTreeMap<String, Vec<(String, u64)>>, BTreeMap<String, String>);
+
 fn survey(
     rt: &tokio::runtime::Runtime,
     cluster: &Cluster,
     me: &str,
     set: &RedSet,
     timeout: Duration,
-) -> (BTreeMap<String, Vec<(String, u64)>>, BTreeMap<String, String>) {
+) -> Survey {
     let mut listed = BTreeMap::new();
     let mut unreachable = BTreeMap::new();
     for m in set.members.iter().filter(|m| *m != me) {
         let r = rt.block_on(async {
             let mut c = connect(cluster, me, m, timeout).await?;
-            ask(&mut c, &EraMsg::Headers { set: set.name.clone() }, timeout).await
+            ask(
+                &mut c,
+                &EraMsg::Headers {
+                    set: set.name.clone(),
+                },
+                timeout,
+            )
+            .await
         });
         match r {
             Ok(EraMsg::Listed { datasets }) => {
@@ -1273,7 +1707,12 @@ fn judge_key(
 /// Rebuild this node's part of every encoding of its set it lacks (or only of `only`,
 /// a dataset key), from the survivors: see the module documentation. Call from a plain
 /// thread (it runs its own runtime).
-pub fn rebuild_from_set(cluster: &Cluster, me: &str, store: &Store, only: Option<&str>) -> Result<SetRebuildReport> {
+pub fn rebuild_from_set(
+    cluster: &Cluster,
+    me: &str,
+    store: &Store,
+    only: Option<&str>,
+) -> Result<SetRebuildReport> {
     let Some(plan) = ckptfs_erasure::cluster_sets(cluster) else {
         return Ok(SetRebuildReport::default());
     };
@@ -1307,7 +1746,10 @@ pub fn rebuild_from_set(cluster: &Cluster, me: &str, store: &Store, only: Option
                     if rep.unreachable.is_empty() {
                         String::new()
                     } else {
-                        format!(" (not answering: {})", rep.unreachable.keys().cloned().collect::<Vec<_>>().join(", "))
+                        format!(
+                            " (not answering: {})",
+                            rep.unreachable.keys().cloned().collect::<Vec<_>>().join(", ")
+                        )
                     }
                 ),
             ));
@@ -1414,7 +1856,11 @@ pub fn rebuild_from_set(cluster: &Cluster, me: &str, store: &Store, only: Option
             dataset: key,
             level: rep.level.clone(),
             epoch: h.epoch,
-            files: written.files.iter().map(|f| (f.path.clone(), f.version.size)).collect(),
+            files: written
+                .files
+                .iter()
+                .map(|f| (f.path.clone(), f.version.size))
+                .collect(),
             parity_shards: shards_kept,
             seconds: t0.elapsed().as_secs_f64(),
         });
@@ -1452,7 +1898,14 @@ pub fn set_can_rebuild(
     for m in &set.members {
         let r = rt.block_on(async {
             let mut c = connect(cluster, me, m, timeout).await?;
-            ask(&mut c, &EraMsg::Headers { set: set.name.clone() }, timeout).await
+            ask(
+                &mut c,
+                &EraMsg::Headers {
+                    set: set.name.clone(),
+                },
+                timeout,
+            )
+            .await
         });
         if let Ok(EraMsg::Listed { datasets }) = r {
             listed.insert(m.clone(), datasets);
@@ -1460,10 +1913,19 @@ pub fn set_can_rebuild(
     }
     let (h, lost) = judge_key(&rt, cluster, me, &set, key, &listed, timeout)?;
     let i = h.index_of(owner).ok_or("the owner is not in the header")?;
-    let recorded: BTreeMap<&str, (u64, u32)> =
-        h.parts[i].files.iter().map(|f| (f.path.as_str(), (f.size, f.crc32c))).collect();
-    if !want.iter().all(|(p, s, c)| recorded.get(p.as_str()) == Some(&(*s, *c))) {
-        return Err(format!("the encoding of {key} by {} does not record these files of {owner}", set.name));
+    let recorded: BTreeMap<&str, (u64, u32)> = h.parts[i]
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), (f.size, f.crc32c)))
+        .collect();
+    if !want
+        .iter()
+        .all(|(p, s, c)| recorded.get(p.as_str()) == Some(&(*s, *c)))
+    {
+        return Err(format!(
+            "the encoding of {key} by {} does not record these files of {owner}",
+            set.name
+        ));
     }
     if lost.len() > h.scheme.parity() {
         return Err(ckptfs_erasure::ErasureError::TooManyLost {

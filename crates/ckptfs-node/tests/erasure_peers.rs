@@ -51,7 +51,11 @@ async fn send(c: &mut tp::Conn, m: &EraMsg) {
 }
 
 async fn answer(c: &mut tp::Conn) -> EraMsg {
-    match tokio::time::timeout(Duration::from_secs(60), c.recv()).await.unwrap().unwrap() {
+    match tokio::time::timeout(Duration::from_secs(60), c.recv())
+        .await
+        .unwrap()
+        .unwrap()
+    {
         Msg::Erasure { body } => proto::parse(&body).unwrap(),
         m => panic!("{m:?}"),
     }
@@ -196,7 +200,9 @@ fn fake_successor(tc: &TestCluster, leader: &str) -> tokio::task::JoinHandle<()>
             let Ok((sock, _)) = l.accept().await else { return };
             let (id, keys, cfg) = (id.clone(), keys.clone(), cfg.clone());
             tokio::spawn(async move {
-                let Ok(mut c) = tp::accept(sock, &id, &keys, &cfg).await else { return };
+                let Ok(mut c) = tp::accept(sock, &id, &keys, &cfg).await else {
+                    return;
+                };
                 while let Ok(m) = c.recv().await {
                     if let Msg::Chunk(h) = m {
                         let mut b = vec![0u8; h.len as usize];
@@ -212,7 +218,12 @@ fn fake_successor(tc: &TestCluster, leader: &str) -> tokio::task::JoinHandle<()>
 /// accepts the member's ring connection (its successor is the leader), and sends the
 /// one running sum the member keeps, as `tamper` makes it. The member's answer to the
 /// plan.
-async fn encode_with(tc: &TestCluster, leader: &str, member: &str, tamper: fn(&mut SegPiece, &mut ChunkHeader, &mut Vec<u8>)) -> EraMsg {
+async fn encode_with(
+    tc: &TestCluster,
+    leader: &str,
+    member: &str,
+    tamper: fn(&mut SegPiece, &mut ChunkHeader, &mut Vec<u8>),
+) -> EraMsg {
     let s = tc.store(member);
     let data = bytes(3000, 5);
     write(&s, "/ckpt/a", &data);

@@ -582,7 +582,10 @@ fn erasure_pieces_outside_their_segment_or_of_unknown_kind_are_refused() {
         },
     ] {
         assert!(
-            matches!(encode_frame(&Msg::SegPiece(bad.clone()), &[]), Err(FrameError::Malformed { .. })),
+            matches!(
+                encode_frame(&Msg::SegPiece(bad.clone()), &[]),
+                Err(FrameError::Malformed { .. })
+            ),
             "{bad:?} encoded"
         );
     }
