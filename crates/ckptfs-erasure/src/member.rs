@@ -1,7 +1,7 @@
 //! One member's share of its set's encodings, in its own node store (any [`Level`]: the
 //! node daemon passes its store as a level): its part described for a plan, its data
 //! segments read from its files (every chunk checked), its parity shards and headers
-//! written through a mover and read back checked. Paths as in [`crate::set`]: under
+//! written through a mover and read back checked. Paths as in the set (`set.rs`): under
 //! `/.ckptfs/erasure/DATASET/SET/`.
 
 use crate::layout::{FileRecord, Header, ParityRecord, PartRecord};
