@@ -238,6 +238,27 @@ pub fn print_status(s: &NodeStatus) {
     for (src, n) in &s.holding {
         println!("  holding {n} files of {src}");
     }
+    if let Some(e) = &s.erasure {
+        println!(
+            "  {} ({}, members {}): {} sent, {} pieces refused",
+            e.level,
+            e.scheme,
+            e.members.join(","),
+            human(e.bytes_sent),
+            e.pieces_refused
+        );
+        for (k, d) in &e.datasets {
+            println!(
+                "    dataset {k}: {} (epoch {:016x}){}{}",
+                d.state,
+                d.epoch,
+                d.seconds
+                    .map(|t| format!(", encoded in {t:.3} s"))
+                    .unwrap_or_default(),
+                d.detail.as_ref().map(|x| format!(": {x}")).unwrap_or_default()
+            );
+        }
+    }
 }
 
 /// One file restored, and the level it came from.

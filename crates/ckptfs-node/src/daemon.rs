@@ -328,14 +328,12 @@ impl Shared {
                 st.members = e.set.members.clone();
                 // What this member keeps, as its store says (an encode led elsewhere, a
                 // rebuild, an earlier daemon's).
-                for h in crate::erasure::local_headers(&self.store, &e.set.name) {
-                    st.datasets
-                        .entry(h.dataset.clone())
-                        .or_insert(crate::erasure::DatasetErasure {
-                            state: "protected".into(),
-                            epoch: h.epoch,
-                            ..Default::default()
-                        });
+                for (key, epoch) in self.erasure.kept(&self.store, &e.set.name) {
+                    st.datasets.entry(key).or_insert(crate::erasure::DatasetErasure {
+                        state: "protected".into(),
+                        epoch,
+                        ..Default::default()
+                    });
                 }
                 st
             }),

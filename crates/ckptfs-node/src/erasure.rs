@@ -148,16 +148,40 @@ pub(crate) struct EraState {
     jobs: Mutex<HashMap<(String, u64), mpsc::UnboundedSender<PieceIn>>>,
     registered: Notify,
     status: Mutex<ErasureStatus>,
+    /// The headers this store keeps (dataset key, epoch), read again at most every
+    /// [`HEADERS_FRESH`] for the status (a rebuild by another process adds some).
+    kept: Mutex<Option<(Instant, Vec<(String, u64)>)>>,
     /// One member role at a time on this node.
     running: tokio::sync::Mutex<()>,
 }
+
+/// How long the status's list of kept headers is used before it is read again.
+pub const HEADERS_FRESH: Duration = Duration::from_secs(5);
 
 impl EraState {
     pub(crate) fn status(&self) -> ErasureStatus {
         self.status.lock().expect("erasure status").clone()
     }
 
+    /// The headers `store` keeps of `set`: (dataset key, epoch), at most
+    /// [`HEADERS_FRESH`] old.
+    pub(crate) fn kept(&self, store: &Store, set: &str) -> Vec<(String, u64)> {
+        let mut g = self.kept.lock().expect("erasure kept");
+        if let Some((t, v)) = &*g {
+            if t.elapsed() < HEADERS_FRESH {
+                return v.clone();
+            }
+        }
+        let v: Vec<(String, u64)> = local_headers(store, set)
+            .into_iter()
+            .map(|h| (h.dataset, h.epoch))
+            .collect();
+        *g = Some((Instant::now(), v.clone()));
+        v
+    }
+
     fn set_state(&self, key: &str, st: DatasetErasure) {
+        *self.kept.lock().expect("erasure kept") = None;
         self.status
             .lock()
             .expect("erasure status")
@@ -1246,7 +1270,14 @@ async fn serve_ring(shared: &Arc<Shared>, conn: &mut Conn, dataset: &str, epoch:
     loop {
         let m = match conn.recv().await? {
             Some(m) => m,
-            None => return Ok(()),
+            None => {
+                // Closed before its `done`: the sender is gone (lost, killed, or it gave
+                // up); the encoding here stops at once instead of waiting for pieces.
+                let _ = tx.send(Err(format!(
+                    "{peer} closed its connection in the middle of the encoding"
+                )));
+                return Ok(());
+            }
         };
         let p = match m {
             Msg::Piece(p) => p,

@@ -334,3 +334,66 @@ async fn a_running_sum_of_the_wrong_size_or_with_a_wrong_crc_stops_the_encoding(
     succ.abort();
     d.stop().await;
 }
+
+/// The leader lost in the middle of an encode (its ring connection closes before the
+/// running sums are all sent): the member stops at once, answers `fail`, and keeps no
+/// header: the set never looks protected (failure case E19).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_lost_in_the_middle_of_an_encode_leaves_no_header() {
+    let tc = cluster("era-lost", 46134);
+    let (leader, member, _) = roles(&tc);
+    let d = start(&tc, &member);
+    let succ = fake_successor(&tc, &leader);
+    let s = tc.store(&member);
+    let data = bytes(3000, 5);
+    write(&s, "/ckpt/a", &data);
+    let mut c = client(&tc, &leader, &member).await;
+    send(
+        &mut c,
+        &EraMsg::PartOf {
+            set: "set0".into(),
+            dataset: "j.1".into(),
+            files: vec![WantFile {
+                path: "/ckpt/a".into(),
+                size: 3000,
+                crc32c: tp::crc32c(&data),
+            }],
+        },
+    )
+    .await;
+    let part = match answer(&mut c).await {
+        EraMsg::Part { part } => part,
+        m => panic!("{m:?}"),
+    };
+    let mut plan = empty_header(&leader, &member);
+    plan.parts[1] = part;
+    plan.segment = Layout::new(ckptfs_erasure::Scheme::Xor, 2, 3000).unwrap().segment;
+    plan.parity.clear();
+    send(&mut c, &EraMsg::Encode { plan }).await;
+    let mut r = client(&tc, &leader, &member).await;
+    send(
+        &mut r,
+        &EraMsg::Ring {
+            set: "set0".into(),
+            dataset: "j.1".into(),
+            epoch: 7,
+        },
+    )
+    .await;
+    // Give the member time to take the ring, then the leader is gone.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(r);
+    let t = std::time::Instant::now();
+    match answer(&mut c).await {
+        EraMsg::Fail { message, .. } => assert!(message.contains("closed"), "{message}"),
+        m => panic!("{m:?}"),
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "the member waited for pieces"
+    );
+    let level = ckptfs_store::level::StoreLevel::new(&s).unwrap();
+    assert!(ckptfs_erasure::member::header(&level, "j.1", "set0").is_none());
+    succ.abort();
+    d.stop().await;
+}
