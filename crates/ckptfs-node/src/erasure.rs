@@ -150,10 +150,13 @@ pub(crate) struct EraState {
     status: Mutex<ErasureStatus>,
     /// The headers this store keeps (dataset key, epoch), read again at most every
     /// [`HEADERS_FRESH`] for the status (a rebuild by another process adds some).
-    kept: Mutex<Option<(Instant, Vec<(String, u64)>)>>,
+    kept: Mutex<Option<Kept>>,
     /// One member role at a time on this node.
     running: tokio::sync::Mutex<()>,
 }
+
+/// When the kept headers were read, and they: (dataset key, epoch).
+type Kept = (Instant, Vec<(String, u64)>);
 
 /// How long the status's list of kept headers is used before it is read again.
 pub const HEADERS_FRESH: Duration = Duration::from_secs(5);

@@ -12,7 +12,7 @@ use crate::error::{NodeError, Result};
 use crate::NodeConfig;
 use ckptfs_cluster::{Cluster, Secret};
 use ckptfs_datasets::record::{Dataset, FileRec, NodePart, State};
-use ckptfs_erasure::{RedSet, Scheme};
+use ckptfs_erasure::Scheme;
 use ckptfs_store::{OpenFlags, Store, StoreOptions};
 use serde::Serialize;
 use std::collections::BTreeMap;
