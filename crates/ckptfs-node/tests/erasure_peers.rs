@@ -4,7 +4,7 @@
 //!
 //! Four nodes, sets of two (`set_size = 2`): the test plays the leader (and ring
 //! neighbour) of one set with that node's own credentials, so the daemon of the other
-//! member is driven piece by piece. Addresses in 127.0.0.1:46120-46139 (this suite's
+//! member is driven piece by piece. Addresses in 127.0.0.1:46120-46159 (this suite's
 //! ports).
 
 mod support;
@@ -17,9 +17,13 @@ use ckptfs_transport::{self as tp, ChunkHeader, Msg, SegKind, SegPiece};
 use std::time::Duration;
 use support::*;
 
-fn cluster(tag: &str, base: u16) -> TestCluster {
-    let addrs = (0..4).map(|i| format!("127.0.0.1:{}", base + i)).collect();
-    let mut tc = TestCluster::with_addrs(tag, addrs, Scheme::Ring, 1).patient();
+/// Four nodes on ports of this suite's range (46120-46159), bound and kept until the
+/// daemons (or the fake peers) take them: a fixed port lies in the kernel's range of
+/// ephemeral ports, where another connection of the run may hold it for a while.
+fn cluster(tag: &str) -> TestCluster {
+    let addrs = (0..4).map(|_| reserve_in(46120..46160)).collect();
+    let job = format!("er3-{tag}-{}", std::process::id());
+    let mut tc = TestCluster::with_job(&job, addrs, Scheme::Ring, 1).patient();
     tc.cluster.redundancy.erasure = Some(Erasure::Xor);
     tc.cluster.redundancy.set_size = 2;
     std::fs::write(&tc.file, tc.cluster.to_toml()).unwrap();
@@ -71,7 +75,7 @@ async fn closed(c: &mut tp::Conn) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_plans_only_members_read_and_nobody_sends_as_another() {
-    let tc = cluster("era-who", 46120);
+    let tc = cluster("era-who");
     let (leader, member, stranger) = roles(&tc);
     let d = start(&tc, &member);
     let s = tc.store(&member);
@@ -299,7 +303,7 @@ async fn encode_with(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_sum_of_the_wrong_size_or_with_a_wrong_crc_stops_the_encoding() {
-    let tc = cluster("era-bad", 46130);
+    let tc = cluster("era-bad");
     let (leader, member, _) = roles(&tc);
     let d = start(&tc, &member);
     let succ = fake_successor(&tc, &leader);
@@ -340,7 +344,7 @@ async fn a_running_sum_of_the_wrong_size_or_with_a_wrong_crc_stops_the_encoding(
 /// header: the set never looks protected (failure case E19).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_lost_in_the_middle_of_an_encode_leaves_no_header() {
-    let tc = cluster("era-lost", 46134);
+    let tc = cluster("era-lost");
     let (leader, member, _) = roles(&tc);
     let d = start(&tc, &member);
     let succ = fake_successor(&tc, &leader);
