@@ -279,6 +279,25 @@ impl Datasets {
                     }
                 }
             }
+            // The node's erasure set (issue 32): the whole part rebuilt at once, then
+            // each file checked against the record.
+            if let (None, Some(nodes)) = (&src, self.completion.job_nodes()) {
+                let wants: Vec<crate::Want> = part
+                    .files
+                    .iter()
+                    .map(|(p, f)| crate::Want {
+                        path: p.clone(),
+                        size: f.size,
+                        crc32c: f.crc32c,
+                    })
+                    .collect();
+                if let Ok(l) = nodes.erasure_source(&self.cfg.job, m.id, &me, &wants) {
+                    let s = Source::Erasure(l);
+                    if self.bring_back(nodes, m.id, path, f.size, f.crc32c, &s).is_none() {
+                        src = Some(s);
+                    }
+                }
+            }
             if src.is_none() && pfs_has(&self.cfg.dests, path, f.size, f.crc32c) {
                 let ok = matches!(
                     ckptfs_agent::restore_path(&self.store, &self.cfg.dests, path),

@@ -269,6 +269,86 @@ mod tests {
         assert!(parse(&encode(&bad).unwrap()).is_err());
     }
 
+    /// A hostile member's answers: a part whose size does not add up, whose chunk CRCs
+    /// do not cover its files, or that names a system path; a plan that carries parity
+    /// or whose segment does not follow from its largest part (a leader making members
+    /// allocate more than the parts need).
+    #[test]
+    fn parts_and_plans_that_do_not_add_up_are_refused() {
+        use crate::layout::{FileRecord, PartRecord};
+        let file = FileRecord {
+            path: "/ckpt/a".into(),
+            size: 3,
+            crc32c: 1,
+            mode: 0o644,
+            mtime_ns: 1,
+            serial: 0,
+            chunk_size: 1 << 20,
+            chunk_crc32c: vec![1],
+        };
+        let part = |size: u64, f: FileRecord| EraMsg::Part {
+            part: PartRecord {
+                member: "node2".into(),
+                size,
+                crc32c: 0,
+                files: vec![f],
+            },
+        };
+        assert!(parse(&encode(&part(3, file.clone())).unwrap()).is_ok());
+        assert!(parse(&encode(&part(4, file.clone())).unwrap()).is_err());
+        let no_crcs = FileRecord {
+            chunk_crc32c: vec![],
+            ..file.clone()
+        };
+        assert!(parse(&encode(&part(3, no_crcs)).unwrap()).is_err());
+        let system = FileRecord {
+            path: "/.ckptfs/partners/node1/x".into(),
+            ..file.clone()
+        };
+        assert!(parse(&encode(&part(3, system)).unwrap()).is_err());
+        let rec = PartRecord {
+            member: "node1".into(),
+            size: 3,
+            crc32c: 0,
+            files: vec![file],
+        };
+        let empty = PartRecord {
+            member: "node2".into(),
+            size: 0,
+            crc32c: 0,
+            files: vec![],
+        };
+        let plan = Header {
+            format: crate::layout::FORMAT,
+            dataset: "j.1".into(),
+            set: "set0".into(),
+            epoch: 1,
+            scheme: crate::Scheme::Xor,
+            members: vec!["node1".into(), "node2".into()],
+            parts: vec![rec, empty],
+            segment: 64,
+            chunk_size: 1 << 20,
+            parity: vec![],
+        };
+        assert!(parse(&encode(&EraMsg::Encode { plan: plan.clone() }).unwrap()).is_ok());
+        let huge = Header {
+            segment: 1 << 40,
+            ..plan.clone()
+        };
+        assert!(parse(&encode(&EraMsg::Encode { plan: huge }).unwrap()).is_err());
+        let with_parity = Header {
+            parity: vec![ParityRecord {
+                stripe: 0,
+                row: 0,
+                holder: "node1".into(),
+                crc32c: 0,
+                chunk_crc32c: vec![0],
+            }],
+            ..plan
+        };
+        assert!(parse(&encode(&EraMsg::Encode { plan: with_parity }).unwrap()).is_err());
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
 

@@ -443,6 +443,7 @@ impl JobNodes for ClusterNodes {
         crate::erasure::set_can_rebuild(
             &a.cluster,
             &a.me,
+            &self.store,
             owner,
             &crate::erasure::dataset_key(job, id),
             &want,

@@ -1707,7 +1707,10 @@ fn judge_key(
         .collect();
     let mut header = None;
     let mut why = Vec::new();
-    for m in &holders {
+    // The others first: this node's own header is asked of its own daemon last.
+    let mut ask_order = holders.clone();
+    ask_order.sort_by_key(|m| m.as_str() == me);
+    for m in &ask_order {
         let r = rt.block_on(async {
             let mut c = connect(cluster, me, m, timeout).await?;
             ask(
@@ -1913,6 +1916,7 @@ pub fn rebuild_from_set(
 pub fn set_can_rebuild(
     cluster: &Cluster,
     me: &str,
+    store: &Store,
     owner: &str,
     key: &str,
     want: &[(String, u64, u32)],
@@ -1926,10 +1930,14 @@ pub fn set_can_rebuild(
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    // Ask every member but this node; this node's own share is judged by its daemon too
-    // (it answers like the others) when it is a member.
+    // Ask every member; this node's own share (when it is one) is judged here, from its
+    // store.
     let mut listed = BTreeMap::new();
     for m in &set.members {
+        if m == me {
+            listed.insert(m.clone(), whole_shares(store, &set.name, me));
+            continue;
+        }
         let r = rt.block_on(async {
             let mut c = connect(cluster, me, m, timeout).await?;
             ask(
