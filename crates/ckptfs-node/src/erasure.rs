@@ -747,7 +747,7 @@ async fn member_role(shared: Arc<Shared>, plan: Header, me: String) -> Result<Ve
     shared.erasure.jobs.lock().expect("jobs").insert(key.clone(), tx);
     shared.erasure.registered.notify_waiters();
     let r = match plan.scheme {
-        Scheme::Xor => ring_steps(&shared, &plan, &me, i, n, &mut rx).await,
+        Scheme::Xor => ring_steps(&shared, &plan, i, n, &mut rx).await,
         Scheme::Rs(_) => gather_steps(&shared, &plan, i, &mut rx).await,
     };
     shared.erasure.jobs.lock().expect("jobs").remove(&key);
@@ -764,7 +764,6 @@ async fn member_role(shared: Arc<Shared>, plan: Header, me: String) -> Result<Ve
 async fn ring_steps(
     shared: &Arc<Shared>,
     plan: &Header,
-    me: &str,
     i: usize,
     n: usize,
     rx: &mut mpsc::UnboundedReceiver<PieceIn>,
@@ -860,7 +859,6 @@ async fn ring_steps(
     let sent = sender.await.map_err(|e| err(e.to_string()))?;
     r?;
     sent?;
-    let _ = me;
     Ok(vec![parity])
 }
 
