@@ -328,12 +328,18 @@ impl Shared {
                 st.members = e.set.members.clone();
                 // What this member keeps, as its store says (an encode led elsewhere, a
                 // rebuild, an earlier daemon's).
+                // The store has the last word on what this member keeps: a header
+                // replaces what memory says of a protected encoding (another process, a
+                // rebuild, may have written it since).
                 for (key, epoch) in self.erasure.kept(&self.store, &e.set.name) {
-                    st.datasets.entry(key).or_insert(crate::erasure::DatasetErasure {
-                        state: "protected".into(),
-                        epoch,
-                        ..Default::default()
-                    });
+                    let d = st.datasets.entry(key).or_default();
+                    if d.state.is_empty() || d.state == "protected" {
+                        if d.epoch != epoch {
+                            d.seconds = None;
+                        }
+                        d.state = "protected".into();
+                        d.epoch = epoch;
+                    }
                 }
                 st
             }),

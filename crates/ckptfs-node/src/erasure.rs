@@ -1880,6 +1880,9 @@ pub fn rebuild_from_set(
             }
         }
         match parity_err {
+            // A newer encoding committed here meanwhile (the leader encoded the set again
+            // once this member's files were back): it stays.
+            None if member::header(&level, &key, &set.name).is_some_and(|l| l.epoch > h.epoch) => {}
             None => {
                 if let Err(e) = member::store_header(&mover, &level, &h) {
                     rep.failed.push((key.clone(), format!("keeping the header: {e}")));
