@@ -51,8 +51,17 @@ ALLOWED_IN_CAPI = {
 ALLOWED_CIRCLE_CRATES = {
     "ckptfs-node",  # removed by the level split
 }
+# Circles known when inline paths (`crate::x::f()`) were first counted (round 3), each
+# exactly as found: a circle that changes (a module joins or leaves) fails, so no new
+# one hides behind them. Delete an entry when its crate is split.
+ALLOWED_CIRCLES = {
+    ("ckptfs-datasets", frozenset({"completion", "id_floor", "jobwide", "measured", "ops", "policy",
+                                   "record", "restart", "restart_round"})):
+        "the dataset operations and the job-wide rules call each other",
+}
 
-USE_ONLY = "--paths" not in sys.argv[1:]
+# `--use-only`: count `use` lines only (the check before round 3).
+USE_ONLY = "--use-only" in sys.argv[1:]
 
 BEGIN = "<!-- crate-graph:begin -->"
 END = "<!-- crate-graph:end -->"
@@ -382,8 +391,11 @@ def check_imports(packages, list_imports):
                         if b in comp:
                             lines.append(f"    {files[modname(a)]}:{line}: {modname(a)} -> {modname(b)}")
                 msg = f"{name}: import circle among {', '.join(modname(k) for k in comp)}\n" + "\n".join(lines)
+                known = ALLOWED_CIRCLES.get((name, frozenset(modname(k) for k in comp)))
                 if pkg["name"] in ALLOWED_CIRCLE_CRATES:
                     print(f"allowed (removed by the level split): {msg.splitlines()[0]}")
+                elif known:
+                    print(f"allowed (known, to split: {known}): {msg.splitlines()[0]}")
                 else:
                     failures.append(msg)
     return failures

@@ -43,13 +43,21 @@ def _cluster() -> Optional["tuple[str, str]"]:
 
 def _store(store: StoreLike) -> Store:
     """``store`` as a Store; None: this node's store in cluster mode (the cluster file
-    names it), else the settings' default store."""
+    names it; a store not created yet gets the file's ``mem_size``, ``cluster init
+    --mem``, unless ``CKPTFS_MEM_SIZE`` or the settings file gives one), else the
+    settings' default store."""
     if isinstance(store, Store):
         return store
     if not store:
         c = _cluster()
         if c is not None:
-            return Store(_native.cluster_store_name(*c), create=True)
+            name, mem = _native.cluster_store(*c)
+            if mem is None:
+                return Store(name, create=True)
+            try:  # an existing store as it is (its daemon may have been given another size)
+                return Store(name, create=False)
+            except FileNotFoundError:
+                return Store(name, create=True, mem_size=mem)
     return Store(store or None, create=True)
 
 
@@ -140,6 +148,14 @@ class Datasets:
         """Every dataset of the job, oldest first (``ckptfs ckpt list``); each file's
         ``levels`` say where it is now (``local``, ``pfs``)."""
         return json.loads(self._d.list())
+
+    def protection(self, record: Record) -> Record:
+        """The protection ``record`` gets beyond this node: the level policy's choice as
+        ``dataset_partner_copies`` applies it (what ``ckptfs ls -l`` and ``ckpt list``
+        show): ``{"chosen": ["local", "partner"], "short": "partner", "policy": {"level",
+        "reason"}, "node_local_by_choice": False, "partner_copies": "complete", "note":
+        ...}``."""
+        return json.loads(self._d.protection(json.dumps(record)))
 
     def show(self, id: int) -> Record:
         """One dataset's record (``FileNotFoundError`` if there is none)."""

@@ -20,6 +20,10 @@ back from partners or the PFS without its records) are judged by the directory r
 :func:`is_complete`: ``.metadata`` present and closed complete, and no file in the
 directory being written or left incomplete by a dead writer.
 
+Managing checkpoints (:func:`latest_checkpoint`, :func:`is_complete`,
+:func:`list_checkpoints`, :func:`delete_checkpoint`, :func:`keep_last`) lives in
+:mod:`ckptfs.checkpoints` (no torch needed there); the names are importable from here.
+
 GPU tensors: DCP's planner hands CPU tensors to the writer after copying GPU tensors to
 host once (``per_thread_copy_ahead``); the writer then copies host memory into the store.
 """
@@ -38,6 +42,18 @@ from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemRe
 
 from . import Store, _native, _norm
 from . import datasets as _ds
+from .checkpoints import (  # the management functions, public names of this module too
+    METADATA,
+    StoreLike,
+    _cluster,
+    _job_latest,
+    _store,
+    delete_checkpoint,
+    is_complete,
+    keep_last,
+    latest_checkpoint,
+    list_checkpoints,
+)
 
 __all__ = [
     "Writer",
@@ -54,272 +70,6 @@ __all__ = [
     "delete_checkpoint",
     "keep_last",
 ]
-
-METADATA = ".metadata"
-
-StoreLike = Union[None, str, Store]
-
-
-_cluster = _ds._cluster
-_store = _ds._store
-
-
-# -- completeness ------------------------------------------------------------------------
-def _dir_complete(store: Store, path: str) -> bool:
-    """The directory rule: ``.metadata`` closed complete and no file in the directory
-    being written, incomplete (dead writer) or failed."""
-    try:
-        if store.stat(posixpath.join(path, METADATA)).state != "complete":
-            return False
-        for name in store.listdir(path):
-            st = store.stat(posixpath.join(path, name))
-            if not st.is_dir() and st.state != "complete":
-                return False
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    return True
-
-
-def _dir_candidates(store: Store, root: str) -> List[str]:
-    """Checkpoint directories under ``root`` (the root itself and its subdirectories)."""
-    out = []
-    if not store.isdir(root):
-        return out
-    for dirpath, _dirs, files in store.walk(root):
-        if METADATA in files:
-            out.append(dirpath)
-    return out
-
-
-def _latest_by_dir(store: Store, root: str) -> Optional[str]:
-    best = None
-    for p in _dir_candidates(store, root):
-        if _dir_complete(store, p):
-            key = (store.stat(posixpath.join(p, METADATA)).mtime_ns, p)
-            if best is None or key > best:
-                best = key
-    return best[1] if best else None
-
-
-def _under(name: str, root: str) -> bool:
-    r = root.rstrip("/")
-    return r == "" or name == r or name.startswith(r + "/")
-
-
-def _datasets(store: Store, job: Optional[str], dests: Any = None, **kw: Any) -> "_ds.Datasets":
-    return _ds.Datasets(store, job=job, dests=dests, **kw)
-
-
-def is_complete(path: str, store: StoreLike = None, job: Optional[str] = None) -> bool:
-    """Whether the DCP checkpoint at ``path`` can be loaded from this store: the newest
-    dataset named ``path`` is complete and every one of its files is in the store with
-    its recorded size and modification time (its ``local`` level; the CRC32C is checked
-    by :func:`latest_checkpoint`); without a dataset record of that name, the directory
-    rule (module docs)."""
-    st = _store(store)
-    p = _norm(path)
-    ds = _datasets(st, job)
-    mine = [d for d in ds.list() if d["name"] == p]
-    if not mine:
-        return _dir_complete(st, p)
-    d = mine[-1]
-    if d["state"] != "complete":
-        return False
-    return all("local" in f["levels"] for f in d["files"].values())
-
-
-def latest_checkpoint(
-    root: str = "/",
-    store: StoreLike = None,
-    job: Optional[str] = None,
-    dests: Any = None,
-    restore: bool = False,
-) -> Optional[str]:
-    """The newest checkpoint under ``root`` complete on some level: the newest dataset
-    named ``root`` or below it that is complete in this store or in a drain destination
-    (``dests``, default ``$CKPTFS_DEST``); with ``restore`` its PFS-only files are
-    brought back first. When no dataset record names anything under ``root``, the
-    newest directory passing the directory rule (by its ``.metadata`` time). None if
-    there is none."""
-    st = _store(store)
-    r = _norm(root)
-    ds = _datasets(st, job, dests)
-    if ds.cluster is not None and st.name == _native.cluster_store_name(*ds.cluster):
-        chosen = _job_latest(ds, r)
-        return chosen["name"] if chosen else None
-    found = ds.restart_search(r, restore=restore)
-    chosen = found["chosen"]
-    for sk in found.get("skipped") or []:
-        if chosen is None or sk["id"] > chosen["id"]:
-            _warn(
-                f"ckptfs: checkpoint {sk['name']} (dataset {sk['id']}) is newer than "
-                f"{chosen['name'] if chosen else 'any chosen'} but was skipped: {sk['reason']}"
-            )
-    if chosen is not None:
-        _warn_unrecorded(st, r, chosen["name"], ds)
-        return chosen["name"]
-    if any(_under(d["name"], r) for d in ds.list()):
-        return None
-    return _latest_by_dir(st, r)
-
-
-def _warn(msg: str) -> None:
-    import warnings
-
-    warnings.warn(msg, RuntimeWarning, stacklevel=3)
-
-
-def _warn_unrecorded(st: Store, root: str, chosen: str, ds: "_ds.Datasets") -> None:
-    """Warn when a checkpoint directory under ``root`` passes the directory rule, has no
-    dataset record, and its ``.metadata`` is newer than the chosen one's: a save made
-    without the Writer (``dcp.save(checkpoint_id="ckptfs://...")`` through torch's
-    fsspec writer, or ``Writer(dataset=False)``) that a restart does not take."""
-    names = {d["name"] for d in ds.list()}
-    try:
-        t0 = st.stat(posixpath.join(chosen, METADATA)).mtime_ns
-    except OSError:
-        return
-    for p in _dir_candidates(st, root):
-        if p in names or not _dir_complete(st, p):
-            continue
-        t = st.stat(posixpath.join(p, METADATA)).mtime_ns
-        if t > t0:
-            _warn(
-                f"ckptfs: checkpoint {p} is newer than the chosen {chosen} but has no dataset "
-                "record (saved without ckptfs.torch.Writer, or with dataset=False): it is not "
-                "chosen; load it with Reader(path=...) or save through the Writer"
-            )
-
-
-def _job_latest(ds: "_ds.Datasets", root: str) -> Optional[dict]:
-    """Cluster mode: the newest dataset under ``root`` complete job-wide (every rank's
-    part on every node); each newer one passed over is warned about with its reason."""
-    jl = [d for d in ds.job_list() if _under(d["name"], root)]
-    chosen = None
-    for d in reversed(jl):
-        if d["state"] == "complete":
-            chosen = d
-            break
-    for d in jl:
-        if d["state"] != "complete" and (chosen is None or d["id"] > chosen["id"]):
-            _warn(
-                f"ckptfs: checkpoint {d['name']} (dataset {d['id']}) is newer than "
-                f"{chosen['name'] if chosen else 'any complete one'} but is {d['state']} "
-                f"job-wide: {d.get('reason') or ''}"
-            )
-    return chosen
-
-
-# -- managing checkpoints ------------------------------------------------------------------
-def _levels_all(files: "dict[str, dict]") -> List[str]:
-    """Levels holding every file (fastest first)."""
-    if not files:
-        return []
-    return [lv for lv in ("local", "partner", "pfs") if all(lv in (f.get("levels") or []) for f in files.values())]
-
-
-def list_checkpoints(root: str = "/", store: StoreLike = None, job: Optional[str] = None) -> List[dict]:
-    """The checkpoints (datasets) named ``root`` or below, oldest first, one row per
-    dataset: ``name id state reason size levels loadable decision``.
-
-    ``state`` is the dataset's as the whole job sees it (cluster mode: every node's
-    records through the daemons; a checkpoint is ``complete`` only when every rank's
-    part on every node is), ``levels`` the levels holding every file now (``local``,
-    ``partner``, ``pfs``), ``loadable`` whether it is complete and some level holds it
-    all (an evicted checkpoint whose files are gone is not), ``decision`` the level
-    policy's ``{"level", "reason"}`` (with ``dataset_partner_copies = decision``, a
-    checkpoint decided ``local`` is node-local by that choice, for that reason)."""
-    st = _store(store)
-    r = _norm(root)
-    ds = _datasets(st, job)
-    recs = {d["id"]: d for d in ds.list()}
-    rows = []
-    for d in ds.job_list():
-        if not _under(d["name"], r):
-            continue
-        rec = recs.get(d["id"]) or {}
-        files: "dict[str, dict]" = {}
-        if ds.cluster is None:
-            files = dict(rec.get("files") or {})  # levels as checked now
-        else:  # every node's part, each node's levels as it checked them now
-            for part in (d.get("parts") or {}).values():
-                files.update(part.get("files") or {})
-        levels = _levels_all(files)
-        dec = rec.get("decision") or None
-        rows.append(
-            {
-                "name": d["name"],
-                "id": d["id"],
-                "state": d["state"],
-                "reason": d.get("reason"),
-                "size": sum(int(f.get("size") or 0) for f in files.values()),
-                "levels": levels,
-                "loadable": d["state"] == "complete" and bool(levels),
-                "evicted": bool(rec.get("evicted")),
-                "decision": {"level": dec.get("level"), "reason": dec.get("reason")} if dec else None,
-            }
-        )
-    # One row per checkpoint name: a step saved again after a crash is its newest save
-    # (``attempts`` counts the saves of that name).
-    by_name: "dict[str, dict]" = {}
-    for row in rows:
-        prev = by_name.pop(row["name"], None)
-        row["attempts"] = (prev["attempts"] if prev else 0) + 1
-        by_name[row["name"]] = row
-    return sorted(by_name.values(), key=lambda x: x["id"])
-
-
-def _rm_empty_dirs(st: Store, path: str) -> None:
-    """Remove ``path`` and its parents while they are empty directories."""
-    p = path
-    while p not in ("", "/"):
-        try:
-            if not st.isdir(p) or st.listdir(p):
-                return
-            st.rmdir(p)
-        except OSError:
-            return
-        p = posixpath.dirname(p)
-
-
-def delete_checkpoint(name: str, store: StoreLike = None, job: Optional[str] = None) -> int:
-    """Delete checkpoint ``name`` from this node: every dataset of that name (its record
-    and its files in this store still holding its content), then its directory and
-    parents once empty. Returns the number of datasets deleted. In cluster mode each
-    node keeps its own part: call it on every node (one rank per node)."""
-    st = _store(store)
-    p = _norm(name)
-    ds = _datasets(st, job)
-    n = 0
-    for d in ds.list():
-        if d["name"] == p:
-            ds.delete(d["id"])
-            n += 1
-    _rm_empty_dirs(st, p)
-    return n
-
-
-def keep_last(n: int, root: str = "/", store: StoreLike = None, job: Optional[str] = None) -> List[str]:
-    """Keep the newest ``n`` loadable checkpoints under ``root`` on this node and delete
-    the others (older complete ones, and incomplete or invalid ones older than the
-    oldest kept), directories included. Open (being written) checkpoints are left
-    alone. Returns the names deleted."""
-    if n < 1:
-        raise ValueError("keep_last: n must be at least 1")
-    rows = list_checkpoints(root, store, job)
-    keep = [r for r in rows if r["loadable"]][-n:]
-    if not keep:
-        return []
-    oldest_kept = keep[0]["id"]
-    kept_names = {r["name"] for r in keep}
-    gone = []
-    for r in rows:
-        if r["id"] >= oldest_kept or r["state"] == "open" or r["name"] in kept_names:
-            continue
-        delete_checkpoint(r["name"], store, job)
-        gone.append(r["name"])
-    return gone
-
 
 class _StoreFileSystem(FileSystemBase):
     """DCP's file-system interface over a node store."""

@@ -102,7 +102,6 @@ def _as_node(c, node):
     os.environ.update(CKPTFS_CLUSTER=c.file, CKPTFS_NODE_ID=node, CKPTFS_JOB=c.job)
 
 
-@pytest.mark.xfail(reason="open bug: on the merged tree the dataset id floor (campaign) and the join fix (torch) disagree; node1 takes id 2 for step1 (round 3 session 2)", strict=False)
 def test_two_nodes_every_rank_loads_survives_a_rank_and_a_node_loss(tmp_path, monkeypatch):
     exe = _ckptfs_bin()
     job = f"{TAG}-clu-{os.getpid()}"
@@ -170,6 +169,66 @@ def test_two_nodes_every_rank_loads_survives_a_rank_and_a_node_loss(tmp_path, mo
         reader = whole_job(str(tmp_path))
         # node1's files (its store was replaced) came from node2's partner copies.
         assert reader.fs.sources.get("/job/step2/.metadata") == "node2", reader.fs.sources
+    finally:
+        for k in ("CKPTFS_CLUSTER", "CKPTFS_NODE_ID", "CKPTFS_JOB"):
+            os.environ.pop(k, None)
+        c.close()
+
+
+def _warned(fn):
+    """``fn()``'s result and the RuntimeWarnings it gave."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_newer_save_without_the_writer_is_warned_about_on_every_node(tmp_path, monkeypatch):
+    """Issue 37 item 3 across nodes: node1 saves step1 through the Writer (a dataset),
+    then step2 with ``Writer(dataset=False)`` and step3 with torch's own fsspec writer
+    (``dcp.save(checkpoint_id="ckptfs://...")``): no record lists them, and their
+    ``.metadata`` is in node1's store only. A restart on node2 as on node1 takes step1
+    and warns about step2 and step3, naming node1 (node2 learns of them through node1's
+    daemon); loading step1 on node2 gives its tensors."""
+    import torch.distributed.checkpoint as dcp
+
+    exe = _ckptfs_bin()
+    job = f"{TAG}-unrec-{os.getpid()}"
+    for k in ("CKPTFS_STORE", "CKPTFS_CLUSTER", "CKPTFS_NODE_ID", "CKPTFS_DEST", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("CKPTFS_MEM_SIZE", "64M")
+    monkeypatch.setenv("CKPTFS_CHUNK_SIZE", "64K")
+    c = _Cluster(exe, tmp_path, job, PORT)
+    sd = {s: {"w": torch.full((1000,), float(s)), "step": torch.tensor(s)} for s in (1, 2, 3)}
+    try:
+        for n in ("node1", "node2"):
+            c.start(n)
+        _as_node(c, "node1")
+        dcp.save(sd[1], storage_writer=ct.Writer(path="/ck/step1"))
+        time.sleep(0.01)
+        dcp.save(sd[2], storage_writer=ct.Writer(path="/ck/step2", dataset=False))
+        time.sleep(0.01)
+        dcp.save(sd[3], checkpoint_id=f"ckptfs://{job}.node1/ck/step3", no_dist=True)
+        s1 = ckptfs.Store(f"{job}.node1", create=False)
+        assert s1.exists("/ck/step3/.metadata") and s1.exists("/ck/step2/.metadata")
+        for node in ("node2", "node1"):
+            _as_node(c, node)
+            got, msgs = _warned(lambda: ct.latest_checkpoint("/ck"))
+            assert got == "/ck/step1", (node, got, msgs)
+            for step in ("/ck/step2", "/ck/step3"):
+                assert any(
+                    f"checkpoint {step} (its .metadata is on node node1)" in m and "no dataset record" in m
+                    for m in msgs
+                ), (node, step, msgs)
+            assert not any("/ck/step1 " in m.split("chosen")[0] for m in msgs), msgs
+            # The Reader's restart says the same, and loads step1 (node2: through node1's daemon).
+            reader, msgs = _warned(lambda: ct.Reader(root="/ck"))
+            assert reader.path == "/ck/step1" and any("/ck/step3" in m for m in msgs), (node, msgs)
+            dst = {"w": torch.zeros(1000), "step": torch.tensor(0)}
+            dcp.load(dst, storage_reader=reader, no_dist=True)
+            assert torch.equal(dst["w"], sd[1]["w"]) and int(dst["step"]) == 1, node
     finally:
         for k in ("CKPTFS_CLUSTER", "CKPTFS_NODE_ID", "CKPTFS_JOB"):
             os.environ.pop(k, None)

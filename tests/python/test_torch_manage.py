@@ -1,9 +1,10 @@
 """ckptfs.torch on one node: a full store is ENOSPC naming the store, its size and what
 the save needs (Writer and torch.save helper); one creator of a store while ranks start
 at once; list_checkpoints / delete_checkpoint / keep_last (one row per checkpoint name,
-evicted and failed ones not loadable, empty directories removed); dcp.async_save
-staging into buffers reused across saves; a newer save made without the Writer is warned
-about at load."""
+evicted and failed ones not loadable, the protection each gets, empty directories
+removed); dcp.async_save staging into buffers reused across saves; a newer save made
+without the Writer is warned about at load; `cluster init --mem` sizes every node's
+store."""
 
 import multiprocessing
 import os
@@ -100,6 +101,13 @@ def test_list_delete_keep_last_one_row_per_name_and_clean_directories(store_name
     assert by["/m/step5"]["state"] == "invalid" and not by["/m/step5"]["loadable"]
     assert by["/m/step1"]["levels"] == ["local"] and by["/m/step1"]["size"] > 4096 * 4
     assert by["/m/step1"]["decision"]["level"] in ("local", "partner", "pfs")
+    # The protection the policy's choice gives, as `ckptfs ls -l` and `ckpt list` say:
+    # by default every complete checkpoint gets partner copies, whatever the choice.
+    prot = by["/m/step1"]["protection"]
+    assert prot["partner_copies"] == "complete" and prot["chosen"] == ["local", "partner"], prot
+    assert prot["short"] == "partner" and not prot["node_local_by_choice"], prot
+    assert f"the policy's choice: {prot['policy']['level']}" in prot["note"], prot
+    assert by["/m/step5"]["protection"]["short"] == "invalid", by["/m/step5"]
     # keep the newest 2 loadable: steps 1 and 2 go with their directories.
     gone = ct.keep_last(2, "/m", store, job=job)
     assert sorted(gone) == ["/m/step1", "/m/step2"], gone
@@ -171,3 +179,69 @@ def test_cluster_init_local_2_puts_each_node_in_its_own_rack(tmp_path):
                           capture_output=True, text=True).stdout
     assert "rack=r1" in plan and "rack=r2" in plan, plan
     assert "every checkpoint survives the loss of any one failure domain" in plan, plan
+
+
+def test_cluster_init_mem_sizes_every_nodes_store_unless_a_setting_says_otherwise(tmp_path, monkeypatch):
+    """`cluster init --mem 40M`: node1's daemon (no CKPTFS_MEM_SIZE) creates its store
+    with 40 MiB, a rank of node2 in cluster mode (only CKPTFS_CLUSTER/CKPTFS_NODE_ID)
+    creates node2's with 40 MiB, and CKPTFS_MEM_SIZE still overrides the file."""
+    import json
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    from ckptfs import datasets as cds
+
+    exe = Path(os.environ.get("CKPTFS_BIN_DIR") or Path(__file__).resolve().parents[2] / "target" / "release") / "ckptfs"
+    if not exe.is_file():
+        pytest.skip(f"{exe} not built")
+    port = int(os.environ.get("CKPTFS_TEST_PORT", 43400 + 2 * (os.getpid() % 100)))
+    job = f"{os.environ.get('CKPTFS_TEST_TAG', 'pytest')}-mem-{os.getpid()}"
+    env = dict(os.environ, CKPTFS_CHUNK_SIZE="64K", CKPTFS_JOB=job)
+    for k in ("CKPTFS_MEM_SIZE", "CKPTFS_STORE", "CKPTFS_CLUSTER", "CKPTFS_NODE_ID", "CKPTFS_CONFIG", "CKPTFS_DEST"):
+        env.pop(k, None)
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("CKPTFS_CHUNK_SIZE", "64K")
+
+    def ck(*args, node=None, check=True):
+        pre = ["--cluster", "c.toml", "--node-id", node] if node else []
+        r = subprocess.run([str(exe), *pre, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert not check or r.returncode == 0, (args, r.stdout, r.stderr)
+        return r
+
+    r = ck("cluster", "init", "--local", "2", "--mem", "40M", "--out", "c.toml", "--port", str(port), "--job", job)
+    assert "40.0 MiB of memory" in r.stdout, r.stdout
+    assert "mem_size = 41943040" in (tmp_path / "c.toml").read_text()
+    daemon = subprocess.Popen([str(exe), "node", "--cluster", "c.toml", "--node-id", "node1"], cwd=tmp_path, env=env,
+                              stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 60
+        while ck("node", "status", node="node1", check=False).returncode != 0:
+            assert time.monotonic() < end and daemon.poll() is None, "node1's daemon did not start"
+            time.sleep(0.2)
+        st = json.loads(ck("status", "--json", node="node1").stdout)
+        assert st["name"] == f"{job}.node1" and st["mem_size"] == 40 << 20, st
+        # `ckptfs config` says where the size came from.
+        conf = ck("config", node="node2").stdout
+        assert any("mem_size" in line and "41943040" in line for line in conf.splitlines()), conf
+        # A rank of node2 in cluster mode: node2's store, created with the file's size.
+        monkeypatch.setenv("CKPTFS_CLUSTER", str(tmp_path / "c.toml"))
+        monkeypatch.setenv("CKPTFS_NODE_ID", "node2")
+        s2 = cds._store(None)
+        assert s2.name == f"{job}.node2" and s2.info()["mem_size"] == 40 << 20, s2.info()
+        del s2
+        ckptfs.destroy(f"{job}.node2")
+        # An explicit setting wins over the cluster file.
+        monkeypatch.setenv("CKPTFS_MEM_SIZE", "24M")
+        s2 = cds._store(None)
+        assert s2.info()["mem_size"] == 24 << 20, s2.info()
+        # node1's existing store is attached as it is, whatever this process's setting.
+        monkeypatch.setenv("CKPTFS_NODE_ID", "node1")
+        monkeypatch.delenv("CKPTFS_MEM_SIZE")
+        assert cds._store(None).info()["mem_size"] == 40 << 20
+    finally:
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait()
+        for n in ("node1", "node2"):
+            ck("destroy", "--force", node=n, check=False)

@@ -305,3 +305,14 @@ mod tests {
         assert_eq!(tg[1].ost, Some(7));
     }
 }
+
+impl crate::mover::DrainPolicy {
+    /// `--every` and `--evict` of `cfg` (here, not in the mover module: the
+    /// configuration names the policy, never the other way round).
+    pub fn from_config(cfg: &AgentConfig) -> crate::mover::DrainPolicy {
+        crate::mover::DrainPolicy {
+            every: cfg.every.max(1),
+            evict: cfg.evict,
+        }
+    }
+}

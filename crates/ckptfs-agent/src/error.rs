@@ -58,7 +58,7 @@ pub enum AgentError {
         /// Manifest file.
         path: PathBuf,
         /// What is wrong.
-        reason: crate::manifest::ManifestError,
+        reason: crate::manifest_error::ManifestError,
     },
     /// A manifest entry that restore refuses (its file is not restored).
     #[error("manifest {manifest}: entry {name:?}: {reason}")]
@@ -68,7 +68,7 @@ pub enum AgentError {
         /// The entry's key.
         name: String,
         /// What is wrong.
-        reason: crate::manifest::EntryError,
+        reason: crate::manifest_error::EntryError,
     },
     /// A destination file restore will not read or use.
     #[error("refusing to restore from {path}: {reason}")]

@@ -38,6 +38,7 @@ pub mod dest;
 pub mod engine;
 mod error;
 pub mod manifest;
+mod manifest_error;
 pub mod mover;
 pub mod pfs;
 pub mod restore;

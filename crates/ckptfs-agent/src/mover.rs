@@ -14,7 +14,6 @@
 //!   memory, erasure sets, the pool, object storage) plug in here as implementations of
 //!   `Level` (docs/design.md, "Levels, and where the next ones plug in").
 
-use crate::config::AgentConfig;
 use ckptfs_level::{copy, Level, LevelError, LevelKind, Stored};
 use serde::Serialize;
 
@@ -53,16 +52,6 @@ pub struct DrainPolicy {
     pub every: u32,
     /// Free the memory copy after a verified drain.
     pub evict: bool,
-}
-
-impl DrainPolicy {
-    /// `--every` and `--evict` of `cfg`.
-    pub fn from_config(cfg: &AgentConfig) -> DrainPolicy {
-        DrainPolicy {
-            every: cfg.every.max(1),
-            evict: cfg.evict,
-        }
-    }
 }
 
 impl MovePolicy for DrainPolicy {

@@ -16,7 +16,7 @@
 //!
 //! Each case runs `--reps` times; the median is reported with the ratio to tmpfs.
 
-use crate::fuse::BenchArgs;
+use crate::fuse_args::BenchArgs;
 use crate::report::Measurement;
 use anyhow::{Context, Result};
 use ckptfs_fuse::{mount, CacheConfig, IoMode, StoreFs};

@@ -13,6 +13,7 @@
 
 pub mod drain;
 pub mod fuse;
+mod fuse_args;
 pub mod fuse_md;
 mod fuse_store;
 pub mod huge;

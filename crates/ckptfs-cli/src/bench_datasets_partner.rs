@@ -5,7 +5,7 @@
 //! restart time of node1's part from each level: its own store, the PFS (partner node
 //! stopped, local files gone), the partner's memory (local files gone).
 
-use crate::cmd_agent::human;
+use crate::agent_args::human;
 use anyhow::{bail, Context, Result};
 use ckptfs_datasets::{Config, Datasets};
 use ckptfs_store::{OpenFlags, Store, StoreOptions};

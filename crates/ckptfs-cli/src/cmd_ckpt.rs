@@ -1,10 +1,11 @@
 //! `ckptfs ckpt begin|complete|list|show|delete|need`, `ckptfs alarm` and the restart
 //! step of `ckptfs run --restart`: the CLI over `ckptfs-datasets`.
 
-use crate::cmd_agent::human;
+use crate::agent_args::human;
 use crate::config::Ctx;
 use crate::text::esc;
 use anyhow::{Context, Result};
+use ckptfs_datasets::protection::{self, PartnerCopies, Protection};
 use ckptfs_datasets::{Config, Dataset, Datasets, State};
 use std::path::PathBuf;
 
@@ -96,7 +97,7 @@ pub fn open(ctx: &Ctx, dest: &[PathBuf]) -> Result<Datasets> {
     Ok(Datasets::single_node(store, cfg))
 }
 
-fn job_json(d: &ckptfs_datasets::JobDataset, evict: &[u64]) -> serde_json::Value {
+fn job_json(d: &ckptfs_datasets::JobDataset, evict: &[u64], prot: Option<&Protection>) -> serde_json::Value {
     serde_json::json!({
         "id": d.id,
         "name": d.name,
@@ -111,19 +112,24 @@ fn job_json(d: &ckptfs_datasets::JobDataset, evict: &[u64]) -> serde_json::Value
         "created_ns": d.created_ns,
         "closed_ns": d.closed_ns,
         "evicted_next": evict.contains(&d.id),
+        // This node's record's protection (the level policy's choice on this node).
+        "protection": prot,
     })
 }
 
 /// `ckpt list` across the job's nodes.
-fn list_job(ds: &Datasets, json: bool) -> Result<()> {
+fn list_job(ds: &Datasets, json: bool, ctx: &Ctx) -> Result<()> {
     let all = ds.job_list()?;
     let (local, _) = ds.list()?;
     let evict = ds.next_evictions(&local);
     let prune = ds.next_pfs_prunes(&local);
+    let mode = ctx.protection_mode(PartnerCopies::of(ds.config()));
+    let prot: std::collections::BTreeMap<u64, Protection> =
+        local.iter().map(|d| (d.id, protection::of(d, mode))).collect();
     if json {
         let v = serde_json::json!({
             "node": ds.config().node,
-            "datasets": all.iter().map(|d| job_json(d, &evict)).collect::<Vec<_>>(),
+            "datasets": all.iter().map(|d| job_json(d, &evict, prot.get(&d.id))).collect::<Vec<_>>(),
             "evicted_next": evict,
             "pfs_pruned_next": prune,
         });
@@ -178,7 +184,7 @@ fn age(ns: u64) -> String {
     }
 }
 
-fn list_json(d: &Dataset) -> serde_json::Value {
+fn list_json(d: &Dataset, mode: PartnerCopies) -> serde_json::Value {
     serde_json::json!({
         "id": d.id,
         "name": d.name,
@@ -194,6 +200,7 @@ fn list_json(d: &Dataset) -> serde_json::Value {
         "flush": d.flush,
         "pfs_pruned": d.pfs_pruned,
         "decision": d.decision.as_ref().map(|x| x.level.clone()),
+        "protection": protection::of(d, mode),
     })
 }
 
@@ -218,7 +225,9 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
                     .unwrap_or_default()
             );
         }
-        CkptCommand::List { json } if ctx.cluster.is_some() && ctx.node_id.is_some() => list_job(&ds, json)?,
+        CkptCommand::List { json } if ctx.cluster.is_some() && ctx.node_id.is_some() => {
+            list_job(&ds, json, ctx)?
+        }
         CkptCommand::List { json } => {
             let (mut all, bad) = ds.list()?;
             for d in all.iter_mut() {
@@ -226,9 +235,10 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
             }
             let evict = ds.next_evictions(&all);
             let prune = ds.next_pfs_prunes(&all);
+            let mode = ctx.protection_mode(PartnerCopies::of(ds.config()));
             if json {
                 let v = serde_json::json!({
-                    "datasets": all.iter().map(list_json).collect::<Vec<_>>(),
+                    "datasets": all.iter().map(|d| list_json(d, mode)).collect::<Vec<_>>(),
                     "evicted_next": evict,
                     "pfs_pruned_next": prune,
                     "bad_records": bad.iter().map(|(p, m)| serde_json::json!({"path": p, "error": m})).collect::<Vec<_>>(),
@@ -247,10 +257,8 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
                     if prune.contains(&d.id) {
                         note = "removed from the PFS when the next dataset reaches it".into();
                     }
-                    if let Some(dec) = &d.decision {
-                        if note.is_empty() {
-                            note = policy_note(&dec.level, &dec.reason, ds.config().partner_copies_adaptive);
-                        }
+                    if note.is_empty() && d.decision.is_some() {
+                        note = policy_note(&protection::of(d, mode));
                     }
                     let levels = d.levels().join(",");
                     println!(
@@ -527,15 +535,15 @@ fn shown_state(state: &'static str, evicted: bool, no_level: bool) -> &'static s
     }
 }
 
-/// The note for a dataset's level decision: with the adaptive choice
-/// (`dataset_partner_copies = decision`) a `local` decision means no copy beyond this
-/// node, said so with the policy's reason; otherwise (every complete dataset is
-/// protected) the decision only names the level the policy found cheapest.
-fn policy_note(level: &str, reason: &str, adaptive: bool) -> String {
-    if adaptive && level == "local" {
-        format!("node-local by the policy's choice (dataset_partner_copies = decision): {reason}")
+/// The note for a complete dataset's protection: node-local by the policy's choice
+/// (`dataset_partner_copies = decision`, decided `local`) says so with the policy's
+/// reason; otherwise the protection applied and the level the policy chose.
+fn policy_note(p: &Protection) -> String {
+    if p.node_local_by_choice {
+        p.note.clone()
     } else {
-        format!("policy: {level}")
+        let level = p.policy.as_ref().map_or("-", |c| c.level.as_str());
+        format!("protection: {} (policy: {level})", p.short)
     }
 }
 
@@ -549,11 +557,33 @@ mod list_tests {
         assert_eq!(shown_state("complete", false, true), "lost");
         assert_eq!(shown_state("complete", true, false), "complete");
         assert_eq!(shown_state("open", false, true), "open");
-        let n = policy_note("local", "local has the lowest expected overhead", true);
+        let p = |local: bool, mode| Protection {
+            id: 1,
+            name: "s".into(),
+            job: "j".into(),
+            state: "complete",
+            chosen: vec!["local".into()],
+            short: if local { "local" } else { "partner" }.into(),
+            policy: Some(protection::PolicyChoice {
+                level: "local".into(),
+                reason: "local has the lowest expected overhead".into(),
+            }),
+            node_local_by_choice: local,
+            partner_copies: mode,
+            note: if local {
+                "node-local by the policy's choice (dataset_partner_copies = decision): local has the lowest expected overhead".into()
+            } else {
+                String::new()
+            },
+        };
+        let n = policy_note(&p(true, PartnerCopies::Decision));
         assert!(
             n.starts_with("node-local by the policy's choice") && n.contains("lowest expected"),
             "{n}"
         );
-        assert_eq!(policy_note("local", "x", false), "policy: local");
+        assert_eq!(
+            policy_note(&p(false, PartnerCopies::Complete)),
+            "protection: partner (policy: local)"
+        );
     }
 }

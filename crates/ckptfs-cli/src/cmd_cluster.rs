@@ -77,6 +77,11 @@ pub struct InitArgs {
     /// (keyed BLAKE3) but travels in the clear.
     #[arg(long)]
     pub encrypt: bool,
+    /// Memory of each node's store (K/M/G): the size its daemon, `ckptfs --cluster
+    /// --node-id` commands and the job's ranks create it with when no flag,
+    /// CKPTFS_MEM_SIZE or settings file gives mem_size [default: the settings' 1G].
+    #[arg(long, value_name = "SIZE", value_parser = ckptfs_settings::parse_store_size)]
+    pub mem: Option<u64>,
 }
 
 /// `cluster plan` options.
@@ -226,6 +231,7 @@ fn init(a: InitArgs) -> Result<i32> {
     cluster.heartbeat_ms = a.heartbeat_ms;
     cluster.secret_file = Some(secret_ref);
     cluster.encrypt = a.encrypt;
+    cluster.mem_size = a.mem;
     // Per-node key files beside the cluster file: `<out>.keys/<node>.key`.
     let keys_dir = a.out.with_extension("keys");
     cluster.keys_dir = keys_dir.file_name().map(PathBuf::from);
@@ -257,6 +263,13 @@ fn init(a: InitArgs) -> Result<i32> {
         secret_path.display(),
         keys_dir.display()
     );
+    if let Some(m) = cluster.mem_size {
+        println!(
+            "each node's store: {} of memory (mem_size in the file; a flag, CKPTFS_MEM_SIZE or a \
+             settings file overrides it)",
+            crate::agent_args::human(m)
+        );
+    }
     for w in &plan.warnings {
         println!("warning: {w}");
     }

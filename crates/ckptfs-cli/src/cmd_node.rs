@@ -2,7 +2,7 @@
 //! to the PFS), `ckptfs node status`, and the multi-level restore used by `ckptfs
 //! restore --from-peers` and `ckptfs run --restore`.
 
-use crate::cmd_agent::{human, DestArgs};
+use crate::agent_args::{human, DestArgs};
 use crate::config::Ctx;
 use anyhow::{bail, Context, Result};
 use ckptfs_node::{NodeConfig, NodeStatus};
@@ -129,7 +129,7 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     }
     if !args.dest.dest.is_empty() {
         let mut d = args.dest.config(Some(node))?;
-        crate::cmd_agent::use_dataset_policy(ctx, &mut d)?;
+        crate::agent_args::use_dataset_policy(ctx, &mut d)?;
         cfg.drain = Some(d);
     }
     let shutdown = ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT])?;
@@ -435,7 +435,7 @@ pub fn multi_level_restore(
         }
     }
     if let Some(c) = pfs {
-        let r = crate::cmd_agent::restore_into(store, c, prefix, nodes)?;
+        let r = crate::agent_args::restore_into(store, c, prefix, nodes)?;
         rep.skipped = r
             .skipped
             .into_iter()

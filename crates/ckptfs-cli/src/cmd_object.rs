@@ -3,7 +3,7 @@
 //! source. Endpoint and credentials come from the `AWS_*` variables or the AWS files;
 //! the level's settings from `CKPTFS_S3_*` (docs/object.md) and the flags below.
 
-use crate::cmd_agent::{human, AgentArgs, DestArgs, RestoreArgs};
+use crate::agent_args::{human, AgentArgs, DestArgs, RestoreArgs};
 use crate::config::Ctx;
 use crate::text::esc;
 use anyhow::{Context, Result};

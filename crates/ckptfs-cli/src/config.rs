@@ -218,10 +218,60 @@ impl Ctx {
                 r.source = Source::Flag;
             }
             self.settings.store.name = node.store.clone();
+            if let Some(m) = cluster.mem_size {
+                self.use_cluster_mem_size(m);
+            }
         }
         self.cluster = Some(cluster);
         self.cluster_file = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
         Ok(self)
+    }
+
+    /// The cluster file's `mem_size` (`cluster init --mem`) for this node's store, when
+    /// no flag, `CKPTFS_MEM_SIZE` or settings file gives one and the store does not exist
+    /// yet (it is created with that size; an existing store is attached as it is).
+    fn use_cluster_mem_size(&mut self, m: u64) {
+        let Some(row) = self.table.iter_mut().find(|r| r.0 == "mem_size") else {
+            return;
+        };
+        let seg = ckptfs_store::segment_path_in(self.store.shm_dir.as_deref(), &self.store.name);
+        if row.2 != Source::Default || std::fs::symlink_metadata(seg).is_ok() {
+            return;
+        }
+        // Shown by `ckptfs config` as coming from a file (the cluster file).
+        row.1 = m.to_string();
+        row.2 = Source::File;
+        self.store.mem_size = Some(m);
+        if let Some(r) = self.settings.rows.iter_mut().find(|r| r.key == "mem_size") {
+            r.value = m.to_string();
+            r.source = Source::File;
+        }
+        self.settings.store.mem_size = Some(m);
+    }
+
+    /// The `dataset_partner_copies` setting as this command resolves it (as `ckpt
+    /// list`): what `ls -l` and `status --json` say a dataset's protection is.
+    pub fn partner_copies(&self) -> ckptfs_datasets::protection::PartnerCopies {
+        use ckptfs_datasets::protection::PartnerCopies;
+        match ckptfs_datasets::Config::from_settings(&self.settings, &|k| std::env::var(k).ok()) {
+            Ok(c) => self.protection_mode(PartnerCopies::of(&c)),
+            Err(e) => {
+                eprintln!("ckptfs: dataset settings: {e}; showing the default protection (complete)");
+                PartnerCopies::Complete
+            }
+        }
+    }
+
+    /// `mode`, or erasure sets when the cluster file names a scheme (issue 32: complete
+    /// datasets then get the set's parity instead of partner copies).
+    pub fn protection_mode(
+        &self,
+        mode: ckptfs_datasets::protection::PartnerCopies,
+    ) -> ckptfs_datasets::protection::PartnerCopies {
+        match &self.cluster {
+            Some(c) if c.redundancy.erasure.is_some() => ckptfs_datasets::protection::PartnerCopies::Erasure,
+            _ => mode,
+        }
     }
 
     /// The cluster file and this node's id, or an error naming what is missing.
@@ -250,6 +300,40 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| m.get(k).cloned()
+    }
+
+    /// `cluster init --mem`: a node's store not created yet gets the cluster file's
+    /// `mem_size` (shown from a file, passed on to children); a variable still wins.
+    #[test]
+    fn the_cluster_files_mem_size_sizes_a_new_store_unless_a_setting_gives_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = format!("cfgmem{}", std::process::id());
+        let mut c = ckptfs_cluster::Cluster::local(2, &job, 17400).unwrap();
+        c.mem_size = Some(40 << 20);
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, c.to_toml()).unwrap();
+        let cl = ClusterArgs {
+            cluster: Some(f),
+            node_id: Some("node2".into()),
+        };
+        let ctx = Ctx::resolve_with(&StoreArgs::default(), &env_of(&[]))
+            .unwrap()
+            .with_cluster(&cl)
+            .unwrap();
+        assert_eq!(ctx.store.name, format!("{job}.node2"));
+        assert_eq!(ctx.store.mem_size, Some(40 << 20));
+        assert!(ctx
+            .table
+            .iter()
+            .any(|r| r.0 == "mem_size" && r.1 == "41943040" && r.2 == Source::File));
+        assert!(ctx
+            .child_env()
+            .contains(&("CKPTFS_MEM_SIZE", "41943040".to_string())));
+        let ctx = Ctx::resolve_with(&StoreArgs::default(), &env_of(&[("CKPTFS_MEM_SIZE", "24M")]))
+            .unwrap()
+            .with_cluster(&cl)
+            .unwrap();
+        assert_eq!(ctx.store.mem_size, Some(24 << 20));
     }
 
     #[test]

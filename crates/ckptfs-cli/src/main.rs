@@ -5,6 +5,7 @@
 //! (`config`), runs the benchmarks (`bench`) and the level policy (`policy`). Store
 //! settings come from one table (see `config.rs`): flags > `CKPTFS_*` env > TOML > defaults.
 
+mod agent_args;
 mod bench_datasets_partner;
 mod bench_erasure;
 mod bench_object;
@@ -12,6 +13,7 @@ mod bench_partner;
 mod cmd_agent;
 mod cmd_ckpt;
 mod cmd_cluster;
+mod cmd_ls;
 mod cmd_mount;
 mod cmd_node;
 mod cmd_object;
@@ -59,9 +61,14 @@ enum Command {
     },
     /// List a directory of the store (default /).
     Ls {
-        /// Long listing: mode, size, state, chunks in memory/spill, mtime.
+        /// Long listing: mode, size, state, chunks in memory/spill, mtime, the levels
+        /// holding each file and the protection its dataset gets (the level policy's
+        /// choice as dataset_partner_copies applies it), then why, per dataset.
         #[arg(short, long)]
         long: bool,
+        /// The long listing as JSON, one object per entry.
+        #[arg(long)]
+        json: bool,
         /// List subdirectories recursively.
         #[arg(short = 'R', long)]
         recursive: bool,
@@ -232,9 +239,10 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Status { json } => store_cmds::status(&ctx, json),
         Command::Ls {
             long,
+            json,
             recursive,
             path,
-        } => store_cmds::ls(&ctx, path.as_deref().unwrap_or("/"), long, recursive),
+        } => cmd_ls::ls(&ctx, path.as_deref().unwrap_or("/"), long, recursive, json),
         Command::Cat { path } => store_cmds::cat(&ctx, &path),
         Command::Put { src, dst, parents } => store_cmds::put(&ctx, &src, &dst, parents),
         Command::Get { src, dst } => store_cmds::get(&ctx, &src, &dst),

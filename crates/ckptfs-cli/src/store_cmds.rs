@@ -13,7 +13,7 @@ use std::path::Path;
 const PROGRESS_MIN: u64 = 64 << 20;
 const COPY_BLOCK: usize = 4 << 20;
 
-fn attach(ctx: &Ctx) -> Result<Store> {
+pub(crate) fn attach(ctx: &Ctx) -> Result<Store> {
     Ok(Store::attach(&ctx.store)?)
 }
 
@@ -46,7 +46,7 @@ fn human(n: u64) -> String {
 }
 
 /// UTC time "YYYY-MM-DD HH:MM:SS" from ns since the epoch.
-fn time_str(ns: u64) -> String {
+pub(crate) fn time_str(ns: u64) -> String {
     let secs = (ns / 1_000_000_000) as i64;
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
@@ -68,7 +68,7 @@ fn time_str(ns: u64) -> String {
     )
 }
 
-fn mode_str(st: &Stat) -> String {
+pub(crate) fn mode_str(st: &Stat) -> String {
     let mut s = String::from(match st.kind {
         FileKind::Dir => "d",
         FileKind::Symlink => "l",
@@ -87,7 +87,7 @@ fn mode_str(st: &Stat) -> String {
     s
 }
 
-fn state_str(s: WriteState) -> &'static str {
+pub(crate) fn state_str(s: WriteState) -> &'static str {
     match s {
         WriteState::Complete => "complete",
         WriteState::Writing => "writing",
@@ -157,6 +157,19 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
             })
             .collect();
         v["levels"] = serde_json::Value::Object(files);
+        // Per file of a dataset: the protection the dataset gets (the level policy's
+        // choice as dataset_partner_copies applies it) and why.
+        let prot = ckptfs_datasets::protection::FileProtections::load(&store, ctx.partner_copies());
+        let files: serde_json::Map<String, serde_json::Value> = store
+            .list_all()
+            .into_iter()
+            .filter(|(_, st)| st.kind == FileKind::File)
+            .filter_map(|(p, st)| {
+                let d = serde_json::to_value(prot.of(&p, &st)?).ok()?;
+                Some((p, d))
+            })
+            .collect();
+        v["protection"] = serde_json::Value::Object(files);
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
@@ -224,97 +237,12 @@ pub fn status(ctx: &Ctx, json: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// Long listings show, per file, the ids of the levels holding it, in read order
-/// (`local, partner:node3, pfs:/scratch/run`).
-fn print_entry(store: &Store, name: &str, st: &Stat, long: Option<(&ckptfs_node::LevelsView, &str)>) {
-    if let Some((levels, path)) = long {
-        // A symbolic link shows its target, as `ls -l` does.
-        let target = if st.kind == FileKind::Symlink {
-            match store.readlink(path) {
-                Ok(t) => format!(" -> {}", esc(&String::from_utf8_lossy(&t))),
-                Err(e) => format!(" -> ? ({e})"),
-            }
-        } else {
-            String::new()
-        };
-        println!(
-            "{} {:>3} {:>10} {:>12} {:>5} chunks{} {} {} {}{}{}",
-            mode_str(st),
-            // Names of the file (hard links); a directory's count is not kept.
-            if st.kind == FileKind::Dir {
-                "-".to_string()
-            } else {
-                st.nlink.to_string()
-            },
-            state_str(st.state),
-            st.size,
-            st.chunks,
-            if st.spill_chunks > 0 {
-                format!(" ({} spill)", st.spill_chunks)
-            } else {
-                String::new()
-            },
-            time_str(st.mtime_ns),
-            // The levels holding the file, before the name (which ends the line).
-            if st.kind == FileKind::File {
-                format!("[{}]", esc(&levels.of(path, st).summary()))
-            } else {
-                "-".to_string()
-            },
-            esc(name),
-            if st.kind == FileKind::Dir { "/" } else { "" },
-            target,
-        );
-    } else {
-        println!("{}{}", esc(name), if st.kind == FileKind::Dir { "/" } else { "" });
-    }
-}
-
-fn join(dir: &str, name: &str) -> String {
+pub(crate) fn join(dir: &str, name: &str) -> String {
     if dir.ends_with('/') {
         format!("{dir}{name}")
     } else {
         format!("{dir}/{name}")
     }
-}
-
-pub fn ls(ctx: &Ctx, path: &str, long: bool, recursive: bool) -> Result<i32> {
-    let store = attach(ctx)?;
-    let st = store.stat(path).with_context(|| format!("ls {path}"))?;
-    let levels = ckptfs_node::LevelsView::load(&store);
-    let lv =
-        |p: &str| -> Option<(&ckptfs_node::LevelsView, String)> { long.then(|| (&levels, p.to_string())) };
-    if st.kind == FileKind::File {
-        let l = lv(path);
-        print_entry(&store, path, &st, l.as_ref().map(|(v, p)| (*v, p.as_str())));
-        return Ok(0);
-    }
-    let mut dirs = vec![path.to_string()];
-    let mut first = true;
-    while let Some(dir) = dirs.pop() {
-        let mut entries = store.read_dir(&dir).with_context(|| format!("ls {dir}"))?;
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
-        if recursive {
-            if !first {
-                println!();
-            }
-            println!("{}:", esc(&dir));
-        }
-        first = false;
-        let mut sub = Vec::new();
-        for e in entries {
-            let p = join(&dir, &e.name);
-            // An entry may vanish between listing and stat: skip it.
-            let Ok(st) = store.stat(&p) else { continue };
-            let l = lv(&p);
-            print_entry(&store, &e.name, &st, l.as_ref().map(|(v, p)| (*v, p.as_str())));
-            if recursive && e.kind == FileKind::Dir {
-                sub.push(p);
-            }
-        }
-        dirs.extend(sub.into_iter().rev());
-    }
-    Ok(0)
 }
 
 /// Copy a store file into a writer, verifying every chunk first.

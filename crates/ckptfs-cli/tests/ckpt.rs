@@ -11,7 +11,12 @@ struct Store {
 impl Store {
     fn new(tag: &str) -> Store {
         Store {
-            name: format!("hd-cli-{tag}-{}", std::process::id()),
+            // CKPTFS_TEST_TAG: another prefix, for runs beside other suites.
+            name: format!(
+                "{}-cli-{tag}-{}",
+                std::env::var("CKPTFS_TEST_TAG").unwrap_or_else(|_| "hd".into()),
+                std::process::id()
+            ),
             dir: tempfile::tempdir().unwrap(),
         }
     }
@@ -398,10 +403,15 @@ impl Drop for Daemon {
 /// between the check here and the daemon's bind.
 fn loopback_cluster(st: &Store, ports: std::ops::Range<u16>) -> [String; 2] {
     let dir = st.dir.path();
-    let port = ports
-        .step_by(2)
-        .find(|&p| (p..p + 2).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .expect("two free ports");
+    // CKPTFS_TEST_PORT: the first of 20 ports to use instead (runs beside other suites).
+    let ports = match std::env::var("CKPTFS_TEST_PORT")
+        .ok()
+        .and_then(|p| p.parse::<u16>().ok())
+    {
+        Some(p) => p..p.saturating_add(20),
+        None => ports,
+    };
+    let port = ckptfs_testsupport::free_ports(ports, 2);
     let mut c = st.cmd(&[
         "cluster",
         "init",
@@ -542,7 +552,7 @@ fn runtime_policy_offers_the_partner_level_with_measured_costs_as_simulate_does(
         let t = std::time::Instant::now();
         loop {
             let o = node1.run(&["ls", "-l", path]);
-            if String::from_utf8_lossy(&o.stdout).contains("node2") {
+            if String::from_utf8_lossy(&o.stdout).contains("partner:node2") {
                 return;
             }
             assert!(
@@ -678,7 +688,7 @@ fn partner_copies_follow_the_level_decision() {
     let daemons = start_daemons(&st, &stores, &[], &env);
     let on_node2 = |path: &str| {
         let o = node1.run(&["ls", "-l", path]);
-        String::from_utf8_lossy(&o.stdout).contains("node2")
+        String::from_utf8_lossy(&o.stdout).contains("partner:node2")
     };
     let copied = |path: &str| {
         let t = std::time::Instant::now();
@@ -736,5 +746,58 @@ fn partner_copies_follow_the_level_decision() {
     // Still none for s2 after the alarm (a later decision does not revive it).
     scans_after("b");
     assert!(!on_node2("/p/2"));
+    // What `ls -l`, `ls --json`, `status --json` and `ckpt list --json` say of each
+    // dataset's files: the protection the policy chose, and why (issue 37).
+    let long = run(&["ls", "-l", "/p"]);
+    let line = |name: &str| {
+        long.lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line("1").contains(" ds1:partner "), "{long}");
+    assert!(line("2").contains(" ds2:local(policy) "), "{long}");
+    assert!(line("3").contains(" ds3:partner "), "{long}");
+    let why = |id: u64| {
+        long.lines()
+            .find(|l| l.starts_with(&format!("ds{id}: dataset {id} s{id} ")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(why(1).contains("not on offer"), "{long}");
+    assert!(
+        why(2).contains("node-local by the policy's choice (dataset_partner_copies = decision): local has the lowest expected overhead"),
+        "{long}"
+    );
+    assert!(why(3).contains("partner copies by the policy's choice"), "{long}");
+    let entries = json(&run(&["ls", "--json", "/p"]));
+    let e2 = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "2")
+        .unwrap()
+        .clone();
+    assert_eq!(e2["dataset"]["node_local_by_choice"], true, "{e2}");
+    assert_eq!(e2["dataset"]["policy"]["level"], "local", "{e2}");
+    assert_eq!(e2["dataset"]["chosen"], serde_json::json!(["local"]), "{e2}");
+    assert_eq!(e2["levels"]["levels"], serde_json::json!(["local"]), "{e2}");
+    let status = json(&run(&["status", "--json"]));
+    let prot = &status["protection"];
+    assert_eq!(prot["/p/2"]["short"], "local", "{prot}");
+    assert_eq!(prot["/p/3"]["short"], "partner", "{prot}");
+    assert_eq!(prot["/p/3"]["partner_copies"], "decision", "{prot}");
+    assert!(
+        prot["/x/a0"].is_null(),
+        "a file outside datasets has none: {prot}"
+    );
+    let list = json(&run(&["ckpt", "list", "--json"]));
+    let rows = list["datasets"].as_array().unwrap();
+    assert_eq!(rows[1]["protection"]["node_local_by_choice"], true, "{list}");
+    assert_eq!(
+        rows[2]["protection"]["chosen"],
+        serde_json::json!(["local", "partner"]),
+        "{list}"
+    );
     drop(daemons);
 }

@@ -19,10 +19,7 @@ const RANKS: usize = 8;
 /// 4 consecutive free ports from `base` on (each test of this file its own range: they
 /// run side by side).
 fn free_ports(base: u16) -> u16 {
-    (base..base + 76)
-        .step_by(4)
-        .find(|&b| (b..b + 4).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .unwrap_or_else(|| panic!("no 4 consecutive free ports in {base}-{}", base + 79))
+    ckptfs_testsupport::free_ports(base..base + 80, 4)
 }
 
 /// A small seeded generator (xorshift64*), so every run makes the same choices.
@@ -704,10 +701,7 @@ fn four_nodes_two_ranks_restart_from_the_newest_wholly_recoverable_dataset() {
 
 #[test]
 fn bench_datasets_partner_times_every_level() {
-    let port = (27284..27298)
-        .step_by(2)
-        .find(|&b| (b..b + 2).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .expect("no 2 free ports in 27284-27299");
+    let port = ckptfs_testsupport::free_ports(27284..27300, 2);
     let dir = tempfile::tempdir().unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_ckptfs"));
     for (k, _) in std::env::vars() {

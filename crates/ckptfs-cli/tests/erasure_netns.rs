@@ -329,10 +329,13 @@ fn xor_set_of_four_rebuilds_a_lost_node_refuses_a_flipped_parity_byte_and_names_
     let key = format!("{}.1", c.job);
     let epoch = wait_protected(&c, &key);
     // The files' levels: the set, no partner copy (the set's parity replaces it).
+    let list = c.ok(2, &["ckpt", "list"]);
+    assert!(list.contains("local,erasure"), "{list}");
     let ls = c.ok(2, &["ls", "-l", "/ckpt/v1"]);
     assert!(ls.contains("[local, erasure:set0]"), "{ls}");
-    let list = c.ok(0, &["ckpt", "list"]);
-    assert!(list.contains("local,erasure"), "{list}");
+    // The dataset's protection (its record settled by the list): the set, not partner
+    // copies.
+    assert!(ls.contains("ds1:erasure"), "{ls}");
     for i in 0..c.n {
         assert_eq!(c.status(i)["copies_sent"], 0, "{} made partner copies", node(i));
     }

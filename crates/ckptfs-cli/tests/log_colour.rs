@@ -9,10 +9,7 @@ fn a_node_daemon_logging_to_a_file_writes_no_escape_codes() {
     let ckptfs = env!("CARGO_BIN_EXE_ckptfs");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.toml");
-    let port = (27200..27248)
-        .step_by(2)
-        .find(|&b| (b..b + 2).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .expect("no 2 consecutive free ports in 27200-27249");
+    let port = ckptfs_testsupport::free_ports(27200..27250, 2);
     let job = format!("hnd-colour-{}", std::process::id());
     let out = Command::new(ckptfs)
         .args([

@@ -7,10 +7,7 @@ use std::process::Command;
 
 /// The first of 4 consecutive ports in this test's range (17260-17299) free now.
 fn four_free_ports() -> u16 {
-    (17260..17296)
-        .step_by(4)
-        .find(|&b| (b..b + 4).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .expect("no 4 consecutive free ports in 17260-17299")
+    ckptfs_testsupport::free_ports(17260..17300, 4)
 }
 
 #[test]
@@ -41,10 +38,7 @@ fn partner_priority_setting_reaches_the_daemon_and_node_status_json() {
     let ckptfs = env!("CARGO_BIN_EXE_ckptfs");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.toml");
-    let port = (27150..27198)
-        .step_by(2)
-        .find(|&b| (b..b + 2).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .expect("no 2 consecutive free ports in 27150-27199");
+    let port = ckptfs_testsupport::free_ports(27150..27200, 2);
     let job = format!("hnd-prio-{}", std::process::id());
     let out = Command::new(ckptfs)
         .args([

@@ -2,7 +2,8 @@
 //! `SLURM_NODEID`), a plain host list (`CKPTFS_NODES`), and failure domains from an
 //! optional topology file.
 
-use crate::file::{check_name, Cluster, Node, Redundancy};
+use crate::check_name;
+use crate::file::{Cluster, Node, Redundancy};
 use crate::{hostlist, invalid, ClusterError, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -130,6 +131,7 @@ impl Cluster {
             heartbeat_misses: crate::file::DEFAULT_HEARTBEAT_MISSES,
             redundancy: opts.redundancy,
             domains: levels,
+            mem_size: None,
             nodes,
             pool: None,
             source: None,

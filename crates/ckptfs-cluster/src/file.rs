@@ -1,7 +1,7 @@
 //! The cluster file: TOML, read with serde, validated with errors that name the node
 //! and the field.
 
-use crate::{invalid, ClusterError, NodeKeys, Result, Secret};
+use crate::{check_name, invalid, ClusterError, NodeKeys, Result, Secret};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -15,8 +15,6 @@ pub const DEFAULT_HEARTBEAT_MISSES: u32 = 3;
 pub const DEFAULT_PORT: u16 = 7460;
 /// Largest cluster file read (bytes).
 pub const MAX_FILE: u64 = 16 << 20;
-/// Longest node id, job name, store name or domain name accepted.
-pub const MAX_NAME: usize = 64;
 
 /// How partner copies are placed (REMEM III-C).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -201,6 +199,7 @@ pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
 /// secret_file = "c.secret"         # relative to this file's directory (the launcher's)
 /// keys_dir = "c.keys"              # per-node key files, <node>.key (each node's own)
 /// heartbeat_ms = 1000
+/// # mem_size = 4294967296        # each node's store memory (bytes), `cluster init --mem`
 /// domains = ["rack"]               # levels, most important first
 /// [redundancy]
 /// scheme = "ring"                  # or "mirror"
@@ -244,6 +243,12 @@ pub struct Cluster {
     /// Failure-domain levels, most important first (`["rack", "switch", "psu"]`).
     #[serde(default)]
     pub domains: Vec<String>,
+    /// Memory of each node's store in bytes (`cluster init --mem`): the size a node's
+    /// store is created with by its daemon, `ckptfs --cluster --node-id` commands and
+    /// ranks in cluster mode, when no flag, `CKPTFS_MEM_SIZE` or settings file gives
+    /// `mem_size`. None: the settings' default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_size: Option<u64>,
     /// The nodes, in the order that defines the plan.
     #[serde(rename = "node", default)]
     pub nodes: Vec<Node>,
@@ -334,23 +339,6 @@ fn default_misses() -> u32 {
     DEFAULT_HEARTBEAT_MISSES
 }
 
-/// Checks a name used as node id, job, store or domain: non-empty, at most
-/// [`MAX_NAME`] bytes, letters, digits, `.`, `_`, `-`, not starting with `.` or `-`.
-pub(crate) fn check_name(what: &str, s: &str) -> Result<()> {
-    let ok = !s.is_empty()
-        && s.len() <= MAX_NAME
-        && !s.starts_with(['.', '-'])
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(format!(
-            "{what} {s:?}: expected 1-{MAX_NAME} letters, digits, '.', '_', '-' (not starting with '.' or '-')"
-        )))
-    }
-}
-
 impl Cluster {
     /// Parses and validates a cluster map from TOML text (`origin` names it in errors).
     pub fn from_toml_str(text: &str, origin: &str) -> Result<Cluster> {
@@ -407,6 +395,11 @@ impl Cluster {
         }
         if self.heartbeat_misses == 0 {
             return Err(invalid("heartbeat_misses must be > 0"));
+        }
+        if self.mem_size == Some(0) {
+            return Err(invalid(
+                "mem_size must be > 0 (bytes of each node's store memory)",
+            ));
         }
         if self.secret.is_some() && self.secret_file.is_some() {
             return Err(invalid("give either secret or secret_file, not both"));
@@ -670,6 +663,7 @@ impl Cluster {
             heartbeat_misses: DEFAULT_HEARTBEAT_MISSES,
             redundancy: Redundancy::default(),
             domains: vec!["rack".into()],
+            mem_size: None,
             nodes,
             pool: None,
             source: None,
@@ -699,6 +693,10 @@ impl Cluster {
         }
         let _ = writeln!(o, "heartbeat_ms = {}", self.heartbeat_ms);
         let _ = writeln!(o, "heartbeat_misses = {}", self.heartbeat_misses);
+        if let Some(m) = self.mem_size {
+            let _ = writeln!(o, "# memory of each node's store, bytes ({} MiB)", m >> 20);
+            let _ = writeln!(o, "mem_size = {m}");
+        }
         let levels: Vec<String> = self.domains.iter().map(|l| q(l)).collect();
         let _ = writeln!(o, "# failure-domain levels, most important first");
         let _ = writeln!(o, "domains = [{}]", levels.join(", "));

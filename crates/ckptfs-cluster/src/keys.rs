@@ -200,7 +200,7 @@ impl NodeKeys {
             let l = lines.next().unwrap_or("");
             match l.split_once(' ') {
                 Some((k, v)) if k == want => {
-                    crate::file::check_name(want, v).map_err(|e| bad(path, e.to_string()))?;
+                    crate::check_name(want, v).map_err(|e| bad(path, e.to_string()))?;
                     Ok(v.to_string())
                 }
                 _ => Err(bad(path, format!("expected the line `{want} ...`"))),
@@ -214,7 +214,7 @@ impl NodeKeys {
             let (Some("peer"), Some(id), Some(k), None) = (w.next(), w.next(), w.next(), w.next()) else {
                 return Err(bad(path, format!("line {}: expected `peer ID KEY`", i + 4)));
             };
-            crate::file::check_name("peer", id).map_err(|e| bad(path, e.to_string()))?;
+            crate::check_name("peer", id).map_err(|e| bad(path, e.to_string()))?;
             let key =
                 unhex(k).ok_or_else(|| bad(path, format!("line {}: the key is not 64 hex digits", i + 4)))?;
             if id == node || peers.insert(id.to_string(), PairKey(key)).is_some() {

@@ -115,6 +115,26 @@ impl ClusterError {
 /// Result alias of this crate.
 pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
 
+/// Longest node id, job name, store name or domain name accepted.
+pub const MAX_NAME: usize = 64;
+
+/// Checks a name used as node id, job, store or domain: non-empty, at most
+/// [`MAX_NAME`] bytes, letters, digits, `.`, `_`, `-`, not starting with `.` or `-`.
+pub(crate) fn check_name(what: &str, s: &str) -> Result<()> {
+    let ok = !s.is_empty()
+        && s.len() <= MAX_NAME
+        && !s.starts_with(['.', '-'])
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "{what} {s:?}: expected 1-{MAX_NAME} letters, digits, '.', '_', '-' (not starting with '.' or '-')"
+        )))
+    }
+}
+
 pub(crate) fn invalid(what: impl Into<String>) -> ClusterError {
     ClusterError::Invalid { what: what.into() }
 }

@@ -238,3 +238,22 @@ fn a_pool_section_round_trips_and_is_checked() {
         assert!(c.validate().is_err(), "{bad:?}");
     }
 }
+
+#[test]
+fn store_mem_size_round_trips_and_zero_is_refused() {
+    let mut c = Cluster::local(2, "m", 17300).unwrap();
+    assert_eq!(c.mem_size, None);
+    assert!(!c.to_toml().contains("mem_size"), "absent unless given");
+    c.mem_size = Some(48 << 20);
+    let text = c.to_toml();
+    assert!(text.contains("mem_size = 50331648"), "{text}");
+    let back = Cluster::from_toml_str(&text, "t").unwrap();
+    assert_eq!(back.mem_size, Some(48 << 20));
+    assert_eq!(back, c);
+    let zero = text.replace("mem_size = 50331648", "mem_size = 0");
+    assert!(
+        err_of(&zero).contains("mem_size must be > 0"),
+        "{}",
+        err_of(&zero)
+    );
+}

@@ -18,6 +18,7 @@ fn map(nodes: &[(&str, &[(&str, &str)])], levels: &[&str], scheme: Scheme, copie
             ..Redundancy::default()
         },
         domains: levels.iter().map(|s| s.to_string()).collect(),
+        mem_size: None,
         nodes: nodes
             .iter()
             .enumerate()

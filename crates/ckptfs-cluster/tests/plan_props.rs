@@ -31,6 +31,7 @@ fn arb_cluster() -> impl Strategy<Value = Cluster> {
                     ..Redundancy::default()
                 },
                 domains: names.clone(),
+                mem_size: None,
                 nodes: (0..n)
                     .map(|i| Node {
                         id: format!("n{i}"),

@@ -19,15 +19,13 @@
 //! begun between the snapshot and the listing cannot lose a file to the drain.
 
 use crate::config::glob_match;
-use crate::record::{self, Dataset, State};
+use crate::level_policy::{LevelPolicy, Lookup};
+use crate::record::{Dataset, State};
 use ckptfs_agent::mover::{Candidate, DrainPolicy, MovePolicy};
 use ckptfs_level::LevelKind;
-use ckptfs_settings::now_ns;
-use ckptfs_store::{Store, StoreOptions};
-use std::collections::HashMap;
-use std::sync::Mutex;
+use ckptfs_store::StoreOptions;
 
-/// What the records say about one store path.
+/// What the records say about one version for the drain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
     /// A complete dataset marked for flush holds this version.
@@ -37,37 +35,21 @@ enum Verdict {
     Keep,
 }
 
-#[derive(Debug, Default)]
-struct Snapshot {
-    /// When the records were read (the node's clock, as the store's mtimes).
-    taken_ns: u64,
-    /// Per path, the datasets' versions: (size, mtime_ns, verdict).
-    files: HashMap<String, Vec<(u64, u64, Verdict)>>,
-    /// The earliest `begin` of a part still open on this node (None: nothing open).
-    open_since: Option<u64>,
-    /// Records could not be read: keep everything this pass.
-    unreadable: bool,
+/// The drain's rule for one dataset.
+fn flush_rule(d: &Dataset) -> Verdict {
+    if d.state == State::Complete && d.flush && !d.pfs_pruned {
+        Verdict::Flush
+    } else {
+        Verdict::Keep
+    }
 }
 
 /// Drain only the datasets marked for flush (see the module documentation).
+#[derive(Debug)]
 pub struct FlushPolicy {
-    opts: StoreOptions,
-    job: String,
+    records: LevelPolicy<Verdict>,
     pattern: Option<String>,
     fallback: DrainPolicy,
-    store: Mutex<Option<Store>>,
-    snap: Mutex<Snapshot>,
-}
-
-impl std::fmt::Debug for FlushPolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FlushPolicy")
-            .field("store", &self.opts.name)
-            .field("job", &self.job)
-            .field("pattern", &self.pattern)
-            .field("fallback", &self.fallback)
-            .finish()
-    }
 }
 
 impl FlushPolicy {
@@ -76,38 +58,9 @@ impl FlushPolicy {
     /// under `pattern`; files outside datasets follow `fallback`.
     pub fn new(opts: StoreOptions, job: &str, pattern: Option<String>, fallback: DrainPolicy) -> FlushPolicy {
         FlushPolicy {
-            opts,
-            job: job.to_string(),
+            records: LevelPolicy::new(opts, job, "pfs"),
             pattern,
             fallback,
-            store: Mutex::new(None),
-            snap: Mutex::new(Snapshot::default()),
-        }
-    }
-
-    fn load(&self) -> Snapshot {
-        let taken_ns = now_ns();
-        let mut st = self.store.lock().unwrap_or_else(|e| e.into_inner());
-        if st.is_none() {
-            *st = Store::attach(&self.opts).ok();
-        }
-        let Some(store) = st.as_ref() else {
-            return Snapshot {
-                taken_ns,
-                unreadable: true,
-                ..Default::default()
-            };
-        };
-        match record::load_all(store, &self.job) {
-            Ok((all, _bad)) => snapshot(&all, taken_ns),
-            Err(e) => {
-                tracing::warn!(job = %self.job, error = %e, "cannot read the dataset records; nothing drained this pass");
-                Snapshot {
-                    taken_ns,
-                    unreadable: true,
-                    ..Default::default()
-                }
-            }
         }
     }
 
@@ -129,65 +82,29 @@ impl FlushPolicy {
     }
 }
 
-/// The snapshot of a job's records taken at `taken_ns`.
-fn snapshot(all: &[Dataset], taken_ns: u64) -> Snapshot {
-    let mut s = Snapshot {
-        taken_ns,
-        ..Default::default()
-    };
-    for d in all {
-        let verdict = if d.state == State::Complete && d.flush && !d.pfs_pruned {
-            Verdict::Flush
-        } else {
-            Verdict::Keep
-        };
-        for (p, f) in &d.files {
-            s.files
-                .entry(p.clone())
-                .or_default()
-                .push((f.size, f.mtime_ns, verdict));
-        }
-        if d.state == State::Open {
-            let open = d
-                .parts
-                .values()
-                .filter(|p| p.state == State::Open)
-                .map(|p| p.begun_ns);
-            let since = open.min().unwrap_or(d.created_ns);
-            s.open_since = Some(s.open_since.map_or(since, |o| o.min(since)));
-        }
-    }
-    s
-}
-
 impl MovePolicy for FlushPolicy {
     fn refresh(&self) {
-        let s = self.load();
-        *self.snap.lock().unwrap_or_else(|e| e.into_inner()) = s;
+        self.records.refresh(flush_rule);
     }
 
     fn route(&self, from: LevelKind, c: &Candidate<'_>) -> Option<LevelKind> {
         if from != LevelKind::Local {
             return None;
         }
-        let s = self.snap.lock().unwrap_or_else(|e| e.into_inner());
-        if s.unreadable || c.mtime_ns >= s.taken_ns {
-            return None;
-        }
-        if let Some(versions) = s.files.get(c.path) {
-            // The newest dataset listing this version decides (records are in id order).
-            if let Some(v) = versions
-                .iter()
-                .rev()
-                .find(|(size, mtime, _)| *size == c.size && *mtime == c.mtime_ns)
-            {
-                return (v.2 == Verdict::Flush).then_some(LevelKind::Pfs);
+        match self.records.lookup(c.path, c.size, c.mtime_ns) {
+            Lookup::Listed(v) => (v == Verdict::Flush).then_some(LevelKind::Pfs),
+            Lookup::Unreadable
+            | Lookup::Changed
+            | Lookup::NoRecords { changed: true }
+            | Lookup::MayBeTaken => None,
+            Lookup::NoRecords { changed: false } | Lookup::Unlisted => {
+                if self.under_pattern(c.path) {
+                    None
+                } else {
+                    self.fallback.route(from, c)
+                }
             }
         }
-        if s.open_since.is_some_and(|t| c.mtime_ns >= t) || self.under_pattern(c.path) {
-            return None;
-        }
-        self.fallback.route(from, c)
     }
 
     fn release_source(&self, from: LevelKind, to: LevelKind) -> bool {

@@ -382,6 +382,11 @@ impl Datasets {
         local: &[Dataset],
         name: &str,
     ) -> (Option<u64>, u64) {
+        // Every node's floor first, then the records: a node records its floor only after
+        // it saved the dataset's record (`record_floor`), so a floor seen here past an
+        // open dataset's id comes with that dataset's record in the views below, and this
+        // rank joins it instead of taking the next id.
+        let peers = crate::ops::peer_floor(nodes, &self.cfg.job);
         let views = self.views(nodes, local);
         let rank = &self.cfg.rank;
         let join = views
@@ -393,7 +398,7 @@ impl Datasets {
             .map(|d| d.id)
             .max();
         // Ids never go back: also past every node's floor (its `next_id`, failure case D10).
-        let floor = (views.max_id() + 1).max(crate::ops::peer_floor(nodes, &self.cfg.job));
+        let floor = (views.max_id() + 1).max(peers);
         (join, floor)
     }
 }

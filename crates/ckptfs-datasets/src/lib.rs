@@ -33,16 +33,20 @@ mod filecrc;
 mod flush_policy;
 pub mod id_floor;
 pub mod jobwide;
+pub mod level_policy;
 pub mod levels_record;
 pub mod measured;
 mod ops;
 pub mod partner_policy;
 mod pfs_retention;
 pub mod policy;
+pub mod protection;
 pub mod record;
 mod restart;
 mod restart_cluster;
 pub mod restart_round;
+#[cfg(test)]
+mod two_nodes_tests;
 
 pub use completion::{Agreement, Completion, JobNodes, NodeRecords, SingleNode, Want};
 pub use config::{check_component, glob_match, CompleteRule, Config, FailureRule};

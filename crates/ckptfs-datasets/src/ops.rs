@@ -8,7 +8,7 @@ use crate::completion::{Agreement, Completion};
 use crate::config::{glob_match, CompleteRule, Config};
 use crate::error::{DatasetError, Result};
 use crate::filecrc::file_crc_from_chunks;
-use crate::record::{self, job_dir, Dataset, FileRec, Part, State, FORMAT, SYSTEM_DIR};
+use crate::record::{self, Dataset, FileRec, Part, State, FORMAT, SYSTEM_DIR};
 use ckptfs_settings::now_ns;
 use ckptfs_store::{FileKind, Stat, Store, StoreError, WriteState};
 use std::collections::BTreeMap;
@@ -120,35 +120,32 @@ impl Datasets {
     /// The next id, at least `floor` (cluster mode: one past the largest any node knows,
     /// and every reachable node's floor), at least this node's `next_id` and one past its
     /// records, and at least the floor recorded in the PFS destinations (failure case
-    /// D10). The new floor is recorded in the destinations and, across nodes, told to
-    /// every node ([`crate::id_floor`]).
+    /// D10). Nothing is written: [`Datasets::record_floor`] records the new floor once
+    /// the dataset's record is saved.
     pub(crate) fn next_id_from(&self, all: &[Dataset], floor: u64) -> Result<u64> {
         let stored = crate::id_floor::stored_next_id(&self.store, &self.cfg.job)?;
-        let id = stored
+        Ok(stored
             .max(all.iter().map(|d| d.id + 1).max().unwrap_or(1))
             .max(floor)
-            .max(crate::id_floor::pfs_floor(&self.cfg.dests, &self.cfg.job));
-        record::mkdir_p(&self.store, &job_dir(&self.cfg.job))?;
-        record::write_atomic(
-            &self.store,
-            &format!("{}/next_id", job_dir(&self.cfg.job)),
-            format!("{}\n", id + 1).as_bytes(),
-        )?;
+            .max(crate::id_floor::pfs_floor(&self.cfg.dests, &self.cfg.job)))
+    }
+
+    /// Record the floor past dataset `id` once its record is saved here: in this node's
+    /// `next_id`, in the PFS destinations and, across nodes, told to every node. Recorded
+    /// before the record, a node beginning the same dataset at that moment would see a
+    /// floor past it but no dataset of that name, and take the next id instead of
+    /// joining (the floor is asked before the records: [`Datasets::cluster_id`]).
+    fn record_floor(&self, id: u64) -> Result<()> {
+        crate::id_floor::raise_locked(&self.store, &self.cfg.job, id + 1)?;
         let node = match self.completion.job_nodes() {
             Some(n) => n.me().to_string(),
             None => self.cfg.node.clone(),
         };
         crate::id_floor::pfs_record(&self.cfg.dests, &self.cfg.job, &node, id + 1);
-        Ok(id)
-    }
-
-    /// Tell every node the floor past dataset `id`, once its record is saved here: told
-    /// before, a node beginning the same dataset at the same time would find no dataset of
-    /// that name but a floor past it, and take the next id instead of joining.
-    fn tell_floor(&self, id: u64) {
         if let Some(nodes) = self.completion.job_nodes() {
             nodes.raise_floor(&self.cfg.job, id + 1);
         }
+        Ok(())
     }
 
     pub(crate) fn new_record(&self, id: u64, name: &str, dir: Option<String>) -> Dataset {
@@ -218,10 +215,7 @@ impl Datasets {
                 // this name, else take one past the largest id any node knows.
                 let (join, floor) = self.cluster_id(nodes, &all, name);
                 match join {
-                    Some(id) => {
-                        crate::id_floor::raise_locked(&self.store, &self.cfg.job, id + 1)?;
-                        self.new_record(id, name, None)
-                    }
+                    Some(id) => self.new_record(id, name, None),
                     None => {
                         let id = self.next_id_from(&all, floor)?;
                         self.new_record(id, name, None)
@@ -231,7 +225,7 @@ impl Datasets {
         };
         ds.parts.insert(rank, part);
         record::save(&self.store, &ds)?;
-        self.tell_floor(ds.id);
+        self.record_floor(ds.id)?;
         Ok(ds.id)
     }
 
@@ -510,7 +504,11 @@ impl Datasets {
         // id is the one another node gave this directory's name, else one past the
         // largest any node knows (docs/datasets.md, "Transparent mode across nodes").
         let views = match (nodes, dirs.is_empty()) {
-            (Some(n), false) => Some((self.views(n, all), peer_floor(n, &self.cfg.job))),
+            (Some(n), false) => {
+                // The floor before the records (see `record_floor`).
+                let floor = peer_floor(n, &self.cfg.job);
+                Some((self.views(n, all), floor))
+            }
             _ => None,
         };
         for (p, _) in dirs {
@@ -519,10 +517,7 @@ impl Datasets {
                 Some((v, peers)) => {
                     let join = v.records_of_dir_name(name).into_iter().max();
                     match join {
-                        Some(id) if !all.iter().any(|d| d.id == id) => {
-                            crate::id_floor::raise_locked(&self.store, &self.cfg.job, id + 1)?;
-                            id
-                        }
+                        Some(id) if !all.iter().any(|d| d.id == id) => id,
                         _ => self.next_id_from(
                             all,
                             (v.max_id().max(all.iter().map(|d| d.id).max().unwrap_or(0)) + 1).max(*peers),
@@ -551,7 +546,7 @@ impl Datasets {
                 },
             );
             record::save(&self.store, &d)?;
-            self.tell_floor(d.id);
+            self.record_floor(d.id)?;
             all.push(d);
         }
         for i in 0..all.len() {

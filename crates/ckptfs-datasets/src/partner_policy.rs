@@ -23,11 +23,9 @@
 //! is a valid extra level; the levels record lists it, restart may use it); only copies
 //! not yet made are skipped. A file rewritten for a later dataset is judged again.
 
-use crate::record::{self, Dataset, State};
-use ckptfs_settings::now_ns;
-use ckptfs_store::{Store, StoreOptions};
-use std::collections::HashMap;
-use std::sync::Mutex;
+use crate::level_policy::{LevelPolicy, Lookup};
+use crate::record::{Dataset, State};
+use ckptfs_store::StoreOptions;
 
 /// What the records say about a file version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,45 +39,21 @@ pub enum CopyVerdict {
     Skip,
 }
 
-#[derive(Debug, Default)]
-struct Snapshot {
-    taken_ns: u64,
-    /// Any record of the job at all (else: copy everything, as without datasets).
-    any: bool,
-    /// Per path: (size, mtime_ns, verdict) of every dataset listing it, oldest first.
-    files: HashMap<String, Vec<(u64, u64, CopyVerdict)>>,
-    /// The earliest begin of a part (or creation of a record) still open on this node.
-    open_since: Option<u64>,
-    /// The records could not be read: hold everything this scan.
-    unreadable: bool,
-}
-
 /// The partner-copy rule for the datasets of one job (see the module documentation).
+#[derive(Debug)]
 pub struct PartnerPolicy {
-    opts: StoreOptions,
+    records: LevelPolicy<CopyVerdict>,
     /// Follow each decision's level (`decision`), else copy every complete dataset.
     adaptive: bool,
     /// The cluster protects complete datasets with erasure sets (`[redundancy]
     /// erasure`): their files get no partner copies (the set's parity replaces them).
     erasure: bool,
-    job: String,
-    store: Mutex<Option<Store>>,
-    snap: Mutex<Snapshot>,
-}
-
-impl std::fmt::Debug for PartnerPolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PartnerPolicy")
-            .field("store", &self.opts.name)
-            .field("job", &self.job)
-            .finish()
-    }
 }
 
 /// The verdict of a complete dataset's decision on its files: with `adaptive`
 /// (`dataset_partner_copies = decision`) the decision's level; else every complete
 /// dataset is copied (protected beyond its node, the default).
-fn decided(d: &Dataset, adaptive: bool) -> CopyVerdict {
+pub(crate) fn decided(d: &Dataset, adaptive: bool) -> CopyVerdict {
     if !adaptive {
         return CopyVerdict::Copy;
     }
@@ -91,38 +65,14 @@ fn decided(d: &Dataset, adaptive: bool) -> CopyVerdict {
     }
 }
 
-fn snapshot(all: &[Dataset], taken_ns: u64, adaptive: bool, erasure: bool) -> Snapshot {
-    let mut s = Snapshot {
-        taken_ns,
-        any: !all.is_empty(),
-        ..Default::default()
-    };
-    for d in all {
-        let verdict = match d.state {
-            State::Complete if erasure => CopyVerdict::Skip,
-            State::Complete => decided(d, adaptive),
-            State::Open => CopyVerdict::Hold,
-            State::Invalid | State::Incomplete => CopyVerdict::Copy,
-        };
-        for (p, f) in &d.files {
-            s.files
-                .entry(p.clone())
-                .or_default()
-                .push((f.size, f.mtime_ns, verdict));
-        }
-        if d.state == State::Open {
-            let since = d
-                .parts
-                .values()
-                .filter(|p| p.state == State::Open)
-                .map(|p| p.begun_ns)
-                .min()
-                .unwrap_or(d.created_ns)
-                .min(d.created_ns);
-            s.open_since = Some(s.open_since.map_or(since, |o| o.min(since)));
-        }
+/// The partner copies' rule for one dataset.
+fn copy_rule(d: &Dataset, adaptive: bool, erasure: bool) -> CopyVerdict {
+    match d.state {
+        State::Complete if erasure => CopyVerdict::Skip,
+        State::Complete => decided(d, adaptive),
+        State::Open => CopyVerdict::Hold,
+        State::Invalid | State::Incomplete => CopyVerdict::Copy,
     }
-    s
 }
 
 impl PartnerPolicy {
@@ -130,12 +80,9 @@ impl PartnerPolicy {
     /// first scan: the daemon may start before the store exists).
     pub fn new(opts: StoreOptions, job: &str) -> PartnerPolicy {
         PartnerPolicy {
-            opts,
+            records: LevelPolicy::new(opts, job, "partner"),
             adaptive: true,
             erasure: false,
-            job: job.to_string(),
-            store: Mutex::new(None),
-            snap: Mutex::new(Snapshot::default()),
         }
     }
 
@@ -158,54 +105,19 @@ impl PartnerPolicy {
 
     /// Read the records again (once per scan, before the store is listed).
     pub fn refresh(&self) {
-        let taken_ns = now_ns();
-        let mut st = self.store.lock().unwrap_or_else(|e| e.into_inner());
-        if st.is_none() {
-            *st = Store::attach(&self.opts).ok();
-        }
-        let s = match st.as_ref().map(|s| record::load_all(s, &self.job)) {
-            // No store yet: nothing to copy either.
-            None => Snapshot {
-                taken_ns,
-                ..Default::default()
-            },
-            Some(Ok((all, _bad))) => snapshot(&all, taken_ns, self.adaptive, self.erasure),
-            Some(Err(e)) => {
-                tracing::warn!(job = %self.job, error = %e, "cannot read the dataset records; no partner copies this scan");
-                Snapshot {
-                    taken_ns,
-                    unreadable: true,
-                    ..Default::default()
-                }
-            }
-        };
-        *self.snap.lock().unwrap_or_else(|e| e.into_inner()) = s;
+        let (adaptive, erasure) = (self.adaptive, self.erasure);
+        self.records.refresh(|d| copy_rule(d, adaptive, erasure));
     }
 
     /// The verdict on the complete file `path` of `size` bytes modified at `mtime_ns`
     /// (the store's clock), from the records read by the last [`Self::refresh`].
     pub fn verdict(&self, path: &str, size: u64, mtime_ns: u64) -> CopyVerdict {
-        let s = self.snap.lock().unwrap_or_else(|e| e.into_inner());
-        if s.unreadable {
-            return CopyVerdict::Hold;
+        match self.records.lookup(path, size, mtime_ns) {
+            Lookup::Unreadable | Lookup::Changed | Lookup::MayBeTaken => CopyVerdict::Hold,
+            // No record of the job: every complete file at once, as without datasets.
+            Lookup::NoRecords { .. } | Lookup::Unlisted => CopyVerdict::Copy,
+            Lookup::Listed(v) => v,
         }
-        if !s.any {
-            return CopyVerdict::Copy;
-        }
-        if mtime_ns >= s.taken_ns {
-            return CopyVerdict::Hold;
-        }
-        if let Some(v) = s
-            .files
-            .get(path)
-            .and_then(|v| v.iter().rev().find(|(sz, mt, _)| *sz == size && *mt == mtime_ns))
-        {
-            return v.2;
-        }
-        if s.open_since.is_some_and(|t| mtime_ns >= t) {
-            return CopyVerdict::Hold;
-        }
-        CopyVerdict::Copy
     }
 }
 
@@ -267,12 +179,9 @@ mod tests {
     #[test]
     fn a_dataset_decided_local_is_copied_by_default_and_skipped_only_when_adaptive() {
         let d = decided_local();
-        let s = snapshot(std::slice::from_ref(&d), 10, false, false);
-        assert_eq!(s.files["/c/a"][0].2, CopyVerdict::Copy);
-        let s = snapshot(std::slice::from_ref(&d), 10, true, false);
-        assert_eq!(s.files["/c/a"][0].2, CopyVerdict::Skip);
+        assert_eq!(copy_rule(&d, false, false), CopyVerdict::Copy);
+        assert_eq!(copy_rule(&d, true, false), CopyVerdict::Skip);
         // With erasure sets the set's parity protects it instead of a partner copy.
-        let s = snapshot(std::slice::from_ref(&d), 10, false, true);
-        assert_eq!(s.files["/c/a"][0].2, CopyVerdict::Skip);
+        assert_eq!(copy_rule(&d, false, true), CopyVerdict::Skip);
     }
 }

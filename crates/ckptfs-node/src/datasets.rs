@@ -21,6 +21,10 @@
 //!   every 2 s (failure case D10: ids never go back, also after every node lost its
 //!   memory one after the other).
 //!
+//! - `unrecorded {job, root}`: the checkpoint directories under `root` whose
+//!   `.metadata` no dataset record of the job on this node lists (saves made without the
+//!   ckptfs Writer; [`crate::unrecorded`]).
+//!
 //! All only read, except `agreed` and `floor` (which only add). Any authenticated node
 //! of the cluster (its own key with this node) may ask.
 
@@ -75,6 +79,13 @@ pub enum Request {
         /// The files.
         files: Vec<Want>,
     },
+    /// Its checkpoint directories under `root` that no record of `job` lists.
+    Unrecorded {
+        /// Job id.
+        job: String,
+        /// Store directory to look under.
+        root: String,
+    },
 }
 
 /// An answer.
@@ -89,6 +100,8 @@ pub enum Reply {
     Restarts(Vec<ckptfs_datasets::restart_round::Round>),
     /// Answer to `floors`: per job, the next id this node would give.
     Floors(BTreeMap<String, u64>),
+    /// Answer to `unrecorded`.
+    Unrecorded(Vec<crate::unrecorded::Unrecorded>),
     /// The verdict (or floor) is kept.
     Kept,
     /// The question could not be answered.
@@ -180,6 +193,10 @@ pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> 
             let mut budget = crate::holds::READ_BUDGET;
             Reply::Holds(crate::holds::answer(store, me, &owner, &files, &mut budget))
         }
+        Ok(Request::Unrecorded { job, root }) => match crate::unrecorded::scan(store, &job, &root) {
+            Ok(v) => Reply::Unrecorded(v),
+            Err(e) => Reply::Error(e),
+        },
     };
     let text = serde_json::to_string(&reply).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     if text.len() > ckptfs_transport::frame::MAX_CONTROL as usize {
@@ -314,6 +331,39 @@ impl ClusterNodes {
             }
             out
         })
+    }
+}
+
+impl ClusterNodes {
+    /// Every node's checkpoint directories under `root` that none of its records of
+    /// `job` lists (this node's read here, the others' through their daemons): node ->
+    /// its answer, or why it gave none.
+    pub fn unrecorded(
+        &self,
+        job: &str,
+        root: &str,
+    ) -> BTreeMap<String, std::result::Result<Vec<crate::unrecorded::Unrecorded>, String>> {
+        let req = Request::Unrecorded {
+            job: job.to_string(),
+            root: root.to_string(),
+        };
+        let mut out: BTreeMap<_, _> = self
+            .ask_all(&req)
+            .into_iter()
+            .map(|(n, r)| {
+                let v = match r {
+                    Ok(Reply::Unrecorded(v)) => Ok(v),
+                    Ok(_) => Err("answered something else".to_string()),
+                    Err(e) => Err(e),
+                };
+                (n, v)
+            })
+            .collect();
+        out.insert(
+            self.asker.me.clone(),
+            crate::unrecorded::scan(&self.store, job, root),
+        );
+        out
     }
 }
 

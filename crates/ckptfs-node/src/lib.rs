@@ -25,9 +25,12 @@
 //! - [`holds`]: the dataset `holds` question, confined to the owner's copies and the
 //!   node's dataset files, bounded per question.
 //! - [`ratelimit`]: at most one warning per source address or peer per 10 s.
+//! - [`unrecorded`]: checkpoint directories no dataset record lists (saves made
+//!   without the ckptfs Writer), the `unrecorded` question.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod copy_send;
 pub mod daemon;
 pub mod datasets;
 pub mod erasure;
@@ -48,6 +51,8 @@ pub mod ratelimit;
 mod replicate;
 pub mod restore;
 pub mod source;
+mod throttle;
+pub mod unrecorded;
 
 pub use ckptfs_agent::sys::Priority;
 pub use daemon::{parse_priority, priority_name, run, run_blocking, NodeConfig, NodeSummary};

@@ -28,12 +28,12 @@
 //! until it is finished or dropped. A connection that fell out of step (an error in the
 //! middle of a copy) is dropped and the next call reconnects.
 
+use crate::copy_send::request;
 use crate::error::NodeError;
 pub use crate::list_bounds::ListBounds;
 use crate::list_bounds::PageCheck;
 use crate::partner_store::{check_rel_path, HeldFile};
 use crate::peer::{Conn, Msg};
-use crate::replicate::request;
 use ckptfs_cluster::{Cluster, NodeKeys};
 use ckptfs_level::crc::crc_combine;
 use ckptfs_level::{

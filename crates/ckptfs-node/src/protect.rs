@@ -22,12 +22,12 @@
 //! not in the record; a restore orders them by generation ([`crate::restore`]) and the
 //! verify marks the older ones stale once the file is back in the store.
 
+use crate::copy_send::{connection, request};
 use crate::daemon::Shared;
 use crate::error::NodeError;
 use crate::levels::Levels;
 use crate::partner_store::HeldFile;
 use crate::peer::{Conn, Msg};
-use crate::replicate::{connection, request};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -84,7 +84,7 @@ pub(crate) async fn verify(
     let conn = connection(shared, conns, peer).await?;
     let listed = tokio::select! {
         r = listing(conn, peer, &shared.store) => r,
-        _ = crate::replicate::until_down(shared, peer) => {
+        _ = crate::copy_send::until_down(shared, peer) => {
             Err(NodeError::Transport(format!("{peer} stopped answering heartbeats")))
         }
     };
@@ -183,7 +183,7 @@ pub(crate) async fn drop_stale(
                 );
                 tokio::select! {
                     r = req => r,
-                    _ = crate::replicate::until_down(shared, &node) => {
+                    _ = crate::copy_send::until_down(shared, &node) => {
                         Err(NodeError::Transport(format!("{node} stopped answering heartbeats")))
                     }
                 }

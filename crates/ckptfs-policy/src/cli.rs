@@ -5,12 +5,13 @@
 //! Every subcommand prints a table, or JSON with `--json`.
 
 use crate::costs_file;
-use crate::decide::{try_decide, DecisionInput, LevelCost, LevelCosts, Predictor, RollbackCount};
+use crate::decide::{try_decide, DecisionInput, LevelCost, LevelCosts, RollbackCount};
 use crate::error::PolicyError;
 use crate::failure::{FailureLog, Matching};
 use crate::fig5;
 use crate::interval;
 use crate::plot;
+use crate::remem::Predictor;
 use crate::sim::{FailureSource, SimConfig, SimReport, Simulator, StrategyResult};
 use crate::units::{fmt_duration, parse_duration};
 use clap::{Args, Subcommand, ValueEnum};

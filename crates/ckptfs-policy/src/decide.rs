@@ -22,6 +22,7 @@
 //! a tie). docs/policy.md writes the formulas out.
 
 use crate::error::{non_negative, positive, probability, PolicyError};
+use crate::remem::Predictor;
 use serde::{Deserialize, Serialize};
 
 /// A checkpoint level, from fastest/least durable to slowest/most durable.
@@ -115,40 +116,6 @@ impl LevelCosts {
         }
         non_negative("ckpt-pfs", self.pfs.checkpoint_s)?;
         non_negative("restart-pfs", self.pfs.restart_s)
-    }
-}
-
-/// A failure predictor's accuracy.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Predictor {
-    /// Fraction of alarms that are followed by a failure.
-    pub precision: f64,
-    /// Fraction of failures that were preceded by an alarm.
-    pub recall: f64,
-}
-
-impl Predictor {
-    /// A perfect predictor (precision = recall = 1).
-    pub const PERFECT: Predictor = Predictor {
-        precision: 1.0,
-        recall: 1.0,
-    };
-
-    /// Fails when precision or recall is outside `[0, 1]`.
-    pub fn validate(&self) -> Result<(), PolicyError> {
-        probability("precision", self.precision)?;
-        probability("recall", self.recall)
-    }
-
-    /// The F-measure `2·precision·recall / (precision + recall)` REMEM uses to
-    /// summarise accuracy (0 when both are 0).
-    pub fn f_measure(&self) -> f64 {
-        let s = self.precision + self.recall;
-        if s > 0.0 {
-            2.0 * self.precision * self.recall / s
-        } else {
-            0.0
-        }
     }
 }
 

@@ -20,9 +20,10 @@
 //! * the three predictor accuracies: precision = recall = 0.5, 0.7 and 0.9
 //!   (F-measure 0.5, 0.7, 0.9).
 
-use crate::decide::{Level, LevelCost, LevelCosts, Predictor, RollbackCount};
+use crate::decide::{Level, LevelCost, LevelCosts, RollbackCount};
 use crate::error::PolicyError;
 use crate::failure::Matching;
+use crate::remem::Predictor;
 use crate::sim::{FailureSource, SimConfig, Simulator, Strategy, StrategyResult};
 use serde::Serialize;
 

@@ -58,12 +58,12 @@ mod sim;
 pub mod units;
 
 pub use decide::{
-    decide, try_decide, Decision, DecisionInput, Level, LevelCost, LevelCosts, LevelEstimate, Predictor,
-    RollbackCount,
+    decide, try_decide, Decision, DecisionInput, Level, LevelCost, LevelCosts, LevelEstimate, RollbackCount,
 };
 pub use error::PolicyError;
 pub use failure::{FailureEvent, FailureLog, Matching, Weibull};
 pub use interval::{daly_exact_interval, daly_interval, young_interval, IntervalAdvice};
+pub use remem::Predictor;
 pub use sim::{
     CostRatios, FailureSource, LevelCounts, SimConfig, SimReport, Simulator, Strategy, StrategyResult,
 };

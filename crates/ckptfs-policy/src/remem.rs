@@ -16,8 +16,42 @@
 //! levels is [`crate::decide()`]; with the node-memory level disabled, no soft
 //! failures and [`crate::RollbackCount::Paper`] it gives exactly these numbers.
 
-use crate::error::PolicyError;
-use crate::Predictor;
+use crate::error::{probability, PolicyError};
+use serde::{Deserialize, Serialize};
+
+/// A failure predictor's accuracy.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Predictor {
+    /// Fraction of alarms that are followed by a failure.
+    pub precision: f64,
+    /// Fraction of failures that were preceded by an alarm.
+    pub recall: f64,
+}
+
+impl Predictor {
+    /// A perfect predictor (precision = recall = 1).
+    pub const PERFECT: Predictor = Predictor {
+        precision: 1.0,
+        recall: 1.0,
+    };
+
+    /// Fails when precision or recall is outside `[0, 1]`.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        probability("precision", self.precision)?;
+        probability("recall", self.recall)
+    }
+
+    /// The F-measure `2·precision·recall / (precision + recall)` REMEM uses to
+    /// summarise accuracy (0 when both are 0).
+    pub fn f_measure(&self) -> f64 {
+        let s = self.precision + self.recall;
+        if s > 0.0 {
+            2.0 * self.precision * self.recall / s
+        } else {
+            0.0
+        }
+    }
+}
 
 /// Failure probability for the next segment from the predictor, as in
 /// Algorithm 1: `precision` when there is an alarm, `1 − recall` when there is

@@ -47,6 +47,25 @@ pub fn cluster_store_name(file: String, node: String) -> PyResult<String> {
         .unwrap_or_default())
 }
 
+/// Node `node`'s store in cluster file `file`: `(store name, mem_size)`, where
+/// `mem_size` is the file's `mem_size` (`cluster init --mem`) when no `CKPTFS_MEM_SIZE`
+/// or settings file (`$CKPTFS_CONFIG`) gives one, else None. The caller creates the
+/// store with that size when it does not exist yet.
+#[pyfunction]
+pub fn cluster_store(file: String, node: String) -> PyResult<(String, Option<u64>)> {
+    let c = load(&file, &node)?;
+    let name = c.node(&node).map(|n| n.store.clone()).unwrap_or_default();
+    let Some(m) = c.mem_size else {
+        return Ok((name, None));
+    };
+    let env = |k: &str| std::env::var(k).ok();
+    let s = crate::store::resolve_settings(&std::collections::HashMap::new(), None, &env)?;
+    let given = s
+        .row("mem_size")
+        .is_some_and(|r| r.source != ckptfs_settings::Source::Default);
+    Ok((name, (!given).then_some(m)))
+}
+
 /// The nodes of cluster file `file`, in its order.
 #[pyfunction]
 pub fn cluster_nodes(file: String) -> PyResult<Vec<String>> {
@@ -83,4 +102,55 @@ pub fn read_job_file<'py>(
         .allow_threads(|| ckptfs_node::job_files::read_job_file(&cluster, &me, &st, &owner, &w, timeout))
         .map_err(|e| PyOSError::new_err((libc::EIO, e)))?;
     Ok((r.from, PyBytes::new(py, &r.bytes)))
+}
+
+/// Checkpoint directories under `root` whose `.metadata` no dataset record of `job`
+/// lists (saves made without the ckptfs Writer; `ckptfs_node::unrecorded`): in this
+/// store only, or with `file` and `me` (cluster mode) on every node of the cluster,
+/// the others asked through their daemons. JSON: `{"dirs": [{"node", "path",
+/// "metadata_mtime_ns", "files", "bytes"}], "errors": {node: why}}` (`node` is `me`, or
+/// `""` for this store alone).
+#[pyfunction]
+#[pyo3(signature = (store, job, root, file=None, me=None, timeout_ms=None))]
+pub fn unrecorded_checkpoints(
+    py: Python<'_>,
+    store: &PyStore,
+    job: String,
+    root: String,
+    file: Option<String>,
+    me: Option<String>,
+    timeout_ms: Option<u64>,
+) -> PyResult<String> {
+    let st = store.store.clone();
+    let answers = match (file, me) {
+        (Some(file), Some(me)) => {
+            let cluster = load(&file, &me)?;
+            let timeout = timeout_ms
+                .map(Duration::from_millis)
+                .unwrap_or_else(|| node_timeout(&|k| std::env::var(k).ok()));
+            py.allow_threads(|| {
+                ckptfs_node::datasets::ClusterNodes::new(cluster, &me, st, timeout)
+                    .map(|c| c.unrecorded(&job, &root))
+            })
+            .map_err(|e| einval(format!("cluster {file}: {e}")))?
+        }
+        _ => {
+            let r = py.allow_threads(|| ckptfs_node::unrecorded::scan(&st, &job, &root));
+            std::collections::BTreeMap::from([(String::new(), r)])
+        }
+    };
+    let mut dirs = Vec::new();
+    let mut errors = serde_json::Map::new();
+    for (node, r) in answers {
+        match r {
+            Ok(v) => dirs.extend(v.into_iter().map(|u| {
+                serde_json::json!({"node": node, "path": u.path, "metadata_mtime_ns": u.metadata_mtime_ns,
+                                   "files": u.files, "bytes": u.bytes})
+            })),
+            Err(e) => {
+                errors.insert(node, serde_json::Value::String(e));
+            }
+        }
+    }
+    Ok(serde_json::json!({"dirs": dirs, "errors": errors}).to_string())
 }

@@ -154,6 +154,17 @@ impl PyDatasets {
         json(&all)
     }
 
+    /// The protection dataset record `record` (JSON) gets beyond this node: the level
+    /// policy's choice as this configuration's `dataset_partner_copies` applies it
+    /// (`ckptfs_datasets::protection`, what `ckptfs ls -l` and `ckpt list` show), as
+    /// JSON: `chosen short policy node_local_by_choice partner_copies note ...`.
+    fn protection(&self, record: String) -> PyResult<String> {
+        let d: Dataset =
+            serde_json::from_str(&record).map_err(|e| crate::einval(format!("not a dataset record: {e}")))?;
+        let mode = ckptfs_datasets::protection::PartnerCopies::of(self.ds.config());
+        json(&ckptfs_datasets::protection::of(&d, mode))
+    }
+
     /// The job id.
     #[getter]
     fn job(&self) -> &str {

@@ -40,8 +40,10 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::destroy, m)?)?;
     m.add_function(wrap_pyfunction!(store::default_store_name, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::cluster_store_name, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::cluster_store, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::cluster_nodes, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::read_job_file, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::unrecorded_checkpoints, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -81,7 +81,7 @@ impl Shutdown {
     /// For binaries only: a trigger fired by any of `signals` (e.g. SIGTERM, SIGINT).
     /// Installs process-wide handlers; a later call replaces the earlier routing.
     pub fn on_signals(signals: &[libc::c_int]) -> std::io::Result<Shutdown> {
-        let read_end = crate::sys::signal_pipe(signals, on_signal)?;
+        let read_end = crate::sys::signal_pipe(signals, crate::sys::on_signal)?;
         let sd = Shutdown::new();
         let s2 = sd.clone();
         std::thread::Builder::new()
@@ -96,21 +96,6 @@ impl Shutdown {
             })?;
         Ok(sd)
     }
-}
-
-static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
-    let b = sig as u8;
-    // SAFETY: write(2) is async-signal-safe; `b` lives for the call; a closed or invalid
-    // descriptor only makes the call fail.
-    unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
-}
-
-/// The write end the handler uses (swapped by `sys::signal_pipe`).
-pub(crate) fn swap_signal_pipe(fd: i32) -> i32 {
-    SIGNAL_PIPE.swap(fd, Ordering::Relaxed)
 }
 
 #[cfg(test)]

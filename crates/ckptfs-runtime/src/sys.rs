@@ -118,7 +118,7 @@ pub fn signal_pipe(signals: &[libc::c_int], handler: extern "C" fn(libc::c_int))
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let old = crate::shutdown::swap_signal_pipe(fds[1]);
+    let old = swap_signal_pipe(fds[1]);
     for &s in signals {
         // SAFETY: the sigaction struct is plain data, fully initialised (zeroed, then
         // handler, flags and an empty mask); the handler only calls write(2).
@@ -140,6 +140,22 @@ pub fn signal_pipe(signals: &[libc::c_int], handler: extern "C" fn(libc::c_int))
     }
     // SAFETY: fds[0] is a fresh descriptor owned by nothing else.
     Ok(unsafe { File::from_raw_fd(fds[0]) })
+}
+
+static SIGNAL_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// The handler of `Shutdown::on_signals`: writes the signal's number to the pipe.
+pub(crate) extern "C" fn on_signal(sig: libc::c_int) {
+    let fd = SIGNAL_PIPE.load(std::sync::atomic::Ordering::Relaxed);
+    let b = sig as u8;
+    // SAFETY: write(2) is async-signal-safe; `b` lives for the call; a closed or invalid
+    // descriptor only makes the call fail.
+    unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+}
+
+/// The write end the handler uses (swapped by [`signal_pipe`]).
+fn swap_signal_pipe(fd: i32) -> i32 {
+    SIGNAL_PIPE.swap(fd, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Raise this process's soft limit of open descriptors to its hard limit (a daemon

@@ -16,21 +16,9 @@
 
 use crate::segment::Segment;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 
-/// Free chunks populated ahead per request.
-pub(crate) const AHEAD: u32 = 8;
-
-/// The helper thread of one attached store in this process, started on first use.
-#[derive(Default)]
-pub(crate) struct Ahead {
-    thread: OnceLock<Option<(u32, std::thread::Thread)>>,
-    /// Chunks a reader will read next (`u32::MAX`: empty slot).
-    wanted: [AtomicU32; AHEAD as usize],
-    /// A writer asked for the top of the free stack.
-    free_stack: AtomicBool,
-}
+pub(crate) use crate::ahead_state::{Ahead, AHEAD};
 
 impl Ahead {
     /// Ask the helper to populate `chunks` (a reader's next chunks in its file).

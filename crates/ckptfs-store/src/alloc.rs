@@ -13,7 +13,6 @@ use crate::error::{Result, StoreError};
 use crate::integrity::seal_data;
 use crate::store::Store;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// Entries of the free stack looked at per search for one of this process's chunks
 /// (from the last find down, then from the top down to it).
@@ -23,56 +22,6 @@ const AFFINITY_WINDOW: u32 = 4096;
 fn affinity_off() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OFF.get_or_init(|| ckptfs_settings::job::no_affinity(&|k| std::env::var(k).ok()))
-}
-
-/// This process's view of its own free chunks on the shared memory stack.
-#[derive(Default)]
-pub(crate) struct Affinity {
-    /// Per memory chunk: this process pushed it on the free stack with page tables
-    /// mapped, and has not popped it since.
-    mine: Vec<AtomicU64>,
-    /// How many bits of `mine` are set (an estimate: other processes may pop those
-    /// chunks; a search that finds none resets it to 0).
-    freed: AtomicU32,
-    /// Stack position of the last one pushed or found (a freed file's other chunks lie
-    /// below it).
-    hint: AtomicU32,
-}
-
-impl Affinity {
-    pub(crate) fn new(mem_chunks: u32) -> Affinity {
-        Affinity {
-            mine: (0..(mem_chunks as usize).div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-            ..Default::default()
-        }
-    }
-
-    fn bit(&self, c: u32) -> Option<(&AtomicU64, u64)> {
-        self.mine.get(c as usize / 64).map(|w| (w, 1u64 << (c % 64)))
-    }
-
-    fn is_mine(&self, c: u32) -> bool {
-        self.bit(c).is_some_and(|(w, b)| w.load(Relaxed) & b != 0)
-    }
-
-    /// Mark or unmark `c`, keeping the count.
-    fn set(&self, c: u32, on: bool) {
-        if let Some((w, b)) = self.bit(c) {
-            let was = if on {
-                w.fetch_or(b, Relaxed)
-            } else {
-                w.fetch_and(!b, Relaxed)
-            } & b
-                != 0;
-            if on && !was {
-                self.freed.fetch_add(1, Relaxed);
-            } else if !on && was {
-                let _ = self.freed.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
-            }
-        }
-    }
 }
 
 impl Store {

@@ -302,7 +302,7 @@ impl FileHandle {
                 // A read of a whole chunk copies and checks it in one pass (the CRC taken
                 // from the caller's buffer, piece by piece, right after the copy).
                 let whole = seg.is_mem(c) && within == 0 && avail == hwm as usize && avail > 0;
-                let far = self.chunk_of(logical.saturating_add(crate::ahead::AHEAD));
+                let far = self.chunk_of(logical.saturating_add(crate::ahead_state::AHEAD));
                 let cold = |n: u32| n != NONE && seg.is_mem(n) && !seg.is_populated(n);
                 if cold(c) || cold(far) {
                     // A reader in a fresh process (a restart): the file's next chunks get

@@ -568,3 +568,12 @@ pub fn pack_sum(hwm: u32, crc: u32, stale: bool) -> u64 {
 pub fn unpack_sum(v: u64) -> (u32, u32, bool) {
     (((v & !SUM_STALE) >> 32) as u32, v as u32, v & SUM_STALE != 0)
 }
+
+/// CRC of the superblock's identity fields (written once at creation).
+pub(crate) fn ident_crc(sb: &Superblock) -> u32 {
+    let mut b = [0u8; 20];
+    b[..4].copy_from_slice(&sb.creator_uid.to_le_bytes());
+    b[4..12].copy_from_slice(&sb.created_ns.to_le_bytes());
+    b[12..].copy_from_slice(&sb.create_time_ns.to_le_bytes());
+    crate::checksum::crc32c(&b)
+}

@@ -39,7 +39,9 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod affinity;
 mod ahead;
+mod ahead_state;
 mod alloc;
 mod changes;
 pub mod checksum;
@@ -63,6 +65,7 @@ pub mod netio;
 mod ops;
 pub mod process;
 mod query;
+mod records;
 mod recovery;
 pub mod region_io;
 mod segment;

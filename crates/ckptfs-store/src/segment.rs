@@ -32,9 +32,9 @@ pub struct Segment {
     /// Fork generation the `populated` bits belong to (a child has no page tables).
     populated_gen: AtomicU64,
     /// Helper thread populating free chunks ahead of a fresh writer.
-    pub(crate) ahead: crate::ahead::Ahead,
+    pub(crate) ahead: crate::ahead_state::Ahead,
     /// Where this process's own (populated) free chunks are on the free stack.
-    pub(crate) affinity: crate::alloc::Affinity,
+    pub(crate) affinity: crate::affinity::Affinity,
     /// The segment file is on huge pages (tmpfs reports a 2 MiB `st_blksize` for a file
     /// it backs with them): populating a chunk maps one or two PMD entries, too cheap to
     /// hand to a helper thread.
@@ -89,6 +89,9 @@ pub struct CreateParams<'a> {
     pub max_files: u32,
     /// Spill file path.
     pub spill_path: Option<&'a Path>,
+    /// Makes the root directory's inode of a fresh segment (the store's integrity
+    /// records: given by the caller, so that the segment does not name them).
+    pub init_root: fn(&Segment),
 }
 
 use ckptfs_settings::now_ns;
@@ -220,7 +223,7 @@ impl Segment {
             populated: Vec::new(),
             populated_gen: AtomicU64::new(FORK_GEN.load(Ordering::Relaxed)),
             ahead: Default::default(),
-            affinity: crate::alloc::Affinity::new(params.mem_chunks),
+            affinity: crate::affinity::Affinity::new(params.mem_chunks),
             ino: {
                 use std::os::unix::fs::MetadataExt;
                 file.metadata().map(|m| m.ino()).unwrap_or(0)
@@ -234,10 +237,10 @@ impl Segment {
         seg.populated = (0..(params.mem_chunks as usize).div_ceil(64))
             .map(|_| AtomicU64::new(!0))
             .collect();
-        seg.init();
+        seg.init(params.init_root);
         seg.sb_mut_init(|sb| {
             sb.create_time_ns = t0.elapsed().as_nanos() as u64;
-            sb.ident_crc = crate::integrity::ident_crc(sb);
+            sb.ident_crc = crate::layout::ident_crc(sb);
         });
         match std::fs::hard_link(&tmp, params.path) {
             Ok(()) => {
@@ -347,7 +350,7 @@ impl Segment {
                 AtomicU64::new(FORK_GEN.load(Ordering::Relaxed))
             },
             ahead: Default::default(),
-            affinity: crate::alloc::Affinity::new(layout.mem_chunks),
+            affinity: crate::affinity::Affinity::new(layout.mem_chunks),
             huge,
         })
     }
@@ -358,8 +361,9 @@ impl Segment {
         unsafe { f(&mut *(self.base as *mut Superblock)) }
     }
 
-    /// Initialise a freshly created, zeroed segment.
-    fn init(&mut self) {
+    /// Initialise a freshly created, zeroed segment; `init_root` makes the root
+    /// directory's inode (with its checksummed records).
+    fn init(&mut self, init_root: fn(&Segment)) {
         let l = self.layout;
         self.sb_mut_init(|sb| {
             sb.magic = MAGIC;
@@ -402,20 +406,7 @@ impl Segment {
             self.fid_stack(i).store(l.max_files - 1 - i, Ordering::Relaxed);
         }
         sb.fid_top.store(l.max_files - 1, Ordering::Relaxed);
-        let root = self.inode(ROOT);
-        let (uid, gid) = crate::integrity::caller_ids();
-        root.uid.store(uid, Ordering::Relaxed);
-        root.gid.store(gid, Ordering::Relaxed);
-        root.mode.store(0o755, Ordering::Relaxed);
-        root.target.store(NONE, Ordering::Relaxed);
-        root.mtime_ns.store(now_ns(), Ordering::Relaxed);
-        root.ctime_ns.store(now_ns(), Ordering::Relaxed);
-        root.ns_crc.store(
-            crate::integrity::ns_crc_with_kind(self, ROOT, kind::DIR),
-            Ordering::Relaxed,
-        );
-        crate::integrity::seal_data(self, ROOT);
-        root.kind.store(kind::DIR, Ordering::Release);
+        init_root(self);
     }
 
     /// The superblock.

@@ -141,6 +141,7 @@ impl Store {
                 spill_chunks,
                 max_files,
                 spill_path: spill_path.as_deref(),
+                init_root: crate::records::init_root,
             };
             if let Some(seg) = Segment::create(&params)? {
                 tracing::info!(

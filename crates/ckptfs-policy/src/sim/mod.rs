@@ -35,9 +35,10 @@
 //!   a backup node, before the next checkpoint is complete (a window of
 //!   `tau` plus twice the largest checkpoint cost).
 
-use crate::decide::{decide, DecisionInput, Level, LevelCosts, Predictor, RollbackCount};
+use crate::decide::{decide, DecisionInput, Level, LevelCosts, RollbackCount};
 use crate::error::{invalid, non_negative, positive, probability, PolicyError};
 use crate::failure::{weibull_events, FailureEvent, FailureLog, Matching, Weibull};
+use crate::remem::Predictor;
 use crate::rng::Rng;
 use serde::Serialize;
 use walk::Walk;
