@@ -35,6 +35,7 @@ fi
 
 stamp=.venv/.ckptfs-wheel.stamp
 sum=$(find crates/ckptfs-python crates/ckptfs-store crates/ckptfs-crc crates/ckptfs-settings crates/ckptfs-datasets \
+        crates/ckptfs-object crates/ckptfs-dirlevel \
         crates/ckptfs-agent crates/ckptfs-policy crates/ckptfs-runtime crates/ckptfs-node crates/ckptfs-cluster \
         crates/ckptfs-transport crates/ckptfs-level python \
         -path '*/target' -prune -o -path '*/__pycache__' -prune -o -type f -print0 \

@@ -16,8 +16,12 @@
 # $SLURM_SUBMIT_DIR/ckptfs-jobs/$SLURM_JOB_ID), CKPTFS_PFS (flush destination; default
 # $CKPTFS_JOBDIR/pfs), HEAT_NX, HEAT_NY, HEAT_SEGMENTS, HEAT_EVERY, CKPTFS_FLUSH_TIMEOUT
 # (seconds the job-end flush may take, default 40), CKPTFS_FLUSH_MAX_BW (MB/s cap of
-# the flush), CKPTFS_METRICS_PORT (each daemon serves Prometheus metrics on it; on one
-# host: that port plus the node's index).
+# the flush), CKPTFS_FLUSH_S3 (s3://BUCKET/PREFIX: the job-end flush also puts the
+# newest dataset into object storage, under PREFIX/$CKPTFS_JOB; endpoint and keys from
+# the AWS_* variables, docs/object.md), CKPTFS_METRICS_PORT (each daemon serves
+# Prometheus metrics on it; on one host: that port plus the node's index),
+# CKPTFS_PREVIOUS_CLUSTER (the cluster file of an earlier allocation whose checkpoints
+# this job continues; a requeued job uses its own from the previous run).
 #
 #SBATCH --job-name=ckptfs-heat
 #SBATCH --partition=ckptfs
@@ -37,7 +41,8 @@ JOBDIR=${CKPTFS_JOBDIR:-$SUBMIT/ckptfs-jobs/$SLURM_JOB_ID}
 PFS=${CKPTFS_PFS:-$JOBDIR/pfs}
 RUN=${SLURM_RESTART_COUNT:-0}
 FLUSH_TIMEOUT=${CKPTFS_FLUSH_TIMEOUT:-40}
-export CK JOBDIR PFS
+S3=${CKPTFS_FLUSH_S3:+${CKPTFS_FLUSH_S3%/}/${CKPTFS_JOB:-slurm-$SLURM_JOB_ID}}
+export CK JOBDIR PFS S3
 export HEAT_NX=${HEAT_NX:-512} HEAT_NY=${HEAT_NY:-512} HEAT_SEGMENTS=${HEAT_SEGMENTS:-6} HEAT_EVERY=${HEAT_EVERY:-10}
 # Every checkpoint gets partner copies (the job survives a node's loss at any time).
 export CKPTFS_DATASET_PARTNER_COPIES=${CKPTFS_DATASET_PARTNER_COPIES:-all}
@@ -65,9 +70,29 @@ hosts=$(for n in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do
     scontrol show node -o "$n" | grep -o 'NodeHostName=[^ ]*'; done | sort -u | wc -l)
 one_host=()
 [ "$hosts" = 1 ] && [ "$SLURM_NNODES" -gt 1 ] && one_host=(--one-host 127.0.0.1)
-"$CK" cluster init --out c.toml "${one_host[@]}" --port "$PORT" --heartbeat-ms 500 --force >/dev/null ||
-    { log "cluster init failed"; exit 2; }
-export CKPTFS_CLUSTER=$JOBDIR/c.toml
+#    A requeued job (or one continuing CKPTFS_PREVIOUS_CLUSTER's checkpoints) keeps the
+#    node ids of the allocation the checkpoints were written in: a host it gets again
+#    keeps its id, a host replacing a lost one takes that node's id (and its ranks).
+previous=()
+if [ -n "${CKPTFS_PREVIOUS_CLUSTER:-}" ]; then
+    previous=(--previous "$CKPTFS_PREVIOUS_CLUSTER")
+elif [ -f c.toml ]; then
+    cp c.toml c.prev.toml && previous=(--previous c.prev.toml)
+fi
+"$CK" cluster init --out c.toml "${one_host[@]}" "${previous[@]}" --node-map nodes.map --port "$PORT" \
+    --heartbeat-ms 500 --force >/dev/null || { log "cluster init failed"; exit 2; }
+export CKPTFS_CLUSTER=$JOBDIR/c.toml NODEMAP=$JOBDIR/nodes.map
+# nodes.map: HOST NODE_ID lines in cluster file order; FIRST: the first node's id.
+FIRST=$(awk 'NR == 1 { print $2 }' "$NODEMAP")
+grep -v '^\(\S*\) \1$' "$NODEMAP" | while read -r h n; do log "host $h runs as node $n (replaces it)"; done
+# Ranks go to their node's host in cluster file order (rank block i on the i-th node):
+# when that is not the allocation's order (a replaced node), srun places them by a
+# host file (--distribution=arbitrary).
+RANK_HOSTS=""
+if [ "$(awk '{ print $1 }' "$NODEMAP")" != "$(scontrol show hostnames "$SLURM_JOB_NODELIST")" ]; then
+    RANK_HOSTS=$JOBDIR/ranks.hosts
+    awk -v k="$SLURM_NTASKS_PER_NODE" '{ for (i = 0; i < k; i++) print $1 }' "$NODEMAP" >"$RANK_HOSTS"
+fi
 "$CK" cluster plan --cluster c.toml | sed -n '1p;/its loss destroys/,$p'
 
 # 2. One daemon per node, a job step of its own that lives as long as the job.
@@ -76,7 +101,8 @@ metrics=""
 srun --overlap --ntasks-per-node=1 -N "$SLURM_NNODES" -n "$SLURM_NNODES" --kill-on-bad-exit=0 --output="$JOBDIR/daemon-%t.log" \
     bash -c 'm=(); if [ -n "$0" ]; then i=$SLURM_NODEID; [ -n "$1" ] && m=(--metrics "127.0.0.1:$(($0 + i))") || m=(--metrics "0.0.0.0:$0"); fi
              unset CKPTFS_DEST   # no drain while the job runs: memory and partners; the flush is at the end
-             exec "$CK" node --cluster "$CKPTFS_CLUSTER" --node-id "$SLURMD_NODENAME" "${m[@]}"' "$metrics" "${one_host[*]}" &
+             n=$(awk -v h="$SLURMD_NODENAME" '\''$1 == h { print $2 }'\'' "$NODEMAP")
+             exec "$CK" node --cluster "$CKPTFS_CLUSTER" --node-id "${n:-$SLURMD_NODENAME}" "${m[@]}"' "$metrics" "${one_host[*]}" &
 DAEMONS=$!
 daemons_step="$SLURM_JOB_ID.0"
 stop_daemons() {
@@ -86,8 +112,11 @@ stop_daemons() {
     wait "$DAEMONS" 2>/dev/null
 }
 on_nodes() { srun --overlap --ntasks-per-node=1 -N "$SLURM_NNODES" -n "$SLURM_NNODES" --kill-on-bad-exit=0 "$@"; }
-on_nodes bash -c 'for i in $(seq 1 300); do "$CK" --node-id "$SLURMD_NODENAME" node status >/dev/null 2>&1 && exit 0; sleep 0.1; done
-                  echo "daemon on $SLURMD_NODENAME did not come up" >&2; exit 1' || { log "daemons did not start"; stop_daemons; exit 2; }
+# In a step on every node: NODE is the node id this host runs as.
+NODE_OF_HOST='NODE=$(awk -v h="$SLURMD_NODENAME" '\''$1 == h { print $2 }'\'' "$NODEMAP"); NODE=${NODE:-$SLURMD_NODENAME}'
+export NODE_OF_HOST
+on_nodes bash -c 'eval "$NODE_OF_HOST"; for i in $(seq 1 300); do "$CK" --node-id "$NODE" node status >/dev/null 2>&1 && exit 0; sleep 0.1; done
+                  echo "daemon of $NODE on $SLURMD_NODENAME did not come up" >&2; exit 1' || { log "daemons did not start"; stop_daemons; exit 2; }
 log "daemons up on every node"
 
 # 3. The job-end flush (SCR's scavenge), bounded by FLUSH_TIMEOUT: while the daemons
@@ -95,14 +124,15 @@ log "daemons up on every node"
 #    (`ckpt list` on the first node asks every node); on every node the other datasets
 #    leave memory (older ones are superseded, a newer one is incomplete; the drain goes
 #    oldest first and the bounded time is for the one that matters), the rest is drained
-#    to the PFS, and which files reached it is recorded. flush-report.py turns that into
-#    one line per node and a verdict.
+#    to the PFS and, with CKPTFS_FLUSH_S3, to object storage in the time left, and which
+#    files reached them is recorded. flush-report.py turns that into one line per node
+#    and a verdict.
 flushed=0
 scavenge() {
     [ "$flushed" = 1 ] && return
     flushed=1
-    log "job-end flush to $PFS (at most ${FLUSH_TIMEOUT}s)"
-    "$CK" --node-id "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)" ckpt list --json \
+    log "job-end flush to $PFS${S3:+ and $S3} (at most ${FLUSH_TIMEOUT}s)"
+    "$CK" --node-id "$FIRST" ckpt list --json \
         >"$JOBDIR/flush-datasets.json" 2>"$JOBDIR/flush-datasets.log"
     choice=$(python3 -c 'import json,sys
 d=[x for x in json.load(open(sys.argv[1]))["datasets"] if not x.get("evicted")]
@@ -115,11 +145,21 @@ print(" ".join(str(x["id"]) for x in d if keep is None or x["id"] != keep["id"])
     log "newest complete dataset: $FLUSH_KEEP"
     bw=()
     [ -n "${CKPTFS_FLUSH_MAX_BW:-}" ] && bw=(--max-bw "$CKPTFS_FLUSH_MAX_BW")
-    on_nodes bash -c 'n=$SLURMD_NODENAME; ck() { "$CK" --node-id "$n" "$@"; }
+    on_nodes bash -c 'eval "$NODE_OF_HOST"; n=$NODE; ck() { "$CK" --node-id "$n" "$@"; }
+        end=$((SECONDS + $0))
         echo "$FLUSH_KEEP" >"$JOBDIR/flush-newest-$n.txt"
         for id in $FLUSH_DROP; do ck ckpt delete "$id" >/dev/null 2>&1; done
         timeout -s TERM "$0" "$CK" --node-id "$n" agent --once --json "${@}" >"$JOBDIR/flush-$n.json" 2>"$JOBDIR/flush-$n.log"
         echo $? >"$JOBDIR/flush-$n.rc"
+        if [ -n "$S3" ]; then
+            # Object storage in the time left (at least 1 s). Its drain finishes the file it
+            # is copying on SIGTERM, so the bound is SIGKILL (an upload cut off is aborted
+            # by the next drain; nothing half-written is published).
+            left=$((end - SECONDS)); [ "$left" -ge 1 ] || left=1
+            timeout -s KILL "$left" "$CK" --node-id "$n" agent --once --json --dest "$S3" "${@}" \
+                >"$JOBDIR/flush-s3-$n.json" 2>"$JOBDIR/flush-s3-$n.log"
+            echo $? >"$JOBDIR/flush-s3-$n.rc"
+        fi
         ck status --json >"$JOBDIR/flush-levels-$n.json" 2>/dev/null' "$FLUSH_TIMEOUT" "${bw[@]}"
     python3 "$SUBMIT/examples/slurm/flush-report.py" "$JOBDIR" | tee "$JOBDIR/flush-report.txt"
 }
@@ -127,7 +167,7 @@ print(" ".join(str(x["id"]) for x in d if keep is None or x["id"] != keep["id"])
 # incomplete flush it stays (with the partner copies) for a requeue of the job.
 release_memory() {
     if grep -q '^flush: complete' "$JOBDIR/flush-report.txt"; then
-        on_nodes bash -c '"$CK" --node-id "$SLURMD_NODENAME" destroy >/dev/null'
+        on_nodes bash -c 'eval "$NODE_OF_HOST"; "$CK" --node-id "$NODE" destroy >/dev/null'
         log "stores destroyed"
         return 0
     fi
@@ -162,7 +202,14 @@ if [ -n "${CKPTFS_EXAMPLE_LOSE:-}" ] && [ "$RUN" = 0 ]; then
     lose_node=${CKPTFS_EXAMPLE_LOSE%%:*} lose_at=${CKPTFS_EXAMPLE_LOSE##*:}
 fi
 cc -O2 -o "$JOBDIR/heat" "$SUBMIT/examples/heat/heat.c" || { log "cannot build heat"; stop_daemons; exit 2; }
-ranks() { srun --overlap --kill-on-bad-exit=1 bash "$SUBMIT/examples/slurm/ckptfs-rank.sh" "$@"; }
+ranks() {
+    if [ -n "$RANK_HOSTS" ]; then
+        SLURM_HOSTFILE=$RANK_HOSTS srun --overlap --kill-on-bad-exit=1 --distribution=arbitrary -n "$SLURM_NTASKS" \
+            bash "$SUBMIT/examples/slurm/ckptfs-rank.sh" "$@"
+    else
+        srun --overlap --kill-on-bad-exit=1 bash "$SUBMIT/examples/slurm/ckptfs-rank.sh" "$@"
+    fi
+}
 rm -f "$JOBDIR"/begun.*
 ranks restart >"$JOBDIR/restart.out" || { log "restart failed"; stop_daemons; exit 1; }
 grep '^rank' "$JOBDIR/restart.out" | sort -k2n
@@ -191,14 +238,15 @@ if [ -n "$lose_node" ]; then
     # Wait until the newest dataset is protected, then lose a node: its daemon is
     # killed and its memory destroyed (what a node crash and reboot leave).
     for _ in $(seq 1 300); do
-        "$CK" --node-id "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)" ckpt list --json 2>/dev/null |
+        "$CK" --node-id "$FIRST" ckpt list --json 2>/dev/null |
             python3 -c 'import json,sys; d=[x for x in json.load(sys.stdin)["datasets"] if x["complete"]]
 sys.exit(0 if d and "partner" in d[-1]["levels"] else 1)' && break
         sleep 0.2
     done
     log "losing $lose_node: daemon killed, node memory destroyed; requeueing the job"
-    srun --overlap -N1 -n1 -w "$lose_node" bash -c 'pid=$("$CK" --node-id "$SLURMD_NODENAME" node status --json | python3 -c "import json,sys; print(json.load(sys.stdin)[\"pid\"])")
-        kill -9 "$pid"; sleep 0.5; "$CK" --node-id "$SLURMD_NODENAME" destroy'
+    srun --overlap -N1 -n1 -w "$(awk -v n="$lose_node" '$2 == n { print $1 }' "$NODEMAP")" bash -c 'eval "$NODE_OF_HOST"
+        pid=$("$CK" --node-id "$NODE" node status --json | python3 -c "import json,sys; print(json.load(sys.stdin)[\"pid\"])")
+        kill -9 "$pid"; sleep 0.5; "$CK" --node-id "$NODE" destroy'
     stop_daemons
     scontrol requeue "$SLURM_JOB_ID"
     sleep 600 &
@@ -207,7 +255,7 @@ sys.exit(0 if d and "partner" in d[-1]["levels"] else 1)' && break
 fi
 
 log "ranks done; datasets:"
-"$CK" --node-id "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)" ckpt list
+"$CK" --node-id "$FIRST" ckpt list
 scavenge
 stop_daemons
 release_memory

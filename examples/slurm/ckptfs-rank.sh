@@ -14,17 +14,22 @@
 set -uo pipefail
 R=$SLURM_PROCID
 export CKPTFS_RANK=$R CKPTFS_NRANKS=$SLURM_NTASKS CKPTFS_LOCAL_NRANKS=$((SLURM_NTASKS / SLURM_NNODES))
-ck() { "$CK" --node-id "$SLURMD_NODENAME" "$@"; }
+# The node id this host runs as (a host replacing a lost node takes its id; nodes.map).
+NODE=$(awk -v h="$SLURMD_NODENAME" '$1 == h { print $2 }' "${NODEMAP:-/dev/null}" 2>/dev/null)
+NODE=${NODE:-$SLURMD_NODENAME}
+WHERE=$NODE
+[ "$NODE" = "$SLURMD_NODENAME" ] || WHERE="$NODE (host $SLURMD_NODENAME)"
+ck() { "$CK" --node-id "$NODE" "$@"; }
 HEAT="$JOBDIR/heat"
 case "${1:-}" in
 restart)
     from=$(HEAT_SEGMENT=1 ck run --restart -- sh -c 'echo "${CKPTFS_RESTART:-}"' 2>"$JOBDIR/restart.$R.log") ||
         { echo "rank $R: run --restart failed" >&2; cat "$JOBDIR/restart.$R.log" >&2; exit 1; }
     if [ -n "$from" ]; then
-        echo "rank $R on $SLURMD_NODENAME: restart from dataset $from$(grep -o ' from partner[^,]*' "$JOBDIR/restart.$R.log" | head -1)"
+        echo "rank $R on $WHERE: restart from dataset $from$(grep -o ' from partner[^,]*' "$JOBDIR/restart.$R.log" | head -1)"
         echo "start=${from#step}"
     else
-        echo "rank $R on $SLURMD_NODENAME: first start"
+        echo "rank $R on $WHERE: first start"
         echo "start=0"
     fi
     ;;

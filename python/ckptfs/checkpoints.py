@@ -120,9 +120,12 @@ def latest_checkpoint(
     restore: bool = False,
 ) -> Optional[str]:
     """The newest checkpoint under ``root`` complete on some level: the newest dataset
-    named ``root`` or below it that is complete in this store or in a drain destination
-    (``dests``, default ``$CKPTFS_DEST``); with ``restore`` its PFS-only files are
-    brought back first. When no dataset record names anything under ``root``, the
+    named ``root`` or below it that is complete in this store, in a drain destination
+    (``dests``, default ``$CKPTFS_DEST``) or on a level of the settings' ``[levels]``
+    read order (``CKPTFS_LEVELS``, e.g. object storage ``s3:bucket/prefix``); with
+    ``restore`` the files the store lacks are brought back first (every chunk checked;
+    a damaged copy passes over to the older checkpoint). When no dataset record names
+    anything under ``root``, the
     newest directory passing the directory rule (by its ``.metadata`` time). None if
     there is none. In cluster mode the newest complete job-wide.
 

@@ -146,7 +146,8 @@ class Datasets:
 
     def list(self) -> List[Record]:
         """Every dataset of the job, oldest first (``ckptfs ckpt list``); each file's
-        ``levels`` say where it is now (``local``, ``pfs``)."""
+        ``levels`` say where it is now (``local``, ``pfs``, and the ids of the settings'
+        ``[levels]`` registry levels holding it, e.g. ``s3:bucket/prefix``)."""
         return json.loads(self._d.list())
 
     def protection(self, record: Record) -> Record:

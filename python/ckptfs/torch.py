@@ -556,8 +556,10 @@ class Reader(FileSystemReader):
 
     ``path``: the checkpoint directory. Without it, the newest checkpoint under ``root``
     (default "/") complete on any level (:func:`latest_checkpoint` with ``restore``:
-    files only the PFS holds are brought back into the store first, from ``dests``,
-    default ``$CKPTFS_DEST``); ``FileNotFoundError`` if there is none. The chosen
+    files the store lacks are brought back into it first, from ``dests``, default
+    ``$CKPTFS_DEST``, or from the levels of the settings' ``[levels]`` read order,
+    ``CKPTFS_LEVELS``, such as object storage); ``FileNotFoundError`` if there is none.
+    The chosen
     directory is ``reader.path``. ``job``: the dataset job (default ``$CKPTFS_JOB``).
     """
 

@@ -119,6 +119,22 @@ step "scr: SCR_CONF_FILE's SCR_CHECKPOINT_SECONDS says not due" env SCR_CONF_FIL
 step "scr: ... and its unmapped key SCR_HALT_SECONDS is reported as ignored" \
     grep -q "SCR_HALT_SECONDS has no meaning" "$out/log.$((passed + failed - 1))"
 
+# Under the preload shim (`ckptfs run`), libscr routes a checkpoint's files straight
+# into the store (the shim's mount prefix) instead of staging and copying them.
+export CKPTFS_JOB=scr-shim
+shimscr() { (cd "$out/pfs" && "${mpirun[@]}" "$ckptfs" run -- "$out/scr_test" "$@"); }
+step "scr: without the shim a routed file is staged (under CKPTFS_STAGE_DIR)" \
+    env SCR_TEST_ROUTE_PREFIX="$out/stage/" bash -c "cd '$out/pfs' && ${mpirun[*]} '$out/scr_test' write 1 1"
+step "scr under ckptfs run: 2 more checkpoints routed into the store (/ckpt/scr/...)" \
+    env SCR_TEST_ROUTE_PREFIX=/ckpt/scr/scr-shim/ bash -c "cd '$out/pfs' && ${mpirun[*]} '$ckptfs' run -- '$out/scr_test' write 2 3"
+step "scr under ckptfs run: ... in the store under the dataset's directory" \
+    bash -c "'$ckptfs' ls /scr/scr-shim/3/r2/ckpt | grep -q rank_2.dat"
+step "scr under ckptfs run: restart reads step.3 back from the store byte for byte" \
+    env SCR_TEST_ROUTE_PREFIX=/ckpt/scr/scr-shim/ bash -c "cd '$out/pfs' && ${mpirun[*]} '$ckptfs' run -- '$out/scr_test' restart step.3"
+step "scr: ... and the same checkpoint without the shim (copied out of the store)" scr restart step.3
+step_fails "scr under ckptfs run: a rank SIGKILLed mid-checkpoint (step.4) fails the job" shimscr kill 4 2
+step "scr under ckptfs run: ... and the restart skips the incomplete step.4" shimscr restart step.3
+
 # A file lost from the store: restart falls back to the PFS copy (SCR_FLUSH=1) or,
 # without one, to the next older checkpoint. lose_file JOB API NAME removes the store
 # file NAME of rank 1 from whichever dataset directory holds it.

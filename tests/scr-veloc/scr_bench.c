@@ -1,10 +1,15 @@
 /*
  * Checkpoint bandwidth of an SCR-style program: each rank writes one file per
- * checkpoint (write, fsync, close), then the checkpoint is completed. Three targets in
- * one run, driven by scripts/bench-scr.sh:
+ * checkpoint (write, fsync, close), then the checkpoint is completed. Driven by
+ * `ckptfs bench scr` (crates/ckptfs-cli/src/bench_scr.rs), which compiles it and runs:
  *
- *   scr_bench scr   MIB REPS        through libscr.so (ckptfs datasets)
- *   scr_bench plain MIB REPS DIR    the same writes into DIR (tmpfs or disk), no library
+ *   scr_bench scr   MIB REPS        through libscr.so (ckptfs datasets), with and
+ *                                   without the preload shim
+ *   scr_bench plain MIB REPS DIR [keep]
+ *                                   the same writes into DIR (tmpfs, disk, or /ckpt
+ *                                   under the preload shim), no library; each file is
+ *                                   removed after its checkpoint unless `keep` (then
+ *                                   every checkpoint stays, as libscr's datasets do)
  *
  * Prints one line: target, ranks, MiB per rank, best and median aggregate GiB/s over
  * REPS checkpoints (the time from the barrier before the checkpoint to the barrier after
@@ -35,6 +40,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int use_scr = strcmp(argv[1], "scr") == 0;
+    int keep = argc > 5 && strcmp(argv[5], "keep") == 0;
     size_t bytes = (size_t)atol(argv[2]) << 20;
     int reps = atoi(argv[3]);
     char *buf = malloc(bytes);
@@ -66,7 +72,7 @@ int main(int argc, char **argv) {
         if (use_scr) bad |= SCR_Complete_output(1) != SCR_SUCCESS;
         MPI_Barrier(MPI_COMM_WORLD);
         t[r] = MPI_Wtime() - t0;
-        if (!use_scr) {
+        if (!use_scr && !keep) {
             unlink(path);
             MPI_Barrier(MPI_COMM_WORLD);
         }

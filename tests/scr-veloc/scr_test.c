@@ -21,6 +21,10 @@
  *   scr_test delete NAME          SCR_Delete(NAME): it is gone
  *   scr_test need [NEED [EXIT]]   SCR_Need_checkpoint and SCR_Should_exit agree on all
  *                                 ranks (and equal NEED, EXIT: default 0)
+ *
+ * With SCR_TEST_ROUTE_PREFIX set, every path SCR_Route_file gives for a checkpoint's
+ * file (written or read) must begin with it (the staging directory, or the preload
+ * shim's mount prefix when the library routes straight into the store).
  */
 #include <mpi.h>
 #include <scr.h>
@@ -49,6 +53,11 @@ static int rank, nranks, failures;
 static size_t file_size(int r) { return 200000 + 1000 * (size_t)r; }
 static unsigned char byte_at(int r, int s, size_t i) { return (unsigned char)(i * 31 + r * 7 + s * 13); }
 
+static void check_route(const char *path) {
+    const char *want = getenv("SCR_TEST_ROUTE_PREFIX");
+    if (want && *want) CHECK(strncmp(path, want, strlen(want)) == 0, "routed to %s, not under %s", path, want);
+}
+
 static int write_step(int step, int valid) {
     char name[64], path[SCR_MAX_FILENAME], file[64];
     snprintf(name, sizeof name, "step.%d", step);
@@ -57,6 +66,7 @@ static int write_step(int step, int valid) {
     snprintf(file, sizeof file, "ckpt/rank_%d.dat", rank);
     rc = SCR_Route_file(file, path);
     CHECK(rc == SCR_SUCCESS, "SCR_Route_file(%s) = %d", file, rc);
+    check_route(path);
     size_t n = file_size(rank);
     unsigned char *buf = malloc(n);
     for (size_t i = 0; i < n; i++) buf[i] = byte_at(rank, step, i);
@@ -90,6 +100,7 @@ static int read_back(const char *expect) {
     snprintf(file, sizeof file, "ckpt/rank_%d.dat", rank);
     rc = SCR_Route_file(file, path);
     CHECK(rc == SCR_SUCCESS, "SCR_Route_file(%s) at restart = %d", file, rc);
+    check_route(path);
     int ok = 1;
     int fd = open(path, O_RDONLY);
     CHECK(fd >= 0, "open %s for reading", path);

@@ -50,6 +50,6 @@ pub use config::{AgentConfig, Target};
 pub use engine::{Agent, DrainSummary, StopHandle};
 pub use error::{AgentError, Refusal};
 pub use mover::{fill, DrainPolicy, MovePolicy};
-pub use pfs::PfsLevel;
+pub use pfs::{PfsFactory, PfsLevel};
 pub use restore::{restore, restore_nodes, restore_path, RestoreReport, Skipped};
 pub use status::{status, AgentStatus};

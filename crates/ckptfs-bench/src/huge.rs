@@ -6,9 +6,10 @@
 use std::path::Path;
 use std::process::Command;
 
-/// The mounted tmpfs, unmounted when dropped.
+/// The mounted tmpfs, unmounted when dropped; or a directory given (not unmounted).
 pub struct HugeTmpfs {
-    dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
+    given: std::path::PathBuf,
 }
 
 impl HugeTmpfs {
@@ -35,17 +36,47 @@ impl HugeTmpfs {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        Ok(HugeTmpfs { dir })
+        Ok(HugeTmpfs {
+            given: dir.path().to_path_buf(),
+            dir: Some(dir),
+        })
     }
 
-    /// Its mount point.
+    /// An existing directory on a tmpfs mounted with `huge=within_size` (the Slurm
+    /// prolog's `/dev/shm-ckptfs`): no root needed; checked in /proc/mounts.
+    pub fn existing(dir: &Path) -> Result<HugeTmpfs, String> {
+        let dir = dir
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mounts = std::fs::read_to_string("/proc/mounts").map_err(|e| format!("/proc/mounts: {e}"))?;
+        // The mount whose point is the longest prefix of dir must be a huge tmpfs.
+        let best = mounts
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 4 && dir.starts_with(f[1]))
+                    .then(|| (f[1].len(), f[2] == "tmpfs", f[3].contains("huge=")))
+            })
+            .max_by_key(|m| m.0);
+        match best {
+            Some((_, true, true)) => Ok(HugeTmpfs {
+                dir: None,
+                given: dir,
+            }),
+            _ => Err(format!("{} is not on a tmpfs mounted with huge=", dir.display())),
+        }
+    }
+
+    /// Its mount point (or the directory given).
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.given
     }
 }
 
 impl Drop for HugeTmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        if let Some(d) = &self.dir {
+            let _ = Command::new("umount").arg("-l").arg(d.path()).status();
+        }
     }
 }

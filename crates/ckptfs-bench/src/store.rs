@@ -67,6 +67,11 @@ pub struct StoreBenchArgs {
     /// mounts for the run: root only, else the rows are skipped with a note).
     #[arg(long)]
     pub no_huge: bool,
+    /// Run the huge-page rows in this existing directory on a tmpfs mounted with
+    /// huge=within_size (the Slurm prolog's /dev/shm-ckptfs) instead of mounting one:
+    /// no root needed.
+    #[arg(long, value_name = "DIR")]
+    pub huge_dir: Option<PathBuf>,
     /// Print a JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -359,7 +364,11 @@ pub fn run(a: StoreBenchArgs) -> Result<Report> {
         None
     } else {
         let room = (a.file_size.div_ceil(a.chunk_size) * a.chunk_size) * nmax as u64 + (256 << 20);
-        match crate::huge::HugeTmpfs::mount(room) {
+        let h = match &a.huge_dir {
+            Some(d) => crate::huge::HugeTmpfs::existing(d),
+            None => crate::huge::HugeTmpfs::mount(room),
+        };
+        match h {
             Ok(h) => Some(h),
             Err(why) => {
                 notes.push(format!("huge-page rows skipped: {why}"));

@@ -134,7 +134,12 @@ pub fn restore_main(args: RestoreArgs, ctx: &Ctx) -> Result<i32> {
     if let Some(url) = crate::cmd_object::s3_dest(&args.dest).filter(|_| !args.from_peers) {
         return crate::cmd_object::restore_main(&url, &args, ctx);
     }
-    let pfs = if args.dest.dest.is_empty() && args.from_peers {
+    // The settings' read order (`[levels]`); `--from-peers` and `--dest` are asked for
+    // explicitly: read even where the order does not list them (partners second, the
+    // drain destinations after the listed levels). Without `--dest`, the registry's
+    // levels may be all there is to read.
+    let mut order = crate::levels::read_order(ctx)?;
+    let pfs = if args.dest.dest.is_empty() && (args.from_peers || !order.registry.levels().is_empty()) {
         None
     } else {
         Some(args.dest.config(ctx.node_id.as_deref())?)
@@ -146,6 +151,13 @@ pub fn restore_main(args: RestoreArgs, ctx: &Ctx) -> Result<i32> {
         n.extend(args.from_node.iter().filter(|x| **x != c.node_id).cloned());
         n
     });
+    use ckptfs_level::Step;
+    if args.from_peers && !order.reads(&Step::Partner) {
+        order.steps.insert(1.min(order.steps.len()), Step::Partner);
+    }
+    if pfs.is_some() && !order.reads(&Step::Pfs) {
+        order.steps.push(Step::Pfs);
+    }
     let rep = crate::cmd_node::multi_level_restore(
         &store,
         ctx,
@@ -153,6 +165,7 @@ pub fn restore_main(args: RestoreArgs, ctx: &Ctx) -> Result<i32> {
         args.from_peers,
         pfs.as_ref(),
         nodes.as_deref(),
+        &order,
     )?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);

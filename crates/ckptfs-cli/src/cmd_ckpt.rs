@@ -206,7 +206,13 @@ fn list_json(d: &Dataset, mode: PartnerCopies) -> serde_json::Value {
 
 /// `ckptfs ckpt ...`.
 pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
-    let ds = open(ctx, &a.dest)?;
+    let ds = match a.cmd {
+        // Listings show every level of the settings' read order holding each file.
+        CkptCommand::List { .. } | CkptCommand::Show { .. } => {
+            open(ctx, &a.dest)?.with_levels(crate::levels::read_order(ctx)?)
+        }
+        _ => open(ctx, &a.dest)?,
+    };
     match a.cmd {
         CkptCommand::Begin { name } => {
             let id = ds.begin(&name, None)?;
@@ -338,7 +344,9 @@ pub fn alarm(a: AlarmArgs, ctx: &Ctx) -> Result<i32> {
 /// `ckptfs run --restart`: the name of the dataset restored, if any (reasons for the
 /// ones skipped printed on stderr).
 pub fn restart_before_run(ctx: &Ctx, dest: &[PathBuf]) -> Result<Option<String>> {
-    let ds = open(ctx, dest)?;
+    // Files lost from the store come back from the levels of the settings' read order
+    // (`[levels]`: the drain destinations, object storage, ...), each CRC-checked.
+    let ds = open(ctx, dest)?.with_levels(crate::levels::read_order(ctx)?);
     let r = ds.restart()?;
     for s in &r.skipped {
         eprintln!(

@@ -82,6 +82,16 @@ pub struct InitArgs {
     /// CKPTFS_MEM_SIZE or settings file gives mem_size [default: the settings' 1G].
     #[arg(long, value_name = "SIZE", value_parser = ckptfs_settings::parse_store_size)]
     pub mem: Option<u64>,
+    /// The cluster file of the allocation the job's checkpoints were written in (a
+    /// requeue, a restart in a new allocation): hosts it lists keep their node ids, a
+    /// new host takes the id of a node that is gone, nodes keep its order
+    /// (docs/slurm.md, "A node replaced by another host").
+    #[arg(long, value_name = "FILE")]
+    pub previous: Option<PathBuf>,
+    /// Write `HOST NODE_ID` lines (one per node, in file order) here: which node id
+    /// each host runs as.
+    #[arg(long, value_name = "FILE")]
+    pub node_map: Option<PathBuf>,
 }
 
 /// `cluster plan` options.
@@ -199,6 +209,29 @@ fn init(a: InitArgs) -> Result<i32> {
             None => Cluster::from_env(&ProcessEnv, &opts)?,
         }
     };
+    // The allocation's host names, before any node takes a previous node's id.
+    let placed = match &a.previous {
+        Some(p) => {
+            let prev = Cluster::load(p).with_context(|| format!("--previous {}", p.display()))?;
+            let ids: Vec<String> = prev.nodes.iter().map(|n| n.id.clone()).collect();
+            let placed = crate::cluster_remap::remap(&ids, &mut cluster.nodes);
+            for m in placed.iter().filter(|m| m.host != m.id) {
+                eprintln!(
+                    "cluster init: host {} takes the place of node {} (not in this allocation)",
+                    m.host, m.id
+                );
+            }
+            placed
+        }
+        None => cluster
+            .nodes
+            .iter()
+            .map(|n| crate::cluster_remap::Placed {
+                host: n.id.clone(),
+                id: n.id.clone(),
+            })
+            .collect(),
+    };
     if let Some(host) = &a.one_host {
         for (i, n) in cluster.nodes.iter_mut().enumerate() {
             let port = a.port as usize + i;
@@ -248,6 +281,10 @@ fn init(a: InitArgs) -> Result<i32> {
     master.create(&secret_path, a.force)?;
     write_new(&a.out, cluster.to_toml().as_bytes(), a.force)
         .with_context(|| format!("writing {}", a.out.display()))?;
+    if let Some(m) = &a.node_map {
+        write_new(m, crate::cluster_remap::render(&placed).as_bytes(), true)
+            .with_context(|| format!("writing {}", m.display()))?;
+    }
     // Loaded back so relative paths resolve against the file just written.
     let mut written = cluster.clone();
     written.source = Some(a.out.clone());

@@ -268,9 +268,9 @@ pub struct RestoredFile {
     pub path: String,
     /// Size in bytes.
     pub size: u64,
-    /// `partner`, `erasure` or `pfs`.
-    pub level: &'static str,
-    /// Node id (partner) or file (PFS) it came from.
+    /// `partner`, `pfs`, or the id of a `[levels]` registry level (`s3:bucket/prefix`).
+    pub level: String,
+    /// Node id (partner), file (PFS) or level id it came from.
     pub from: String,
 }
 
@@ -292,7 +292,7 @@ pub struct MultiLevelReport {
     pub present: Vec<String>,
     /// Not restored from any level.
     pub failed: Vec<NotRestored>,
-    /// Peers that could not be asked.
+    /// Peers and levels that could not be asked.
     pub unreachable: Vec<String>,
     /// Drained files on the PFS that only other nodes' manifests list: left there
     /// (`--from-node ID` or `--all-nodes` takes them).
@@ -318,15 +318,15 @@ impl MultiLevelReport {
                 esc(&r.path),
                 human(r.size),
                 esc(&r.from),
-                match r.level {
+                match r.level.as_str() {
                     "partner" => "partner memory",
                     "erasure" => "rebuilt by its erasure set",
-                    _ => "pfs",
+                    other => other,
                 }
             ));
         }
         for p in &self.unreachable {
-            out(format!("peer {} unreachable", esc(p)));
+            out(format!("{} unreachable", esc(p)));
         }
         for s in &self.skipped {
             out(format!(
@@ -366,10 +366,13 @@ impl MultiLevelReport {
     }
 }
 
-/// Restore `prefix` into `store`: files the store holds are kept; with `peers`, the
-/// rest comes from the partners' memory; what is still missing comes from the PFS if
-/// `pfs` is given: the files the manifests of `nodes` list (every node's with `None`),
-/// never another node's files unless asked (a PFS directory shared by several nodes).
+/// Restore `prefix` into `store`, walking `steps` (the settings' `[levels]` read order):
+/// files the store holds are kept; at `Partner` (with `peers`), what is missing comes
+/// from the partners' memory; at `Pfs` (with `pfs` given), from the drain destinations:
+/// the files the manifests of `nodes` list (every node's with `None`), never another
+/// node's files unless asked (a PFS directory shared by several nodes); at each registry
+/// level of `order`, what it lists, through the mover (every chunk checked). A file one
+/// step could not deliver counts as failed only if no later step brought it back.
 pub fn multi_level_restore(
     store: &Store,
     ctx: &Ctx,
@@ -377,96 +380,159 @@ pub fn multi_level_restore(
     peers: bool,
     pfs: Option<&ckptfs_agent::AgentConfig>,
     nodes: Option<&[String]>,
+    order: &ckptfs_level::ReadOrder,
 ) -> Result<MultiLevelReport> {
+    use ckptfs_level::Step;
     let t0 = Instant::now();
     let mut rep = MultiLevelReport::default();
-    let mut peer_failed = Vec::new();
-    if peers {
-        let (cluster, node) = ctx.cluster_node().context("restore from peers")?;
-        let r = ckptfs_node::restore_from_peers_blocking(cluster, node, store, prefix)?;
-        rep.restored.extend(r.restored.into_iter().map(|f| RestoredFile {
-            path: f.path,
-            size: f.size,
-            level: "partner",
-            from: f.from,
-        }));
-        rep.present.extend(r.present);
-        for s in &r.superseded {
-            eprintln!(
-                "ckptfs: {} on {} is an older version (copy generation {}, the newest is {}): not taken",
-                crate::text::esc(&s.path),
-                s.holder,
-                s.generation,
-                s.newest
-            );
-        }
-        rep.unreachable = r
-            .unreachable
-            .into_iter()
-            .map(|(n, e)| format!("{n} ({e})"))
-            .collect();
-        peer_failed = r.failed;
-        // Erasure sets (issue 32): this node's parts the survivors of its set rebuild
-        // (every CRC checked), for what the partners did not bring back.
-        let e = ckptfs_node::rebuild_from_set(cluster, node, store, None)?;
-        for p in e.rebuilt {
-            for (path, size) in p.files {
-                if !rep.restored.iter().any(|r| r.path == path) {
-                    rep.restored.push(RestoredFile {
-                        path,
-                        size,
-                        level: "erasure",
-                        from: p.level.clone(),
+    // Files a step could not deliver, with why (failed unless a later step delivers).
+    let mut pending: Vec<NotRestored> = Vec::new();
+    for step in &order.steps {
+        match step {
+            Step::Local => {}
+            Step::Partner if peers => {
+                let (cluster, node) = ctx.cluster_node().context("restore from peers")?;
+                let r = ckptfs_node::restore_from_peers_blocking(cluster, node, store, prefix)?;
+                rep.restored.extend(r.restored.into_iter().map(|f| RestoredFile {
+                    path: f.path,
+                    size: f.size,
+                    level: "partner".into(),
+                    from: f.from,
+                }));
+                rep.present.extend(r.present);
+                for s in &r.superseded {
+                    eprintln!(
+                        "ckptfs: {} on {} is an older version (copy generation {}, the newest is {}): not taken",
+                        crate::text::esc(&s.path),
+                        s.holder,
+                        s.generation,
+                        s.newest
+                    );
+                }
+                rep.unreachable
+                    .extend(r.unreachable.into_iter().map(|(n, e)| format!("peer {n} ({e})")));
+                pending.extend(r.failed.into_iter().map(|f| NotRestored {
+                    path: f.path,
+                    error: f.error,
+                }));
+                // Erasure sets (issue 32): this node's parts the survivors of its set
+                // rebuild (every CRC checked), for what the partners did not bring back.
+                let e = ckptfs_node::rebuild_from_set(cluster, node, store, None)?;
+                for p in e.rebuilt {
+                    for (path, size) in p.files {
+                        if !rep.restored.iter().any(|r| r.path == path) {
+                            rep.restored.push(RestoredFile {
+                                path,
+                                size,
+                                level: "erasure".into(),
+                                from: p.level.clone(),
+                            });
+                        }
+                    }
+                }
+                for (dataset, why) in e.failed {
+                    rep.failed.push(NotRestored {
+                        path: format!("dataset {dataset} ({})", e.level),
+                        error: why,
                     });
                 }
+                for (n, why) in e.unreachable {
+                    let s = format!("peer {n} ({why})");
+                    if !rep.unreachable.contains(&s) {
+                        rep.unreachable.push(s);
+                    }
+                }
             }
-        }
-        for (dataset, why) in e.failed {
-            rep.failed.push(NotRestored {
-                path: format!("dataset {dataset} ({})", e.level),
-                error: why,
-            });
-        }
-        for (n, why) in e.unreachable {
-            let s = format!("{n} ({why})");
-            if !rep.unreachable.iter().any(|u| u.starts_with(&format!("{n} "))) {
-                rep.unreachable.push(s);
+            Step::Pfs => {
+                let Some(c) = pfs else { continue };
+                let r = crate::agent_args::restore_into(store, c, prefix, nodes)?;
+                let skipped: Vec<_> = r
+                    .skipped
+                    .into_iter()
+                    .filter(|s| {
+                        !rep.present.contains(&s.path) && !rep.restored.iter().any(|x| x.path == s.path)
+                    })
+                    .collect();
+                rep.skipped.extend(skipped);
+                rep.restored.extend(r.restored.into_iter().map(|f| RestoredFile {
+                    path: f.path,
+                    size: f.size,
+                    level: "pfs".into(),
+                    from: f.from.display().to_string(),
+                }));
+                for p in r.present {
+                    if !rep.present.contains(&p) && !rep.restored.iter().any(|x| x.path == p) {
+                        rep.present.push(p);
+                    }
+                }
+                pending.extend(r.failed.into_iter().map(|f| NotRestored {
+                    path: f.path,
+                    error: f.error,
+                }));
             }
+            Step::Level(id) => {
+                if let Some(level) = order.level(id) {
+                    restore_from_level(store, level.as_ref(), prefix, &mut rep, &mut pending)?;
+                }
+            }
+            Step::Partner => {}
         }
     }
-    if let Some(c) = pfs {
-        let r = crate::agent_args::restore_into(store, c, prefix, nodes)?;
-        rep.skipped = r
-            .skipped
-            .into_iter()
-            .filter(|s| !rep.present.contains(&s.path) && !rep.restored.iter().any(|x| x.path == s.path))
-            .collect();
-        rep.restored.extend(r.restored.into_iter().map(|f| RestoredFile {
-            path: f.path,
-            size: f.size,
-            level: "pfs",
-            from: f.from.display().to_string(),
-        }));
-        for p in r.present {
-            if !rep.present.contains(&p) && !rep.restored.iter().any(|x| x.path == p) {
-                rep.present.push(p);
-            }
-        }
-        rep.failed.extend(r.failed.into_iter().map(|f| NotRestored {
-            path: f.path,
-            error: f.error,
-        }));
-    }
-    // A file a partner could not deliver counts as failed only if no level had it.
-    for f in peer_failed {
+    for f in pending {
         let got = rep.restored.iter().any(|r| r.path == f.path) || rep.present.contains(&f.path);
-        if !got {
-            rep.failed.push(NotRestored {
-                path: f.path,
-                error: f.error,
-            });
+        if !got && !rep.failed.iter().any(|x| x.path == f.path) {
+            rep.failed.push(f);
         }
     }
+    // A file skipped on the PFS (another node's) that a later level brought back.
+    let restored: Vec<String> = rep.restored.iter().map(|r| r.path.clone()).collect();
+    rep.skipped.retain(|s| !restored.contains(&s.path));
     rep.seconds = t0.elapsed().as_secs_f64();
     Ok(rep)
+}
+
+/// One registry level's step of [`multi_level_restore`]: every file it lists under
+/// `prefix` that no earlier step delivered and the store does not hold, copied into the
+/// store by the mover (each chunk checked against the level's CRC32Cs; a damaged copy
+/// publishes nothing and is left to the later steps, else reported failed).
+fn restore_from_level(
+    store: &Store,
+    level: &dyn ckptfs_level::Level,
+    prefix: &str,
+    rep: &mut MultiLevelReport,
+    pending: &mut Vec<NotRestored>,
+) -> Result<()> {
+    use ckptfs_level::Level;
+    let id = level.id().to_string();
+    let listed = match level.list(prefix) {
+        Ok(v) => v,
+        Err(e) => {
+            rep.unreachable.push(format!("level {id} ({e})"));
+            return Ok(());
+        }
+    };
+    let local = ckptfs_store::level::StoreLevel::new(store).context("the store as a level")?;
+    for f in listed {
+        if rep.restored.iter().any(|r| r.path == f.path) || rep.present.contains(&f.path) {
+            continue;
+        }
+        if matches!(local.stat(&f.path), Ok(Some(_))) {
+            // A complete copy in the node store (the fastest level) is kept.
+            rep.present.push(f.path);
+            continue;
+        }
+        match ckptfs_level::copy(level, &local, &f.path) {
+            Ok(t) => rep.restored.push(RestoredFile {
+                path: f.path,
+                size: t.bytes,
+                level: id.clone(),
+                from: id.clone(),
+            }),
+            Err(e) => pending.push(NotRestored {
+                error: format!("from {id}: {e}"),
+                path: f.path,
+            }),
+        }
+    }
+    Ok(())
 }

@@ -43,12 +43,20 @@ fn record(store: &Store, obj: &ObjectLevel) {
     }
 }
 
+/// The level at `url`; where the settings' `[levels]` order lists it (`s3:BUCKET/PREFIX`),
+/// with that entry's options (endpoint, compression, ...) over the environment, as the
+/// restores and the restart open it.
 fn open(url: &str, ctx: &Ctx) -> Result<ObjectLevel> {
     let env = |k: &str| match (k, &ctx.node_id) {
         ("CKPTFS_NODE_ID", Some(n)) => Some(n.clone()),
         _ => std::env::var(k).ok(),
     };
-    let cfg = ObjectConfig::from_url(url, &env)?;
+    let id = format!("s3:{}", url.trim_start_matches("s3://").trim_end_matches('/'));
+    let listed = ctx.settings.levels.order.iter().find(|e| e.id() == id);
+    let cfg = match (listed, ckptfs_level::LevelId::parse(&id)) {
+        (Some(e), Some(lid)) => ckptfs_object::factory::ObjectFactory::config(&lid, &e.options, &env)?,
+        _ => ObjectConfig::from_url(url, &env)?,
+    };
     Ok(ObjectLevel::new(cfg)?)
 }
 

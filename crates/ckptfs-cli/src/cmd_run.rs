@@ -16,11 +16,12 @@ pub struct RunArgs {
     /// the ckptfs binary, then $CKPTFS_BIN_DIR]
     #[arg(long, value_name = "FILE")]
     pub preload_lib: Option<PathBuf>,
-    /// Before starting the command, bring back from the drain destination (--dest,
-    /// $CKPTFS_DEST) every drained file under PATH [default: /] that the store does not
-    /// hold, checking the manifest checksums: the restart after a reboot or
-    /// `ckptfs destroy` then finds its checkpoints in memory. Files that fail the check
-    /// are reported and left out; the command still runs.
+    /// Before starting the command, bring back every file under PATH [default: /] that
+    /// the store does not hold from the levels of the settings' read order (`--levels`,
+    /// CKPTFS_LEVELS, `[levels]`; default: partners in a cluster, then the drain
+    /// destination --dest / $CKPTFS_DEST), checking every checksum: the restart after a
+    /// reboot or `ckptfs destroy` then finds its checkpoints in memory. Files that fail
+    /// the check are reported and left out; the command still runs.
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "/", value_parser = store_path)]
     pub restore: Option<String>,
     /// Restart from the newest wholly recoverable dataset (`ckptfs ckpt`): bring its
@@ -99,21 +100,34 @@ pub fn main(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     // In a cluster (--cluster and --node-id) the partners' memory is tried before the
     // PFS, and --dest is optional.
     let peers = ctx.cluster.is_some() && ctx.node_id.is_some();
+    // The levels are read in the settings' `[levels]` order (default local, partner,
+    // pfs); `--dest` gives the drain destinations its `pfs` step reads.
     let restore = match &args.restore {
-        Some(prefix) if peers && args.dest.dest.is_empty() => Some((prefix, None)),
-        Some(prefix) => Some((
-            prefix,
-            Some(args.dest.config(ctx.node_id.as_deref()).context("--restore")?),
-        )),
         None => None,
+        Some(prefix) => {
+            let order = crate::levels::read_order(ctx).context("--restore")?;
+            let pfs = if args.dest.dest.is_empty() {
+                let partners = peers && order.reads(&ckptfs_level::Step::Partner);
+                if !partners && order.registry.levels().is_empty() {
+                    bail!(
+                        "--restore: nothing to read: give --dest DIR[,DIR...] (CKPTFS_DEST), a cluster \
+                         (--cluster, --node-id), or levels to read (setting levels.order, CKPTFS_LEVELS)"
+                    );
+                }
+                None
+            } else {
+                Some(args.dest.config(ctx.node_id.as_deref()).context("--restore")?)
+            };
+            Some((prefix, pfs, order))
+        }
     };
     if !ctx.store.private {
         // Create it here with the requested sizes, so that a bad setting is reported
         // before the program starts, and the program's first open attaches at once.
         let store = ckptfs_store::Store::open_or_create(&ctx.store)
             .with_context(|| format!("creating or attaching store {}", ctx.store.name))?;
-        if let Some((prefix, c)) = &restore {
-            restore_before_run(&store, ctx, peers, c.as_ref(), prefix)?;
+        if let Some((prefix, c, order)) = &restore {
+            restore_before_run(&store, ctx, peers, c.as_ref(), prefix, order)?;
         }
     }
     if ctx.store.private && args.restart {
@@ -180,10 +194,11 @@ fn restore_before_run(
     peers: bool,
     c: Option<&ckptfs_agent::AgentConfig>,
     prefix: &str,
+    order: &ckptfs_level::ReadOrder,
 ) -> Result<()> {
     // This node's own drained files (a shared PFS directory holds every node's).
     let own = c.map(|c| vec![c.node_id.clone()]);
-    let rep = crate::cmd_node::multi_level_restore(store, ctx, prefix, peers, c, own.as_deref())
+    let rep = crate::cmd_node::multi_level_restore(store, ctx, prefix, peers, c, own.as_deref(), order)
         .with_context(|| format!("restore {prefix} before running the command"))?;
     rep.print("ckptfs run: ");
     Ok(())

@@ -52,6 +52,12 @@ pub struct StoreArgs {
     /// Path prefix(es) served by the store in `ckptfs run`, colon-separated [env CKPTFS_MOUNT; default /ckpt]
     #[arg(long, global = true, value_name = "PREFIX[:PREFIX]")]
     pub mount: Option<String>,
+    /// Levels a restore and a restart read, in read order: comma-separated level ids
+    /// (`local` first, then `partner`; `pfs` = the drain destinations, `pfs:/DIR`,
+    /// `s3:BUCKET/PREFIX`, `dir:/DIR`, `pool:MANAGER` in any order; docs/design.md "The
+    /// [levels] section") [setting levels.order, env CKPTFS_LEVELS; default local,partner,pfs]
+    #[arg(long, global = true, value_name = "ID[,ID...]")]
+    pub levels: Option<String>,
     /// TOML settings file [env CKPTFS_CONFIG; default ~/.config/ckptfs/config.toml if it exists]
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -112,6 +118,7 @@ fn flag_value(a: &StoreArgs, key: &str) -> Option<String> {
         "private" => a.private.then(|| "true".to_string()),
         "allow_foreign_owner" => a.allow_foreign_owner.then(|| "true".to_string()),
         "mount" => a.mount.clone(),
+        "levels.order" => a.levels.clone(),
         _ => None,
     }
 }

@@ -10,6 +10,8 @@ mod bench_datasets_partner;
 mod bench_erasure;
 mod bench_object;
 mod bench_partner;
+mod bench_scr;
+mod cluster_remap;
 mod cmd_agent;
 mod cmd_ckpt;
 mod cmd_cluster;
@@ -21,6 +23,7 @@ mod cmd_pool;
 mod cmd_run;
 mod config;
 mod elf;
+mod levels;
 mod slurm_topology;
 mod store_cmds;
 mod text;
@@ -194,6 +197,9 @@ enum BenchCommand {
     Partner(bench_partner::PartnerBenchArgs),
     /// Erasure sets: encode throughput vs memcpy, protect and rebuild vs partner copies.
     Erasure(bench_erasure::BenchArgs),
+    /// An SCR-style MPI program through libscr.so vs the store through the shim, tmpfs
+    /// and disk (mpicc and mpirun; one fresh store per target).
+    Scr(bench_scr::BenchArgs),
     /// The part of `bench partner` that runs on a simulated node (internal).
     #[command(hide = true)]
     PartnerWorker(bench_partner::WorkerArgs),
@@ -285,6 +291,7 @@ fn run(cli: Cli) -> Result<i32> {
             }
             BenchCommand::Datasets(a) => cmd_ckpt::bench(a),
             BenchCommand::Erasure(a) => bench_erasure::run(a),
+            BenchCommand::Scr(a) => bench_scr::run(a),
             BenchCommand::Partner(a) => {
                 let json = a.json;
                 bench_partner::run(a)?.print(json);

@@ -523,11 +523,17 @@ pub fn config(ctx: &Ctx, json: bool) -> Result<i32> {
             .map(|(k, v, s)| serde_json::json!({"key": k, "value": v, "source": s.as_str()}))
             .collect();
         let resolved: serde_json::Value = serde_json::from_str(&ctx.settings.to_json())?;
+        // The [levels] section in read order with each level's options (never a
+        // credential: the settings refuse option keys that would hold one).
+        let levels: serde_json::Value = serde_json::from_str(&ctx.settings.levels.to_json())?;
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"config_file": ctx.config_file, "settings": rows, "resolved": resolved})
-            )?
+            serde_json::to_string_pretty(&serde_json::json!({
+                "config_file": ctx.config_file,
+                "settings": rows,
+                "resolved": resolved,
+                "levels": levels,
+            }))?
         );
         return Ok(0);
     }
@@ -549,6 +555,10 @@ pub fn config(ctx: &Ctx, json: bool) -> Result<i32> {
             "{:<12} {:<24} {:<8} {:<18} {:<14} {}",
             k, v, src, s.env, s.flag, s.help
         );
+    }
+    for e in ctx.settings.levels.order.iter().filter(|e| !e.options.is_empty()) {
+        let opts: Vec<String> = e.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("[levels.{:?}] {}", e.id(), opts.join(" "));
     }
     if ctx
         .table

@@ -292,3 +292,78 @@ fn init_with_erasure_sets_and_plan_prints_the_sets_and_domain_losses() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("needs sets of at least 3 members"));
     assert!(!Path::new(&bad).exists());
 }
+
+#[test]
+fn a_new_allocation_keeps_the_previous_node_ids_and_a_new_host_replaces_a_lost_one() {
+    let d = tempfile::tempdir().unwrap();
+    let old = p(d.path(), "old.toml");
+    let new = p(d.path(), "c.toml");
+    let map = p(d.path(), "nodes.map");
+    ok(ckptfs(&[
+        "cluster",
+        "init",
+        "--hosts",
+        "c[1-4]",
+        "--out",
+        &old,
+        "--one-host",
+        "127.0.0.1",
+        "--port",
+        "17200",
+        "--job",
+        "rq",
+        "--node-map",
+        &map,
+    ])
+    .output()
+    .unwrap());
+    assert_eq!(
+        std::fs::read_to_string(&map).unwrap(),
+        "c1 c1\nc2 c2\nc3 c3\nc4 c4\n"
+    );
+    // c3 lost; the new allocation is c1, c2, c4, c5.
+    let o = ckptfs(&[
+        "cluster",
+        "init",
+        "--hosts",
+        "c[1-2,4-5]",
+        "--out",
+        &new,
+        "--one-host",
+        "127.0.0.1",
+        "--port",
+        "17300",
+        "--job",
+        "rq",
+        "--previous",
+        &old,
+        "--node-map",
+        &map,
+    ])
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    ok(o);
+    assert!(err.contains("host c5 takes the place of node c3"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&map).unwrap(),
+        "c1 c1\nc2 c2\nc5 c3\nc4 c4\n"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(ckptfs(&["cluster", "plan", "--cluster", &new, "--json"])
+            .output()
+            .unwrap()))
+        .unwrap();
+    let ids: Vec<&str> = json["plan"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["c1", "c2", "c3", "c4"]);
+    // Node c3 (on host c5) has the store of node c3 and the third port of this file.
+    let text = std::fs::read_to_string(&new).unwrap();
+    assert!(text.contains("store = \"rq.c3\""), "{text}");
+    assert!(text.contains("127.0.0.1:17302"), "{text}");
+    assert!(!text.contains("c5"), "{text}");
+}

@@ -225,6 +225,8 @@ const VALID: &[(&str, &str)] = &[
     ("CKPTFS_MOUNT", "/ckpt"),
     ("CKPTFS_MOUNT", "/hs/a:/hs/b/"),
     ("CKPTFS_MOUNT", "/hs//x/./y"),
+    ("CKPTFS_LEVELS", "local,partner,s3:ckptfs/run1,pfs"),
+    ("CKPTFS_LEVELS", " local , pfs:/scratch/ckpt "),
 ];
 
 /// Invalid values: every front-end refuses them, naming the variable.
@@ -265,6 +267,10 @@ const INVALID: &[(&str, &str)] = &[
     ),
     ("CKPTFS_MOUNT", "rel/path"),
     ("CKPTFS_MOUNT", "/"),
+    // The [levels] section: resolved and checked by every front-end alike.
+    ("CKPTFS_LEVELS", "pfs,local"),
+    ("CKPTFS_LEVELS", "local,s3:X"),
+    ("CKPTFS_LEVELS", "local,,pfs"),
 ];
 
 #[test]

@@ -15,6 +15,8 @@
 //!   into the store at completion, the restart search (newest wholly recoverable
 //!   dataset, local store then PFS) and the copy back out for reading, and the flush of
 //!   a dataset to the PFS through the drain agent;
+//! - [`direct`]: when the preload shim is in the process and serves the same store,
+//!   routes that name the store files themselves (no staging, no copy);
 //! - [`cluster`]: across nodes, the job-wide dataset calls of `libckptfs.so`, loaded
 //!   at run time only when `CKPTFS_CLUSTER` is set;
 //! - [`ffi`]: C strings in and out and the panic guard every exported function runs
@@ -24,9 +26,11 @@
 
 pub mod cluster;
 pub mod conf;
+pub mod direct;
 pub mod error;
 pub mod ffi;
 pub mod mpi;
 pub mod session;
+pub mod staged;
 
 pub use error::{CompatError, Result};

@@ -13,7 +13,7 @@ use ckptfs_datasets::{Config, Dataset, Datasets, State};
 use ckptfs_settings::types::Level;
 use ckptfs_store::{OpenFlags, Store, StoreOptions};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -61,6 +61,9 @@ pub struct Session {
     pub flusher: bool,
     /// A drain daemon kept the store's drain lock: flushes are left to it.
     flush_left: std::sync::atomic::AtomicBool,
+    /// The preload shim's mount prefix when the shim is in this process and serves this
+    /// store: routed files then go straight into the store ([`crate::direct`]).
+    pub direct: Option<String>,
 }
 
 fn env(k: &str) -> Option<String> {
@@ -105,6 +108,7 @@ impl Session {
         let default_name = s
             .row("store")
             .is_some_and(|r| r.source == ckptfs_settings::Source::Default);
+        let settings_name = s.store.name.clone();
         let mut opts = StoreOptions::from(s.store);
         if default_name {
             opts.name.clear();
@@ -164,6 +168,7 @@ impl Session {
             None => crate::mpi::cached_rank() == Some(0),
         };
         let flush_every = cfg.flush_every;
+        let direct = crate::direct::detect(&[store.name(), &settings_name]);
         Ok(Session {
             ds: Datasets::single_node(store.clone(), cfg),
             store,
@@ -177,6 +182,7 @@ impl Session {
             jobwide,
             flusher,
             flush_left: std::sync::atomic::AtomicBool::new(false),
+            direct,
         })
     }
 
@@ -219,14 +225,47 @@ impl Session {
         Ok(id)
     }
 
+    /// Where the application writes `rel` of this rank in dataset `id`: the store file
+    /// itself under the shim's mount prefix when the shim serves this store (its
+    /// directories created), else None (the caller stages it).
+    pub fn route_direct(&self, id: u64, rel: &str) -> Result<Option<PathBuf>> {
+        let Some(mount) = &self.direct else {
+            return Ok(None);
+        };
+        let path = self.store_path(id, self.rank, rel);
+        self.mkdirs(&path)?;
+        Ok(Some(PathBuf::from(format!("{mount}{path}"))))
+    }
+
+    /// Whether `p` is a route into the store ([`Session::route_direct`]), not a staged
+    /// file.
+    pub fn is_direct(&self, p: &Path) -> bool {
+        self.direct.as_ref().is_some_and(|m| {
+            p.to_str()
+                .and_then(|s| s.strip_prefix(m.as_str()))
+                .is_some_and(|r| r.starts_with('/'))
+        })
+    }
+
+    /// The store file `store_path` under the shim's mount prefix, for reading, when the
+    /// shim serves this store.
+    pub fn read_direct(&self, store_path: &str) -> Option<PathBuf> {
+        self.direct
+            .as_ref()
+            .map(|m| PathBuf::from(format!("{m}{store_path}")))
+    }
+
     /// Copy the staged files `(rel, staged)` of this rank into dataset `id`'s directory
     /// in the store and remove the staged copies. Missing staged files (routed, never
-    /// written) are skipped. Returns the bytes copied.
+    /// written) and files routed straight into the store are skipped. Returns the bytes
+    /// copied.
     pub fn ingest(&self, id: u64, files: &[(String, PathBuf)]) -> Result<u64> {
         let mut total = 0;
-        let mut buf = vec![0u8; 4 << 20];
         for (rel, staged) in files {
-            let mut src = match std::fs::File::open(staged) {
+            if self.is_direct(staged) {
+                continue;
+            }
+            let src = match std::fs::File::open(staged) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(CompatError::io(format!("open {}", staged.display()), e)),
@@ -234,16 +273,7 @@ impl Session {
             let path = self.store_path(id, self.rank, rel);
             self.mkdirs(&path)?;
             let mut f = self.store.open(&path, OpenFlags::CREATE, 0o644)?;
-            loop {
-                let n = src
-                    .read(&mut buf)
-                    .map_err(|e| CompatError::io(format!("read {}", staged.display()), e))?;
-                if n == 0 {
-                    break;
-                }
-                f.write_all(&buf[..n])?;
-                total += n as u64;
-            }
+            total += crate::staged::copy_into(&src, staged, &mut f)?;
             f.close()?;
         }
         Ok(total)

@@ -18,6 +18,8 @@ pub struct Datasets {
     pub(crate) store: Store,
     pub(crate) cfg: Config,
     pub(crate) completion: Box<dyn Completion + Send + Sync>,
+    /// The levels a restart reads, in order (the settings' `[levels]` section).
+    pub(crate) order: ckptfs_level::ReadOrder,
 }
 
 /// The per-store lock; dropped = released.
@@ -91,7 +93,22 @@ impl Datasets {
             store,
             cfg,
             completion,
+            order: ckptfs_level::ReadOrder::default(),
         }
+    }
+
+    /// Read the levels of `order` at restart (the settings' `[levels]` section, its
+    /// registry levels opened by the front-end): after the node store (and the partners
+    /// across nodes), each step in turn, the drain destinations where `pfs` is listed.
+    /// Without it: local, partner, pfs, as before the section existed.
+    pub fn with_levels(mut self, order: ckptfs_level::ReadOrder) -> Datasets {
+        self.order = order;
+        self
+    }
+
+    /// The read order a restart walks.
+    pub fn levels(&self) -> &ckptfs_level::ReadOrder {
+        &self.order
     }
 
     /// Single-node datasets ([`crate::SingleNode`]).

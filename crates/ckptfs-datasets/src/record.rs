@@ -165,10 +165,15 @@ impl Dataset {
 
     /// Levels holding every file (intersection), fastest first.
     pub fn levels(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for l in ["local", "partner", "erasure", "pfs"] {
-            if !self.files.is_empty() && self.files.values().all(|f| f.levels.iter().any(|x| x == l)) {
-                out.push(l.to_string());
+        let mut out: Vec<String> = Vec::new();
+        // In the order of the first file's list (the read order: local, partner, pfs,
+        // then the ids of the `[levels]` registry levels).
+        let Some(first) = self.files.values().next() else {
+            return out;
+        };
+        for l in &first.levels {
+            if !out.contains(l) && self.files.values().all(|f| f.levels.contains(l)) {
+                out.push(l.clone());
             }
         }
         out

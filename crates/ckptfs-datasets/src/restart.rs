@@ -1,6 +1,8 @@
 //! Restart from the newest dataset that can be wholly recovered from the levels this
-//! node can see: its own store first, then the drain destinations (PFS manifests, via
-//! the agent's checked restore). Across nodes, restart_cluster.rs adds partner memory.
+//! node can see: its own store first, then the steps of the read order (the settings'
+//! `[levels]` section: the drain destinations' PFS manifests via the agent's checked
+//! restore, and the registry's levels, such as object storage, through the mover).
+//! Across nodes, restart_cluster.rs adds partner memory after the node store.
 
 use crate::error::Result;
 use crate::filecrc::file_crc;
@@ -8,6 +10,7 @@ use crate::ops::Datasets;
 use crate::record::{Dataset, State};
 use ckptfs_agent::dest::PosixDest;
 use ckptfs_agent::manifest;
+use ckptfs_level::Step;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -24,16 +27,20 @@ pub enum Source {
     /// The node's erasure set (its level id, `erasure:set0`) can rebuild the node's
     /// part with the exact content (issue 32).
     Erasure(String),
+    /// A level of the read order's registry (its id: `s3:bucket/prefix`, `pfs:/dir`)
+    /// lists the exact content (size and CRC32C).
+    Level(String),
 }
 
 impl Source {
-    /// `local`, `partner:NODE` or `pfs`.
+    /// `local`, `partner:NODE`, `pfs` or the level id.
     pub fn label(&self) -> String {
         match self {
             Source::Local => "local".into(),
             Source::Pfs => "pfs".into(),
             Source::Partner(n) => format!("partner:{n}"),
             Source::Erasure(l) => l.clone(),
+            Source::Level(id) => id.clone(),
         }
     }
 }
@@ -101,6 +108,109 @@ pub fn pfs_has(dests: &[std::path::PathBuf], path: &str, size: u64, crc: u32) ->
 }
 
 impl Datasets {
+    /// The first step of the read order after the node store and the partners that
+    /// holds exactly this content: the drain destinations (`pfs`) or a registry level.
+    pub(crate) fn held_beyond(&self, path: &str, size: u64, crc: u32) -> Option<Source> {
+        for step in self.order.beyond_partners() {
+            match step {
+                Step::Pfs if pfs_has(&self.cfg.dests, path, size, crc) => return Some(Source::Pfs),
+                Step::Level(id) => {
+                    let held = self.order.level(id).is_some_and(|l| {
+                        matches!(l.stat(path), Ok(Some(s)) if s.version.size == size && s.version.crc32c == Some(crc))
+                    });
+                    if held {
+                        return Some(Source::Level(id.to_string()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// The steps after the node store, for messages: `, pfs, s3:b/p` (`; no PFS
+    /// destination given` where `pfs` is read but none is given).
+    pub(crate) fn beyond_names(&self) -> String {
+        let mut s = String::new();
+        for step in self.order.beyond_partners() {
+            match step {
+                Step::Pfs if self.cfg.dests.is_empty() => s.push_str("; no PFS destination given"),
+                Step::Pfs => s.push_str(", pfs"),
+                Step::Level(id) => s.push_str(&format!(", {id}")),
+                _ => {}
+            }
+        }
+        s
+    }
+
+    /// Bring `path` back into the store from `src` (the drain destinations, or a
+    /// registry level through the mover: every chunk checked against the level's CRCs,
+    /// nothing published on a mismatch). Not checked against the dataset's record here.
+    /// Err: `from WHERE: why`.
+    pub(crate) fn fetch_beyond(&self, path: &str, src: &Source) -> std::result::Result<(), String> {
+        match src {
+            Source::Pfs => match ckptfs_agent::restore_path(&self.store, &self.cfg.dests, path) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("from the PFS: no copy found".into()),
+                Err(e) => Err(format!("from the PFS failed: {e}")),
+            },
+            Source::Level(id) => {
+                let level = self
+                    .order
+                    .registry
+                    .levels()
+                    .iter()
+                    .find(|l| l.id().to_string() == *id)
+                    .ok_or_else(|| format!("from {id}: no such level"))?;
+                let local = ckptfs_store::level::StoreLevel::new(&self.store)
+                    .map_err(|e| format!("the store as a level: {e}"))?;
+                ckptfs_level::copy(level.as_ref(), &local, path)
+                    .map(|_| ())
+                    .map_err(|e| format!("from {id}: {e}"))
+            }
+            // Brought back by their own steps (the partners' memory, the node's erasure set).
+            Source::Local | Source::Partner(_) | Source::Erasure(_) => Ok(()),
+        }
+    }
+
+    /// Bring back the files of `d` that `srcs` (from [`Datasets::sources`]) finds beyond
+    /// the node store, each checked against the dataset's size and CRC32C afterwards (a
+    /// mismatch is removed again). Returns the files restored and their bytes; Err: why
+    /// the dataset cannot be used.
+    pub fn restore_sources(
+        &self,
+        d: &Dataset,
+        srcs: &[(String, Source)],
+    ) -> std::result::Result<Vec<(String, u64)>, String> {
+        let mut restored = Vec::new();
+        let (mut pfs_bytes, t0) = (0, std::time::Instant::now());
+        for (path, src) in srcs {
+            if matches!(src, Source::Local | Source::Partner(_)) {
+                continue;
+            }
+            let f = &d.files[path];
+            if let Err(e) = self.fetch_beyond(path, src) {
+                return Err(format!("file {path}: restore {e}"));
+            }
+            if !local_ok(self, path, f.size, f.crc32c) {
+                // Not the dataset's bytes: do not leave them under its name.
+                let _ = self.store.unlink(path);
+                return Err(format!(
+                    "file {path}: restore from {} failed: the restored bytes do not match the dataset's checksum",
+                    if *src == Source::Pfs { "the PFS".to_string() } else { src.label() }
+                ));
+            }
+            if *src == Source::Pfs {
+                pfs_bytes += f.size;
+            }
+            restored.push((path.clone(), f.size));
+        }
+        if pfs_bytes > 0 {
+            let _ = crate::policy::record_pfs_transfer(self, pfs_bytes, t0.elapsed().as_secs_f64());
+        }
+        Ok(restored)
+    }
+
     /// Where each file of `d` can be recovered from, or the reason it cannot be.
     pub fn sources(&self, d: &Dataset) -> std::result::Result<Vec<(String, Source)>, String> {
         if d.state != State::Complete {
@@ -114,18 +224,14 @@ impl Datasets {
         for (path, f) in &d.files {
             if local_ok(self, path, f.size, f.crc32c) {
                 out.push((path.clone(), Source::Local));
-            } else if pfs_has(&self.cfg.dests, path, f.size, f.crc32c) {
-                out.push((path.clone(), Source::Pfs));
+            } else if let Some(src) = self.held_beyond(path, f.size, f.crc32c) {
+                out.push((path.clone(), src));
             } else {
                 return Err(format!(
                     "file {path} ({} bytes, crc32c {:08x}) is damaged or lost on every level (local{})",
                     f.size,
                     f.crc32c,
-                    if self.cfg.dests.is_empty() {
-                        "; no PFS destination given"
-                    } else {
-                        ", pfs"
-                    }
+                    self.beyond_names()
                 ));
             }
         }
@@ -168,35 +274,17 @@ impl Datasets {
                 Some(Recheck::Go(r)) => Some(r),
                 None => None,
             };
-            let mut restored = Vec::new();
-            let mut failed = None;
-            let t0 = std::time::Instant::now();
-            for (path, src) in &srcs {
-                if *src != Source::Pfs {
+            let restored = match self.restore_sources(d, &srcs) {
+                Ok(r) => r,
+                Err(reason) => {
+                    skipped.push(Skipped {
+                        id: d.id,
+                        name: d.name.clone(),
+                        reason,
+                    });
                     continue;
                 }
-                let f = &d.files[path];
-                let r = ckptfs_agent::restore_path(&self.store, &self.cfg.dests, path);
-                if !matches!(r, Ok(true)) || !local_ok(self, path, f.size, f.crc32c) {
-                    let why = match r {
-                        Err(e) => e.to_string(),
-                        _ => "the restored bytes do not match the dataset's checksum".into(),
-                    };
-                    failed = Some(format!("file {path}: restore from the PFS failed: {why}"));
-                    break;
-                }
-                restored.push((path.clone(), f.size));
-            }
-            if let Some(reason) = failed {
-                skipped.push(Skipped {
-                    id: d.id,
-                    name: d.name.clone(),
-                    reason,
-                });
-                continue;
-            }
-            let bytes: u64 = restored.iter().map(|r| r.1).sum();
-            let _ = crate::policy::record_pfs_transfer(self, bytes, t0.elapsed().as_secs_f64());
+            };
             let sources = srcs.iter().map(|(p, s)| (p.clone(), s.label())).collect();
             return Ok(Found::Chosen(Box::new(Restart {
                 chosen: Some(d.clone()),
@@ -219,15 +307,29 @@ impl Datasets {
         })))
     }
 
-    /// Levels holding each file of `d` now (local, pfs), for listings.
+    /// Levels holding each file of `d` now (local, pfs, the read order's registry
+    /// levels by id), for listings.
     pub fn refresh_levels(&self, d: &mut Dataset) {
         for (path, f) in d.files.iter_mut() {
             let mut l = Vec::new();
             if matches!(self.store.stat(path), Ok(st) if st.size == f.size && st.mtime_ns == f.mtime_ns) {
                 l.push("local".to_string());
             }
-            if pfs_has(&self.cfg.dests, path, f.size, f.crc32c) {
-                l.push("pfs".to_string());
+            for step in self.order.beyond_partners() {
+                match step {
+                    Step::Pfs if pfs_has(&self.cfg.dests, path, f.size, f.crc32c) => {
+                        l.push("pfs".to_string())
+                    }
+                    Step::Level(id) => {
+                        let held = self.order.level(id).is_some_and(|lv| {
+                            matches!(lv.stat(path), Ok(Some(s)) if s.version.size == f.size && s.version.crc32c == Some(f.crc32c))
+                        });
+                        if held {
+                            l.push(id.to_string());
+                        }
+                    }
+                    _ => {}
+                }
             }
             f.levels = l;
         }

@@ -9,8 +9,9 @@ use crate::error::Result;
 use crate::jobwide::{judge, JobDataset, JobState};
 use crate::ops::Datasets;
 use crate::record::{self, Dataset, NodePart, State};
-use crate::restart::{local_ok, pfs_has, Restart, Skipped, Source};
+use crate::restart::{local_ok, Restart, Skipped, Source};
 use crate::restart::{Found, Recheck};
+use ckptfs_level::Step;
 use std::collections::BTreeMap;
 
 impl Datasets {
@@ -69,36 +70,38 @@ impl Datasets {
         let mut out = Vec::new();
         // The owner's erasure set, asked once, for the files no copy holds (issue 32).
         let mut erasure: Option<std::result::Result<String, String>> = None;
+        // Partner copies are read where the `[levels]` order lists `partner`.
+        let partners = self.order.reads(&Step::Partner);
         for (k, w) in wants.iter().enumerate() {
             let held_by = |n: &str| holders.get(n).and_then(|v| v.get(k)).copied() == Some(true);
             let src = if local[k] || (owner != me && held_by(owner)) {
                 Source::Local
-            } else if let Some(n) = holders.keys().find(|n| n.as_str() != owner && held_by(n)) {
+            } else if let Some(n) = holders
+                .keys()
+                .find(|n| partners && n.as_str() != owner && held_by(n))
+            {
                 Source::Partner(n.clone())
-            } else if owner != me && nodes.holds_copy(owner, w) {
+            } else if partners && owner != me && nodes.holds_copy(owner, w) {
                 Source::Partner(me.to_string())
             } else if let Ok(l) = erasure
                 .get_or_insert_with(|| nodes.erasure_source(&self.cfg.job, id, owner, &wants))
                 .as_ref()
             {
                 Source::Erasure(l.clone())
-            } else if pfs_has(&self.cfg.dests, &w.path, w.size, w.crc32c) {
-                Source::Pfs
+            } else if let Some(src) = self.held_beyond(&w.path, w.size, w.crc32c) {
+                src
             } else {
                 return Err(format!(
-                    "file {} of node {owner} ({} bytes, crc32c {:08x}) is damaged or lost on every level (local, partner{}{})",
+                    "file {} of node {owner} ({} bytes, crc32c {:08x}) is damaged or lost on every level (local{}{}{})",
                     w.path,
                     w.size,
                     w.crc32c,
+                    if partners { ", partner" } else { "" },
                     match &erasure {
                         Some(Err(e)) if e != "no erasure sets" => format!(", erasure: {e}"),
                         _ => String::new(),
                     },
-                    if self.cfg.dests.is_empty() {
-                        "; no PFS destination given"
-                    } else {
-                        ", pfs"
-                    }
+                    self.beyond_names()
                 ));
             };
             out.push((w.path.clone(), src));
@@ -151,18 +154,11 @@ impl Datasets {
                 .map(|_| ())
                 .map_err(|e| format!("from the partner copy on {n}: {e}")),
             // The whole part at once (a file already back is kept: the fastest level).
-            Source::Erasure(l) if local_ok(self, path, size, crc) => {
-                let _ = l;
-                Ok(())
-            }
+            Source::Erasure(_) if local_ok(self, path, size, crc) => Ok(()),
             Source::Erasure(l) => nodes
                 .erasure_rebuild(&self.store, &self.cfg.job, id)
                 .map_err(|e| format!("from {l}: {e}")),
-            Source::Pfs => match ckptfs_agent::restore_path(&self.store, &self.cfg.dests, path) {
-                Ok(true) => Ok(()),
-                Ok(false) => Err("from the PFS: no copy found".into()),
-                Err(e) => Err(format!("from the PFS: {e}")),
-            },
+            Source::Pfs | Source::Level(_) => self.fetch_beyond(path, src),
         };
         match r {
             Err(e) => Some(format!("file {path}: restore {e}")),

@@ -29,7 +29,7 @@ use crate::error::{DatasetError, Result};
 use crate::jobwide::{judge, JobState};
 use crate::ops::Datasets;
 use crate::record::{self, job_dir, NodePart, State};
-use crate::restart::{local_ok, pfs_has, Found, Merged, Recheck, Restart, Skipped, Source};
+use crate::restart::{local_ok, Found, Merged, Recheck, Restart, Skipped, Source};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -261,7 +261,8 @@ impl Datasets {
             if local_ok(self, path, f.size, f.crc32c) {
                 src = Some(Source::Local);
             }
-            if let (None, Some(nodes)) = (&src, self.completion.job_nodes()) {
+            let partners = self.order.reads(&ckptfs_level::Step::Partner);
+            if let (None, Some(nodes), true) = (&src, self.completion.job_nodes(), partners) {
                 let w = crate::Want {
                     path: path.clone(),
                     size: f.size,
@@ -298,13 +299,11 @@ impl Datasets {
                     }
                 }
             }
-            if src.is_none() && pfs_has(&self.cfg.dests, path, f.size, f.crc32c) {
-                let ok = matches!(
-                    ckptfs_agent::restore_path(&self.store, &self.cfg.dests, path),
-                    Ok(true)
-                ) && local_ok(self, path, f.size, f.crc32c);
-                if ok {
-                    src = Some(Source::Pfs);
+            if src.is_none() {
+                if let Some(s) = self.held_beyond(path, f.size, f.crc32c) {
+                    if self.fetch_beyond(path, &s).is_ok() && local_ok(self, path, f.size, f.crc32c) {
+                        src = Some(s);
+                    }
                 }
             }
             match src {

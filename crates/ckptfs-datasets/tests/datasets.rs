@@ -479,6 +479,82 @@ fn restart_brings_lost_files_back_from_the_pfs_crc_checked() {
     assert_eq!(read(&fx.store, "/d2/a"), content(2, 0));
 }
 
+/// The settings' `[levels]` read order: a PFS directory named as a registry level
+/// (`pfs:/DIR`, no drain destination given) is where the restart finds the files the
+/// store lost, brings them back through the level interface (each chunk checked) and
+/// lists them by the level's id; a damaged copy there skips the dataset naming the file
+/// and the level; without the level in the order the datasets are on no level.
+#[test]
+fn restart_reads_a_registry_level_of_the_levels_order() {
+    let fx = fixture();
+    let dest = tempfile::tempdir().unwrap();
+    let ds = Datasets::single_node(fx.store.clone(), cfg("0"));
+    for s in 1..=2u64 {
+        ds.begin(&format!("s{s}"), None).unwrap();
+        write(&fx.store, &format!("/l{s}/a"), &content(s, 0));
+        write(&fx.store, &format!("/l{s}/b"), &content(s, 1));
+        ds.complete(None, true).unwrap();
+    }
+    let mut acfg = ckptfs_agent::AgentConfig::new(&[dest.path().to_path_buf()]);
+    acfg.node_id = "n0".into();
+    ckptfs_agent::Agent::new(&fx.store, acfg)
+        .unwrap()
+        .run_once()
+        .unwrap();
+    for s in 1..=2u64 {
+        fx.store.unlink(&format!("/l{s}/a")).unwrap();
+        fx.store.unlink(&format!("/l{s}/b")).unwrap();
+    }
+    let id = format!("pfs:{}", dest.path().display());
+    let order = |v: &str| {
+        let levels = ckptfs_settings::LevelsSettings {
+            order: ckptfs_settings::levels::parse_order(v).unwrap(),
+        };
+        ckptfs_level::open_levels(&levels, &[&ckptfs_agent::PfsFactory], &BTreeMap::new()).unwrap()
+    };
+    // Not in the order (and no destination given): on no level.
+    let plain = Datasets::single_node(fx.store.clone(), cfg("0")).with_levels(order("local,pfs"));
+    let r = plain.restart().unwrap();
+    assert!(r.chosen.is_none(), "{:?}", r.skipped);
+    assert!(
+        r.skipped.iter().all(|s| s.reason.contains("lost on every level")),
+        "{:?}",
+        r.skipped
+    );
+    // In the order: listed by its id, and the restart brings dataset 2 back from it.
+    let ds = Datasets::single_node(fx.store.clone(), cfg("0")).with_levels(order(&format!("local,{id}")));
+    let mut d = ds.show(2).unwrap();
+    ds.refresh_levels(&mut d);
+    assert_eq!(d.levels(), vec![id.clone()]);
+    let r = ds.restart().unwrap();
+    assert_eq!(r.chosen.as_ref().map(|c| c.id), Some(2), "{:?}", r.skipped);
+    assert_eq!(r.restored.len(), 2);
+    assert_eq!(r.sources.get("/l2/a"), Some(&id));
+    assert_eq!(read(&fx.store, "/l2/a"), content(2, 0));
+    assert_eq!(read(&fx.store, "/l2/b"), content(2, 1));
+    // Damaged on the level: dataset 2 is skipped naming the file and the level, and
+    // dataset 1 comes back instead.
+    fx.store.unlink("/l2/a").unwrap();
+    fx.store.unlink("/l2/b").unwrap();
+    let mut bad = content(2, 0);
+    bad[10] ^= 1;
+    std::fs::write(dest.path().join("l2/a"), &bad).unwrap();
+    let r = ds.restart().unwrap();
+    assert_eq!(r.chosen.as_ref().map(|c| c.id), Some(1), "{:?}", r.skipped);
+    assert!(
+        r.skipped
+            .iter()
+            .any(|s| s.id == 2 && s.reason.contains("/l2/a") && s.reason.contains(&id)),
+        "{:?}",
+        r.skipped
+    );
+    assert!(
+        fx.store.stat("/l2/a").is_err(),
+        "nothing of the damaged copy is published"
+    );
+    assert_eq!(read(&fx.store, "/l1/b"), content(1, 1));
+}
+
 #[test]
 fn retention_keeps_k_datasets_in_memory_and_flushes_every_nth() {
     let fx = fixture();

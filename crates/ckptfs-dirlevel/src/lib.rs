@@ -316,13 +316,7 @@ impl ChunkReader for DirReader<'_> {
         self.f
             .read_exact_at(&mut self.buf, self.at + i * cs)
             .map_err(|e| LevelError::io("read", self.stored.path.clone(), e))?;
-        if self.stored.chunk_crc32c.get(i as usize) != Some(&ckptfs_crc::crc32c(&self.buf)) {
-            return Err(LevelError::Corrupt {
-                level: self.lvl.name(),
-                path: self.stored.path.clone(),
-                chunk: i,
-            });
-        }
+        self.stored.check_chunk(&self.lvl.name(), i, &self.buf)?;
         sink(&[IoPart::Buf(&self.buf)])
     }
 

@@ -84,13 +84,7 @@ impl ChunkReader for PartReader {
         let size = self.stored.version.size;
         let (a, b) = ((i * cs).min(size) as usize, ((i + 1) * cs).min(size) as usize);
         let chunk = &self.bytes[self.at + a..self.at + b];
-        if self.stored.chunk_crc32c.get(i as usize) != Some(&ckptfs_crc::crc32c(chunk)) {
-            return Err(LevelError::Corrupt {
-                level: self.level.clone(),
-                path: self.stored.path.clone(),
-                chunk: i,
-            });
-        }
+        self.stored.check_chunk(&self.level, i, chunk)?;
         sink(&[IoPart::Buf(chunk)])
     }
 

@@ -20,6 +20,9 @@
 //! A *dataset* is a set of files: [`Level::holds`] answers for a whole set at once.
 //! [`transfer`] moves one file from a reader to a writer and charges both levels'
 //! meters; the agent (`ckptfs-agent`) is the mover that decides what goes where.
+//! [`Registry`] holds a node's level instances in read order; [`open_levels`] builds
+//! the read order of the settings' `[levels]` section ([`ReadOrder`]), opening each
+//! listed level with the [`LevelFactory`] of its kind.
 //!
 //! This crate holds the interface only: no level is implemented here, and it depends on
 //! no implementation (the node store as a level is `ckptfs_store::level::StoreLevel`,
@@ -34,6 +37,7 @@ mod error;
 mod id;
 pub mod mem;
 pub mod mover;
+pub mod order;
 mod piece;
 pub mod protection;
 pub mod registry;
@@ -43,6 +47,7 @@ pub use cost::{Cost, CostMeter, Direction};
 pub use error::LevelError;
 pub use id::LevelId;
 pub use mover::{Job, MoveOptions, Moved, Mover, Progress};
+pub use order::{open_levels, ReadOrder, Step};
 pub use piece::{crc32c_of, IoPart, SharedBytes};
 pub use protection::{Part, Recovered, SetProtection, SetState};
 pub use registry::{Holders, Holding, LevelFactory, Registry};
@@ -95,6 +100,22 @@ impl Stored {
     /// Number of chunks of `chunk_size` the content spans.
     pub fn chunks(&self) -> u64 {
         self.version.size.div_ceil(self.chunk_size.max(1))
+    }
+
+    /// Check chunk `i`'s bytes against the CRC32C this copy records for it (every
+    /// reader's check before it hands a chunk on): [`LevelError::Corrupt`] naming
+    /// `level`, the file and the chunk when they differ or the chunk has no CRC.
+    pub fn check_chunk(&self, level: &str, i: u64, bytes: &[u8]) -> Result<(), LevelError> {
+        let want = usize::try_from(i).ok().and_then(|i| self.chunk_crc32c.get(i));
+        if want == Some(&ckptfs_crc::crc32c(bytes)) {
+            Ok(())
+        } else {
+            Err(LevelError::Corrupt {
+                level: level.to_string(),
+                path: self.path.clone(),
+                chunk: i,
+            })
+        }
     }
 }
 

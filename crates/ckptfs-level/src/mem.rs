@@ -55,13 +55,7 @@ impl ChunkReader for BufReader<'_> {
         let start = (i * cs).min(self.data.len() as u64) as usize;
         let end = ((i + 1) * cs).min(self.data.len() as u64) as usize;
         let chunk = &self.data[start..end];
-        if self.stored.chunk_crc32c.get(i as usize) != Some(&ckptfs_crc::crc32c(chunk)) {
-            return Err(LevelError::Corrupt {
-                level: "memory".into(),
-                path: self.stored.path.clone(),
-                chunk: i,
-            });
-        }
+        self.stored.check_chunk("memory", i, chunk)?;
         sink(&[IoPart::Buf(chunk)])
     }
 

@@ -84,6 +84,17 @@ impl Registry {
         self.levels.insert(at, level);
     }
 
+    /// Append a level after every other, whatever its kind: the read order a caller
+    /// gives (the settings' `[levels]` order). A second level with the same id replaces
+    /// the first in its place.
+    pub fn push(&mut self, level: Arc<dyn Level>) {
+        let id = level.id();
+        match self.levels.iter().position(|l| l.id() == id) {
+            Some(i) => self.levels[i] = level,
+            None => self.levels.push(level),
+        }
+    }
+
     /// With `level` added.
     pub fn with(mut self, level: Arc<dyn Level>) -> Registry {
         self.add(level);
@@ -176,8 +187,9 @@ pub trait LevelFactory: Send + Sync {
     fn open(&self, id: &LevelId, options: &BTreeMap<String, String>) -> Result<Arc<dyn Level>, LevelError>;
 }
 
-/// Open every `(id, options)` with the factory of its kind, in order; an id whose kind
-/// no factory opens is an error naming it and the kinds known.
+/// Open every `(id, options)` with the factory of its kind, read in the order given
+/// ([`Registry::push`]); an id whose kind no factory opens is an error naming it and the
+/// kinds known.
 pub fn open_all(
     specs: &[(LevelId, BTreeMap<String, String>)],
     factories: &[&dyn LevelFactory],
@@ -195,7 +207,7 @@ pub fn open_all(
                 )),
             )
         })?;
-        reg.add(f.open(id, opts)?);
+        reg.push(f.open(id, opts)?);
     }
     Ok(reg)
 }

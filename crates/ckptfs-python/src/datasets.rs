@@ -5,7 +5,7 @@
 //! `python/ckptfs/datasets.py` parses them into dicts.
 
 use crate::store::{resolve_settings, PyStore};
-use ckptfs_datasets::{file_crc, Config, Dataset, DatasetError, Datasets, Source, State};
+use ckptfs_datasets::{Config, Dataset, DatasetError, Datasets, State};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use std::collections::HashMap;
@@ -43,33 +43,14 @@ struct Latest<'a> {
     skipped: Vec<ckptfs_datasets::Skipped>,
 }
 
-impl PyDatasets {
-    /// Bring the PFS-only files of `d` back into the store, each checked against the
-    /// record's size and CRC32C. Err: the reason the dataset cannot be used.
-    fn restore(&self, d: &Dataset, srcs: &[(String, Source)]) -> Result<Vec<(String, u64)>, String> {
-        let mut restored = Vec::new();
-        for (path, src) in srcs {
-            if *src != Source::Pfs {
-                continue;
-            }
-            let f = &d.files[path];
-            match ckptfs_agent::restore_path(self.ds.store(), &self.ds.config().dests, path) {
-                Ok(true) => {}
-                Ok(false) => return Err(format!("file {path}: no PFS destination holds it")),
-                Err(e) => return Err(format!("file {path}: restore from the PFS failed: {e}")),
-            }
-            match file_crc(self.ds.store(), path) {
-                Ok((n, c)) if n == f.size && c == f.crc32c => restored.push((path.clone(), f.size)),
-                _ => {
-                    return Err(format!(
-                        "file {path}: the restored bytes do not match the dataset's checksum"
-                    ))
-                }
-            }
-        }
-        Ok(restored)
-    }
-}
+/// The level kinds the bindings open from a `[levels]` entry (`local`, `partner` and
+/// `pfs` without a directory are read by the dataset restart's own steps; the memory
+/// pool's level is the CLI's only).
+const FACTORIES: [&dyn ckptfs_level::LevelFactory; 3] = [
+    &ckptfs_object::factory::ObjectFactory,
+    &ckptfs_agent::PfsFactory,
+    &ckptfs_dirlevel::DirFactory,
+];
 
 #[pymethods]
 impl PyDatasets {
@@ -118,9 +99,17 @@ impl PyDatasets {
         };
         let settings = resolve_settings(&HashMap::new(), config, &env)?;
         let mut cfg = Config::from_settings(&settings, &env).map_err(derr)?;
+        // The levels a restart reads, in the settings' `[levels]` order (CKPTFS_LEVELS).
+        let mut extra = std::collections::BTreeMap::new();
+        if let Some(n) = env("CKPTFS_NODE_ID") {
+            extra.insert("node".to_string(), n);
+        }
+        let order = py
+            .allow_threads(|| ckptfs_level::open_levels(&settings.levels, &FACTORIES, &extra))
+            .map_err(|e| PyOSError::new_err((e.errno(), format!("setting levels.order: {e}"))))?;
         let Some((file, node)) = crate::cluster::cluster_of(&env) else {
             return Ok(PyDatasets {
-                ds: Datasets::single_node(store.store.clone(), cfg),
+                ds: Datasets::single_node(store.store.clone(), cfg).with_levels(order),
                 cluster: None,
             });
         };
@@ -134,7 +123,7 @@ impl PyDatasets {
             .allow_threads(|| ckptfs_node::datasets::ClusterNodes::new(cluster, &node, st, timeout))
             .map_err(|e| crate::einval(format!("cluster {file}: {e}")))?;
         Ok(PyDatasets {
-            ds: Datasets::new(store.store.clone(), cfg, Box::new(nodes)),
+            ds: Datasets::new(store.store.clone(), cfg, Box::new(nodes)).with_levels(order),
             cluster: Some((file, node)),
         })
     }
@@ -234,10 +223,12 @@ impl PyDatasets {
     }
 
     /// The newest dataset wholly recoverable from some level (its files in this store
-    /// with the recorded size and CRC32C, or in a drain destination's manifest), among
-    /// those whose name is `prefix` or below it (None: all). With `restore`, files only
-    /// the PFS holds are brought back into the store (CRC-checked) before it is
-    /// returned; a dataset whose restore fails is skipped. JSON: `{"chosen": record or
+    /// with the recorded size and CRC32C, or on a level of the settings' `[levels]` read
+    /// order: a drain destination's manifest, object storage, ...), among those whose
+    /// name is `prefix` or below it (None: all). With `restore`, files the store lacks
+    /// are brought back into it from the first level holding them (every chunk and the
+    /// whole file CRC-checked) before it is returned; a dataset whose restore fails (a
+    /// damaged copy) is skipped. JSON: `{"chosen": record or
     /// null, "restored": [[path, bytes]...], "skipped": [{"id", "name", "reason"}...]}`.
     #[pyo3(signature = (prefix=None, restore=true))]
     fn latest_restartable(&self, py: Python<'_>, prefix: Option<String>, restore: bool) -> PyResult<String> {
@@ -259,7 +250,7 @@ impl PyDatasets {
                 }
             };
             let restored = if restore {
-                match py.allow_threads(|| self.restore(d, &srcs)) {
+                match py.allow_threads(|| self.ds.restore_sources(d, &srcs)) {
                     Ok(r) => r,
                     Err(reason) => {
                         skipped.push(ckptfs_datasets::Skipped {

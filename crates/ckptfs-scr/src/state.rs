@@ -268,8 +268,23 @@ impl Scr {
                 }
                 Ok(name.to_string())
             }
-            Phase::Output { dir, files, .. } => {
+            Phase::Output {
+                dir,
+                files,
+                id,
+                flags,
+                ..
+            } => {
                 let rel = relative_to_prefix(&self.cfg.prefix, name)?;
+                // Under the preload shim, a checkpoint's file goes straight into the
+                // store (an output's is copied to the prefix from its staged copy).
+                if let (Some(id), FLAG_CHECKPOINT, Some(m)) = (*id, *flags, self.sess.direct.as_deref()) {
+                    let p = PathBuf::from(format!("{m}{}", self.sess.store_path(id, self.sess.rank, &rel)));
+                    let s = fits(&p)?;
+                    self.sess.route_direct(id, &rel)?;
+                    files.insert(rel, p);
+                    return Ok(s);
+                }
                 let p = self.sess.stage.join(&*dir).join(&rel);
                 let s = fits(&p)?;
                 let p = self.sess.staged(dir, &rel)?;
@@ -293,6 +308,9 @@ impl Scr {
                         d.name
                     )));
                 };
+                if let Some(p) = self.sess.read_direct(src) {
+                    return fits(&p);
+                }
                 let p = self.sess.stage.join(&*dir).join(&rel);
                 let s = fits(&p)?;
                 if !p.exists() {

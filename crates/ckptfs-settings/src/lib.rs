@@ -5,7 +5,8 @@
 //! counts, prefixes, store names), lexical path normalisation, `now_ns`, and the types
 //! the levels above the node store share ([`NodeId`], [`Rank`], [`Level`],
 //! [`DatasetId`], [`Errno`]); the job identity and the other variables a process reads
-//! besides the table ([`job`]).
+//! besides the table ([`job`]); the `[levels]` section, the levels a restore reads in
+//! read order ([`levels`]).
 //!
 //! The CLI, the C API and the LD_PRELOAD shim all resolve their settings here, so a
 //! value means the same thing everywhere. The crate does no I/O: callers pass the
@@ -24,21 +25,27 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod daemon;
 pub mod job;
+pub mod levels;
 pub mod parse;
 pub mod path;
+mod rows;
 mod table;
 pub mod types;
 
+pub use daemon::{parse_size_or_share, DaemonSettings, PartnerMax};
+pub use levels::{LevelEntry, LevelsSettings};
 pub use parse::{
-    check_store_name, parse_bool, parse_count, parse_prefixes, parse_size, parse_store_size, MAX_SIZE,
+    check_store_name, json_str, parse_bool, parse_count, parse_prefixes, parse_size, parse_store_size,
+    MAX_SIZE,
 };
-pub use table::{
-    default_store_name, from_env, json_str, parse_size_or_share, resolve, setting, DaemonSettings, FileText,
-    Inputs, Kind, PartnerMax, Row, Setting, Settings, SettingsError, Source, StoreSettings, BYTES_PER_FILE,
-    CONFIG_ENV, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE, DEFAULT_SHM_DIR, MAX_CHUNK_SIZE,
-    MAX_MAX_FILES, MIN_CHUNK_SIZE, SETTINGS,
+pub use rows::{
+    default_store_name, setting, Kind, Setting, BYTES_PER_FILE, CONFIG_ENV, DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_FILES, DEFAULT_MEM_SIZE, DEFAULT_SHM_DIR, MAX_CHUNK_SIZE, MAX_MAX_FILES, MIN_CHUNK_SIZE,
+    SETTINGS,
 };
+pub use table::{from_env, resolve, FileText, Inputs, Row, Settings, SettingsError, Source, StoreSettings};
 pub use types::{DatasetId, Errno, Level, NodeId, Rank};
 
 /// Nanoseconds since the Unix epoch (0 if the clock is before it).

@@ -6,36 +6,15 @@
 //! [`StoreSettings`] carries `None` for it, and attaching accepts whatever the segment
 //! was created with. A setting given explicitly (by any source) must match.
 
-use crate::parse::{check_store_name, parse_bool, parse_count, parse_prefixes, parse_size, parse_store_size};
+use crate::daemon::{parse_size_or_share, DaemonSettings};
+use crate::levels::{parse_order, with_options, LevelsSettings};
+use crate::parse::{
+    check_store_name, json_str, parse_bool, parse_count, parse_prefixes, parse_size, parse_store_size,
+};
+use crate::rows::{Kind, DEFAULT_SHM_DIR, MAX_CHUNK_SIZE, MAX_MAX_FILES, MIN_CHUNK_SIZE, SETTINGS};
 use crate::types::Errno;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-/// Default memory for file data: 1 GiB.
-pub const DEFAULT_MEM_SIZE: u64 = 1 << 30;
-/// Default directory of a store's segment file (`DIR/ckptfs.NAME`).
-pub const DEFAULT_SHM_DIR: &str = "/dev/shm";
-/// Default chunk size: 1 MiB.
-pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
-/// Memory per file when the file count is not given: the store makes one inode per
-/// 8 KiB of its memory (as tmpfs's default), at least 256.
-pub const BYTES_PER_FILE: u64 = 8 << 10;
-/// Default maximum number of files and directories, for the default memory size (a store
-/// of another size gets one per [`BYTES_PER_FILE`] of its memory).
-pub const DEFAULT_MAX_FILES: u32 = (DEFAULT_MEM_SIZE / BYTES_PER_FILE) as u32;
-/// Smallest chunk size: 64 KiB.
-pub const MIN_CHUNK_SIZE: u64 = 64 << 10;
-/// Largest chunk size: 64 MiB.
-pub const MAX_CHUNK_SIZE: u64 = 64 << 20;
-/// Largest `max_files`.
-pub const MAX_MAX_FILES: u64 = 1 << 22;
-/// Environment variable naming the TOML settings file.
-pub const CONFIG_ENV: &str = "CKPTFS_CONFIG";
-
-/// The default store name, derived from the user id: `u<UID>`.
-pub fn default_store_name() -> String {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    format!("u{}", unsafe { libc::getuid() })
-}
 
 /// Where a setting's value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,307 +41,10 @@ impl Source {
     }
 }
 
-/// What kind of value a setting holds (how it is parsed and range-checked).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A store name ([`check_store_name`]).
-    StoreName,
-    /// A size in bytes, at most [`crate::MAX_SIZE`].
-    Size,
-    /// A chunk size: a power of two from 64 KiB to 64 MiB.
-    ChunkSize,
-    /// A count from 2 to [`MAX_MAX_FILES`].
-    FileCount,
-    /// A directory path (empty: none).
-    Dir,
-    /// A boolean ([`parse_bool`]).
-    Bool,
-    /// Colon-separated absolute path prefixes ([`parse_prefixes`]).
-    Prefixes,
-    /// Free text checked by the crate that uses it (the dataset rules, `ckptfs-datasets`).
-    Text,
-    /// A non-negative whole number (counts of datasets).
-    Count,
-    /// A non-negative decimal number (seconds, probabilities, bytes per second).
-    Number,
-    /// Seconds: a decimal number from 0 to 3600.
-    Seconds,
-    /// A size ([`parse_size`]) or a share of memory `N%` (0 to 100).
-    SizeOrShare,
-}
-
-/// One row of the settings table.
-pub struct Setting {
-    /// Key in the TOML file.
-    pub key: &'static str,
-    /// Environment variable.
-    pub env: &'static str,
-    /// Command-line flag.
-    pub flag: &'static str,
-    /// Default value, as text.
-    pub default: fn() -> String,
-    /// What it does.
-    pub help: &'static str,
-    /// How its value is parsed.
-    pub kind: Kind,
-}
-
-/// The table.
-pub const SETTINGS: &[Setting] = &[
-    Setting {
-        key: "store",
-        env: "CKPTFS_STORE",
-        flag: "--store",
-        default: default_store_name,
-        help: "store name",
-        kind: Kind::StoreName,
-    },
-    Setting {
-        key: "mem_size",
-        env: "CKPTFS_MEM_SIZE",
-        flag: "--mem-size",
-        default: || DEFAULT_MEM_SIZE.to_string(),
-        help: "memory for file data (bytes)",
-        kind: Kind::Size,
-    },
-    Setting {
-        key: "chunk_size",
-        env: "CKPTFS_CHUNK_SIZE",
-        flag: "--chunk-size",
-        default: || DEFAULT_CHUNK_SIZE.to_string(),
-        help: "chunk size (bytes)",
-        kind: Kind::ChunkSize,
-    },
-    Setting {
-        key: "max_files",
-        env: "CKPTFS_MAX_FILES",
-        flag: "--max-files",
-        default: || DEFAULT_MAX_FILES.to_string(),
-        help: "maximum files and directories (default: one per 8 KiB of memory)",
-        kind: Kind::FileCount,
-    },
-    Setting {
-        key: "shm_dir",
-        env: "CKPTFS_SHM_DIR",
-        flag: "--shm-dir",
-        default: || DEFAULT_SHM_DIR.into(),
-        help: "directory of the store's segment file: a tmpfs (mounted with huge= for huge pages)",
-        kind: Kind::Dir,
-    },
-    Setting {
-        key: "spill_dir",
-        env: "CKPTFS_SPILL_DIR",
-        flag: "--spill-dir",
-        default: String::new,
-        help: "spill file directory",
-        kind: Kind::Dir,
-    },
-    Setting {
-        key: "spill_size",
-        env: "CKPTFS_SPILL_SIZE",
-        flag: "--spill-size",
-        default: || "0".into(),
-        help: "spill file size (bytes)",
-        kind: Kind::Size,
-    },
-    Setting {
-        key: "private",
-        env: "CKPTFS_PRIVATE",
-        flag: "--private",
-        default: || "false".into(),
-        help: "private segment per process",
-        kind: Kind::Bool,
-    },
-    Setting {
-        key: "allow_foreign_owner",
-        env: "CKPTFS_ALLOW_FOREIGN_OWNER",
-        flag: "--allow-foreign-owner",
-        default: || "false".into(),
-        help: "attach a store segment owned by another user (root, explicitly)",
-        kind: Kind::Bool,
-    },
-    Setting {
-        key: "warm",
-        env: "CKPTFS_WARM",
-        flag: "-",
-        default: || "0".into(),
-        help: "bytes of free chunks (or `all`) whose page tables a process builds in the background when it attaches; the preload shim then attaches at process start",
-        kind: Kind::Size,
-    },
-    Setting {
-        key: "mount",
-        env: "CKPTFS_MOUNT",
-        flag: "--mount",
-        default: || "/ckpt".into(),
-        help: "path prefixes served by `ckptfs run`",
-        kind: Kind::Prefixes,
-    },
-    // The node daemon (crate ckptfs-node, docs/cluster.md); `ckptfs node
-    // --partner-priority` overrides it.
-    Setting {
-        key: "partner_priority",
-        env: "CKPTFS_PARTNER_PRIORITY",
-        flag: "-",
-        default: || "low".into(),
-        help: "CPU and IO priority of partner copies in `ckptfs node`: idle (nice 19, idle IO), low (nice 10) or normal",
-        kind: Kind::Text,
-    },
-    // The dataset rules (crate ckptfs-datasets, docs/datasets.md).
-    Setting {
-        key: "dataset_pattern",
-        env: "CKPTFS_DATASET_PATTERN",
-        flag: "-",
-        default: String::new,
-        help: "transparent datasets: store directories matching this glob (e.g. /step.*) are datasets",
-        kind: Kind::Text,
-    },
-    Setting {
-        key: "dataset_complete",
-        env: "CKPTFS_DATASET_COMPLETE",
-        flag: "-",
-        default: String::new,
-        help: "transparent datasets are complete at files:N closed files or when marker:NAME appears",
-        kind: Kind::Text,
-    },
-    Setting {
-        key: "dataset_keep_memory",
-        env: "CKPTFS_DATASET_KEEP_MEMORY",
-        flag: "-",
-        default: || "0".into(),
-        help: "complete datasets kept in node memory (0 = all)",
-        kind: Kind::Count,
-    },
-    Setting {
-        key: "dataset_flush_every",
-        env: "CKPTFS_DATASET_FLUSH_EVERY",
-        flag: "-",
-        default: || "0".into(),
-        help: "flush every Nth complete dataset to the PFS whatever the policy says (0 = policy only)",
-        kind: Kind::Count,
-    },
-    Setting {
-        key: "dataset_keep_pfs",
-        env: "CKPTFS_DATASET_KEEP_PFS",
-        flag: "-",
-        default: || "0".into(),
-        help: "flushed datasets kept on the PFS (0 = all)",
-        kind: Kind::Count,
-    },
-    Setting {
-        key: "dataset_partner_copies",
-        env: "CKPTFS_DATASET_PARTNER_COPIES",
-        flag: "-",
-        default: || "complete".into(),
-        help: "which files `ckptfs node` copies to partners: complete (every complete dataset's files, and files outside datasets), decision (only datasets the adaptive level policy decided partner) or all (every complete file at once)",
-        kind: Kind::Text,
-    },
-    Setting {
-        key: "node_mtbf",
-        env: "CKPTFS_NODE_MTBF",
-        flag: "-",
-        default: || "86400".into(),
-        help: "mean time between failures of one node, seconds (checkpoint advice, failure posterior)",
-        kind: Kind::Number,
-    },
-    Setting {
-        key: "checkpoint_interval",
-        env: "CKPTFS_CHECKPOINT_INTERVAL",
-        flag: "-",
-        default: || "0".into(),
-        help: "the job's checkpoint interval tau in seconds for the level policy (0 = measured between completions)",
-        kind: Kind::Number,
-    },
-    Setting {
-        key: "job_nodes",
-        env: "CKPTFS_JOB_NODES",
-        flag: "-",
-        default: || "1".into(),
-        help: "nodes of the job (failure base rate)",
-        kind: Kind::Count,
-    },
-    Setting {
-        key: "predictor_precision",
-        env: "CKPTFS_PREDICTOR_PRECISION",
-        flag: "-",
-        default: || "0.7".into(),
-        help: "failure predictor precision (fraction of alarms followed by a failure)",
-        kind: Kind::Number,
-    },
-    Setting {
-        key: "predictor_recall",
-        env: "CKPTFS_PREDICTOR_RECALL",
-        flag: "-",
-        default: || "0.7".into(),
-        help: "failure predictor recall (fraction of failures preceded by an alarm)",
-        kind: Kind::Number,
-    },
-    Setting {
-        key: "failure_rule",
-        env: "CKPTFS_FAILURE_RULE",
-        flag: "-",
-        default: || "posterior".into(),
-        help: "failure probability from alarms: posterior (uses the base rate) or remem",
-        kind: Kind::Text,
-    },
-    Setting {
-        key: "pfs_bandwidth",
-        env: "CKPTFS_PFS_BANDWIDTH",
-        flag: "-",
-        default: || "1073741824".into(),
-        help: "PFS bandwidth per node in bytes/s until transfers have been measured",
-        kind: Kind::Number,
-    },
-    // The node daemon (`ckptfs node`, crate ckptfs-node, docs/cluster.md): the `[daemon]`
-    // section of the settings file; the flags are `ckptfs node`'s.
-    Setting {
-        key: "daemon.scan_interval",
-        env: "CKPTFS_NODE_SCAN_INTERVAL",
-        flag: "--interval",
-        default: || "0.2".into(),
-        help: "seconds between the daemon's scans of the store for files to copy to partners (at least 0.01)",
-        kind: Kind::Seconds,
-    },
-    Setting {
-        key: "daemon.writer_yield",
-        env: "CKPTFS_NODE_WRITER_YIELD",
-        flag: "--writer-yield",
-        default: || "1".into(),
-        help: "longest pause, seconds, of partner copies while an application writes into the store (0: never step back; at most 3600)",
-        kind: Kind::Seconds,
-    },
-    Setting {
-        key: "daemon.max_bw",
-        env: "CKPTFS_NODE_MAX_BW",
-        flag: "--max-bw",
-        default: || "0".into(),
-        help: "bandwidth cap of partner copies out, MB/s (0: none)",
-        kind: Kind::Number,
-    },
-    Setting {
-        key: "daemon.partner_max",
-        env: "CKPTFS_NODE_PARTNER_MAX",
-        flag: "--partner-max",
-        default: || "50%".into(),
-        help: "most memory this node gives to other nodes' copies: a size (K/M/G) or a share of the store's memory (N%)",
-        kind: Kind::SizeOrShare,
-    },
-    Setting {
-        key: "daemon.metrics",
-        env: "CKPTFS_METRICS",
-        flag: "--metrics",
-        default: String::new,
-        help: "serve Prometheus metrics of `ckptfs node` at http://HOST:PORT/metrics (empty: off)",
-        kind: Kind::Text,
-    },
-];
-
-/// A file section and the settings in it (`[daemon]` holds the `daemon.*` keys).
-const SECTIONS: &[&str] = &["daemon"];
-
-/// The row of `key`.
-pub fn setting(key: &str) -> Option<&'static Setting> {
-    SETTINGS.iter().find(|s| s.key == key)
-}
+/// A file section and the settings in it (`[daemon]` holds the `daemon.*` keys,
+/// `[levels]` the `levels.*` keys and one options table per level).
+#[cfg(feature = "toml-file")]
+const SECTIONS: &[&str] = &["daemon", "levels"];
 
 /// A bad setting or settings file. Every variant maps to EINVAL.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -386,6 +68,16 @@ pub enum SettingsError {
         key: String,
         /// The known keys.
         known: String,
+    },
+    /// A `[levels."ID"]` options table that is refused.
+    #[error("{file}: [levels.{id:?}]: {problem}")]
+    LevelOptions {
+        /// The settings file.
+        file: String,
+        /// The level id of the table.
+        id: String,
+        /// What is wrong (never an option's value).
+        problem: String,
     },
     /// The settings file is not valid TOML.
     #[error("parsing settings file {file}: {msg}")]
@@ -441,58 +133,11 @@ pub struct StoreSettings {
     pub warm: Option<u64>,
 }
 
-/// How much memory a node daemon gives to other nodes' copies.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum PartnerMax {
-    /// At most this many bytes.
-    Bytes(u64),
-    /// At most this share (0 to 1) of the store's memory.
-    Share(f64),
-}
-
-/// `SIZE` or `N%` (0 to 100).
-pub fn parse_size_or_share(v: &str) -> Result<PartnerMax, String> {
-    match v.trim().strip_suffix('%') {
-        Some(p) => match p.trim().parse::<f64>() {
-            Ok(x) if (0.0..=100.0).contains(&x) => Ok(PartnerMax::Share(x / 100.0)),
-            _ => Err(format!("{v:?}: want a share from 0% to 100%")),
-        },
-        None => parse_size(v).map(PartnerMax::Bytes),
-    }
-}
-
 fn number(v: &str) -> Option<f64> {
     v.trim()
         .parse::<f64>()
         .ok()
         .filter(|x| x.is_finite() && *x >= 0.0)
-}
-
-/// The resolved `[daemon]` settings (`ckptfs node`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct DaemonSettings {
-    /// Seconds between scans of the store (at least 0.01).
-    pub scan_interval: f64,
-    /// Longest pause of partner copies for the application's writes, seconds (0: none).
-    pub writer_yield: f64,
-    /// Bandwidth cap of partner copies out, bytes per second (None: none).
-    pub max_bw: Option<f64>,
-    /// Memory given to other nodes' copies.
-    pub partner_max: PartnerMax,
-    /// Prometheus metrics address (None: off).
-    pub metrics: Option<String>,
-}
-
-impl Default for DaemonSettings {
-    fn default() -> Self {
-        DaemonSettings {
-            scan_interval: 0.2,
-            writer_yield: 1.0,
-            max_bw: None,
-            partner_max: PartnerMax::Share(0.5),
-            metrics: None,
-        }
-    }
 }
 
 /// Every setting resolved.
@@ -506,6 +151,8 @@ pub struct Settings {
     pub mounts: Vec<String>,
     /// The `[daemon]` section.
     pub daemon: DaemonSettings,
+    /// The `[levels]` section.
+    pub levels: LevelsSettings,
 }
 
 /// The settings file: a name for messages and its TOML text.
@@ -528,7 +175,11 @@ pub struct Inputs<'a> {
     pub file: Option<FileText<'a>>,
 }
 
-fn file_values(f: FileText<'_>) -> Result<Vec<(String, String)>, SettingsError> {
+/// Level option tables of the file: `(level id, options)`.
+type LevelTables = Vec<(String, BTreeMap<String, String>)>;
+
+/// The file's values by setting key, and its `[levels."ID"]` tables.
+fn file_values(f: FileText<'_>) -> Result<(Vec<(String, String)>, LevelTables), SettingsError> {
     #[cfg(feature = "toml-file")]
     {
         let doc: toml::Table = f
@@ -538,18 +189,50 @@ fn file_values(f: FileText<'_>) -> Result<Vec<(String, String)>, SettingsError> 
                 file: f.name.to_string(),
                 msg: e.to_string(),
             })?;
+        let text_of = |v: toml::Value| match v {
+            toml::Value::String(s) => s,
+            other => other.to_string(),
+        };
         let mut out = Vec::new();
         let mut flat = Vec::new();
+        let mut tables = Vec::new();
         for (k, v) in doc {
             match v {
                 toml::Value::Table(t) if SECTIONS.contains(&k.as_str()) => {
-                    flat.extend(t.into_iter().map(|(k2, v2)| (format!("{k}.{k2}"), v2)))
+                    for (k2, v2) in t {
+                        match v2 {
+                            // `[levels."s3:bucket/prefix"]`: one level's options.
+                            toml::Value::Table(opts) if k == "levels" => {
+                                let mut o = BTreeMap::new();
+                                for (ok, ov) in opts {
+                                    if matches!(ov, toml::Value::Table(_) | toml::Value::Array(_)) {
+                                        return Err(SettingsError::LevelOptions {
+                                            file: f.name.to_string(),
+                                            id: k2,
+                                            problem: format!(
+                                                "option {ok:?} is not a string, number or boolean"
+                                            ),
+                                        });
+                                    }
+                                    o.insert(ok, text_of(ov));
+                                }
+                                tables.push((k2, o));
+                            }
+                            // `order = ["local", "s3:b/p"]`: the ids, as the variable
+                            // writes them.
+                            toml::Value::Array(a) if k == "levels" => {
+                                let ids: Vec<String> = a.into_iter().map(text_of).collect();
+                                flat.push((format!("{k}.{k2}"), toml::Value::String(ids.join(","))));
+                            }
+                            v2 => flat.push((format!("{k}.{k2}"), v2)),
+                        }
+                    }
                 }
                 v => flat.push((k, v)),
             }
         }
         for (k, v) in flat {
-            if setting(&k).is_none() {
+            if crate::rows::setting(&k).is_none() {
                 let known: Vec<_> = SETTINGS.iter().map(|s| s.key).collect();
                 return Err(SettingsError::UnknownKey {
                     file: f.name.to_string(),
@@ -557,13 +240,9 @@ fn file_values(f: FileText<'_>) -> Result<Vec<(String, String)>, SettingsError> 
                     known: known.join(", "),
                 });
             }
-            let text = match v {
-                toml::Value::String(s) => s,
-                other => other.to_string(),
-            };
-            out.push((k, text));
+            out.push((k, text_of(v)));
         }
-        Ok(out)
+        Ok((out, tables))
     }
     #[cfg(not(feature = "toml-file"))]
     {
@@ -576,9 +255,9 @@ fn file_values(f: FileText<'_>) -> Result<Vec<(String, String)>, SettingsError> 
 
 /// Resolve every setting from flags, the environment and the settings file.
 pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
-    let file = match inp.file {
+    let (file, level_tables) = match inp.file {
         Some(f) => file_values(f)?,
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
     let mut rows = Vec::with_capacity(SETTINGS.len());
     for s in SETTINGS {
@@ -601,6 +280,8 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
     let mut daemon = DaemonSettings::default();
     let mut st = StoreSettings::default();
     let mut mounts = Vec::new();
+    let mut levels = LevelsSettings::default();
+    let mut level_tables = Some(level_tables);
     for (s, row) in SETTINGS.iter().zip(&rows) {
         let bad = |problem: String| SettingsError::Invalid {
             key: s.key,
@@ -691,6 +372,22 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
                 }
             }
             Kind::SizeOrShare => daemon.partner_max = parse_size_or_share(v).map_err(bad)?,
+            Kind::Levels => {
+                let order = parse_order(v).map_err(bad)?;
+                let mut tables = level_tables.take().unwrap_or_default();
+                // An order from the environment or a flag replaces the file's: its
+                // tables of levels not listed then stay unused rather than refused.
+                if matches!(row.source, Source::Env | Source::Flag) {
+                    let ids: Vec<String> = order.iter().map(|e| e.id()).collect();
+                    tables.retain(|(id, _)| ids.contains(id));
+                }
+                levels =
+                    with_options(order, tables).map_err(|(id, problem)| SettingsError::LevelOptions {
+                        file: file_name.to_string(),
+                        id,
+                        problem,
+                    })?;
+            }
         }
         if s.key == "daemon.metrics" {
             daemon.metrics = Some(v.trim().to_string()).filter(|m| !m.is_empty());
@@ -701,6 +398,7 @@ pub fn resolve(inp: &Inputs<'_>) -> Result<Settings, SettingsError> {
         store: st,
         mounts,
         daemon,
+        levels,
     })
 }
 
@@ -759,25 +457,11 @@ impl Settings {
     }
 }
 
-/// `s` as a JSON string literal.
-pub fn json_str(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::PartnerMax;
+    use crate::rows::default_store_name;
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -940,5 +624,85 @@ mod tests {
         assert!(env.contains(&("CKPTFS_PRIVATE", "yes".into())));
         assert!(env.contains(&("CKPTFS_MOUNT", "/ckpt".into())));
         assert!(!env.iter().any(|(k, _)| *k == "CKPTFS_MEM_SIZE"));
+    }
+
+    #[cfg(feature = "toml-file")]
+    #[test]
+    fn levels_section_order_options_and_precedence() {
+        let text = "[levels]\norder = [\"local\", \"partner\", \"s3:lv3-bkt/run1\", \"pfs\"]\n\n[levels.\"s3:lv3-bkt/run1\"]\nendpoint = \"http://127.0.0.1:46301\"\nconcurrency = 2\n";
+        let file = Some(FileText { name: "c.toml", text });
+        let s = resolve(&Inputs {
+            flags: &|_| None,
+            env: &|_| None,
+            file,
+        })
+        .unwrap();
+        let ids: Vec<String> = s.levels.order.iter().map(|e| e.id()).collect();
+        assert_eq!(ids, ["local", "partner", "s3:lv3-bkt/run1", "pfs"]);
+        assert_eq!(s.levels.order[2].options["endpoint"], "http://127.0.0.1:46301");
+        assert_eq!(s.levels.order[2].options["concurrency"], "2");
+        let row = s.row("levels.order").unwrap();
+        assert_eq!(
+            (row.value.as_str(), row.source),
+            ("local,partner,s3:lv3-bkt/run1,pfs", Source::File)
+        );
+        // The variable beats the file; its order keeps the options of the levels it lists.
+        let env = env_of(&[("CKPTFS_LEVELS", "local,s3:lv3-bkt/run1")]);
+        let s = resolve(&Inputs {
+            flags: &|_| None,
+            env: &env,
+            file,
+        })
+        .unwrap();
+        assert_eq!(s.levels.order.len(), 2);
+        assert_eq!(s.levels.order[1].options["endpoint"], "http://127.0.0.1:46301");
+        assert!(!s.levels.reads("pfs"));
+        // The flag beats both.
+        let flags = |k: &str| (k == "levels.order").then(|| "local,pfs".to_string());
+        let s = resolve(&Inputs {
+            flags: &flags,
+            env: &env,
+            file,
+        })
+        .unwrap();
+        assert_eq!(s.levels.order.len(), 2);
+        assert_eq!(s.row("levels.order").unwrap().source, Source::Flag);
+        // The default is today's order.
+        assert_eq!(
+            from_env(&|_| None).unwrap().levels,
+            crate::LevelsSettings::default()
+        );
+        // Errors name the entry and where it came from; an options table for a level not
+        // listed names the table; a credential option is refused without its value.
+        let e = from_env(&env_of(&[("CKPTFS_LEVELS", "local,s3:x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("CKPTFS_LEVELS") && e.contains("\"s3:x\"") && e.contains("bucket"),
+            "{e}"
+        );
+        let bad = |text: &str| {
+            resolve(&Inputs {
+                flags: &|_| None,
+                env: &|_| None,
+                file: Some(FileText { name: "c.toml", text }),
+            })
+            .unwrap_err()
+            .to_string()
+        };
+        let e = bad("[levels]\norder = [\"local\", \"pfs:rel\"]\n");
+        assert!(
+            e.contains("file c.toml") && e.contains("\"pfs:rel\"") && e.contains("absolute"),
+            "{e}"
+        );
+        let e = bad("[levels.\"s3:lv3-other/x\"]\nendpoint = \"http://h\"\n");
+        assert!(
+            e.contains("c.toml") && e.contains("s3:lv3-other/x") && e.contains("not in levels.order"),
+            "{e}"
+        );
+        let e = bad("[levels]\norder = [\"local\", \"s3:lv3-b/p\"]\n[levels.\"s3:lv3-b/p\"]\nsecret_access_key = \"SEKRIT\"\n");
+        assert!(e.contains("credential") && !e.contains("SEKRIT"), "{e}");
+        let e = bad("[levels]\nordre = \"local\"\n");
+        assert!(e.contains("unknown setting") && e.contains("levels.ordre"), "{e}");
     }
 }

@@ -221,3 +221,30 @@ impl ChunkWriter for PfsWriter<'_> {
         Ok(stored)
     }
 }
+
+/// The registry entry of a PFS directory named in the settings' `[levels]` order:
+/// `pfs:/DIR`, read as restore reads a drain destination (manifests beneath `DIR`, every
+/// node's). No options. (`pfs` without a directory, the drain destinations of `--dest`
+/// and `CKPTFS_DEST`, is read by the front-ends' restore itself.)
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PfsFactory;
+
+impl ckptfs_level::LevelFactory for PfsFactory {
+    fn kind(&self) -> &'static str {
+        "pfs"
+    }
+
+    fn open(
+        &self,
+        id: &ckptfs_level::LevelId,
+        _options: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Arc<dyn Level>, LevelError> {
+        if !id.instance.starts_with('/') {
+            return Err(LevelError::backend(
+                libc::EINVAL,
+                std::io::Error::other(format!("level {id}: needs an absolute directory (pfs:/DIR)")),
+            ));
+        }
+        Ok(Arc::new(PfsLevel::reading(&[PathBuf::from(&id.instance)])))
+    }
+}
