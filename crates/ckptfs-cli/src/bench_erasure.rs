@@ -25,6 +25,16 @@ pub struct BenchArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also the daemon path: node daemons in this process on 127.0.0.1, one set of
+    /// `--members` (xor, rs:2) against partner copies; parts of `--daemon-part-mib`.
+    #[arg(long)]
+    pub daemons: bool,
+    /// Daemons of the daemon path.
+    #[arg(long, default_value_t = 6)]
+    pub members: usize,
+    /// Bytes of each daemon's part on the daemon path (MiB).
+    #[arg(long, value_name = "MIB", default_value_t = 32)]
+    pub daemon_part_mib: u64,
 }
 
 /// Runs the benchmark.
@@ -51,11 +61,18 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     let result = sets_in(&tmp, part);
     let _ = std::fs::remove_dir_all(&tmp);
     let sets = result?;
+    let mut daemons = Vec::new();
+    if a.daemons {
+        let (n, dp, reps) = (a.members, a.daemon_part_mib << 20, a.reps.clamp(1, 5));
+        daemons.push(ckptfs_node::erasure_bench::bench_set(n, Scheme::Xor, dp, reps)?);
+        daemons.push(ckptfs_node::erasure_bench::bench_set(n, Scheme::Rs(2), dp, reps)?);
+        daemons.push(ckptfs_node::erasure_bench::bench_partner(n, dp, reps)?);
+    }
     if a.json {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({ "part_bytes": part, "encode": enc, "sets": sets })
+                &serde_json::json!({ "part_bytes": part, "encode": enc, "sets": sets, "daemons": daemons })
             )?
         );
         return Ok(0);
@@ -90,6 +107,19 @@ pub fn run(a: BenchArgs) -> Result<i32> {
             s.rebuild_reencode_s,
             s.stored_per_part
         );
+    }
+    if !daemons.is_empty() {
+        println!(
+            "\nnode daemons in this process on 127.0.0.1 (loopback, links not limited), parts of {} MiB:",
+            a.daemon_part_mib
+        );
+        println!("scheme    N  protect s (median)  sent/part  memory/part  restore s (one lost)");
+        for d in &daemons {
+            println!(
+                "{:<8} {:>2}  {:>18.3}  {:>9.2}  {:>11.2}  {:>20.3}",
+                d.scheme, d.members, d.protect_s, d.sent_per_part, d.memory_per_part, d.restore_s
+            );
+        }
     }
     Ok(0)
 }

@@ -118,12 +118,12 @@ fn job_json(d: &ckptfs_datasets::JobDataset, evict: &[u64], prot: Option<&Protec
 }
 
 /// `ckpt list` across the job's nodes.
-fn list_job(ds: &Datasets, json: bool) -> Result<()> {
+fn list_job(ds: &Datasets, json: bool, ctx: &Ctx) -> Result<()> {
     let all = ds.job_list()?;
     let (local, _) = ds.list()?;
     let evict = ds.next_evictions(&local);
     let prune = ds.next_pfs_prunes(&local);
-    let mode = PartnerCopies::of(ds.config());
+    let mode = ctx.protection_mode(PartnerCopies::of(ds.config()));
     let prot: std::collections::BTreeMap<u64, Protection> =
         local.iter().map(|d| (d.id, protection::of(d, mode))).collect();
     if json {
@@ -231,7 +231,9 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
                     .unwrap_or_default()
             );
         }
-        CkptCommand::List { json } if ctx.cluster.is_some() && ctx.node_id.is_some() => list_job(&ds, json)?,
+        CkptCommand::List { json } if ctx.cluster.is_some() && ctx.node_id.is_some() => {
+            list_job(&ds, json, ctx)?
+        }
         CkptCommand::List { json } => {
             let (mut all, bad) = ds.list()?;
             for d in all.iter_mut() {
@@ -239,7 +241,7 @@ pub fn main(a: CkptArgs, ctx: &Ctx) -> Result<i32> {
             }
             let evict = ds.next_evictions(&all);
             let prune = ds.next_pfs_prunes(&all);
-            let mode = PartnerCopies::of(ds.config());
+            let mode = ctx.protection_mode(PartnerCopies::of(ds.config()));
             if json {
                 let v = serde_json::json!({
                     "datasets": all.iter().map(|d| list_json(d, mode)).collect::<Vec<_>>(),

@@ -117,10 +117,14 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
         addr,
         job: Some(dcfg.job.clone()),
     });
-    if dcfg.partner_copies_follow_decision {
+    // Erasure sets (issue 32, `--redundancy xor|rs:K`): the set's leader encodes every
+    // complete dataset of the job, and complete datasets get no partner copies.
+    cfg.erasure = ckptfs_node::ErasureConfig::of(cluster, node, &dcfg.job)?;
+    if dcfg.partner_copies_follow_decision || cfg.erasure.is_some() {
         cfg.datasets = Some(std::sync::Arc::new(
             ckptfs_datasets::PartnerPolicy::new(ctx.store.clone(), &dcfg.job)
-                .adaptive(dcfg.partner_copies_adaptive),
+                .adaptive(dcfg.partner_copies_adaptive)
+                .erasure(cfg.erasure.is_some()),
         ));
     }
     if !args.dest.dest.is_empty() {
@@ -234,6 +238,27 @@ pub fn print_status(s: &NodeStatus) {
     for (src, n) in &s.holding {
         println!("  holding {n} files of {src}");
     }
+    if let Some(e) = &s.erasure {
+        println!(
+            "  {} ({}, members {}): {} sent, {} pieces refused",
+            e.level,
+            e.scheme,
+            e.members.join(","),
+            human(e.bytes_sent),
+            e.pieces_refused
+        );
+        for (k, d) in &e.datasets {
+            println!(
+                "    dataset {k}: {} (epoch {:016x}){}{}",
+                d.state,
+                d.epoch,
+                d.seconds
+                    .map(|t| format!(", encoded in {t:.3} s"))
+                    .unwrap_or_default(),
+                d.detail.as_ref().map(|x| format!(": {x}")).unwrap_or_default()
+            );
+        }
+    }
 }
 
 /// One file restored, and the level it came from.
@@ -295,6 +320,7 @@ impl MultiLevelReport {
                 esc(&r.from),
                 match r.level.as_str() {
                     "partner" => "partner memory",
+                    "erasure" => "rebuilt by its erasure set",
                     other => other,
                 }
             ));
@@ -389,6 +415,33 @@ pub fn multi_level_restore(
                     path: f.path,
                     error: f.error,
                 }));
+                // Erasure sets (issue 32): this node's parts the survivors of its set
+                // rebuild (every CRC checked), for what the partners did not bring back.
+                let e = ckptfs_node::rebuild_from_set(cluster, node, store, None)?;
+                for p in e.rebuilt {
+                    for (path, size) in p.files {
+                        if !rep.restored.iter().any(|r| r.path == path) {
+                            rep.restored.push(RestoredFile {
+                                path,
+                                size,
+                                level: "erasure".into(),
+                                from: p.level.clone(),
+                            });
+                        }
+                    }
+                }
+                for (dataset, why) in e.failed {
+                    rep.failed.push(NotRestored {
+                        path: format!("dataset {dataset} ({})", e.level),
+                        error: why,
+                    });
+                }
+                for (n, why) in e.unreachable {
+                    let s = format!("peer {n} ({why})");
+                    if !rep.unreachable.contains(&s) {
+                        rep.unreachable.push(s);
+                    }
+                }
             }
             Step::Pfs => {
                 let Some(c) = pfs else { continue };

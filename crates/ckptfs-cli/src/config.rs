@@ -261,11 +261,23 @@ impl Ctx {
     pub fn partner_copies(&self) -> ckptfs_datasets::protection::PartnerCopies {
         use ckptfs_datasets::protection::PartnerCopies;
         match ckptfs_datasets::Config::from_settings(&self.settings, &|k| std::env::var(k).ok()) {
-            Ok(c) => PartnerCopies::of(&c),
+            Ok(c) => self.protection_mode(PartnerCopies::of(&c)),
             Err(e) => {
                 eprintln!("ckptfs: dataset settings: {e}; showing the default protection (complete)");
                 PartnerCopies::Complete
             }
+        }
+    }
+
+    /// `mode`, or erasure sets when the cluster file names a scheme (issue 32: complete
+    /// datasets then get the set's parity instead of partner copies).
+    pub fn protection_mode(
+        &self,
+        mode: ckptfs_datasets::protection::PartnerCopies,
+    ) -> ckptfs_datasets::protection::PartnerCopies {
+        match &self.cluster {
+            Some(c) if c.redundancy.erasure.is_some() => ckptfs_datasets::protection::PartnerCopies::Erasure,
+            _ => mode,
         }
     }
 

@@ -123,6 +123,31 @@ pub trait JobNodes: Send + Sync {
     fn raise_floor(&self, job: &str, next_id: u64) {
         let _ = (job, next_id);
     }
+    /// Whether `owner`'s part `files` of dataset `id` of `job` can be rebuilt by the
+    /// owner's erasure set (a header of the set records exactly these files, and no
+    /// more members are lost than the scheme tolerates): the set's level id, or why
+    /// not. No erasure sets: never.
+    fn erasure_source(
+        &self,
+        job: &str,
+        id: u64,
+        owner: &str,
+        files: &[Want],
+    ) -> std::result::Result<String, String> {
+        let _ = (job, id, owner, files);
+        Err("no erasure sets".into())
+    }
+    /// Rebuild this node's part of dataset `id` of `job` into `store` from its erasure
+    /// set (every CRC checked end to end).
+    fn erasure_rebuild(
+        &self,
+        store: &ckptfs_store::Store,
+        job: &str,
+        id: u64,
+    ) -> std::result::Result<(), String> {
+        let _ = (store, job, id);
+        Err("no erasure sets".into())
+    }
     /// Bring this node's file `path` back into `store` from the partner copy on node
     /// `from` (CRC32C checked per chunk); its size.
     fn fetch(&self, store: &ckptfs_store::Store, from: &str, path: &str) -> std::result::Result<u64, String>;

@@ -118,7 +118,7 @@ impl JobDataset {
     /// first.
     pub fn levels(&self) -> Vec<String> {
         let files: Vec<_> = self.parts.values().flat_map(|p| p.files.values()).collect();
-        ["local", "partner", "pfs"]
+        ["local", "partner", "erasure", "pfs"]
             .iter()
             .filter(|l| !files.is_empty() && files.iter().all(|f| f.levels.iter().any(|x| x == *l)))
             .map(|l| l.to_string())

@@ -45,6 +45,9 @@ pub struct PartnerPolicy {
     records: LevelPolicy<CopyVerdict>,
     /// Follow each decision's level (`decision`), else copy every complete dataset.
     adaptive: bool,
+    /// The cluster protects complete datasets with erasure sets (`[redundancy]
+    /// erasure`): their files get no partner copies (the set's parity replaces them).
+    erasure: bool,
 }
 
 /// The verdict of a complete dataset's decision on its files: with `adaptive`
@@ -63,8 +66,9 @@ pub(crate) fn decided(d: &Dataset, adaptive: bool) -> CopyVerdict {
 }
 
 /// The partner copies' rule for one dataset.
-fn copy_rule(d: &Dataset, adaptive: bool) -> CopyVerdict {
+fn copy_rule(d: &Dataset, adaptive: bool, erasure: bool) -> CopyVerdict {
     match d.state {
+        State::Complete if erasure => CopyVerdict::Skip,
         State::Complete => decided(d, adaptive),
         State::Open => CopyVerdict::Hold,
         State::Invalid | State::Incomplete => CopyVerdict::Copy,
@@ -78,6 +82,7 @@ impl PartnerPolicy {
         PartnerPolicy {
             records: LevelPolicy::new(opts, job, "partner"),
             adaptive: true,
+            erasure: false,
         }
     }
 
@@ -90,10 +95,18 @@ impl PartnerPolicy {
         self
     }
 
+    /// The cluster protects complete datasets with erasure sets (issue 32: `--redundancy
+    /// xor|rs:K` instead of `partner:K`): their files are not copied to partners; files
+    /// of no dataset still are.
+    pub fn erasure(mut self, on: bool) -> PartnerPolicy {
+        self.erasure = on;
+        self
+    }
+
     /// Read the records again (once per scan, before the store is listed).
     pub fn refresh(&self) {
-        let adaptive = self.adaptive;
-        self.records.refresh(|d| copy_rule(d, adaptive));
+        let (adaptive, erasure) = (self.adaptive, self.erasure);
+        self.records.refresh(|d| copy_rule(d, adaptive, erasure));
     }
 
     /// The verdict on the complete file `path` of `size` bytes modified at `mtime_ns`
@@ -166,7 +179,9 @@ mod tests {
     #[test]
     fn a_dataset_decided_local_is_copied_by_default_and_skipped_only_when_adaptive() {
         let d = decided_local();
-        assert_eq!(copy_rule(&d, false), CopyVerdict::Copy);
-        assert_eq!(copy_rule(&d, true), CopyVerdict::Skip);
+        assert_eq!(copy_rule(&d, false, false), CopyVerdict::Copy);
+        assert_eq!(copy_rule(&d, true, false), CopyVerdict::Skip);
+        // With erasure sets the set's parity protects it instead of a partner copy.
+        assert_eq!(copy_rule(&d, false, true), CopyVerdict::Skip);
     }
 }

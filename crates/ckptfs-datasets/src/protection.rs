@@ -29,6 +29,9 @@ pub enum PartnerCopies {
     Decision,
     /// Every complete file at once, datasets or not.
     All,
+    /// The cluster protects complete datasets with erasure sets (`[redundancy] erasure`,
+    /// issue 32): the set's parity instead of partner copies.
+    Erasure,
 }
 
 impl PartnerCopies {
@@ -47,6 +50,7 @@ impl PartnerCopies {
             PartnerCopies::Complete => "complete",
             PartnerCopies::Decision => "decision",
             PartnerCopies::All => "all",
+            PartnerCopies::Erasure => "erasure",
         }
     }
 }
@@ -122,9 +126,24 @@ pub fn of(d: &Dataset, mode: PartnerCopies) -> Protection {
         }
         State::Complete => {}
     }
+    if mode == PartnerCopies::Erasure {
+        p.chosen = vec!["local".into(), "erasure".into()];
+        if d.flush {
+            p.chosen.push("pfs".into());
+        }
+        p.short = p.chosen[1..].join("+");
+        p.note = "the cluster's erasure set (its parity spread over the set's nodes, \
+                  `[redundancy] erasure`) instead of partner copies"
+            .into();
+        if d.flush {
+            p.note.push_str("; marked flush: the drain writes it to the PFS");
+        }
+        return p;
+    }
     let partner = match mode {
         PartnerCopies::Complete | PartnerCopies::All => true,
         PartnerCopies::Decision => decided(d, true) == CopyVerdict::Copy,
+        PartnerCopies::Erasure => false,
     };
     p.chosen.push("local".into());
     if partner {

@@ -24,6 +24,9 @@ pub enum Source {
     Pfs,
     /// The node named holds a partner copy with the exact content.
     Partner(String),
+    /// The node's erasure set (its level id, `erasure:set0`) can rebuild the node's
+    /// part with the exact content (issue 32).
+    Erasure(String),
     /// A level of the read order's registry (its id: `s3:bucket/prefix`, `pfs:/dir`)
     /// lists the exact content (size and CRC32C).
     Level(String),
@@ -36,6 +39,7 @@ impl Source {
             Source::Local => "local".into(),
             Source::Pfs => "pfs".into(),
             Source::Partner(n) => format!("partner:{n}"),
+            Source::Erasure(l) => l.clone(),
             Source::Level(id) => id.clone(),
         }
     }
@@ -164,7 +168,8 @@ impl Datasets {
                     .map(|_| ())
                     .map_err(|e| format!("from {id}: {e}"))
             }
-            Source::Local | Source::Partner(_) => Ok(()),
+            // Brought back by their own steps (the partners' memory, the node's erasure set).
+            Source::Local | Source::Partner(_) | Source::Erasure(_) => Ok(()),
         }
     }
 

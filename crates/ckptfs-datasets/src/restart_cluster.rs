@@ -23,6 +23,7 @@ impl Datasets {
         nodes: &dyn JobNodes,
         owner: &str,
         part: &NodePart,
+        id: u64,
     ) -> std::result::Result<Vec<(String, Source)>, String> {
         let me = nodes.me();
         let wants: Vec<Want> = part
@@ -67,6 +68,8 @@ impl Datasets {
             }
         }
         let mut out = Vec::new();
+        // The owner's erasure set, asked once, for the files no copy holds (issue 32).
+        let mut erasure: Option<std::result::Result<String, String>> = None;
         // Partner copies are read where the `[levels]` order lists `partner`.
         let partners = self.order.reads(&Step::Partner);
         for (k, w) in wants.iter().enumerate() {
@@ -80,15 +83,24 @@ impl Datasets {
                 Source::Partner(n.clone())
             } else if partners && owner != me && nodes.holds_copy(owner, w) {
                 Source::Partner(me.to_string())
+            } else if let Ok(l) = erasure
+                .get_or_insert_with(|| nodes.erasure_source(&self.cfg.job, id, owner, &wants))
+                .as_ref()
+            {
+                Source::Erasure(l.clone())
             } else if let Some(src) = self.held_beyond(&w.path, w.size, w.crc32c) {
                 src
             } else {
                 return Err(format!(
-                    "file {} of node {owner} ({} bytes, crc32c {:08x}) is damaged or lost on every level (local{}{})",
+                    "file {} of node {owner} ({} bytes, crc32c {:08x}) is damaged or lost on every level (local{}{}{})",
                     w.path,
                     w.size,
                     w.crc32c,
                     if partners { ", partner" } else { "" },
+                    match &erasure {
+                        Some(Err(e)) if e != "no erasure sets" => format!(", erasure: {e}"),
+                        _ => String::new(),
+                    },
                     self.beyond_names()
                 ));
             };
@@ -109,7 +121,7 @@ impl Datasets {
                 continue;
             }
             for (owner, part) in &j.parts {
-                if self.part_sources(nodes, owner, part).is_err() {
+                if self.part_sources(nodes, owner, part, id).is_err() {
                     passed_over.get_or_insert((id, j.name.clone()));
                     continue 'ids;
                 }
@@ -129,6 +141,7 @@ impl Datasets {
     pub(crate) fn bring_back(
         &self,
         nodes: &dyn JobNodes,
+        id: u64,
         path: &str,
         size: u64,
         crc: u32,
@@ -140,6 +153,11 @@ impl Datasets {
                 .fetch(&self.store, n, path)
                 .map(|_| ())
                 .map_err(|e| format!("from the partner copy on {n}: {e}")),
+            // The whole part at once (a file already back is kept: the fastest level).
+            Source::Erasure(_) if local_ok(self, path, size, crc) => Ok(()),
+            Source::Erasure(l) => nodes
+                .erasure_rebuild(&self.store, &self.cfg.job, id)
+                .map_err(|e| format!("from {l}: {e}")),
             Source::Pfs | Source::Level(_) => self.fetch_beyond(path, src),
         };
         match r {
@@ -185,7 +203,7 @@ impl Datasets {
             }
             let mut mine = Vec::new();
             for (owner, part) in &j.parts {
-                match self.part_sources(nodes, owner, part) {
+                match self.part_sources(nodes, owner, part, id) {
                     Ok(s) if *owner == me => mine = s,
                     Ok(_) => {}
                     Err(reason) => {
@@ -214,7 +232,7 @@ impl Datasets {
             for (path, src) in &mine {
                 let f = &part.files[path];
                 let t1 = std::time::Instant::now();
-                if let Some(reason) = self.bring_back(nodes, path, f.size, f.crc32c, src) {
+                if let Some(reason) = self.bring_back(nodes, id, path, f.size, f.crc32c, src) {
                     skipped.push(skip(reason));
                     continue 'ids;
                 }

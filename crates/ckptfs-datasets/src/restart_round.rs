@@ -228,7 +228,7 @@ impl Datasets {
                 // (no entry of the round) lost them: the dataset is gone for good.
                 for (owner, p) in &j.parts {
                     if *owner != me && !m.nodes.contains(owner) {
-                        if let Err(why) = self.part_sources(nodes, owner, p) {
+                        if let Err(why) = self.part_sources(nodes, owner, p, m.id) {
                             return Ok(Err(format!(
                                 "node {owner} took no part in the round and its part is not whole: {why}"
                             )));
@@ -272,11 +272,30 @@ impl Datasets {
                 for (n, v) in nodes.holders(&me, std::slice::from_ref(&w), &others) {
                     if v.first() == Some(&true)
                         && self
-                            .bring_back(nodes, path, f.size, f.crc32c, &Source::Partner(n.clone()))
+                            .bring_back(nodes, m.id, path, f.size, f.crc32c, &Source::Partner(n.clone()))
                             .is_none()
                     {
                         src = Some(Source::Partner(n));
                         break;
+                    }
+                }
+            }
+            // The node's erasure set (issue 32): the whole part rebuilt at once, then
+            // each file checked against the record.
+            if let (None, Some(nodes)) = (&src, self.completion.job_nodes()) {
+                let wants: Vec<crate::Want> = part
+                    .files
+                    .iter()
+                    .map(|(p, f)| crate::Want {
+                        path: p.clone(),
+                        size: f.size,
+                        crc32c: f.crc32c,
+                    })
+                    .collect();
+                if let Ok(l) = nodes.erasure_source(&self.cfg.job, m.id, &me, &wants) {
+                    let s = Source::Erasure(l);
+                    if self.bring_back(nodes, m.id, path, f.size, f.crc32c, &s).is_none() {
+                        src = Some(s);
                     }
                 }
             }

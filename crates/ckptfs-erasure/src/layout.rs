@@ -253,6 +253,13 @@ impl Header {
 
     /// Consistency checks (see [`Header::parse`]).
     pub fn check(&self) -> Result<(), ErasureError> {
+        self.check_plan()?;
+        self.check_parity()
+    }
+
+    /// The checks of everything but the parity records (a plan: the header before its
+    /// parity is computed).
+    pub fn check_plan(&self) -> Result<(), ErasureError> {
         let bad = |m: String| Err(ErasureError::Header(m));
         if self.format != FORMAT {
             return bad(format!("format {} is not {FORMAT}", self.format));
@@ -264,6 +271,12 @@ impl Header {
         }
         if !self.segment.is_multiple_of(SEGMENT_ALIGN) || self.chunk_size == 0 {
             return bad("bad segment or chunk size".into());
+        }
+        // The segment follows from the largest part: no larger (nothing allocates more
+        // than the parts need).
+        let largest = self.parts.iter().map(|p| p.size).max().unwrap_or(0);
+        if Layout::new(self.scheme, n, largest)?.segment != self.segment {
+            return bad("the segment length does not follow from the largest part".into());
         }
         let cap = self.segment.saturating_mul(lay.data() as u64);
         for p in &self.parts {
@@ -286,6 +299,13 @@ impl Header {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn check_parity(&self) -> Result<(), ErasureError> {
+        let bad = |m: String| Err(ErasureError::Header(m));
+        let n = self.members.len();
+        let lay = Layout::new(self.scheme, n, 0)?;
         let want_chunks = self.segment.div_ceil(self.chunk_size) as usize;
         if self.parity.len() != n * self.scheme.parity() {
             return bad("wrong number of parity records".into());

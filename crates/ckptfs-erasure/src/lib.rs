@@ -16,6 +16,9 @@
 //! - [`MemberFiles`]: one member's files of a dataset as a read-only level, so the
 //!   registry and the mover restore them like any level's copies.
 //! - [`sets`]: set formation from the cluster's failure-domain map.
+//! - [`proto`], [`ring`], [`member`]: what the node daemons of a set say to each other,
+//!   the XOR ring's schedule, and one member's share kept in its own node store (crate
+//!   `ckptfs-node` runs them over the peer transport).
 //! - [`mod@bench`]: encode throughput against memcpy.
 //!
 //! docs/erasure.md describes the layout, the schedule and the failure cases.
@@ -23,14 +26,20 @@
 
 pub mod bench;
 pub mod codec;
+mod encode;
 pub mod layout;
+pub mod member;
+pub mod proto;
 mod read;
+mod recover;
+pub mod ring;
 mod set;
 pub mod sets;
 
 pub use codec::Scheme;
 pub use layout::{Header, Layout};
 pub use read::MemberFiles;
+pub use recover::{parity_again, parity_matches, rebuild_part, segment_of_part, Shards};
 pub use set::{component, dataset_dir, ErasureSet, Rebuilt, NAMESPACE, PARITY_CHUNK};
 pub use sets::{cluster_sets, form_sets, RedSet, SetPlan, DEFAULT_SET_SIZE};
 

@@ -20,11 +20,13 @@
 //! leaves no header anywhere (the set is not "protected"), and [`ErasureSet::state`]
 //! checks that every member still has its header, parity and files before answering
 //! `Protected`.
+//!
+//! The encode is in `encode.rs`, the rebuild (and the shard-source interface the node
+//! daemons use to rebuild across the network) in `recover.rs`.
 
-use crate::codec::{Decoder, Encoder, Scheme};
-use crate::layout::{FileRecord, Header, Layout, ParityRecord, PartRecord, FORMAT, MAX_HEADER};
+use crate::codec::Scheme;
+use crate::layout::{FileRecord, Header, Layout, MAX_HEADER};
 use crate::ErasureError;
-use ckptfs_level::crc::crc_combine;
 use ckptfs_level::mem::{stored_of, BufReader};
 use ckptfs_level::{
     CostMeter, IoPart, Level, LevelError, LevelId, MoveOptions, Mover, Part, Recovered, SetProtection,
@@ -63,19 +65,19 @@ pub fn dataset_dir(dataset: &str, set: &str) -> String {
     format!("{NAMESPACE}/{}/{}", component(dataset), component(set))
 }
 
-fn epoch_dir(dataset: &str, set: &str, epoch: u64) -> String {
+pub(crate) fn epoch_dir(dataset: &str, set: &str, epoch: u64) -> String {
     format!("{}/{epoch:016x}", dataset_dir(dataset, set))
 }
 
-fn parity_path(dataset: &str, set: &str, epoch: u64, s: usize, j: usize) -> String {
+pub(crate) fn parity_path(dataset: &str, set: &str, epoch: u64, s: usize, j: usize) -> String {
     format!("{}/p.{s}.{j}", epoch_dir(dataset, set, epoch))
 }
 
-fn header_path(dataset: &str, set: &str) -> String {
+pub(crate) fn header_path(dataset: &str, set: &str) -> String {
     format!("{}/header", dataset_dir(dataset, set))
 }
 
-fn marker_path(dataset: &str, set: &str) -> String {
+pub(crate) fn marker_path(dataset: &str, set: &str) -> String {
     format!("{}/encoding", dataset_dir(dataset, set))
 }
 
@@ -91,12 +93,12 @@ pub struct Rebuilt {
 /// An erasure set: its members (node ids) and each member's level (its node store; a
 /// replacement's store after [`ErasureSet::replace`]).
 pub struct ErasureSet {
-    name: String,
-    scheme: Scheme,
-    members: Vec<String>,
+    pub(crate) name: String,
+    pub(crate) scheme: Scheme,
+    pub(crate) members: Vec<String>,
     levels: RwLock<Vec<Arc<dyn Level>>>,
     pending: Mutex<BTreeMap<String, BTreeMap<String, Part>>>,
-    mover: Mover,
+    pub(crate) mover: Mover,
 }
 
 impl std::fmt::Debug for ErasureSet {
@@ -109,14 +111,19 @@ impl std::fmt::Debug for ErasureSet {
     }
 }
 
-fn le(e: ErasureError) -> LevelError {
+pub(crate) fn le(e: ErasureError) -> LevelError {
     LevelError::from(e)
 }
 
 /// Read `out.len()` bytes at part offset `off` of a part whose files are `files`, from
 /// `level`; bytes past the part's end are zeros. Each file must still be the recorded
 /// version (its reader checks every chunk read against its CRC32C).
-fn read_range(level: &dyn Level, files: &[FileRecord], off: u64, out: &mut [u8]) -> Result<(), LevelError> {
+pub(crate) fn read_range(
+    level: &dyn Level,
+    files: &[FileRecord],
+    off: u64,
+    out: &mut [u8],
+) -> Result<(), LevelError> {
     out.fill(0);
     let end = off + out.len() as u64;
     let mut at = 0u64; // part offset of the file's start
@@ -167,7 +174,7 @@ fn read_range(level: &dyn Level, files: &[FileRecord], off: u64, out: &mut [u8])
 }
 
 /// Read a whole small copy (bounded by `max`).
-fn read_all(level: &dyn Level, path: &str, max: u64) -> Result<Vec<u8>, LevelError> {
+pub(crate) fn read_all(level: &dyn Level, path: &str, max: u64) -> Result<Vec<u8>, LevelError> {
     let mut r = level.get(path)?;
     let size = r.stored().version.size;
     if size > max {
@@ -188,7 +195,7 @@ fn read_all(level: &dyn Level, path: &str, max: u64) -> Result<Vec<u8>, LevelErr
 
 /// Write `bytes` as `path` on `level` through the mover, then read it back checked;
 /// returns the copy as written (CRCs per `chunk` bytes).
-fn put_checked(
+pub(crate) fn put_checked(
     mover: &Mover,
     level: &dyn Level,
     path: &str,
@@ -209,7 +216,7 @@ fn put_checked(
     Ok(src)
 }
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -266,175 +273,18 @@ impl ErasureSet {
         Ok(())
     }
 
-    fn index(&self, member: &str) -> Result<usize, ErasureError> {
+    pub(crate) fn index(&self, member: &str) -> Result<usize, ErasureError> {
         self.members
             .iter()
             .position(|m| m == member)
             .ok_or_else(|| ErasureError::Layout(format!("{member:?} is not a member of set {}", self.name)))
     }
 
-    fn levels(&self) -> Vec<Arc<dyn Level>> {
+    pub(crate) fn levels(&self) -> Vec<Arc<dyn Level>> {
         self.levels.read().expect("levels lock").clone()
     }
 
-    /// Encode `dataset` from every member's part at once (a member missing from
-    /// `parts` has an empty part). Returns the header written to every member.
-    pub fn encode(&self, dataset: &str, parts: &[Part]) -> Result<Header, ErasureError> {
-        let levels = self.levels();
-        let mut records = Vec::with_capacity(self.members.len());
-        for m in &self.members {
-            let files: Vec<FileRecord> = match parts.iter().find(|p| &p.member == m) {
-                Some(p) => p
-                    .files
-                    .iter()
-                    .map(|s| {
-                        if !crate::layout::app_path(&s.path) {
-                            return Err(ErasureError::Layout(format!(
-                                "{:?} is not an application store path",
-                                s.path
-                            )));
-                        }
-                        FileRecord::of(s).ok_or_else(|| {
-                            ErasureError::Layout(format!(
-                                "{}: its CRCs are not known; it cannot be encoded",
-                                s.path
-                            ))
-                        })
-                    })
-                    .collect::<Result<_, _>>()?,
-                None => Vec::new(),
-            };
-            let size = files.iter().map(|f| f.size).sum();
-            let crc32c = files.iter().fold(0u32, |a, f| crc_combine(a, f.crc32c, f.size));
-            records.push(PartRecord {
-                member: m.clone(),
-                size,
-                crc32c,
-                files,
-            });
-        }
-        if let Some(p) = parts.iter().find(|p| !self.members.contains(&p.member)) {
-            return Err(ErasureError::Layout(format!(
-                "{:?} is not a member of set {}",
-                p.member, self.name
-            )));
-        }
-        let largest = records.iter().map(|r| r.size).max().unwrap_or(0);
-        let lay = Layout::new(self.scheme, self.members.len(), largest)?;
-        let epoch = now_ns().max(1);
-        // What this encoding supersedes: the headers' epochs and any epoch an earlier,
-        // interrupted encoding had started (its marker).
-        let mut stale: Vec<u64> = self
-            .read_headers(dataset)
-            .into_iter()
-            .flatten()
-            .map(|h| h.epoch)
-            .collect();
-        for l in &levels {
-            if let Some(e) = Self::read_marker(&**l, dataset, &self.name) {
-                stale.push(e);
-            }
-        }
-        stale.sort_unstable();
-        stale.dedup();
-        stale.retain(|&e| e != epoch);
-        let seg = lay.segment as usize;
-        let p = self.scheme.parity();
-        let mut enc = Encoder::new(self.scheme, lay.data(), seg)?;
-        let mut bufs = vec![vec![0u8; seg]; lay.data()];
-        let mut par = vec![Vec::new(); p];
-        let mut parity = Vec::with_capacity(lay.n * p);
-        let on = |i: usize, e: LevelError| ErasureError::Member {
-            member: self.members[i].clone(),
-            source: e,
-        };
-        for (i, l) in levels.iter().enumerate() {
-            put_checked(
-                &self.mover,
-                &**l,
-                &marker_path(dataset, &self.name),
-                &epoch.to_le_bytes(),
-                PARITY_CHUNK,
-                epoch,
-            )
-            .map_err(|e| on(i, e))?;
-        }
-        for s in 0..lay.n {
-            for (d, &i) in lay.data_members(s).iter().enumerate() {
-                let t = lay.segment_of(i, s).expect("data member");
-                read_range(
-                    &*levels[i],
-                    &records[i].files,
-                    t as u64 * lay.segment,
-                    &mut bufs[d],
-                )
-                .map_err(|e| on(i, e))?;
-            }
-            let refs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
-            enc.encode(&refs, &mut par)?;
-            for (j, &h) in lay.holders(s).iter().enumerate() {
-                let path = parity_path(dataset, &self.name, epoch, s, j);
-                let st = put_checked(&self.mover, &*levels[h], &path, &par[j], PARITY_CHUNK, epoch)
-                    .map_err(|e| on(h, e))?;
-                parity.push(ParityRecord {
-                    stripe: s,
-                    row: j,
-                    holder: self.members[h].clone(),
-                    crc32c: st.version.crc32c.unwrap_or(0),
-                    chunk_crc32c: st.chunk_crc32c.clone(),
-                });
-            }
-        }
-        let header = Header {
-            format: FORMAT,
-            dataset: dataset.to_string(),
-            set: self.name.clone(),
-            epoch,
-            scheme: self.scheme,
-            members: self.members.clone(),
-            parts: records,
-            segment: lay.segment,
-            chunk_size: PARITY_CHUNK,
-            parity,
-        };
-        header.check()?;
-        let bytes = serde_json::to_vec(&header).map_err(|e| ErasureError::Header(e.to_string()))?;
-        for (i, l) in levels.iter().enumerate() {
-            put_checked(
-                &self.mover,
-                &**l,
-                &header_path(dataset, &self.name),
-                &bytes,
-                PARITY_CHUNK,
-                epoch,
-            )
-            .map_err(|e| on(i, e))?;
-        }
-        // Older encodings of this dataset are now superseded (best effort).
-        for (i, l) in levels.iter().enumerate() {
-            for &e in &stale {
-                self.drop_parity(&**l, i, dataset, e);
-            }
-        }
-        Ok(header)
-    }
-
-    /// Remove the parity shards member `i` holds for `epoch` (best effort).
-    fn drop_parity(&self, level: &dyn Level, i: usize, dataset: &str, epoch: u64) {
-        let lay = Layout {
-            n: self.members.len(),
-            scheme: self.scheme,
-            segment: 0,
-        };
-        for (s, j) in lay.held_by(i) {
-            let path = parity_path(dataset, &self.name, epoch, s, j);
-            if let Ok(Some(st)) = level.stat(&path) {
-                let _ = level.delete(&path, &st.version);
-            }
-        }
-    }
-
-    fn read_marker(level: &dyn Level, dataset: &str, set: &str) -> Option<u64> {
+    pub(crate) fn read_marker(level: &dyn Level, dataset: &str, set: &str) -> Option<u64> {
         let b = read_all(level, &marker_path(dataset, set), 8).ok()?;
         Some(u64::from_le_bytes(b.try_into().ok()?))
     }
@@ -469,7 +319,7 @@ impl ErasureSet {
 
     /// Each member's header of `dataset` (None where it has none, or none that parses
     /// and names this dataset, set and member list).
-    fn read_headers(&self, dataset: &str) -> Vec<Option<Header>> {
+    pub(crate) fn read_headers(&self, dataset: &str) -> Vec<Option<Header>> {
         self.levels()
             .iter()
             .map(|l| {
@@ -482,7 +332,7 @@ impl ErasureSet {
 
     /// Which members of `h`'s encoding are lost (their files, parity or header gone or
     /// changed, or their level unreachable), and whether every survivor has the header.
-    fn assess(&self, h: &Header, have: &[Option<u64>]) -> (Vec<usize>, bool) {
+    pub(crate) fn assess(&self, h: &Header, have: &[Option<u64>]) -> (Vec<usize>, bool) {
         let levels = self.levels();
         let lay = h.layout();
         let mut lost = Vec::new();
@@ -505,13 +355,13 @@ impl ErasureSet {
         (lost, all_headers)
     }
 
-    fn names(&self, idx: &[usize]) -> Vec<String> {
+    pub(crate) fn names(&self, idx: &[usize]) -> Vec<String> {
         idx.iter().map(|&i| self.members[i].clone()).collect()
     }
 
     /// The header of the newest encoding of `dataset` that can be used, with its lost
     /// members; `Err` with the state when none can.
-    fn usable(&self, dataset: &str) -> Result<(Header, Vec<usize>, bool), SetState> {
+    pub(crate) fn usable(&self, dataset: &str) -> Result<(Header, Vec<usize>, bool), SetState> {
         let per = self.read_headers(dataset);
         let have: Vec<Option<u64>> = per.iter().map(|h| h.as_ref().map(|h| h.epoch)).collect();
         let mut headers: BTreeMap<u64, Header> = BTreeMap::new();
@@ -529,243 +379,6 @@ impl ErasureSet {
             first_lost.get_or_insert(SetState::Lost(self.names(&lost)));
         }
         Err(first_lost.unwrap_or(SetState::Absent))
-    }
-
-    /// Rebuild member `x`'s whole part of `h` from the survivors (members in `lost` are
-    /// not read). A survivor whose data or parity fails its CRC counts as lost for that
-    /// stripe. The result is checked against the recorded part CRC.
-    fn rebuild_part(&self, h: &Header, x: usize, lost: &[usize]) -> Result<Vec<u8>, ErasureError> {
-        let levels = self.levels();
-        let lay = h.layout();
-        let rec = &h.parts[x];
-        let seg = lay.segment as usize;
-        let p = self.scheme.parity();
-        let mut part = vec![0u8; (lay.segment * lay.data() as u64) as usize];
-        let mut dec = Decoder::new(self.scheme, lay.data(), seg);
-        for t in 0..lay.data() {
-            let s = lay.stripe_of(x, t);
-            if (t as u64) * lay.segment >= rec.size {
-                continue; // this segment is padding only
-            }
-            let dm = lay.data_members(s);
-            let hm = lay.holders(s);
-            let mut shards: Vec<Option<Vec<u8>>> = Vec::with_capacity(lay.n);
-            let mut bad: Vec<String> = Vec::new();
-            for &i in &dm {
-                if i == x || lost.contains(&i) {
-                    shards.push(None);
-                    continue;
-                }
-                let mut b = vec![0u8; seg];
-                let ti = lay.segment_of(i, s).expect("data member");
-                match read_range(&*levels[i], &h.parts[i].files, ti as u64 * lay.segment, &mut b) {
-                    Ok(()) => shards.push(Some(b)),
-                    Err(e) => {
-                        bad.push(format!("{} ({e})", self.members[i]));
-                        shards.push(None);
-                    }
-                }
-            }
-            for (j, &i) in hm.iter().enumerate() {
-                if i == x || lost.contains(&i) {
-                    shards.push(None);
-                    continue;
-                }
-                let path = parity_path(&h.dataset, &h.set, h.epoch, s, j);
-                let r = h.parity_of(s, j);
-                let got = read_all(&*levels[i], &path, lay.segment).and_then(|b| {
-                    let chunks: Vec<u32> = b.chunks(h.chunk_size as usize).map(ckptfs_crc::crc32c).collect();
-                    if b.len() == seg && chunks == r.chunk_crc32c {
-                        Ok(b)
-                    } else {
-                        Err(LevelError::Corrupt {
-                            level: levels[i].name(),
-                            path: path.clone(),
-                            chunk: 0,
-                        })
-                    }
-                });
-                match got {
-                    Ok(b) => shards.push(Some(b)),
-                    Err(e) => {
-                        bad.push(format!("{} ({e})", self.members[i]));
-                        shards.push(None);
-                    }
-                }
-            }
-            let missing = shards.iter().filter(|s| s.is_none()).count();
-            if missing > p {
-                let mut gone = self.names(lost);
-                if !gone.contains(&self.members[x]) {
-                    gone.push(self.members[x].clone());
-                }
-                return Err(ErasureError::TooManyLost {
-                    set: self.name.clone(),
-                    lost: gone,
-                    unreadable: bad,
-                    tolerates: p,
-                });
-            }
-            dec.decode(&mut shards)?;
-            let d = dm.iter().position(|&i| i == x).expect("x is data in its stripe");
-            let at = t * seg;
-            part[at..at + seg].copy_from_slice(shards[d].as_ref().expect("decoded"));
-        }
-        part.truncate(rec.size as usize);
-        if ckptfs_crc::crc32c(&part) != rec.crc32c {
-            return Err(ErasureError::Verify(format!(
-                "rebuilt part of {} does not match its recorded CRC32C",
-                rec.member
-            )));
-        }
-        Ok(part)
-    }
-
-    /// Write a rebuilt part's files into `into` (each checked chunk by chunk against the
-    /// recorded CRCs on the way, and read back).
-    fn write_part(&self, rec: &PartRecord, part: &[u8], into: &dyn Level) -> Result<Recovered, LevelError> {
-        let mut out = Recovered::default();
-        let mut at = 0usize;
-        for f in &rec.files {
-            let bytes = &part[at..at + f.size as usize];
-            at += f.size as usize;
-            let src = f.stored();
-            let w = into.put(&src)?;
-            let t = self.mover.copy_open(
-                Box::new(BufReader::new(src.clone(), bytes)),
-                w,
-                (&CostMeter::default(), into.meter()),
-            )?;
-            into.verify(&f.path, &src.version)?;
-            out.bytes += f.size;
-            out.files.push(t.stored);
-        }
-        Ok(out)
-    }
-
-    /// Rebuild every lost member of `dataset` into its member's current level (see
-    /// [`ErasureSet::replace`]), verify every CRC, then encode the set again.
-    pub fn rebuild(&self, dataset: &str) -> Result<Rebuilt, ErasureError> {
-        let (h, lost) = match self.usable(dataset) {
-            Ok((h, lost, _)) => (h, lost),
-            Err(SetState::Lost(names)) => {
-                return Err(ErasureError::TooManyLost {
-                    set: self.name.clone(),
-                    lost: names,
-                    unreadable: Vec::new(),
-                    tolerates: self.scheme.parity(),
-                })
-            }
-            Err(st) => {
-                return Err(ErasureError::NotProtected(format!(
-                    "{dataset} on set {}: {st:?}",
-                    self.name
-                )))
-            }
-        };
-        let levels = self.levels();
-        let mut done = Rebuilt::default();
-        let mut parts: Vec<Vec<u8>> = Vec::new();
-        for &x in &lost {
-            parts.push(self.rebuild_part(&h, x, &lost)?);
-        }
-        for (&x, part) in lost.iter().zip(&parts) {
-            let r = self
-                .write_part(&h.parts[x], part, &*levels[x])
-                .map_err(|e| ErasureError::Member {
-                    member: self.members[x].clone(),
-                    source: e,
-                })?;
-            done.members.push((self.members[x].clone(), r));
-        }
-        let again: Vec<Part> = h
-            .parts
-            .iter()
-            .map(|r| Part {
-                dataset: dataset.to_string(),
-                member: r.member.clone(),
-                files: r.files.iter().map(|f| f.stored()).collect(),
-            })
-            .collect();
-        done.epoch = self.encode(dataset, &again)?.epoch;
-        Ok(done)
-    }
-
-    /// `member`'s part of `dataset` as recorded, with its bytes: rebuilt from the
-    /// survivors when the member is lost, else read from its level (every chunk checked
-    /// either way, and the whole part against its recorded CRC32C).
-    pub fn part_of(&self, dataset: &str, member: &str) -> Result<(PartRecord, Vec<u8>), ErasureError> {
-        let x = self.index(member)?;
-        let (h, lost) = match self.usable(dataset) {
-            Ok((h, lost, _)) => (h, lost),
-            Err(SetState::Lost(names)) => {
-                return Err(ErasureError::TooManyLost {
-                    set: self.name.clone(),
-                    lost: names,
-                    unreadable: Vec::new(),
-                    tolerates: self.scheme.parity(),
-                })
-            }
-            Err(st) => {
-                return Err(ErasureError::NotProtected(format!(
-                    "{dataset} on set {}: {st:?}",
-                    self.name
-                )))
-            }
-        };
-        let rec = h.parts[x].clone();
-        let part = if lost.contains(&x) {
-            self.rebuild_part(&h, x, &lost)?
-        } else {
-            let mut b = vec![0u8; rec.size as usize];
-            read_range(&*self.levels()[x], &rec.files, 0, &mut b).map_err(|e| ErasureError::Member {
-                member: member.to_string(),
-                source: e,
-            })?;
-            if ckptfs_crc::crc32c(&b) != rec.crc32c {
-                return Err(ErasureError::Verify(format!(
-                    "part of {member} does not match its recorded CRC32C"
-                )));
-            }
-            b
-        };
-        Ok((rec, part))
-    }
-
-    /// Read every byte of the newest encoding (parts and parity) and check it; lists
-    /// what does not match (empty when all is well).
-    pub fn scrub(&self, dataset: &str) -> Result<Vec<String>, ErasureError> {
-        let (h, lost, _) = self
-            .usable(dataset)
-            .map_err(|st| ErasureError::NotProtected(format!("{dataset} on set {}: {st:?}", self.name)))?;
-        let levels = self.levels();
-        let mut bad: Vec<String> = self
-            .names(&lost)
-            .into_iter()
-            .map(|m| format!("{m}: lost"))
-            .collect();
-        for (i, l) in levels.iter().enumerate() {
-            if lost.contains(&i) {
-                continue;
-            }
-            for f in &h.parts[i].files {
-                if let Err(e) = l.verify(&f.path, &f.stored().version) {
-                    bad.push(format!("{}: {e}", self.members[i]));
-                }
-            }
-            for (s, j) in h.layout().held_by(i) {
-                let r = h.parity_of(s, j);
-                let v = ckptfs_level::Version {
-                    size: h.segment,
-                    crc32c: Some(r.crc32c),
-                    ..Default::default()
-                };
-                if let Err(e) = l.verify(&parity_path(dataset, &self.name, h.epoch, s, j), &v) {
-                    bad.push(format!("{}: parity {s}.{j}: {e}", self.members[i]));
-                }
-            }
-        }
-        Ok(bad)
     }
 }
 

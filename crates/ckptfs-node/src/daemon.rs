@@ -62,6 +62,9 @@ pub struct NodeConfig {
     pub datasets: Option<std::sync::Arc<ckptfs_datasets::PartnerPolicy>>,
     /// Serve Prometheus metrics (`--metrics`; docs/metrics.md); None: off.
     pub metrics: Option<crate::metrics::MetricsConfig>,
+    /// This node's erasure set and the job whose complete datasets it protects (the
+    /// cluster file's `[redundancy] erasure`); None: no erasure sets.
+    pub erasure: Option<crate::erasure::ErasureConfig>,
 }
 
 /// Share of the store's memory that other nodes' copies may hold by default.
@@ -108,6 +111,7 @@ impl NodeConfig {
             writer_yield: Duration::from_secs(1),
             datasets: None,
             metrics: None,
+            erasure: None,
         })
     }
 }
@@ -172,6 +176,8 @@ pub(crate) struct Shared {
     pub copies: tokio::runtime::Handle,
     /// Per-peer counters of the metrics (heartbeats missed, transfer errors).
     pub peer_metrics: crate::metrics::PeerCounters,
+    /// Erasure encodings running here and their states (erasure.rs).
+    pub erasure: crate::erasure::EraState,
 }
 
 impl Shared {
@@ -315,6 +321,28 @@ impl Shared {
                 .cloned()
                 .collect(),
             holding,
+            erasure: self.cfg.erasure.as_ref().map(|e| {
+                let mut st = self.erasure.status();
+                st.level = e.level_id();
+                st.scheme = e.scheme.to_string();
+                st.members = e.set.members.clone();
+                // What this member keeps, as its store says (an encode led elsewhere, a
+                // rebuild, an earlier daemon's).
+                // The store has the last word on what this member keeps: a header
+                // replaces what memory says of a protected encoding (another process, a
+                // rebuild, may have written it since).
+                for (key, epoch) in self.erasure.kept(&self.store, &e.set.name) {
+                    let d = st.datasets.entry(key).or_default();
+                    if d.state.is_empty() || d.state == "protected" {
+                        if d.epoch != epoch {
+                            d.seconds = None;
+                        }
+                        d.state = "protected".into();
+                        d.epoch = epoch;
+                    }
+                }
+                st
+            }),
         }
     }
 }
@@ -457,6 +485,7 @@ async fn run_on(
         started: Instant::now(),
         rundir,
         peer_metrics: Default::default(),
+        erasure: Default::default(),
         cfg,
     });
     let metrics = crate::metrics::start(&shared)?;
@@ -484,6 +513,9 @@ async fn run_on(
         }
     }
     copy_rt.spawn(crate::replicate::run(shared.clone()));
+    // Erasure encodes (the set's leader): on the partner-copy threads too, at their
+    // priority, never in the application's way.
+    copy_rt.spawn(crate::erasure::leader_loop(shared.clone()));
     tasks.spawn(status_loop(shared.clone()));
     tasks.spawn(crate::datasets::floor_loop(
         shared.clone(),

@@ -145,6 +145,9 @@ pub fn fill_levels(store: &Store, all: &mut [Dataset], dests: &[PathBuf]) {
                     if !w.partners.is_empty() {
                         l.push("partner".to_string());
                     }
+                    if w.levels.iter().any(|x| x.starts_with("erasure:")) {
+                        l.push("erasure".to_string());
+                    }
                     if w.pfs {
                         l.push("pfs".to_string());
                     }
@@ -472,6 +475,41 @@ impl JobNodes for ClusterNodes {
 
     fn holds_copy(&self, owner: &str, file: &Want) -> bool {
         owner != self.asker.me && holds(&self.store, &self.asker.me, owner, file)
+    }
+
+    fn erasure_source(
+        &self,
+        job: &str,
+        id: u64,
+        owner: &str,
+        files: &[Want],
+    ) -> std::result::Result<String, String> {
+        let a = &self.asker;
+        ckptfs_erasure::cluster_sets(&a.cluster)
+            .ok_or("no erasure sets")?
+            .map_err(|e| e.to_string())?;
+        let want: Vec<(String, u64, u32)> =
+            files.iter().map(|w| (w.path.clone(), w.size, w.crc32c)).collect();
+        crate::erasure::set_can_rebuild(
+            &a.cluster,
+            &a.me,
+            &self.store,
+            owner,
+            &crate::erasure::dataset_key(job, id),
+            &want,
+        )
+    }
+
+    fn erasure_rebuild(&self, store: &Store, job: &str, id: u64) -> std::result::Result<(), String> {
+        let a = &self.asker;
+        let key = crate::erasure::dataset_key(job, id);
+        let rep = crate::erasure::rebuild_from_set(&a.cluster, &a.me, store, Some(&key))
+            .map_err(|e| e.to_string())?;
+        match rep.failed.into_iter().find(|(d, _)| *d == key) {
+            Some((_, why)) => Err(why),
+            None if rep.rebuilt.iter().any(|r| r.dataset == key) || rep.present.contains(&key) => Ok(()),
+            None => Err(format!("{} rebuilt nothing of {key}", rep.level)),
+        }
     }
 
     fn fetch(&self, store: &Store, from: &str, path: &str) -> std::result::Result<u64, String> {

@@ -54,7 +54,7 @@ fn warn(shared: &Shared, peer: &str, kind: &'static str, line: String) {
     ratelimit::peer_warn(&shared.cfg.node_id, peer, kind, &line);
 }
 
-async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -> Result<(), NodeError> {
+async fn serve_inner(shared: &Arc<Shared>, conn: &mut Conn, mut first: Option<Msg>) -> Result<(), NodeError> {
     let peer = conn.peer().to_string();
     let store = shared.store.clone();
     let mut incoming: Option<Incoming> = None;
@@ -235,6 +235,11 @@ async fn serve_inner(shared: &Shared, conn: &mut Conn, mut first: Option<Msg>) -
                 }
                 let reply = crate::datasets::answer_async(shared, body).await;
                 conn.send(Msg::QueryReply(reply)).await?;
+            }
+            Msg::Erasure(body) => {
+                crate::erasure::serve(shared, conn, body).await?;
+                // An erasure exchange uses the connection to its end.
+                return Ok(());
             }
             other => return Err(protocol(&peer, &format!("unexpected {}", other.name()))),
         }

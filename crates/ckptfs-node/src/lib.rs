@@ -18,6 +18,10 @@
 //! - [`levels`]: which levels hold each file (local, partner nodes, PFS).
 //! - [`restore`]: recovery from the partners' memory (a holder's listing bounded by
 //!   what the store could hold: [`ListBounds`]).
+//! - [`erasure`]: erasure sets across the daemons (issue 32): the leader's encode of
+//!   complete datasets, the XOR ring, the members' shares, the rebuild of a lost
+//!   member's part from the survivors; [`erasure_bench`]: its figures (`ckptfs bench
+//!   erasure --daemons`).
 //! - [`holds`]: the dataset `holds` question, confined to the owner's copies and the
 //!   node's dataset files, bounded per question.
 //! - [`ratelimit`]: at most one warning per source address or peer per 10 s.
@@ -29,6 +33,8 @@
 mod copy_send;
 pub mod daemon;
 pub mod datasets;
+pub mod erasure;
+pub mod erasure_bench;
 mod error;
 mod handler;
 pub mod holds;
@@ -50,6 +56,7 @@ pub mod unrecorded;
 
 pub use ckptfs_agent::sys::Priority;
 pub use daemon::{parse_priority, priority_name, run, run_blocking, NodeConfig, NodeSummary};
+pub use erasure::{rebuild_from_set, ErasureConfig, SetRebuildReport};
 pub use error::{NodeError, Result};
 pub use levels::{LevelsView, Where};
 pub use metrics::MetricsConfig;

@@ -38,6 +38,9 @@ pub struct CopyInFlight {
 /// Everything `ckptfs node status` shows.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct NodeStatus {
+    /// The node's erasure set and its encodings (None: no erasure sets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub erasure: Option<crate::erasure::ErasureStatus>,
     /// Node id.
     pub node: String,
     /// Store name.

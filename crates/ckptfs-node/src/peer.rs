@@ -87,6 +87,35 @@ pub enum Msg {
     Query(String),
     /// Its answer (JSON, [`crate::datasets::Reply`]).
     QueryReply(String),
+    /// An erasure-set request or answer (JSON, [`ckptfs_erasure::proto`]).
+    Erasure(String),
+    /// One piece of an erasure segment, sent by this side (received: by the
+    /// authenticated peer, any other name refused); its data follows in a Chunk.
+    Piece(Piece),
+}
+
+/// One piece of an erasure segment (the transport's `SegPiece` without the sender, which
+/// is always the connection's own side).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    /// Set name.
+    pub set: String,
+    /// Dataset key.
+    pub dataset: String,
+    /// Encoding generation.
+    pub epoch: u64,
+    /// Stripe.
+    pub stripe: u32,
+    /// Parity row.
+    pub row: u16,
+    /// What the bytes are.
+    pub kind: tp::SegKind,
+    /// Offset in the segment.
+    pub offset: u64,
+    /// Bytes in the Chunk that follows.
+    pub len: u32,
+    /// The segment's length.
+    pub seg_size: u64,
 }
 
 impl Msg {
@@ -106,6 +135,8 @@ impl Msg {
             Msg::Get { .. } => "Get",
             Msg::Query(_) => "Query",
             Msg::QueryReply(_) => "QueryReply",
+            Msg::Erasure(_) => "Erasure",
+            Msg::Piece(_) => "SegPiece",
         }
     }
 }
@@ -320,6 +351,19 @@ impl Conn {
             },
             Msg::Query(body) => tp::Msg::Query { body },
             Msg::QueryReply(body) => tp::Msg::QueryReply { body },
+            Msg::Erasure(body) => tp::Msg::Erasure { body },
+            Msg::Piece(p) => tp::Msg::SegPiece(tp::SegPiece {
+                src_node: self.me.clone(),
+                set: p.set,
+                dataset: p.dataset,
+                epoch: p.epoch,
+                stripe: p.stripe,
+                row: p.row,
+                kind: p.kind,
+                offset: p.offset,
+                len: p.len,
+                seg_size: p.seg_size,
+            }),
         };
         self.inner.send(&t).await.map_err(|e| terr(&peer, e))
     }
@@ -497,6 +541,22 @@ impl Conn {
             tp::Msg::Bye => return Ok(None),
             tp::Msg::Query { body } => Msg::Query(body),
             tp::Msg::QueryReply { body } => Msg::QueryReply(body),
+            tp::Msg::Erasure { body } => Msg::Erasure(body),
+            // A node may only send its own pieces (issue 32: peer security of #29).
+            tp::Msg::SegPiece(p) => {
+                own(&p.src_node)?;
+                Msg::Piece(Piece {
+                    set: p.set,
+                    dataset: p.dataset,
+                    epoch: p.epoch,
+                    stripe: p.stripe,
+                    row: p.row,
+                    kind: p.kind,
+                    offset: p.offset,
+                    len: p.len,
+                    seg_size: p.seg_size,
+                })
+            }
             other => {
                 return Err(NodeError::Protocol {
                     peer,

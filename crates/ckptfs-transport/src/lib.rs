@@ -66,6 +66,13 @@
 //! 16 Bye        (empty)
 //! 17 Query      u32 len | UTF-8 JSON[len]   (a dataset request, ckptfs-node::datasets)
 //! 18 QueryReply u32 len | UTF-8 JSON[len]   (its answer); both at most 1 MiB
+//! 19 SegPiece   u64 epoch | u32 stripe | u16 row | u8 kind (0 partial XOR sum, 1 data
+//!               segment, 2 parity shard) | u64 offset | u32 len | u64 seg_size
+//!               | name src_node | name set | key dataset (a name of 1-255 bytes)
+//!               (1 <= len, offset + len <= seg_size; one Chunk frame with the
+//!               piece's data, at the same offset and length, follows)
+//! 20 Erasure    u32 len | UTF-8 JSON[len]   (an erasure-set request or answer,
+//!               ckptfs-erasure::proto; at most 1 MiB)
 //! ```
 //! A payload must be used up exactly; flag bytes must be 0 or 1.
 //!
@@ -87,7 +94,7 @@ pub mod raw;
 pub mod seal;
 
 pub use conn::{Conn, ConnConfig, ConnReader, ConnWriter, Identity, HANDSHAKE_MAX};
-pub use frame::{ChunkHeader, ListEntry, Msg, MsgType, Nack, PutBegin, PutEnd};
+pub use frame::{ChunkHeader, ListEntry, Msg, MsgType, Nack, PutBegin, PutEnd, SegKind, SegPiece};
 pub use handshake::{accept, connect, REFUSAL};
 pub use raw::RawConn;
 pub use seal::{Protection, TAG_LEN};

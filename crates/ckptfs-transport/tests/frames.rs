@@ -6,7 +6,7 @@ use ckptfs_transport::frame::{
     check_path, decode_frame, decode_header, encode_frame, encode_header, Challenge, Hello, MsgType,
     CHUNK_FIXED, DEFAULT_MAX_CHUNK, HEADER_LEN, MAX_CONTROL,
 };
-use ckptfs_transport::{ChunkHeader, FrameError, ListEntry, Msg, Nack, PutBegin, PutEnd};
+use ckptfs_transport::{ChunkHeader, FrameError, ListEntry, Msg, Nack, PutBegin, PutEnd, SegKind, SegPiece};
 use proptest::prelude::*;
 use std::path::PathBuf;
 
@@ -137,7 +137,30 @@ fn every_message() -> Vec<(Msg, Vec<u8>)> {
             vec![],
         ),
         (Msg::Bye, vec![]),
+        (Msg::SegPiece(piece()), vec![]),
+        (
+            Msg::Erasure {
+                body: r#"{"v":1,"op":"headers","set":"set0"}"#.into(),
+            },
+            vec![],
+        ),
     ]
+}
+
+/// A valid erasure piece announcement.
+fn piece() -> SegPiece {
+    SegPiece {
+        src_node: "node2".into(),
+        set: "set0".into(),
+        dataset: "job-1.7".into(),
+        epoch: 1_700_000_000_000_000_000,
+        stripe: 3,
+        row: 1,
+        kind: SegKind::Parity,
+        offset: 1 << 20,
+        len: 4096,
+        seg_size: (1 << 20) + 4096,
+    }
 }
 
 #[test]
@@ -157,7 +180,7 @@ fn every_message_round_trips_through_the_codec() {
         }
         kinds.insert(msg.kind() as u8);
     }
-    assert_eq!(kinds.len(), 16, "a message type has no round-trip case");
+    assert_eq!(kinds.len(), 18, "a message type has no round-trip case");
 }
 
 #[test]
@@ -410,7 +433,7 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_payloads_behind_a_valid_header_never_panic(kind in 1u8..=16, payload in proptest::collection::vec(any::<u8>(), 0..300)) {
+    fn arbitrary_payloads_behind_a_valid_header_never_panic(kind in 1u8..=20, payload in proptest::collection::vec(any::<u8>(), 0..300)) {
         let kind = MsgType::from_u8(kind).unwrap();
         let mut f = encode_header(kind, payload.len() as u32).to_vec();
         f.extend_from_slice(&payload);
@@ -526,4 +549,109 @@ fn list_reply_entries_carry_the_copys_crc32c_and_an_unknown_one_is_zero_on_the_w
         panic!("{back:?}")
     };
     assert_eq!(entries[0].crc32c, Some(7));
+}
+
+/// Erasure pieces (issue 32): every field bounded and checked by the decoder, so a
+/// hostile peer's announcement cannot make a receiver allocate or write outside the
+/// segment it names.
+#[test]
+fn erasure_pieces_outside_their_segment_or_of_unknown_kind_are_refused() {
+    let good = encode_frame(&Msg::SegPiece(piece()), &[]).unwrap();
+    decode_frame(&good, DEFAULT_MAX_CHUNK).unwrap().unwrap();
+    for bad in [
+        SegPiece { len: 0, ..piece() },
+        SegPiece {
+            offset: piece().seg_size,
+            ..piece()
+        },
+        SegPiece {
+            offset: u64::MAX,
+            ..piece()
+        },
+        SegPiece {
+            dataset: "a/../b".into(),
+            ..piece()
+        },
+        SegPiece {
+            dataset: "x".repeat(256),
+            ..piece()
+        },
+        SegPiece {
+            src_node: String::new(),
+            ..piece()
+        },
+    ] {
+        assert!(
+            matches!(
+                encode_frame(&Msg::SegPiece(bad.clone()), &[]),
+                Err(FrameError::Malformed { .. })
+            ),
+            "{bad:?} encoded"
+        );
+    }
+    // The same refusals from raw bytes (a peer that does not use the encoder): an
+    // unknown kind, and a piece that runs past its segment.
+    let mut f = good.clone();
+    f[HEADER_LEN + 14] = 7; // kind
+    assert!(matches!(
+        decode_frame(&f, DEFAULT_MAX_CHUNK),
+        Err(FrameError::Malformed { .. })
+    ));
+    let mut f = good.clone();
+    f[HEADER_LEN + 15..HEADER_LEN + 23].copy_from_slice(&u64::MAX.to_le_bytes()); // offset
+    assert!(matches!(
+        decode_frame(&f, DEFAULT_MAX_CHUNK),
+        Err(FrameError::Malformed { .. })
+    ));
+    // An erasure request is bounded like a Query.
+    let big = Msg::Erasure {
+        body: "x".repeat(MAX_CONTROL as usize),
+    };
+    assert!(matches!(encode_frame(&big, &[]), Err(FrameError::TooLong { .. })));
+    let h = encode_header(MsgType::Erasure, MAX_CONTROL + 1);
+    assert!(matches!(
+        decode_header(&h, DEFAULT_MAX_CHUNK),
+        Err(FrameError::TooLong { .. })
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, .. ProptestConfig::default() })]
+
+    /// Any piece the encoder accepts decodes to itself; any mutation of its bytes
+    /// decodes to a piece that still lies inside its segment, or fails cleanly.
+    #[test]
+    fn erasure_pieces_round_trip_and_mutations_stay_inside_their_segment(
+        epoch in any::<u64>(), stripe in any::<u32>(), row in any::<u16>(), kind in 0u8..3,
+        offset in any::<u64>(), len in any::<u32>(), seg_size in any::<u64>(),
+        dataset in "[A-Za-z0-9._-]{1,255}",
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 0..3),
+    ) {
+        let p = SegPiece {
+            src_node: "node1".into(),
+            set: "set0".into(),
+            dataset,
+            epoch,
+            stripe,
+            row,
+            kind: SegKind::from_u8(kind).unwrap(),
+            offset,
+            len,
+            seg_size,
+        };
+        let Ok(mut f) = encode_frame(&Msg::SegPiece(p.clone()), &[]) else {
+            // Refused only when it does not lie inside its segment.
+            prop_assert!(len == 0 || offset.checked_add(len as u64).is_none_or(|e| e > seg_size));
+            return Ok(());
+        };
+        let (back, _, _) = decode_frame(&f, DEFAULT_MAX_CHUNK).unwrap().unwrap();
+        prop_assert_eq!(back, Msg::SegPiece(p));
+        for (i, x) in flips {
+            let i = i.index(f.len());
+            f[i] ^= x;
+        }
+        if let Ok(Some((Msg::SegPiece(q), _, _))) = decode_frame(&f, DEFAULT_MAX_CHUNK) {
+            prop_assert!(q.len > 0 && q.offset + q.len as u64 <= q.seg_size);
+        }
+    }
 }

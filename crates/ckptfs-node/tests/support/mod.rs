@@ -20,12 +20,34 @@ static RESERVED: Mutex<Vec<(String, OwnedFd)>> = Mutex::new(Vec::new());
 /// A TCP socket bound to 127.0.0.1 on a port the kernel picks (port 0), not listening;
 /// its address is recorded in [`RESERVED`].
 pub fn reserve_port() -> String {
+    bind_reserved(0).expect("a port of the kernel's choice")
+}
+
+/// A socket bound to 127.0.0.1 on the first port of `range` that can be bound (a port
+/// of the range may be taken, e.g. as another connection's ephemeral source port),
+/// recorded in [`RESERVED`] like [`reserve_port`]'s: suites that must keep to a range
+/// of ports.
+pub fn reserve_in(range: std::ops::Range<u16>) -> String {
+    let taken: Vec<String> = RESERVED.lock().unwrap().iter().map(|(a, _)| a.clone()).collect();
+    range
+        .clone()
+        .filter(|p| !taken.contains(&format!("127.0.0.1:{p}")))
+        .find_map(bind_reserved)
+        .unwrap_or_else(|| panic!("no port of {range:?} can be bound"))
+}
+
+/// Bind 127.0.0.1:`port` (0: the kernel's choice) with SO_REUSEADDR, not listening, and
+/// record it; None when the port cannot be bound.
+fn bind_reserved(port: u16) -> Option<String> {
     // SAFETY: socket(2) with constant arguments; the descriptor is owned just below.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
     assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
     // SAFETY: a fresh descriptor, owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let one: libc::c_int = 1;
+    // A port asked for is bound without SO_REUSEADDR: the bind then fails (and the next
+    // port is tried) while any other socket, a TIME_WAIT one included, holds it, so the
+    // daemon's listen(2) on it later cannot.
+    let one: libc::c_int = (port == 0) as libc::c_int;
     // SAFETY: the option value is a c_int that lives across the call, with its size.
     let rc = unsafe {
         libc::setsockopt(
@@ -41,9 +63,13 @@ pub fn reserve_port() -> String {
     let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
     sa.sin_family = libc::AF_INET as libc::sa_family_t;
     sa.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+    sa.sin_port = port.to_be();
     let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     // SAFETY: `sa` is a sockaddr_in of `len` bytes, living across the call.
     let rc = unsafe { libc::bind(fd.as_raw_fd(), (&sa as *const libc::sockaddr_in).cast(), len) };
+    if rc != 0 && port != 0 {
+        return None;
+    }
     assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
     // SAFETY: as above; getsockname writes at most `len` bytes into `sa`.
     let rc = unsafe {
@@ -56,7 +82,7 @@ pub fn reserve_port() -> String {
     assert_eq!(rc, 0, "getsockname: {}", std::io::Error::last_os_error());
     let addr = format!("127.0.0.1:{}", u16::from_be(sa.sin_port));
     RESERVED.lock().unwrap().push((addr.clone(), fd));
-    addr
+    Some(addr)
 }
 
 /// The socket reserved for `addr`, now listening, for a daemon or a fake peer; `None`
@@ -113,9 +139,13 @@ impl TestCluster {
 
     /// As [`TestCluster::new`], the nodes at `addrs` (e.g. simulated nodes' addresses).
     pub fn with_addrs(tag: &str, addrs: Vec<String>, scheme: Scheme, copies: usize) -> TestCluster {
+        Self::with_job(&format!("hn-{tag}-{}", std::process::id()), addrs, scheme, copies)
+    }
+
+    /// As [`TestCluster::with_addrs`], the job (and so the stores' names) given.
+    pub fn with_job(job: &str, addrs: Vec<String>, scheme: Scheme, copies: usize) -> TestCluster {
         let n = addrs.len();
-        let job = format!("hn-{tag}-{}", std::process::id());
-        let mut c = Cluster::local(n, &job, 1000).unwrap();
+        let mut c = Cluster::local(n, job, 1000).unwrap();
         for (node, addr) in c.nodes.iter_mut().zip(addrs) {
             node.addr = addr;
         }

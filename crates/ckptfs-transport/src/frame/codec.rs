@@ -77,6 +77,12 @@ fn check_outgoing(msg: &Msg) -> Result<(), FrameError> {
             check_name("Get.src_node", src_node)?;
             check_path(path)
         }
+        Msg::SegPiece(p) => {
+            check_name("SegPiece.src_node", &p.src_node)?;
+            check_name("SegPiece.set", &p.set)?;
+            check_name_max("SegPiece.dataset", &p.dataset, MAX_KEY)?;
+            check_piece(p)
+        }
         _ => Ok(()),
     }
 }
@@ -157,9 +163,21 @@ pub fn encode_payload(msg: &Msg) -> Result<Vec<u8>, FrameError> {
             w.i32(*errno);
             w.str(cut(reason));
         }
-        Msg::Query { body } | Msg::QueryReply { body } => {
+        Msg::Query { body } | Msg::QueryReply { body } | Msg::Erasure { body } => {
             w.u32(body.len().min(u32::MAX as usize) as u32);
             w.bytes(body.as_bytes());
+        }
+        Msg::SegPiece(p) => {
+            w.u64(p.epoch);
+            w.u32(p.stripe);
+            w.0.extend_from_slice(&p.row.to_le_bytes());
+            w.u8(p.kind as u8);
+            w.u64(p.offset);
+            w.u32(p.len);
+            w.u64(p.seg_size);
+            w.str(&p.src_node);
+            w.str(&p.set);
+            w.str(&p.dataset);
         }
     }
     let max = max_payload(msg.kind(), u32::MAX);
@@ -318,6 +336,8 @@ pub fn decode_payload(kind: MsgType, payload: &[u8]) -> Result<Msg, FrameError> 
         MsgType::Bye => "Bye",
         MsgType::Query => "Query",
         MsgType::QueryReply => "QueryReply",
+        MsgType::SegPiece => "SegPiece",
+        MsgType::Erasure => "Erasure",
     };
     let mut r = R {
         b: payload,
@@ -428,7 +448,38 @@ pub fn decode_payload(kind: MsgType, payload: &[u8]) -> Result<Msg, FrameError> 
             errno: r.i32()?,
             reason: r.str(MAX_REASON)?,
         },
-        MsgType::Query | MsgType::QueryReply => {
+        MsgType::SegPiece => {
+            let epoch = r.u64()?;
+            let stripe = r.u32()?;
+            let row = u16::from_le_bytes(r.arr()?);
+            let k = r.u8()?;
+            let kind = SegKind::from_u8(k).ok_or_else(|| FrameError::Malformed {
+                kind: "SegPiece",
+                why: format!("unknown segment kind {k}"),
+            })?;
+            let offset = r.u64()?;
+            let len = r.u32()?;
+            let seg_size = r.u64()?;
+            let p = SegPiece {
+                src_node: r.name("SegPiece.src_node")?,
+                set: r.name("SegPiece.set")?,
+                dataset: {
+                    let s = r.str(MAX_KEY)?;
+                    check_name_max("SegPiece.dataset", &s, MAX_KEY)?;
+                    s
+                },
+                epoch,
+                stripe,
+                row,
+                kind,
+                offset,
+                len,
+                seg_size,
+            };
+            check_piece(&p)?;
+            Msg::SegPiece(p)
+        }
+        MsgType::Query | MsgType::QueryReply | MsgType::Erasure => {
             let n = r.u32()? as usize;
             let b = r.take(n)?;
             let body = std::str::from_utf8(b)
@@ -437,10 +488,10 @@ pub fn decode_payload(kind: MsgType, payload: &[u8]) -> Result<Msg, FrameError> 
                     kind: name,
                     why: "body is not UTF-8".into(),
                 })?;
-            if kind == MsgType::Query {
-                Msg::Query { body }
-            } else {
-                Msg::QueryReply { body }
+            match kind {
+                MsgType::Query => Msg::Query { body },
+                MsgType::QueryReply => Msg::QueryReply { body },
+                _ => Msg::Erasure { body },
             }
         }
     };
@@ -484,6 +535,21 @@ fn chunk_fields(r: &mut R<'_>) -> Result<ChunkHeader, FrameError> {
         len: r.u32()?,
         crc32c: r.u32()?,
     })
+}
+
+/// A piece must lie inside its segment and carry data (checked on both sides).
+fn check_piece(p: &SegPiece) -> Result<(), FrameError> {
+    let end = p.offset.checked_add(p.len as u64);
+    if p.len == 0 || end.is_none_or(|e| e > p.seg_size) {
+        return Err(FrameError::Malformed {
+            kind: "SegPiece",
+            why: format!(
+                "piece of {} bytes at {} does not lie inside a segment of {}",
+                p.len, p.offset, p.seg_size
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Decodes the fixed part of a chunk frame's payload ([`CHUNK_FIXED`] bytes).

@@ -33,6 +33,8 @@ pub const MAX_COMPONENT: usize = 255;
 pub const MAX_NAME: usize = 64;
 /// Longest reason text in Nack/Error (bytes); longer ones are cut when encoding.
 pub const MAX_REASON: usize = 1024;
+/// Longest dataset key in a [`SegPiece`] (bytes; letters, digits, `.`, `_`, `-`).
+pub const MAX_KEY: usize = 255;
 /// Length of a nonce and of an HMAC-SHA256 tag.
 pub const NONCE_LEN: usize = 32;
 /// Length of an HMAC-SHA256 tag.
@@ -80,6 +82,10 @@ pub enum MsgType {
     Query = 17,
     /// Answer to Query (JSON).
     QueryReply = 18,
+    /// One piece of an erasure segment or parity shard; its data follows in a Chunk.
+    SegPiece = 19,
+    /// An erasure-set request or answer (JSON, `ckptfs-erasure`'s `proto`).
+    Erasure = 20,
 }
 
 impl MsgType {
@@ -105,6 +111,8 @@ impl MsgType {
             16 => Bye,
             17 => Query,
             18 => QueryReply,
+            19 => SegPiece,
+            20 => Erasure,
             _ => return None,
         })
     }
@@ -227,6 +235,58 @@ pub struct ListEntry {
     pub crc32c: Option<u32>,
 }
 
+/// What a [`SegPiece`] carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum SegKind {
+    /// A running XOR sum of a stripe's data segments, passed along the set's ring.
+    Partial = 0,
+    /// A member's own data segment of a stripe (a rebuild reads it).
+    Data = 1,
+    /// A parity shard (a rebuild reads it).
+    Parity = 2,
+}
+
+impl SegKind {
+    /// The kind for a code, if any.
+    pub fn from_u8(b: u8) -> Option<SegKind> {
+        Some(match b {
+            0 => SegKind::Partial,
+            1 => SegKind::Data,
+            2 => SegKind::Parity,
+            _ => return None,
+        })
+    }
+}
+
+/// One piece of an erasure segment: `len` bytes at `offset` of the segment (or shard)
+/// of `seg_size` bytes of stripe `stripe` (parity row `row`), for `dataset`'s encoding
+/// `epoch` by set `set`. The data follows in one Chunk frame whose offset and length
+/// are the same. `src_node` is the sender (the receiver refuses any other name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegPiece {
+    /// The sending node (must be the authenticated peer).
+    pub src_node: String,
+    /// Erasure set name.
+    pub set: String,
+    /// Dataset key (a name of at most [`MAX_KEY`] bytes).
+    pub dataset: String,
+    /// Encoding generation.
+    pub epoch: u64,
+    /// Stripe.
+    pub stripe: u32,
+    /// Parity row (0 unless a parity shard of a Reed-Solomon set).
+    pub row: u16,
+    /// What the bytes are.
+    pub kind: SegKind,
+    /// Byte offset in the segment.
+    pub offset: u64,
+    /// Bytes of data in the Chunk that follows.
+    pub len: u32,
+    /// The whole segment's length.
+    pub seg_size: u64,
+}
+
 /// A protocol message. A `Chunk`'s data travels beside it (see `Conn::send_chunk`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Msg {
@@ -312,6 +372,14 @@ pub enum Msg {
         /// UTF-8 JSON.
         body: String,
     },
+    /// One piece of an erasure segment; its data follows in a Chunk frame.
+    SegPiece(SegPiece),
+    /// An erasure-set request or answer: JSON text (`ckptfs-erasure`'s `proto`), at
+    /// most [`MAX_CONTROL`] bytes.
+    Erasure {
+        /// UTF-8 JSON.
+        body: String,
+    },
 }
 
 impl Msg {
@@ -336,6 +404,8 @@ impl Msg {
             Msg::Bye => MsgType::Bye,
             Msg::Query { .. } => MsgType::Query,
             Msg::QueryReply { .. } => MsgType::QueryReply,
+            Msg::SegPiece(_) => MsgType::SegPiece,
+            Msg::Erasure { .. } => MsgType::Erasure,
         }
     }
 }
@@ -369,8 +439,12 @@ pub fn check_path(p: &str) -> Result<(), FrameError> {
 }
 
 pub(crate) fn check_name(what: &'static str, s: &str) -> Result<(), FrameError> {
+    check_name_max(what, s, MAX_NAME)
+}
+
+pub(crate) fn check_name_max(what: &'static str, s: &str, max: usize) -> Result<(), FrameError> {
     let ok = !s.is_empty()
-        && s.len() <= MAX_NAME
+        && s.len() <= max
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
     if ok {
@@ -378,7 +452,7 @@ pub(crate) fn check_name(what: &'static str, s: &str) -> Result<(), FrameError> 
     } else {
         Err(FrameError::Malformed {
             kind: what,
-            why: "not a valid name (1-64 letters, digits, '.', '_', '-')".into(),
+            why: format!("not a valid name (1-{max} letters, digits, '.', '_', '-')"),
         })
     }
 }
@@ -388,7 +462,7 @@ pub fn max_payload(kind: MsgType, max_chunk: u32) -> u32 {
     match kind {
         MsgType::Chunk => (CHUNK_FIXED as u32).saturating_add(max_chunk),
         MsgType::ListReply | MsgType::Nack | MsgType::Error => MAX_CONTROL,
-        MsgType::Query | MsgType::QueryReply => MAX_CONTROL,
+        MsgType::Query | MsgType::QueryReply | MsgType::Erasure => MAX_CONTROL,
         _ => 4096 + 2 * MAX_PATH as u32,
     }
 }
