@@ -261,6 +261,17 @@ fn balanced(node: &str, n: usize) -> usize {
     (h % n as u64) as usize
 }
 
+impl crate::mover::DrainPolicy {
+    /// `--every` and `--evict` of `cfg` (here, not in the mover module: the
+    /// configuration names the policy, never the other way round).
+    pub fn from_config(cfg: &AgentConfig) -> crate::mover::DrainPolicy {
+        crate::mover::DrainPolicy {
+            every: cfg.every.max(1),
+            evict: cfg.evict,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,16 +314,5 @@ mod tests {
         let tg = targets(&[PathBuf::from("/l")], &[3, 7]);
         assert_eq!(tg.len(), 2);
         assert_eq!(tg[1].ost, Some(7));
-    }
-}
-
-impl crate::mover::DrainPolicy {
-    /// `--every` and `--evict` of `cfg` (here, not in the mover module: the
-    /// configuration names the policy, never the other way round).
-    pub fn from_config(cfg: &AgentConfig) -> crate::mover::DrainPolicy {
-        crate::mover::DrainPolicy {
-            every: cfg.every.max(1),
-            evict: cfg.evict,
-        }
     }
 }
