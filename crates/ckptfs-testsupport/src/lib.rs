@@ -91,6 +91,20 @@ pub fn test_user() -> Option<u32> {
     u
 }
 
+/// The first of `n` consecutive TCP ports on 127.0.0.1, each free now, at a multiple of
+/// `n` from `range.start` within `range` (the daemons a test starts bind them a moment
+/// later). Give each test its own range below Linux's ephemeral ports (32768-60999), so
+/// that neither another test nor an outgoing connection takes one between this check
+/// and the daemon's bind.
+pub fn free_ports(range: std::ops::Range<u16>, n: u16) -> u16 {
+    let (start, end) = (range.start, range.end);
+    range
+        .step_by(n.max(1) as usize)
+        .filter(|&b| b.checked_add(n).is_some_and(|e| e <= end))
+        .find(|&b| (b..b + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
+        .unwrap_or_else(|| panic!("no {n} consecutive free ports in {start}-{}", end - 1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,18 +148,4 @@ mod tests {
         assert_ne!(seeded_bytes(7, 1000), seeded_bytes(8, 1000));
         assert_eq!(seeded_bytes(7, 10), seeded_bytes(7, 1000)[..10]);
     }
-}
-
-/// The first of `n` consecutive TCP ports on 127.0.0.1, each free now, at a multiple of
-/// `n` from `range.start` within `range` (the daemons a test starts bind them a moment
-/// later). Give each test its own range below Linux's ephemeral ports (32768-60999), so
-/// that neither another test nor an outgoing connection takes one between this check
-/// and the daemon's bind.
-pub fn free_ports(range: std::ops::Range<u16>, n: u16) -> u16 {
-    let (start, end) = (range.start, range.end);
-    range
-        .step_by(n.max(1) as usize)
-        .filter(|&b| b.checked_add(n).is_some_and(|e| e <= end))
-        .find(|&b| (b..b + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()))
-        .unwrap_or_else(|| panic!("no {n} consecutive free ports in {start}-{}", end - 1))
 }
