@@ -1,5 +1,5 @@
 //! The pool client: asks the manager for a striping plan, sends chunks straight to the
-//! benefactors from a bounded write buffer ([`write`]), commits the chunk map, reads
+//! benefactors from a bounded write buffer ([`mod@write`]), commits the chunk map, reads
 //! files back.
 //!
 //! **Reads.** Each chunk is read from its first live holder, checked against its BLAKE3
