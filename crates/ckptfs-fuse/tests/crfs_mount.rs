@@ -231,8 +231,10 @@ fn crfs_daemon_sigkilled_then_remounted_keeps_closed_files() {
     d.kill9();
     assert!(ckptfs_fuse::mount::is_stale(&mp));
     let d2 = Daemon::crfs(&be, &mp, 16 << 20, 4 << 20, 4);
-    // Failed once in a CI run (ENOENT, not reproduced in 55 runs since, with and without
-    // load): if it fails again, say what the backend and the mount table held.
+    // Failed twice (ENOENT, "mount: None"): `Daemon::crfs` took the stale mount in the
+    // table and a statfs of the bare directory (between the new daemon's detach and its
+    // mount) for the new mount; it now checks in the order that cannot be fooled
+    // (tests/common). If it fails again, say what the backend and the mount table held.
     let got = std::fs::read(mp.join("ckpt/rank0")).unwrap_or_else(|e| {
         let ls = |p: &Path| -> Vec<String> {
             std::fs::read_dir(p)

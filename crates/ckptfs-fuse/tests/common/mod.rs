@@ -100,7 +100,13 @@ impl Daemon {
                 d.child = None;
                 panic!("mount daemon exited early: {st}");
             }
-            if mount::mount_entry(mp).is_some_and(|m| m.is_ckptfs()) && !mount::is_stale(mp) {
+            // statfs first, the mount table second: after a SIGKILL the stale mount is
+            // detached by the new daemon before it mounts, and a statfs between the two
+            // reaches the bare directory. Checked the other way round, the table could
+            // show the stale mount and statfs the bare directory, and the test would read
+            // the directory underneath (ENOENT). With this order a live entry seen after
+            // a statfs that was not ENOTCONN is the new mount.
+            if !mount::is_stale(mp) && mount::mount_entry(mp).is_some_and(|m| m.is_ckptfs()) {
                 break;
             }
             assert!(t0.elapsed() < Duration::from_secs(20), "mount did not appear");
