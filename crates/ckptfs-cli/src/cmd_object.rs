@@ -65,10 +65,7 @@ fn open(url: &str, ctx: &Ctx) -> Result<ObjectLevel> {
 /// directory does ([`crate::agent_args::use_dataset_policy`]): the dataset flush
 /// policy's target is this level. Files outside datasets are all drained (`--every`
 /// does not apply to the object level).
-fn dataset_select(
-    ctx: &Ctx,
-    args: &AgentArgs,
-) -> Result<Option<std::sync::Arc<ckptfs_datasets::FlushPolicy>>> {
+fn flush_policy(ctx: &Ctx, args: &AgentArgs) -> Result<Option<std::sync::Arc<ckptfs_datasets::FlushPolicy>>> {
     let ds = ckptfs_datasets::Config::from_settings(&ctx.settings, &|k| std::env::var(k).ok())?;
     if ds.flush_every == 0 && ds.pattern.is_none() {
         return Ok(None);
@@ -89,7 +86,7 @@ fn dataset_select(
 /// SIGTERM/SIGINT.
 pub fn agent(url: &str, args: &AgentArgs, ctx: &Ctx) -> Result<i32> {
     let obj = open(url, ctx)?;
-    let policy = dataset_select(ctx, args)?;
+    let policy = flush_policy(ctx, args)?;
     if policy.is_some() {
         eprintln!("ckptfs agent: datasets configured: only datasets marked for flush are drained");
     }
