@@ -232,10 +232,18 @@ def _job_latest(ds: "_ds.Datasets", root: str) -> Optional[dict]:
 
 # -- managing checkpoints ------------------------------------------------------------------
 def _levels_all(files: "dict[str, dict]") -> List[str]:
-    """Levels holding every file (fastest first)."""
+    """Levels holding every file, by the ids the native side reports (``local``,
+    ``partner`` or ``partner:NODE``, ``pfs`` or ``pfs:DIR``, ``s3:BUCKET/PREFIX``,
+    ``erasure:setN``, ``pool:...``, and the id of any level added later), in the order of
+    the first file's list (the read order: fastest first)."""
     if not files:
         return []
-    return [lv for lv in ("local", "partner", "pfs") if all(lv in (f.get("levels") or []) for f in files.values())]
+    lists = [list(f.get("levels") or []) for f in files.values()]
+    out: List[str] = []
+    for lv in lists[0]:
+        if lv not in out and all(lv in other for other in lists):
+            out.append(lv)
+    return out
 
 
 def list_checkpoints(root: str = "/", store: StoreLike = None, job: Optional[str] = None) -> List[dict]:
@@ -245,8 +253,10 @@ def list_checkpoints(root: str = "/", store: StoreLike = None, job: Optional[str
 
     ``state`` is the dataset's as the whole job sees it (cluster mode: every node's
     records through the daemons; a checkpoint is ``complete`` only when every rank's
-    part on every node is), ``levels`` the levels holding every file now (``local``,
-    ``partner``, ``pfs``), ``loadable`` whether it is complete and some level holds it
+    part on every node is), ``levels`` the levels holding every file now, by level id
+    as the native side reports them (``local``, ``partner``, ``pfs``, and the ids of the
+    settings' ``[levels]`` registry levels such as ``s3:bucket/prefix``; a level added
+    later shows up without a change here), ``loadable`` whether it is complete and some level holds it
     all (an evicted checkpoint whose files are gone is not), ``decision`` the level
     policy's ``{"level", "reason"}``, ``protection`` what that choice gives the
     checkpoint beyond this node as ``dataset_partner_copies`` applies it (the same as

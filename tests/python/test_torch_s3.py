@@ -126,3 +126,36 @@ def test_reader_loads_a_checkpoint_only_in_s3_and_refuses_a_damaged_object(store
     dcp.load(dst, storage_reader=reader)
     assert torch.equal(dst["w"], _state(1)["w"]) and int(dst["step"]) == 1
     assert not store.exists(f"/job/step2/{shards[0].name}"), "nothing of the damaged copy is published"
+
+
+def test_list_checkpoints_reports_an_s3_held_checkpoint_by_level_id(store_name, tmp_path, s3, monkeypatch):
+    """ckptfs.torch.list_checkpoints reports the levels the native side reports, by id:
+    a checkpoint drained to S3 lists ``s3:BUCKET/PREFIX`` next to ``local``, and once the
+    memory copy is gone only the object level, still loadable; no level kind is spelled
+    out in Python, so a level added later shows up the same way."""
+    exports, _sdir, bucket = s3
+    exe = _ckptfs_bin()
+    for k, v in exports.items():
+        monkeypatch.setenv(k, v)
+    for k in ("CKPTFS_DEST", "CKPTFS_CLUSTER", "CKPTFS_S3_COMPRESS", "AWS_PROFILE", "CKPTFS_CONFIG"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CKPTFS_NODE_ID", "pynode")
+    store = ckptfs.Store(store_name, mem_size="32M", chunk_size="64K")
+    dcp.save(_state(1), storage_writer=ct.Writer(store=store, path="/lv/step1"))
+    level = f"s3:{bucket}/run7"
+    # The drain's target from the [levels] section (no --dest).
+    monkeypatch.setenv("CKPTFS_LEVELS", f"local,partner,{level}")
+    r = subprocess.run(
+        [exe, "--store", store_name, "agent", "--once"], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    rows = {x["name"]: x for x in ct.list_checkpoints("/lv", store)}
+    assert rows["/lv/step1"]["levels"] == ["local", level], rows
+    store.rmtree("/lv")
+    rows = {x["name"]: x for x in ct.list_checkpoints("/lv", store)}
+    assert rows["/lv/step1"]["levels"] == [level], rows
+    assert rows["/lv/step1"]["loadable"], rows
+    # The record's files say the same, file by file.
+    listed = {d["name"]: d for d in ckptfs.datasets.Datasets(store).list()}
+    assert all(f["levels"] == [level] for f in listed["/lv/step1"]["files"].values()), listed

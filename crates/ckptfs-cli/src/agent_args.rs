@@ -29,6 +29,34 @@ pub struct DestArgs {
 }
 
 impl DestArgs {
+    /// The drain's destination: `--dest` (or `CKPTFS_DEST`) when given, else the drain
+    /// target of the settings' `[levels]` section (the first `pfs:/DIR` or
+    /// `s3:BUCKET/PREFIX` of `levels.order`; docs/agent.md, "Where the drain goes").
+    /// Returns the destination and, when it came from the section, the level's id.
+    pub(crate) fn or_levels(&self, ctx: &Ctx) -> Result<(DestArgs, Option<String>)> {
+        if !self.dest.is_empty() {
+            return Ok((self.clone(), None));
+        }
+        let levels = &ctx.settings.levels;
+        let Some(e) = levels.drain_target() else {
+            let order: Vec<String> = levels.order.iter().map(|e| e.id()).collect();
+            bail!(
+                "no drain destination: give --dest DIR[,DIR...] or --dest s3://BUCKET/PREFIX \
+                 (or CKPTFS_DEST), or list a persistent level (pfs:/DIR or s3:BUCKET/PREFIX) \
+                 in the settings' [levels] section (levels.order, CKPTFS_LEVELS, --levels; \
+                 now {})",
+                order.join(",")
+            );
+        };
+        let dest = match e.kind.as_str() {
+            "s3" => PathBuf::from(format!("s3://{}", e.instance)),
+            _ => PathBuf::from(&e.instance),
+        };
+        let mut d = self.clone();
+        d.dest = vec![dest];
+        Ok((d, Some(e.id())))
+    }
+
     /// The drain settings; `node_id` is the global `--node-id` (placement and manifest
     /// names; default: the host name).
     pub(crate) fn config(&self, node_id: Option<&str>) -> Result<AgentConfig> {

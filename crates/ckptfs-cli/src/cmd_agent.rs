@@ -48,10 +48,15 @@ pub fn main(args: AgentArgs, ctx: &Ctx) -> Result<i32> {
     if let Some(AgentCmd::Status { json, watch }) = args.cmd {
         return show_status(&name, json, watch);
     }
-    if let Some(url) = crate::cmd_object::s3_dest(&args.dest) {
+    // `--dest`/`CKPTFS_DEST`, else the first persistent level of `[levels]`.
+    let (dest, from_levels) = args.dest.or_levels(ctx)?;
+    if let Some(id) = &from_levels {
+        eprintln!("ckptfs agent: destination {id} from the settings' [levels] section");
+    }
+    if let Some(url) = crate::cmd_object::s3_dest(&dest) {
         return crate::cmd_object::agent(&url, &args, ctx);
     }
-    let mut c = args.dest.config(ctx.node_id.as_deref())?;
+    let mut c = dest.config(ctx.node_id.as_deref())?;
     c.io_threads = args.io_threads;
     c.write_size = args.write_size as usize;
     c.direct = args.direct;

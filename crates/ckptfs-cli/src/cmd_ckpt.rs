@@ -119,7 +119,12 @@ fn job_json(d: &ckptfs_datasets::JobDataset, evict: &[u64], prot: Option<&Protec
 
 /// `ckpt list` across the job's nodes.
 fn list_job(ds: &Datasets, json: bool, ctx: &Ctx) -> Result<()> {
-    let all = ds.job_list()?;
+    let mut all = ds.job_list()?;
+    // The levels the daemons report, with the read order's registry levels (object
+    // storage, ...) that hold each node's files, by id.
+    for d in all.iter_mut() {
+        ds.refresh_job_levels(d);
+    }
     let (local, _) = ds.list()?;
     let evict = ds.next_evictions(&local);
     let prune = ds.next_pfs_prunes(&local);

@@ -60,14 +60,54 @@ fn open(url: &str, ctx: &Ctx) -> Result<ObjectLevel> {
     Ok(ObjectLevel::new(cfg)?)
 }
 
+/// With datasets configured (`dataset_flush_every` or `dataset_pattern` set), the
+/// drain to the bucket takes only the datasets marked for flush, as the drain to a
+/// directory does ([`crate::agent_args::use_dataset_policy`]): the dataset flush
+/// policy's target is this level. Files outside datasets are all drained (`--every`
+/// does not apply to the object level).
+fn flush_policy(ctx: &Ctx, args: &AgentArgs) -> Result<Option<std::sync::Arc<ckptfs_datasets::FlushPolicy>>> {
+    let ds = ckptfs_datasets::Config::from_settings(&ctx.settings, &|k| std::env::var(k).ok())?;
+    if ds.flush_every == 0 && ds.pattern.is_none() {
+        return Ok(None);
+    }
+    let fallback = ckptfs_agent::DrainPolicy {
+        every: 1,
+        evict: args.evict,
+    };
+    Ok(Some(std::sync::Arc::new(ckptfs_datasets::FlushPolicy::new(
+        ctx.store.clone(),
+        &ds.job,
+        ds.pattern.clone(),
+        fallback,
+    ))))
+}
+
 /// `ckptfs agent --dest s3://...`: drain now (`--once`) or every `--interval` until
 /// SIGTERM/SIGINT.
 pub fn agent(url: &str, args: &AgentArgs, ctx: &Ctx) -> Result<i32> {
     let obj = open(url, ctx)?;
+    let policy = flush_policy(ctx, args)?;
+    if policy.is_some() {
+        eprintln!("ckptfs agent: datasets configured: only datasets marked for flush are drained");
+    }
+    let select: Option<ckptfs_object::drain::Select> = policy.clone().map(|p| {
+        let s: ckptfs_object::drain::Select = std::sync::Arc::new(move |f: &ckptfs_level::Stored| {
+            use ckptfs_agent::mover::{Candidate, MovePolicy};
+            let c = Candidate {
+                path: &f.path,
+                size: f.version.size,
+                mtime_ns: f.version.mtime_ns,
+                dir_ordinal: 0,
+            };
+            p.route(ckptfs_level::LevelKind::Local, &c).is_some()
+        });
+        s
+    });
     let opt = DrainOptions {
         max_bw: args.max_bw.map(|m| m * 1e6),
         evict: args.evict,
         prefix: None,
+        select,
     };
     let shutdown = ckptfs_runtime::Shutdown::on_signals(&[libc::SIGTERM, libc::SIGINT])?;
     let store = Store::attach(&ctx.store).context("attach the store")?;
@@ -79,6 +119,10 @@ pub fn agent(url: &str, args: &AgentArgs, ctx: &Ctx) -> Result<i32> {
         std::process::id()
     );
     loop {
+        if let Some(p) = &policy {
+            // The dataset records as they are now.
+            ckptfs_agent::mover::MovePolicy::refresh(p.as_ref());
+        }
         let rep = drain_once(&store, &obj, &opt)?;
         if rep.drained_files > 0 || rep.already_drained > 0 {
             record(&store, &obj);
@@ -100,6 +144,12 @@ pub fn agent(url: &str, args: &AgentArgs, ctx: &Ctx) -> Result<i32> {
                     String::new()
                 }
             );
+            if rep.left > 0 {
+                eprintln!(
+                    "  {} files left in memory (datasets not marked for flush)",
+                    rep.left
+                );
+            }
             for f in &rep.failed {
                 eprintln!("  failed {}: {}", esc(&f.path), esc(&f.error));
             }

@@ -11,13 +11,11 @@
 //! from S3_LOCAL_BUCKET (default ckptfs), its binary from VERSITYGW (default
 //! .tools/s3/bin/versitygw).
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod s3_support;
+use s3_support::{data, flip, Server};
 
 /// `libckptfs_preload.so` next to the `ckptfs` binary under test (where `ckptfs run`
 /// looks first), built with the same profile if missing.
@@ -34,75 +32,6 @@ fn ensure_preload_lib() {
         c.arg("--release");
     }
     assert!(c.status().unwrap().success(), "building ckptfs-preload failed");
-}
-
-/// A real S3 server of its own (data under a temporary directory).
-struct Server {
-    dir: tempfile::TempDir,
-    env: HashMap<String, String>,
-    bucket: String,
-}
-
-impl Server {
-    fn start() -> Option<Server> {
-        let bin = std::env::var_os("VERSITYGW")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root().join(".tools/s3/bin/versitygw"));
-        if !bin.exists() {
-            // CI (.ci/run) requires the real server: a missing one fails, never skips.
-            assert!(
-                std::env::var_os("CKPTFS_REQUIRE_SERVICES").is_none(),
-                "no S3 server ({}): scripts/setup-s3.sh did not build it",
-                bin.display()
-            );
-            eprintln!(
-                "SKIPPED: no S3 server ({}): run scripts/setup-s3.sh",
-                bin.display()
-            );
-            return None;
-        }
-        let dir = tempfile::Builder::new().prefix("levels-s3-").tempdir().unwrap();
-        let bucket = std::env::var("S3_LOCAL_BUCKET").unwrap_or_else(|_| "ckptfs".into());
-        let out = Command::new("bash")
-            .arg(root().join("scripts/s3-local.sh"))
-            .arg("start")
-            .arg(dir.path())
-            .env("VERSITYGW", &bin)
-            .env("S3_LOCAL_BUCKET", &bucket)
-            .env(
-                "S3_LOCAL_PORTS",
-                std::env::var("S3_LOCAL_PORTS").unwrap_or_else(|_| "44000-44999".into()),
-            )
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "s3-local.sh start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut env = HashMap::new();
-        for l in String::from_utf8_lossy(&out.stdout).lines() {
-            if let Some((k, v)) = l.strip_prefix("export ").and_then(|l| l.split_once('=')) {
-                env.insert(k.to_string(), v.to_string());
-            }
-        }
-        Some(Server { dir, env, bucket })
-    }
-
-    /// The server's file of object `key` (plain files under DIR/data/BUCKET).
-    fn object_file(&self, key: &str) -> PathBuf {
-        self.dir.path().join("data").join(&self.bucket).join(key)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(root().join("scripts/s3-local.sh"))
-            .arg("stop")
-            .arg(self.dir.path())
-            .output();
-    }
 }
 
 /// A store of its own, driven through the `ckptfs` binary with a clean environment.
@@ -181,25 +110,6 @@ impl Drop for Store {
     fn drop(&mut self) {
         let _ = self.run(&["destroy", "--force"]);
     }
-}
-
-fn data(seed: u32, len: usize) -> Vec<u8> {
-    (0..len as u32)
-        .map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 11) as u8)
-        .collect()
-}
-
-fn flip(file: &Path, at: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(file)
-        .unwrap();
-    let mut b = [0u8];
-    f.read_exact_at(&mut b, at).unwrap();
-    b[0] ^= 0x5a;
-    f.write_all_at(&b, at).unwrap();
 }
 
 /// `ckptfs config` shows the `[levels]` order and its options (never a credential),
@@ -540,4 +450,117 @@ fn the_endpoint_in_the_levels_options_reaches_the_drain_and_the_restore() {
     assert!(o.status.success(), "{err}");
     assert_eq!(o.stdout, bytes);
     assert!(err.contains(&format!("from {id}")), "{err}");
+}
+
+/// The drain's target from the settings: without `--dest` (and `CKPTFS_DEST`), `ckptfs
+/// agent --once` drains to the first persistent level of the `[levels]` order, here a
+/// `pfs:/DIR` given in the settings file; `--dest` still wins; with no persistent level
+/// listed the agent refuses, naming the section.
+#[test]
+fn agent_without_dest_drains_to_the_pfs_directory_of_the_levels_order() {
+    let mut s = Store::new("drainpfs");
+    let pfs = s.home.path().join("pfs");
+    let other = s.home.path().join("other");
+    std::fs::create_dir_all(&pfs).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    let file = s.home.path().join("c.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[levels]\norder = [\"local\", \"partner\", \"pfs:{}\"]\n",
+            pfs.display()
+        ),
+    )
+    .unwrap();
+    s.env.push(("CKPTFS_CONFIG".into(), file.display().to_string()));
+    s.ok(&["init"]);
+    let a = data(30, 300_000);
+    s.put("/ck/a", &a);
+    let o = s.run(&["agent", "--once"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "destination pfs:{} from the settings' [levels] section",
+            pfs.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(pfs.join("ck/a")).unwrap(), a);
+    // `--dest` wins over the section.
+    let b = data(31, 1000);
+    s.put("/ck/b", &b);
+    s.ok(&["agent", "--once", "--dest", other.to_str().unwrap()]);
+    assert_eq!(std::fs::read(other.join("ck/b")).unwrap(), b);
+    assert!(!pfs.join("ck/b").exists());
+    // No persistent level listed (the variable beats the file): a clear error.
+    let o = s
+        .cmd(&["agent", "--once"])
+        .env("CKPTFS_LEVELS", "local,partner,pfs")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("no drain destination") && err.contains("[levels]") && err.contains("--dest"),
+        "{err}"
+    );
+}
+
+/// `CKPTFS_LEVELS=local,partner,s3:BUCKET/run3 ckptfs agent --once` drains to the bucket
+/// (no `--dest`), `ckptfs ls -l` lists the level, and `--dest s3://...` still wins. With
+/// datasets configured (`dataset_flush_every = 2`) the flush policy's target is the
+/// bucket: only the dataset marked for flush goes there.
+#[test]
+fn agent_without_dest_drains_to_the_s3_level_of_the_levels_order() {
+    let Some(srv) = Server::start() else { return };
+    let s = Store::new("drains3").with_server(&srv);
+    let id = format!("s3:{}/run3", srv.bucket);
+    let levels = format!("local,partner,{id}");
+    let agent = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["agent", "--once"];
+        args.extend_from_slice(extra);
+        let mut c = s.cmd(&args);
+        c.env("CKPTFS_LEVELS", &levels);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{err}");
+        err
+    };
+    s.ok(&["init"]);
+    let a = data(40, 2 << 20);
+    s.put("/ck/a", &a);
+    let err = agent(&[], &[]);
+    assert!(
+        err.contains(&format!("destination {id} from the settings' [levels] section"))
+            && err.contains("drained 1 files"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(srv.object_file("run3/data/ck/a")).unwrap(), a);
+    let ls = s.ok(&["ls", "-l", "/ck"]);
+    assert!(ls.contains(&id), "{ls}");
+    // `--dest` wins.
+    s.put("/ck/b", b"bee");
+    agent(&["--dest", &format!("s3://{}/run4", srv.bucket)], &[]);
+    assert!(srv.object_file("run4/data/ck/b").is_file());
+    assert!(!srv.object_file("run3/data/ck/b").exists());
+    // The dataset flush policy drains to the level too: every 2nd dataset only.
+    let flush = [("CKPTFS_DATASET_FLUSH_EVERY", "2"), ("CKPTFS_PFS_BANDWIDTH", "1")];
+    for step in 1..=2 {
+        let mut c = s.cmd(&["ckpt", "begin", &format!("step{step}")]);
+        assert!(c.envs(flush).output().unwrap().status.success());
+        s.put(&format!("/ds/{step}/rank0"), format!("state {step}").as_bytes());
+        let mut c = s.cmd(&["ckpt", "complete"]);
+        assert!(c.envs(flush).output().unwrap().status.success());
+    }
+    let err = agent(&[], &flush);
+    assert!(err.contains("only datasets marked for flush"), "{err}");
+    assert!(!srv.object_file("run3/data/ds/1/rank0").exists(), "{err}");
+    assert_eq!(
+        std::fs::read(srv.object_file("run3/data/ds/2/rank0")).unwrap(),
+        b"state 2"
+    );
 }

@@ -579,3 +579,87 @@ fn daemon_section_resolves_with_the_same_precedence_in_config_and_node() {
         text(&o.stderr)
     );
 }
+
+/// The `[levels]` section as the drain's target (issue 33): the settings file's
+/// `levels.order`, `CKPTFS_LEVELS` and the `--levels` flag each name a different PFS
+/// directory; `ckptfs config --json` and `ckptfs agent --once` (no `--dest`) agree on
+/// which wins (flag > env > file), and the drain goes there.
+#[test]
+fn levels_section_picks_the_drain_target_with_the_same_precedence_in_config_and_agent() {
+    let sc = scratch();
+    let home = sc.dir.path();
+    let store = unique_store();
+    let _d = Destroy(store.clone());
+    let dirs: Vec<PathBuf> = ["file", "env", "flag"].iter().map(|n| home.join(n)).collect();
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let file = home.join("c.toml");
+    std::fs::write(
+        &file,
+        format!("[levels]\norder = [\"local\", \"pfs:{}\"]\n", dirs[0].display()),
+    )
+    .unwrap();
+    let env_order = format!("local,partner,pfs:{}", dirs[1].display());
+    let flag_order = format!("local,pfs:{}", dirs[2].display());
+    let cmd = |args: &[&str], env: bool, flag: bool| {
+        let mut c = clean(Command::new(ckptfs()), home);
+        c.arg("--config").arg(&file).args(["--store", &store]);
+        if flag {
+            c.args(["--levels", &flag_order]);
+        }
+        if env {
+            c.env("CKPTFS_LEVELS", &env_order);
+        }
+        c.args(args)
+            .env("CKPTFS_MEM_SIZE", "16M")
+            .env("CKPTFS_NODE_ID", "n0");
+        run(c)
+    };
+    let src = home.join("src");
+    for (i, (env, flag, source)) in [(false, false, "file"), (true, false, "env"), (true, true, "flag")]
+        .into_iter()
+        .enumerate()
+    {
+        let o = cmd(&["config", "--json"], env, flag);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let v = json(&text(&o.stdout));
+        let row = v["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == "levels.order")
+            .unwrap()
+            .clone();
+        assert_eq!(row["source"], source, "{row}");
+        assert!(
+            row["value"]
+                .as_str()
+                .unwrap()
+                .contains(&dirs[i].display().to_string()),
+            "{row}"
+        );
+        let body = format!("drained by the {source} order");
+        std::fs::write(&src, &body).unwrap();
+        let path = format!("/ck/{source}");
+        let o = cmd(&["put", "-p", src.to_str().unwrap(), &path], env, flag);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let o = cmd(&["agent", "--once"], env, flag);
+        assert!(o.status.success(), "{source}: {}", text(&o.stderr));
+        assert_eq!(
+            std::fs::read_to_string(dirs[i].join("ck").join(source)).unwrap(),
+            body,
+            "{source}: {}",
+            text(&o.stderr)
+        );
+        for (j, d) in dirs.iter().enumerate() {
+            if j != i {
+                assert!(
+                    !d.join("ck").join(source).exists(),
+                    "{source} drained to {}",
+                    d.display()
+                );
+            }
+        }
+    }
+}

@@ -114,15 +114,22 @@ impl JobDataset {
             .sum()
     }
 
-    /// Levels holding every file of every node (as the nodes last checked), fastest
-    /// first.
+    /// Levels holding every file of every node (as the nodes last checked, with the
+    /// registry levels [`crate::Datasets::refresh_job_levels`] added), fastest first:
+    /// in the order of the first file's list (`local`, `partner`, `erasure`, `pfs` as
+    /// the daemons report them, then level ids such as `s3:bucket/prefix`).
     pub fn levels(&self) -> Vec<String> {
         let files: Vec<_> = self.parts.values().flat_map(|p| p.files.values()).collect();
-        ["local", "partner", "erasure", "pfs"]
-            .iter()
-            .filter(|l| !files.is_empty() && files.iter().all(|f| f.levels.iter().any(|x| x == *l)))
-            .map(|l| l.to_string())
-            .collect()
+        let mut out: Vec<String> = Vec::new();
+        let Some(first) = files.first() else {
+            return out;
+        };
+        for l in &first.levels {
+            if !out.contains(l) && files.iter().all(|f| f.levels.contains(l)) {
+                out.push(l.clone());
+            }
+        }
+        out
     }
 }
 

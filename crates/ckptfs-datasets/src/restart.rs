@@ -307,6 +307,31 @@ impl Datasets {
         })))
     }
 
+    /// Add the read order's registry levels (by id: `s3:bucket/prefix`, `pfs:/dir`,
+    /// ...) that hold each file of every node's part of `d` with its size and CRC32C
+    /// to the levels the nodes reported (`ckpt list --cluster`): a level every node
+    /// reaches (object storage, a shared directory) is asked here, by the listing
+    /// node, rather than by each node's daemon.
+    pub fn refresh_job_levels(&self, d: &mut crate::JobDataset) {
+        for part in d.parts.values_mut() {
+            for (path, f) in part.files.iter_mut() {
+                for step in self.order.beyond_partners() {
+                    let Step::Level(id) = step else { continue };
+                    let name = id.to_string();
+                    if f.levels.contains(&name) {
+                        continue;
+                    }
+                    let held = self.order.level(id).is_some_and(|lv| {
+                        matches!(lv.stat(path), Ok(Some(s)) if s.version.size == f.size && s.version.crc32c == Some(f.crc32c))
+                    });
+                    if held {
+                        f.levels.push(name);
+                    }
+                }
+            }
+        }
+    }
+
     /// Levels holding each file of `d` now (local, pfs, the read order's registry
     /// levels by id), for listings.
     pub fn refresh_levels(&self, d: &mut Dataset) {

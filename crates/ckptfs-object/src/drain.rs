@@ -46,6 +46,9 @@ pub struct DrainReport {
     pub object_bytes: u64,
     /// Files the bucket already held with the same content.
     pub already_drained: u64,
+    /// Files the selection ([`DrainOptions::select`], the dataset flush policy) left
+    /// in the store for now.
+    pub left: u64,
     /// Unfinished uploads of earlier drains aborted at the start.
     pub aborted_uploads: usize,
     /// The manifest written (None when nothing was drained).
@@ -56,8 +59,12 @@ pub struct DrainReport {
     pub seconds: f64,
 }
 
+/// Which complete store files a drain takes now (true: drain it). The dataset flush
+/// policy (`ckptfs_datasets::FlushPolicy`) answers through this in `ckptfs agent`.
+pub type Select = std::sync::Arc<dyn Fn(&ckptfs_level::Stored) -> bool + Send + Sync>;
+
 /// Options of a drain.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct DrainOptions {
     /// Bandwidth cap in bytes per second (checked between files).
     pub max_bw: Option<f64>,
@@ -65,6 +72,20 @@ pub struct DrainOptions {
     pub evict: bool,
     /// Only files under this store path (default `/`).
     pub prefix: Option<String>,
+    /// Only the files this accepts (None: every complete file); the others are left in
+    /// the store and asked about again at the next drain.
+    pub select: Option<Select>,
+}
+
+impl std::fmt::Debug for DrainOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DrainOptions")
+            .field("max_bw", &self.max_bw)
+            .field("evict", &self.evict)
+            .field("prefix", &self.prefix)
+            .field("select", &self.select.as_ref().map(|_| "..."))
+            .finish()
+    }
 }
 
 /// Drain `store`'s complete files to `obj` (see the module documentation).
@@ -92,6 +113,10 @@ pub fn drain_once(store: &Store, obj: &ObjectLevel, opt: &DrainOptions) -> Resul
     let mut done = Vec::new();
     obj.begin_set();
     for f in files.iter().filter(|f| !internal(&f.path)) {
+        if opt.select.as_ref().is_some_and(|sel| !sel(f)) {
+            rep.left += 1;
+            continue;
+        }
         if held
             .get(&f.path)
             .is_some_and(|h| h.version.same_content(&f.version))

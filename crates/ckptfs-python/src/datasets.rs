@@ -139,7 +139,18 @@ impl PyDatasets {
     /// oldest first, as JSON: `id name state reason parts {node: {ranks, files}}
     /// created_ns closed_ns unreachable`.
     fn job_list(&self, py: Python<'_>) -> PyResult<String> {
-        let all = py.allow_threads(|| self.ds.job_list()).map_err(derr)?;
+        // With the registry levels of the read order (object storage, ...) that hold
+        // each node's files added, by id, as `ckptfs ckpt list --cluster` shows them.
+        let all = py
+            .allow_threads(|| {
+                self.ds.job_list().map(|mut all| {
+                    for d in all.iter_mut() {
+                        self.ds.refresh_job_levels(d);
+                    }
+                    all
+                })
+            })
+            .map_err(derr)?;
         json(&all)
     }
 

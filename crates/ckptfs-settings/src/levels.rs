@@ -39,6 +39,11 @@ pub const DEFAULT_LEVELS: &str = "local,partner,pfs";
 /// The kinds the front-ends read by their own paths (see the module documentation).
 pub const BUILTIN: [&str; 3] = ["local", "partner", "pfs"];
 
+/// The kinds a drain can write to: `ckptfs agent` without `--dest` (and without
+/// `CKPTFS_DEST`) drains to the first entry of one of these kinds that names its
+/// instance ([`LevelsSettings::drain_target`]).
+pub const PERSISTENT: [&str; 2] = ["pfs", "s3"];
+
 /// One entry of `levels.order`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LevelEntry {
@@ -93,6 +98,15 @@ impl LevelsSettings {
     /// Whether the built-in step `kind` (`partner`, `pfs`) is listed.
     pub fn reads(&self, kind: &str) -> bool {
         self.order.iter().any(|e| e.builtin() && e.kind == kind)
+    }
+
+    /// The drain's target when no destination is given: the first persistent level
+    /// listed with its instance (`pfs:/DIR` or `s3:BUCKET/PREFIX`, [`PERSISTENT`]).
+    /// `pfs` without a directory is the drain destination itself, so it names none.
+    pub fn drain_target(&self) -> Option<&LevelEntry> {
+        self.order
+            .iter()
+            .find(|e| !e.instance.is_empty() && PERSISTENT.contains(&e.kind.as_str()))
     }
 
     /// The entries opened into the registry (not built-in), in read order.
@@ -255,6 +269,31 @@ pub(crate) fn with_options(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_drain_target_is_the_first_persistent_level_with_an_instance() {
+        let of = |v: &str| {
+            LevelsSettings {
+                order: parse_order(v).unwrap(),
+            }
+            .drain_target()
+            .map(LevelEntry::id)
+        };
+        assert_eq!(of("local,partner,pfs"), None);
+        assert_eq!(of("local,dir:/x,pool:m1"), None);
+        assert_eq!(
+            of("local,partner,s3:ckptfs/run1,pfs"),
+            Some("s3:ckptfs/run1".into())
+        );
+        assert_eq!(
+            of("local,pfs,pfs:/scratch/r,s3:b12/p"),
+            Some("pfs:/scratch/r".into())
+        );
+        assert_eq!(
+            of("local,dir:/x,s3:b12/p,pfs:/scratch/r"),
+            Some("s3:b12/p".into())
+        );
+    }
 
     #[test]
     fn the_default_is_todays_order() {
