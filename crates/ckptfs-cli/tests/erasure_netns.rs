@@ -17,7 +17,9 @@
 //! replacement's own rebuild SIGKILLed in its middle (the replacement's link slowed by
 //! `tc` so the rebuild lasts seconds): nothing half-rebuilt is served or listed, and the
 //! next rebuild is byte-identical; then two members lost and staying lost: the restart
-//! falls back to the older dataset, its lost parts read from the PFS.
+//! falls back to the older dataset, its lost parts read from the PFS. And a member's
+//! daemon SIGKILLed in the middle of the encode (its link slowed): nothing looks
+//! protected until it is back and the set is encoded.
 //!
 //! Needs root and iproute2: SKIPPED otherwise. Ports 46150-46151 inside the namespaces.
 
@@ -656,4 +658,48 @@ fn a_member_killed_during_a_rebuild_leaves_nothing_half_rebuilt_and_two_lost_fal
     // The lost members' files of v1 were not made up from anything.
     assert!(!c.has(1, "/ckpt/v1/rank1"));
     assert!(!c.has(3, "/ckpt/v1/rank3"));
+}
+
+/// Failure case E24 (docs/erasure.md): a member (not the leader) SIGKILLed in the middle
+/// of the daemons' encode, its link slowed by `tc` so the encode lasts seconds: no member
+/// ever says the dataset is protected while it is down; once its daemon is back (its
+/// store kept) the set is encoded and a later loss of another node is rebuilt
+/// byte-identical from that encoding.
+#[test]
+fn a_member_killed_during_the_encode_leaves_no_set_that_looks_protected() {
+    let Some(mut c) = Cluster::new("e3e", 4, "xor") else {
+        return;
+    };
+    c.sim.limit(2, Some(8_000_000)).unwrap();
+    let files = write_named(&c, "v1", 1, 2_000_000);
+    let key = format!("{}.1", c.job);
+    c.until("the leader to start encoding", || {
+        c.erasure_state(0, &key).is_some_and(|(s, _)| s == "encoding")
+    });
+    c.kill_daemon(2);
+    // While node3 is down, nobody may say protected (no header was committed anywhere).
+    for _ in 0..30 {
+        for i in [0, 1, 3] {
+            let st = c.erasure_state(i, &key);
+            assert!(
+                st.as_ref().is_none_or(|(s, _)| s != "protected"),
+                "{} says {st:?} with node3 killed mid-encode\n{}",
+                node(i),
+                c.logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.sim.limit(2, None).unwrap();
+    c.replace(2);
+    wait_protected(&c, &key);
+    // The encoding made after the interruption protects the set: node2 lost, rebuilt.
+    c.lose(1);
+    c.replace(1);
+    let o = c.restart(1);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}\n{}", c.logs());
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "v1", "{err}");
+    assert!(err.contains("from erasure:set0"), "{err}");
+    assert!(c.get(1, &files[1][0].0) == files[1][0].1, "node2's file differs");
 }
