@@ -12,6 +12,15 @@
 //! - two nodes lost at once: `restore --from-peers` fails naming both, and the restart
 //!   falls back (no dataset).
 //!
+//! And, in an XOR set of four with an older dataset on the PFS (`agent --once`): a
+//! surviving member's daemon SIGKILLed in the middle of a replacement's rebuild, then the
+//! replacement's own rebuild SIGKILLed in its middle (the replacement's link slowed by
+//! `tc` so the rebuild lasts seconds): nothing half-rebuilt is served or listed, and the
+//! next rebuild is byte-identical; then two members lost and staying lost: the restart
+//! falls back to the older dataset, its lost parts read from the PFS. And a member's
+//! daemon SIGKILLed in the middle of the encode (its link slowed): nothing looks
+//! protected until it is back and the set is encoded.
+//!
 //! Needs root and iproute2: SKIPPED otherwise. Ports 46150-46151 inside the namespaces.
 
 use ckptfs_netsim::{available, Sim, SimOptions};
@@ -244,6 +253,36 @@ impl Cluster {
         )
     }
 
+    /// Only node `i`'s daemon SIGKILLed (its store, link and other processes stay).
+    fn kill_daemon(&mut self, i: usize) {
+        if let Some(mut d) = self.daemons[i].take() {
+            d.kill().unwrap();
+            d.wait().unwrap();
+        }
+    }
+
+    /// `restore --from-peers` on node `i`, running in the background.
+    fn spawn_restore(&self, i: usize) -> Child {
+        self.cmd(i, &["restore", "--from-peers"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Whether node `i`'s store serves `path` (a `get` succeeds) or lists it.
+    fn has(&self, i: usize, path: &str) -> bool {
+        let dst = self.dir.path().join("probe");
+        let got = self
+            .run(i, &["get", path, dst.to_str().unwrap()])
+            .status
+            .success();
+        let dir = Path::new(path).parent().unwrap().to_str().unwrap();
+        let ls = self.run(i, &["ls", dir]);
+        let name = Path::new(path).file_name().unwrap().to_str().unwrap();
+        got || String::from_utf8_lossy(&ls.stdout).contains(name)
+    }
+
     fn daemon_pid(&self, i: usize) -> u32 {
         self.daemons[i].as_ref().unwrap().id()
     }
@@ -284,18 +323,27 @@ impl Drop for Cluster {
 
 /// One rank per node writes dataset `v1`: parts of unequal sizes, node4 with two files.
 fn write_dataset(c: &Cluster) -> Vec<Vec<(String, Vec<u8>)>> {
+    write_named(c, "v1", 1, 150_000)
+}
+
+/// One rank per node writes dataset `name` (the job's `id`-th): rank `i` a file of
+/// `unit * (i + 1) + 77` bytes, node4 a second one.
+fn write_named(c: &Cluster, name: &str, id: u64, unit: usize) -> Vec<Vec<(String, Vec<u8>)>> {
     let mut files = Vec::new();
     for i in 0..c.n {
-        let out = c.ok(i, &["ckpt", "begin", "v1"]);
-        assert!(out.trim() == "1", "{out}");
+        let out = c.ok(i, &["ckpt", "begin", name]);
+        assert!(out.trim() == id.to_string(), "{out}");
     }
     for i in 0..c.n {
         let mut mine = vec![(
-            format!("/ckpt/v1/rank{i}"),
-            ckptfs_testsupport::seeded_bytes(i as u64 + 1, 150_000 * (i + 1) + 77),
+            format!("/ckpt/{name}/rank{i}"),
+            ckptfs_testsupport::seeded_bytes((id - 1) * 10 + i as u64 + 1, unit * (i + 1) + 77),
         )];
         if i == 3 {
-            mine.push(("/ckpt/v1/meta".into(), ckptfs_testsupport::seeded_bytes(99, 1234)));
+            mine.push((
+                format!("/ckpt/{name}/meta"),
+                ckptfs_testsupport::seeded_bytes(99, 1234),
+            ));
         }
         for (p, b) in &mine {
             c.put(i, b, p);
@@ -440,4 +488,218 @@ fn rs2_set_of_six_rebuilds_two_nodes_of_different_racks_lost_at_once() {
     // Encoded again: every member protected at one newer epoch.
     let e = settled(&c, &key, epoch + 1);
     assert!(e > epoch);
+}
+
+/// How long the slowed rebuild runs before something is killed in its middle.
+const MIDWAY: Duration = Duration::from_millis(1500);
+
+/// Failure cases E21-E23 (docs/erasure.md): a member SIGKILLed during a rebuild (a
+/// survivor serving it, then the replacement rebuilding), and more members lost than XOR
+/// tolerates while an older dataset is on the PFS.
+#[test]
+fn a_member_killed_during_a_rebuild_leaves_nothing_half_rebuilt_and_two_lost_fall_back_to_the_pfs() {
+    let Some(mut c) = Cluster::new("e3k", 4, "xor") else {
+        return;
+    };
+    let pfs = c.dir.path().join("pfs");
+    std::fs::create_dir_all(&pfs).unwrap();
+    let pfs_s = pfs.to_str().unwrap().to_string();
+    // v0 (small) is drained to the PFS by every node; v1 (parts of 2-8 MB) is not.
+    let v0 = write_named(&c, "v0", 1, 40_000);
+    for i in 0..c.n {
+        c.ok(i, &["agent", "--once", "--dest", &pfs_s]);
+    }
+    let v1 = write_named(&c, "v1", 2, 2_000_000);
+    let key1 = format!("{}.2", c.job);
+    let epoch = wait_protected(&c, &key1);
+    let rank2 = "/ckpt/v1/rank2";
+
+    // E22. node3 lost and replaced; its rebuild (`run --restart`) reads ~3 parts over
+    // a link slowed to 24 Mbit/s (seconds) and is SIGKILLed in its middle: nothing of it
+    // is served or listed; the next restart rebuilds byte-identical files from the set
+    // (and adopts the dataset's record, so the daemon makes no partner copy of them).
+    c.lose(2);
+    c.replace(2);
+    c.sim.limit(2, Some(24_000_000)).unwrap();
+    let mut r = c
+        .cmd(2, &["run", "--restart", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(MIDWAY);
+    assert!(
+        r.try_wait().unwrap().is_none(),
+        "the restart ended before it could be killed in its middle"
+    );
+    r.kill().unwrap();
+    r.wait().unwrap();
+    assert!(!c.has(2, rank2), "a half-rebuilt {rank2} is served or listed");
+    c.sim.limit(2, None).unwrap();
+    let o = c.restart(2);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}\n{}", c.logs());
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "v1", "{err}");
+    assert!(err.contains("from erasure:set0"), "{err}");
+    assert!(c.get(2, rank2) == v1[2][0].1, "{rank2} differs after the restart");
+    let epoch = settled(&c, &key1, epoch);
+
+    // The runtime policy knows the erasure level: v2 is encoded (its header in node3's
+    // new store), then at v3's completion node3's decision samples v2's encode time and
+    // has the rebuild time of the restart above; the memory cost is 1/3 (XOR over 4).
+    write_named(&c, "v2", 3, 10_000);
+    wait_protected(&c, &format!("{}.3", c.job));
+    write_named(&c, "v3", 4, 10_000);
+    let d: Value = serde_json::from_str(&c.ok(2, &["ckpt", "show", "4", "--json"])).unwrap();
+    let m = &d["decision"]["measured"];
+    assert_eq!(m["erasure"], true, "{d}");
+    assert_eq!(m["erasure_level"], "erasure:set0", "{m}");
+    assert!(m["erasure_bps"].as_f64().is_some_and(|b| b > 0.0), "{m}");
+    assert!(m["erasure_get_bps"].as_f64().is_some_and(|b| b > 0.0), "{m}");
+    assert!(
+        (m["erasure_memory"].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-9,
+        "{m}"
+    );
+    // The measured costs are the decision's remote-memory level.
+    let est = &d["decision"]["estimates"];
+    assert!(est["erasure"].as_f64().is_some(), "{d}");
+    assert!(est.get("partner").is_none(), "{d}");
+    // node3's part of v3: one file of 3 * 10 000 + 77 bytes.
+    let bytes = 30_077.0;
+    let costs = &d["decision"]["input"]["costs"];
+    let want = bytes / m["erasure_get_bps"].as_f64().unwrap();
+    let got = costs["partner"]["restart_s"].as_f64().unwrap();
+    assert!(
+        (got - want).abs() <= 1e-9 * want.max(1.0),
+        "restart {got} s, rebuild measured {want} s: {d}"
+    );
+    let list = c.ok(2, &["ckpt", "list", "--json"]);
+    assert!(list.contains("erasure level measured: encode"), "{list}");
+
+    // E21. node3 lost again; `restore --from-peers` rebuilds over the slowed link, and
+    // node2's daemon, a survivor serving it, is SIGKILLed in the middle: the rebuild
+    // fails naming node2, and node3's file of v1 is neither served nor listed.
+    c.lose(2);
+    c.replace(2);
+    c.sim.limit(2, Some(24_000_000)).unwrap();
+    let mut r = c.spawn_restore(2);
+    std::thread::sleep(MIDWAY);
+    assert!(
+        r.try_wait().unwrap().is_none(),
+        "the rebuild ended before a member could be killed in its middle"
+    );
+    c.kill_daemon(1);
+    let o = r.wait_with_output().unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!o.status.success(), "a rebuild without node2 succeeded: {out}");
+    assert!(out.contains("node2"), "{out}");
+    assert!(
+        !c.has(2, rank2),
+        "a half-rebuilt {rank2} is served or listed: {out}"
+    );
+    // node2's daemon back (its store kept): the rebuild completes, byte-identical.
+    c.replace(1);
+    c.sim.limit(2, None).unwrap();
+    let out = c.ok(2, &["restore", "--from-peers"]);
+    assert!(
+        c.get(2, rank2) == v1[2][0].1,
+        "{rank2} differs after the rebuild: {out}"
+    );
+    assert!(c.get(2, "/ckpt/v0/rank2") == v0[2][0].1, "v0 differs: {out}");
+    settled(&c, &key1, epoch);
+
+    // E23. node2 and node4 lost and staying empty: more than XOR tolerates. Named by
+    // `restore --from-peers`; the restart falls back to v0, whose lost parts the PFS
+    // holds.
+    c.lose(1);
+    c.lose(3);
+    c.replace(1);
+    c.replace(3);
+    let o = c.run(1, &["restore", "--from-peers"]);
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains("2 member(s) lost (node2, node4), the scheme tolerates 1"),
+        "{out}"
+    );
+    for i in [1, 3, 0, 2] {
+        let o = c
+            .cmd(
+                i,
+                &[
+                    "run",
+                    "--restart",
+                    "--",
+                    "sh",
+                    "-c",
+                    "printf '%s' \"${CKPTFS_RESTART:-<none>}\"",
+                ],
+            )
+            .env("CKPTFS_DEST", &pfs_s)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{}: {err}\n{}", node(i), c.logs());
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "v0", "{}: {err}", node(i));
+    }
+    for (i, mine) in v0.iter().enumerate() {
+        for (p, b) in mine {
+            assert!(c.get(i, p) == *b, "{p} on {} differs", node(i));
+        }
+    }
+    // The lost members' files of v1 were not made up from anything.
+    assert!(!c.has(1, "/ckpt/v1/rank1"));
+    assert!(!c.has(3, "/ckpt/v1/rank3"));
+}
+
+/// Failure case E24 (docs/erasure.md): a member (not the leader) SIGKILLed in the middle
+/// of the daemons' encode, its link slowed by `tc` so the encode lasts seconds: no member
+/// ever says the dataset is protected while it is down; once its daemon is back (its
+/// store kept) the set is encoded and a later loss of another node is rebuilt
+/// byte-identical from that encoding.
+#[test]
+fn a_member_killed_during_the_encode_leaves_no_set_that_looks_protected() {
+    let Some(mut c) = Cluster::new("e3e", 4, "xor") else {
+        return;
+    };
+    c.sim.limit(2, Some(8_000_000)).unwrap();
+    let files = write_named(&c, "v1", 1, 2_000_000);
+    let key = format!("{}.1", c.job);
+    c.until("the leader to start encoding", || {
+        c.erasure_state(0, &key).is_some_and(|(s, _)| s == "encoding")
+    });
+    c.kill_daemon(2);
+    // While node3 is down, nobody may say protected (no header was committed anywhere).
+    for _ in 0..30 {
+        for i in [0, 1, 3] {
+            let st = c.erasure_state(i, &key);
+            assert!(
+                st.as_ref().is_none_or(|(s, _)| s != "protected"),
+                "{} says {st:?} with node3 killed mid-encode\n{}",
+                node(i),
+                c.logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.sim.limit(2, None).unwrap();
+    c.replace(2);
+    wait_protected(&c, &key);
+    // The encoding made after the interruption protects the set: node2 lost, rebuilt.
+    c.lose(1);
+    c.replace(1);
+    let o = c.restart(1);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}\n{}", c.logs());
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "v1", "{err}");
+    assert!(err.contains("from erasure:set0"), "{err}");
+    assert!(c.get(1, &files[1][0].0) == files[1][0].1, "node2's file differs");
 }

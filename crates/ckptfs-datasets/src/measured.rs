@@ -13,6 +13,16 @@
 //! record's last change, and bytes / seconds as the partner bandwidth (smoothed like
 //! the other costs). A later acknowledgement of another file would make the sample too
 //! long, so such datasets are not sampled (the estimate errs on the slow side only).
+//!
+//! **Erasure encode time.** With an erasure set (the node daemon's status names its
+//! level, scheme and members), the set's daemons encode every complete dataset and each
+//! member keeps the encoding's header in its store
+//! (`/.ckptfs/erasure/JOB.ID/SET/header`), written when the encode commits. At each
+//! completion the newest dataset not sampled yet whose header is in the store gives
+//! one sample: seconds from its last file's close to the header's mtime, and this
+//! node's part / seconds as the encode bandwidth. The rebuild bandwidth comes from this
+//! job's restarts that rebuilt files from the set, the memory cost from the scheme:
+//! `p / (N - p)` of the part (`1 / (N - 1)` for XOR).
 
 use crate::levels_record::{Levels, LEVELS_PATH};
 use crate::ops::Datasets;
@@ -46,6 +56,81 @@ pub struct Measured {
     pub partner_bps: Option<f64>,
     /// Smoothed bandwidth of fetches from partners at restart, bytes per second.
     pub partner_get_bps: Option<f64>,
+    /// Whether the erasure level was offered: a node daemon runs on this store in an
+    /// erasure set, and an encode time has been measured.
+    #[serde(default)]
+    pub erasure: bool,
+    /// Why the erasure level was (not) offered.
+    #[serde(default)]
+    pub erasure_reason: String,
+    /// The set's level id (`erasure:set0`) and scheme (`xor`, `rs:2`).
+    #[serde(default)]
+    pub erasure_level: Option<String>,
+    /// The set's scheme.
+    #[serde(default)]
+    pub erasure_scheme: Option<String>,
+    /// Smoothed encode bandwidth (this node's part over close to header), bytes/s.
+    #[serde(default)]
+    pub erasure_bps: Option<f64>,
+    /// Smoothed bandwidth of this job's rebuilds from the set at restart, bytes/s.
+    #[serde(default)]
+    pub erasure_get_bps: Option<f64>,
+    /// Extra memory per node as a fraction of its part: `p / (N - p)`.
+    #[serde(default)]
+    pub erasure_memory: Option<f64>,
+}
+
+/// The node daemon's erasure set: level id, scheme and member count (its status file).
+fn node_erasure(store_name: &str) -> Option<(String, String, usize)> {
+    let dir = ckptfs_runtime::RuntimeDir::for_caller().ok()?;
+    let text = dir.read(&format!("{store_name}.node.json")).ok()??;
+    let v: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    let e = &v["erasure"];
+    Some((
+        e["level"].as_str()?.to_string(),
+        e["scheme"].as_str()?.to_string(),
+        e["members"].as_array()?.len(),
+    ))
+}
+
+/// Extra memory per node of `scheme` over `n` members, as a fraction of the part.
+fn erasure_memory(scheme: &str, n: usize) -> Option<f64> {
+    let p = ckptfs_erasure::Scheme::parse(scheme)?.parity();
+    (n > p).then(|| p as f64 / (n - p) as f64)
+}
+
+/// Take an encode time sample into `costs` (see the module documentation) from `all`:
+/// the complete datasets and the one completing now, oldest first.
+pub(crate) fn sample_erasure(ds: &Datasets, all: &[&Dataset], costs: &mut Costs) {
+    let Some((level, _, _)) = node_erasure(ds.store.name()) else {
+        return;
+    };
+    let set = level.strip_prefix("erasure:").unwrap_or(&level);
+    let header = |d: &Dataset| {
+        let key = format!("{}.{}", ds.cfg.job, d.id);
+        ds.store
+            .stat(&format!("{}/header", ckptfs_erasure::dataset_dir(&key, set)))
+            .ok()
+    };
+    let Some((d, h)) = all
+        .iter()
+        .rev()
+        .filter(|d| !d.files.is_empty())
+        .find_map(|d| header(d).map(|h| (d, h)))
+    else {
+        return;
+    };
+    if costs.erasure_sampled_id.is_some_and(|id| id >= d.id) {
+        return;
+    }
+    costs.erasure_sampled_id = Some(d.id);
+    let last_close = d.files.values().map(|f| f.mtime_ns).max().unwrap_or(0);
+    if h.mtime_ns < last_close {
+        return;
+    }
+    let secs = ((h.mtime_ns - last_close) as f64 / 1e9).max(MIN_SECONDS);
+    let bytes = d.size().max(1) as f64;
+    costs.erasure_bps = crate::policy::smooth(costs.erasure_bps, bytes / secs);
 }
 
 /// The node daemon of `store_name`: running (its lock held) and its partners now.
@@ -135,6 +220,42 @@ pub(crate) fn measure(ds: &Datasets, costs: &Costs) -> Measured {
             Some(_) => (true, format!("partners {}, copy time measured", p.join(","))),
         },
     };
+    let (erasure, erasure_reason, erasure_level, erasure_scheme, erasure_memory) =
+        match (node_daemon(&name), node_erasure(&name)) {
+            (Some((true, _)), Some((level, scheme, n))) => {
+                let mem = erasure_memory(&scheme, n);
+                match costs.erasure_bps {
+                    None => (
+                        false,
+                        format!("{level} ({scheme} over {n}) but no encode time measured yet"),
+                        Some(level),
+                        Some(scheme),
+                        mem,
+                    ),
+                    Some(_) => (
+                        true,
+                        format!("{level} ({scheme} over {n}), encode time measured"),
+                        Some(level),
+                        Some(scheme),
+                        mem,
+                    ),
+                }
+            }
+            (Some((true, _)), None) => (
+                false,
+                "the node daemon is in no erasure set".into(),
+                None,
+                None,
+                None,
+            ),
+            _ => (
+                false,
+                format!("no node daemon running on store {name}"),
+                None,
+                None,
+                None,
+            ),
+        };
     Measured {
         pfs_put_bps,
         pfs_put_source: put_src.into(),
@@ -144,5 +265,12 @@ pub(crate) fn measure(ds: &Datasets, costs: &Costs) -> Measured {
         partner_reason,
         partner_bps: costs.partner_bps,
         partner_get_bps: costs.partner_get_bps,
+        erasure,
+        erasure_reason,
+        erasure_level,
+        erasure_scheme,
+        erasure_bps: costs.erasure_bps,
+        erasure_get_bps: costs.erasure_get_bps,
+        erasure_memory,
     }
 }

@@ -48,6 +48,13 @@ pub struct Costs {
     pub partner_get_bps: Option<f64>,
     /// The newest dataset a partner copy time was sampled from (each is sampled once).
     pub partner_sampled_id: Option<u64>,
+    /// Erasure level: bytes of this node's part per second from a dataset's last close
+    /// to its encoding's header in this store (the set's encode, [`crate::measured`]).
+    pub erasure_bps: Option<f64>,
+    /// Erasure level: bytes per second of this job's rebuilds from the set (restart).
+    pub erasure_get_bps: Option<f64>,
+    /// The newest dataset an encode time was sampled from (each is sampled once).
+    pub erasure_sampled_id: Option<u64>,
 }
 
 pub(crate) fn smooth(old: Option<f64>, new: f64) -> Option<f64> {
@@ -94,6 +101,17 @@ pub fn record_partner_transfer(ds: &Datasets, bytes: u64, secs: f64) -> Result<(
     let _l = ds.lock()?;
     let mut c = load_costs(ds);
     c.partner_get_bps = smooth(c.partner_get_bps, bytes as f64 / secs);
+    save_costs(ds, &c)
+}
+
+/// Record a rebuild from the node's erasure set of `bytes` in `secs` (a restart).
+pub fn record_erasure_transfer(ds: &Datasets, bytes: u64, secs: f64) -> Result<()> {
+    if bytes == 0 || secs <= 0.0 {
+        return Ok(());
+    }
+    let _l = ds.lock()?;
+    let mut c = load_costs(ds);
+    c.erasure_get_bps = smooth(c.erasure_get_bps, bytes as f64 / secs);
     save_costs(ds, &c)
 }
 
@@ -164,7 +182,11 @@ pub fn counters(older: &[Dataset]) -> (u32, Option<u32>) {
         .iter()
         .rev()
         .take(n_pfs as usize)
-        .position(|o| o.decision.as_ref().is_some_and(|d| d.level == "partner"))
+        .position(|o| {
+            o.decision
+                .as_ref()
+                .is_some_and(|d| d.level == "partner" || d.level == "erasure")
+        })
         .map(|i| i as u32);
     (n_pfs, n_partner)
 }
@@ -187,8 +209,14 @@ pub fn decision_input(
         .local_ckpt_s
         .unwrap_or_else(|| b / costs.local_bps.unwrap_or(4.0 * 1024.0 * 1024.0 * 1024.0));
     let pfs_c = local_c + b / m.pfs_put_bps;
-    let partner = match (m.partner, m.partner_bps) {
-        (true, Some(bps)) => Some(LevelCost {
+    // The memory level that survives a node's loss: the node's erasure set when it is
+    // offered (its complete datasets get no partner copies then), else partner copies.
+    let partner = match (m.erasure, m.erasure_bps, m.partner, m.partner_bps) {
+        (true, Some(bps), _, _) => Some(LevelCost {
+            checkpoint_s: local_c + b / bps,
+            restart_s: b / m.erasure_get_bps.unwrap_or(bps),
+        }),
+        (_, _, true, Some(bps)) => Some(LevelCost {
             checkpoint_s: local_c + b / bps,
             restart_s: b / m.partner_get_bps.unwrap_or(bps),
         }),
@@ -252,6 +280,7 @@ pub(crate) fn decide_at_completion(
     let mut seen: Vec<&Dataset> = older.iter().filter(|o| o.state == State::Complete).collect();
     seen.push(d);
     crate::measured::sample_partner(ds, &seen, &mut costs);
+    crate::measured::sample_erasure(ds, &seen, &mut costs);
     save_costs(ds, &costs)?;
     let (n_pfs, n_partner) = counters(older);
     let alarm = alarm_set(&ds.store, &ds.cfg.node);
@@ -261,17 +290,23 @@ pub(crate) fn decide_at_completion(
         .validate()
         .map_err(|e| DatasetError::Policy(e.to_string()))?;
     let dec = decide(&input);
+    // The decision model's remote-memory level is the erasure set when it is offered.
+    let erasure = measured.erasure && measured.erasure_bps.is_some();
+    let name = |l: ckptfs_policy::Level| match l {
+        ckptfs_policy::Level::Partner if erasure => "erasure",
+        l => l.name(),
+    };
     let estimates: BTreeMap<String, f64> = dec
         .estimates
         .iter()
-        .map(|e| (e.level.name().to_string(), e.overhead_s))
+        .map(|e| (name(e.level).to_string(), e.overhead_s))
         .collect();
     let reason = format!(
-        "{} has the lowest expected overhead ({}), failure probability {:.3e} in the next {:.0} s ({} rule{}), {} checkpoints since the last PFS one; PFS bandwidth from {}, partner level: {}",
-        dec.level,
+        "{} has the lowest expected overhead ({}), failure probability {:.3e} in the next {:.0} s ({} rule{}), {} checkpoints since the last PFS one; PFS bandwidth from {}, partner level: {}, erasure level: {}",
+        name(dec.level),
         dec.estimates
             .iter()
-            .map(|e| format!("{} {:.3} s", e.level, e.overhead_s))
+            .map(|e| format!("{} {:.3} s", name(e.level), e.overhead_s))
             .collect::<Vec<_>>()
             .join(", "),
         dec.p_source,
@@ -280,10 +315,11 @@ pub(crate) fn decide_at_completion(
         if alarm { ", alarm raised" } else { "" },
         n_pfs,
         measured.pfs_put_source,
-        measured.partner_reason
+        measured.partner_reason,
+        measured.erasure_reason
     );
     Ok(DecisionRec {
-        level: dec.level.name().to_string(),
+        level: name(dec.level).to_string(),
         reason,
         input: serde_json::to_value(input).map_err(|e| DatasetError::Invalid(e.to_string()))?,
         estimates,

@@ -58,7 +58,7 @@ impl PartnerCopies {
 /// The runtime level policy's choice for a dataset, as recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PolicyChoice {
-    /// `local`, `partner` or `pfs`.
+    /// `local`, `partner` (or `erasure`, the node's erasure set) or `pfs`.
     pub level: String,
     /// Why, with the estimates and inputs (the record's `decision.reason`).
     pub reason: String,
@@ -135,6 +135,18 @@ pub fn of(d: &Dataset, mode: PartnerCopies) -> Protection {
         p.note = "the cluster's erasure set (its parity spread over the set's nodes, \
                   `[redundancy] erasure`) instead of partner copies"
             .into();
+        if let Some(dec) = &d.decision {
+            p.note.push_str(&format!("; the policy's choice: {}", dec.level));
+            if let Some(m) = dec.measured.as_ref().filter(|m| m.erasure) {
+                let mb = |b: Option<f64>| b.map_or("-".to_string(), |b| format!("{:.1} MB/s", b / 1e6));
+                p.note.push_str(&format!(
+                    " (erasure level measured: encode {}, rebuild {}, memory {} of the part)",
+                    mb(m.erasure_bps),
+                    mb(m.erasure_get_bps),
+                    m.erasure_memory.map_or("-".to_string(), |f| format!("{f:.2}"))
+                ));
+            }
+        }
         if d.flush {
             p.note.push_str("; marked flush: the drain writes it to the PFS");
         }

@@ -229,6 +229,7 @@ impl Datasets {
             let mut restored = Vec::new();
             let mut pfs_bytes = 0;
             let (mut partner_bytes, mut partner_s) = (0, 0.0);
+            let (mut erasure_bytes, mut erasure_s) = (0, 0.0);
             for (path, src) in &mine {
                 let f = &part.files[path];
                 let t1 = std::time::Instant::now();
@@ -239,6 +240,10 @@ impl Datasets {
                 if matches!(src, Source::Partner(_)) {
                     partner_bytes += f.size;
                     partner_s += t1.elapsed().as_secs_f64();
+                }
+                if matches!(src, Source::Erasure(_)) {
+                    erasure_bytes += f.size;
+                    erasure_s += t1.elapsed().as_secs_f64();
                 }
                 if *src != Source::Local {
                     restored.push((path.clone(), f.size));
@@ -252,6 +257,9 @@ impl Datasets {
             }
             if partner_bytes > 0 {
                 let _ = crate::policy::record_partner_transfer(self, partner_bytes, partner_s);
+            }
+            if erasure_bytes > 0 {
+                let _ = crate::policy::record_erasure_transfer(self, erasure_bytes, erasure_s);
             }
             let chosen = self.adopt_record(&local, &j, &part)?;
             return Ok(Found::Chosen(Box::new(Restart {

@@ -294,7 +294,14 @@ impl Datasets {
                     .collect();
                 if let Ok(l) = nodes.erasure_source(&self.cfg.job, m.id, &me, &wants) {
                     let s = Source::Erasure(l);
+                    let t0 = std::time::Instant::now();
                     if self.bring_back(nodes, m.id, path, f.size, f.crc32c, &s).is_none() {
+                        // The whole part comes back at once: its first file times it.
+                        let secs = t0.elapsed().as_secs_f64();
+                        if secs > 1e-3 {
+                            let bytes = part.files.values().map(|f| f.size).sum();
+                            let _ = crate::policy::record_erasure_transfer(self, bytes, secs);
+                        }
                         src = Some(s);
                     }
                 }

@@ -15,6 +15,18 @@
 //! damaged on the level's own storage (when the harness can damage them) are refused
 //! on read. The mover's own suite (resend, throttle, progress) runs against any level in
 //! `mover`'s tests.
+//!
+//! **Read-only levels** (a level written by other means than `put`: an erasure set's
+//! rebuilt member, written by encoding) run [`run_read_only`] with a
+//! [`ReadOnlyHarness`]: the harness fills a fresh level with the suite's files by the
+//! level's own means, and the suite keeps every check that applies: list/stat/get give
+//! back the bytes and the description, `verify` passes and refuses another version,
+//! `holds` answers per file, empty files and files of one byte past a chunk boundary,
+//! a path never filled is not found (ENOENT); `put` and `delete` are refused with EROFS
+//! or ENOTSUP and change nothing (no new path visible, every file still read back
+//! whole); damage on the level's storage (when the harness can damage it, on a level
+//! filled afresh so that nothing read before is kept) is refused on read and by
+//! `verify`, never served.
 
 use crate::mem::{stored_of, BufReader};
 use crate::{copy_reader, Level, LevelError, Stored};
@@ -51,6 +63,23 @@ fn data(len: usize, seed: u32) -> Vec<u8> {
     (0..len as u32)
         .map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect()
+}
+
+/// Fills a fresh read-only level with exactly these files (path, bytes) by the level's
+/// own means, and gives it.
+pub type FillFn<'a> = &'a dyn Fn(&[(String, Vec<u8>)]) -> Result<Box<dyn Level + 'a>, String>;
+
+/// A read-only level under test (see the module documentation).
+pub struct ReadOnlyHarness<'a> {
+    /// Makes a fresh level holding the given files.
+    pub fill: FillFn<'a>,
+    /// Chunk size of the files' source copies.
+    pub chunk_size: u64,
+    /// The directory (store path) the suite's files are under.
+    pub prefix: String,
+    /// Flip one byte of the storage behind a path of the level filled last, if the
+    /// harness can (then a read of it must be refused).
+    pub damage: Option<DamageFn<'a>>,
 }
 
 /// Put `bytes` as `path` through the level's writer (from a [`BufReader`]).
@@ -100,6 +129,170 @@ macro_rules! check {
 
 fn e<T>(name: &str, r: Result<T, LevelError>) -> Result<T, String> {
     r.map_err(|e| format!("{name}: {e} (errno {})", e.errno()))
+}
+
+/// A refusal a read-only level gives to `put` and `delete`.
+fn refused_read_only<T>(name: &str, r: Result<T, LevelError>) -> Result<(), String> {
+    match r {
+        Ok(_) => Err(format!("{name}: accepted by a read-only level")),
+        Err(err) if err.errno() == libc::EROFS || err.errno() == libc::ENOTSUP => Ok(()),
+        Err(err) => Err(format!(
+            "{name}: refused with errno {} ({err}), not EROFS or ENOTSUP",
+            err.errno()
+        )),
+    }
+}
+
+/// Run every check that applies to a read-only level; the first failure, named.
+pub fn run_read_only(h: &ReadOnlyHarness<'_>) -> Result<(), String> {
+    let cs = h.chunk_size.max(1);
+    let prefix = h.prefix.trim_end_matches('/').to_string();
+    let p = |n: &str| format!("{prefix}/{n}");
+    let files: Vec<(String, Vec<u8>)> = [
+        ("empty", 0usize),
+        ("one", 1),
+        ("chunk", cs as usize),
+        ("chunk+1", cs as usize + 1),
+        ("three", 3 * cs as usize - 7),
+    ]
+    .iter()
+    .map(|(n, len)| (p(n), data(*len, *len as u32)))
+    .collect();
+    let l = (h.fill)(&files).map_err(|err| format!("fill: {err}"))?;
+    let l = &*l;
+
+    // Round trip, sizes around the chunk size.
+    for (path, bytes) in &files {
+        let name = format!("read back {path}");
+        let st = e(&name, l.stat(path))?.ok_or(format!("{name}: stat: none"))?;
+        check!(
+            name,
+            st.version.size == bytes.len() as u64,
+            "stat size {}",
+            st.version.size
+        );
+        check!(
+            name,
+            st.version.crc32c.is_none_or(|c| c == ckptfs_crc::crc32c(bytes)),
+            "stat crc {:?}",
+            st.version.crc32c
+        );
+        let back = e(&name, get_bytes(l, path))?;
+        check!(
+            name,
+            back == *bytes,
+            "{} bytes back, {} filled",
+            back.len(),
+            bytes.len()
+        );
+        e(&name, l.verify(path, &st.version))?;
+        let listed = e(&name, l.list(&prefix))?;
+        check!(
+            name,
+            listed.iter().any(|s| s.path == *path),
+            "not listed under {prefix}"
+        );
+    }
+
+    // holds() per file.
+    {
+        let name = "holds";
+        let got = e(
+            name,
+            l.holds(&[
+                (p("one"), ckptfs_crc::crc32c(&files[1].1)),
+                (p("one"), 0xdead_beef),
+                (p("never-filled"), 0),
+            ]),
+        )?;
+        check!(name, got == vec![true, false, false], "{got:?}");
+    }
+
+    // verify refuses another version.
+    {
+        let name = "verify another version";
+        let st = e(name, l.stat(&p("chunk+1")))?.ok_or(format!("{name}: gone"))?;
+        let mut other = st.version;
+        other.crc32c = other.crc32c.map(|c| c ^ 1);
+        other.size += 1;
+        check!(
+            name,
+            l.verify(&p("chunk+1"), &other).is_err(),
+            "verify passed for another version"
+        );
+    }
+
+    // A path never filled is not found.
+    {
+        let name = "never filled";
+        check!(
+            name,
+            e(name, l.stat(&p("never-filled")))?.is_none(),
+            "stat found it"
+        );
+        match l.get(&p("never-filled")) {
+            Err(err) => check!(name, err.errno() == libc::ENOENT, "get: errno {}", err.errno()),
+            Ok(_) => return Err(format!("{name}: get succeeded")),
+        }
+    }
+
+    // put and delete are refused and change nothing.
+    {
+        let name = "put refused";
+        let bytes = data(cs as usize + 3, 5);
+        let new = stored_of(&p("put-new"), &bytes, cs, 1, 1);
+        refused_read_only(&format!("{name} (a new path)"), l.put(&new))?;
+        let over = stored_of(&p("chunk"), &bytes, cs, 2, 2);
+        refused_read_only(&format!("{name} (over a file)"), l.put(&over))?;
+        check!(
+            name,
+            e(name, l.stat(&p("put-new")))?.is_none(),
+            "the new path is visible"
+        );
+        let listed = e(name, l.list(&prefix))?;
+        check!(
+            name,
+            !listed.iter().any(|s| s.path == p("put-new")),
+            "the new path is listed"
+        );
+        let name = "delete refused";
+        let st = e(name, l.stat(&p("three")))?.ok_or(format!("{name}: gone"))?;
+        refused_read_only(name, l.delete(&p("three"), &st.version))?;
+        for (path, bytes) in &files {
+            let back = e(name, get_bytes(l, path))?;
+            check!(
+                name,
+                back == *bytes,
+                "{path} changed after a refused put or delete"
+            );
+        }
+    }
+
+    // Damage on the level's own storage is refused on read (a level filled afresh).
+    if let Some(damage) = h.damage {
+        let name = "damaged copy";
+        let path = p("to-damage");
+        let bytes = data(2 * cs as usize, 7);
+        let l = (h.fill)(&[(path.clone(), bytes.clone())]).map_err(|err| format!("{name}: fill: {err}"))?;
+        // Damaged before the level reads anything (a level may keep what it checked).
+        damage(&path).map_err(|err| format!("{name}: the harness could not damage {path}: {err}"))?;
+        let back = get_bytes(&*l, &path);
+        check!(
+            name,
+            !back.as_ref().is_ok_and(|b| *b != bytes),
+            "damaged bytes served"
+        );
+        check!(name, back.is_err(), "read of a damaged copy succeeded");
+        // A stat may still describe the file (or be refused too); verify never passes.
+        if let Ok(Some(st)) = l.stat(&path) {
+            check!(
+                name,
+                l.verify(&path, &st.version).is_err(),
+                "verify passed on a damaged copy"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Run every check; the first failure, named.

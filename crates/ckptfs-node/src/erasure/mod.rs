@@ -183,6 +183,15 @@ impl EraState {
         v
     }
 
+    /// Count one refused piece or message (`pieces_refused`). A poisoned lock still
+    /// holds a usable count: this never panics in a connection handler.
+    fn refused(&self) {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pieces_refused += 1;
+    }
+
     fn set_state(&self, key: &str, st: DatasetErasure) {
         *self.kept.lock().expect("erasure kept") = None;
         self.status

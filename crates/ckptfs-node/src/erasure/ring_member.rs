@@ -163,12 +163,7 @@ pub(super) async fn ring_steps(
                             })?
                             .ok_or_else(|| err(format!("the ring connection from {pred} ended")))?;
                         if let Err(e) = expect_piece(plan, &pred, &got, s, off, len) {
-                            shared
-                                .erasure
-                                .status
-                                .lock()
-                                .expect("erasure status")
-                                .pieces_refused += 1;
+                            shared.erasure.refused();
                             return Err(err(e));
                         }
                         let (_, _, mut b) = got.expect("checked");
@@ -387,12 +382,7 @@ pub(super) async fn gather_steps(
                     && !got.contains_key(&k)
                     && !early.contains_key(&k);
                 if !ok {
-                    shared
-                        .erasure
-                        .status
-                        .lock()
-                        .expect("erasure status")
-                        .pieces_refused += 1;
+                    shared.erasure.refused();
                     return Err(err(format!(
                         "{from} sent a piece out of place (stripe {} row {} at {} of {} bytes, segment {})",
                         pc.stripe, pc.row, pc.offset, pc.len, pc.seg_size

@@ -15,18 +15,29 @@ pub(super) fn set_of_shared(shared: &Shared) -> std::result::Result<ErasureConfi
     })
 }
 
+/// A ring connection refused: the encoding it feeds stops with `why` (counted as a
+/// refused piece when `counted`), and the connection ends with the same reason.
+fn stop_ring(
+    shared: &Shared,
+    tx: &mpsc::UnboundedSender<PieceIn>,
+    peer: &str,
+    why: String,
+    counted: bool,
+) -> Result<()> {
+    if counted {
+        shared.erasure.refused();
+    }
+    let _ = tx.send(Err(why.clone()));
+    Err(proto_err(peer, why))
+}
+
 /// Serve one erasure message (the first `Erasure` frame of a request) on `conn`.
 pub(crate) async fn serve(shared: &Arc<Shared>, conn: &mut Conn, body: String) -> Result<()> {
     let peer = conn.peer().to_string();
     let msg = match proto::parse(&body) {
         Ok(m) => m,
         Err(e) => {
-            shared
-                .erasure
-                .status
-                .lock()
-                .expect("erasure status")
-                .pieces_refused += 1;
+            shared.erasure.refused();
             return Err(proto_err(&peer, e));
         }
     };
@@ -87,12 +98,7 @@ pub(crate) async fn serve(shared: &Arc<Shared>, conn: &mut Conn, body: String) -
         }
         EraMsg::Ring { set, dataset, epoch } => {
             if set != cfg.set.name || !senders_to(&cfg, &me).contains(&peer) {
-                shared
-                    .erasure
-                    .status
-                    .lock()
-                    .expect("erasure status")
-                    .pieces_refused += 1;
+                shared.erasure.refused();
                 return Err(proto_err(
                     &peer,
                     "sends pieces of an encoding but is not a member that sends to this one",
@@ -200,8 +206,7 @@ pub(super) async fn serve_ring(
             Msg::Erasure(b) if matches!(proto::parse(&b), Ok(EraMsg::Done)) => return Ok(()),
             other => {
                 let e = format!("{peer} sent {} inside the ring", other.name());
-                let _ = tx.send(Err(e.clone()));
-                return Err(proto_err(&peer, e));
+                return stop_ring(shared, &tx, &peer, e, false);
             }
         };
         if p.dataset != dataset || p.epoch != epoch || p.len as u64 > PIECE {
@@ -209,14 +214,7 @@ pub(super) async fn serve_ring(
                 "{peer} sent a piece of another encoding or too long ({} bytes)",
                 p.len
             );
-            shared
-                .erasure
-                .status
-                .lock()
-                .expect("erasure status")
-                .pieces_refused += 1;
-            let _ = tx.send(Err(e.clone()));
-            return Err(proto_err(&peer, e));
+            return stop_ring(shared, &tx, &peer, e, true);
         }
         let (offset, len) = match conn.recv().await? {
             Some(Msg::Chunk { offset, len, .. }) => (offset, len),
@@ -225,20 +223,12 @@ pub(super) async fn serve_ring(
                     "{peer} announced a piece and sent {}",
                     other.as_ref().map(|m| m.name()).unwrap_or("nothing")
                 );
-                let _ = tx.send(Err(e.clone()));
-                return Err(proto_err(&peer, e));
+                return stop_ring(shared, &tx, &peer, e, false);
             }
         };
         if offset != p.offset || len != p.len {
             let e = format!("{peer}'s chunk (at {offset}, {len} bytes) is not the piece it announced");
-            shared
-                .erasure
-                .status
-                .lock()
-                .expect("erasure status")
-                .pieces_refused += 1;
-            let _ = tx.send(Err(e.clone()));
-            return Err(proto_err(&peer, e));
+            return stop_ring(shared, &tx, &peer, e, true);
         }
         let mut b = vec![0u8; len as usize];
         if !conn.chunk_data(&mut b).await? {
@@ -246,14 +236,7 @@ pub(super) async fn serve_ring(
                 "{peer}'s piece of stripe {} at {offset} failed its CRC32C check: the encoding stops",
                 p.stripe
             );
-            shared
-                .erasure
-                .status
-                .lock()
-                .expect("erasure status")
-                .pieces_refused += 1;
-            let _ = tx.send(Err(e.clone()));
-            return Err(proto_err(&peer, e));
+            return stop_ring(shared, &tx, &peer, e, true);
         }
         if tx.send(Ok((peer.clone(), p, b))).is_err() {
             return Ok(());
