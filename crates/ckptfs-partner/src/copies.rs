@@ -182,7 +182,7 @@ pub fn sources(store: &Store) -> Vec<String> {
     }
 }
 
-/// A landing (a store [`Landing`], or any level writer's
+/// A landing (a store [`Landing`](ckptfs_store::netin::Landing), or any level writer's
 /// [`ckptfs_level::Landing`]) as the transport's chunk sink: chunk data read from the
 /// socket straight into a file's chunks.
 pub struct Sink<'a>(pub &'a mut dyn ckptfs_level::Landing);

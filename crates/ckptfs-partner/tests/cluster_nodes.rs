@@ -78,7 +78,10 @@ impl SetRecovery for Fake {
 fn without_set_recovery_the_set_step_answers_no_erasure_sets() {
     let (c, s, _dir) = setup("nosets");
     let nodes = ClusterNodes::new(c, "node1", s.clone(), Duration::from_millis(500)).unwrap();
-    assert_eq!(nodes.erasure_source("j", 3, "node2", &want()), Err("no erasure sets".into()));
+    assert_eq!(
+        nodes.erasure_source("j", 3, "node2", &want()),
+        Err("no erasure sets".into())
+    );
     assert_eq!(nodes.erasure_rebuild(&s, "j", 3), Err("no erasure sets".into()));
     let _ = Store::destroy(s.name());
 }
@@ -90,8 +93,14 @@ fn an_installed_set_recovery_is_asked_with_the_dataset_and_its_answer_kept() {
     let nodes = ClusterNodes::new(c, "node1", s.clone(), Duration::from_millis(500))
         .unwrap()
         .with_sets(Box::new(Fake(asked.clone())));
-    assert_eq!(nodes.erasure_source("j", 3, "node2", &want()), Ok("erasure:fake".into()));
-    assert_eq!(nodes.erasure_rebuild(&s, "j", 4), Err("nothing to rebuild from".into()));
+    assert_eq!(
+        nodes.erasure_source("j", 3, "node2", &want()),
+        Ok("erasure:fake".into())
+    );
+    assert_eq!(
+        nodes.erasure_rebuild(&s, "j", 4),
+        Err("nothing to rebuild from".into())
+    );
     assert_eq!(
         *asked.lock().unwrap(),
         vec![
@@ -111,7 +120,10 @@ fn a_node_whose_daemon_does_not_answer_is_left_out_and_no_copy_comes_from_this_n
     assert!(nodes.holders("node1", &want(), &["node2".into()]).is_empty());
     assert!(nodes.records("j").get("node2").is_some_and(|r| r.is_err()));
     assert!(!nodes.holds_copy("node2", &want()[0]), "no partner copy here");
-    assert!(nodes.fetch(&s, "node1", "/ckpt/a").is_err(), "no copy of its own files");
+    assert!(
+        nodes.fetch(&s, "node1", "/ckpt/a").is_err(),
+        "no copy of its own files"
+    );
     assert!(nodes.fetch(&s, "node2", "/ckpt/a").is_err(), "node2 is down");
     let _ = Store::destroy(s.name());
 }
