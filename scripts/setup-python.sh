@@ -36,7 +36,7 @@ fi
 stamp=.venv/.ckptfs-wheel.stamp
 sum=$(find crates/ckptfs-python crates/ckptfs-store crates/ckptfs-crc crates/ckptfs-settings crates/ckptfs-datasets \
         crates/ckptfs-object crates/ckptfs-dirlevel \
-        crates/ckptfs-agent crates/ckptfs-policy crates/ckptfs-runtime crates/ckptfs-node crates/ckptfs-cluster \
+        crates/ckptfs-agent crates/ckptfs-policy crates/ckptfs-runtime crates/ckptfs-node crates/ckptfs-partner crates/ckptfs-cluster \
         crates/ckptfs-transport crates/ckptfs-level python \
         -path '*/target' -prune -o -path '*/__pycache__' -prune -o -type f -print0 \
         | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)

@@ -27,7 +27,7 @@ impl Drop for Cluster2 {
         }
         for s in &self.stores {
             let _ = Store::destroy(s);
-            ckptfs_node::node_status::remove_store_files(s);
+            ckptfs_partner::runtime_files::remove_store_files(s);
         }
         let _ = &self.dir;
     }
@@ -260,7 +260,7 @@ fn c_calls_judge_job_wide_through_the_daemons_and_ranks_agree_on_the_restart() {
         crc32c: f.crc32c,
     };
     let _ = nodes;
-    let node2 = ckptfs_node::datasets::ClusterNodes::new(
+    let node2 = ckptfs_partner::ClusterNodes::new(
         ckptfs_cluster::Cluster::load(&c.file).unwrap(),
         "node2",
         s2.clone(),

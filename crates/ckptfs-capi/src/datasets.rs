@@ -8,7 +8,7 @@
 //! `CKPTFS_NODE_ID` this node, as `ckptfs --cluster/--node-id` and `ckptfs run` pass them
 //! on), the calls act for that node, on its store from the cluster file, and
 //! completeness, ids and restart are job-wide: the other nodes' daemons are asked, as
-//! for `ckptfs ckpt` (`ckptfs_node::datasets::ClusterNodes`; docs/datasets.md, "Across
+//! for `ckptfs ckpt` (`ckptfs_partner::ClusterNodes`; docs/datasets.md, "Across
 //! nodes"). Without them, this node's records alone decide.
 
 use crate::env;
@@ -68,7 +68,7 @@ fn datasets_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Datasets> {
         .map(std::time::Duration::from_millis)
         .unwrap_or(std::time::Duration::from_secs(3));
     let store = ckptfs_store::Store::open_or_create(&opts)?;
-    let nodes = ckptfs_node::datasets::ClusterNodes::new(cluster, &node, store.clone(), timeout)
+    let nodes = ckptfs_partner::ClusterNodes::new(cluster, &node, store.clone(), timeout)
         .map_err(|e| CapiError::new(libc::EINVAL, format!("cluster: {e}")))?;
     Ok(Datasets::new(store, cfg, Box::new(nodes)))
 }

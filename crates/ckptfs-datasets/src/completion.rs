@@ -5,7 +5,7 @@
 //! Whether *all* parts are in is asked of a [`Completion`]: [`SingleNode`] looks at
 //! this node's record alone (every rank of the job writes to this node's store); across
 //! nodes, [`Completion::job_nodes`] gives the other nodes ([`JobNodes`], implemented by
-//! `ckptfs_node::datasets::ClusterNodes` over the daemons' transport) and the job-wide
+//! `ckptfs_partner::ClusterNodes` over the daemons' transport) and the job-wide
 //! rules of `jobwide` decide.
 
 use crate::record::{Dataset, State};
@@ -73,7 +73,7 @@ pub struct Want {
 pub type NodeRecords = std::result::Result<Vec<Dataset>, String>;
 
 /// The other nodes of a job, reached through their node daemons (the implementation is
-/// `ckptfs_node::datasets::ClusterNodes`; tests use an in-memory one). Every method asks
+/// `ckptfs_partner::ClusterNodes`; tests use an in-memory one). Every method asks
 /// only; the job-wide rules over the answers are in this crate (`jobwide`), so that
 /// every rank, on any node, computes the same result from the same answers.
 pub trait JobNodes: Send + Sync {

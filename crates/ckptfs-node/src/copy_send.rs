@@ -3,13 +3,13 @@
 //! (PutBegin, the chunks straight from the store, PutEnd), for the partner-copy loop
 //! ([`crate::replicate`]) and the protection of datasets ([`crate::protect`]).
 
-use crate::daemon::Shared;
-use crate::error::NodeError;
 use crate::levels::Identity;
-use crate::node_status::CopyInFlight;
-use crate::peer::{Conn, Msg};
+use crate::shared::CopyInFlight;
+use crate::shared::Shared;
 use crate::source::{FileReader, ReadProblem};
 use crate::throttle::Throttle;
+use ckptfs_partner::peer::{request, Conn, Msg};
+use ckptfs_partner::NodeError;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -63,27 +63,6 @@ pub(crate) async fn until_down(shared: &Shared, peer: &str) {
         if !shared.is_up(peer) && last.1.elapsed() >= Duration::from_secs(1) {
             return;
         }
-    }
-}
-
-/// Send a request and wait for its Ack; a Nack is an error.
-pub(crate) async fn request(conn: &mut Conn, m: Msg) -> Result<(), NodeError> {
-    conn.send(m).await?;
-    match conn.recv().await? {
-        Some(Msg::Ack) => Ok(()),
-        Some(Msg::Nack { errno, message }) => Err(NodeError::Refused {
-            peer: conn.peer().to_string(),
-            what: message,
-            errno,
-        }),
-        Some(other) => Err(NodeError::Protocol {
-            peer: conn.peer().to_string(),
-            what: format!("expected an acknowledgement, got {}", other.name()),
-        }),
-        None => Err(NodeError::Transport(format!(
-            "{} closed the connection",
-            conn.peer()
-        ))),
     }
 }
 

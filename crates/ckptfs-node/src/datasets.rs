@@ -1,164 +1,74 @@
-//! Datasets across nodes: the node daemon answers other nodes' dataset questions, and
-//! [`ClusterNodes`] asks them (the [`JobNodes`] of `ckptfs-datasets`, used by `ckptfs
-//! ckpt ...` and `ckptfs run --restart` with `--cluster/--node-id`).
-//!
-//! A question is one `Query` frame (JSON, [`Request`]) answered by one `QueryReply`
-//! ([`Reply`]) on the authenticated peer connection:
-//!
-//! - `records {job}`: this node's dataset records of the job, each file's levels
-//!   refreshed (local: the store holds that version complete; partner: a partner
-//!   acknowledged a copy of it; pfs: this node's drain published it);
-//! - `restarts {job}`: this node's restart rounds of the job (failure case D9: the
-//!   later ranks of one job restart adopt the first rank's choice);
-//! - `holds {owner, files}`: for each file (path, size, CRC32C), whether this node holds
-//!   exactly that content: a file of its dataset records when `owner` is this node, else
-//!   its partner copy of `owner`'s file; never any other file of the store. Each
-//!   distinct file once, its CRC32C combined from the store's chunk records, at most
-//!   [`crate::holds::MAX_HOLDS_FILES`] files a question ([`crate::holds`]).
-//! - `floors`: the next dataset id this node would give, per job it knows; `floor {job,
-//!   next_id}` raises this node's floor of the job (never lowers it). A `begin` tells
-//!   every node its new floor, and each daemon asks its peers for theirs at start and
-//!   every 2 s (failure case D10: ids never go back, also after every node lost its
-//!   memory one after the other).
-//!
-//! - `unrecorded {job, root}`: the checkpoint directories under `root` whose
-//!   `.metadata` no dataset record of the job on this node lists (saves made without the
-//!   ckptfs Writer; [`crate::unrecorded`]).
-//!
-//! All only read, except `agreed` and `floor` (which only add). Any authenticated node
-//! of the cluster (its own key with this node) may ask.
+//! Datasets across nodes, the daemon's side: it answers other nodes' dataset questions
+//! ([`Request`], [`Reply`]; the client that asks them, [`ClusterNodes`], is in
+//! `ckptfs-partner`), exchanges id floors with its peers, and gives a restart the
+//! erasure sets' recovery ([`ErasureSets`], installed with [`cluster_nodes`]).
 
-use crate::error::{NodeError, Result};
-use crate::levels::LevelsView;
-use crate::partner_level::PartnerLevel;
-use crate::peer::{Conn, Msg};
-use ckptfs_cluster::{Cluster, NodeKeys};
-use ckptfs_datasets::{Dataset, JobNodes, NodeRecords, Want};
-use ckptfs_level::copy;
-use ckptfs_store::level::StoreLevel;
+use ckptfs_cluster::Cluster;
+use ckptfs_datasets::Want;
+pub use ckptfs_partner::cluster::{fill_levels, holds, records, ClusterNodes, Reply, Request, SetRecovery};
+use ckptfs_partner::peer::Msg;
 use ckptfs_store::Store;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A question to another node's daemon.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "lowercase")]
-pub enum Request {
-    /// Its dataset records of `job`.
-    Records {
-        /// Job id.
-        job: String,
-    },
-    /// Its restart rounds of `job` (failure case D9).
-    Restarts {
-        /// Job id.
-        job: String,
-    },
-    /// Keep this job-wide verdict: `dataset` is complete, with every node's part
-    /// (failure case D7b: the verdict survives the loss of the nodes that reached it).
-    Agreed {
-        /// The dataset, complete, with `nodes`.
-        dataset: Box<Dataset>,
-    },
-    /// Its id floor of every job it knows (failure case D10).
-    Floors,
-    /// Raise its id floor of `job` to at least `next_id` (failure case D10).
-    Floor {
-        /// Job id.
-        job: String,
-        /// The next id the job may give.
-        next_id: u64,
-    },
-    /// Which of `owner`'s `files` it holds with exactly that content.
-    Holds {
-        /// Node whose files these are.
-        owner: String,
-        /// The files.
-        files: Vec<Want>,
-    },
-    /// Its checkpoint directories under `root` that no record of `job` lists.
-    Unrecorded {
-        /// Job id.
-        job: String,
-        /// Store directory to look under.
-        root: String,
-    },
-}
+/// The erasure sets of the cluster as a restart's set step ([`crate::erasure`]).
+pub struct ErasureSets;
 
-/// An answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Reply {
-    /// Answer to `records`.
-    Records(Vec<Dataset>),
-    /// Answer to `holds`: one flag per file asked.
-    Holds(Vec<bool>),
-    /// Answer to `restarts`.
-    Restarts(Vec<ckptfs_datasets::restart_round::Round>),
-    /// Answer to `floors`: per job, the next id this node would give.
-    Floors(BTreeMap<String, u64>),
-    /// Answer to `unrecorded`.
-    Unrecorded(Vec<crate::unrecorded::Unrecorded>),
-    /// The verdict (or floor) is kept.
-    Kept,
-    /// The question could not be answered.
-    Error(String),
-}
+impl SetRecovery for ErasureSets {
+    fn can_rebuild(
+        &self,
+        cluster: &Cluster,
+        me: &str,
+        store: &Store,
+        job: &str,
+        id: u64,
+        owner: &str,
+        files: &[Want],
+    ) -> std::result::Result<String, String> {
+        ckptfs_erasure::cluster_sets(cluster)
+            .ok_or("no erasure sets")?
+            .map_err(|e| e.to_string())?;
+        let want: Vec<(String, u64, u32)> =
+            files.iter().map(|w| (w.path.clone(), w.size, w.crc32c)).collect();
+        crate::erasure::set_can_rebuild(
+            cluster,
+            me,
+            store,
+            owner,
+            &crate::erasure::dataset_key(job, id),
+            &want,
+        )
+    }
 
-/// Whether `store` (of node `me`) holds `owner`'s file `w` with exactly its content: a
-/// file of this node's dataset records when `owner` is `me`, else `owner`'s partner
-/// copy ([`crate::holds`]: never another file of the store).
-pub fn holds(store: &Store, me: &str, owner: &str, w: &Want) -> bool {
-    crate::holds::holds_copy(store, me, owner, w)
-}
-
-/// This node's records of `job`, with each file's levels as this node sees them.
-pub fn records(store: &Store, job: &str, dests: &[PathBuf]) -> std::result::Result<Vec<Dataset>, String> {
-    ckptfs_datasets::check_component("job", job).map_err(|e| e.to_string())?;
-    let (all, _) = ckptfs_datasets::record::load_all(store, job).map_err(|e| e.to_string())?;
-    let mut all =
-        ckptfs_datasets::record::with_verdicts(all, ckptfs_datasets::record::load_verdicts(store, job));
-    // A rank of this node that died with its part open: incomplete, as this node's
-    // next locked look will record it (the asking node cannot see this node's processes).
-    all = ckptfs_datasets::record::with_dead_ranks(all);
-    fill_levels(store, &mut all, dests);
-    Ok(all)
-}
-
-/// Set each file's levels as this node sees them now: local (this version complete in
-/// the store), partner (a partner acknowledged a copy of this version), pfs (the drain
-/// published it, or a destination's manifest lists the same size and CRC32C).
-pub fn fill_levels(store: &Store, all: &mut [Dataset], dests: &[PathBuf]) {
-    let view = LevelsView::load(store);
-    for d in all.iter_mut() {
-        for (path, f) in d.files.iter_mut() {
-            let mut l = Vec::new();
-            if let Ok(st) = store.stat(path) {
-                if st.size == f.size && st.mtime_ns == f.mtime_ns {
-                    let w = view.of(path, &st);
-                    if w.local {
-                        l.push("local".to_string());
-                    }
-                    if !w.partners.is_empty() {
-                        l.push("partner".to_string());
-                    }
-                    if w.levels.iter().any(|x| x.starts_with("erasure:")) {
-                        l.push("erasure".to_string());
-                    }
-                    if w.pfs {
-                        l.push("pfs".to_string());
-                    }
-                }
-            }
-            if !l.iter().any(|x| x == "pfs") && ckptfs_datasets::pfs_holds(dests, path, f.size, f.crc32c) {
-                l.push("pfs".to_string());
-            }
-            f.levels = l;
+    fn rebuild(
+        &self,
+        cluster: &Cluster,
+        me: &str,
+        store: &Store,
+        job: &str,
+        id: u64,
+    ) -> std::result::Result<(), String> {
+        let key = crate::erasure::dataset_key(job, id);
+        let rep =
+            crate::erasure::rebuild_from_set(cluster, me, store, Some(&key)).map_err(|e| e.to_string())?;
+        match rep.failed.into_iter().find(|(d, _)| *d == key) {
+            Some((_, why)) => Err(why),
+            None if rep.rebuilt.iter().any(|r| r.dataset == key) || rep.present.contains(&key) => Ok(()),
+            None => Err(format!("{} rebuilt nothing of {key}", rep.level)),
         }
     }
+}
+
+/// [`ClusterNodes`] with the erasure sets' recovery installed: node `me` of `cluster`,
+/// whose store is `store` ([`ClusterNodes::new`]).
+pub fn cluster_nodes(
+    cluster: Cluster,
+    me: &str,
+    store: Store,
+    connect_timeout: Duration,
+) -> crate::Result<ClusterNodes> {
+    Ok(ClusterNodes::new(cluster, me, store, connect_timeout)?.with_sets(Box::new(ErasureSets)))
 }
 
 /// Server side: answer one question (JSON in, JSON out; never fails).
@@ -182,18 +92,24 @@ pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> 
             Ok(_) => Reply::Kept,
             Err(e) => Reply::Error(e.to_string()),
         },
-        Ok(Request::Holds { files, .. }) if files.len() > crate::holds::MAX_HOLDS_FILES => {
+        Ok(Request::Holds { files, .. }) if files.len() > ckptfs_partner::holds::MAX_HOLDS_FILES => {
             Reply::Error(format!(
                 "{} files in one holds question, at most {}",
                 files.len(),
-                crate::holds::MAX_HOLDS_FILES
+                ckptfs_partner::holds::MAX_HOLDS_FILES
             ))
         }
         Ok(Request::Holds { owner, files }) => {
-            let mut budget = crate::holds::READ_BUDGET;
-            Reply::Holds(crate::holds::answer(store, me, &owner, &files, &mut budget))
+            let mut budget = ckptfs_partner::holds::READ_BUDGET;
+            Reply::Holds(ckptfs_partner::holds::answer(
+                store,
+                me,
+                &owner,
+                &files,
+                &mut budget,
+            ))
         }
-        Ok(Request::Unrecorded { job, root }) => match crate::unrecorded::scan(store, &job, &root) {
+        Ok(Request::Unrecorded { job, root }) => match ckptfs_partner::unrecorded::scan(store, &job, &root) {
             Ok(v) => Reply::Unrecorded(v),
             Err(e) => Reply::Error(e),
         },
@@ -209,330 +125,9 @@ pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> 
     text
 }
 
-/// What a question to a peer needs (shared with the tasks that ask).
-struct Asker {
-    cluster: Cluster,
-    me: String,
-    keys: NodeKeys,
-    connect_timeout: Duration,
-    answer_timeout: Duration,
-}
-
-impl Asker {
-    /// Connect and authenticate. A refused connection fails at once (no daemon there);
-    /// a slow one (a loaded node) is tried once more with twice the time before the
-    /// node counts as lost.
-    async fn connect(&self, node: &str) -> std::result::Result<Conn, String> {
-        let addr = self.cluster.node(node).map_err(|e| e.to_string())?.addr.clone();
-        let mut wait = self.connect_timeout;
-        for attempt in 0..2 {
-            match tokio::time::timeout(
-                wait,
-                Conn::connect(&addr, &self.me, node, &self.keys, &self.cluster),
-            )
-            .await
-            {
-                Ok(Ok(c)) => return Ok(c),
-                Ok(Err(e)) => return Err(format!("{addr}: {e}")),
-                Err(_) if attempt == 0 => wait *= 2,
-                Err(_) => {}
-            }
-        }
-        Err(format!(
-            "{addr}: no answer in {:?} and then {wait:?}",
-            self.connect_timeout
-        ))
-    }
-
-    async fn ask(&self, node: &str, req: &Request) -> std::result::Result<Reply, String> {
-        let mut c = self.connect(node).await?;
-        let body = serde_json::to_string(req).map_err(|e| e.to_string())?;
-        let r = tokio::time::timeout(self.answer_timeout, async {
-            c.send(Msg::Query(body)).await.map_err(|e| e.to_string())?;
-            match c.recv().await.map_err(|e| e.to_string())? {
-                Some(Msg::QueryReply(text)) => {
-                    serde_json::from_str::<Reply>(&text).map_err(|e| e.to_string())
-                }
-                Some(other) => Err(format!("answered {}", other.name())),
-                None => Err("closed the connection".into()),
-            }
-        })
-        .await
-        .map_err(|_| format!("no answer in {:?}", self.answer_timeout))?;
-        match r? {
-            Reply::Error(e) => Err(e),
-            ok => Ok(ok),
-        }
-    }
-}
-
-/// The other nodes of the job, asked through their daemons.
-pub struct ClusterNodes {
-    asker: Arc<Asker>,
-    store: Store,
-    rt: tokio::runtime::Runtime,
-}
-
-impl ClusterNodes {
-    /// Node `me` of `cluster`, whose store is `store`. A node that does not accept a
-    /// connection within `connect_timeout` counts as lost (failure case D7).
-    pub fn new(cluster: Cluster, me: &str, store: Store, connect_timeout: Duration) -> Result<ClusterNodes> {
-        cluster.node(me).map_err(|e| NodeError::Cluster(e.to_string()))?;
-        let keys = cluster
-            .node_keys(me)
-            .map_err(|e| NodeError::Cluster(e.to_string()))?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| NodeError::io("start the runtime", e))?;
-        Ok(ClusterNodes {
-            asker: Arc::new(Asker {
-                cluster,
-                me: me.to_string(),
-                keys,
-                connect_timeout,
-                answer_timeout: Duration::from_secs(300),
-            }),
-            store,
-            rt,
-        })
-    }
-
-    /// Ask every other node the same question at once.
-    fn ask_all(&self, req: &Request) -> BTreeMap<String, std::result::Result<Reply, String>> {
-        let others: Vec<String> = self
-            .asker
-            .cluster
-            .nodes
-            .iter()
-            .filter(|n| n.id != self.asker.me)
-            .map(|n| n.id.clone())
-            .collect();
-        self.ask(&others, req)
-    }
-
-    /// Ask `nodes` (never this one) the same question at once.
-    fn ask(&self, nodes: &[String], req: &Request) -> BTreeMap<String, std::result::Result<Reply, String>> {
-        let others: Vec<String> = nodes.iter().filter(|n| **n != self.asker.me).cloned().collect();
-        self.rt.block_on(async {
-            let mut set = tokio::task::JoinSet::new();
-            for n in others {
-                let (a, req) = (self.asker.clone(), req.clone());
-                set.spawn(async move {
-                    let r = a.ask(&n, &req).await;
-                    (n, r)
-                });
-            }
-            let mut out = BTreeMap::new();
-            while let Some(r) = set.join_next().await {
-                if let Ok((n, r)) = r {
-                    out.insert(n, r);
-                }
-            }
-            out
-        })
-    }
-}
-
-impl ClusterNodes {
-    /// Every node's checkpoint directories under `root` that none of its records of
-    /// `job` lists (this node's read here, the others' through their daemons): node ->
-    /// its answer, or why it gave none.
-    pub fn unrecorded(
-        &self,
-        job: &str,
-        root: &str,
-    ) -> BTreeMap<String, std::result::Result<Vec<crate::unrecorded::Unrecorded>, String>> {
-        let req = Request::Unrecorded {
-            job: job.to_string(),
-            root: root.to_string(),
-        };
-        let mut out: BTreeMap<_, _> = self
-            .ask_all(&req)
-            .into_iter()
-            .map(|(n, r)| {
-                let v = match r {
-                    Ok(Reply::Unrecorded(v)) => Ok(v),
-                    Ok(_) => Err("answered something else".to_string()),
-                    Err(e) => Err(e),
-                };
-                (n, v)
-            })
-            .collect();
-        out.insert(
-            self.asker.me.clone(),
-            crate::unrecorded::scan(&self.store, job, root),
-        );
-        out
-    }
-}
-
-impl JobNodes for ClusterNodes {
-    fn me(&self) -> &str {
-        &self.asker.me
-    }
-
-    fn nodes(&self) -> Vec<String> {
-        self.asker.cluster.nodes.iter().map(|n| n.id.clone()).collect()
-    }
-
-    fn records(&self, job: &str) -> BTreeMap<String, NodeRecords> {
-        self.ask_all(&Request::Records { job: job.to_string() })
-            .into_iter()
-            .map(|(n, r)| {
-                let v = match r {
-                    Ok(Reply::Records(v)) => Ok(v),
-                    Ok(_) => Err("answered something else".to_string()),
-                    Err(e) => Err(e),
-                };
-                (n, v)
-            })
-            .collect()
-    }
-
-    fn holders(&self, owner: &str, files: &[Want], ask: &[String]) -> BTreeMap<String, Vec<bool>> {
-        // In questions of at most MAX_HOLDS_FILES files; a node that fails one is left out.
-        let mut out: BTreeMap<String, Vec<bool>> = BTreeMap::new();
-        let mut failed = std::collections::BTreeSet::new();
-        let mut batches: Vec<&[Want]> = files.chunks(crate::holds::MAX_HOLDS_FILES).collect();
-        if batches.is_empty() {
-            batches.push(files);
-        }
-        for batch in batches {
-            let req = Request::Holds {
-                owner: owner.to_string(),
-                files: batch.to_vec(),
-            };
-            for (n, r) in self.ask(ask, &req) {
-                match r {
-                    Ok(Reply::Holds(v)) if v.len() == batch.len() => out.entry(n).or_default().extend(v),
-                    _ => {
-                        failed.insert(n);
-                    }
-                }
-            }
-        }
-        out.retain(|n, v| !failed.contains(n) && v.len() == files.len());
-        out
-    }
-
-    fn restarts(&self, job: &str) -> BTreeMap<String, Vec<ckptfs_datasets::restart_round::Round>> {
-        self.ask_all(&Request::Restarts { job: job.to_string() })
-            .into_iter()
-            .filter_map(|(n, r)| match r {
-                Ok(Reply::Restarts(v)) => Some((n, v)),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn fill_levels(&self, local: &mut [Dataset], dests: &[PathBuf]) {
-        fill_levels(&self.store, local, dests)
-    }
-
-    fn announce(&self, job: &str, ds: &Dataset) {
-        let req = Request::Agreed {
-            dataset: Box::new(ds.clone()),
-        };
-        for (n, r) in self.ask_all(&req) {
-            match r {
-                Ok(Reply::Kept) => {}
-                Ok(Reply::Error(e)) => {
-                    tracing::warn!("{n} did not keep the verdict on dataset {} of {job}: {e}", ds.id)
-                }
-                Ok(_) => tracing::warn!("{n} did not keep the verdict on dataset {} of {job}", ds.id),
-                Err(e) => tracing::debug!(
-                    "{n} could not be told dataset {} of {job} is complete: {e}",
-                    ds.id
-                ),
-            }
-        }
-    }
-
-    fn floors(&self, job: &str) -> BTreeMap<String, u64> {
-        self.ask_all(&Request::Floors)
-            .into_iter()
-            .filter_map(|(n, r)| match r {
-                Ok(Reply::Floors(m)) => m
-                    .get(job)
-                    .map(|&f| (n, f.min(ckptfs_datasets::id_floor::MAX_FLOOR))),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn raise_floor(&self, job: &str, next_id: u64) {
-        let req = Request::Floor {
-            job: job.to_string(),
-            next_id,
-        };
-        for (n, r) in self.ask_all(&req) {
-            if let Err(e) = r {
-                tracing::debug!("{n} could not be told the id floor {next_id} of {job}: {e}");
-            }
-        }
-    }
-
-    fn holds_copy(&self, owner: &str, file: &Want) -> bool {
-        owner != self.asker.me && holds(&self.store, &self.asker.me, owner, file)
-    }
-
-    fn erasure_source(
-        &self,
-        job: &str,
-        id: u64,
-        owner: &str,
-        files: &[Want],
-    ) -> std::result::Result<String, String> {
-        let a = &self.asker;
-        ckptfs_erasure::cluster_sets(&a.cluster)
-            .ok_or("no erasure sets")?
-            .map_err(|e| e.to_string())?;
-        let want: Vec<(String, u64, u32)> =
-            files.iter().map(|w| (w.path.clone(), w.size, w.crc32c)).collect();
-        crate::erasure::set_can_rebuild(
-            &a.cluster,
-            &a.me,
-            &self.store,
-            owner,
-            &crate::erasure::dataset_key(job, id),
-            &want,
-        )
-    }
-
-    fn erasure_rebuild(&self, store: &Store, job: &str, id: u64) -> std::result::Result<(), String> {
-        let a = &self.asker;
-        let key = crate::erasure::dataset_key(job, id);
-        let rep = crate::erasure::rebuild_from_set(&a.cluster, &a.me, store, Some(&key))
-            .map_err(|e| e.to_string())?;
-        match rep.failed.into_iter().find(|(d, _)| *d == key) {
-            Some((_, why)) => Err(why),
-            None if rep.rebuilt.iter().any(|r| r.dataset == key) || rep.present.contains(&key) => Ok(()),
-            None => Err(format!("{} rebuilt nothing of {key}", rep.level)),
-        }
-    }
-
-    fn fetch(&self, store: &Store, from: &str, path: &str) -> std::result::Result<u64, String> {
-        if from == self.asker.me {
-            return Err("this node holds no partner copy of its own files".into());
-        }
-        // The partner step of a restart: the mover's copy from the partner's memory as
-        // a level into the store as a level (every chunk's CRC32C checked).
-        let a = &self.asker;
-        let partner = PartnerLevel::new(&a.cluster, &a.me, from)
-            .map_err(|e| e.to_string())?
-            .with_connect_timeout(a.connect_timeout)
-            .with_list_bounds(crate::partner_level::ListBounds::for_store(store));
-        let local = StoreLevel::new(store).map_err(|e| e.to_string())?;
-        copy(&partner, &local, path)
-            .map(|t| t.bytes)
-            .map_err(|e| e.to_string())
-    }
-}
-
 /// [`answer`] for the daemon's connection handler, off the async threads (a `holds`
 /// question reads the files).
-pub(crate) async fn answer_async(shared: &crate::daemon::Shared, body: String) -> String {
+pub(crate) async fn answer_async(shared: &crate::shared::Shared, body: String) -> String {
     let store = shared.store.clone();
     let me = shared.cfg.node_id.clone();
     let dests: Vec<PathBuf> = shared
@@ -548,21 +143,10 @@ pub(crate) async fn answer_async(shared: &crate::daemon::Shared, body: String) -
         })
 }
 
-impl ckptfs_datasets::Completion for ClusterNodes {
-    fn agree(&self, ds: &Dataset) -> ckptfs_datasets::Agreement {
-        // Not used while job_nodes() is Some (the job-wide rules decide); kept true.
-        ckptfs_datasets::SingleNode.agree(ds)
-    }
-
-    fn job_nodes(&self) -> Option<&dyn JobNodes> {
-        Some(self)
-    }
-}
-
 /// The daemon's id floor exchange (failure case D10): at start and every `every` after,
 /// ask every peer for its floors and raise this node's to them, so a replacement knows
 /// how far the job's ids went before the nodes it learned it from can be lost too.
-pub(crate) async fn floor_loop(shared: Arc<crate::daemon::Shared>, every: Duration) {
+pub(crate) async fn floor_loop(shared: Arc<crate::shared::Shared>, every: Duration) {
     loop {
         for n in &shared.cfg.cluster.nodes {
             if n.id == shared.cfg.node_id {

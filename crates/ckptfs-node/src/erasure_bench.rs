@@ -8,11 +8,11 @@
 //! asserted (docs/benchmarks.md); loopback, so the links are not limited.
 
 use crate::erasure::{dataset_key, ErasureConfig};
-use crate::error::{NodeError, Result};
 use crate::NodeConfig;
 use ckptfs_cluster::{Cluster, Secret};
 use ckptfs_datasets::record::{Dataset, FileRec, NodePart, State};
 use ckptfs_erasure::Scheme;
+use ckptfs_partner::{NodeError, Result};
 use ckptfs_store::{OpenFlags, Store, StoreOptions};
 use serde::Serialize;
 use std::collections::BTreeMap;

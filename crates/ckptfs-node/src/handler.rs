@@ -7,11 +7,11 @@
 //! `/.ckptfs/partners/<its id>/`. Paths are checked ([`check_rel_path`]) before
 //! anything is created; a path that would leave that directory ends the connection.
 
-use crate::daemon::Shared;
-use crate::error::NodeError;
 use crate::partner_store::{self, check_rel_path, InState, Incoming, Sink, Take};
-use crate::peer::{Conn, Msg};
 use crate::ratelimit;
+use crate::shared::Shared;
+use ckptfs_partner::peer::{Conn, Msg};
+use ckptfs_partner::NodeError;
 use std::sync::Arc;
 
 /// Serve one authenticated connection until the peer closes it or breaks the protocol.

@@ -8,7 +8,7 @@
 //! authenticated peer connection; the answer is the file streamed as a Get's answer is
 //! (PutBegin, Chunk..., PutEnd: every chunk with the CRC32C the holder's store recorded,
 //! checked on arrival), or a Nack. The holder answers only for what the `holds`
-//! question would say it holds ([`crate::holds`]: a file of its own dataset records with
+//! question would say it holds ([`ckptfs_partner::holds`]: a file of its own dataset records with
 //! exactly that size and CRC32C, or its partner copy of `owner`'s file with them); any
 //! other path is "not held", so no other file of the store can be read this way. The
 //! reader checks the whole file's CRC32C against the one it asked for.
@@ -18,13 +18,13 @@
 //! owner's daemon, then the owner's partners, then every other node; it is the place a
 //! level registry takes over the order.
 
-use crate::error::{NodeError, Result};
 use crate::partner_store::{self, check_rel_path};
-use crate::peer::{Conn, Msg};
 use crate::source::{FileReader, ReadProblem};
 use ckptfs_cluster::Cluster;
 use ckptfs_datasets::Want;
 use ckptfs_level::crc::crc_combine;
+use ckptfs_partner::peer::{Conn, Msg};
+use ckptfs_partner::{NodeError, Result};
 use ckptfs_store::{OpenFlags, Store};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -108,7 +108,7 @@ pub(crate) async fn serve(store: &Store, me: &str, req: &ReadFile, conn: &mut Co
     let w = req.want();
     let held = {
         let (store, me, owner) = (store.clone(), me.to_string(), req.owner.clone());
-        tokio::task::spawn_blocking(move || crate::holds::holds_copy(&store, &me, &owner, &w))
+        tokio::task::spawn_blocking(move || ckptfs_partner::holds::holds_copy(&store, &me, &owner, &w))
             .await
             .unwrap_or(false)
     };
@@ -277,7 +277,7 @@ pub fn read_from_node(
 /// Read `owner`'s file `w` from this node's store (`store`, node `me`: a partner copy
 /// held here, or the file itself when `me` is the owner), whole and CRC32C-checked.
 pub fn read_held_here(store: &Store, me: &str, owner: &str, w: &Want) -> Option<Vec<u8>> {
-    if !crate::holds::holds_copy(store, me, owner, w) || w.size > MAX_READ {
+    if !ckptfs_partner::holds::holds_copy(store, me, owner, w) || w.size > MAX_READ {
         return None;
     }
     let mut f = store

@@ -7,10 +7,10 @@
 //! the record without depending on the daemon); this module re-exports them. The daemon
 //! is the record's only writer ([`Levels::save`]).
 
-use crate::error::{NodeError, Result};
 pub use ckptfs_datasets::levels_record::{
     Dropping, FileLevels, Identity, Levels, LevelsView, SaveError, Where, LEVELS_PATH,
 };
+use ckptfs_partner::{NodeError, Result};
 use ckptfs_store::{Store, StoreError};
 
 /// Remove the record (a missing one is fine).

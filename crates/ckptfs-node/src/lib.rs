@@ -12,7 +12,13 @@
 //!   split; heartbeats (soft state); status file.
 //! - [`replicate`](crate::daemon): partner copies out, chunk by chunk with CRC32C, one
 //!   file at a time (bounded memory), bandwidth cap; deletes and rewrites follow.
-//! - [`partner_level`]: a partner's memory as a [`ckptfs_level::Level`] ([`PartnerLevel`]).
+//! - [`datasets`]: the daemon's answers to other nodes' dataset questions, the id floor
+//!   exchange, and the erasure sets as a restart's set step ([`datasets::cluster_nodes`]).
+//!
+//! The client side (the peer messages and connection, a partner's memory as a
+//! [`ckptfs_level::Level`] ([`PartnerLevel`]), the dataset questions and
+//! [`ckptfs_partner::ClusterNodes`], the `holds` and `unrecorded` answers) is
+//! [`ckptfs_partner`], which this crate depends on.
 //! - [`partner_store`]: partner copies in, received under a temporary name and renamed
 //!   into place only when complete and verified.
 //! - [`levels`]: which levels hold each file (local, partner nodes, PFS).
@@ -22,11 +28,7 @@
 //!   complete datasets, the XOR ring, the members' shares, the rebuild of a lost
 //!   member's part from the survivors; [`erasure_bench`]: its figures (`ckptfs bench
 //!   erasure --daemons`).
-//! - [`holds`]: the dataset `holds` question, confined to the owner's copies and the
-//!   node's dataset files, bounded per question.
 //! - [`ratelimit`]: at most one warning per source address or peer per 10 s.
-//! - [`unrecorded`]: checkpoint directories no dataset record lists (saves made
-//!   without the ckptfs Writer), the `unrecorded` question.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -35,31 +37,28 @@ pub mod daemon;
 pub mod datasets;
 pub mod erasure;
 pub mod erasure_bench;
-mod error;
 mod handler;
-pub mod holds;
 pub mod job_files;
 pub mod levels;
-mod list_bounds;
 pub mod metrics;
+mod metrics_export;
 pub mod node_status;
-pub mod partner_level;
 pub mod partner_store;
-pub mod peer;
 mod protect;
 pub mod ratelimit;
 mod replicate;
 pub mod restore;
+mod shared;
 pub mod source;
 mod throttle;
-pub mod unrecorded;
 
 pub use ckptfs_agent::sys::Priority;
-pub use daemon::{parse_priority, priority_name, run, run_blocking, NodeConfig, NodeSummary};
+pub use ckptfs_partner::{ListBounds, PartnerLevel};
+pub use ckptfs_partner::{NodeError, Result};
+pub use daemon::{run, run_blocking, NodeSummary};
 pub use erasure::{rebuild_from_set, ErasureConfig, SetRebuildReport};
-pub use error::{NodeError, Result};
 pub use levels::{LevelsView, Where};
 pub use metrics::MetricsConfig;
 pub use node_status::{status, NodeStatus};
-pub use partner_level::{ListBounds, PartnerLevel};
 pub use restore::{restore_from_peers, restore_from_peers_blocking, PeerRestoreReport};
+pub use shared::{parse_priority, priority_name, NodeConfig, DEFAULT_PARTNER_SHARE};

@@ -3,7 +3,12 @@
 //! the caller, mode 0700), replaced atomically, and the single-instance lock
 //! `NAME.node.lock` held with `flock` for the daemon's life (alive = lock held).
 
-use crate::error::NodeError;
+use crate::partner_store;
+pub use crate::shared::CopyInFlight;
+use crate::shared::{priority_name, Shared};
+use ckptfs_partner::runtime_files::{lock_name, status_name};
+pub use ckptfs_partner::runtime_files::{remove_status, remove_store_files};
+use ckptfs_partner::NodeError;
 use ckptfs_runtime::{InstanceLock, RuntimeDir};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -20,19 +25,6 @@ pub struct PeerState {
     pub last_seen_ms: Option<u64>,
     /// Whether it is one of this node's partners now.
     pub partner: bool,
-}
-
-/// A partner copy in flight.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct CopyInFlight {
-    /// Store path.
-    pub path: String,
-    /// Partner node.
-    pub to: String,
-    /// Size in bytes.
-    pub size: u64,
-    /// Bytes acknowledged so far.
-    pub done: u64,
 }
 
 /// Everything `ckptfs node status` shows.
@@ -111,14 +103,6 @@ pub struct NodeStatus {
     pub holding: BTreeMap<String, u64>,
 }
 
-fn status_name(store: &str) -> String {
-    format!("{store}.node.json")
-}
-
-fn lock_name(store: &str) -> String {
-    format!("{store}.node.lock")
-}
-
 /// The status file of store `name` (in the caller's runtime directory).
 pub fn status_path(name: &str) -> PathBuf {
     RuntimeDir::default_path().join(status_name(name))
@@ -136,23 +120,6 @@ pub fn status(store_name: &str) -> Option<NodeStatus> {
     let mut s: NodeStatus = serde_json::from_slice(&text).ok()?;
     s.running = dir.is_locked(&lock_name(store_name));
     Some(s)
-}
-
-/// Remove the status and lock files of store `name` (after destroying the store).
-pub fn remove_status(store_name: &str) {
-    if let Ok(dir) = RuntimeDir::for_caller() {
-        let _ = dir.remove(&status_name(store_name));
-        let _ = dir.remove(&lock_name(store_name));
-    }
-}
-
-/// Remove every file the node's daemons keep in the caller's runtime directory for store
-/// `name` (after destroying the store): the node daemon's and the drain agent's status
-/// and lock files, and the datasets lock (unless a process holds it now).
-pub fn remove_store_files(store_name: &str) {
-    remove_status(store_name);
-    ckptfs_agent::status::remove_status(store_name);
-    ckptfs_datasets::remove_lock(store_name);
 }
 
 /// Take the single-instance lock of store `name`'s daemon.
@@ -173,4 +140,94 @@ pub(crate) fn write_status(dir: &RuntimeDir, s: &NodeStatus) -> Result<(), NodeE
         &serde_json::to_vec_pretty(s).expect("status serializes"),
     )
     .map_err(|e| NodeError::Runtime(e.to_string()))
+}
+
+impl Shared {
+    /// The status file's content now.
+    pub(crate) fn status(&self) -> NodeStatus {
+        let partners = self.partners();
+        let seen = self.seen.lock().expect("seen").clone();
+        let peers = self
+            .cfg
+            .cluster
+            .nodes
+            .iter()
+            .filter(|n| n.id != self.cfg.node_id)
+            .map(|n| {
+                let last = seen.get(&n.id);
+                (
+                    n.id.clone(),
+                    PeerState {
+                        addr: n.addr.clone(),
+                        up: last.is_some_and(|t| t.elapsed() <= self.down_after()),
+                        last_seen_ms: last.map(|t| t.elapsed().as_millis() as u64),
+                        partner: partners.contains(&n.id),
+                    },
+                )
+            })
+            .collect();
+        let c = self.counters.lock().expect("counters");
+        let holding = partner_store::sources(&self.store)
+            .into_iter()
+            .map(|s| {
+                let n = partner_store::list(&self.store, &s).len() as u64;
+                (s, n)
+            })
+            .collect();
+        NodeStatus {
+            node: self.cfg.node_id.clone(),
+            store: self.store.name().to_string(),
+            pid: std::process::id(),
+            running: true,
+            listen: self.listen.clone(),
+            partners,
+            peers,
+            drain: self.cfg.drain.is_some(),
+            copies_sent: c.copies_sent,
+            bytes_sent: c.bytes_sent,
+            copies_refused: c.copies_refused,
+            changed_during_copy: c.changed_during_copy,
+            chunks_resent: c.chunks_resent,
+            copies_received: c.copies_received,
+            chunks_refused: c.chunks_refused,
+            copies_lost: c.copies_lost,
+            unprotected_files: c.unprotected_files,
+            unprotected_bytes: c.unprotected_bytes,
+            pending_drops: c.pending_drops + c.verify_owed as u64,
+            changes_seen: c.changes_seen,
+            changes_now: self.store.change_seq(),
+            yielded_s: c.yielded.as_secs_f64(),
+            partner_priority: priority_name(self.cfg.partner_priority).to_string(),
+            in_flight: self
+                .in_flight
+                .lock()
+                .expect("in flight")
+                .iter()
+                .cloned()
+                .collect(),
+            holding,
+            erasure: self.cfg.erasure.as_ref().map(|e| {
+                let mut st = self.erasure.status();
+                st.level = e.level_id();
+                st.scheme = e.scheme.to_string();
+                st.members = e.set.members.clone();
+                // What this member keeps, as its store says (an encode led elsewhere, a
+                // rebuild, an earlier daemon's).
+                // The store has the last word on what this member keeps: a header
+                // replaces what memory says of a protected encoding (another process, a
+                // rebuild, may have written it since).
+                for (key, epoch) in self.erasure.kept(&self.store, &e.set.name) {
+                    let d = st.datasets.entry(key).or_default();
+                    if d.state.is_empty() || d.state == "protected" {
+                        if d.epoch != epoch {
+                            d.seconds = None;
+                        }
+                        d.state = "protected".into();
+                        d.epoch = epoch;
+                    }
+                }
+                st
+            }),
+        }
+    }
 }

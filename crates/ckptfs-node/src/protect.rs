@@ -22,12 +22,13 @@
 //! not in the record; a restore orders them by generation ([`crate::restore`]) and the
 //! verify marks the older ones stale once the file is back in the store.
 
-use crate::copy_send::{connection, request};
-use crate::daemon::Shared;
-use crate::error::NodeError;
+use crate::copy_send::connection;
 use crate::levels::Levels;
 use crate::partner_store::HeldFile;
-use crate::peer::{Conn, Msg};
+use crate::shared::Shared;
+use ckptfs_partner::peer::request;
+use ckptfs_partner::peer::{Conn, Msg};
+use ckptfs_partner::NodeError;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -43,8 +44,10 @@ async fn listing(
     peer: &str,
     store: &ckptfs_store::Store,
 ) -> Result<BTreeMap<String, HeldFile>, NodeError> {
-    let mut check =
-        crate::list_bounds::PageCheck::new(peer, crate::list_bounds::ListBounds::for_store(store));
+    let mut check = ckptfs_partner::list_bounds::PageCheck::new(
+        peer,
+        ckptfs_partner::list_bounds::ListBounds::for_store(store),
+    );
     loop {
         conn.send(Msg::List {
             after: check.after().to_string(),

@@ -23,12 +23,12 @@
 //! behind the application's writes in [`crate::throttle`].
 
 use crate::copy_send::{connection, send_copy, until_down, Sent};
-use crate::daemon::Shared;
-use crate::error::NodeError;
 use crate::levels::{FileLevels, Identity, Levels};
-use crate::peer::Conn;
+use crate::shared::Shared;
 use crate::source::scan;
 use crate::throttle::Throttle;
+use ckptfs_partner::peer::Conn;
+use ckptfs_partner::NodeError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};

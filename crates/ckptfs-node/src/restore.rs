@@ -11,13 +11,13 @@
 //! peer that has it (the plan's partners first); what no peer has comes from the PFS
 //! (the drain's restore, run after this one by the caller).
 
-use crate::error::{NodeError, Result};
-use crate::partner_level::{ListBounds, PartnerLevel};
 use crate::partner_store;
-use crate::peer::{Conn, Msg};
 use crate::source::{FileReader, ReadProblem};
 use ckptfs_cluster::Cluster;
 use ckptfs_level::{copy, Level};
+use ckptfs_partner::partner_level::{ListBounds, PartnerLevel};
+use ckptfs_partner::peer::{Conn, Msg};
+use ckptfs_partner::{NodeError, Result};
 use ckptfs_store::level::StoreLevel;
 use ckptfs_store::{FileKind, Store, WriteState};
 use serde::Serialize;

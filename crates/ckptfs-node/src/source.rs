@@ -11,8 +11,8 @@
 //! ([`FileReader::local_chunk_ok`]): damaged here (the copy is refused, never sent as
 //! valid), or damaged on the wire (sent again).
 
-use crate::error::NodeError;
 use crate::levels::Identity;
+use ckptfs_partner::NodeError;
 use ckptfs_store::netio::{NotSendable, WireChunk, WireSource};
 use ckptfs_store::{ChunkInfo, FileHandle, OpenFlags, Store, WriteState};
 use std::os::fd::BorrowedFd;

@@ -197,7 +197,10 @@ fn empty_header(leader: &str, member: &str) -> Header {
 fn fake_successor(tc: &TestCluster, leader: &str) -> tokio::task::JoinHandle<()> {
     let addr = tc.cluster.node(leader).unwrap().addr.clone();
     let keys = tc.cluster.node_keys(leader).unwrap();
-    let (id, cfg) = (identity(tc, leader), ckptfs_node::peer::conn_config(&tc.cluster));
+    let (id, cfg) = (
+        identity(tc, leader),
+        ckptfs_partner::peer::conn_config(&tc.cluster),
+    );
     tokio::spawn(async move {
         let l = listen(&addr).await;
         loop {

@@ -7,7 +7,7 @@ mod support;
 
 use ckptfs_cluster::Scheme;
 use ckptfs_node::partner_store::{copy_path, HeldFile};
-use ckptfs_node::peer::{Conn, Msg};
+use ckptfs_partner::peer::{Conn, Msg};
 use ckptfs_transport as tp;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

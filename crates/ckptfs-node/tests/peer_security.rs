@@ -197,7 +197,7 @@ async fn a_nodes_credentials_act_only_as_that_node() {
         &identity(&tc, "node1"),
         "node3",
         &k2,
-        &ckptfs_node::peer::conn_config(&tc.cluster),
+        &ckptfs_partner::peer::conn_config(&tc.cluster),
     )
     .await
     .unwrap_err();

@@ -258,7 +258,7 @@ async fn a_chunk_refused_on_arrival_is_sent_again_from_there_and_the_copy_comple
     let data = bytes(200_000, 21);
     write(&tc.store("node1"), "/ckpt/r", &data);
     let keys = tc.cluster.node_keys("node2").unwrap();
-    let cfg = ckptfs_node::peer::conn_config(&tc.cluster);
+    let cfg = ckptfs_partner::peer::conn_config(&tc.cluster);
     let me = identity(&tc, "node2");
     // Every connection served on its own task (heartbeats come on their own one).
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(Vec<u8>, Vec<u64>)>(1);

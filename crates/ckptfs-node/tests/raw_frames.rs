@@ -30,7 +30,7 @@ async fn authenticated(tc: &TestCluster, me: &str, to: &str) -> RawConn {
         &id,
         to,
         &keys,
-        &ckptfs_node::peer::conn_config(&tc.cluster),
+        &ckptfs_partner::peer::conn_config(&tc.cluster),
     )
     .await
     .unwrap();

@@ -105,7 +105,7 @@ pub fn read_job_file<'py>(
 }
 
 /// Checkpoint directories under `root` whose `.metadata` no dataset record of `job`
-/// lists (saves made without the ckptfs Writer; `ckptfs_node::unrecorded`): in this
+/// lists (saves made without the ckptfs Writer; `ckptfs_partner::unrecorded`): in this
 /// store only, or with `file` and `me` (cluster mode) on every node of the cluster,
 /// the others asked through their daemons. JSON: `{"dirs": [{"node", "path",
 /// "metadata_mtime_ns", "files", "bytes"}], "errors": {node: why}}` (`node` is `me`, or
@@ -129,13 +129,13 @@ pub fn unrecorded_checkpoints(
                 .map(Duration::from_millis)
                 .unwrap_or_else(|| node_timeout(&|k| std::env::var(k).ok()));
             py.allow_threads(|| {
-                ckptfs_node::datasets::ClusterNodes::new(cluster, &me, st, timeout)
+                ckptfs_node::datasets::cluster_nodes(cluster, &me, st, timeout)
                     .map(|c| c.unrecorded(&job, &root))
             })
             .map_err(|e| einval(format!("cluster {file}: {e}")))?
         }
         _ => {
-            let r = py.allow_threads(|| ckptfs_node::unrecorded::scan(&st, &job, &root));
+            let r = py.allow_threads(|| ckptfs_partner::unrecorded::scan(&st, &job, &root));
             std::collections::BTreeMap::from([(String::new(), r)])
         }
     };

@@ -358,7 +358,7 @@ pub unsafe extern "C" fn ckptfs_destroy_store(name: *const c_char) -> c_int {
         Store::destroy_in(dir.as_deref(), name)?;
         // The state and lock files of the store's agent, node daemon and datasets, in
         // the caller's runtime directory.
-        ckptfs_node::node_status::remove_store_files(name);
+        ckptfs_partner::runtime_files::remove_store_files(name);
         Ok(0)
     }) as c_int
 }

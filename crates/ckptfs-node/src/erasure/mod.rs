@@ -31,9 +31,7 @@
 //! must match the header's CRCs) and keeps the header: the set is whole again at the
 //! same epoch.
 
-use crate::daemon::Shared;
-use crate::error::{NodeError, Result};
-use crate::peer::{Conn, Msg, Piece};
+use crate::shared::Shared;
 use ckptfs_cluster::Cluster;
 use ckptfs_erasure::layout::{ParityRecord, PartRecord, FORMAT};
 use ckptfs_erasure::member;
@@ -41,6 +39,8 @@ use ckptfs_erasure::proto::{self, EraMsg, WantFile};
 use ckptfs_erasure::ring::{self, Step, PIECE};
 use ckptfs_erasure::{Header, Layout, RedSet, Scheme, PARITY_CHUNK};
 use ckptfs_level::Mover;
+use ckptfs_partner::peer::{Conn, Msg, Piece};
+use ckptfs_partner::{NodeError, Result};
 use ckptfs_store::level::StoreLevel;
 use ckptfs_store::Store;
 use ckptfs_transport::SegKind;

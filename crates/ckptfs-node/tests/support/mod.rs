@@ -304,7 +304,7 @@ pub fn identity(tc: &TestCluster, id: &str) -> ckptfs_transport::Identity {
 pub async fn client(tc: &TestCluster, me: &str, to: &str) -> ckptfs_transport::Conn {
     let keys = tc.cluster.node_keys(me).unwrap();
     let addr = tc.cluster.node(to).unwrap().addr.clone();
-    let cfg = ckptfs_node::peer::conn_config(&tc.cluster);
+    let cfg = ckptfs_partner::peer::conn_config(&tc.cluster);
     let t = Instant::now();
     loop {
         match ckptfs_transport::connect(&addr, &identity(tc, me), to, &keys, &cfg).await {

@@ -1,4 +1,4 @@
-//! The node daemon's error type and its mapping to POSIX errno values.
+//! The error type of the node protocol (the daemon and its clients) and its mapping to POSIX errno values.
 
 use ckptfs_store::StoreError;
 
@@ -99,14 +99,16 @@ impl NodeError {
         }
     }
 
-    pub(crate) fn store(context: impl Into<String>, source: StoreError) -> Self {
+    /// A store operation's error, with what was being done.
+    pub fn store(context: impl Into<String>, source: StoreError) -> Self {
         NodeError::Store {
             context: context.into(),
             source,
         }
     }
 
-    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    /// An OS error, with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         NodeError::Io {
             context: context.into(),
             source,

@@ -7,7 +7,7 @@
 //! (issue 37, item 3). In a job across nodes the `.metadata` is only in the
 //! coordinator's node store, so every rank asks every node ([`scan`] answers for one
 //! store; the daemons answer `unrecorded {job, root}`,
-//! [`crate::datasets::ClusterNodes::unrecorded`] asks them all).
+//! [`crate::cluster::ClusterNodes::unrecorded`] asks them all).
 //!
 //! A directory is reported when its `.metadata` is closed complete, every file directly
 //! in it is closed complete (not a save still being written or left by a dead writer),

@@ -17,8 +17,8 @@
 //! A listing past a bound is refused whole ([`NodeError::Bound`], EOVERFLOW; the holder
 //! and the bound named): the restore moves on to the other holders.
 
+use crate::copies::HeldFile;
 use crate::error::NodeError;
-use crate::partner_store::HeldFile;
 use ckptfs_store::Store;
 use ckptfs_transport::frame::MAX_LIST_ENTRIES;
 
@@ -59,7 +59,7 @@ impl ListBounds {
 }
 
 /// The pages of one listing, checked as they arrive.
-pub(crate) struct PageCheck {
+pub struct PageCheck {
     peer: String,
     bounds: ListBounds,
     files: Vec<HeldFile>,
@@ -69,7 +69,8 @@ pub(crate) struct PageCheck {
 }
 
 impl PageCheck {
-    pub(crate) fn new(peer: &str, bounds: ListBounds) -> PageCheck {
+    /// A listing from `peer`, checked against `bounds`.
+    pub fn new(peer: &str, bounds: ListBounds) -> PageCheck {
         PageCheck {
             peer: peer.to_string(),
             bounds,
@@ -81,7 +82,7 @@ impl PageCheck {
     }
 
     /// The `after` of the next request: the last path listed ("" at the start).
-    pub(crate) fn after(&self) -> &str {
+    pub fn after(&self) -> &str {
         self.files.last().map(|f| f.path.as_str()).unwrap_or("")
     }
 
@@ -94,7 +95,7 @@ impl PageCheck {
 
     /// Take one page; true when the listing is complete (no more follow, or an empty
     /// page), an error when it passes a bound.
-    pub(crate) fn take(&mut self, page: Vec<HeldFile>, more: bool) -> Result<bool, NodeError> {
+    pub fn take(&mut self, page: Vec<HeldFile>, more: bool) -> Result<bool, NodeError> {
         self.pages += 1;
         if self.pages > self.bounds.pages() {
             return Err(self.bound(format!(
@@ -138,7 +139,7 @@ impl PageCheck {
     }
 
     /// Every entry listed, in path order.
-    pub(crate) fn into_files(self) -> Vec<HeldFile> {
+    pub fn into_files(self) -> Vec<HeldFile> {
         self.files
     }
 }

@@ -11,7 +11,7 @@
 //!   writes its partner namespace on that peer: the source of a copy is always the
 //!   authenticated id);
 //! - `get` = `Get{path}`: the holder streams the copy straight from its store (`writev` /
-//!   `sendfile`, [`crate::source`]); the reader checks every chunk's CRC32C as it comes
+//!   `sendfile`, `ckptfs_node::source`); the reader checks every chunk's CRC32C as it comes
 //!   off the socket (a damaged copy fails with [`LevelError::Corrupt`], EIO) and
 //!   `finish` checks the end of the copy and the whole-file CRC against the listing;
 //! - `put` = `PutBegin` (acknowledged: the partner has room, else its errno, e.g.
@@ -28,12 +28,11 @@
 //! until it is finished or dropped. A connection that fell out of step (an error in the
 //! middle of a copy) is dropped and the next call reconnects.
 
-use crate::copy_send::request;
+use crate::copies::{check_rel_path, HeldFile};
 use crate::error::NodeError;
 pub use crate::list_bounds::ListBounds;
 use crate::list_bounds::PageCheck;
-use crate::partner_store::{check_rel_path, HeldFile};
-use crate::peer::{Conn, Msg};
+use crate::peer::{request, Conn, Msg};
 use ckptfs_cluster::{Cluster, NodeKeys};
 use ckptfs_level::crc::crc_combine;
 use ckptfs_level::{
@@ -585,7 +584,7 @@ impl ChunkReader for PartnerReader<'_> {
         let (g, rt) = (&mut self.g, &self.lvl.rt);
         let landed = writer.land(off, len as usize, &mut |l| {
             let c = g.as_mut().expect("connected while reading");
-            rt.block_on(c.chunk_into(&mut crate::partner_store::Sink(l)))
+            rt.block_on(c.chunk_into(&mut crate::copies::Sink(l)))
                 .map_err(backend)
         });
         match landed {

@@ -18,9 +18,9 @@
 //! question costs a stat and a chunk list per distinct file, and an asker that hangs
 //! up leaves nothing long running behind.
 //!
-//! [`ClusterNodes`]: crate::datasets::ClusterNodes
+//! [`ClusterNodes`]: crate::cluster::ClusterNodes
 
-use crate::partner_store;
+use crate::copies;
 use ckptfs_datasets::Want;
 use ckptfs_store::level::crcs_from_chunks;
 use ckptfs_store::{FileKind, OpenFlags, Store, WriteState};
@@ -104,8 +104,8 @@ fn dataset_files(store: &Store, me: &str) -> BTreeSet<(String, u64, u32)> {
 
 /// The flags of a `holds` question about `owner`'s `files`, asked of node `me` (the
 /// caller checked the count): see the module's rules.
-pub(crate) fn answer(store: &Store, me: &str, owner: &str, files: &[Want], budget: &mut u64) -> Vec<bool> {
-    if partner_store::check_node_id(owner).is_err() {
+pub fn answer(store: &Store, me: &str, owner: &str, files: &[Want], budget: &mut u64) -> Vec<bool> {
+    if copies::check_node_id(owner).is_err() {
         return vec![false; files.len()];
     }
     let records = (owner == me).then(|| dataset_files(store, me));
@@ -115,7 +115,7 @@ pub(crate) fn answer(store: &Store, me: &str, owner: &str, files: &[Want], budge
         .iter()
         .map(|w| {
             // Never a path under /.ckptfs, never one that leaves the namespace.
-            let Ok(path) = partner_store::check_rel_path(&w.path) else {
+            let Ok(path) = copies::check_rel_path(&w.path) else {
                 return false;
             };
             let at = match &records {
@@ -125,7 +125,7 @@ pub(crate) fn answer(store: &Store, me: &str, owner: &str, files: &[Want], budge
                     }
                     path
                 }
-                None => partner_store::copy_path(owner, &path),
+                None => copies::copy_path(owner, &path),
             };
             let got = match seen.get(&at) {
                 Some(g) => *g,

@@ -1,10 +1,10 @@
-//! The daemon's view of a peer connection: the few requests the node protocol uses, on
-//! top of the authenticated transport ([`ckptfs_transport`]). Store paths are absolute
+//! A peer connection between node daemons (and their clients): the few requests the
+//! node protocol uses, on top of the authenticated transport ([`ckptfs_transport`]). Store paths are absolute
 //! here (`/ckpt/a`) and relative on the wire (`ckpt/a`, checked by the transport's
 //! decoder); the source node of a copy is always this side's authenticated id.
 
+use crate::copies::HeldFile;
 use crate::error::{NodeError, Result};
-use crate::partner_store::HeldFile;
 use ckptfs_cluster::{Cluster, NodeKeys};
 use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Identity, Protection, TransportError};
 use std::collections::BTreeSet;
@@ -83,11 +83,11 @@ pub enum Msg {
         /// Absolute store path on the source node.
         path: String,
     },
-    /// A dataset question (JSON, [`crate::datasets::Request`]).
+    /// A dataset question (JSON, [`crate::cluster::Request`]).
     Query(String),
-    /// Its answer (JSON, [`crate::datasets::Reply`]).
+    /// Its answer (JSON, [`crate::cluster::Reply`]).
     QueryReply(String),
-    /// An erasure-set request or answer (JSON, [`ckptfs_erasure::proto`]).
+    /// An erasure-set request or answer (JSON, `ckptfs_erasure::proto`).
     Erasure(String),
     /// One piece of an erasure segment, sent by this side (received: by the
     /// authenticated peer, any other name refused); its data follows in a Chunk.
@@ -564,5 +564,26 @@ impl Conn {
                 })
             }
         }))
+    }
+}
+
+/// Send a request and wait for its Ack; a Nack is an error.
+pub async fn request(conn: &mut Conn, m: Msg) -> Result<(), NodeError> {
+    conn.send(m).await?;
+    match conn.recv().await? {
+        Some(Msg::Ack) => Ok(()),
+        Some(Msg::Nack { errno, message }) => Err(NodeError::Refused {
+            peer: conn.peer().to_string(),
+            what: message,
+            errno,
+        }),
+        Some(other) => Err(NodeError::Protocol {
+            peer: conn.peer().to_string(),
+            what: format!("expected an acknowledgement, got {}", other.name()),
+        }),
+        None => Err(NodeError::Transport(format!(
+            "{} closed the connection",
+            conn.peer()
+        ))),
     }
 }

@@ -1,0 +1,36 @@
+//! # ckptfs-partner: the client side of the node daemons
+//!
+//! What a process needs to talk to node daemons without being one (the CLI, the C API,
+//! Python, and the daemon itself when it asks its peers): this crate does not depend on
+//! the daemon (`ckptfs-node`), which depends on it.
+//!
+//! - [`peer`]: the node protocol's messages ([`peer::Msg`]) and an authenticated
+//!   connection to another daemon ([`peer::Conn`]) over [`ckptfs_transport`].
+//! - [`partner_level`]: a partner's memory as a [`ckptfs_level::Level`]
+//!   ([`PartnerLevel`]), its listings bounded by [`ListBounds`] ([`list_bounds`]).
+//! - [`cluster`]: the dataset questions asked of other daemons ([`cluster::Request`],
+//!   [`cluster::Reply`]) and [`ClusterNodes`], the job's other nodes as
+//!   [`ckptfs_datasets::JobNodes`]; set-level recovery plugs in as a [`SetRecovery`].
+//! - [`copies`]: where partner copies sit in a holder's store, the checks of what a peer
+//!   names, the listing of complete copies.
+//! - [`holds`], [`unrecorded`]: the answers a node gives about its own store (also asked
+//!   of the local store by [`ClusterNodes`]).
+//! - [`runtime_files`]: the daemon's files in the caller's runtime directory
+//!   ([`runtime_files::remove_store_files`] after a store is destroyed).
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod cluster;
+pub mod copies;
+mod error;
+pub mod holds;
+pub mod list_bounds;
+pub mod partner_level;
+pub mod peer;
+pub mod runtime_files;
+pub mod unrecorded;
+
+pub use cluster::{ClusterNodes, SetRecovery};
+pub use error::{NodeError, Result};
+pub use list_bounds::ListBounds;
+pub use partner_level::PartnerLevel;
