@@ -85,7 +85,7 @@ impl Bed {
         cfg.local_nranks = Some(1);
         cfg.node = node.clone();
         cfg.dests = vec![dest.to_path_buf()];
-        let nodes = ckptfs_node::datasets::cluster_nodes(
+        let nodes = ckptfs_node::datasets::ClusterNodes::new(
             self.cluster.clone(),
             &node,
             store.clone(),

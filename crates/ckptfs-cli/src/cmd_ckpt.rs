@@ -91,7 +91,7 @@ pub fn open(ctx: &Ctx, dest: &[PathBuf]) -> Result<Datasets> {
         cfg.node = node.clone();
         let timeout =
             ckptfs_settings::job::node_timeout(&|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
-        let nodes = ckptfs_node::datasets::cluster_nodes(cluster.clone(), node, store.clone(), timeout)?;
+        let nodes = ckptfs_node::datasets::ClusterNodes::new(cluster.clone(), node, store.clone(), timeout)?;
         return Ok(Datasets::new(store, cfg, Box::new(nodes)));
     }
     Ok(Datasets::single_node(store, cfg))

@@ -3,73 +3,13 @@
 //! `ckptfs-partner`), exchanges id floors with its peers, and gives a restart the
 //! erasure sets' recovery ([`ErasureSets`], installed with [`cluster_nodes`]).
 
-use ckptfs_cluster::Cluster;
-use ckptfs_datasets::Want;
 pub use ckptfs_partner::cluster::{fill_levels, holds, records, ClusterNodes, Reply, Request, SetRecovery};
 use ckptfs_partner::peer::Msg;
+pub use ckptfs_partner::set_rebuild::ErasureSets;
 use ckptfs_store::Store;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The erasure sets of the cluster as a restart's set step ([`crate::erasure`]).
-pub struct ErasureSets;
-
-impl SetRecovery for ErasureSets {
-    fn can_rebuild(
-        &self,
-        cluster: &Cluster,
-        me: &str,
-        store: &Store,
-        job: &str,
-        id: u64,
-        owner: &str,
-        files: &[Want],
-    ) -> std::result::Result<String, String> {
-        ckptfs_erasure::cluster_sets(cluster)
-            .ok_or("no erasure sets")?
-            .map_err(|e| e.to_string())?;
-        let want: Vec<(String, u64, u32)> =
-            files.iter().map(|w| (w.path.clone(), w.size, w.crc32c)).collect();
-        crate::erasure::set_can_rebuild(
-            cluster,
-            me,
-            store,
-            owner,
-            &crate::erasure::dataset_key(job, id),
-            &want,
-        )
-    }
-
-    fn rebuild(
-        &self,
-        cluster: &Cluster,
-        me: &str,
-        store: &Store,
-        job: &str,
-        id: u64,
-    ) -> std::result::Result<(), String> {
-        let key = crate::erasure::dataset_key(job, id);
-        let rep =
-            crate::erasure::rebuild_from_set(cluster, me, store, Some(&key)).map_err(|e| e.to_string())?;
-        match rep.failed.into_iter().find(|(d, _)| *d == key) {
-            Some((_, why)) => Err(why),
-            None if rep.rebuilt.iter().any(|r| r.dataset == key) || rep.present.contains(&key) => Ok(()),
-            None => Err(format!("{} rebuilt nothing of {key}", rep.level)),
-        }
-    }
-}
-
-/// [`ClusterNodes`] with the erasure sets' recovery installed: node `me` of `cluster`,
-/// whose store is `store` ([`ClusterNodes::new`]).
-pub fn cluster_nodes(
-    cluster: Cluster,
-    me: &str,
-    store: Store,
-    connect_timeout: Duration,
-) -> crate::Result<ClusterNodes> {
-    Ok(ClusterNodes::new(cluster, me, store, connect_timeout)?.with_sets(Box::new(ErasureSets)))
-}
 
 /// Server side: answer one question (JSON in, JSON out; never fails).
 pub(crate) fn answer(store: &Store, me: &str, dests: &[PathBuf], body: &str) -> String {

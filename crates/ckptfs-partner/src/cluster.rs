@@ -218,36 +218,7 @@ impl Asker {
     }
 }
 
-/// Set-level protection a restart can recover a lost node's part of a dataset from
-/// (erasure sets: the parts of a dataset protected across a set of nodes together).
-/// [`ClusterNodes`] asks it when installed ([`ClusterNodes::with_sets`]); without one a
-/// restart has no set step ("no erasure sets").
-pub trait SetRecovery: Send + Sync {
-    /// Whether the set `me` belongs to can rebuild `owner`'s part (`files`) of dataset
-    /// `id` of `job`: the set's level id, or why not.
-    #[allow(clippy::too_many_arguments)]
-    fn can_rebuild(
-        &self,
-        cluster: &Cluster,
-        me: &str,
-        store: &Store,
-        job: &str,
-        id: u64,
-        owner: &str,
-        files: &[Want],
-    ) -> std::result::Result<String, String>;
-
-    /// Rebuild this node's part of dataset `id` of `job` into `store` from the
-    /// survivors of its set.
-    fn rebuild(
-        &self,
-        cluster: &Cluster,
-        me: &str,
-        store: &Store,
-        job: &str,
-        id: u64,
-    ) -> std::result::Result<(), String>;
-}
+pub use crate::set_rebuild::SetRecovery;
 
 /// The other nodes of the job, asked through their daemons.
 pub struct ClusterNodes {
@@ -279,11 +250,12 @@ impl ClusterNodes {
             }),
             store,
             rt,
-            sets: None,
+            sets: Some(Box::new(crate::set_rebuild::ErasureSets)),
         })
     }
 
-    /// Recover from set-level protection too (the restart's erasure step).
+    /// Recover from another set-level protection than the cluster's erasure sets
+    /// ([`crate::set_rebuild::ErasureSets`], installed by [`ClusterNodes::new`]).
     pub fn with_sets(mut self, sets: Box<dyn SetRecovery>) -> ClusterNodes {
         self.sets = Some(sets);
         self

@@ -28,6 +28,7 @@ pub mod list_bounds;
 pub mod partner_level;
 pub mod peer;
 pub mod runtime_files;
+pub mod set_rebuild;
 pub mod unrecorded;
 
 pub use cluster::{ClusterNodes, SetRecovery};

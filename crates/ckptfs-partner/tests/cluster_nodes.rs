@@ -1,6 +1,6 @@
 //! `ClusterNodes` without a daemon crate: a node whose daemon does not answer is left
-//! out of a question, and the restart's set step is whatever `SetRecovery` is installed
-//! (none: "no erasure sets"). No daemon runs here (nothing binds the peer's port).
+//! out of a question, and the restart's set step is the cluster's erasure sets ("no
+//! erasure sets" when its file names none) or whatever `SetRecovery` is installed. No daemon runs here (nothing binds the peer's port).
 
 use ckptfs_datasets::{JobNodes, Want};
 use ckptfs_partner::{ClusterNodes, SetRecovery};
@@ -75,7 +75,7 @@ impl SetRecovery for Fake {
 }
 
 #[test]
-fn without_set_recovery_the_set_step_answers_no_erasure_sets() {
+fn a_cluster_without_erasure_sets_answers_no_erasure_sets() {
     let (c, s, _dir) = setup("nosets");
     let nodes = ClusterNodes::new(c, "node1", s.clone(), Duration::from_millis(500)).unwrap();
     assert_eq!(

@@ -129,7 +129,7 @@ pub fn unrecorded_checkpoints(
                 .map(Duration::from_millis)
                 .unwrap_or_else(|| node_timeout(&|k| std::env::var(k).ok()));
             py.allow_threads(|| {
-                ckptfs_node::datasets::cluster_nodes(cluster, &me, st, timeout)
+                ckptfs_partner::ClusterNodes::new(cluster, &me, st, timeout)
                     .map(|c| c.unrecorded(&job, &root))
             })
             .map_err(|e| einval(format!("cluster {file}: {e}")))?

@@ -120,7 +120,7 @@ impl PyDatasets {
         let timeout = crate::cluster::node_timeout(&env);
         let st = store.store.clone();
         let nodes = py
-            .allow_threads(|| ckptfs_node::datasets::cluster_nodes(cluster, &node, st, timeout))
+            .allow_threads(|| ckptfs_partner::ClusterNodes::new(cluster, &node, st, timeout))
             .map_err(|e| crate::einval(format!("cluster {file}: {e}")))?;
         Ok(PyDatasets {
             ds: Datasets::new(store.store.clone(), cfg, Box::new(nodes)).with_levels(order),

@@ -32,16 +32,19 @@
 //! same epoch.
 
 use crate::shared::Shared;
-use ckptfs_cluster::Cluster;
 use ckptfs_erasure::layout::{ParityRecord, PartRecord, FORMAT};
 use ckptfs_erasure::member;
 use ckptfs_erasure::proto::{self, EraMsg, WantFile};
 use ckptfs_erasure::ring::{self, Step, PIECE};
-use ckptfs_erasure::{Header, Layout, RedSet, Scheme, PARITY_CHUNK};
+use ckptfs_erasure::{Header, Layout, Scheme, PARITY_CHUNK};
 use ckptfs_level::Mover;
 use ckptfs_partner::peer::{Conn, Msg, Piece};
+pub use ckptfs_partner::set_rebuild::{
+    ask, connect, dataset_key, err, judge_key, level_of, local_headers, proto_err, rebuild_from_set,
+    record_levels, recv_era, send_era, set_can_rebuild, survey, whole_shares, ErasureConfig, ErasureSets,
+    NetShards, RebuiltPart, SetRebuildReport, Survey,
+};
 use ckptfs_partner::{NodeError, Result};
-use ckptfs_store::level::StoreLevel;
 use ckptfs_store::Store;
 use ckptfs_transport::SegKind;
 use serde::{Deserialize, Serialize};
@@ -55,56 +58,6 @@ use tokio::sync::{mpsc, Notify};
 pub const PIECE_TIMEOUT: Duration = Duration::from_secs(60);
 /// After a failed encode, the leader tries the same dataset again after this long.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
-
-/// The erasure settings of a daemon: its set, the scheme and the job whose datasets it
-/// protects.
-#[derive(Debug, Clone)]
-pub struct ErasureConfig {
-    /// The job whose complete datasets are encoded.
-    pub job: String,
-    /// The scheme (`xor`; `rs:K` sets are formed and planned, their daemon encoding is
-    /// not built yet and is reported as such).
-    pub scheme: Scheme,
-    /// This node's set.
-    pub set: RedSet,
-    /// How often the leader looks for complete datasets.
-    pub every: Duration,
-}
-
-impl ErasureConfig {
-    /// The set of `node` in `cluster`'s erasure plan, for the datasets of `job` (None
-    /// when the cluster has no erasure sets or the node is in none).
-    pub fn of(cluster: &Cluster, node: &str, job: &str) -> Result<Option<ErasureConfig>> {
-        let Some(plan) = ckptfs_erasure::cluster_sets(cluster) else {
-            return Ok(None);
-        };
-        let plan = plan.map_err(|e| NodeError::Cluster(e.to_string()))?;
-        let Some(set) = plan.set_of(node).cloned() else {
-            return Ok(None);
-        };
-        let scheme = cluster
-            .redundancy
-            .erasure
-            .map(Scheme::from)
-            .unwrap_or(Scheme::Xor);
-        Ok(Some(ErasureConfig {
-            job: job.to_string(),
-            scheme,
-            set,
-            every: Duration::from_millis(500),
-        }))
-    }
-
-    /// The level id of the set (`erasure:set0`).
-    pub fn level_id(&self) -> String {
-        format!("erasure:{}", self.set.name)
-    }
-}
-
-/// The dataset key of dataset `id` of `job` (`job.id`).
-pub fn dataset_key(job: &str, id: u64) -> String {
-    format!("{job}.{id}")
-}
 
 /// One dataset's encoding as this node sees it (`ckptfs node status --json`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -202,17 +155,6 @@ impl EraState {
     }
 }
 
-fn err(what: impl std::fmt::Display) -> NodeError {
-    NodeError::Invalid(what.to_string())
-}
-
-fn proto_err(peer: &str, what: impl std::fmt::Display) -> NodeError {
-    NodeError::Protocol {
-        peer: peer.to_string(),
-        what: what.to_string(),
-    }
-}
-
 fn fail(errno: i32, message: impl std::fmt::Display) -> EraMsg {
     EraMsg::Fail {
         errno,
@@ -224,93 +166,6 @@ fn bfail(errno: i32, message: impl std::fmt::Display) -> Box<EraMsg> {
     Box::new(fail(errno, message))
 }
 
-async fn send_era(conn: &mut Conn, m: &EraMsg) -> Result<()> {
-    let body = proto::encode(m).map_err(err)?;
-    conn.send(Msg::Erasure(body)).await
-}
-
-async fn recv_era(conn: &mut Conn) -> Result<EraMsg> {
-    let peer = conn.peer().to_string();
-    match conn.recv().await? {
-        Some(Msg::Erasure(body)) => proto::parse(&body).map_err(|e| proto_err(&peer, e)),
-        Some(Msg::Nack { errno, message }) => Err(NodeError::Refused {
-            peer,
-            what: message,
-            errno,
-        }),
-        Some(other) => Err(proto_err(
-            &peer,
-            format!("expected an erasure message, got {}", other.name()),
-        )),
-        None => Err(NodeError::Transport(format!("{peer} closed the connection"))),
-    }
-}
-
-/// The answer to a request, or the peer's refusal as an error.
-async fn ask(conn: &mut Conn, m: &EraMsg, timeout: Duration) -> Result<EraMsg> {
-    let peer = conn.peer().to_string();
-    send_era(conn, m).await?;
-    match tokio::time::timeout(timeout, recv_era(conn)).await {
-        Ok(Ok(EraMsg::Fail { errno, message })) => Err(NodeError::Refused {
-            peer,
-            what: message,
-            errno,
-        }),
-        Ok(r) => r,
-        Err(_) => Err(NodeError::Transport(format!("{peer}: no answer in {timeout:?}"))),
-    }
-}
-
-fn level_of(store: &Store) -> Result<StoreLevel> {
-    StoreLevel::new(store).map_err(|e| NodeError::Invalid(format!("the store as a level: {e}")))
-}
-
-/// Every header this store keeps of `set`'s encodings: (dataset key, header).
-pub fn local_headers(store: &Store, set: &str) -> Vec<Header> {
-    let Ok(level) = level_of(store) else {
-        return Vec::new();
-    };
-    let prefix = format!("{}/", ckptfs_erasure::NAMESPACE);
-    let suffix = format!("/{}/header", ckptfs_erasure::component(set));
-    let mut out = Vec::new();
-    for (p, _) in store.list_all_system() {
-        let Some(mid) = p.strip_prefix(&prefix).and_then(|r| r.strip_suffix(&suffix)) else {
-            continue;
-        };
-        if mid.contains('/') || !proto::plain(mid) {
-            continue;
-        }
-        if let Some(h) = member::header(&level, mid, set) {
-            out.push(h);
-        }
-    }
-    out
-}
-
-/// Record in the levels record which of this node's files the set protects (the
-/// `erasure:SET` level id of `ls -l`, `status --json`, the C API and Python).
-fn record_levels(store: &Store, cfg: &ErasureConfig, me: &str) {
-    let level = match level_of(store) {
-        Ok(l) => l,
-        Err(_) => return,
-    };
-    let mut held = Vec::new();
-    for h in local_headers(store, &cfg.set.name) {
-        let Some(i) = h.index_of(me) else { continue };
-        if !member::holds_share(&level, &h, i) {
-            continue;
-        }
-        for f in &h.parts[i].files {
-            held.push((f.path.clone(), f.size, f.mtime_ns));
-        }
-    }
-    let mut rec = ckptfs_datasets::levels_record::ObjectLevels::load(store);
-    rec.set(&cfg.level_id(), held);
-    if let Err(e) = rec.save(store) {
-        tracing::warn!("erasure: cannot record the files the set protects: {e}");
-    }
-}
-
 /// This member's part of `dataset` as the plan must list it.
 fn my_part(store: &Store, me: &str, want: &[WantFile]) -> Result<PartRecord> {
     let level = level_of(store)?;
@@ -318,11 +173,9 @@ fn my_part(store: &Store, me: &str, want: &[WantFile]) -> Result<PartRecord> {
 }
 
 mod leader;
-mod rebuild;
 mod ring_member;
 mod serve;
 pub use leader::*;
-pub use rebuild::*;
 #[allow(unused_imports)]
 use ring_member::*;
 pub(crate) use serve::*;

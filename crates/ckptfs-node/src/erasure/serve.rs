@@ -295,19 +295,6 @@ pub(super) async fn commit_local(shared: &Arc<Shared>, header: &Header) -> Resul
     r
 }
 
-/// The encodings of `set` this member holds its whole share of: (dataset, epoch).
-pub(super) fn whole_shares(store: &Store, set: &str, me: &str) -> Vec<(String, u64)> {
-    let Ok(level) = level_of(store) else {
-        return Vec::new();
-    };
-    local_headers(store, set)
-        .into_iter()
-        .filter(|h| h.index_of(me).is_some_and(|i| member::holds_share(&level, h, i)))
-        .map(|h| (h.dataset, h.epoch))
-        .take(proto::MAX_LISTED)
-        .collect()
-}
-
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn serve_read(
     shared: &Arc<Shared>,

@@ -1,7 +1,191 @@
-//! Rebuild on a replacement: a lost member's part from the survivors. (see [`super`]).
+//! Erasure sets from a client's side: the settings of a member (`ErasureConfig`), the
+//! headers a store keeps, and the rebuild of a lost member's part from the survivors
+//! ([`rebuild_from_set`], [`set_can_rebuild`]) and its restart step ([`ErasureSets`]).
+//! A library crate's code, so `ckptfs ckpt`, the C API and Python rebuild without the
+//! daemon crate; the daemon (crate `ckptfs-node`, `erasure/`) serves the survivors'
+//! side and runs the encodings (docs/erasure.md).
 
-#[allow(unused_imports)]
-use super::*;
+use crate::peer::{Conn, Msg};
+use crate::{NodeError, Result};
+use ckptfs_cluster::Cluster;
+use ckptfs_datasets::Want;
+use ckptfs_erasure::member;
+use ckptfs_erasure::proto::{self, EraMsg};
+use ckptfs_erasure::ring::PIECE;
+use ckptfs_erasure::{Header, RedSet, Scheme};
+use ckptfs_level::Mover;
+use ckptfs_store::level::StoreLevel;
+use ckptfs_store::Store;
+use ckptfs_transport::SegKind;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// The erasure settings of a daemon: its set, the scheme and the job whose datasets it
+/// protects.
+#[derive(Debug, Clone)]
+pub struct ErasureConfig {
+    /// The job whose complete datasets are encoded.
+    pub job: String,
+    /// The scheme (`xor`; `rs:K` sets are formed and planned, their daemon encoding is
+    /// not built yet and is reported as such).
+    pub scheme: Scheme,
+    /// This node's set.
+    pub set: RedSet,
+    /// How often the leader looks for complete datasets.
+    pub every: Duration,
+}
+
+impl ErasureConfig {
+    /// The set of `node` in `cluster`'s erasure plan, for the datasets of `job` (None
+    /// when the cluster has no erasure sets or the node is in none).
+    pub fn of(cluster: &Cluster, node: &str, job: &str) -> Result<Option<ErasureConfig>> {
+        let Some(plan) = ckptfs_erasure::cluster_sets(cluster) else {
+            return Ok(None);
+        };
+        let plan = plan.map_err(|e| NodeError::Cluster(e.to_string()))?;
+        let Some(set) = plan.set_of(node).cloned() else {
+            return Ok(None);
+        };
+        let scheme = cluster
+            .redundancy
+            .erasure
+            .map(Scheme::from)
+            .unwrap_or(Scheme::Xor);
+        Ok(Some(ErasureConfig {
+            job: job.to_string(),
+            scheme,
+            set,
+            every: Duration::from_millis(500),
+        }))
+    }
+
+    /// The level id of the set (`erasure:set0`).
+    pub fn level_id(&self) -> String {
+        format!("erasure:{}", self.set.name)
+    }
+}
+
+/// The dataset key of dataset `id` of `job` (`job.id`).
+pub fn dataset_key(job: &str, id: u64) -> String {
+    format!("{job}.{id}")
+}
+
+/// A local error about the set (EINVAL).
+pub fn err(what: impl std::fmt::Display) -> NodeError {
+    NodeError::Invalid(what.to_string())
+}
+
+/// A peer that broke the erasure protocol.
+pub fn proto_err(peer: &str, what: impl std::fmt::Display) -> NodeError {
+    NodeError::Protocol {
+        peer: peer.to_string(),
+        what: what.to_string(),
+    }
+}
+
+/// Send one erasure message.
+pub async fn send_era(conn: &mut Conn, m: &EraMsg) -> Result<()> {
+    let body = proto::encode(m).map_err(err)?;
+    conn.send(Msg::Erasure(body)).await
+}
+
+/// Receive one erasure message (a refusal or another kind of message is an error).
+pub async fn recv_era(conn: &mut Conn) -> Result<EraMsg> {
+    let peer = conn.peer().to_string();
+    match conn.recv().await? {
+        Some(Msg::Erasure(body)) => proto::parse(&body).map_err(|e| proto_err(&peer, e)),
+        Some(Msg::Nack { errno, message }) => Err(NodeError::Refused {
+            peer,
+            what: message,
+            errno,
+        }),
+        Some(other) => Err(proto_err(
+            &peer,
+            format!("expected an erasure message, got {}", other.name()),
+        )),
+        None => Err(NodeError::Transport(format!("{peer} closed the connection"))),
+    }
+}
+
+/// The answer to a request, or the peer's refusal as an error.
+pub async fn ask(conn: &mut Conn, m: &EraMsg, timeout: Duration) -> Result<EraMsg> {
+    let peer = conn.peer().to_string();
+    send_era(conn, m).await?;
+    match tokio::time::timeout(timeout, recv_era(conn)).await {
+        Ok(Ok(EraMsg::Fail { errno, message })) => Err(NodeError::Refused {
+            peer,
+            what: message,
+            errno,
+        }),
+        Ok(r) => r,
+        Err(_) => Err(NodeError::Transport(format!("{peer}: no answer in {timeout:?}"))),
+    }
+}
+
+/// The store as a level.
+pub fn level_of(store: &Store) -> Result<StoreLevel> {
+    StoreLevel::new(store).map_err(|e| NodeError::Invalid(format!("the store as a level: {e}")))
+}
+
+/// Every header this store keeps of `set`'s encodings: (dataset key, header).
+pub fn local_headers(store: &Store, set: &str) -> Vec<Header> {
+    let Ok(level) = level_of(store) else {
+        return Vec::new();
+    };
+    let prefix = format!("{}/", ckptfs_erasure::NAMESPACE);
+    let suffix = format!("/{}/header", ckptfs_erasure::component(set));
+    let mut out = Vec::new();
+    for (p, _) in store.list_all_system() {
+        let Some(mid) = p.strip_prefix(&prefix).and_then(|r| r.strip_suffix(&suffix)) else {
+            continue;
+        };
+        if mid.contains('/') || !proto::plain(mid) {
+            continue;
+        }
+        if let Some(h) = member::header(&level, mid, set) {
+            out.push(h);
+        }
+    }
+    out
+}
+
+/// Record in the levels record which of this node's files the set protects (the
+/// `erasure:SET` level id of `ls -l`, `status --json`, the C API and Python).
+pub fn record_levels(store: &Store, cfg: &ErasureConfig, me: &str) {
+    let level = match level_of(store) {
+        Ok(l) => l,
+        Err(_) => return,
+    };
+    let mut held = Vec::new();
+    for h in local_headers(store, &cfg.set.name) {
+        let Some(i) = h.index_of(me) else { continue };
+        if !member::holds_share(&level, &h, i) {
+            continue;
+        }
+        for f in &h.parts[i].files {
+            held.push((f.path.clone(), f.size, f.mtime_ns));
+        }
+    }
+    let mut rec = ckptfs_datasets::levels_record::ObjectLevels::load(store);
+    rec.set(&cfg.level_id(), held);
+    if let Err(e) = rec.save(store) {
+        tracing::warn!("erasure: cannot record the files the set protects: {e}");
+    }
+}
+
+/// The encodings of `set` this member holds its whole share of: (dataset, epoch).
+pub fn whole_shares(store: &Store, set: &str, me: &str) -> Vec<(String, u64)> {
+    let Ok(level) = level_of(store) else {
+        return Vec::new();
+    };
+    local_headers(store, set)
+        .into_iter()
+        .filter(|h| h.index_of(me).is_some_and(|i| member::holds_share(&level, h, i)))
+        .map(|h| (h.dataset, h.epoch))
+        .take(proto::MAX_LISTED)
+        .collect()
+}
 
 // ---------------------------------------------------------------------------------
 // Rebuild on a replacement.
@@ -38,7 +222,8 @@ pub struct SetRebuildReport {
     pub unreachable: BTreeMap<String, String>,
 }
 
-pub(super) struct NetShards<'a> {
+/// The survivors' segments and shards, read over the network during a rebuild.
+pub struct NetShards<'a> {
     rt: &'a tokio::runtime::Runtime,
     cluster: &'a Cluster,
     me: &'a str,
@@ -135,7 +320,8 @@ impl ckptfs_erasure::Shards for NetShards<'_> {
     }
 }
 
-pub(super) async fn connect(cluster: &Cluster, me: &str, node: &str, timeout: Duration) -> Result<Conn> {
+/// An authenticated connection to member `node` of the set.
+pub async fn connect(cluster: &Cluster, me: &str, node: &str, timeout: Duration) -> Result<Conn> {
     let addr = cluster
         .node(node)
         .map_err(|e| NodeError::Cluster(e.to_string()))?
@@ -151,9 +337,11 @@ pub(super) async fn connect(cluster: &Cluster, me: &str, node: &str, timeout: Du
 
 /// Ask every other member of `set` which encodings it holds its whole share of.
 /// Per member, the encodings it listed; per member not reached, why.
-pub(super) type Survey = (BTreeMap<String, Vec<(String, u64)>>, BTreeMap<String, String>);
+/// Per member, the encodings it holds (dataset, epoch); and the members that did not answer.
+pub type Survey = (BTreeMap<String, Vec<(String, u64)>>, BTreeMap<String, String>);
 
-pub(super) fn survey(
+/// Ask every survivor which encodings it holds its whole share of.
+pub fn survey(
     rt: &tokio::runtime::Runtime,
     cluster: &Cluster,
     me: &str,
@@ -191,7 +379,8 @@ pub(super) fn survey(
 
 /// What the set can say about `key` (newest epoch): its header and the members holding
 /// their whole share of it (this node's own share judged by `store`).
-pub(super) fn judge_key(
+/// Whether one dataset can be rebuilt from what the survivors hold, and from which header.
+pub fn judge_key(
     rt: &tokio::runtime::Runtime,
     cluster: &Cluster,
     me: &str,
@@ -489,4 +678,79 @@ pub fn set_can_rebuild(
         .to_string());
     }
     Ok(format!("erasure:{}", set.name))
+}
+
+/// Set-level protection a restart can recover a lost node's part of a dataset from
+/// (erasure sets: the parts of a dataset protected across a set of nodes together).
+/// [`crate::ClusterNodes`] asks the cluster's erasure sets ([`ErasureSets`])
+/// unless another is installed ([`crate::ClusterNodes::with_sets`]); a cluster without sets
+/// answers "no erasure sets".
+pub trait SetRecovery: Send + Sync {
+    /// Whether the set `me` belongs to can rebuild `owner`'s part (`files`) of dataset
+    /// `id` of `job`: the set's level id, or why not.
+    #[allow(clippy::too_many_arguments)]
+    fn can_rebuild(
+        &self,
+        cluster: &Cluster,
+        me: &str,
+        store: &Store,
+        job: &str,
+        id: u64,
+        owner: &str,
+        files: &[Want],
+    ) -> std::result::Result<String, String>;
+
+    /// Rebuild this node's part of dataset `id` of `job` into `store` from the
+    /// survivors of its set.
+    fn rebuild(
+        &self,
+        cluster: &Cluster,
+        me: &str,
+        store: &Store,
+        job: &str,
+        id: u64,
+    ) -> std::result::Result<(), String>;
+}
+
+/// The erasure sets of the cluster as a restart's set step ([`crate::erasure`]).
+pub struct ErasureSets;
+
+impl SetRecovery for ErasureSets {
+    fn can_rebuild(
+        &self,
+        cluster: &Cluster,
+        me: &str,
+        store: &Store,
+        job: &str,
+        id: u64,
+        owner: &str,
+        files: &[Want],
+    ) -> std::result::Result<String, String> {
+        ckptfs_erasure::cluster_sets(cluster)
+            .ok_or("no erasure sets")?
+            .map_err(|e| e.to_string())?;
+        let want: Vec<(String, u64, u32)> =
+            files.iter().map(|w| (w.path.clone(), w.size, w.crc32c)).collect();
+        set_can_rebuild(cluster, me, store, owner, &dataset_key(job, id), &want)
+    }
+
+    fn rebuild(
+        &self,
+        cluster: &Cluster,
+        me: &str,
+        store: &Store,
+        job: &str,
+        id: u64,
+    ) -> std::result::Result<(), String> {
+        ckptfs_erasure::cluster_sets(cluster)
+            .ok_or("no erasure sets")?
+            .map_err(|e| e.to_string())?;
+        let key = dataset_key(job, id);
+        let rep = rebuild_from_set(cluster, me, store, Some(&key)).map_err(|e| e.to_string())?;
+        match rep.failed.into_iter().find(|(d, _)| *d == key) {
+            Some((_, why)) => Err(why),
+            None if rep.rebuilt.iter().any(|r| r.dataset == key) || rep.present.contains(&key) => Ok(()),
+            None => Err(format!("{} rebuilt nothing of {key}", rep.level)),
+        }
+    }
 }
