@@ -311,11 +311,12 @@ impl PoolWrite {
                 tracing::warn!("pool: benefactor {}: {e}", p.node);
                 *lock(&sh.last_err) = Some(format!("{}: {e}", p.node));
                 if e.errno() == libc::ENOSPC {
+                    // Still a member: its copies are this write's.
                     lock(&sh.full).push(p.node.clone());
                 } else {
                     lock(&sh.failed).push(p.node.clone());
+                    lock(&grp.members).retain(|m| *m != p.node);
                 }
-                lock(&grp.members).retain(|m| *m != p.node);
             }
             grp.alive.fetch_sub(1, Ordering::SeqCst);
         };
