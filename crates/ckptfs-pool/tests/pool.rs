@@ -2,9 +2,8 @@
 //! per test): the level conformance suite, byte-identical round trips, incremental
 //! versions, drain and reassembly, a benefactor lost mid-write, the manager restarted, a
 //! client dying before its commit, expiry, a benefactor returning wrong bytes, one full
-//! mid-write; with two
-//! replicas: benefactors killed after and during a write lose nothing, and their copies
-//! are made again elsewhere (in the other rack).
+//! mid-write; with two replicas: benefactors killed after and during a write lose
+//! nothing, and their copies are made again elsewhere (in the other rack).
 
 use ckptfs_cluster::{Cluster, PoolMap, Secret};
 use ckptfs_level::conformance::{run, Harness};
