@@ -33,7 +33,7 @@ pub enum PoolFile {
         /// Its client.
         client: PoolClient,
         /// Connections to benefactors.
-        conns: HashMap<String, ckptfs_transport::Conn>,
+        conns: ckptfs_pool::client::Conns,
         /// The last chunk read (index, bytes).
         last: Option<(u64, Vec<u8>)>,
     },

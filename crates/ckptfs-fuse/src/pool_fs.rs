@@ -55,7 +55,7 @@ struct Writing {
 /// A file open for reading: its version, connections, the last chunk read.
 struct Reading {
     f: FileInfo,
-    conns: HashMap<String, ckptfs_transport::Conn>,
+    conns: ckptfs_pool::client::Conns,
     last: Option<(u64, Vec<u8>)>,
 }
 

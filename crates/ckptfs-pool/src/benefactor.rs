@@ -17,7 +17,7 @@
 
 use crate::drain;
 use crate::msg::{ChunkHash, ChunkName, Reply, Request, MAX_LIST};
-use crate::net::ask;
+use crate::net_server::ask;
 use crate::{PoolError, PoolNet, Result};
 use ckptfs_transport::{self as tp, ChunkHeader, Msg, Nack, PutBegin, PutEnd};
 use std::collections::{HashMap, VecDeque};

@@ -151,7 +151,7 @@ struct PoolReader<'a> {
     lvl: &'a PoolLevel,
     f: FileInfo,
     stored: Stored,
-    conns: HashMap<String, ckptfs_transport::Conn>,
+    conns: crate::client::Conns,
 }
 
 impl ChunkReader for PoolReader<'_> {

@@ -10,28 +10,35 @@
 //! benefactors (in distinct failure domains where possible), reads fall back from one
 //! copy to the next, and the manager re-replicates the copies of a lost benefactor.
 //!
-//! * [`manager`]: [`manager::Manager`] and its server (metadata in redb);
-//! * [`benefactor`]: [`benefactor::Benefactor`]: chunks in its own bounded memory, served
-//!   and drained FIFO to the PFS;
+//! * `manager` (feature `server`): `Manager` and its server (metadata in redb);
+//! * `benefactor` (feature `server`): `Benefactor`: chunks in its own bounded memory,
+//!   served and drained FIFO to the PFS;
 //! * [`client`]: [`client::PoolClient`] (put, get, list, remove, status) and
-//!   [`client::PoolWrite`], a file being written;
+//!   [`client::PoolWrite`], a file being written: blocking, on the transport's blocking
+//!   connection and std threads, so the client, the level and the C library's
+//!   `ckptfs_pool_*` build without tokio (`--no-default-features`);
 //! * [`level`]: [`level::PoolLevel`], the pool as a [`ckptfs_level::Level`], and
 //!   [`level::PoolFactory`], its registry entry (`pool:<manager>`);
 //! * [`drain`]: chunk file names on the PFS and [`drain::reassemble`];
 //! * [`msg`]: the control messages (strictly parsed, bounded).
 //!
 //! All traffic uses the authenticated peer transport (`ckptfs-transport`) with the
-//! per-pair keys of the cluster map. docs/pool.md describes the protocol, the metadata
+//! per-pair keys of the cluster map: the client its blocking connection, the servers
+//! (tokio, redb: feature `server`, on by default; the CLI enables it) its tokio one. docs/pool.md describes the protocol, the metadata
 //! and its crash safety, and the failure cases.
 #![deny(missing_docs)]
 
+#[cfg(feature = "server")]
 pub mod benefactor;
 pub mod client;
 pub mod drain;
 pub mod level;
+#[cfg(feature = "server")]
 pub mod manager;
 pub mod msg;
 mod net;
+#[cfg(feature = "server")]
+mod net_server;
 
 pub use client::{PoolClient, PoolWrite, PutReport};
 pub use level::{PoolFactory, PoolLevel};
@@ -134,6 +141,7 @@ impl From<PoolError> for ckptfs_level::LevelError {
 pub type Result<T, E = PoolError> = std::result::Result<T, E>;
 
 /// Milliseconds since the epoch.
+#[cfg(feature = "server")]
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

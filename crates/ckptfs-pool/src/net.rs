@@ -1,8 +1,13 @@
-//! Connections of the pool's roles over the authenticated peer transport.
+//! Connections of the pool's roles over the authenticated peer transport: who a role
+//! is, and the client's requests over the blocking connection
+//! ([`ckptfs_transport::blocking`]). What a request and its answer are is written once,
+//! here ([`query`], [`answer`], [`get_msg`], [`got_begin`], [`put_msgs`], [`put_answer`]);
+//! the servers' tokio side (`net_server`, feature `server`) sends and reads the same.
 
-use crate::msg::{parse_reply, parse_request, ChunkHash, Reply, Request};
+use crate::msg::{parse_reply, ChunkHash, Reply, Request};
 use crate::{PoolError, Result};
 use ckptfs_cluster::{pair_key, Cluster, NodeKeys, PoolMap};
+use ckptfs_transport::blocking::Conn;
 use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Identity, Msg, Protection, PutBegin, PutEnd};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -23,7 +28,7 @@ pub struct PoolNet {
     pub pool: PoolMap,
     /// This role's transport id (a node id, or `<node>.client`).
     pub me: String,
-    keys: NodeKeys,
+    pub(crate) keys: NodeKeys,
 }
 
 /// The transport id of node `node`'s pool client.
@@ -103,49 +108,36 @@ impl PoolNet {
         }
     }
 
-    fn identity(&self) -> Identity {
+    pub(crate) fn identity(&self) -> Identity {
         Identity {
             node_id: self.me.clone(),
             job: self.cluster.job.clone(),
         }
     }
 
-    /// Connect to node `peer` at `addr`.
-    pub async fn connect(&self, addr: &str, peer: &str) -> Result<tp::Conn> {
-        tp::connect(addr, &self.identity(), peer, &self.keys, &self.config())
-            .await
-            .map_err(|e| PoolError::Peer {
-                peer: format!("{peer} ({addr})"),
-                why: e.to_string(),
-                errno: e.errno(),
-            })
+    /// Connect to node `peer` at `addr` (blocking).
+    pub fn dial(&self, addr: &str, peer: &str) -> Result<Conn> {
+        Conn::connect(addr, &self.identity(), peer, &self.keys, &self.config())
+            .map_err(|e| peer_down(peer, addr, e))
     }
 
-    /// Connect to the manager.
-    pub async fn connect_manager(&self) -> Result<tp::Conn> {
-        tp::connect(
+    /// Connect to the manager (blocking).
+    pub fn dial_manager(&self) -> Result<Conn> {
+        Conn::connect(
             &self.pool.addr,
             &self.identity(),
             &self.pool.manager,
             &self.keys,
             &self.config(),
         )
-        .await
-        .map_err(|e| PoolError::ManagerDown {
-            addr: self.pool.addr.clone(),
-            why: e.to_string(),
-        })
+        .map_err(|e| self.manager_down(e))
     }
 
-    /// Authenticate an accepted stream.
-    pub async fn accept(&self, s: tokio::net::TcpStream) -> Result<tp::Conn> {
-        tp::accept(s, &self.identity(), &self.keys, &self.config())
-            .await
-            .map_err(|e| PoolError::Peer {
-                peer: "incoming".into(),
-                why: e.to_string(),
-                errno: e.errno(),
-            })
+    pub(crate) fn manager_down(&self, e: tp::TransportError) -> PoolError {
+        PoolError::ManagerDown {
+            addr: self.pool.addr.clone(),
+            why: e.to_string(),
+        }
     }
 
     /// Where the benefactor of node `id` listens.
@@ -164,56 +156,24 @@ impl PoolNet {
     }
 }
 
-/// Send a request, read its reply.
-pub(crate) async fn ask(conn: &mut tp::Conn, req: &Request) -> Result<Reply> {
-    let body = serde_json::to_string(req).map_err(|e| PoolError::Meta(e.to_string()))?;
-    let peer = conn.peer_id().to_string();
-    let perr = |e: tp::TransportError| PoolError::Peer {
-        peer: peer.clone(),
+pub(crate) fn peer_down(peer: &str, addr: &str, e: tp::TransportError) -> PoolError {
+    PoolError::Peer {
+        peer: format!("{peer} ({addr})"),
         why: e.to_string(),
         errno: e.errno(),
-    };
-    conn.send(&Msg::Query { body }).await.map_err(perr)?;
-    match conn.recv().await.map_err(perr)? {
-        Msg::QueryReply { body } => match parse_reply(&body) {
-            Ok(Reply::Err { errno, reason }) => Err(PoolError::Refused { errno, reason }),
-            Ok(r) => Ok(r),
-            Err(why) => Err(PoolError::Peer {
-                peer,
-                why,
-                errno: libc::EPROTO,
-            }),
-        },
-        m => Err(PoolError::Peer {
-            peer,
-            why: format!("unexpected {:?}", m.kind()),
-            errno: libc::EPROTO,
-        }),
     }
 }
 
-/// Read the next request on a server connection: None at its end.
-pub(crate) async fn next_request(conn: &mut tp::Conn) -> Option<Result<Request, String>> {
-    match conn.recv().await {
-        Ok(Msg::Query { body }) => Some(parse_request(&body)),
-        Ok(Msg::Bye) => None,
-        Err(e) => {
-            tracing::debug!("pool: {}: {e}", conn.peer_id());
-            None
-        }
-        Ok(m) => Some(Err(format!("unexpected {:?}", m.kind()))),
+/// A transport error on the connection to `peer`.
+pub(crate) fn terr(peer: &str) -> impl Fn(tp::TransportError) -> PoolError + '_ {
+    move |e| PoolError::Peer {
+        peer: peer.to_string(),
+        why: e.to_string(),
+        errno: e.errno(),
     }
 }
 
-/// Answer a request.
-pub(crate) async fn reply(conn: &mut tp::Conn, r: &Reply) -> bool {
-    let Ok(body) = serde_json::to_string(r) else {
-        return false;
-    };
-    conn.send(&Msg::QueryReply { body }).await.is_ok()
-}
-
-fn proto(peer: &str, why: impl Into<String>) -> PoolError {
+pub(crate) fn proto(peer: &str, why: impl Into<String>) -> PoolError {
     PoolError::Peer {
         peer: peer.to_string(),
         why: why.into(),
@@ -221,50 +181,128 @@ fn proto(peer: &str, why: impl Into<String>) -> PoolError {
     }
 }
 
-/// Fetch chunk `hash` from a benefactor: `Get c/<hash>`, answered by PutBegin, one
-/// Chunk and PutEnd (or a Nack). The bytes are not checked here.
-pub(crate) async fn get_chunk(conn: &mut tp::Conn, me: &str, hash: &ChunkHash) -> Result<Vec<u8>> {
+/// A request as the message that carries it.
+pub(crate) fn query(req: &Request) -> Result<Msg> {
+    let body = serde_json::to_string(req).map_err(|e| PoolError::Meta(e.to_string()))?;
+    Ok(Msg::Query { body })
+}
+
+/// The answer to a request, from the message that came back.
+pub(crate) fn answer(peer: &str, m: Msg) -> Result<Reply> {
+    match m {
+        Msg::QueryReply { body } => match parse_reply(&body) {
+            Ok(Reply::Err { errno, reason }) => Err(PoolError::Refused { errno, reason }),
+            Ok(r) => Ok(r),
+            Err(why) => Err(proto(peer, why)),
+        },
+        m => Err(proto(peer, format!("unexpected {:?}", m.kind()))),
+    }
+}
+
+/// Send a request, read its reply.
+pub(crate) fn ask(conn: &mut Conn, req: &Request) -> Result<Reply> {
     let peer = conn.peer_id().to_string();
-    let terr = |e: tp::TransportError| PoolError::Peer {
-        peer: peer.clone(),
-        why: e.to_string(),
-        errno: e.errno(),
-    };
-    conn.send(&Msg::Get {
+    conn.send(&query(req)?).map_err(terr(&peer))?;
+    let m = conn.recv().map_err(terr(&peer))?;
+    answer(&peer, m)
+}
+
+/// The request for chunk `hash`: `Get c/<hash>`.
+pub(crate) fn get_msg(me: &str, hash: &ChunkHash) -> Msg {
+    Msg::Get {
         src_node: me.to_string(),
         path: format!("c/{hash}"),
-    })
-    .await
-    .map_err(terr)?;
-    let size = match conn.recv().await.map_err(terr)? {
-        Msg::PutBegin(b) if b.size <= MAX_CHUNK => b.size,
-        Msg::Nack(n) => {
-            return Err(PoolError::Peer {
-                peer,
-                why: n.reason,
-                errno: n.errno,
-            })
-        }
-        m => return Err(proto(&peer, format!("unexpected {:?}", m.kind()))),
-    };
+    }
+}
+
+/// The first answer to a Get: its PutBegin gives the chunk's size.
+pub(crate) fn got_begin(peer: &str, m: Msg) -> Result<u64> {
+    match m {
+        Msg::PutBegin(b) if b.size <= MAX_CHUNK => Ok(b.size),
+        Msg::Nack(n) => Err(PoolError::Peer {
+            peer: peer.to_string(),
+            why: n.reason,
+            errno: n.errno,
+        }),
+        m => Err(proto(peer, format!("unexpected {:?}", m.kind()))),
+    }
+}
+
+/// The chunk frame of a Get's answer, `size` bytes long.
+pub(crate) fn got_chunk(peer: &str, m: &Msg, size: u64) -> Result<()> {
+    match m {
+        Msg::Chunk(c) if c.len as u64 == size => Ok(()),
+        m => Err(proto(peer, format!("unexpected {:?}", m.kind()))),
+    }
+}
+
+/// The last answer to a Get.
+pub(crate) fn got_end(peer: &str, m: Msg, size: u64) -> Result<()> {
+    match m {
+        Msg::PutEnd(e) if e.size == size => Ok(()),
+        m => Err(proto(peer, format!("unexpected {:?}", m.kind()))),
+    }
+}
+
+/// Fetch chunk `hash` from a benefactor: `Get c/<hash>`, answered by PutBegin, one
+/// Chunk and PutEnd (or a Nack). The bytes are not checked here.
+pub(crate) fn get_chunk(conn: &mut Conn, me: &str, hash: &ChunkHash) -> Result<Vec<u8>> {
+    let peer = conn.peer_id().to_string();
+    let e = terr(&peer);
+    conn.send(&get_msg(me, hash)).map_err(&e)?;
+    let size = got_begin(&peer, conn.recv().map_err(&e)?)?;
     let mut data = vec![0u8; size as usize];
-    match conn.recv().await.map_err(terr)? {
-        Msg::Chunk(c) if c.len as u64 == size => conn.recv_chunk_data(&mut data).await.map_err(terr)?,
-        m => return Err(proto(&peer, format!("unexpected {:?}", m.kind()))),
-    }
-    match conn.recv().await.map_err(terr)? {
-        Msg::PutEnd(e) if e.size == size => Ok(data),
-        m => Err(proto(&peer, format!("unexpected {:?}", m.kind()))),
-    }
+    got_chunk(&peer, &conn.recv().map_err(&e)?, size)?;
+    conn.recv_chunk_data(&mut data).map_err(&e)?;
+    got_end(&peer, conn.recv().map_err(&e)?, size)?;
+    Ok(data)
 }
 
 /// Largest chunk a benefactor takes or a client accepts.
 pub(crate) const MAX_CHUNK: u64 = 64 << 20;
 
-/// Store chunk `hash` (`data`, chunk `index` of write `write_id`) on a benefactor:
-/// PutBegin `c/<write id>/<hash>`, one Chunk, PutEnd; waits for its Ack.
-pub(crate) async fn put_chunk(
-    conn: &mut tp::Conn,
+/// The frames that store chunk `hash` (`data`, chunk `index` of write `write_id`):
+/// PutBegin `c/<write id>/<hash>`, the Chunk's header, PutEnd.
+pub(crate) fn put_msgs(
+    me: &str,
+    write_id: u64,
+    index: u64,
+    hash: &ChunkHash,
+    data: &[u8],
+) -> (Msg, ChunkHeader, Msg) {
+    let size = data.len() as u64;
+    let begin = Msg::PutBegin(PutBegin {
+        src_node: me.to_string(),
+        path: format!("c/{write_id}/{hash}"),
+        size,
+        chunk_size: size.max(1) as u32,
+        mtime_ns: 0,
+        generation: index,
+    });
+    let end = Msg::PutEnd(PutEnd {
+        generation: index,
+        chunks: 1,
+        size,
+    });
+    (begin, ChunkHeader::for_data(index, 0, data), end)
+}
+
+/// The benefactor's answer to a stored chunk.
+pub(crate) fn put_answer(peer: &str, m: Msg) -> Result<()> {
+    match m {
+        Msg::Ack { .. } => Ok(()),
+        Msg::Nack(n) => Err(PoolError::Peer {
+            peer: peer.to_string(),
+            why: n.reason,
+            errno: n.errno,
+        }),
+        m => Err(proto(peer, format!("unexpected {:?}", m.kind()))),
+    }
+}
+
+/// Store chunk `hash` on a benefactor (see [`put_msgs`]); waits for its Ack.
+pub(crate) fn put_chunk(
+    conn: &mut Conn,
     me: &str,
     write_id: u64,
     index: u64,
@@ -272,39 +310,10 @@ pub(crate) async fn put_chunk(
     data: &[u8],
 ) -> Result<()> {
     let peer = conn.peer_id().to_string();
-    let terr = |e: tp::TransportError| PoolError::Peer {
-        peer: peer.clone(),
-        why: e.to_string(),
-        errno: e.errno(),
-    };
-    let size = data.len() as u64;
-    conn.send(&Msg::PutBegin(PutBegin {
-        src_node: me.to_string(),
-        path: format!("c/{write_id}/{hash}"),
-        size,
-        chunk_size: size.max(1) as u32,
-        mtime_ns: 0,
-        generation: index,
-    }))
-    .await
-    .map_err(terr)?;
-    conn.send_chunk(&ChunkHeader::for_data(index, 0, data), data)
-        .await
-        .map_err(terr)?;
-    conn.send(&Msg::PutEnd(PutEnd {
-        generation: index,
-        chunks: 1,
-        size,
-    }))
-    .await
-    .map_err(terr)?;
-    match conn.recv().await.map_err(terr)? {
-        Msg::Ack { .. } => Ok(()),
-        Msg::Nack(n) => Err(PoolError::Peer {
-            peer,
-            why: n.reason,
-            errno: n.errno,
-        }),
-        m => Err(proto(&peer, format!("unexpected {:?}", m.kind()))),
-    }
+    let e = terr(&peer);
+    let (begin, hdr, end) = put_msgs(me, write_id, index, hash, data);
+    conn.send(&begin).map_err(&e)?;
+    conn.send_chunk(&hdr, data).map_err(&e)?;
+    conn.send(&end).map_err(&e)?;
+    put_answer(&peer, conn.recv().map_err(&e)?)
 }

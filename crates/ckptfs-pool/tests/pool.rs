@@ -1,9 +1,9 @@
 //! A manager, four benefactors and two clients on 127.0.0.1 (ports 46200-46295, five
 //! per test): the level conformance suite, byte-identical round trips, incremental
 //! versions, drain and reassembly, a benefactor lost mid-write, the manager restarted, a
-//! client dying before its commit, expiry, a benefactor returning wrong bytes; with two
-//! replicas: benefactors killed after and during a write lose nothing, and their copies
-//! are made again elsewhere (in the other rack).
+//! client dying before its commit, expiry, a benefactor returning wrong bytes, one full
+//! mid-write; with two replicas: benefactors killed after and during a write lose
+//! nothing, and their copies are made again elsewhere (in the other rack).
 
 use ckptfs_cluster::{Cluster, PoolMap, Secret};
 use ckptfs_level::conformance::{run, Harness};
@@ -28,13 +28,13 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Listeners on 127.0.0.1:46200-46287, bound once per test process.
+/// Listeners on 127.0.0.1:46200-46288 (slots 0-14), bound once per test process.
 fn reserved() -> &'static std::sync::Mutex<std::collections::HashMap<u16, std::net::TcpListener>> {
     static R: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<u16, std::net::TcpListener>>> =
         std::sync::OnceLock::new();
     R.get_or_init(|| {
         std::sync::Mutex::new(
-            (46200..46288)
+            (46200..46289)
                 .filter_map(|p| Some((p, std::net::TcpListener::bind(("127.0.0.1", p)).ok()?)))
                 .collect(),
         )
@@ -687,4 +687,29 @@ fn with_two_replicas_a_copy_with_wrong_bytes_is_passed_over() {
             .set_lie(true);
     }
     assert!(matches!(c.get_bytes("/wb/x"), Err(PoolError::Corrupt { .. })));
+}
+
+/// A member that runs out of memory mid-write (ENOSPC) takes no more chunks, the plan is
+/// extended to another benefactor, and the copies the full one acknowledged stay in the
+/// chunk map: the file commits whole and reads back byte-identical.
+#[test]
+fn a_benefactor_full_mid_write_keeps_the_copies_it_acknowledged() {
+    // Four 64 KiB chunks fit in each benefactor; the file has ten, the stripe one member.
+    let pool = Pool::start(14, 256 << 10, 1, false);
+    let c = pool.client("node6", 1 << 20);
+    let d = data(600_000, 14);
+    let r = c.put_bytes("/full/x", &d, 1).unwrap();
+    assert!(
+        r.stripe.len() >= 3,
+        "extended past the full members: {:?}",
+        r.stripe
+    );
+    assert_eq!(c.get_bytes("/full/x").unwrap().1, d);
+    let f = c.stat("/full/x").unwrap().unwrap();
+    let nodes: std::collections::BTreeSet<&str> = f.chunks.iter().map(|c| c.node.as_str()).collect();
+    assert!(nodes.len() >= 3, "chunks on {nodes:?}");
+    assert!(
+        nodes.contains(r.stripe[0].as_str()),
+        "the first (full) member's copies kept"
+    );
 }

@@ -1,13 +1,11 @@
 //! The TCP connection: handshake, framed send and receive with timeouts, chunk data
 //! written with one `writev` and read straight into the caller's buffer.
 
-use crate::frame::{
-    self, decode_chunk_fixed, decode_header, decode_payload, encode_head, ChunkHeader, Msg, MsgType,
-    CHUNK_FIXED, HEADER_LEN,
-};
-use crate::seal::{Dir, Protection, TAG_LEN};
+use crate::config::ConnConfig;
+use crate::frame::{encode_head, ChunkHeader, Msg, MsgType, CHUNK_FIXED, HEADER_LEN};
+use crate::proto::{self, Opener};
+use crate::seal::{Dir, TAG_LEN};
 use crate::{ChunkData, ChunkSink, FrameError, Result, TransportError};
-use std::collections::BTreeSet;
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -16,50 +14,6 @@ use std::time::Duration;
 use tokio::io::{AsyncBufRead, AsyncReadExt, AsyncWriteExt, BufReader, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-
-/// Largest payload accepted before authentication is complete (an Error may carry its
-/// full reason, 1030 bytes).
-pub const HANDSHAKE_MAX: u32 = 512;
-
-/// Who this side is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    /// This node's id (as in the cluster map).
-    pub node_id: String,
-    /// The job name (both sides must agree).
-    pub job: String,
-}
-
-/// Connection settings.
-#[derive(Debug, Clone)]
-pub struct ConnConfig {
-    /// Longest wait for the next frame (and for each part of it); None: wait forever.
-    /// Peers heartbeat more often than this.
-    pub read_timeout: Option<Duration>,
-    /// Longest wait for a frame to be written.
-    pub write_timeout: Duration,
-    /// Longest time for connect plus the whole handshake.
-    pub handshake_timeout: Duration,
-    /// Largest chunk data accepted (frames announcing more are refused unread).
-    pub max_chunk: u32,
-    /// When set, the accepting side refuses client ids not in it.
-    pub allowed_peers: Option<BTreeSet<String>>,
-    /// How frames are protected after the handshake (both sides must agree).
-    pub protection: Protection,
-}
-
-impl Default for ConnConfig {
-    fn default() -> Self {
-        ConnConfig {
-            read_timeout: Some(Duration::from_secs(30)),
-            write_timeout: Duration::from_secs(30),
-            handshake_timeout: Duration::from_secs(10),
-            max_chunk: frame::DEFAULT_MAX_CHUNK,
-            allowed_peers: None,
-            protection: Protection::Integrity,
-        }
-    }
-}
 
 /// `CKPTFS_NO_RCVLOWAT=1` leaves `SO_RCVLOWAT` at 1 (for A/B measurements).
 fn lowat_on() -> bool {
@@ -111,10 +65,8 @@ pub struct ConnReader {
     pending: Option<ChunkHeader>,
     /// The pending chunk's header and fixed part (the start of what its tag covers).
     pending_head: [u8; HEADER_LEN + CHUNK_FIXED],
-    /// Checks the tag of every frame once authenticated.
-    open: Option<Dir>,
-    max_chunk: u32,
-    limit: Option<u32>,
+    /// The frame checks (tags once authenticated, bounds).
+    opener: Opener,
     read_timeout: Option<Duration>,
     peer_id: Arc<str>,
 }
@@ -151,11 +103,6 @@ async fn timed<T>(
     }
 }
 
-/// The tag refused: a frame changed on the way (or a sender that is not the peer).
-fn bad_tag(kind: MsgType) -> TransportError {
-    FrameError::BadTag { kind }.into()
-}
-
 impl ConnReader {
     /// The authenticated peer's node id.
     pub fn peer_id(&self) -> &str {
@@ -163,7 +110,7 @@ impl ConnReader {
     }
 
     pub(crate) fn into_parts(self) -> (BufReader<OwnedReadHalf>, Option<Dir>) {
-        (self.rd, self.open)
+        (self.rd, self.opener.open)
     }
 
     async fn read_tag(&mut self) -> Result<[u8; TAG_LEN]> {
@@ -196,22 +143,7 @@ impl ConnReader {
             self.rd.read_exact(&mut hb[1..]),
         )
         .await?;
-        let hdr = decode_header(&hb, self.max_chunk)?;
-        if let Some(limit) = self.limit {
-            // A refusal's reason may be longer than a handshake message.
-            let limit = match hdr.kind {
-                MsgType::Error => (6 + frame::MAX_REASON) as u32,
-                _ => limit,
-            };
-            if hdr.kind == MsgType::Chunk || hdr.len > limit {
-                return Err(FrameError::TooLong {
-                    kind: hdr.kind,
-                    len: hdr.len,
-                    max: limit,
-                }
-                .into());
-            }
-        }
+        let hdr = self.opener.header(&hb)?;
         if hdr.kind == MsgType::Chunk {
             let mut fixed = [0u8; CHUNK_FIXED];
             timed(
@@ -220,14 +152,12 @@ impl ConnReader {
                 self.rd.read_exact(&mut fixed),
             )
             .await?;
-            let c = decode_chunk_fixed(&fixed)?;
-            frame::check_chunk(&c, hdr.len)?;
-            self.pending_head[..HEADER_LEN].copy_from_slice(&hb);
-            self.pending_head[HEADER_LEN..].copy_from_slice(&fixed);
+            let (c, head) = self.opener.chunk(&hb, &hdr, &fixed)?;
+            self.pending_head = head;
             self.pending = Some(c);
             return Ok(Msg::Chunk(c));
         }
-        // hdr.len is bounded by decode_header (at most MAX_CONTROL for control frames).
+        // hdr.len is bounded by the header checks (at most MAX_CONTROL for control frames).
         let mut payload = vec![0u8; hdr.len as usize];
         timed(
             self.read_timeout,
@@ -235,25 +165,11 @@ impl ConnReader {
             self.rd.read_exact(&mut payload),
         )
         .await?;
-        if self.open.is_some() {
-            let tag = self.read_tag().await?;
-            let open = self.open.as_mut().expect("checked");
-            let ok = if open.encrypted() {
-                open.decrypt(&hb, &mut payload, &tag)
-            } else {
-                let mut m = open.mac();
-                m.update(&hb);
-                m.update(&payload);
-                m.matches(&tag)
-            };
-            if !ok {
-                return Err(bad_tag(hdr.kind));
-            }
-        }
-        match decode_payload(hdr.kind, &payload)? {
-            Msg::Error { errno, reason } => Err(TransportError::Peer { errno, reason }),
-            m => Ok(m),
-        }
+        let tag = match self.opener.tagged() {
+            true => Some(self.read_tag().await?),
+            false => None,
+        };
+        self.opener.control(&hb, hdr.kind, &mut payload, tag.as_ref())
     }
 
     /// The header of the chunk whose data is still unread, if any.
@@ -264,28 +180,12 @@ impl ConnReader {
     /// Checks the tag of the pending chunk whose data is in `buf` (decrypting it in
     /// place when the connection is encrypted), then its CRC32C.
     async fn finish_chunk(&mut self, c: ChunkHeader, buf: &mut [u8]) -> Result<()> {
-        if self.open.is_some() {
-            let tag = self.read_tag().await?;
-            let head = self.pending_head;
-            let open = self.open.as_mut().expect("checked");
-            let ok = if open.encrypted() {
-                open.decrypt(&head, buf, &tag)
-            } else {
-                let mut m = open.mac();
-                m.update(&head);
-                m.update(buf);
-                m.matches(&tag)
-            };
-            if !ok {
-                self.pending = None;
-                return Err(FrameError::ChunkAuth { index: c.index }.into());
-            }
-        }
+        let tag = match self.opener.tagged() {
+            true => Some(self.read_tag().await?),
+            false => None,
+        };
         self.pending = None;
-        if crate::crc32c(buf) != c.crc32c {
-            return Err(FrameError::ChunkCrc { index: c.index }.into());
-        }
-        Ok(())
+        self.opener.chunk_data(&c, &self.pending_head, buf, tag.as_ref())
     }
 
     /// Reads the pending chunk's data into `buf` (exactly its length), checks its tag
@@ -335,7 +235,7 @@ impl ConnReader {
             .pending
             .ok_or_else(|| TransportError::Protocol("no chunk data is pending".into()))?;
         let len = c.len as usize;
-        if self.open.as_ref().is_some_and(Dir::encrypted) {
+        if self.opener.encrypted() {
             let mut buf = vec![0u8; len];
             self.read_data(&mut buf).await?;
             self.finish_chunk(c, &mut buf).await?;
@@ -351,10 +251,10 @@ impl ConnReader {
             stream.try_io(Interest::READABLE, || sink.read_from(stream.as_fd()))
         })
         .await?;
-        if self.open.is_some() {
+        if self.opener.tagged() {
             let tag = self.read_tag().await?;
             let head = self.pending_head;
-            let mut m = self.open.as_mut().expect("checked").mac();
+            let mut m = self.opener.open.as_mut().expect("checked").mac();
             m.update(&head);
             sink.visit(&mut |b| m.update(b));
             if !m.matches(&tag) {
@@ -375,7 +275,7 @@ impl ConnReader {
         let Some(c) = self.pending else {
             return Ok(());
         };
-        if self.open.as_ref().is_some_and(Dir::encrypted) {
+        if self.opener.encrypted() {
             let mut buf = vec![0u8; c.len as usize];
             self.read_data(&mut buf).await?;
             return match self.finish_chunk(c, &mut buf).await {
@@ -383,7 +283,7 @@ impl ConnReader {
                 r => r,
             };
         }
-        let mut mac = match (&mut self.open, c) {
+        let mut mac = match (&mut self.opener.open, c) {
             (Some(o), _) => {
                 let mut m = o.mac();
                 m.update(&self.pending_head);
@@ -440,27 +340,11 @@ impl ConnWriter {
 
     /// Sends a message (not a Chunk: use [`ConnWriter::send_chunk`]).
     pub async fn send(&mut self, msg: &Msg) -> Result<()> {
-        if matches!(msg, Msg::Chunk(_)) {
-            return Err(TransportError::Protocol(
-                "a Chunk is sent with send_chunk, with its data".into(),
-            ));
-        }
-        let mut head = encode_head(msg)?;
-        if let Some(seal) = self.seal.as_mut() {
-            let tag = if seal.encrypted() {
-                let (h, payload) = head.split_at_mut(HEADER_LEN);
-                seal.encrypt(h, payload)
-            } else {
-                let mut m = seal.mac();
-                m.update(&head);
-                m.tag()
-            };
-            head.extend_from_slice(&tag);
-        }
+        let bytes = proto::seal_control(self.seal.as_mut(), msg)?;
         timed(
             Some(self.write_timeout),
             "a frame write",
-            self.wr.write_all(&head),
+            self.wr.write_all(&bytes),
         )
         .await
     }
@@ -469,29 +353,7 @@ impl ConnWriter {
     /// caller's memory, in one vectored write where the socket takes it all, then its
     /// tag. An encrypted connection encrypts a copy of the data.
     pub async fn send_chunk(&mut self, hdr: &ChunkHeader, data: &[u8]) -> Result<()> {
-        if hdr.len as usize != data.len() {
-            return Err(TransportError::Protocol(format!(
-                "chunk {} header says {} bytes, data has {}",
-                hdr.index,
-                hdr.len,
-                data.len()
-            )));
-        }
-        let head = encode_head(&Msg::Chunk(*hdr))?;
-        let (tag, sealed) = match self.seal.as_mut() {
-            None => (None, None),
-            Some(seal) if seal.encrypted() => {
-                let mut buf = data.to_vec();
-                let tag = seal.encrypt(&head, &mut buf);
-                (Some(tag), Some(buf))
-            }
-            Some(seal) => {
-                let mut m = seal.mac();
-                m.update(&head);
-                m.update(data);
-                (Some(m.tag()), None)
-            }
-        };
+        let proto::SealedChunk { head, sealed, tag } = proto::seal_chunk(self.seal.as_mut(), hdr, data)?;
         let data = sealed.as_deref().unwrap_or(data);
         let tag = tag.as_ref().map(|t| &t[..]).unwrap_or(&[]);
         let wr = &mut self.wr;
@@ -527,14 +389,7 @@ impl ConnWriter {
     /// call as the first data bytes where the source allows. An encrypted connection
     /// copies the data into a buffer and sends that ([`ConnWriter::send_chunk`]).
     pub async fn send_chunk_from(&mut self, hdr: &ChunkHeader, data: &dyn ChunkData) -> Result<()> {
-        if hdr.len as usize != data.len() {
-            return Err(TransportError::Protocol(format!(
-                "chunk {} header says {} bytes, data has {}",
-                hdr.index,
-                hdr.len,
-                data.len()
-            )));
-        }
+        proto::check_len(hdr, data.len())?;
         if self.seal.as_ref().is_some_and(Dir::encrypted) {
             let mut buf = Vec::with_capacity(data.len());
             data.visit(&mut |b| buf.extend_from_slice(b))?;
@@ -656,9 +511,7 @@ impl Conn {
                 rd: BufReader::with_capacity(16 << 10, r),
                 pending: None,
                 pending_head: [0; HEADER_LEN + CHUNK_FIXED],
-                open: None,
-                max_chunk: cfg.max_chunk,
-                limit: Some(HANDSHAKE_MAX),
+                opener: Opener::new(cfg),
                 read_timeout: Some(cfg.handshake_timeout),
                 peer_id: unknown.clone(),
             },
@@ -676,9 +529,9 @@ impl Conn {
         let id: Arc<str> = Arc::from(peer);
         self.reader.peer_id = id.clone();
         self.writer.peer_id = id;
-        self.reader.limit = None;
+        self.reader.opener.limit = None;
         self.reader.read_timeout = cfg.read_timeout;
-        self.reader.open = Some(open);
+        self.reader.opener.open = Some(open);
         self.writer.seal = Some(seal);
         self.writer.write_timeout = cfg.write_timeout;
         self

@@ -3,15 +3,15 @@
 //! frames are tagged (or encrypted) under the session keys.
 
 use crate::auth::{self, Role, Transcript};
-use crate::conn::{Conn, ConnConfig, Identity};
-use crate::frame::{self, Hello, Msg};
+use crate::config::{ConnConfig, Identity};
+use crate::conn::Conn;
+use crate::frame::{self, Msg};
+use crate::proto::{ClientHandshake, Refused};
 use crate::seal::Dir;
+pub use crate::REFUSAL;
 use crate::{Result, TransportError};
 use ckptfs_cluster::{NodeKeys, PairKey};
 use tokio::net::TcpStream;
-
-/// The one refusal a server sends, whatever failed (see [`crate::auth`]).
-pub const REFUSAL: &str = "authentication refused";
 
 /// Connects to the daemon of node `peer` at `addr` as `identity` and authenticates both
 /// ways with the key of the pair; a server that is not `peer` (or cannot prove it) is
@@ -23,15 +23,10 @@ pub async fn connect(
     keys: &NodeKeys,
     cfg: &ConnConfig,
 ) -> Result<Conn> {
-    let key = keys.pair(peer).ok_or_else(|| {
-        TransportError::Auth(format!(
-            "node {:?} holds no key for node {peer:?} (not in its key file or cluster map)",
-            identity.node_id
-        ))
-    })?;
+    let (hs, hello) = ClientHandshake::start(identity, peer, keys, cfg)?;
     let fut = async {
         let stream = TcpStream::connect(addr).await?;
-        client_handshake(Conn::raw(stream, cfg), identity, peer, key, cfg).await
+        client_handshake(Conn::raw(stream, cfg), hs, hello, peer, cfg).await
     };
     match tokio::time::timeout(cfg.handshake_timeout, fut).await {
         Ok(r) => r,
@@ -59,67 +54,39 @@ fn unexpected(m: &Msg, wanted: &str) -> TransportError {
     TransportError::Auth(format!("expected {wanted}, got {:?}", m.kind()))
 }
 
+/// Drives [`ClientHandshake`] over the tokio connection.
 async fn client_handshake(
     mut c: Conn,
-    me: &Identity,
+    mut hs: ClientHandshake<'_>,
+    hello: Msg,
     peer: &str,
-    key: &PairKey,
     cfg: &ConnConfig,
 ) -> Result<Conn> {
-    let nc = auth::nonce()?;
-    let mode = cfg.protection.code();
-    c.send(&Msg::Hello(Hello {
-        node_id: me.node_id.clone(),
-        server_id: peer.to_string(),
-        job: me.job.clone(),
-        nonce: nc,
-        mode,
-    }))
-    .await?;
-    let ch = match c.recv().await {
-        Ok(Msg::Challenge(ch)) => ch,
-        Ok(m) => {
-            return Err(c
-                .refuse(libc::EPROTO, unexpected(&m, "Challenge").to_string())
-                .await)
-        }
-        Err(TransportError::Peer { reason, .. }) => {
-            return Err(TransportError::Auth(format!("refused by {peer}: {reason}")))
-        }
-        Err(e) => return Err(e),
+    c.send(&hello).await?;
+    let got = c.recv().await;
+    let response = match hs.challenge(got) {
+        Ok(m) => m,
+        Err(r) => return Err(tell(&mut c, r).await),
     };
-    if ch.node_id != peer {
-        let why = format!(
-            "the server says it is {:?}, not {peer:?}, the node dialled",
-            ch.node_id
-        );
-        return Err(c.refuse(libc::EACCES, why).await);
+    c.send(&response).await?;
+    let got = c.recv().await;
+    match hs.auth_ok(got, cfg) {
+        Ok((open, seal)) => Ok(c.authenticated(peer, cfg, open, seal)),
+        Err(r) => Err(tell(&mut c, r).await),
     }
-    let t = Transcript {
-        job: &me.job,
-        client_nonce: &nc,
-        server_nonce: &ch.nonce,
-        client_id: &me.node_id,
-        server_id: peer,
-        mode,
-    };
-    let mac = auth::prove(key.expose(), Role::Client, &t);
-    c.send(&Msg::Response { mac }).await?;
-    match c.recv().await {
-        Ok(Msg::AuthOk { mac }) => {
-            if !auth::verify(key.expose(), Role::Server, &t, &mac) {
-                let why = format!("the server at {peer:?}'s address did not prove the key of node {peer:?}");
-                return Err(c.refuse(libc::EACCES, why).await);
-            }
-            let (c2s, s2c) = auth::session_keys(key.expose(), &t);
-            let p = cfg.protection;
-            Ok(c.authenticated(peer, cfg, Dir::new(s2c, p), Dir::new(c2s, p)))
+}
+
+/// Tells the peer why the handshake ends (when there is something to tell).
+async fn tell(c: &mut Conn, r: Refused) -> TransportError {
+    match r.tell {
+        Some(errno) => {
+            let why = match &r.err {
+                TransportError::Auth(w) => w.clone(),
+                e => e.to_string(),
+            };
+            c.refuse(errno, why).await
         }
-        Ok(m) => Err(c.refuse(libc::EPROTO, unexpected(&m, "AuthOk").to_string()).await),
-        Err(TransportError::Peer { reason, .. }) => {
-            Err(TransportError::Auth(format!("refused by {peer}: {reason}")))
-        }
-        Err(e) => Err(e),
+        None => r.err,
     }
 }
 

@@ -12,8 +12,14 @@
 //!
 //! * [`frame`]: the byte layout, the encoder and the checked decoder (pure, fuzzed);
 //! * [`auth`]: the handshake's proofs;
-//! * [`connect`], [`accept`], [`Conn`]: the tokio connection (timeouts, one `writev`
-//!   per chunk, chunk data read straight into the caller's buffer);
+//! * [`connect`], [`accept`], `Conn`: the tokio connection (feature `tokio`, on by
+//!   default; timeouts, one `writev` per chunk, chunk data read straight into the
+//!   caller's buffer);
+//! * [`blocking`]: the client side of the same connection over `std::net::TcpStream`,
+//!   for libraries that must not start a runtime (the C library's pool client); both
+//!   drive one implementation of the protocol (a private module `proto`: the frame
+//!   checks and sealing, the client's handshake as a state machine), so they differ only
+//!   in how bytes are read and written;
 //! * [`ChunkData`] and [`ChunkSink`]: chunk data that writes itself to the socket and a
 //!   destination it lands in straight from the socket (the store's zero-copy paths),
 //!   so no chunk byte passes through a buffer of the transport.
@@ -86,22 +92,39 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod blocking;
+mod config;
+#[cfg(feature = "tokio")]
 mod conn;
 pub mod frame;
+#[cfg(feature = "tokio")]
 mod handshake;
+#[cfg(feature = "tokio")]
 mod lowat;
+mod proto;
+#[cfg(feature = "tokio")]
 pub mod raw;
 pub mod seal;
 
-pub use conn::{Conn, ConnConfig, ConnReader, ConnWriter, Identity, HANDSHAKE_MAX};
+pub use config::{ConnConfig, Identity, HANDSHAKE_MAX};
+#[cfg(feature = "tokio")]
+pub use conn::{Conn, ConnReader, ConnWriter};
 pub use frame::{ChunkHeader, ListEntry, Msg, MsgType, Nack, PutBegin, PutEnd, SegKind, SegPiece};
-pub use handshake::{accept, connect, REFUSAL};
+#[cfg(feature = "tokio")]
+pub use handshake::{accept, connect};
+#[cfg(feature = "tokio")]
 pub use raw::RawConn;
 pub use seal::{Protection, TAG_LEN};
 
+#[cfg(feature = "tokio")]
 use ckptfs_cluster::NodeKeys;
+#[cfg(feature = "tokio")]
 use std::future::Future;
+#[cfg(feature = "tokio")]
 use std::sync::Arc;
+
+/// The one refusal a server sends, whatever failed (see [`auth`]).
+pub const REFUSAL: &str = "authentication refused";
 
 /// CRC32C (Castagnoli), as the store uses for its chunks.
 pub fn crc32c(data: &[u8]) -> u32 {
@@ -264,6 +287,7 @@ pub trait ChunkSink {
 }
 
 /// One authenticated connection, whatever carries it.
+#[cfg(feature = "tokio")]
 pub trait PeerConn: Send {
     /// The authenticated peer's node id.
     fn peer_id(&self) -> &str;
@@ -288,6 +312,7 @@ pub trait PeerConn: Send {
     ) -> impl Future<Output = Result<()>> + Send;
 }
 
+#[cfg(feature = "tokio")]
 impl PeerConn for Conn {
     fn peer_id(&self) -> &str {
         Conn::peer_id(self)
@@ -313,6 +338,7 @@ impl PeerConn for Conn {
 }
 
 /// A way to reach peers: listen, accept and authenticate, connect.
+#[cfg(feature = "tokio")]
 pub trait Transport: Send + Sync {
     /// An authenticated connection.
     type Conn: PeerConn;
@@ -332,6 +358,7 @@ pub trait Transport: Send + Sync {
 }
 
 /// The TCP transport.
+#[cfg(feature = "tokio")]
 #[derive(Debug, Clone)]
 pub struct TcpTransport {
     /// Who this node is.
@@ -342,6 +369,7 @@ pub struct TcpTransport {
     pub config: ConnConfig,
 }
 
+#[cfg(feature = "tokio")]
 impl Transport for TcpTransport {
     type Conn = Conn;
     type Listener = tokio::net::TcpListener;

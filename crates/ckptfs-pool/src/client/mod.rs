@@ -2,6 +2,11 @@
 //! benefactors from a bounded write buffer ([`mod@write`]), commits the chunk map, reads
 //! files back.
 //!
+//! Blocking: requests run on the calling thread over the transport's blocking
+//! connection ([`ckptfs_transport::blocking`]); a write's senders are std threads
+//! ([`mod@write`]). No runtime is started, so the client can live in an application
+//! process (the C library's `ckptfs_pool_*`).
+//!
 //! **Reads.** Each chunk is read from its first live holder, checked against its BLAKE3
 //! hash and CRC32C; a holder that is dead, fails or returns wrong bytes is passed over
 //! for the next replica, and last for the chunk's drained file on the PFS.
@@ -10,17 +15,21 @@ pub mod write;
 
 use crate::drain;
 use crate::msg::{BenefactorInfo, ChunkHash, ChunkName, FileInfo, Reply, Request};
-use crate::net::{ask, get_chunk};
+use crate::net::{ask, get_chunk, proto};
 use crate::{PoolError, PoolNet, Result};
-use ckptfs_transport as tp;
+use ckptfs_transport::blocking::Conn;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 pub use write::PoolWrite;
 
+/// A reader's connections to benefactors, by node id, kept between chunks
+/// ([`PoolClient::read_chunk`]).
+pub type Conns = HashMap<String, Conn>;
+
 /// A pool client of node `net.me` (cheap to clone: clones share the connection to the
-/// manager and the runtime).
+/// manager).
 #[derive(Clone)]
 pub struct PoolClient {
     inner: Arc<Inner>,
@@ -38,8 +47,7 @@ impl std::fmt::Debug for PoolClient {
 
 struct Inner {
     net: PoolNet,
-    rt: tokio::runtime::Runtime,
-    mgr: tokio::sync::Mutex<Option<tp::Conn>>,
+    mgr: Mutex<Option<Conn>>,
     buffer: u64,
     bytes_sent: Arc<AtomicU64>,
 }
@@ -79,28 +87,13 @@ fn checked(path: &str) -> Result<()> {
     })
 }
 
-fn proto(peer: &str, why: impl Into<String>) -> PoolError {
-    PoolError::Peer {
-        peer: peer.to_string(),
-        why: why.into(),
-        errno: libc::EPROTO,
-    }
-}
-
 impl PoolClient {
     /// A client with a write buffer of `buffer` bytes.
     pub fn new(net: PoolNet, buffer: u64) -> Result<PoolClient> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("pool-client")
-            .enable_all()
-            .build()
-            .map_err(|e| PoolError::io("runtime", e))?;
         Ok(PoolClient {
             inner: Arc::new(Inner {
                 net,
-                rt,
-                mgr: tokio::sync::Mutex::new(None),
+                mgr: Mutex::new(None),
                 buffer: buffer.max(1),
                 bytes_sent: Arc::default(),
             }),
@@ -124,15 +117,16 @@ impl PoolClient {
 
     /// Ask the manager (one connection, reconnected after a failure).
     pub fn ask(&self, req: &Request) -> Result<Reply> {
-        self.inner.rt.block_on(self.ask_async(req))
-    }
-
-    async fn ask_async(&self, req: &Request) -> Result<Reply> {
-        let mut g = self.inner.mgr.lock().await;
+        // A holder that panicked left the connection out of step: drop it.
+        let mut g = self.inner.mgr.lock().unwrap_or_else(|p| {
+            let mut g = p.into_inner();
+            *g = None;
+            g
+        });
         if g.is_none() {
-            *g = Some(self.inner.net.connect_manager().await?);
+            *g = Some(self.inner.net.dial_manager()?);
         }
-        let r = ask(g.as_mut().expect("connected"), req).await;
+        let r = ask(g.as_mut().expect("connected"), req);
         if let Err(e) = &r {
             if !matches!(e, PoolError::Refused { .. }) {
                 *g = None;
@@ -213,7 +207,7 @@ impl PoolClient {
     /// Read chunk `i` of version `f` from its first live holder that returns the right
     /// bytes; from its drained file when no holder does. Checked against its hash and
     /// CRC32C.
-    pub fn read_chunk(&self, f: &FileInfo, i: u64, conns: &mut HashMap<String, tp::Conn>) -> Result<Vec<u8>> {
+    pub fn read_chunk(&self, f: &FileInfo, i: u64, conns: &mut Conns) -> Result<Vec<u8>> {
         let c = f
             .chunks
             .get(i as usize)
@@ -224,7 +218,7 @@ impl PoolClient {
             if !alive {
                 continue;
             }
-            match self.inner.rt.block_on(self.fetch(node, &c.hash, conns)) {
+            match self.fetch(node, &c.hash, conns) {
                 Ok(d) if ChunkHash::of(&d) == c.hash => {
                     data = Some(d);
                     break;
@@ -296,18 +290,13 @@ impl PoolClient {
         Some(drain::read_chunk(&dir, &n))
     }
 
-    async fn fetch(
-        &self,
-        node: &str,
-        hash: &ChunkHash,
-        conns: &mut HashMap<String, tp::Conn>,
-    ) -> Result<Vec<u8>> {
+    fn fetch(&self, node: &str, hash: &ChunkHash, conns: &mut Conns) -> Result<Vec<u8>> {
         if !conns.contains_key(node) {
             let addr = self.inner.net.benefactor_addr(node)?;
-            conns.insert(node.to_string(), self.inner.net.connect(&addr, node).await?);
+            conns.insert(node.to_string(), self.inner.net.dial(&addr, node)?);
         }
         let conn = conns.get_mut(node).expect("connected");
-        let r = get_chunk(conn, &self.inner.net.me, hash).await;
+        let r = get_chunk(conn, &self.inner.net.me, hash);
         if r.is_err() {
             conns.remove(node);
         }
@@ -321,7 +310,7 @@ impl PoolClient {
             reason: format!("{path}: no such pool file"),
         })?;
         let mut out = Vec::with_capacity(f.size as usize);
-        let mut conns = HashMap::new();
+        let mut conns = Conns::new();
         for i in 0..f.chunks.len() as u64 {
             out.extend_from_slice(&self.read_chunk(&f, i, &mut conns)?);
         }

@@ -4,7 +4,7 @@
 //! chunk takes a slot of the buffer (`buffer / chunk_size` slots) until every copy of
 //! it is acknowledged. The plan's members form one or more replica groups (disjoint,
 //! in distinct failure domains where possible); the chunk is queued once for each
-//! group, and each group's senders (one task and connection per member) take the next
+//! group, and each group's senders (one thread and connection per member) take the next
 //! chunk of their group's queue when their previous one is acknowledged (round-robin
 //! while the members keep pace; a slow member's share goes to the others of its group).
 //! So every chunk lands on one member of each group: `r` copies on `r` distinct
@@ -21,27 +21,148 @@
 //! transfers still in flight); ASB (achieved storage bandwidth) is the size over the time
 //! from open until every copy of every chunk was acknowledged by its benefactor.
 
-use super::{proto, PoolClient, PutReport};
+use super::{PoolClient, PutReport};
 use crate::msg::{ChunkHash, ChunkRef, Peer, Reply, Request};
-use crate::net::put_chunk;
+use crate::net::{proto, put_chunk};
 use crate::{PoolError, PoolNet, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+/// Locks `m`, also after a holder panicked (the data behind these locks stays
+/// consistent: counters and lists updated in one step).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The write buffer's slots: a chunk holds one until every copy of it is acknowledged.
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// One slot, given back when dropped.
+struct Slot(Arc<Slots>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        *lock(&self.0.free) += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+impl Slots {
+    fn new(n: usize) -> Arc<Slots> {
+        Arc::new(Slots {
+            free: Mutex::new(n),
+            freed: Condvar::new(),
+        })
+    }
+
+    /// A slot, waiting at most `d` for one.
+    fn take(self: &Arc<Self>, d: Duration) -> Option<Slot> {
+        let g = lock(&self.free);
+        let (mut g, _) = self
+            .freed
+            .wait_timeout_while(g, d, |n| *n == 0)
+            .unwrap_or_else(|p| p.into_inner());
+        if *g == 0 {
+            return None;
+        }
+        *g -= 1;
+        Some(Slot(self.clone()))
+    }
+}
 
 struct Job {
     index: u64,
     hash: ChunkHash,
     data: Vec<u8>,
-    _slot: OwnedSemaphorePermit,
+    _slot: Slot,
+}
+
+/// A group's queue of chunks: open until the write commits or is dropped. Senders
+/// waiting for a chunk are served in the order they came (round-robin while the
+/// members keep pace, so no member takes more than its share of a benefactor's memory
+/// because its thread happened to be scheduled first).
+struct Queue {
+    q: Mutex<QueueState>,
+    ready: Condvar,
+}
+
+struct QueueState {
+    jobs: VecDeque<Arc<Job>>,
+    open: bool,
+    /// Waiting senders' tickets, first come first served.
+    waiting: VecDeque<u64>,
+    next_ticket: u64,
+}
+
+impl Queue {
+    fn new() -> Queue {
+        Queue {
+            q: Mutex::new(QueueState {
+                jobs: VecDeque::new(),
+                open: true,
+                waiting: VecDeque::new(),
+                next_ticket: 0,
+            }),
+            ready: Condvar::new(),
+        }
+    }
+
+    /// Queues a chunk; false once closed.
+    fn push(&self, j: Arc<Job>) -> bool {
+        let mut g = lock(&self.q);
+        if !g.open {
+            return false;
+        }
+        g.jobs.push_back(j);
+        drop(g);
+        self.ready.notify_all();
+        true
+    }
+
+    /// The next chunk, waiting for it behind the senders that waited first; None once
+    /// closed and empty.
+    fn pop(&self) -> Option<Arc<Job>> {
+        let mut g = lock(&self.q);
+        let t = g.next_ticket;
+        g.next_ticket += 1;
+        g.waiting.push_back(t);
+        let mut g = self
+            .ready
+            .wait_while(g, |s| {
+                s.waiting.front() != Some(&t) || (s.jobs.is_empty() && s.open)
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        g.waiting.pop_front();
+        let j = g.jobs.pop_front();
+        drop(g);
+        // The next in line may take the next chunk (or learn the queue closed).
+        self.ready.notify_all();
+        j
+    }
+
+    /// Closes the queue (its senders finish what is queued and stop).
+    fn close(&self) {
+        lock(&self.q).open = false;
+        self.ready.notify_all();
+    }
+
+    /// Takes every queued chunk out; how many.
+    fn clear(&self) -> usize {
+        let mut g = lock(&self.q);
+        let n = g.jobs.len();
+        g.jobs.clear();
+        n
+    }
 }
 
 /// The queue and senders of one replica group.
 struct Group {
-    tx: Mutex<Option<mpsc::UnboundedSender<Arc<Job>>>>,
-    rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Arc<Job>>>,
+    queue: Queue,
     alive: AtomicUsize,
     members: Mutex<Vec<String>>,
     /// No member left and none to be had: its copies are given up (r > 1 only).
@@ -50,10 +171,8 @@ struct Group {
 
 impl Group {
     fn new() -> Arc<Group> {
-        let (tx, rx) = mpsc::unbounded_channel();
         Arc::new(Group {
-            tx: Mutex::new(Some(tx)),
-            rx: tokio::sync::Mutex::new(rx),
+            queue: Queue::new(),
             alive: AtomicUsize::new(0),
             members: Mutex::new(Vec::new()),
             retired: std::sync::atomic::AtomicBool::new(false),
@@ -68,7 +187,11 @@ struct Shared {
     last_err: Mutex<Option<String>>,
     /// Chunk index → its reference (holders in the order they acknowledged).
     refs: Mutex<BTreeMap<u64, ChunkRef>>,
+    /// Members that failed: their acknowledged copies are given up.
     failed: Mutex<Vec<String>>,
+    /// Members that refused a chunk for want of memory: they take no more, and their
+    /// acknowledged copies stand.
+    full: Mutex<Vec<String>>,
     sent_bytes: AtomicU64,
 }
 
@@ -83,7 +206,7 @@ pub struct PoolWrite {
     cur: Vec<u8>,
     written: u64,
     crcs: Vec<u32>,
-    slots: Arc<Semaphore>,
+    slots: Arc<Slots>,
     groups: Vec<Arc<Group>>,
     sh: Arc<Shared>,
     /// Copies queued (a chunk once per group not retired).
@@ -133,13 +256,14 @@ impl PoolWrite {
             cur: Vec::with_capacity(cs as usize),
             written: 0,
             crcs: Vec::new(),
-            slots: Arc::new(Semaphore::new(slots)),
+            slots: Slots::new(slots),
             groups: (0..ngroups).map(|_| Group::new()).collect(),
             sh: Arc::new(Shared {
                 done: AtomicUsize::new(0),
                 last_err: Mutex::new(None),
                 refs: Mutex::new(BTreeMap::new()),
                 failed: Mutex::new(Vec::new()),
+                full: Mutex::new(Vec::new()),
                 sent_bytes: AtomicU64::new(0),
             }),
             queued: 0,
@@ -170,7 +294,7 @@ impl PoolWrite {
     fn spawn(&mut self, g: usize, p: Peer) {
         let grp = self.groups[g].clone();
         {
-            let mut m = grp.members.lock().unwrap();
+            let mut m = lock(&grp.members);
             if m.contains(&p.node) {
                 return;
             }
@@ -181,28 +305,41 @@ impl PoolWrite {
         let net = self.c.net().clone();
         let total = self.c.inner.bytes_sent.clone();
         let write_id = self.write_id;
-        self.c.inner.rt.spawn(async move {
-            let r = sender(&net, &p, write_id, &grp, &sh, &total).await;
+        let run = move || {
+            let r = sender(&net, &p, write_id, &grp, &sh, &total);
             if let Err(e) = r {
                 tracing::warn!("pool: benefactor {}: {e}", p.node);
-                *sh.last_err.lock().unwrap() = Some(format!("{}: {e}", p.node));
-                sh.failed.lock().unwrap().push(p.node.clone());
-                grp.members.lock().unwrap().retain(|m| *m != p.node);
+                *lock(&sh.last_err) = Some(format!("{}: {e}", p.node));
+                if e.errno() == libc::ENOSPC {
+                    // Still a member: its copies are this write's.
+                    lock(&sh.full).push(p.node.clone());
+                } else {
+                    lock(&sh.failed).push(p.node.clone());
+                    lock(&grp.members).retain(|m| *m != p.node);
+                }
             }
             grp.alive.fetch_sub(1, Ordering::SeqCst);
-        });
+        };
+        let started = std::thread::Builder::new().name("pool-sender".into()).spawn(run);
+        if let Err(e) = started {
+            // The group counts this member as gone, so the write extends or fails.
+            tracing::warn!("pool: no thread for a sender: {e}");
+            let grp = &self.groups[g];
+            grp.alive.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     /// Group `g` has no sender left: ask the manager for more benefactors (not the
-    /// failed ones, nor members of the other groups).
+    /// failed or full ones, nor members of the other groups).
     fn extend(&mut self, g: usize) -> Result<()> {
-        let failed = self.sh.failed.lock().unwrap().clone();
+        let mut failed = lock(&self.sh.failed).clone();
+        failed.extend(lock(&self.sh.full).iter().cloned());
         let others: Vec<String> = self
             .groups
             .iter()
             .enumerate()
             .filter(|(k, _)| *k != g)
-            .flat_map(|(_, o)| o.members.lock().unwrap().clone())
+            .flat_map(|(_, o)| lock(&o.members).clone())
             .collect();
         let mut exclude = failed.clone();
         exclude.extend(others.iter().cloned());
@@ -216,7 +353,7 @@ impl PoolWrite {
                     .filter(|p| !failed.contains(&p.node) && !others.contains(&p.node))
                     .collect();
                 if fresh.is_empty() {
-                    let why = self.sh.last_err.lock().unwrap().clone().unwrap_or_default();
+                    let why = lock(&self.sh.last_err).clone().unwrap_or_default();
                     return Err(PoolError::Peer {
                         peer: "pool".into(),
                         why: format!("no benefactor left to write to ({why})"),
@@ -250,27 +387,18 @@ impl PoolWrite {
                 }
                 tracing::warn!("pool: {}: replica group {g} given up: {e}", self.path);
                 grp.retired.store(true, Ordering::SeqCst);
-                let mut given_up = 0;
-                if let Ok(mut rx) = grp.rx.try_lock() {
-                    while rx.try_recv().is_ok() {
-                        given_up += 1;
-                    }
-                }
+                let given_up = grp.queue.clear();
                 self.sh.done.fetch_add(given_up, Ordering::SeqCst);
             }
         }
         Ok(())
     }
 
-    fn slot(&mut self) -> Result<OwnedSemaphorePermit> {
+    fn slot(&mut self) -> Result<Slot> {
         loop {
             self.keep_groups_alive()?;
-            let s = self.slots.clone();
-            let got = self.c.inner.rt.block_on(async {
-                tokio::time::timeout(Duration::from_millis(200), s.acquire_owned()).await
-            });
-            if let Ok(Ok(p)) = got {
-                return Ok(p);
+            if let Some(s) = self.slots.take(Duration::from_millis(200)) {
+                return Ok(s);
             }
         }
     }
@@ -283,7 +411,7 @@ impl PoolWrite {
         if let Some(r) = self.prev.get(&hash) {
             let mut r = r.clone();
             r.sent = false;
-            self.sh.refs.lock().unwrap().insert(index, r);
+            lock(&self.sh.refs).insert(index, r);
             return Ok(());
         }
         let slot = self.slot()?;
@@ -294,11 +422,9 @@ impl PoolWrite {
             _slot: slot,
         });
         for g in self.groups.iter().filter(|g| !g.retired.load(Ordering::SeqCst)) {
-            let tx = g.tx.lock().unwrap();
-            tx.as_ref()
-                .ok_or_else(|| proto("pool", "write closed"))?
-                .send(job.clone())
-                .map_err(|_| proto("pool", "senders gone"))?;
+            if !g.queue.push(job.clone()) {
+                return Err(proto("pool", "write closed"));
+            }
             self.queued += 1;
         }
         Ok(())
@@ -331,7 +457,7 @@ impl PoolWrite {
         }
         let stored = self.t0.elapsed().as_secs_f64();
         for g in &self.groups {
-            g.tx.lock().unwrap().take();
+            g.queue.close();
         }
         let crc = self.crcs.iter().enumerate().fold(0u32, |acc, (i, c)| {
             let len = (self.written - i as u64 * self.cs).min(self.cs);
@@ -346,13 +472,14 @@ impl PoolWrite {
                 chunk: 0,
             });
         }
-        // A member that failed after acknowledging chunks took its copies with it: they
+        // A member that failed after acknowledging chunks took its copies with it (one
+        // that only ran out of memory keeps them): they
         // leave the chunk map (the manager re-replicates them); a chunk with no copy
         // left fails the write, by name, rather than commit a lost file.
-        let failed = self.sh.failed.lock().unwrap().clone();
+        let failed = lock(&self.sh.failed).clone();
         let mut chunks = Vec::with_capacity(self.crcs.len());
         {
-            let refs = self.sh.refs.lock().unwrap();
+            let refs = lock(&self.sh.refs);
             for i in 0..self.crcs.len() as u64 {
                 let r = refs
                     .get(&i)
@@ -395,7 +522,7 @@ impl PoolWrite {
         let mut stripe: Vec<String> = self
             .groups
             .iter()
-            .flat_map(|g| g.members.lock().unwrap().clone())
+            .flat_map(|g| lock(&g.members).clone())
             .collect();
         stripe.retain(|m| !failed.contains(m));
         Ok(PutReport {
@@ -426,7 +553,7 @@ impl PoolWrite {
 impl Drop for PoolWrite {
     fn drop(&mut self) {
         for g in &self.groups {
-            g.tx.lock().unwrap().take();
+            g.queue.close();
         }
         if !self.committed {
             let _ = self.c.ask(&Request::Abort {
@@ -438,25 +565,19 @@ impl Drop for PoolWrite {
 
 /// One group member's sender: takes its group's queued chunks, sends each, waits for
 /// its Ack.
-async fn sender(
-    net: &PoolNet,
-    p: &Peer,
-    write_id: u64,
-    grp: &Group,
-    sh: &Shared,
-    total: &AtomicU64,
-) -> Result<()> {
-    let mut conn = net.connect(&p.addr, &p.node).await?;
+fn sender(net: &PoolNet, p: &Peer, write_id: u64, grp: &Group, sh: &Shared, total: &AtomicU64) -> Result<()> {
+    let mut conn = net.dial(&p.addr, &p.node)?;
     loop {
-        let job = { grp.rx.lock().await.recv().await };
-        let Some(job) = job else { return Ok(()) };
-        match put_chunk(&mut conn, &net.me, write_id, job.index, &job.hash, &job.data).await {
+        let Some(job) = grp.queue.pop() else {
+            return Ok(());
+        };
+        match put_chunk(&mut conn, &net.me, write_id, job.index, &job.hash, &job.data) {
             Ok(()) => {
                 let len = job.data.len() as u64;
                 sh.sent_bytes.fetch_add(len, Ordering::SeqCst);
                 total.fetch_add(len, Ordering::SeqCst);
                 {
-                    let mut refs = sh.refs.lock().unwrap();
+                    let mut refs = lock(&sh.refs);
                     match refs.get_mut(&job.index) {
                         Some(r) => {
                             if !r.holders().any(|n| *n == p.node) {
@@ -481,9 +602,7 @@ async fn sender(
             }
             Err(e) => {
                 // Hand the chunk back for another member of the group, and stop.
-                if let Some(tx) = grp.tx.lock().unwrap().as_ref() {
-                    let _ = tx.send(job);
-                }
+                grp.queue.push(job);
                 return Err(e);
             }
         }

@@ -20,7 +20,7 @@ mod plan;
 pub mod repair;
 
 use crate::msg::{BenefactorInfo, ChunkHash, ChunkName, Reply, Request, MAX_LIST};
-use crate::net::{next_request, reply};
+use crate::net_server::{next_request, reply};
 use crate::{now_ms, PoolError, PoolNet, Result};
 use meta::{get_json, key, meta, put_json, ChunkRec, KeepRule, VersionRec, CHUNKS, FILES, KEEP};
 use redb::{Database, ReadableTable};

@@ -19,7 +19,7 @@
 use super::meta::{copies_of, get_json, key, meta, put_json, ChunkRec, FileRec, CHUNKS, FILES};
 use super::{Manager, OpenWrite};
 use crate::msg::ChunkHash;
-use crate::net::{get_chunk, put_chunk};
+use crate::net_server::{get_chunk, put_chunk};
 use crate::{PoolError, Result};
 use redb::ReadableTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -1,0 +1,325 @@
+//! The client side of a connection over `std::net::TcpStream`, without a runtime: for
+//! libraries linked into applications (the C library's pool client) that must not start
+//! threads of their own for I/O.
+//!
+//! The same connection as the tokio one: the same handshake (the client's state machine
+//! of the private `proto` module, which the tokio connection drives too), the same
+//! frames, tags or encryption, bounds (a handshake frame over
+//! [`HANDSHAKE_MAX`](crate::HANDSHAKE_MAX), a chunk
+//! over `max_chunk`, refused before its payload is read) and errors. Timeouts: connect
+//! and the whole handshake within `handshake_timeout`; after it every read waits at most
+//! `read_timeout` for each part of a frame and every write at most `write_timeout`
+//! (socket timeouts); a timeout is [`TransportError::Timeout`] (errno `ETIMEDOUT`). A
+//! connection whose read or write timed out or failed is out of step: drop it.
+//!
+//! ```no_run
+//! use ckptfs_transport::{blocking, ConnConfig, Identity, Msg};
+//! # fn f(keys: &ckptfs_cluster::NodeKeys) -> ckptfs_transport::Result<()> {
+//! let me = Identity { node_id: "node1.client".into(), job: "job".into() };
+//! let mut c = blocking::Conn::connect("10.0.0.2:7000", &me, "node2", keys, &ConnConfig::default())?;
+//! c.send(&Msg::Query { body: "{}".into() })?;
+//! let reply = c.recv()?;
+//! # Ok(()) }
+//! ```
+
+use crate::config::{ConnConfig, Identity};
+use crate::frame::{ChunkHeader, Msg, MsgType, CHUNK_FIXED, HEADER_LEN};
+use crate::proto::{self, ClientHandshake, Opener, Refused};
+use crate::seal::{Dir, TAG_LEN};
+use crate::{Result, TransportError};
+use ckptfs_cluster::NodeKeys;
+use std::io::{BufReader, IoSlice, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// An authenticated connection to a peer, read and written by the calling thread.
+#[derive(Debug)]
+pub struct Conn {
+    rd: BufReader<TcpStream>,
+    wr: TcpStream,
+    opener: Opener,
+    seal: Option<Dir>,
+    pending: Option<ChunkHeader>,
+    pending_head: [u8; HEADER_LEN + CHUNK_FIXED],
+    peer_id: String,
+    peer_addr: Option<SocketAddr>,
+}
+
+/// An I/O error as the transport reports it: a socket timeout is a [`TransportError::Timeout`].
+fn io_err(what: &'static str) -> impl Fn(std::io::Error) -> TransportError {
+    move |e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => TransportError::Timeout { what },
+        _ => TransportError::Io(e),
+    }
+}
+
+/// A timeout the socket accepts (zero means "none" to it).
+fn at_least_1ms(d: Duration) -> Duration {
+    d.max(Duration::from_millis(1))
+}
+
+/// Connects to the first address of `addr` that answers within the deadline.
+fn dial(addr: &str, deadline: Instant) -> Result<TcpStream> {
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match TcpStream::connect_timeout(&a, left) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(match last {
+        Some(e) => io_err("connect")(e),
+        None if Instant::now() >= deadline => TransportError::Timeout { what: "connect" },
+        None => TransportError::Io(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{addr}: no address"),
+        )),
+    })
+}
+
+impl Conn {
+    /// Connects to the daemon of node `peer` at `addr` as `identity` and authenticates
+    /// both ways with the key of the pair (as [`crate::connect`] does), all within
+    /// `cfg.handshake_timeout`.
+    pub fn connect(
+        addr: &str,
+        identity: &Identity,
+        peer: &str,
+        keys: &NodeKeys,
+        cfg: &ConnConfig,
+    ) -> Result<Conn> {
+        let deadline = Instant::now() + cfg.handshake_timeout;
+        let (mut hs, hello) = ClientHandshake::start(identity, peer, keys, cfg)?;
+        let stream = dial(addr, deadline)?;
+        let _ = stream.set_nodelay(true);
+        let peer_addr = stream.peer_addr().ok();
+        let wr = stream.try_clone()?;
+        let mut c = Conn {
+            // Small: it holds headers and control messages; chunk data is read from
+            // the socket straight into its destination.
+            rd: BufReader::with_capacity(16 << 10, stream),
+            wr,
+            opener: Opener::new(cfg),
+            seal: None,
+            pending: None,
+            pending_head: [0; HEADER_LEN + CHUNK_FIXED],
+            peer_id: "?".into(),
+            peer_addr,
+        };
+        let r: std::result::Result<(Dir, Dir), Refused> = (|| {
+            c.until(deadline)?;
+            c.send(&hello)?;
+            c.until(deadline)?;
+            let got = c.recv();
+            let response = hs.challenge(got)?;
+            c.until(deadline)?;
+            c.send(&response)?;
+            c.until(deadline)?;
+            let got = c.recv();
+            hs.auth_ok(got, cfg)
+        })();
+        let (open, seal) = match r {
+            Ok(dirs) => dirs,
+            Err(Refused {
+                tell: Some(errno),
+                err,
+            }) => {
+                let reason = match &err {
+                    TransportError::Auth(w) => w.clone(),
+                    e => e.to_string(),
+                };
+                let _ = c.send(&Msg::Error { errno, reason });
+                return Err(err);
+            }
+            Err(Refused { tell: None, err }) => {
+                return Err(match err {
+                    // A timeout inside the handshake is the handshake's.
+                    TransportError::Timeout { .. } => TransportError::Timeout {
+                        what: "connect and handshake",
+                    },
+                    e => e,
+                });
+            }
+        };
+        c.peer_id = peer.to_string();
+        c.opener.limit = None;
+        c.opener.open = Some(open);
+        c.seal = Some(seal);
+        c.rd.get_ref()
+            .set_read_timeout(cfg.read_timeout.map(at_least_1ms))?;
+        c.wr.set_write_timeout(Some(at_least_1ms(cfg.write_timeout)))?;
+        Ok(c)
+    }
+
+    /// Socket timeouts for what is left until `deadline` (the handshake's).
+    fn until(&self, deadline: Instant) -> Result<()> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(TransportError::Timeout {
+                what: "connect and handshake",
+            });
+        }
+        self.rd.get_ref().set_read_timeout(Some(at_least_1ms(left)))?;
+        self.wr.set_write_timeout(Some(at_least_1ms(left)))?;
+        Ok(())
+    }
+
+    /// The authenticated peer's node id.
+    pub fn peer_id(&self) -> &str {
+        &self.peer_id
+    }
+
+    /// The peer's socket address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer_addr
+    }
+
+    /// Sends a message (not a Chunk: use [`Conn::send_chunk`]).
+    pub fn send(&mut self, msg: &Msg) -> Result<()> {
+        let bytes = proto::seal_control(self.seal.as_mut(), msg)?;
+        self.wr.write_all(&bytes).map_err(io_err("a frame write"))
+    }
+
+    /// Sends a chunk frame: header and fixed part, then `data` from the caller's memory
+    /// in one vectored write where the socket takes it all, then its tag (an encrypted
+    /// connection encrypts a copy of the data).
+    pub fn send_chunk(&mut self, hdr: &ChunkHeader, data: &[u8]) -> Result<()> {
+        let proto::SealedChunk { head, sealed, tag } = proto::seal_chunk(self.seal.as_mut(), hdr, data)?;
+        let data = sealed.as_deref().unwrap_or(data);
+        let tag = tag.as_ref().map(|t| &t[..]).unwrap_or(&[]);
+        let parts = [&head[..], data, tag];
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut off = 0;
+        while off < total {
+            let mut bufs = Vec::with_capacity(3);
+            let mut at = 0;
+            for p in parts {
+                if off < at + p.len() {
+                    bufs.push(IoSlice::new(&p[off.saturating_sub(at)..]));
+                }
+                at += p.len();
+            }
+            match self.wr.write_vectored(&bufs) {
+                Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
+                Ok(n) => off += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err("a chunk write")(e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn read_exact(&mut self, buf: &mut [u8], what: &'static str) -> Result<()> {
+        self.rd.read_exact(buf).map_err(io_err(what))
+    }
+
+    fn read_tag(&mut self) -> Result<Option<[u8; TAG_LEN]>> {
+        if !self.opener.tagged() {
+            return Ok(None);
+        }
+        let mut t = [0u8; TAG_LEN];
+        self.read_exact(&mut t, "a frame tag")?;
+        Ok(Some(t))
+    }
+
+    /// Receives the next message (as [`crate::ConnReader::recv`]): a Chunk leaves its
+    /// data unread for [`Conn::recv_chunk_data`] or [`Conn::skip_chunk_data`]; a peer's
+    /// Error is [`TransportError::Peer`]; every frame's tag is checked before its payload
+    /// is decoded.
+    pub fn recv(&mut self) -> Result<Msg> {
+        if let Some(c) = self.pending {
+            return Err(TransportError::Protocol(format!(
+                "the data of chunk {} was not read before the next message",
+                c.index
+            )));
+        }
+        let mut hb = [0u8; HEADER_LEN];
+        // The first byte tells a clean close (EOF between frames) from a cut frame.
+        let n = loop {
+            match self.rd.read(&mut hb[..1]) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                r => break r.map_err(io_err("the next frame"))?,
+            }
+        };
+        if n == 0 {
+            return Err(TransportError::Closed);
+        }
+        self.read_exact(&mut hb[1..], "a frame header")?;
+        let hdr = self.opener.header(&hb)?;
+        if hdr.kind == MsgType::Chunk {
+            let mut fixed = [0u8; CHUNK_FIXED];
+            self.read_exact(&mut fixed, "a chunk header")?;
+            let (c, head) = self.opener.chunk(&hb, &hdr, &fixed)?;
+            self.pending_head = head;
+            self.pending = Some(c);
+            return Ok(Msg::Chunk(c));
+        }
+        // hdr.len is bounded by the header checks (at most MAX_CONTROL for control frames).
+        let mut payload = vec![0u8; hdr.len as usize];
+        self.read_exact(&mut payload, "a frame payload")?;
+        let tag = self.read_tag()?;
+        self.opener.control(&hb, hdr.kind, &mut payload, tag.as_ref())
+    }
+
+    /// The header of the chunk whose data is still unread, if any.
+    pub fn pending_chunk(&self) -> Option<ChunkHeader> {
+        self.pending
+    }
+
+    /// Reads the pending chunk's data into `buf` (exactly its length; what the read-ahead
+    /// holds by a copy, the rest straight from the socket), checks its tag and its
+    /// CRC32C. On [`crate::FrameError::ChunkCrc`] or [`crate::FrameError::ChunkAuth`]
+    /// the connection is still in step.
+    pub fn recv_chunk_data(&mut self, buf: &mut [u8]) -> Result<()> {
+        let c = self
+            .pending
+            .ok_or_else(|| TransportError::Protocol("no chunk data is pending".into()))?;
+        if buf.len() != c.len as usize {
+            return Err(TransportError::Protocol(format!(
+                "buffer of {} bytes for chunk {} of {} bytes",
+                buf.len(),
+                c.index,
+                c.len
+            )));
+        }
+        // BufReader hands a read larger than its buffer straight to the socket.
+        self.read_exact(buf, "chunk data")?;
+        let tag = self.read_tag()?;
+        self.pending = None;
+        self.opener.chunk_data(&c, &self.pending_head, buf, tag.as_ref())
+    }
+
+    /// Reads and drops the pending chunk's data (its tag still checked).
+    pub fn skip_chunk_data(&mut self) -> Result<()> {
+        let Some(c) = self.pending else {
+            return Ok(());
+        };
+        let mut buf = vec![0u8; c.len as usize];
+        match self.recv_chunk_data(&mut buf) {
+            Err(TransportError::Frame(crate::FrameError::ChunkCrc { .. })) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Receives a message and, for a Chunk, its data in a new buffer (CRC verified).
+    pub fn recv_owned(&mut self) -> Result<(Msg, Vec<u8>)> {
+        let m = self.recv()?;
+        let mut data = Vec::new();
+        if let Msg::Chunk(c) = &m {
+            data = vec![0u8; c.len as usize];
+            self.recv_chunk_data(&mut data)?;
+        }
+        Ok((m, data))
+    }
+
+    /// Sends Bye and shuts the sending direction down.
+    pub fn close(&mut self) -> Result<()> {
+        self.send(&Msg::Bye)?;
+        self.wr.shutdown(std::net::Shutdown::Write)?;
+        Ok(())
+    }
+}
