@@ -354,7 +354,7 @@ impl ChunkReader for StoreReader<'_> {
         let len = (size - i * cs).min(cs) as usize;
         let changed = || LevelError::Changed(self.stored.path.clone());
         let Some(c) = self.by.get(&(i as u32)).cloned() else {
-            return sink(&[IoPart::Buf(&self.lvl.zeros(len))]);
+            return sink(&[IoPart::Buf(self.lvl.zeros(len))]);
         };
         let crc = c.crc.ok_or_else(changed)?;
         if c.written > cs {
@@ -362,7 +362,7 @@ impl ChunkReader for StoreReader<'_> {
         }
         let written = c.written as usize;
         let n = written.min(len);
-        let zeros = IoPart::Buf(&self.lvl.zeros(len - n));
+        let zeros = IoPart::Buf(self.lvl.zeros(len - n));
         match c.location {
             ChunkLocation::Memory(off) => {
                 let r = self.lvl.region.slice(off, written).ok_or_else(|| {
