@@ -21,7 +21,8 @@
 //!   chunk as below;
 //! - **rate limit**: one token bucket over all streams ([`MoveOptions::max_bw`]), or a
 //!   limiter shared with other movers ([`MoveOptions::limiter`], e.g. [`crate::Pace`]);
-//! - **progress**: a callback after every chunk ([`Progress`]);
+//! - **progress**: a callback after every chunk, or every write on the gathered path
+//!   ([`Progress`]);
 //! - **resend**: a chunk refused by its CRC is read again once where the reader can
 //!   ([`ChunkReader::rereadable`]: a copy read by offset); a file whose transfer
 //!   failed with a transient error (EIO, EAGAIN, a dropped connection) is sent again
