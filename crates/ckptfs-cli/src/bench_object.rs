@@ -2,7 +2,8 @@
 //! by scripts/s3-local.sh) against the AWS command-line client copying the same files
 //! and a plain file copy to the server's disk; zstd ratio and speed on checkpoint data
 //! (the heat demo's field, a torch state dict when the checkout's .venv has torch, and
-//! random bytes), and a compressed drain of the field. Medians of `--repeat` runs.
+//! random bytes), a compressed drain of the field, and the application's write into the
+//! store while the drain runs against the same write alone. Medians of `--repeat` runs.
 
 use anyhow::{bail, Context, Result};
 use ckptfs_bench::report::{machine, Measurement, Report};
@@ -368,6 +369,27 @@ pub fn run(a: BenchArgs) -> Result<Report> {
             "ckptfs vs aws s3 cp: drain {d:.2}x, restore {r:.2}x the client's bandwidth (target >= 0.9x)"
         ));
     }
+    // The application's write while the drain runs: the same bytes written into another
+    // store alone, then while `drain_once` of the first store to S3 runs on another
+    // thread (the application never waits for the drain: target about 1x).
+    let (alone, during) = app_write_while_draining(&srv, &store, &sname, nfiles, per, repeat)?;
+    results.push(Measurement::new(
+        "application write into the store, no drain",
+        1,
+        total,
+        alone.clone(),
+    ));
+    results.push(Measurement::new(
+        "application write into the store while the S3 drain runs",
+        1,
+        total,
+        during.clone(),
+    ));
+    let (mut alone, mut during) = (alone, during);
+    notes.push(format!(
+        "application write while the S3 drain runs: {:.2}x its rate with no drain (the write returns at memory speed; the drain moves the bytes after close)",
+        median(&mut alone) / median(&mut during)
+    ));
     drop(store);
     let _ = Store::destroy(&sname);
 
@@ -447,6 +469,65 @@ pub fn run(a: BenchArgs) -> Result<Report> {
         results,
         notes,
     })
+}
+
+/// Seconds to write `nfiles` files of `per` bytes into a fresh store: alone, and while a
+/// drain of `drained` to S3 runs on another thread (one of each per repetition).
+fn app_write_while_draining(
+    srv: &Server,
+    drained: &Store,
+    sname: &str,
+    nfiles: usize,
+    per: u64,
+    repeat: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let blobs: Vec<Vec<u8>> = (0..nfiles)
+        .map(|i| ckptfs_testsupport_bytes(i as u64 + 101, per as usize))
+        .collect();
+    let wname = format!("{sname}-w");
+    let write_all = |ws: &Store| -> Result<f64> {
+        let t = Instant::now();
+        for (i, b) in blobs.iter().enumerate() {
+            store_put(ws, &format!("/b/w{i}"), b)?;
+        }
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let (mut alone, mut during) = (Vec::new(), Vec::new());
+    for r in 0..repeat {
+        let ws = new_store(&wname, per * nfiles as u64)?;
+        alone.push(write_all(&ws)?);
+        drop(ws);
+        let ws = new_store(&wname, per * nfiles as u64)?;
+        let obj = srv.level(&format!("oab{r}"), None)?;
+        let started = std::sync::atomic::AtomicBool::new(false);
+        let (secs, drain) = std::thread::scope(|sc| {
+            let h = sc.spawn(|| {
+                started.store(true, std::sync::atomic::Ordering::SeqCst);
+                drain_once(drained, &obj, &DrainOptions::default())
+            });
+            while !started.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            // Let the drain's first uploads get under way before the application writes.
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            let secs = write_all(&ws);
+            (secs, h.join())
+        });
+        let secs = secs?;
+        let rep = drain
+            .map_err(|_| anyhow::anyhow!("the drain thread panicked"))?
+            .context("drain while the application writes")?;
+        if rep.seconds < secs {
+            bail!(
+                "the drain ({:.3} s) ended before the application's write ({secs:.3} s): make --size larger",
+                rep.seconds
+            );
+        }
+        during.push(secs);
+        drop(ws);
+        let _ = Store::destroy(&wname);
+    }
+    Ok((alone, during))
 }
 
 /// Deterministic incompressible bytes (xorshift).
