@@ -20,8 +20,7 @@
 //!   what the store could hold: [`ListBounds`]).
 //! - [`erasure`]: erasure sets across the daemons (issue 32): the leader's encode of
 //!   complete datasets, the XOR ring, the members' shares, the rebuild of a lost
-//!   member's part from the survivors; [`erasure_bench`]: its figures (`ckptfs bench
-//!   erasure --daemons`).
+//!   member's part from the survivors.
 //! - [`holds`]: the dataset `holds` question, confined to the owner's copies and the
 //!   node's dataset files, bounded per question.
 //! - [`ratelimit`]: at most one warning per source address or peer per 10 s.
@@ -34,7 +33,6 @@ mod copy_send;
 pub mod daemon;
 pub mod datasets;
 pub mod erasure;
-pub mod erasure_bench;
 mod error;
 mod handler;
 pub mod holds;
