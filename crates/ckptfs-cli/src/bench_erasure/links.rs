@@ -158,10 +158,13 @@ pub fn one_link(bed: &mut Bed, link: &str, rate: Option<u64>, part: u64, reps: u
     progress(link, &format!("partner copies: starting {} daemons", bed.n));
     bed.configure("partner:1")?;
     std::thread::sleep(std::time::Duration::from_millis(800));
+    // The parts are held while written (an open dataset), then copied when their
+    // complete dataset is saved, as the erasure sets encode one.
+    bed.on_all("open", &|_| Vec::new())?;
     let before = bed.on_all("counters", &|_| Vec::new())?;
     let mut protect = Vec::new();
     for r in 0..reps {
-        let s = bed.partner_round(part, 100 + (r * bed.n) as u64)?;
+        let s = bed.partner_round(part, 100 + (r * bed.n) as u64, r as u64 + 1)?;
         progress(
             link,
             &format!("partner copies: protect {}/{reps}: {s:.3} s", r + 1),

@@ -117,8 +117,9 @@ pub fn run(a: BenchArgs) -> Result<i32> {
 
 /// What the columns of the simulated nodes' table mean (also in the JSON).
 const NOTES: &str = "protect s: dataset complete (every part written) -> every member's parity \
-stored and verified (the leader holds the committed header); partner: daemons stopped while \
-the parts are written, then from their continuing until every copy is verified. /wire: over \
+stored and verified (the leader holds the committed header); partner: the parts held by an \
+open dataset while written, then from their complete dataset's record until every copy is \
+verified. /wire: over \
 one TCP stream of a part. leader s: the leader's own encode time. sent/part: bytes each \
 daemon sent per protection (erasure pieces; partner-copy bytes) over the part. memory/part: \
 bytes each node keeps for the others (parity and header of one dataset; partner copies) over \

@@ -118,8 +118,8 @@ impl Bed {
             "\"127.0.0.1:17440\"",
             &format!("\"{}:{}\"", self.sim.node(0).ip, PORT + 1),
         );
-        // The partner-copy baseline stops every daemon (SIGSTOP) while the parts are
-        // written: 50 missed heartbeats of 0.2 s before a peer counts as down.
+        // A node lost stays "up" for its set's leader for 10 s (50 missed heartbeats of
+        // 0.2 s), so the leader does not start encoding the set again during rebuilds.
         let lines: Vec<String> = text
             .lines()
             .map(|l| {
@@ -228,25 +228,6 @@ impl Bed {
         bail!("{}'s daemon did not start: {}", id(i), self.log_text(i))
     }
 
-    /// Stop (SIGSTOP) or continue (SIGCONT) every daemon.
-    pub fn pause_all(&self, stop: bool) -> Result<()> {
-        let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
-        for (i, d) in self.daemons.iter().enumerate() {
-            let d = d
-                .as_ref()
-                .with_context(|| format!("{}'s daemon is not running", id(i)))?;
-            // SAFETY: kill(2) of our own child's pid (not yet waited for).
-            if unsafe { libc::kill(d.id() as libc::pid_t, sig) } != 0 {
-                bail!(
-                    "signal to {}'s daemon: {}",
-                    id(i),
-                    std::io::Error::last_os_error()
-                );
-            }
-        }
-        Ok(())
-    }
-
     /// A worker on node `i` in `mode`, with extra arguments.
     pub fn worker_cmd(&self, i: usize, mode: &str, extra: &[String]) -> Command {
         let mut c = self.base(i);
@@ -302,36 +283,38 @@ impl Bed {
             .collect()
     }
 
-    /// Partner copies of every node's new part: the daemons stopped while every node
-    /// writes it, a waiter on every node, then the daemons continued: seconds from then
-    /// until the last node's copy is verified.
-    pub fn partner_round(&self, part: u64, seed: u64) -> Result<f64> {
-        self.pause_all(true)?;
-        let r = self.on_all("write", &|i| {
+    /// Partner copies of every node's new part (held by the open dataset while it is
+    /// written), dataset `dataset`: a waiter on every node; at one instant each saves the
+    /// complete record of its part: seconds from then until the last node's copy is
+    /// verified.
+    pub fn partner_round(&self, part: u64, seed: u64, dataset: u64) -> Result<f64> {
+        let recs = self.on_all("write", &|i| {
             args(&[("--size", part), ("--seed", seed + i as u64)])
-        });
-        if let Err(e) = r {
-            self.pause_all(false)?;
-            return Err(e);
-        }
+        })?;
         let mut kids = Vec::new();
-        for i in 0..self.n {
-            let mut k = self.worker_cmd(i, "copy", &[]).spawn()?;
+        for (i, rec) in recs.iter().enumerate() {
+            let mut extra = args(&[("--id", dataset)]);
+            extra.extend(["--parts".to_string(), rec.to_string()]);
+            let mut c = self.worker_cmd(i, "copy", &extra);
+            let mut k = c.stdin(Stdio::piped()).spawn()?;
             let mut line = String::new();
             let out = k.stdout.take().context("worker stdout")?;
             let mut out = BufReader::new(out);
             out.read_line(&mut line)?;
             if line.trim() != "ready" {
-                self.pause_all(false)?;
                 let _ = k.kill();
+                let _ = k.wait();
                 bail!("copy waiter on {}: {line:?}", id(i));
             }
             kids.push((k, out));
         }
         let t0 = unix_s();
-        self.pause_all(false)?;
+        for (k, _) in kids.iter_mut() {
+            k.stdin.as_mut().context("worker stdin")?.write_all(b"go\n")?;
+        }
         let mut last = t0;
         for (i, (mut k, mut out)) in kids.into_iter().enumerate() {
+            drop(k.stdin.take());
             let mut rest = String::new();
             out.read_to_string(&mut rest)?;
             let st = k.wait()?;

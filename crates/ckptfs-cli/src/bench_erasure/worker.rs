@@ -214,13 +214,30 @@ fn protect(a: &EraWorkerArgs) -> Result<serde_json::Value> {
     Ok(serde_json::json!({ "protect_s": wall, "encode_s": encode }))
 }
 
-/// Wait until the part's current version has a verified partner copy; prints `ready`
-/// first (the orchestrator starts the copies after every waiter is ready), then the
-/// Unix time in seconds at which the copy was seen.
+/// The partner-copy baseline on one node: prints `ready`, waits for a line on stdin,
+/// then saves a complete dataset `id` listing this node's part (`--parts`: its record as
+/// `write` printed it) and waits until the part's current version has a verified
+/// partner copy. Prints the Unix time in seconds at which the copy was seen.
 fn copy(a: &EraWorkerArgs) -> Result<serde_json::Value> {
     let store = open(a)?;
+    let me: serde_json::Value = serde_json::from_str(&a.parts).context("--parts")?;
+    let mut ds = record(&a.job, a.id, &serde_json::json!({}))?;
+    ds.files = [(
+        PART_PATH.to_string(),
+        FileRec {
+            size: me["size"].as_u64().context("part size")?,
+            crc32c: me["crc32c"].as_u64().context("part crc32c")? as u32,
+            mtime_ns: me["mtime_ns"].as_u64().context("part mtime_ns")?,
+            levels: vec!["local".into()],
+        },
+    )]
+    .into();
+    ds.parts_expected = 1;
     println!("ready");
     std::io::stdout().flush()?;
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go)?;
+    ckptfs_datasets::record::save(&store, &ds).context("save the dataset record")?;
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let st = store.stat(PART_PATH).context("stat the part")?;
