@@ -33,7 +33,9 @@ pub struct NodeArgs {
     #[arg(long, value_name = "SIZE|N%")]
     pub partner_max: Option<String>,
     /// Seconds between scans of the store for files to copy [setting
-    /// daemon.scan_interval, env CKPTFS_NODE_SCAN_INTERVAL; default 0.2].
+    /// daemon.scan_interval, env CKPTFS_NODE_SCAN_INTERVAL; default 0.2]. Given here,
+    /// also how often an erasure set's leader looks for complete datasets when that is
+    /// shorter than its 0.5 s.
     #[arg(long, value_name = "SECONDS")]
     pub interval: Option<f64>,
     /// CPU and IO priority of partner copies (their own threads; heartbeats keep the
@@ -120,6 +122,9 @@ pub fn main(args: NodeArgs, ctx: &Ctx) -> Result<i32> {
     // Erasure sets (issue 32, `--redundancy xor|rs:K`): the set's leader encodes every
     // complete dataset of the job, and complete datasets get no partner copies.
     cfg.erasure = ckptfs_node::ErasureConfig::of(cluster, node, &dcfg.job)?;
+    if let (Some(e), Some(v)) = (cfg.erasure.as_mut(), args.interval) {
+        e.every = e.every.min(Duration::from_secs_f64(v.max(0.01)));
+    }
     if dcfg.partner_copies_follow_decision || cfg.erasure.is_some() {
         cfg.datasets = Some(std::sync::Arc::new(
             ckptfs_datasets::PartnerPolicy::new(ctx.store.clone(), &dcfg.job)

@@ -196,8 +196,12 @@ enum BenchCommand {
     Drain(ckptfs_bench::drain::BenchArgs),
     /// Partner copies between two simulated nodes: TCP stream, copy, restore, app writes.
     Partner(bench_partner::PartnerBenchArgs),
-    /// Erasure sets: encode throughput vs memcpy, protect and rebuild vs partner copies.
+    /// Erasure sets: encode throughput vs memcpy, protect and rebuild vs partner copies;
+    /// with --links, node daemons on simulated nodes whose links `tc` limits (root).
     Erasure(bench_erasure::BenchArgs),
+    /// The part of `bench erasure --links` that runs on a simulated node (internal).
+    #[command(hide = true)]
+    ErasureWorker(bench_erasure::EraWorkerArgs),
     /// An SCR-style MPI program through libscr.so vs the store through the shim, tmpfs
     /// and disk (mpicc and mpirun; one fresh store per target).
     Scr(bench_scr::BenchArgs),
@@ -294,6 +298,10 @@ fn run(cli: Cli) -> Result<i32> {
             }
             BenchCommand::Datasets(a) => cmd_ckpt::bench(a),
             BenchCommand::Erasure(a) => bench_erasure::run(a),
+            BenchCommand::ErasureWorker(a) => {
+                bench_erasure::worker(a)?;
+                Ok(0)
+            }
             BenchCommand::Scr(a) => bench_scr::run(a),
             BenchCommand::Partner(a) => {
                 let json = a.json;

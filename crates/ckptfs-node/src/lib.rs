@@ -26,8 +26,7 @@
 //!   what the store could hold: [`ListBounds`]).
 //! - [`erasure`]: erasure sets across the daemons (issue 32): the leader's encode of
 //!   complete datasets, the XOR ring, the members' shares, the rebuild of a lost
-//!   member's part from the survivors; [`erasure_bench`]: its figures (`ckptfs bench
-//!   erasure --daemons`).
+//!   member's part from the survivors.
 //! - [`ratelimit`]: at most one warning per source address or peer per 10 s.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
@@ -36,7 +35,6 @@ mod copy_send;
 pub mod daemon;
 pub mod datasets;
 pub mod erasure;
-pub mod erasure_bench;
 mod handler;
 pub mod job_files;
 pub mod levels;
