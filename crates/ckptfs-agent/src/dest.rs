@@ -10,7 +10,7 @@ pub use ckptfs_level::IoPart;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -258,9 +258,4 @@ impl DestIo for PosixDest {
         }
         Ok(out)
     }
-}
-
-/// Read exactly `buf.len()` bytes at `off` from a plain file (spill file reads).
-pub(crate) fn pread_exact(f: &File, buf: &mut [u8], off: u64) -> io::Result<()> {
-    f.read_exact_at(buf, off)
 }

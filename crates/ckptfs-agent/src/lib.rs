@@ -15,7 +15,8 @@
 //! - **Staged marshaling** (checkpoint orchestration, Algorithm 1): one file flushed at
 //!   a time per node, pipelined with staging the next ([`engine`]).
 //! - **Vertical placement**: each node's files go to one target ([`config`]).
-//! - **Low impact**: IO thread pool, large gathered writes, optional O_DIRECT from the
+//! - **Low impact**: the drain's bytes go through a `ckptfs_level::Mover`: several
+//!   writer threads per file, large gathered writes, optional O_DIRECT from the
 //!   aligned chunks, a bandwidth cap, nice and IO priority ([`sys`]).
 //! - **Restore** ([`mod@restore`]): multi-level read back into the store, checked against
 //!   the manifest.
@@ -44,7 +45,6 @@ pub mod pfs;
 pub mod restore;
 pub mod status;
 pub mod sys;
-mod throttle;
 
 pub use config::{AgentConfig, Target};
 pub use engine::{Agent, DrainSummary, StopHandle};

@@ -2,9 +2,10 @@
 //! files go from which level to which, and the mover copies them through the levels'
 //! common interface ([`ckptfs_level::Level`]).
 //!
-//! - store -> PFS is the drain ([`crate::Agent`]): its stage / flush / publish pipeline
-//!   is the PFS path of the mover, specialised for throughput (verifier thread, IO
-//!   thread pool, staged marshaling, throttling); [`DrainPolicy`] (`--every`,
+//! - store -> PFS is the drain ([`crate::Agent`]): it schedules (scan, stage, staged
+//!   marshaling, publish, status, back-off) and its bytes go through a
+//!   [`ckptfs_level::Mover`] configured from its settings (writers, write size, rate
+//!   limit, priority, progress: [`crate::engine`]); [`DrainPolicy`] (`--every`,
 //!   `--evict`) is its policy.
 //! - PFS -> store is restore ([`crate::restore()`]): the PFS level's reader into the
 //!   store level's writer.

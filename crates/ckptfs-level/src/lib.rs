@@ -34,6 +34,7 @@ pub mod conformance;
 pub mod cost;
 pub mod crc;
 mod error;
+pub mod gather;
 mod id;
 pub mod mem;
 pub mod mover;
@@ -45,6 +46,7 @@ pub mod registry;
 pub use ckptfs_settings::types::Level as LevelKind;
 pub use cost::{Cost, CostMeter, Direction};
 pub use error::LevelError;
+pub use gather::{GatherRead, GatherWrite, Pace, RateLimit};
 pub use id::LevelId;
 pub use mover::{Job, MoveOptions, Moved, Mover, Progress};
 pub use order::{open_levels, ReadOrder, Step};
@@ -150,6 +152,13 @@ pub trait ChunkReader {
     fn rereadable(&self) -> bool {
         false
     }
+    /// The same chunks checked and handed out from several threads, several chunks in
+    /// one piece list, where the reader can ([`GatherRead`]; None: it cannot). The mover
+    /// uses it for writes larger than a chunk or several writers per file, when the
+    /// writer offers [`ChunkWriter::gather`] too.
+    fn gather(&self) -> Option<&dyn GatherRead> {
+        None
+    }
     /// After the last chunk: confirm the copy is still the version that was read (and,
     /// for a file, that nothing follows its end).
     fn finish(self: Box<Self>) -> Result<(), LevelError>;
@@ -190,6 +199,11 @@ pub trait ChunkWriter {
     /// path (the default; the caller then uses [`write_at`](ChunkWriter::write_at)).
     fn land(&mut self, off: u64, len: usize, fill: &mut Fill<'_>) -> Option<Result<bool, LevelError>> {
         let _ = (off, len, fill);
+        None
+    }
+    /// The same writer taking writes from several threads at once, where it can
+    /// ([`GatherWrite`]; None: it cannot). See [`ChunkReader::gather`].
+    fn gather(&self) -> Option<&dyn GatherWrite> {
         None
     }
     /// Make the copy durable and publish it under its path; returns it as stored.

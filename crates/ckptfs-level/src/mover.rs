@@ -13,8 +13,16 @@
 //!   the writer ([`ChunkReader::read_chunk_to`]), which is where a reader/writer pair's
 //!   zero-copy path (a socket landing in the store's memory, the store's shared pages
 //!   handed to `pwritev`) applies;
-//! - **rate limit**: one token bucket over all streams ([`MoveOptions::max_bw`]);
-//! - **progress**: a callback after every chunk ([`Progress`]);
+//! - **gathered, parallel writes**: with [`MoveOptions::write_size`] larger than a chunk
+//!   or [`MoveOptions::writers`] above one, a pair that offers it
+//!   ([`ChunkReader::gather`], [`ChunkWriter::gather`]: the node store into the PFS
+//!   level) moves each file in writes of up to `write_size` bytes by `writers` threads,
+//!   chunks checked ahead of the writes ([`crate::gather`]); other pairs go chunk by
+//!   chunk as below;
+//! - **rate limit**: one token bucket over all streams ([`MoveOptions::max_bw`]), or a
+//!   limiter shared with other movers ([`MoveOptions::limiter`], e.g. [`crate::Pace`]);
+//! - **progress**: a callback after every chunk, or every write on the gathered path
+//!   ([`Progress`]);
 //! - **resend**: a chunk refused by its CRC is read again once where the reader can
 //!   ([`ChunkReader::rereadable`]: a copy read by offset); a file whose transfer
 //!   failed with a transient error (EIO, EAGAIN, a dropped connection) is sent again
@@ -23,6 +31,7 @@
 //! - **priority**: [`MoveOptions::thread_init`] runs first on each of the mover's
 //!   threads (the daemon and the agent set nice/ionice there).
 
+use crate::gather::{gathered, Hooks, RateLimit};
 use crate::{ChunkReader, ChunkWriter, Direction, IoPart, Level, LevelError, Stored, Transfer};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -47,6 +56,13 @@ pub struct MoveOptions {
     pub progress: Option<ProgressFn>,
     /// Run first on each of the mover's threads (priority).
     pub thread_init: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// Bytes per write where the pair gathers ([`crate::gather`]); 0: one chunk per
+    /// write.
+    pub write_size: usize,
+    /// Writer threads per file where the pair gathers (at least 1).
+    pub writers: usize,
+    /// A rate limit shared beyond this mover; used instead of `max_bw` when set.
+    pub limiter: Option<Arc<dyn RateLimit>>,
 }
 
 impl Default for MoveOptions {
@@ -58,6 +74,9 @@ impl Default for MoveOptions {
             retries: 2,
             progress: None,
             thread_init: None,
+            write_size: 0,
+            writers: 1,
+            limiter: None,
         }
     }
 }
@@ -69,6 +88,9 @@ impl std::fmt::Debug for MoveOptions {
             .field("window", &self.window)
             .field("max_bw", &self.max_bw)
             .field("retries", &self.retries)
+            .field("write_size", &self.write_size)
+            .field("writers", &self.writers)
+            .field("limiter", &self.limiter.is_some())
             .finish()
     }
 }
@@ -201,7 +223,9 @@ impl Mover {
     }
 
     fn throttle(&self, n: u64) {
-        if let Some(b) = &self.bucket {
+        if let Some(l) = &self.opts.limiter {
+            l.acquire(n);
+        } else if let Some(b) = &self.bucket {
             let wait = b.lock().unwrap_or_else(|p| p.into_inner()).take(n);
             if !wait.is_zero() {
                 std::thread::sleep(wait);
@@ -327,13 +351,57 @@ impl Mover {
         }
     }
 
-    /// Reader straight into writer, chunk by chunk (a chunk refused by its CRC is read
-    /// once more before the attempt fails).
+    /// Reader straight into writer, then commit.
     fn direct(
         &self,
-        mut reader: Box<dyn ChunkReader + '_>,
+        reader: Box<dyn ChunkReader + '_>,
         mut writer: Box<dyn ChunkWriter + '_>,
     ) -> Result<Stored, LevelError> {
+        self.fill(reader, &mut *writer)?;
+        writer.commit()
+    }
+
+    /// Move every chunk of an open reader into an open writer and confirm the source is
+    /// unchanged ([`ChunkReader::finish`]), without committing: the caller commits (the
+    /// drain publishes on a thread of its own, so that the commit of one file overlaps
+    /// the writes of the next). Throttled, counted and reported like any job; no resend.
+    /// Gathered and parallel where the options ask for it and the pair offers it
+    /// ([`crate::gather`]); otherwise chunk by chunk, a chunk refused by its CRC read
+    /// once more before the move fails. Returns the source's copy as read.
+    pub fn fill(
+        &self,
+        reader: Box<dyn ChunkReader + '_>,
+        writer: &mut dyn ChunkWriter,
+    ) -> Result<Stored, LevelError> {
+        let src = reader.stored().clone();
+        let cs = src.chunk_size.max(1);
+        let wants = self.opts.writers > 1 || self.opts.write_size as u64 > cs;
+        if wants {
+            if let (Some(r), Some(w)) = (reader.gather(), writer.gather()) {
+                let throttle = |n: u64| self.throttle(n);
+                let report = |n: u64, done: u64| self.report(&src.path, done, src.version.size, n);
+                let hooks = Hooks {
+                    throttle: &throttle,
+                    report: &report,
+                    thread_init: self.opts.thread_init.as_deref(),
+                    reread: reader.rereadable(),
+                };
+                gathered(&src, r, w, self.opts.write_size, self.opts.writers.max(1), &hooks)?;
+                reader.finish()?;
+                return Ok(src);
+            }
+        }
+        self.chunkwise(reader, writer)?;
+        Ok(src)
+    }
+
+    /// Reader straight into writer, chunk by chunk (a chunk refused by its CRC is read
+    /// once more before the attempt fails); then the reader's `finish`.
+    fn chunkwise(
+        &self,
+        mut reader: Box<dyn ChunkReader + '_>,
+        writer: &mut dyn ChunkWriter,
+    ) -> Result<(), LevelError> {
         let src = reader.stored().clone();
         let cs = src.chunk_size.max(1);
         let mut done = 0u64;
@@ -352,8 +420,7 @@ impl Mover {
             done += len;
             self.report(&src.path, done, src.version.size, len);
         }
-        reader.finish()?;
-        writer.commit()
+        reader.finish()
     }
 
     /// A reader thread fills a queue of `window` owned chunks; this thread writes them.

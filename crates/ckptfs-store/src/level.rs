@@ -4,7 +4,10 @@
 //!   and the CRCs derived from the chunk list (no data read);
 //! - `get`: chunks straight from the data region as [`IoPart::Shared`] pieces (checked
 //!   against the chunk list's CRC32C in place, through the store's `region_io`), spill
-//!   chunks `pread` into one reused buffer, holes and unwritten tails as zeros; `finish`
+//!   chunks `pread` into one reused buffer, holes and unwritten tails as zeros; the
+//!   reader also gathers ([`GatherRead`]: memory chunks checked in place ahead of their
+//!   write, several chunks' ranges in one piece list for one `pwritev`, spill chunks read
+//!   into page-aligned buffers and checked as read: the drain's zero-copy path); `finish`
 //!   re-checks the file's identity and chunk list, so a copy that raced with a rewrite
 //!   fails with [`LevelError::Changed`] instead of mixing two versions;
 //! - `put`: written under `.ckptfs-restore.PID.HASH` in the file's directory, renamed to
@@ -18,10 +21,11 @@
 use crate::checksum::{crc32c, crc32c_append_zeros};
 use crate::netin::Landing;
 use crate::region_io::RegionIo;
+use crate::region_io::RegionSlice;
 use crate::{ChunkInfo, ChunkLocation, FileHandle, FileKind, OpenFlags, Stat, Store, StoreError, WriteState};
 use ckptfs_level::crc::crc_combine;
 use ckptfs_level::{
-    ChunkReader, ChunkWriter, CostMeter, IoPart, Level, LevelError, LevelKind, Stored, Version,
+    ChunkReader, ChunkWriter, CostMeter, GatherRead, IoPart, Level, LevelError, LevelKind, Stored, Version,
 };
 use std::collections::HashMap;
 use std::fs::File;
@@ -35,8 +39,21 @@ pub struct StoreLevel {
     region: RegionIo,
     spill: Option<File>,
     cs: u64,
+    /// `cs` zeros from `zeros_at` (page-aligned, for O_DIRECT writers).
     zeros: Vec<u8>,
+    zeros_at: usize,
     meter: CostMeter,
+}
+
+/// Alignment of the zeros and spill buffers the reader hands out (O_DIRECT's).
+const ALIGN: usize = 4096;
+
+/// A zeroed buffer of `n` bytes starting at a multiple of [`ALIGN`]: the vector and the
+/// offset of the aligned start in it.
+fn aligned_zeroed(n: usize) -> (Vec<u8>, usize) {
+    let v = vec![0u8; n + ALIGN];
+    let at = v.as_ptr().align_offset(ALIGN).min(ALIGN);
+    (v, at)
 }
 
 impl std::fmt::Debug for StoreLevel {
@@ -68,14 +85,21 @@ impl StoreLevel {
     /// The store `store` as a level.
     pub fn new(store: &Store) -> Result<StoreLevel, LevelError> {
         let cs = store.chunk_size();
+        let (zeros, zeros_at) = aligned_zeroed(cs as usize);
         Ok(StoreLevel {
             region: RegionIo::new(store),
             spill: store.spill_file()?,
             store: store.clone(),
             cs,
-            zeros: vec![0; cs as usize],
+            zeros,
+            zeros_at,
             meter: CostMeter::new(),
         })
+    }
+
+    /// `n` (at most a chunk's) zeros, page-aligned.
+    fn zeros(&self, n: usize) -> &[u8] {
+        &self.zeros[self.zeros_at..self.zeros_at + n]
     }
 
     /// The store.
@@ -271,6 +295,29 @@ impl StoreReader<'_> {
             })
     }
 
+    /// `len` bytes at `off` of the data region (a chunk list entry that points outside
+    /// it is refused as a store error, never read).
+    fn region_of(&self, off: u64, len: usize) -> Result<RegionSlice<'_>, LevelError> {
+        self.lvl.region.slice(off, len).ok_or_else(|| {
+            LevelError::from(StoreError::Invalid(format!(
+                "chunk bytes {off}+{len} lie outside the {}-byte data region",
+                self.lvl.region.len()
+            )))
+        })
+    }
+
+    /// Chunk `i`'s entry and CRC (None: a hole); a stale CRC or an entry longer than a
+    /// chunk means the file changed.
+    fn entry(&self, i: u64) -> Result<Option<(&ChunkInfo, u32)>, LevelError> {
+        let Some(c) = self.by.get(&(i as u32)) else {
+            return Ok(None);
+        };
+        match c.crc {
+            Some(crc) if c.written <= self.lvl.cs => Ok(Some((c, crc))),
+            _ => Err(LevelError::Changed(self.stored.path.clone())),
+        }
+    }
+
     /// A CRC mismatch is corruption only if the file did not change meanwhile.
     fn mismatch(&self, chunk: u64) -> LevelError {
         if self.unchanged() {
@@ -307,7 +354,7 @@ impl ChunkReader for StoreReader<'_> {
         let len = (size - i * cs).min(cs) as usize;
         let changed = || LevelError::Changed(self.stored.path.clone());
         let Some(c) = self.by.get(&(i as u32)).cloned() else {
-            return sink(&[IoPart::Buf(&self.lvl.zeros[..len])]);
+            return sink(&[IoPart::Buf(self.lvl.zeros(len))]);
         };
         let crc = c.crc.ok_or_else(changed)?;
         if c.written > cs {
@@ -315,7 +362,7 @@ impl ChunkReader for StoreReader<'_> {
         }
         let written = c.written as usize;
         let n = written.min(len);
-        let zeros = IoPart::Buf(&self.lvl.zeros[..len - n]);
+        let zeros = IoPart::Buf(self.lvl.zeros(len - n));
         match c.location {
             ChunkLocation::Memory(off) => {
                 let r = self.lvl.region.slice(off, written).ok_or_else(|| {
@@ -346,12 +393,105 @@ impl ChunkReader for StoreReader<'_> {
         }
     }
 
+    fn gather(&self) -> Option<&dyn GatherRead> {
+        Some(self)
+    }
+
     fn finish(self: Box<Self>) -> Result<(), LevelError> {
         if self.unchanged() {
             Ok(())
         } else {
             Err(LevelError::Changed(self.stored.path.clone()))
         }
+    }
+}
+
+impl GatherRead for StoreReader<'_> {
+    fn check(&self, i: u64) -> Result<(), LevelError> {
+        let Some((c, crc)) = self.entry(i)? else {
+            return Ok(());
+        };
+        if let ChunkLocation::Memory(off) = c.location {
+            let r = self.region_of(off, c.written as usize)?;
+            r.populate();
+            if r.crc32c() != crc {
+                return Err(self.mismatch(i));
+            }
+        }
+        Ok(())
+    }
+
+    fn read_chunks(
+        &self,
+        first: u64,
+        end: u64,
+        sink: &mut dyn FnMut(&[IoPart<'_>]) -> Result<(), LevelError>,
+    ) -> Result<(), LevelError> {
+        let cs = self.lvl.cs;
+        let size = self.stored.version.size;
+        let end = end.min(size.div_ceil(cs));
+        // Spill chunks are read (and checked) first, memory chunks' ranges taken next:
+        // the pieces below borrow both.
+        let mut spilled: Vec<(Vec<u8>, usize)> = Vec::new();
+        let mut ranges: Vec<RegionSlice<'_>> = Vec::new();
+        for i in first..end {
+            let Some((c, crc)) = self.entry(i)? else { continue };
+            let written = c.written as usize;
+            match c.location {
+                ChunkLocation::Memory(off) => ranges.push(self.region_of(off, written)?),
+                ChunkLocation::Spill(off) => {
+                    let spill = self.lvl.spill.as_ref().ok_or_else(|| {
+                        LevelError::from(StoreError::Invalid("spill chunk without a spill file".into()))
+                    })?;
+                    let (mut v, at) = aligned_zeroed(written);
+                    spill
+                        .read_exact_at(&mut v[at..at + written], off)
+                        .map_err(|e| LevelError::io("read spill file of", self.lvl.store.name(), e))?;
+                    if crc32c(&v[at..at + written]) != crc {
+                        return Err(self.mismatch(i));
+                    }
+                    spilled.push((v, at));
+                }
+            }
+        }
+        let mut heads: Vec<RegionSlice<'_>> = Vec::with_capacity(ranges.len());
+        let mut parts: Vec<IoPart<'_>> = Vec::with_capacity(2 * (end - first) as usize);
+        // The memory chunks' heads (the bytes within the file's size) first: the pieces
+        // borrow them.
+        let mut r = ranges.iter();
+        for i in first..end {
+            let len = (size - i * cs).min(cs) as usize;
+            if let Some((c, _)) = self.entry(i)? {
+                if matches!(c.location, ChunkLocation::Memory(_)) {
+                    heads.push(r.next().expect("one range per memory chunk").prefix(len));
+                }
+            }
+        }
+        let (mut h, mut sp) = (heads.iter(), spilled.iter());
+        for i in first..end {
+            let len = (size - i * cs).min(cs) as usize;
+            let n = match self.entry(i)? {
+                None => 0,
+                Some((c, _)) => {
+                    let n = (c.written as usize).min(len);
+                    match c.location {
+                        ChunkLocation::Memory(_) => {
+                            parts.push(IoPart::Shared(h.next().expect("one head per memory chunk")))
+                        }
+                        ChunkLocation::Spill(_) => {
+                            let (v, at) = sp.next().expect("one buffer per spill chunk");
+                            parts.push(IoPart::Buf(&v[*at..*at + n]));
+                        }
+                    }
+                    n
+                }
+            };
+            if n < len {
+                parts.push(IoPart::Buf(self.lvl.zeros(len - n)));
+            }
+        }
+        parts.retain(|p| !p.is_empty());
+        sink(&parts)
     }
 }
 

@@ -1,9 +1,19 @@
 //! The drain engine, the store -> PFS path of the mover ([`crate::mover`]): scan the
 //! store level for complete files the policy routes to the PFS (`scan.rs`), stage them
-//! (check that the file is complete and stable, build the block plan: `stage.rs`),
-//! flush them to the PFS level with an IO thread pool (each block's CRC32C verified
-//! just before it is written), publish atomically and record them in the manifest
-//! (`flush.rs`, through [`crate::pfs`]).
+//! (check that the file is complete and stable, snapshot its chunk list: `stage.rs`),
+//! move their bytes with a [`Mover`] from the store level's reader into the PFS level's
+//! writer, publish atomically and record them in the manifest (`flush.rs`, through
+//! [`crate::pfs`]).
+//!
+//! The drain's mover is configured from the agent's settings: `--io-threads` writer
+//! threads per file ([`MoveOptions::writers`]), writes of up to `--write-size` bytes
+//! gathered from the store's chunks ([`MoveOptions::write_size`]: each chunk's CRC32C
+//! checked in place just ahead of its write, the data region's ranges handed to one
+//! gathered write, O_DIRECT where aligned), `--max-bw` as a pacing limit shared by every
+//! writer ([`Pace`]), `--priority` as the nice/ionice of its threads
+//! ([`MoveOptions::thread_init`]), and its progress callback as the in-flight bytes of
+//! `ckptfs agent status`. No resend inside the mover: a failed file is the drain's to
+//! retry (with back-off, below).
 //!
 //! Staged marshaling (orchestration Algorithm 1): one stage thread and one flush
 //! thread joined by a rendezvous channel. The stage thread holds the "stage mutex"
@@ -27,15 +37,15 @@ use crate::dest::{DestIo, PosixDest};
 use crate::error::AgentError;
 use crate::mover::{DrainPolicy, MovePolicy};
 use crate::pfs::publish::Renamed;
-use crate::pfs::{PfsLevel, PfsPut};
+use crate::pfs::PfsLevel;
 use crate::status::{self, AgentStatus, Drained, Failed, InFlight, LevelCost, Queued};
-use crate::sys::{self, AlignedBuf};
-use crate::throttle::Throttle;
-use ckptfs_level::{Direction, Level};
+use crate::sys;
+use ckptfs_level::{Direction, Level, LevelError, MoveOptions, Mover, Pace, Progress, RateLimit};
 use ckptfs_runtime::{InstanceLock, RuntimeDir, Shutdown};
 use ckptfs_settings::now_ns;
 use ckptfs_store::level::StoreLevel;
 use ckptfs_store::{Stat, Store};
+use flush::Filled;
 use stage::Plan;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -81,6 +91,9 @@ struct Flight {
     done: Arc<AtomicU64>,
 }
 
+/// The bytes moved so far of each file in flight, by path (the movers' progress).
+type Flights = Arc<Mutex<HashMap<String, Arc<AtomicU64>>>>;
+
 #[derive(Default)]
 struct State {
     queue: VecDeque<Item>,
@@ -124,11 +137,15 @@ struct Shared {
     /// Which complete files go to the PFS, and whether their memory copy is freed.
     policy: Arc<dyn MovePolicy>,
     cs: u64,
-    throttle: Option<Throttle>,
+    /// Moves the bytes of a marshaled flush: `--io-threads` writers per file.
+    mover: Mover,
+    /// Moves the bytes of an unmarshaled flush: one writer per file, many files at once
+    /// (the same rate limit as `mover`).
+    mover1: Mover,
+    flights: Flights,
     stop: Arc<AtomicBool>,
     /// The caller's shutdown trigger of the current `run` (none between runs).
     shutdown: Mutex<Option<Shutdown>>,
-    zeros: AlignedBuf,
     state: Mutex<State>,
     _lock: InstanceLock,
     /// The caller's runtime directory (status file).
@@ -164,6 +181,34 @@ fn parent_of(path: &str) -> &str {
 
 /// With marshaling off, at most this many files are flushed at once.
 const UNMARSHALED_MAX_FILES: usize = 16;
+
+/// The drain's mover (see the module documentation): `writers` per file.
+fn drain_mover(
+    cfg: &AgentConfig,
+    writers: usize,
+    limiter: Option<Arc<dyn RateLimit>>,
+    flights: &Flights,
+) -> Mover {
+    let flights = flights.clone();
+    let priority = cfg.priority;
+    Mover::new(MoveOptions {
+        streams: 1,
+        window: 1,
+        max_bw: None,
+        retries: 0,
+        progress: Some(Arc::new(move |p: &Progress| {
+            if let Some(done) = lock(&flights).get(&p.path) {
+                done.store(p.file_bytes, Ordering::Relaxed);
+            }
+        })),
+        thread_init: Some(Arc::new(move || {
+            let _ = sys::set_priority(priority);
+        })),
+        write_size: cfg.write_size,
+        writers: writers.max(1),
+        limiter,
+    })
+}
 
 impl Agent {
     /// An agent draining `store` to the POSIX destination of `cfg`.
@@ -218,9 +263,13 @@ impl Agent {
         if let Some(old) = status::previous(&rt, &name) {
             st.dirs = old.dirs;
         }
+        let limiter = cfg.max_bw.map(|b| Arc::new(Pace::new(b)) as Arc<dyn RateLimit>);
+        let flights = Flights::default();
         Ok(Agent {
             sh: Arc::new(Shared {
-                throttle: cfg.max_bw.map(Throttle::new),
+                mover: drain_mover(&cfg, cfg.io_threads, limiter.clone(), &flights),
+                mover1: drain_mover(&cfg, 1, limiter, &flights),
+                flights,
                 store: store.clone(),
                 local,
                 pfs,
@@ -228,7 +277,6 @@ impl Agent {
                 cs,
                 stop: Arc::new(AtomicBool::new(false)),
                 shutdown: Mutex::new(None),
-                zeros: AlignedBuf::zeroed(cs as usize),
                 state: Mutex::new(State {
                     st,
                     ..Default::default()
@@ -254,6 +302,12 @@ impl Agent {
     /// target (destination), with their measured costs.
     pub fn levels(&self) -> (&StoreLevel, &PfsLevel) {
         (&self.sh.local, &self.sh.pfs)
+    }
+
+    /// Bytes this agent's movers have moved from the store level to the PFS level (every
+    /// drained byte, and those of copies abandoned part way).
+    pub fn bytes_moved(&self) -> u64 {
+        self.sh.mover.bytes_moved() + self.sh.mover1.bytes_moved()
     }
 
     /// The current state (what `ckptfs agent status` shows).
@@ -405,10 +459,11 @@ impl Shared {
 
     // ------------------------------------------------------------------ the queue
 
-    fn pop(&self) -> Option<(Item, Arc<AtomicU64>)> {
+    fn pop(&self) -> Option<Item> {
         let mut s = lock(&self.state);
         let item = s.queue.pop_front()?;
         let done = Arc::new(AtomicU64::new(0));
+        lock(&self.flights).insert(item.path.clone(), done.clone());
         s.in_flight.insert(
             item.path.clone(),
             Flight {
@@ -416,11 +471,10 @@ impl Shared {
                 done: done.clone(),
             },
         );
-        Some((item, done))
+        Some(item)
     }
 
     fn process(&self) {
-        let threads = self.cfg.io_threads;
         if self.cfg.marshal {
             std::thread::scope(|sc| {
                 let (tx, rx) = sync_channel::<Plan>(0);
@@ -429,8 +483,8 @@ impl Shared {
                     // Algorithm 1: stage under the stage mutex, hand over when the flush
                     // slot frees up (the rendezvous send), then stage the next one.
                     while !self.stopping() {
-                        let Some((item, done)) = self.pop() else { break };
-                        match self.stage(item.clone(), done) {
+                        let Some(item) = self.pop() else { break };
+                        match self.stage(item.clone()) {
                             Ok(plan) => {
                                 if tx.send(plan).is_err() {
                                     break;
@@ -442,7 +496,7 @@ impl Shared {
                 });
                 // The fsync and publication of file k overlap the writes of file k+1
                 // (one commit thread, so files are still published in FIFO order).
-                let (ctx, crx) = sync_channel::<(Plan, PfsPut<'_>)>(0);
+                let (ctx, crx) = sync_channel::<(Plan, Filled<'_>)>(0);
                 sc.spawn(move || {
                     // Files of one directory whose commits queue up behind each other
                     // share one manifest save.
@@ -474,7 +528,7 @@ impl Shared {
                     self.finish_batch(batch);
                 });
                 for plan in rx {
-                    match self.write_phase(&plan, threads) {
+                    match self.write_phase(&plan, &self.mover) {
                         Ok(w) => {
                             if let Err(e) = ctx.send((plan, w)) {
                                 let (plan, _) = e.0;
@@ -495,8 +549,10 @@ impl Shared {
                     sc.spawn(|| {
                         let _ = sys::set_priority(self.cfg.priority);
                         while !self.stopping() {
-                            let Some((item, done)) = self.pop() else { break };
-                            let r = self.stage(item.clone(), done).and_then(|p| self.flush(&p, 1));
+                            let Some(item) = self.pop() else { break };
+                            let r = self
+                                .stage(item.clone())
+                                .and_then(|p| self.flush(&p, &self.mover1));
                             self.finish(&item, r);
                         }
                     });
@@ -506,6 +562,7 @@ impl Shared {
     }
 
     fn finish(&self, item: &Item, r: Result<Published, AgentError>) {
+        lock(&self.flights).remove(&item.path);
         let mut s = lock(&self.state);
         s.in_flight.remove(&item.path);
         match r {
@@ -550,6 +607,7 @@ impl Shared {
                 tracing::error!(path = %item.path, error = %e, attempts, "drain failed");
                 let chunk = match &e {
                     AgentError::Corrupt { logical, .. } => Some(*logical),
+                    AgentError::Level(LevelError::Corrupt { chunk, .. }) => u32::try_from(*chunk).ok(),
                     _ => None,
                 };
                 s.failed.insert(

@@ -1,38 +1,18 @@
 //! Staging (orchestration Algorithm 1's stage step): check that a queued file is
-//! complete and stable and build its block plan from one chunk-list snapshot.
+//! complete and stable, and take the copy the mover reads from one chunk-list snapshot.
 
-use super::{lock, Fp, Item, Shared};
+use super::{Fp, Item, Shared};
 use crate::error::AgentError;
-use ckptfs_store::checksum::crc32c_append_zeros;
-use ckptfs_store::{ChunkInfo, ChunkLocation, WriteState};
-use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use ckptfs_level::Stored;
+use ckptfs_store::level::{crcs_from_chunks, StoreLevel};
+use ckptfs_store::{ChunkInfo, WriteState};
 
-/// Where a block's bytes come from.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Src {
-    Mem { off: u64, written: usize, crc: u32 },
-    Spill { off: u64, written: usize, crc: u32 },
-    Hole,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Block {
-    pub(super) logical: u32,
-    pub(super) len: usize,
-    pub(super) src: Src,
-}
-
-/// A staged file: its identity, chunk list snapshot and block plan.
+/// A staged file: its identity, chunk list snapshot and the copy the mover will read.
 pub(super) struct Plan {
     pub(super) item: Item,
-    pub(super) mode: u32,
     pub(super) chunks: Vec<ChunkInfo>,
-    pub(super) blocks: Vec<Block>,
-    /// CRC32C of each block's file content (spill blocks are filled in at flush time).
-    pub(super) content: Mutex<Vec<u32>>,
-    pub(super) done: Arc<AtomicU64>,
+    /// The store copy as staged (version, mode, per-chunk CRCs from the chunk list).
+    pub(super) stored: Stored,
 }
 
 impl Shared {
@@ -52,22 +32,7 @@ impl Shared {
             })
     }
 
-    /// A CRC mismatch is corruption only if the file did not change meanwhile.
-    pub(super) fn mismatch(&self, plan: &Plan, logical: u32, stored: u32, computed: u32) -> AgentError {
-        if self.unchanged(plan) {
-            tracing::error!(path = %plan.item.path, logical, stored, computed, "corrupt chunk in the store");
-            AgentError::Corrupt {
-                path: plan.item.path.clone(),
-                logical,
-                stored,
-                computed,
-            }
-        } else {
-            AgentError::Changed(plan.item.path.clone())
-        }
-    }
-
-    pub(super) fn stage(&self, item: Item, done: Arc<AtomicU64>) -> Result<Plan, AgentError> {
+    pub(super) fn stage(&self, item: Item) -> Result<Plan, AgentError> {
         let path = item.path.clone();
         let changed = || AgentError::Changed(path.clone());
         let st = self.store.stat(&item.path)?;
@@ -76,52 +41,20 @@ impl Shared {
         }
         let chunks = self.store.chunk_list(&item.path)?;
         let cs = self.cs;
-        let size = item.fp.size;
-        let by: HashMap<u32, &ChunkInfo> = chunks.iter().map(|c| (c.logical, c)).collect();
-        let mut blocks = Vec::new();
-        for l in 0..size.div_ceil(cs) {
-            let len = (size - l * cs).min(cs) as usize;
-            let src = match by.get(&(l as u32)) {
-                None => Src::Hole,
-                Some(c) => {
-                    let Some(crc) = c.crc else { return Err(changed()) };
-                    if c.written > cs {
-                        return Err(changed());
-                    }
-                    let written = c.written as usize;
-                    match c.location {
-                        ChunkLocation::Memory(off) => Src::Mem { off, written, crc },
-                        ChunkLocation::Spill(off) => Src::Spill { off, written, crc },
-                    }
-                }
-            };
-            blocks.push(Block {
-                logical: l as u32,
-                len,
-                src,
-            });
-        }
-        let plan = Plan {
+        // Per-chunk CRCs of the content from this snapshot (a stale one: still changing).
+        let (_, crcs) = crcs_from_chunks(st.size, cs, &chunks).ok_or_else(changed)?;
+        let version = StoreLevel::version_of(&st, &chunks, cs);
+        let stored = Stored {
+            path: item.path.clone(),
+            version,
             mode: st.mode & 0o777,
-            content: Mutex::new(vec![0; blocks.len()]),
-            item,
-            chunks,
-            blocks,
-            done,
+            chunk_size: cs,
+            chunk_crc32c: crcs,
         };
+        let plan = Plan { item, chunks, stored };
         if !self.unchanged(&plan) {
             return Err(changed());
         }
-        // Holes are known now; data chunks get their CRC when verified in write_unit.
-        let content: Vec<u32> = plan
-            .blocks
-            .iter()
-            .map(|b| match b.src {
-                Src::Hole => crc32c_append_zeros(0, b.len),
-                _ => 0,
-            })
-            .collect();
-        *lock(&plan.content) = content;
         Ok(plan)
     }
 }

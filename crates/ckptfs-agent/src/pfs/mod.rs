@@ -2,8 +2,10 @@
 //! node's manifests, and what restore reads back.
 //!
 //! - `put`: the publish protocol (temporary file, fsync, rename, directory fsync,
-//!   manifest: `publish.rs`); the drain engine drives the same steps with its IO threads
-//!   and staged marshaling (it is the PFS path of the mover);
+//!   manifest: `publish.rs`); its writer takes the mover's gathered writes from several
+//!   threads at once (O_DIRECT where aligned). The drain fills the same writer through
+//!   its mover and runs the publish steps itself on its commit thread (staged
+//!   marshaling: the commit of one file overlaps the writes of the next);
 //! - `get`: a manifest entry's data file read beneath the destination root, every
 //!   chunk checked against the manifest (`read.rs`);
 //! - `list`/`stat`: the manifest entries that pass restore's checks (the search over
@@ -17,13 +19,15 @@ pub(crate) mod publish;
 pub(crate) mod read;
 
 use crate::config::{hostname_node_id, Target};
+use crate::dest::DIRECT_ALIGN;
 use crate::dest::{DestIo, PosixDest};
 use crate::error::AgentError;
 use crate::manifest::{Entry, Manifest};
 use crate::pfs::find::{find, Found};
 use ckptfs_level::{
-    ChunkReader, ChunkWriter, CostMeter, IoPart, Level, LevelError, LevelKind, Stored, Version,
+    ChunkReader, ChunkWriter, CostMeter, GatherWrite, IoPart, Level, LevelError, LevelKind, Stored, Version,
 };
+use ckptfs_store::fault::crash_point;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -109,6 +113,39 @@ impl PfsLevel {
     }
 }
 
+impl PfsLevel {
+    /// A writer of a new copy of `src` under its temporary name (steps 1-2 of the
+    /// publish protocol). Its writes refuse with [`AgentError::Stopped`] once `stop`
+    /// says so. `Level::put` is this writer; the drain takes it back after the mover
+    /// filled it ([`PfsWriter::into_parts`]) and publishes on its commit thread.
+    pub(crate) fn writer<'a>(
+        &'a self,
+        src: &Stored,
+        stop: Option<StopFn<'a>>,
+    ) -> Result<PfsWriter<'a>, AgentError> {
+        let Some(crc32c) = src.version.crc32c else {
+            return Err(AgentError::Changed(src.path.clone()));
+        };
+        let entry = Entry {
+            store_path: src.path.clone(),
+            size: src.version.size,
+            crc32c,
+            chunk_size: src.chunk_size,
+            chunk_crc32c: src.chunk_crc32c.clone(),
+            mode: src.mode & 0o777,
+            mtime_ns: src.version.mtime_ns,
+            drained_ns: 0,
+        };
+        let put = self.begin(&src.path, entry.mode, entry.size)?;
+        Ok(PfsWriter {
+            lvl: self,
+            put,
+            entry,
+            stop,
+        })
+    }
+}
+
 /// An agent error as a level error (kept whole, errno preserved).
 pub(crate) fn to_level(e: AgentError) -> LevelError {
     LevelError::backend(e.errno(), e)
@@ -141,25 +178,10 @@ impl Level for PfsLevel {
     }
 
     fn put<'a>(&'a self, src: &Stored) -> Result<Box<dyn ChunkWriter + 'a>, LevelError> {
-        let Some(crc32c) = src.version.crc32c else {
+        if src.version.crc32c.is_none() {
             return Err(LevelError::Changed(src.path.clone()));
-        };
-        let entry = Entry {
-            store_path: src.path.clone(),
-            size: src.version.size,
-            crc32c,
-            chunk_size: src.chunk_size,
-            chunk_crc32c: src.chunk_crc32c.clone(),
-            mode: src.mode & 0o777,
-            mtime_ns: src.version.mtime_ns,
-            drained_ns: 0,
-        };
-        let put = self.begin(&src.path, entry.mode, entry.size).map_err(to_level)?;
-        Ok(Box::new(PfsWriter {
-            lvl: self,
-            put,
-            entry,
-        }))
+        }
+        Ok(Box::new(self.writer(src, None).map_err(to_level)?))
     }
 
     fn delete(&self, path: &str, want: &Version) -> Result<bool, LevelError> {
@@ -199,16 +221,53 @@ impl Level for PfsLevel {
     }
 }
 
-/// `Level::put` on the PFS: the publish protocol for one file.
-struct PfsWriter<'a> {
+/// Says when a writer's writes should stop (the drain's stop request).
+pub(crate) type StopFn<'a> = Box<dyn Fn() -> bool + Send + Sync + 'a>;
+
+/// `Level::put` on the PFS: the publish protocol for one file. It takes writes from
+/// several threads at once ([`GatherWrite`]: O_DIRECT where a write is aligned), which
+/// is how the mover's gathered writes of the drain reach the temporary file.
+pub(crate) struct PfsWriter<'a> {
     lvl: &'a PfsLevel,
     put: PfsPut<'a>,
     entry: Entry,
+    stop: Option<StopFn<'a>>,
+}
+
+impl<'a> PfsWriter<'a> {
+    /// The temporary file and the manifest entry it will get (the drain publishes them
+    /// itself, [`PfsLevel::publish`] then [`PfsLevel::record`]).
+    pub(crate) fn into_parts(self) -> (PfsPut<'a>, Entry) {
+        (self.put, self.entry)
+    }
+}
+
+impl GatherWrite for PfsWriter<'_> {
+    fn write_at(&self, parts: &[IoPart<'_>], off: u64) -> Result<(), LevelError> {
+        if self.stop.as_ref().is_some_and(|s| s()) {
+            return Err(to_level(AgentError::Stopped(self.entry.store_path.clone())));
+        }
+        self.put.write_at(parts, off).map_err(to_level)?;
+        crash_point("agent-mid-write");
+        Ok(())
+    }
+
+    fn align(&self) -> usize {
+        if self.put.file().is_direct() {
+            DIRECT_ALIGN
+        } else {
+            1
+        }
+    }
 }
 
 impl ChunkWriter for PfsWriter<'_> {
     fn write_at(&mut self, parts: &[IoPart<'_>], off: u64) -> Result<(), LevelError> {
-        self.put.write_at(parts, off).map_err(to_level)
+        GatherWrite::write_at(&*self, parts, off)
+    }
+
+    fn gather(&self) -> Option<&dyn GatherWrite> {
+        Some(self)
     }
 
     fn commit(self: Box<Self>) -> Result<Stored, LevelError> {
