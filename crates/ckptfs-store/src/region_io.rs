@@ -15,6 +15,8 @@
 //! - [`RegionSlice::copy_to`] copies it into a caller buffer;
 //! - [`pwritev_all`] writes region ranges, caller buffers and zeros to a descriptor
 //!   with `pwritev` (the kernel reads the pages; `O_DIRECT` DMA from them);
+//! - [`writev_from`] sends a chunk's pieces after a header to a socket with `writev`
+//!   (the zero-copy send of a partner copy);
 //! - [`RegionSlice::populate`] and [`RegionIo::populate_write_all`] pre-fault pages.
 //!
 //! Later kernel paths (`sendfile`/`splice` from the segment descriptor, RDMA
@@ -242,6 +244,51 @@ pub fn pwritev_all(fd: BorrowedFd<'_>, parts: &[IoPart<'_>], mut off: u64) -> io
         }
     }
     Ok(())
+}
+
+/// Write `head[at..]` and then `parts` from byte `at - head.len()` on (`at` counts the
+/// header's bytes first) to the socket or pipe `fd` with one `writev`: the zero-copy send
+/// of a chunk whose bytes are pieces of the data region (a partner copy). Returns the
+/// bytes written (possibly fewer: call again with `at` advanced); a non-blocking socket
+/// that is full answers `WouldBlock`.
+pub fn writev_from(fd: BorrowedFd<'_>, head: &[u8], parts: &[IoPart<'_>], at: usize) -> io::Result<usize> {
+    let mut iov: Vec<libc::iovec> = Vec::with_capacity(parts.len() + 1);
+    if at < head.len() {
+        iov.push(libc::iovec {
+            iov_base: head[at..].as_ptr() as *mut libc::c_void,
+            iov_len: head.len() - at,
+        });
+    }
+    let mut skip = at.saturating_sub(head.len());
+    for p in parts {
+        if iov.len() >= libc::UIO_MAXIOV as usize {
+            break;
+        }
+        let n = p.len();
+        if skip >= n {
+            skip -= n;
+            continue;
+        }
+        // Address arithmetic only: the piece from `skip` on.
+        iov.push(libc::iovec {
+            iov_base: (p.addr() + skip) as *mut libc::c_void,
+            iov_len: n - skip,
+        });
+        skip = 0;
+    }
+    if iov.is_empty() {
+        return Ok(0);
+    }
+    // SAFETY: every iovec points into `head` (borrowed for the call), a caller buffer
+    // borrowed by `parts`, or a shared range whose `SharedBytes` contract keeps it mapped
+    // while `parts` borrows it, each within its length; the kernel only reads from them,
+    // and `iov.len()` is at most UIO_MAXIOV.
+    let r = unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
 }
 
 #[cfg(test)]
