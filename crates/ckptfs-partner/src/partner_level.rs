@@ -15,9 +15,12 @@
 //!   off the socket (a damaged copy fails with [`LevelError::Corrupt`], EIO) and
 //!   `finish` checks the end of the copy and the whole-file CRC against the listing;
 //! - `put` = `PutBegin` (acknowledged: the partner has room, else its errno, e.g.
-//!   ENOSPC), one `Chunk` per piece of at most 1 MiB with its CRC32C, `PutEnd` + Ack on
-//!   `commit`; a writer dropped uncommitted drops the connection, and the partner removes
-//!   its `incoming` file (nothing is listed);
+//!   ENOSPC), one `Chunk` per write with its CRC32C, `PutEnd` + Ack on `commit`; a write
+//!   of at most 1 MiB goes out as the pieces it is made of (the store's shared ranges
+//!   handed to `writev`, `parts_send.rs`: the zero-copy send of the node daemon's
+//!   partner copies, with the CRC32C the source recorded for a whole chunk), a larger one
+//!   is copied and cut into pieces of 1 MiB; a writer dropped uncommitted drops the
+//!   connection, and the partner removes its `incoming` file (nothing is listed);
 //! - `delete` = `Delete{path}` after a fresh listing showed the copy still has the
 //!   content given; `verify` = a `get` read to the end.
 //!
