@@ -345,4 +345,58 @@ mod tests {
         drop(store);
         let _ = Store::destroy(&name);
     }
+
+    #[test]
+    fn writev_from_sends_the_header_then_the_pieces_from_any_offset() {
+        let name = format!("hr2-writev-{}", std::process::id());
+        let _ = Store::destroy(&name);
+        let store = Store::create(&StoreOptions {
+            name: name.clone(),
+            mem_size: Some(4 << 20),
+            chunk_size: Some(1 << 20),
+            max_files: Some(16),
+            ..Default::default()
+        })
+        .unwrap();
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut f = store.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+        f.write_all(&data).unwrap();
+        f.close().unwrap();
+        let off = match store.chunk_list("/f").unwrap()[0].location {
+            crate::ChunkLocation::Memory(offset) => offset,
+            other => panic!("expected a memory chunk, got {other:?}"),
+        };
+        let region = RegionIo::new(&store);
+        let s = region.slice(off, data.len()).unwrap();
+        let tail = [9u8; 100];
+        let parts = [IoPart::Shared(&s), IoPart::Buf(&tail)];
+        let head = b"HEADER";
+        let mut want = head.to_vec();
+        for p in &parts {
+            p.extend_vec(&mut want);
+        }
+        for start in [0, 3, head.len(), head.len() + 1000, want.len() - 1] {
+            let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                std::io::Read::read_to_end(&mut b, &mut got).unwrap();
+                got
+            });
+            let mut at = start;
+            while at < want.len() {
+                let n = writev_from(std::os::fd::AsFd::as_fd(&a), head, &parts, at).unwrap();
+                assert!(n > 0);
+                at += n;
+            }
+            assert_eq!(
+                writev_from(std::os::fd::AsFd::as_fd(&a), head, &parts, at).unwrap(),
+                0
+            );
+            drop(a);
+            assert_eq!(reader.join().unwrap(), want[start..], "from {start}");
+        }
+        drop(region);
+        drop(store);
+        let _ = Store::destroy(&name);
+    }
 }
