@@ -418,6 +418,7 @@ async fn pass(
                 Err(e) => {
                     // A copy cut by a hung partner may still hold its level: a new one.
                     copier.forget(p);
+                    conns.remove(p);
                     pending = true;
                     shared.peer_metrics.error(p, crate::metrics::ErrorKind::Transfer);
                     tracing::warn!("partner copy of {path} to {p}: {e}");
