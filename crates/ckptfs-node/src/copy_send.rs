@@ -1,20 +1,32 @@
-//! Sending one partner copy: the connection to a partner, a request answered by an
-//! acknowledgement, waiting until a partner counts as down, and the copy of one file
-//! (PutBegin, the chunks straight from the store, PutEnd), for the partner-copy loop
-//! ([`crate::replicate`]) and the protection of datasets ([`crate::protect`]).
+//! Sending partner copies: the connection to a partner for requests answered by an
+//! acknowledgement, waiting until a partner counts as down, and the copy of one file,
+//! for the partner-copy loop ([`crate::replicate`]) and the protection of datasets
+//! ([`crate::protect`]).
+//!
+//! A copy is a job of the level crate's mover, node store to partner
+//! ([`ckptfs_level::Mover`], [`StoreLevel`] → [`PartnerLevel`]): one chunk at a time
+//! straight from reader to writer (a window of 1), so the store's shared ranges
+//! ([`ckptfs_level::IoPart::Shared`]) are handed to the partner writer's vectored send
+//! and never copied in this process; the daemon's pacing ([`CopyPace`]: stepping back for
+//! the application's writes, the bandwidth cap) is the mover's rate limit, its progress
+//! the daemon's copy in flight. The mover runs on a blocking thread of the partner-copy
+//! runtime (at the partner priority).
 
 use crate::levels::Identity;
-use crate::shared::CopyInFlight;
-use crate::shared::Shared;
-use crate::source::{FileReader, ReadProblem};
-use crate::throttle::Throttle;
-use ckptfs_partner::peer::{request, Conn, Msg};
-use ckptfs_partner::NodeError;
+use crate::shared::{CopyInFlight, Shared};
+use crate::throttle::CopyPace;
+use ckptfs_level::{Level, LevelError, MoveOptions, Mover};
+use ckptfs_partner::peer::Conn;
+use ckptfs_partner::{NodeError, PartnerLevel};
+use ckptfs_store::level::StoreLevel;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How often a chunk refused for its CRC is sent again before the copy is given up.
+/// How often a copy refused on arrival for a chunk's CRC is sent again before it is
+/// given up.
 const RESEND_MAX: u32 = 3;
+
 /// Outcome of one copy to one partner.
 pub(crate) enum Sent {
     /// Acknowledged: the partner lists a complete, verified copy.
@@ -66,111 +78,222 @@ pub(crate) async fn until_down(shared: &Shared, peer: &str) {
     }
 }
 
-/// Copy one file to one partner: PutBegin (acknowledged: the partner has room), then
-/// every chunk back to back with no per-chunk round trip (the data written to the
-/// socket straight from the store), then PutEnd, answered by Ack (a complete, verified
-/// copy), Resend (a chunk failed its CRC on arrival: everything from it again) or Nack.
-pub(crate) async fn send_copy(
-    shared: &Shared,
-    conn: &mut Conn,
-    to: &str,
+/// The partner copies' two ends and pacing: the node store as a level, one
+/// [`PartnerLevel`] per partner (its own connection), the [`CopyPace`] shared by every
+/// copy.
+pub(crate) struct Copier {
+    local: Arc<StoreLevel>,
+    partners: HashMap<String, Arc<PartnerLevel>>,
+    pace: Arc<CopyPace>,
+}
+
+impl Copier {
+    pub(crate) fn new(shared: &Arc<Shared>) -> Result<Copier, NodeError> {
+        let local = StoreLevel::new(&shared.store)
+            .map_err(|e| NodeError::Invalid(format!("the store as a level: {e}")))?;
+        let on_wait = {
+            let shared = Arc::downgrade(shared);
+            Box::new(move |w: Duration| {
+                if let Some(s) = shared.upgrade() {
+                    s.counters.lock().expect("counters").yielded += w;
+                }
+            })
+        };
+        Ok(Copier {
+            local: Arc::new(local),
+            partners: HashMap::new(),
+            pace: Arc::new(CopyPace::new(
+                shared.cfg.max_bw,
+                &shared.store,
+                shared.cfg.writer_yield,
+                on_wait,
+            )),
+        })
+    }
+
+    /// The daemon wrote into the store itself (its levels record): not an
+    /// application's write to step back for.
+    pub(crate) fn absorb(&self) {
+        self.pace.absorb();
+    }
+
+    /// Drop the connection to `peer` (the next copy connects afresh).
+    pub(crate) fn forget(&mut self, peer: &str) {
+        retire(self.partners.remove(peer).into_iter().collect());
+    }
+
+    /// Drop every connection.
+    pub(crate) fn clear(&mut self) {
+        retire(self.partners.drain().map(|(_, l)| l).collect());
+    }
+
+    /// The level of `peer`, connected.
+    pub(crate) async fn level(
+        &mut self,
+        shared: &Shared,
+        peer: &str,
+    ) -> Result<Arc<PartnerLevel>, NodeError> {
+        if let Some(l) = self.partners.get(peer) {
+            return Ok(l.clone());
+        }
+        let (cluster, me, p) = (
+            shared.cfg.cluster.clone(),
+            shared.cfg.node_id.clone(),
+            peer.to_string(),
+        );
+        let l = tokio::task::spawn_blocking(move || -> Result<PartnerLevel, LevelError> {
+            let l = PartnerLevel::new(&cluster, &me, &p)?.with_connect_timeout(Duration::from_secs(5));
+            l.connect()?;
+            Ok(l)
+        })
+        .await
+        .map_err(|e| NodeError::Transport(format!("connect to {peer}: {e}")))?
+        .map_err(|e| node_error(&e))?;
+        let l = Arc::new(l);
+        self.partners.insert(peer.to_string(), l.clone());
+        Ok(l)
+    }
+
+    /// Copy version `id` of `path` to `peer` (the level of [`Copier::level`]) as its
+    /// copy generation `generation`, through the mover on a blocking thread.
+    pub(crate) async fn send(
+        &self,
+        shared: &Arc<Shared>,
+        to: Arc<PartnerLevel>,
+        path: &str,
+        id: Identity,
+        generation: u64,
+    ) -> Result<Sent, NodeError> {
+        let (local, pace, shared2) = (self.local.clone(), self.pace.clone(), shared.clone());
+        let path = path.to_string();
+        tokio::task::spawn_blocking(move || copy_one(&shared2, &local, &to, &pace, &path, id, generation))
+            .await
+            .map_err(|e| NodeError::Transport(format!("the copy's thread: {e}")))?
+    }
+}
+
+impl Drop for Copier {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// Drop partner levels off the async threads: a level owns a runtime, which must not be
+/// dropped where blocking is not allowed (the replicator's task).
+fn retire(levels: Vec<Arc<PartnerLevel>>) {
+    if levels.is_empty() {
+        return;
+    }
+    if let Err(e) = std::thread::Builder::new()
+        .name("partner-retire".into())
+        .stack_size(256 << 10)
+        .spawn(move || drop(levels))
+    {
+        tracing::warn!("cannot start a thread to close partner connections: {e}");
+    }
+}
+
+/// The daemon's error for a level's (its own when the partner level sent one).
+fn node_error(e: &LevelError) -> NodeError {
+    match e.backend_ref::<NodeError>() {
+        Some(NodeError::Refused { peer, what, errno }) => NodeError::Refused {
+            peer: peer.clone(),
+            what: what.clone(),
+            errno: *errno,
+        },
+        _ => NodeError::Transport(e.to_string()),
+    }
+}
+
+/// One copy: StoreLevel → PartnerLevel through a mover (window 1, the daemon's pacing
+/// as its limit, its progress as the copy in flight); a copy refused on arrival for a
+/// chunk's CRC (damaged on the wire) is sent again, at most [`RESEND_MAX`] times.
+fn copy_one(
+    shared: &Arc<Shared>,
+    local: &StoreLevel,
+    to: &PartnerLevel,
+    pace: &Arc<CopyPace>,
     path: &str,
     id: Identity,
     generation: u64,
-    throttle: &mut Throttle,
 ) -> Result<Sent, NodeError> {
-    let reader = match FileReader::open(&shared.store, path) {
-        Ok(r) if r.identity() == id => r,
-        Ok(_) | Err(ReadProblem::Changed) | Err(ReadProblem::Gone) => return Ok(Sent::Changed),
-        Err(ReadProblem::Corrupt(c)) => {
-            return Ok(Sent::Refused(libc::EIO, format!("chunk {c} corrupt here")))
-        }
-        Err(ReadProblem::Failed(e)) => return Err(e),
-    };
-    let size = id.size;
-    let progress = |done: u64| {
+    let peer = to.peer().to_string();
+    let mut resends = 0u32;
+    loop {
+        pace.copy_starts();
         shared.set_in_flight(Some(CopyInFlight {
             path: path.to_string(),
-            to: to.to_string(),
-            size,
-            done,
-        }))
-    };
-    progress(0);
-    match request(
-        conn,
-        Msg::PutBegin {
-            path: path.to_string(),
-            size,
-            chunk_size: 0,
-            mtime_ns: id.mtime_ns,
-            generation,
-        },
-    )
-    .await
-    {
-        Ok(()) => {}
-        Err(NodeError::Refused { errno, what, .. }) => return Ok(Sent::Refused(errno, what)),
-        Err(e) => return Err(e),
-    }
-    let n = reader.chunks().len();
-    let mut from = 0;
-    let mut resends = 0u32;
-    throttle.copy_starts();
-    loop {
-        for i in from..n {
-            let w = throttle.before_chunk(&shared.store).await;
-            if !w.is_zero() {
-                shared.counters.lock().expect("counters").yielded += w;
-            }
-            let c = reader.chunks()[i];
-            conn.send_chunk(c.offset, c.crc, &reader.piece(i)).await?;
-            progress(c.offset + c.len as u64);
-            throttle.sent(c.len).await;
-        }
-        // The file must not have changed while it was sent (no lock is taken).
-        if !reader.unchanged() {
+            to: peer.clone(),
+            size: id.size,
+            done: 0,
+        }));
+        let reader = match local.get(path) {
+            Ok(r) => r,
+            Err(e) => return classify(e, &peer, path),
+        };
+        let v = &reader.stored().version;
+        if (v.ino, v.generation, v.size, v.mtime_ns) != (id.ino, id.generation, id.size, id.mtime_ns) {
             return Ok(Sent::Changed);
         }
-        conn.send(Msg::PutEnd).await?;
-        match conn.recv().await? {
-            Some(Msg::Ack) => return Ok(Sent::Done(size)),
-            Some(Msg::Nack { errno, message }) => return Ok(Sent::Refused(errno, message)),
-            Some(Msg::Resend { offset }) => {
-                let Some(i) = reader.chunks().iter().position(|c| c.offset == offset) else {
-                    return Err(NodeError::Protocol {
-                        peer: to.to_string(),
-                        what: format!("asks again for a chunk at {offset}, which was never sent"),
-                    });
-                };
-                if !reader.local_chunk_ok(i) {
-                    // Damaged here, or rewritten meanwhile: never sent as valid.
-                    return Ok(if reader.unchanged() {
-                        Sent::Refused(libc::EIO, format!("chunk {i} corrupt here"))
-                    } else {
-                        Sent::Changed
-                    });
-                }
+        let mut src = reader.stored().clone();
+        src.version.serial = generation;
+        let writer = match to.put(&src) {
+            Ok(w) => w,
+            Err(e) => return classify(e, &peer, path),
+        };
+        let mover = Mover::new(MoveOptions {
+            window: 1,
+            streams: 1,
+            retries: 0,
+            limiter: Some(pace.clone()),
+            progress: Some(in_flight(shared, path, &peer, id.size)),
+            ..MoveOptions::default()
+        });
+        match mover.copy_open(reader, writer, (local.meter(), to.meter())) {
+            Ok(t) => return Ok(Sent::Done(t.bytes)),
+            Err(e) if matches!(e.backend_ref::<NodeError>(), Some(NodeError::BadChunk { .. })) => {
                 resends += 1;
                 if resends > RESEND_MAX {
                     return Err(NodeError::Transport(format!(
-                        "{to}: the chunk at {offset} of {path} failed its CRC on arrival {resends} times"
+                        "{peer}: a chunk of {path} failed its CRC on arrival {resends} times"
                     )));
                 }
                 shared.counters.lock().expect("counters").chunks_resent += 1;
-                shared.peer_metrics.error(to, crate::metrics::ErrorKind::Crc);
-                tracing::warn!(
-                    "{to} refused the chunk at {offset} of {path} (CRC): sending from there again"
-                );
-                from = i;
+                shared.peer_metrics.error(&peer, crate::metrics::ErrorKind::Crc);
+                tracing::warn!("{peer} refused a chunk of {path} (CRC): sending the copy again ({e})");
             }
-            Some(other) => {
-                return Err(NodeError::Protocol {
-                    peer: to.to_string(),
-                    what: format!("expected the end of the copy acknowledged, got {}", other.name()),
-                })
-            }
-            None => return Err(NodeError::Transport(format!("{to} closed the connection"))),
+            Err(e) => return classify(e, &peer, path),
         }
+    }
+}
+
+/// The mover's progress as the daemon's copy in flight (status, and the down-detection
+/// of [`until_down`]).
+fn in_flight(shared: &Arc<Shared>, path: &str, to: &str, size: u64) -> ckptfs_level::mover::ProgressFn {
+    let (shared, path, to) = (shared.clone(), path.to_string(), to.to_string());
+    Arc::new(move |p: &ckptfs_level::Progress| {
+        shared.set_in_flight(Some(CopyInFlight {
+            path: path.clone(),
+            to: to.clone(),
+            size,
+            done: p.file_bytes,
+        }))
+    })
+}
+
+/// What a failed copy means to the loop: the file changed or went away (copy it at the
+/// next scan), refused (by the partner: its errno and message; by this store: a chunk
+/// damaged here is never sent as valid), or an error of the transfer.
+fn classify(e: LevelError, peer: &str, path: &str) -> Result<Sent, NodeError> {
+    match &e {
+        LevelError::Changed(_) | LevelError::NotFound { .. } => Ok(Sent::Changed),
+        _ if e.errno() == libc::ENOENT => Ok(Sent::Changed),
+        LevelError::Corrupt { chunk, .. } => {
+            Ok(Sent::Refused(libc::EIO, format!("chunk {chunk} corrupt here")))
+        }
+        _ => match e.backend_ref::<NodeError>() {
+            Some(NodeError::Refused { errno, what, .. }) => Ok(Sent::Refused(*errno, what.clone())),
+            _ => Err(NodeError::Transport(format!("copy of {path} to {peer}: {e}"))),
+        },
     }
 }

@@ -2,8 +2,10 @@
 //! store to the node's partners, drops the copies of deleted files and re-sends
 //! rewritten ones, and records what the partners acknowledged ([`Levels`]).
 //!
-//! One file is sent at a time, its chunks back to back straight from the store (no
-//! per-chunk round trip, no buffer: the daemon's memory does not grow with the file).
+//! One file is sent at a time, newest first, each copy a job of the level crate's mover
+//! from the node store to the partner's level ([`crate::copy_send::Copier`]): its chunks
+//! back to back straight from the store (no per-chunk round trip, no buffer: the
+//! daemon's memory does not grow with the file).
 //! The loop scans the store's listing every `scan_interval`, unless the last scan left
 //! nothing to do and nothing has changed since: same store change sequence
 //! ([`Store::change_seq`](ckptfs_store::Store::change_seq), one atomic load), same
@@ -20,13 +22,13 @@
 //!
 //! The sending of one copy (and the connections, requests and down-detection the
 //! protection of datasets shares) is in [`crate::copy_send`]; the pacing of copies
-//! behind the application's writes in [`crate::throttle`].
+//! behind the application's writes ([`crate::throttle::CopyPace`], the mover's rate
+//! limit) in [`crate::throttle`].
 
-use crate::copy_send::{connection, send_copy, until_down, Sent};
+use crate::copy_send::{until_down, Copier, Sent};
 use crate::levels::{FileLevels, Identity, Levels};
 use crate::shared::Shared;
 use crate::source::scan;
-use crate::throttle::Throttle;
 use ckptfs_partner::peer::Conn;
 use ckptfs_partner::NodeError;
 use std::collections::{BTreeMap, HashMap};
@@ -98,7 +100,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut conns: HashMap<String, Conn> = HashMap::new();
     let mut levels = Levels::load(&shared.store);
     levels.node = shared.cfg.node_id.clone();
-    let mut throttle = Throttle::new(shared.cfg.max_bw, &shared.store, shared.cfg.writer_yield);
+    let mut copier = match Copier::new(&shared) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("no partner copies: {e}");
+            return;
+        }
+    };
     let mut last_used = Instant::now();
     let mut settled: Option<Settled> = None;
     let closed = Arc::new(Notify::new());
@@ -188,13 +196,14 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
         }
         if verified_change {
-            save(&shared, &levels, &mut throttle);
+            save(&shared, &levels, &copier);
             settled = None;
         }
         // The partner closes a connection idle for its read timeout (30 s): start afresh
         // after a quiet period instead of failing a copy on a dead connection.
         if last_used.elapsed() > IDLE_MAX {
             conns.clear();
+            copier.clear();
         }
         // Read before the scan: a change made during the pass moves it again.
         let seq = shared.store.change_seq();
@@ -204,7 +213,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             .is_some_and(|s| s.seq == seq && s.partners == partners && s.at.elapsed() < FULL_PASS_MAX);
         if !quiet {
             settled = None;
-            match pass(&shared, &partners, &mut conns, &mut levels, &mut throttle).await {
+            match pass(&shared, &partners, &mut conns, &mut levels, &mut copier).await {
                 Ok(p) => {
                     shared.counters.lock().expect("counters").changes_seen = seq;
                     if p.new_records {
@@ -238,7 +247,7 @@ async fn pass(
     partners: &[String],
     conns: &mut HashMap<String, Conn>,
     levels: &mut Levels,
-    throttle: &mut Throttle,
+    copier: &mut Copier,
 ) -> Result<Passed, NodeError> {
     let mut used = false;
     // The dataset records are read before the store is listed (a file changed after
@@ -305,7 +314,7 @@ async fn pass(
     pending |= dropped.pending;
     shared.counters.lock().expect("counters").pending_drops = crate::protect::owed_drops(levels, partners);
     if dirty || dropped.dirty {
-        save(shared, levels, throttle);
+        save(shared, levels, copier);
     }
     // Newest first: the latest checkpoint is the one a restart needs.
     // With datasets, only the files their level decisions send to partners (held while
@@ -358,8 +367,8 @@ async fn pass(
                 continue;
             }
             used = true;
-            let conn = match connection(shared, conns, p).await {
-                Ok(c) => c,
+            let to = match copier.level(shared, p).await {
+                Ok(l) => l,
                 Err(e) => {
                     pending = true;
                     shared.peer_metrics.error(p, crate::metrics::ErrorKind::Connect);
@@ -372,7 +381,7 @@ async fn pass(
             // A partner that stops answering heartbeats (stopped, hung) mid-copy is left:
             // the copy goes to a stand-in instead of waiting on its connection.
             let sent = tokio::select! {
-                r = send_copy(shared, conn, p, path, *id, generation, throttle) => r,
+                r = copier.send(shared, to, path, *id, generation) => r,
                 _ = until_down(shared, p) => Err(NodeError::Transport(format!(
                     "{p} stopped answering heartbeats during the copy"
                 ))),
@@ -384,7 +393,7 @@ async fn pass(
                     rec.partners.push(p.clone());
                     // It holds the new version now, not an older one.
                     rec.stale.retain(|n| n != p);
-                    save(shared, levels, throttle);
+                    save(shared, levels, copier);
                     let mut c = shared.counters.lock().expect("counters");
                     c.copies_sent += 1;
                     c.bytes_sent += bytes;
@@ -396,18 +405,19 @@ async fn pass(
                 Ok(Sent::Refused(errno, msg)) => {
                     let rec = levels.files.get_mut(path).expect("inserted");
                     rec.refused.insert(p.clone(), msg.clone());
-                    save(shared, levels, throttle);
+                    save(shared, levels, copier);
                     shared.counters.lock().expect("counters").copies_refused += 1;
                     shared.peer_metrics.error(p, crate::metrics::ErrorKind::Refused);
                     tracing::warn!("no partner copy of {path} on {p}: {msg} (errno {errno})");
                 }
                 Ok(Sent::Changed) => {
-                    // The half copy is dropped by the partner when the connection goes.
-                    conns.remove(p);
+                    // The half copy was dropped by the partner with the writer's connection.
                     pending = true;
                     shared.counters.lock().expect("counters").changed_during_copy += 1;
                 }
                 Err(e) => {
+                    // A copy cut by a hung partner may still hold its level: a new one.
+                    copier.forget(p);
                     conns.remove(p);
                     pending = true;
                     shared.peer_metrics.error(p, crate::metrics::ErrorKind::Transfer);
@@ -426,10 +436,10 @@ async fn pass(
     })
 }
 
-fn save(shared: &Shared, levels: &Levels, throttle: &mut Throttle) {
+fn save(shared: &Shared, levels: &Levels, copier: &Copier) {
     if let Err(e) = levels.save(&shared.store) {
         tracing::warn!("{e}");
     }
     // The record is written through a file handle: not an application's write.
-    throttle.absorb(&shared.store);
+    copier.absorb();
 }

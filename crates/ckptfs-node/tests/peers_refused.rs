@@ -247,11 +247,12 @@ async fn bad_chunk_is_refused_then_resent_and_a_cut_copy_is_never_listed() {
 }
 
 /// A fake partner (node2) that refuses the first chunk of a copy as damaged on the wire
-/// (a Resend), once: the real sender (node1's daemon) checks its own chunk, sends the
-/// copy again from that chunk, and records the copy only when the end is acknowledged.
+/// (a Resend), once: the real sender (node1's daemon, whose copies go through the mover)
+/// sends the copy again whole on a new connection (the refused attempt's writer dropped
+/// unpublished), and records the copy only when the end is acknowledged.
 /// The bytes the partner accepted are the file's, every chunk with the store's CRC32C.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chunk_refused_on_arrival_is_sent_again_from_there_and_the_copy_completes() {
+async fn a_chunk_refused_on_arrival_is_sent_again_and_the_copy_completes() {
     let tc = TestCluster::new("resend", 2, Scheme::Ring, 1);
     let listener = listen(&tc.cluster.node("node2").unwrap().addr).await;
     let d1 = Daemon::start(tc.config("node1"));
@@ -263,17 +264,19 @@ async fn a_chunk_refused_on_arrival_is_sent_again_from_there_and_the_copy_comple
     // Every connection served on its own task (heartbeats come on their own one).
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(Vec<u8>, Vec<u64>)>(1);
     let want = data.len();
+    // Refused once over all connections; every chunk's offset, in the order sent.
+    let refused_once = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let all_offsets = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let server = tokio::spawn(async move {
         loop {
             let (sock, _) = listener.accept().await.unwrap();
             let (keys, cfg, me, tx) = (keys.clone(), cfg.clone(), me.clone(), tx.clone());
+            let (refused_once, all_offsets) = (refused_once.clone(), all_offsets.clone());
             tokio::spawn(async move {
                 let Ok(mut c) = tp::accept(sock, &me, &keys, &cfg).await else {
                     return;
                 };
                 let mut file: Vec<u8> = Vec::new();
-                let mut offsets = Vec::new();
-                let mut refused = false;
                 loop {
                     match c.recv().await {
                         Ok(Msg::Heartbeat { seq, unix_ms }) => {
@@ -286,10 +289,9 @@ async fn a_chunk_refused_on_arrival_is_sent_again_from_there_and_the_copy_comple
                         Ok(Msg::Chunk(h)) => {
                             let mut buf = vec![0u8; h.len as usize];
                             c.recv_chunk_data(&mut buf).await.unwrap();
-                            offsets.push(h.offset);
-                            if !refused {
+                            all_offsets.lock().unwrap().push(h.offset);
+                            if !refused_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
                                 // "Damaged on the wire": ask again from here.
-                                refused = true;
                                 c.send(&Msg::Nack(tp::Nack {
                                     tag: h.offset + 1,
                                     errno: libc::EIO,
@@ -306,6 +308,7 @@ async fn a_chunk_refused_on_arrival_is_sent_again_from_there_and_the_copy_comple
                         Ok(Msg::PutEnd(_)) => {
                             if file.len() == want {
                                 c.send(&Msg::Ack { tag: 0 }).await.unwrap();
+                                let offsets = all_offsets.lock().unwrap().clone();
                                 let _ = tx.send((file, offsets)).await;
                                 return;
                             }
@@ -324,7 +327,7 @@ async fn a_chunk_refused_on_arrival_is_sent_again_from_there_and_the_copy_comple
     server.abort();
     let (file, offsets) = got;
     assert_eq!(file, data);
-    // The first chunk went twice: refused, then again with the rest.
+    // The first chunk went twice: refused, then again with the rest (the copy again).
     assert_eq!(offsets[0], 0);
     assert_eq!(offsets.iter().filter(|&&o| o == 0).count(), 2, "{offsets:?}");
     let s1 = tc.store("node1");
@@ -341,9 +344,10 @@ async fn a_chunk_refused_on_arrival_is_sent_again_from_there_and_the_copy_comple
 }
 
 /// A chunk damaged in the source's own memory (a flipped byte after it was written):
-/// it goes out with the CRC32C the store recorded, the partner refuses it on arrival,
-/// the sender finds its own chunk bad and gives the copy up with EIO. No copy is ever
-/// stored or listed on the partner; the source records "no copy" for it.
+/// the store reader checks it in place against the CRC32C the store recorded before it
+/// is sent, and the sender gives the copy up with EIO; the bad chunk never leaves the
+/// source (the partner counts no refused chunk). No copy is ever stored or listed on the
+/// partner; the source records "no copy" for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_damaged_at_the_source_is_never_stored_as_a_valid_copy() {
     let tc = TestCluster::new("dmg", 2, Scheme::Ring, 1);
@@ -373,11 +377,12 @@ async fn a_chunk_damaged_at_the_source_is_never_stored_as_a_valid_copy() {
     assert!(copy_on(&s2, "node1", "/ckpt/d").is_none());
     assert!(partner_store::list(&s2, "node1").is_empty());
     assert!(Levels::load(&s1).files["/ckpt/d"].partners.is_empty());
-    let name2 = tc.store_opts("node2").name;
-    wait_for("node2 to count the refused chunk", || {
-        ckptfs_node::status(&name2).is_some_and(|s| s.chunks_refused >= 1)
+    let (name1, name2) = (tc.store_opts("node1").name, tc.store_opts("node2").name);
+    wait_for("node1 to count the refused copy", || {
+        ckptfs_node::status(&name1).is_some_and(|s| s.copies_refused >= 1)
     })
     .await;
+    assert!(ckptfs_node::status(&name2).is_some_and(|s| s.chunks_refused == 0));
     d1.stop().await;
     d2.stop().await;
 }

@@ -26,6 +26,7 @@ mod error;
 pub mod holds;
 pub mod list_bounds;
 pub mod partner_level;
+mod parts_send;
 pub mod peer;
 pub mod runtime_files;
 pub mod set_rebuild;

@@ -15,9 +15,12 @@
 //!   off the socket (a damaged copy fails with [`LevelError::Corrupt`], EIO) and
 //!   `finish` checks the end of the copy and the whole-file CRC against the listing;
 //! - `put` = `PutBegin` (acknowledged: the partner has room, else its errno, e.g.
-//!   ENOSPC), one `Chunk` per piece of at most 1 MiB with its CRC32C, `PutEnd` + Ack on
-//!   `commit`; a writer dropped uncommitted drops the connection, and the partner removes
-//!   its `incoming` file (nothing is listed);
+//!   ENOSPC), one `Chunk` per write with its CRC32C, `PutEnd` + Ack on `commit`; a write
+//!   of at most 1 MiB goes out as the pieces it is made of (the store's shared ranges
+//!   handed to `writev`, `parts_send.rs`: the zero-copy send of the node daemon's
+//!   partner copies, with the CRC32C the source recorded for a whole chunk), a larger one
+//!   is copied and cut into pieces of 1 MiB; a writer dropped uncommitted drops the
+//!   connection, and the partner removes its `incoming` file (nothing is listed);
 //! - `delete` = `Delete{path}` after a fresh listing showed the copy still has the
 //!   content given; `verify` = a `get` read to the end.
 //!
@@ -404,6 +407,7 @@ impl Level for PartnerLevel {
             size,
             mtime_ns,
             want_crc: src.version.crc32c,
+            src: src.clone(),
             sent: 0,
             crc: 0,
             buf: Vec::new(),
@@ -623,6 +627,8 @@ struct PartnerWriter<'a> {
     size: u64,
     mtime_ns: u64,
     want_crc: Option<u32>,
+    /// The source's copy (its chunk size and chunk CRC32Cs).
+    src: Stored,
     /// Bytes sent so far (pieces arrive in order).
     sent: u64,
     /// CRC32C of the bytes sent.
@@ -666,6 +672,19 @@ impl ChunkWriter for PartnerWriter<'_> {
                 off + total - self.size,
                 self.size
             ))));
+        }
+        if self.buf.is_empty() && total > 0 && total <= PIECE_MAX as u64 {
+            // Zero copy: the pieces (the store's shared ranges) go to the socket as they
+            // are, with the CRC32C the source recorded for them.
+            let crc = crate::parts_send::crc_of(&self.src, off, total, parts);
+            let c = self.g.as_mut().expect("connected while writing");
+            self.lvl
+                .rt
+                .block_on(c.send_chunk(off, crc, &crate::parts_send::Parts(parts)))
+                .map_err(backend)?;
+            self.crc = crc_combine(self.crc, crc, total);
+            self.sent += total;
+            return Ok(());
         }
         for p in parts {
             // Region bytes are copied out through the store's region_io (never borrowed

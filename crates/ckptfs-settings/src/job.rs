@@ -123,8 +123,8 @@ pub fn node_timeout(env: &dyn Fn(&str) -> Option<String>) -> Result<Duration, St
     }
 }
 
-/// Whether partner copies send memory chunks by `sendfile` ([`PARTNER_SENDFILE_VAR`]
-/// `=1`; for measurements, the default is `writev`).
+/// Whether a holder sends the memory chunks of a copy it serves (a Get: restores) by
+/// `sendfile` ([`PARTNER_SENDFILE_VAR`] `=1`; for measurements, the default is `writev`).
 pub fn partner_sendfile(env: &dyn Fn(&str) -> Option<String>) -> bool {
     env(PARTNER_SENDFILE_VAR).is_some_and(|v| v == "1")
 }

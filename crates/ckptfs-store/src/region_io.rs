@@ -15,6 +15,8 @@
 //! - [`RegionSlice::copy_to`] copies it into a caller buffer;
 //! - [`pwritev_all`] writes region ranges, caller buffers and zeros to a descriptor
 //!   with `pwritev` (the kernel reads the pages; `O_DIRECT` DMA from them);
+//! - [`writev_from`] sends a chunk's pieces after a header to a socket with `writev`
+//!   (the zero-copy send of a partner copy);
 //! - [`RegionSlice::populate`] and [`RegionIo::populate_write_all`] pre-fault pages.
 //!
 //! Later kernel paths (`sendfile`/`splice` from the segment descriptor, RDMA
@@ -244,6 +246,51 @@ pub fn pwritev_all(fd: BorrowedFd<'_>, parts: &[IoPart<'_>], mut off: u64) -> io
     Ok(())
 }
 
+/// Write `head[at..]` and then `parts` from byte `at - head.len()` on (`at` counts the
+/// header's bytes first) to the socket or pipe `fd` with one `writev`: the zero-copy send
+/// of a chunk whose bytes are pieces of the data region (a partner copy). Returns the
+/// bytes written (possibly fewer: call again with `at` advanced); a non-blocking socket
+/// that is full answers `WouldBlock`.
+pub fn writev_from(fd: BorrowedFd<'_>, head: &[u8], parts: &[IoPart<'_>], at: usize) -> io::Result<usize> {
+    let mut iov: Vec<libc::iovec> = Vec::with_capacity(parts.len() + 1);
+    if at < head.len() {
+        iov.push(libc::iovec {
+            iov_base: head[at..].as_ptr() as *mut libc::c_void,
+            iov_len: head.len() - at,
+        });
+    }
+    let mut skip = at.saturating_sub(head.len());
+    for p in parts {
+        if iov.len() >= libc::UIO_MAXIOV as usize {
+            break;
+        }
+        let n = p.len();
+        if skip >= n {
+            skip -= n;
+            continue;
+        }
+        // Address arithmetic only: the piece from `skip` on.
+        iov.push(libc::iovec {
+            iov_base: (p.addr() + skip) as *mut libc::c_void,
+            iov_len: n - skip,
+        });
+        skip = 0;
+    }
+    if iov.is_empty() {
+        return Ok(0);
+    }
+    // SAFETY: every iovec points into `head` (borrowed for the call), a caller buffer
+    // borrowed by `parts`, or a shared range whose `SharedBytes` contract keeps it mapped
+    // while `parts` borrows it, each within its length; the kernel only reads from them,
+    // and `iov.len()` is at most UIO_MAXIOV.
+    let r = unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,6 +341,60 @@ mod tests {
         }
         assert_eq!(std::fs::read(dir.path().join("out")).unwrap(), want);
         assert_eq!(&want[3..1003], &data[..1000]);
+        drop(region);
+        drop(store);
+        let _ = Store::destroy(&name);
+    }
+
+    #[test]
+    fn writev_from_sends_the_header_then_the_pieces_from_any_offset() {
+        let name = format!("hr2-writev-{}", std::process::id());
+        let _ = Store::destroy(&name);
+        let store = Store::create(&StoreOptions {
+            name: name.clone(),
+            mem_size: Some(4 << 20),
+            chunk_size: Some(1 << 20),
+            max_files: Some(16),
+            ..Default::default()
+        })
+        .unwrap();
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut f = store.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+        f.write_all(&data).unwrap();
+        f.close().unwrap();
+        let off = match store.chunk_list("/f").unwrap()[0].location {
+            crate::ChunkLocation::Memory(offset) => offset,
+            other => panic!("expected a memory chunk, got {other:?}"),
+        };
+        let region = RegionIo::new(&store);
+        let s = region.slice(off, data.len()).unwrap();
+        let tail = [9u8; 100];
+        let parts = [IoPart::Shared(&s), IoPart::Buf(&tail)];
+        let head = b"HEADER";
+        let mut want = head.to_vec();
+        for p in &parts {
+            p.extend_vec(&mut want);
+        }
+        for start in [0, 3, head.len(), head.len() + 1000, want.len() - 1] {
+            let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                std::io::Read::read_to_end(&mut b, &mut got).unwrap();
+                got
+            });
+            let mut at = start;
+            while at < want.len() {
+                let n = writev_from(std::os::fd::AsFd::as_fd(&a), head, &parts, at).unwrap();
+                assert!(n > 0);
+                at += n;
+            }
+            assert_eq!(
+                writev_from(std::os::fd::AsFd::as_fd(&a), head, &parts, at).unwrap(),
+                0
+            );
+            drop(a);
+            assert_eq!(reader.join().unwrap(), want[start..], "from {start}");
+        }
         drop(region);
         drop(store);
         let _ = Store::destroy(&name);

@@ -117,7 +117,7 @@ pub(super) async fn ring_steps(
     .await?;
     // The sender: pieces go out in order, two in flight at most (ring.rs: no deadlock).
     let (out_tx, mut out_rx) = mpsc::channel::<(Piece, Vec<u8>)>(2);
-    let mut throttle = crate::throttle::Throttle::new(shared.cfg.max_bw, &shared.store, Duration::ZERO);
+    let mut throttle = crate::throttle::Throttle::new(shared.cfg.max_bw);
     let sh = shared.clone();
     let sender = tokio::spawn(async move {
         while let Some((p, data)) = out_rx.recv().await {
@@ -236,7 +236,7 @@ pub(super) async fn open_outgoing(shared: &Arc<Shared>, plan: &Header, to: &str)
     )
     .await?;
     let (tx, mut rx) = mpsc::channel::<(Piece, Vec<u8>)>(2);
-    let mut throttle = crate::throttle::Throttle::new(shared.cfg.max_bw, &shared.store, Duration::ZERO);
+    let mut throttle = crate::throttle::Throttle::new(shared.cfg.max_bw);
     let sh = shared.clone();
     let task = tokio::spawn(async move {
         while let Some((p, data)) = rx.recv().await {
