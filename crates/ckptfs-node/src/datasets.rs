@@ -1,7 +1,7 @@
 //! Datasets across nodes, the daemon's side: it answers other nodes' dataset questions
 //! ([`Request`], [`Reply`]; the client that asks them, [`ClusterNodes`], is in
-//! `ckptfs-partner`), exchanges id floors with its peers, and gives a restart the
-//! erasure sets' recovery ([`ErasureSets`], installed with [`cluster_nodes`]).
+//! `ckptfs-partner`, with the erasure sets' recovery, [`ErasureSets`], installed in it by
+//! default) and exchanges id floors with its peers.
 
 pub use ckptfs_partner::cluster::{fill_levels, holds, records, ClusterNodes, Reply, Request, SetRecovery};
 use ckptfs_partner::peer::Msg;

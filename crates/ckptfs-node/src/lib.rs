@@ -12,8 +12,9 @@
 //!   split; heartbeats (soft state); status file.
 //! - [`replicate`](crate::daemon): partner copies out, chunk by chunk with CRC32C, one
 //!   file at a time (bounded memory), bandwidth cap; deletes and rewrites follow.
-//! - [`datasets`]: the daemon's answers to other nodes' dataset questions, the id floor
-//!   exchange, and the erasure sets as a restart's set step ([`datasets::cluster_nodes`]).
+//! - [`datasets`]: the daemon's answers to other nodes' dataset questions and the id
+//!   floor exchange (the erasure sets' restart step is the client's:
+//!   `ckptfs_partner::set_rebuild::ErasureSets`).
 //!
 //! The client side (the peer messages and connection, a partner's memory as a
 //! [`ckptfs_level::Level`] ([`PartnerLevel`]), the dataset questions and

@@ -712,7 +712,8 @@ pub trait SetRecovery: Send + Sync {
     ) -> std::result::Result<(), String>;
 }
 
-/// The erasure sets of the cluster as a restart's set step ([`crate::erasure`]).
+/// The erasure sets of the cluster as a restart's set step ([`rebuild_from_set`]; the survivors' side is
+/// served by the node daemons).
 pub struct ErasureSets;
 
 impl SetRecovery for ErasureSets {
