@@ -10,7 +10,6 @@ use super::worker::unix_s;
 use anyhow::{bail, Context, Result};
 use ckptfs_netsim::{Sim, SimOptions};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -334,45 +333,7 @@ impl Bed {
     /// One plain TCP stream of `bytes` from node `from` to node `to`; seconds from
     /// connect to the receiver's acknowledgement of the last byte.
     pub fn tcp_stream(&self, from: usize, to: usize, bytes: u64) -> Result<f64> {
-        let ip = self.sim.node(to).ip;
-        let l = self.sim.node(to).in_netns(move || TcpListener::bind((ip, 0)))??;
-        let addr = l.local_addr()?;
-        let rx = std::thread::spawn(move || -> std::io::Result<u64> {
-            let (mut s, _) = l.accept()?;
-            let mut buf = vec![0u8; 1 << 20];
-            let mut n = 0u64;
-            loop {
-                let k = s.read(&mut buf)?;
-                if k == 0 {
-                    break;
-                }
-                n += k as u64;
-            }
-            s.write_all(&[1])?;
-            Ok(n)
-        });
-        let secs = self.sim.node(from).in_netns(move || -> std::io::Result<f64> {
-            let buf = vec![0x5au8; 1 << 20];
-            let t = Instant::now();
-            let mut s = TcpStream::connect(addr)?;
-            let mut left = bytes;
-            while left > 0 {
-                let k = left.min(buf.len() as u64) as usize;
-                s.write_all(&buf[..k])?;
-                left -= k as u64;
-            }
-            s.shutdown(Shutdown::Write)?;
-            let mut ack = [0u8; 1];
-            s.read_exact(&mut ack)?;
-            Ok(t.elapsed().as_secs_f64())
-        })??;
-        let got = rx
-            .join()
-            .map_err(|_| anyhow::anyhow!("TCP receiver panicked"))??;
-        if got != bytes {
-            bail!("TCP stream: {got} of {bytes} bytes arrived");
-        }
-        Ok(secs)
+        crate::bench_partner::tcp_stream_between(&self.sim, from, to, bytes, None, None)
     }
 }
 

@@ -409,10 +409,24 @@ fn tcp_stream(sim: &Sim, bytes: u64, place: Option<&Placement>, from: usize) -> 
             None
         }
     };
+    tcp_stream_between(sim, from, to, bytes, pin(to), pin(from))
+}
+
+/// One plain TCP stream of `bytes` from simulated node `from` to node `to` (indexes),
+/// the receiver's and the sender's threads pinned to the CPUs given; seconds from
+/// connect to the receiver's acknowledgement of the last byte. The wire baseline of the
+/// benchmarks on simulated nodes.
+pub(crate) fn tcp_stream_between(
+    sim: &Sim,
+    from: usize,
+    to: usize,
+    bytes: u64,
+    rx_pin: Option<Vec<usize>>,
+    tx_pin: Option<Vec<usize>>,
+) -> Result<f64> {
     let ip = sim.node(to).ip;
     let l = sim.node(to).in_netns(move || TcpListener::bind((ip, 0)))??;
     let addr = l.local_addr()?;
-    let rx_pin = pin(to);
     let rx = std::thread::spawn(move || -> std::io::Result<u64> {
         if let Some(cpus) = &rx_pin {
             ckptfs_netsim::pin_current_thread(cpus).map_err(std::io::Error::other)?;
@@ -430,7 +444,6 @@ fn tcp_stream(sim: &Sim, bytes: u64, place: Option<&Placement>, from: usize) -> 
         s.write_all(&[1])?;
         Ok(n)
     });
-    let tx_pin = pin(from);
     let secs = sim.node(from).in_netns(move || -> std::io::Result<f64> {
         if let Some(cpus) = &tx_pin {
             ckptfs_netsim::pin_current_thread(cpus).map_err(std::io::Error::other)?;
