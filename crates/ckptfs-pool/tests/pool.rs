@@ -1,5 +1,5 @@
-//! A manager, four benefactors and two clients on 127.0.0.1 (ports 46200-46295, five
-//! per test): the level conformance suite, byte-identical round trips, incremental
+//! A manager, four benefactors and two clients on 127.0.0.1 (ports the kernel chooses,
+//! held from the moment they are chosen until the servers take them): the level conformance suite, byte-identical round trips, incremental
 //! versions, drain and reassembly, a benefactor lost mid-write, the manager restarted, a
 //! client dying before its commit, expiry, a benefactor returning wrong bytes, one full
 //! mid-write; with two replicas: benefactors killed after and during a write lose
@@ -28,17 +28,26 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Listeners on 127.0.0.1:46200-46288 (slots 0-14), bound once per test process.
+/// Listeners bound ahead of the servers that will take them, by port. A test's ports are
+/// chosen by the kernel (port 0) and held here, so no other socket (of this process, of
+/// another test suite, or an ephemeral port of some connection) can take one meanwhile.
 fn reserved() -> &'static std::sync::Mutex<std::collections::HashMap<u16, std::net::TcpListener>> {
     static R: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<u16, std::net::TcpListener>>> =
         std::sync::OnceLock::new();
-    R.get_or_init(|| {
-        std::sync::Mutex::new(
-            (46200..46289)
-                .filter_map(|p| Some((p, std::net::TcpListener::bind(("127.0.0.1", p)).ok()?)))
-                .collect(),
-        )
-    })
+    R.get_or_init(Default::default)
+}
+
+/// `n` free ports on 127.0.0.1, each held in `reserved` until `listen` takes it.
+fn reserve_ports(n: usize) -> Vec<u16> {
+    let mut r = reserved().lock().unwrap();
+    (0..n)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1");
+            let port = l.local_addr().unwrap().port();
+            r.insert(port, l);
+            port
+        })
+        .collect()
 }
 
 /// A listener at `addr`: the reserved one, else bound now.
@@ -90,27 +99,31 @@ impl Pool {
     }
 
     fn start_with(slot: u16, o: Opts) -> Pool {
-        // Five ports per test (manager, four benefactors): 46200 + 6 * slot, bound
-        // by the first test of the process (see `reserved`), before any connection
-        // could take one as its ephemeral port. A port not reserved may be held for a
-        // moment: try again.
-        assert!(slot < 16, "ports 46200-46299 only");
+        // The ports are held from the start (see `reserved`); a port a restarted server
+        // binds again may be held for a moment by a closing socket: `try_start` is only
+        // retried for that.
         for _ in 0..10 {
-            if let Some(p) = Self::try_start(46200 + 6 * slot, slot, o) {
+            if let Some(p) = Self::try_start(slot, o) {
                 return p;
             }
             std::thread::sleep(Duration::from_millis(500));
         }
-        panic!("no free ports for pool test {slot}");
+        panic!("pool test {slot}: its manager or a benefactor could not listen");
     }
 
-    fn try_start(base: u16, slot: u16, o: Opts) -> Option<Pool> {
+    fn try_start(slot: u16, o: Opts) -> Option<Pool> {
         let dir = tempfile::Builder::new()
             .prefix("pl3-pool-test")
             .tempdir_in("/tmp")
             .unwrap();
-        // Node ports (base..base+6) are only names: no node daemon listens on them.
-        let mut c = Cluster::local(7, &format!("pl3-pool-t{slot}"), base).unwrap();
+        // node1 (the manager) and node2..node5 (benefactors) listen at their node's
+        // port; node6 and node7 are clients, their ports only names.
+        let ports = reserve_ports(7);
+        let mut c = Cluster::local(7, &format!("pl3-pool-t{slot}"), 1).unwrap();
+        for (n, port) in c.nodes.iter_mut().zip(&ports) {
+            n.addr = format!("127.0.0.1:{port}");
+        }
+        let base = ports[0];
         c.secret = Some(hex(Secret::generate().unwrap().expose()));
         if o.racks {
             c.domains = vec!["rack".into()];
@@ -124,7 +137,7 @@ impl Pool {
             }
         }
         let mut p = PoolMap::new("node1", &format!("127.0.0.1:{base}"));
-        // node2..node5 (ports base+1..base+4) lend at their node's port.
+        // node2..node5 lend at their node's port.
         p.benefactor_port_offset = 0;
         p.chunk_size = 64 << 10;
         p.stripe_width = o.width;
