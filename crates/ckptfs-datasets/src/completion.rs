@@ -9,6 +9,7 @@
 //! rules of `jobwide` decide.
 
 use crate::record::{Dataset, State};
+use crate::rounds::Round;
 
 /// The agreement on a dataset's parts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +102,7 @@ pub trait JobNodes: Send + Sync {
     fn holds_copy(&self, owner: &str, file: &Want) -> bool;
     /// Every other node's restart rounds of `job` (failure case D9); nodes that cannot
     /// be asked, or whose daemon does not know the question, are left out.
-    fn restarts(&self, job: &str) -> std::collections::BTreeMap<String, Vec<crate::restart_round::Round>> {
+    fn restarts(&self, job: &str) -> std::collections::BTreeMap<String, Vec<Round>> {
         let _ = job;
         std::collections::BTreeMap::new()
     }

@@ -89,7 +89,7 @@ pub fn raise(store: &Store, job: &str, next: u64) -> Result<bool> {
     if next > MAX_FLOOR {
         return Err(DatasetError::Invalid(format!("id floor {next} is out of range")));
     }
-    let Some(_l) = crate::ops::try_lock_store(store.name())? else {
+    let Some(_l) = crate::handle::try_lock_store(store.name())? else {
         return Ok(false);
     };
     raise_locked(store, job, next)

@@ -9,8 +9,7 @@
 //! (`nodes`), so a surviving node knows the files of a node lost later.
 
 use crate::completion::{JobNodes, NodeRecords};
-use crate::error::Result;
-use crate::ops::Datasets;
+use crate::handle::Datasets;
 use crate::record::{self, Dataset, NodePart, State};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -133,7 +132,7 @@ impl JobDataset {
     }
 }
 
-fn complete_ranks(d: &Dataset) -> Vec<String> {
+pub(crate) fn complete_ranks(d: &Dataset) -> Vec<String> {
     d.parts
         .iter()
         .filter(|(_, p)| p.state == State::Complete)
@@ -281,6 +280,11 @@ pub fn judge(views: &Views, id: u64, world: u32) -> JobDataset {
     mk(JobState::Open(why), reported)
 }
 
+/// The largest id floor the other nodes of the job report (0: none; failure case D10).
+pub(crate) fn peer_floor(nodes: &dyn JobNodes, job: &str) -> u64 {
+    nodes.floors(job).values().copied().max().unwrap_or(0)
+}
+
 impl Datasets {
     /// Views of every node: this node's `local` records and the others' answers.
     pub(crate) fn views(&self, nodes: &dyn JobNodes, local: &[Dataset]) -> Views {
@@ -296,90 +300,6 @@ impl Datasets {
         }
     }
 
-    /// Every node's view now (this node's records as stored).
-    pub fn job_views(&self) -> Result<Option<Views>> {
-        let Some(nodes) = self.completion.job_nodes() else {
-            return Ok(None);
-        };
-        let (local, _) = self.list()?;
-        Ok(Some(self.views(nodes, &local)))
-    }
-
-    /// Settle this node's open records against the job-wide verdicts: records agreed
-    /// complete are finished (level decision, every node's part kept), those that can
-    /// never complete are closed with the reason. Called with the lock held.
-    pub(crate) fn settle_locked(&self, nodes: &dyn JobNodes) -> Result<()> {
-        let (mut all, _) = record::load_all(&self.store, &self.cfg.job)?;
-        if !all.iter().any(|d| d.state == State::Open) {
-            return Ok(());
-        }
-        let views = self.views(nodes, &all);
-        let mut changed = false;
-        for i in 0..all.len() {
-            if all[i].state != State::Open {
-                continue;
-            }
-            let j = judge(&views, all[i].id, self.cfg.world);
-            let (before, rest) = all.split_at_mut(i);
-            let d = &mut rest[0];
-            match j.state {
-                JobState::Complete => {
-                    d.nodes = j.parts;
-                    self.decide_and_close(d, before)?;
-                    nodes.announce(&self.cfg.job, d);
-                    changed = true;
-                }
-                JobState::Invalid(r) => {
-                    self.close(d, State::Invalid, Some(r))?;
-                }
-                JobState::Incomplete(r) => {
-                    self.close(d, State::Incomplete, Some(r))?;
-                }
-                JobState::Open(_) => {}
-            }
-        }
-        if changed {
-            self.retention_locked()?;
-        }
-        Ok(())
-    }
-
-    /// Every dataset of the job as the whole job sees it (cluster mode; on a single node
-    /// this node's records), oldest first.
-    pub fn job_list(&self) -> Result<Vec<JobDataset>> {
-        let Some(v) = self.job_views()? else {
-            let (all, _) = self.list()?;
-            return Ok(all
-                .into_iter()
-                .map(|d| JobDataset {
-                    id: d.id,
-                    name: d.name.clone(),
-                    state: match d.state {
-                        State::Complete => JobState::Complete,
-                        State::Invalid => JobState::Invalid(d.reason.clone().unwrap_or_default()),
-                        State::Incomplete => JobState::Incomplete(d.reason.clone().unwrap_or_default()),
-                        State::Open => JobState::Open("waiting".into()),
-                    },
-                    parts: [(
-                        self.cfg.node.clone(),
-                        NodePart {
-                            ranks: complete_ranks(&d),
-                            files: d.files.clone(),
-                        },
-                    )]
-                    .into(),
-                    created_ns: d.created_ns,
-                    closed_ns: d.closed_ns,
-                    unreachable: Vec::new(),
-                })
-                .collect());
-        };
-        Ok(v.ids()
-            .into_iter()
-            .map(|id| judge(&v, id, self.cfg.world))
-            .collect())
-    }
-
     /// Cluster mode: the id for a rank beginning `name`: an open dataset of that name
     /// on another node that this rank is not part of (join), else one past the largest
     /// id any node knows (records and floors).
@@ -393,7 +313,7 @@ impl Datasets {
         // it saved the dataset's record (`record_floor`), so a floor seen here past an
         // open dataset's id comes with that dataset's record in the views below, and this
         // rank joins it instead of taking the next id.
-        let peers = crate::ops::peer_floor(nodes, &self.cfg.job);
+        let peers = peer_floor(nodes, &self.cfg.job);
         let views = self.views(nodes, local);
         let rank = &self.cfg.rank;
         let join = views

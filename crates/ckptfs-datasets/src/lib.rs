@@ -28,9 +28,12 @@
 
 mod completion;
 mod config;
+mod costs;
+mod decide;
 mod error;
 mod filecrc;
 mod flush_policy;
+mod handle;
 pub mod id_floor;
 pub mod jobwide;
 pub mod level_policy;
@@ -38,6 +41,7 @@ pub mod levels_record;
 pub mod measured;
 mod ops;
 pub mod partner_policy;
+mod pfs_copies;
 mod pfs_retention;
 pub mod policy;
 pub mod protection;
@@ -45,6 +49,8 @@ pub mod record;
 mod restart;
 mod restart_cluster;
 pub mod restart_round;
+mod retention;
+mod rounds;
 #[cfg(test)]
 mod two_nodes_tests;
 
@@ -53,8 +59,10 @@ pub use config::{check_component, glob_match, CompleteRule, Config, FailureRule}
 pub use error::{DatasetError, Result};
 pub use filecrc::{file_crc, file_crc_from_chunks, ChunkCrc};
 pub use flush_policy::FlushPolicy;
+pub use handle::{remove_lock, Datasets};
 pub use jobwide::{judge, JobDataset, JobState, Views};
-pub use ops::{check_name, remove_lock, Datasets};
+pub use ops::check_name;
 pub use partner_policy::{CopyVerdict, PartnerPolicy};
+pub use pfs_copies::pfs_has as pfs_holds;
 pub use record::{Dataset, DecisionRec, FileRec, NodePart, Part, State};
-pub use restart::{pfs_has as pfs_holds, Restart, Skipped, Source};
+pub use restart::{Restart, Skipped, Source};

@@ -24,61 +24,14 @@
 //! job's restarts that rebuilt files from the set, the memory cost from the scheme:
 //! `p / (N - p)` of the part (`1 / (N - 1)` for XOR).
 
+use crate::costs::{smooth, Costs};
+use crate::handle::Datasets;
 use crate::levels_record::{Levels, LEVELS_PATH};
-use crate::ops::Datasets;
-use crate::policy::Costs;
 use crate::record::Dataset;
-use serde::{Deserialize, Serialize};
+pub use crate::record::Measured;
 
 /// Transfers shorter than this are not timed reliably (as `ckptfs_level::cost`).
 const MIN_SECONDS: f64 = 1e-4;
-
-/// The measured costs one decision used, and where each came from (recorded with the
-/// decision, `ckpt show ID --json`: `decision.measured`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Measured {
-    /// Bytes per second of a flush to the PFS.
-    pub pfs_put_bps: f64,
-    /// `agent` (its status file's `levels[]`), `restores` (this job's restores from the
-    /// PFS) or `setting` (`pfs_bandwidth`, nothing measured yet).
-    pub pfs_put_source: String,
-    /// Bytes per second of a restore from the PFS.
-    pub pfs_get_bps: f64,
-    /// As `pfs_put_source`.
-    pub pfs_get_source: String,
-    /// Whether the partner level was offered: a node daemon runs on this store with at
-    /// least one partner, and a partner copy time has been measured.
-    pub partner: bool,
-    /// Why the partner level was (not) offered.
-    pub partner_reason: String,
-    /// Smoothed partner copy bandwidth (close of a dataset's last file to its last
-    /// acknowledgement), bytes per second.
-    pub partner_bps: Option<f64>,
-    /// Smoothed bandwidth of fetches from partners at restart, bytes per second.
-    pub partner_get_bps: Option<f64>,
-    /// Whether the erasure level was offered: a node daemon runs on this store in an
-    /// erasure set, and an encode time has been measured.
-    #[serde(default)]
-    pub erasure: bool,
-    /// Why the erasure level was (not) offered.
-    #[serde(default)]
-    pub erasure_reason: String,
-    /// The set's level id (`erasure:set0`) and scheme (`xor`, `rs:2`).
-    #[serde(default)]
-    pub erasure_level: Option<String>,
-    /// The set's scheme.
-    #[serde(default)]
-    pub erasure_scheme: Option<String>,
-    /// Smoothed encode bandwidth (this node's part over close to header), bytes/s.
-    #[serde(default)]
-    pub erasure_bps: Option<f64>,
-    /// Smoothed bandwidth of this job's rebuilds from the set at restart, bytes/s.
-    #[serde(default)]
-    pub erasure_get_bps: Option<f64>,
-    /// Extra memory per node as a fraction of its part: `p / (N - p)`.
-    #[serde(default)]
-    pub erasure_memory: Option<f64>,
-}
 
 /// The node daemon's erasure set: level id, scheme and member count (its status file).
 fn node_erasure(store_name: &str) -> Option<(String, String, usize)> {
@@ -130,7 +83,7 @@ pub(crate) fn sample_erasure(ds: &Datasets, all: &[&Dataset], costs: &mut Costs)
     }
     let secs = ((h.mtime_ns - last_close) as f64 / 1e9).max(MIN_SECONDS);
     let bytes = d.size().max(1) as f64;
-    costs.erasure_bps = crate::policy::smooth(costs.erasure_bps, bytes / secs);
+    costs.erasure_bps = smooth(costs.erasure_bps, bytes / secs);
 }
 
 /// The node daemon of `store_name`: running (its lock held) and its partners now.
@@ -193,7 +146,7 @@ pub(crate) fn sample_partner(ds: &Datasets, all: &[&Dataset], costs: &mut Costs)
     }
     let secs = ((rec.mtime_ns - last_close) as f64 / 1e9).max(MIN_SECONDS);
     let bytes = d.size().max(1) as f64;
-    costs.partner_bps = crate::policy::smooth(costs.partner_bps, bytes / secs);
+    costs.partner_bps = smooth(costs.partner_bps, bytes / secs);
 }
 
 /// The measured inputs for a decision, given the job's smoothed `costs`.

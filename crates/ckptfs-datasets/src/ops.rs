@@ -1,29 +1,19 @@
-//! Begin, complete, list, show, delete: the dataset state machine on one node.
+//! Begin, complete, list, show, delete: the dataset state machine on one node, and the
+//! job-wide verdicts applied to this node's records.
 //!
-//! Every change happens under one lock per store (an `flock` on a file in the caller's
-//! runtime directory, released by the kernel when a holder is SIGKILLed) and ends with a
-//! crash-safe record write ([`crate::record::save`]).
+//! Every change happens under the store's dataset lock ([`crate::handle`]) and ends
+//! with a crash-safe record write ([`crate::record::save`]).
 
-use crate::completion::{Agreement, Completion};
-use crate::config::{glob_match, CompleteRule, Config};
+use crate::completion::{Agreement, JobNodes};
+use crate::config::{glob_match, CompleteRule};
 use crate::error::{DatasetError, Result};
 use crate::filecrc::file_crc_from_chunks;
-use crate::record::{self, Dataset, FileRec, Part, State, FORMAT, SYSTEM_DIR};
+use crate::handle::Datasets;
+use crate::jobwide::{complete_ranks, judge, peer_floor, JobDataset, JobState, Views};
+use crate::record::{self, Dataset, FileRec, NodePart, Part, State, SYSTEM_DIR};
 use ckptfs_settings::now_ns;
-use ckptfs_store::{FileKind, Stat, Store, StoreError, WriteState};
+use ckptfs_store::{FileKind, Stat, StoreError, WriteState};
 use std::collections::BTreeMap;
-
-/// The datasets of one job in one node store.
-pub struct Datasets {
-    pub(crate) store: Store,
-    pub(crate) cfg: Config,
-    pub(crate) completion: Box<dyn Completion + Send + Sync>,
-    /// The levels a restart reads, in order (the settings' `[levels]` section).
-    pub(crate) order: ckptfs_level::ReadOrder,
-}
-
-/// The per-store lock; dropped = released.
-pub(crate) struct Lock(#[allow(dead_code)] std::fs::File);
 
 fn is_data_path(p: &str) -> bool {
     p != SYSTEM_DIR
@@ -31,105 +21,7 @@ fn is_data_path(p: &str) -> bool {
         && !p.rsplit('/').next().unwrap_or("").starts_with(".ckptfs-restore.")
 }
 
-/// The name of store `store`'s dataset lock file in the caller's runtime directory.
-fn lock_name(store: &str) -> String {
-    format!("datasets.{store}.lock")
-}
-
-/// Remove store `store_name`'s dataset lock file from the caller's runtime directory
-/// (after destroying the store), unless a process holds it now. A holder is given up
-/// to 200 ms to let go: a child that another thread of this program is starting holds
-/// an inherited copy of a lock descriptor from its fork until its exec closes it
-/// (descriptors are close-on-exec), and that is no user of the lock.
-pub fn remove_lock(store_name: &str) {
-    if let Ok(dir) = ckptfs_runtime::RuntimeDir::for_caller() {
-        let name = lock_name(store_name);
-        for _ in 0..40 {
-            if !dir.is_locked(&name) {
-                let _ = dir.remove(&name);
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-    }
-}
-
-/// The largest id floor the other nodes of the job report (0: none; failure case D10).
-pub(crate) fn peer_floor(nodes: &dyn crate::JobNodes, job: &str) -> u64 {
-    nodes.floors(job).values().copied().max().unwrap_or(0)
-}
-
-/// Take store `store_name`'s dataset lock (held until the result is dropped).
-pub(crate) fn lock_store(store_name: &str) -> Result<Lock> {
-    let rt = ckptfs_runtime::RuntimeDir::for_caller()?;
-    let name = lock_name(store_name);
-    let f = rt.open_file(&name, libc::O_CREAT | libc::O_RDWR)?;
-    f.lock().map_err(|source| DatasetError::Lock {
-        path: rt.file_path(&name).display().to_string(),
-        source,
-    })?;
-    Ok(Lock(f))
-}
-
-/// Store `store_name`'s dataset lock if no one holds it now (None: held).
-pub(crate) fn try_lock_store(store_name: &str) -> Result<Option<Lock>> {
-    let rt = ckptfs_runtime::RuntimeDir::for_caller()?;
-    let name = lock_name(store_name);
-    let f = rt.open_file(&name, libc::O_CREAT | libc::O_RDWR)?;
-    match f.try_lock() {
-        Ok(()) => Ok(Some(Lock(f))),
-        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(source)) => Err(DatasetError::Lock {
-            path: rt.file_path(&name).display().to_string(),
-            source,
-        }),
-    }
-}
-
 impl Datasets {
-    /// The datasets of `cfg.job` in `store`, agreement by `completion`.
-    pub fn new(store: Store, cfg: Config, completion: Box<dyn Completion + Send + Sync>) -> Datasets {
-        Datasets {
-            store,
-            cfg,
-            completion,
-            order: ckptfs_level::ReadOrder::default(),
-        }
-    }
-
-    /// Read the levels of `order` at restart (the settings' `[levels]` section, its
-    /// registry levels opened by the front-end): after the node store (and the partners
-    /// across nodes), each step in turn, the drain destinations where `pfs` is listed.
-    /// Without it: local, partner, pfs, as before the section existed.
-    pub fn with_levels(mut self, order: ckptfs_level::ReadOrder) -> Datasets {
-        self.order = order;
-        self
-    }
-
-    /// The read order a restart walks.
-    pub fn levels(&self) -> &ckptfs_level::ReadOrder {
-        &self.order
-    }
-
-    /// Single-node datasets ([`crate::SingleNode`]).
-    pub fn single_node(store: Store, cfg: Config) -> Datasets {
-        Self::new(store, cfg, Box::new(crate::SingleNode))
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &Config {
-        &self.cfg
-    }
-
-    /// The store.
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
-    pub(crate) fn lock(&self) -> Result<Lock> {
-        lock_store(self.store.name())
-    }
-
     fn next_id(&self, all: &[Dataset]) -> Result<u64> {
         self.next_id_from(all, 1)
     }
@@ -163,34 +55,6 @@ impl Datasets {
             nodes.raise_floor(&self.cfg.job, id + 1);
         }
         Ok(())
-    }
-
-    pub(crate) fn new_record(&self, id: u64, name: &str, dir: Option<String>) -> Dataset {
-        Dataset {
-            format: FORMAT.into(),
-            id,
-            name: name.to_string(),
-            job: self.cfg.job.clone(),
-            state: State::Open,
-            reason: None,
-            created_ns: now_ns(),
-            closed_ns: None,
-            parts_expected: if dir.is_some() { 1 } else { self.cfg.world },
-            parts: BTreeMap::new(),
-            dir,
-            files: BTreeMap::new(),
-            decision: None,
-            flush: false,
-            evicted: false,
-            node: self.completion.job_nodes().map(|c| c.me().to_string()),
-            local_expected: self
-                .completion
-                .job_nodes()
-                .map(|c| self.cfg.local_ranks(c.nodes().len())),
-            node_done: false,
-            nodes: BTreeMap::new(),
-            pfs_pruned: false,
-        }
     }
 
     /// Begin a dataset named `name` for this rank; returns its id. A rank joins an open
@@ -244,13 +108,6 @@ impl Datasets {
         record::save(&self.store, &ds)?;
         self.record_floor(ds.id)?;
         Ok(ds.id)
-    }
-
-    pub(crate) fn close(&self, d: &mut Dataset, state: State, reason: Option<String>) -> Result<()> {
-        d.state = state;
-        d.reason = reason;
-        d.closed_ns = Some(now_ns());
-        record::save(&self.store, d)
     }
 
     /// Complete this rank's part of dataset `id` (None: its newest open one), valid or
@@ -320,7 +177,7 @@ impl Datasets {
     /// is in, this node's files are checked; then the job-wide verdict is asked for.
     fn complete_in_cluster(
         &self,
-        nodes: &dyn crate::JobNodes,
+        nodes: &dyn JobNodes,
         mut ds: Dataset,
         rank: &str,
         valid: bool,
@@ -394,7 +251,7 @@ impl Datasets {
             .map(|p| p.begun_ns)
             .min()
             .unwrap_or(ds.created_ns);
-        let decision = crate::policy::decide_at_completion(self, ds, older, begun)?;
+        let decision = crate::decide::decide_at_completion(self, ds, older, begun)?;
         if decision.level == "pfs" {
             ds.flush = true;
         }
@@ -407,81 +264,6 @@ impl Datasets {
         }
         ds.decision = Some(decision);
         self.close(ds, State::Complete, None)
-    }
-
-    /// Retention: in memory (`dataset_keep_memory`), then on the PFS (`dataset_keep_pfs`).
-    pub(crate) fn retention_locked(&self) -> Result<()> {
-        self.memory_retention_locked()?;
-        self.prune_pfs_locked()
-    }
-
-    /// Datasets beyond the newest `keep_memory` complete ones lose their local copies
-    /// (files whose content is still the dataset's and that no newer dataset holds).
-    fn memory_retention_locked(&self) -> Result<()> {
-        let k = self.cfg.keep_memory as usize;
-        if k == 0 {
-            return Ok(());
-        }
-        let (mut all, _) = record::load_all(&self.store, &self.cfg.job)?;
-        let complete: Vec<usize> = (0..all.len())
-            .filter(|&i| all[i].state == State::Complete)
-            .collect();
-        if complete.len() <= k {
-            return Ok(());
-        }
-        let (old, keep) = complete.split_at(complete.len() - k);
-        let kept: std::collections::HashSet<String> =
-            keep.iter().flat_map(|&i| all[i].files.keys().cloned()).collect();
-        // Memory copies go only once a newer dataset is protected beyond this node's
-        // memory (partner or PFS level), when such a level exists.
-        let Some(safe) = complete.iter().rev().find(|&&i| self.protected(&all[i])).copied() else {
-            return Ok(());
-        };
-        for &i in old {
-            if i >= safe {
-                break;
-            }
-            let d = &mut all[i];
-            if d.evicted {
-                continue;
-            }
-            self.remove_local(d, &kept);
-            d.evicted = true;
-            record::save(&self.store, d)?;
-        }
-        Ok(())
-    }
-
-    /// Whether `d` is held beyond this node's memory: on the partner level (cluster) or
-    /// on the PFS (a destination given); with neither level configured, every complete
-    /// dataset counts as protected.
-    fn protected(&self, d: &Dataset) -> bool {
-        if let Some(nodes) = self.completion.job_nodes() {
-            let mut v = vec![d.clone()];
-            nodes.fill_levels(&mut v, &self.cfg.dests);
-            return v[0].levels().iter().any(|l| l == "partner" || l == "pfs");
-        }
-        if self.cfg.dests.is_empty() {
-            return true;
-        }
-        !d.files.is_empty()
-            && d.files
-                .iter()
-                .all(|(p, f)| crate::restart::pfs_has(&self.cfg.dests, p, f.size, f.crc32c))
-    }
-
-    fn remove_local(&self, d: &mut Dataset, keep: &std::collections::HashSet<String>) {
-        for (path, f) in d.files.iter_mut() {
-            f.levels.retain(|l| l != "local");
-            if keep.contains(path) {
-                continue;
-            }
-            if let Ok(st) = self.store.stat(path) {
-                if st.mtime_ns == f.mtime_ns && st.size == f.size {
-                    let _ = self.store.unlink(path);
-                }
-            }
-        }
     }
 
     /// Mark open datasets whose rank died (failure case D3), and discover and judge
@@ -637,6 +419,45 @@ impl Datasets {
         Ok(())
     }
 
+    /// Settle this node's open records against the job-wide verdicts: records agreed
+    /// complete are finished (level decision, every node's part kept), those that can
+    /// never complete are closed with the reason. Called with the lock held.
+    pub(crate) fn settle_locked(&self, nodes: &dyn JobNodes) -> Result<()> {
+        let (mut all, _) = record::load_all(&self.store, &self.cfg.job)?;
+        if !all.iter().any(|d| d.state == State::Open) {
+            return Ok(());
+        }
+        let views = self.views(nodes, &all);
+        let mut changed = false;
+        for i in 0..all.len() {
+            if all[i].state != State::Open {
+                continue;
+            }
+            let j = judge(&views, all[i].id, self.cfg.world);
+            let (before, rest) = all.split_at_mut(i);
+            let d = &mut rest[0];
+            match j.state {
+                JobState::Complete => {
+                    d.nodes = j.parts;
+                    self.decide_and_close(d, before)?;
+                    nodes.announce(&self.cfg.job, d);
+                    changed = true;
+                }
+                JobState::Invalid(r) => {
+                    self.close(d, State::Invalid, Some(r))?;
+                }
+                JobState::Incomplete(r) => {
+                    self.close(d, State::Incomplete, Some(r))?;
+                }
+                JobState::Open(_) => {}
+            }
+        }
+        if changed {
+            self.retention_locked()?;
+        }
+        Ok(())
+    }
+
     /// Every dataset of the job, oldest first, after noticing dead ranks and judging
     /// transparent directories. Records that cannot be parsed are reported in the
     /// second list (path, reason).
@@ -650,6 +471,51 @@ impl Datasets {
         self.retention_locked()?;
         let (all, _) = record::load_all(&self.store, &self.cfg.job)?;
         Ok((all, bad))
+    }
+
+    /// Every node's view now (this node's records as stored).
+    pub fn job_views(&self) -> Result<Option<Views>> {
+        let Some(nodes) = self.completion.job_nodes() else {
+            return Ok(None);
+        };
+        let (local, _) = self.list()?;
+        Ok(Some(self.views(nodes, &local)))
+    }
+
+    /// Every dataset of the job as the whole job sees it (cluster mode; on a single node
+    /// this node's records), oldest first.
+    pub fn job_list(&self) -> Result<Vec<JobDataset>> {
+        let Some(v) = self.job_views()? else {
+            let (all, _) = self.list()?;
+            return Ok(all
+                .into_iter()
+                .map(|d| JobDataset {
+                    id: d.id,
+                    name: d.name.clone(),
+                    state: match d.state {
+                        State::Complete => JobState::Complete,
+                        State::Invalid => JobState::Invalid(d.reason.clone().unwrap_or_default()),
+                        State::Incomplete => JobState::Incomplete(d.reason.clone().unwrap_or_default()),
+                        State::Open => JobState::Open("waiting".into()),
+                    },
+                    parts: [(
+                        self.cfg.node.clone(),
+                        NodePart {
+                            ranks: complete_ranks(&d),
+                            files: d.files.clone(),
+                        },
+                    )]
+                    .into(),
+                    created_ns: d.created_ns,
+                    closed_ns: d.closed_ns,
+                    unreachable: Vec::new(),
+                })
+                .collect());
+        };
+        Ok(v.ids()
+            .into_iter()
+            .map(|id| judge(&v, id, self.cfg.world))
+            .collect())
     }
 
     /// One dataset.
@@ -673,21 +539,6 @@ impl Datasets {
             .collect();
         self.remove_local(&mut d, &kept);
         record::remove(&self.store, &self.cfg.job, id)
-    }
-
-    /// The datasets the next retention pass would evict from memory (oldest first).
-    pub fn next_evictions(&self, all: &[Dataset]) -> Vec<u64> {
-        let k = self.cfg.keep_memory as usize;
-        if k == 0 {
-            return Vec::new();
-        }
-        let live: Vec<&Dataset> = all
-            .iter()
-            .filter(|d| d.state == State::Complete && !d.evicted)
-            .collect();
-        // When one more dataset completes, everything beyond the newest k-1 goes.
-        let n = live.len().saturating_sub(k.saturating_sub(1));
-        live.iter().take(n).map(|d| d.id).collect()
     }
 }
 
@@ -713,6 +564,9 @@ pub fn check_name(name: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handle::remove_lock;
+    use crate::Config;
+    use ckptfs_store::Store;
 
     /// A node joining dataset `id` that another node began takes `id` and its next
     /// dataset is `id + 1`, as on the node that began it (it used to be `id + 2`).
@@ -733,29 +587,5 @@ mod tests {
         drop(ds);
         let _ = Store::destroy(&name);
         remove_lock(&name);
-    }
-
-    /// The lock file goes with the store once nobody holds it: a holder that lets go within
-    /// the grace (as a child between its fork and exec does) does not keep it; one that
-    /// goes on holding it does.
-    #[test]
-    fn remove_lock_waits_out_a_brief_holder_and_keeps_a_held_lock() {
-        let name = format!("hd-rmlock-{}", std::process::id());
-        let lock = lock_name(&name);
-        let dir = ckptfs_runtime::RuntimeDir::for_caller().unwrap();
-        let held = dir.lock(&lock).unwrap();
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            drop(held);
-        });
-        remove_lock(&name);
-        t.join().unwrap();
-        assert!(!dir.file_path(&lock).exists(), "removed after the holder let go");
-        let held = dir.lock(&lock).unwrap();
-        remove_lock(&name);
-        assert!(dir.file_path(&lock).exists(), "a held lock is kept");
-        drop(held);
-        remove_lock(&name);
-        assert!(!dir.file_path(&lock).exists());
     }
 }

@@ -11,40 +11,9 @@
 //! usual `/ckpt/stepN/`) are not written into again.
 
 use crate::error::Result;
-use crate::ops::Datasets;
+use crate::handle::Datasets;
+use crate::pfs_copies::{pfs_has, remove_copies};
 use crate::record::{self, Dataset, State};
-use crate::restart::pfs_has;
-use ckptfs_agent::dest::{DestIo, PosixDest};
-use ckptfs_agent::manifest;
-use std::path::{Path, PathBuf};
-
-/// Remove `path`'s PFS copies (size and CRC32C as given) from every destination; how many.
-fn remove_copies(dests: &[PathBuf], path: &str, size: u64, crc: u32) -> usize {
-    let io = PosixDest::new(None);
-    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
-    let mut n = 0;
-    for d in dests {
-        let here = d.join(dir.trim_start_matches('/'));
-        let Ok(ms) = manifest::load_all(&io, Path::new(&here)) else {
-            continue;
-        };
-        for mut m in ms {
-            let ours = m
-                .files
-                .get(name)
-                .is_some_and(|e| e.store_path == path && e.size == size && e.crc32c == crc);
-            if !ours {
-                continue;
-            }
-            m.files.remove(name);
-            if m.save(&io, &here).is_ok() {
-                let _ = io.remove(&here.join(name));
-                n += 1;
-            }
-        }
-    }
-    n
-}
 
 impl Datasets {
     /// Complete datasets wholly on the PFS and not pruned, oldest first.

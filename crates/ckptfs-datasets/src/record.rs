@@ -93,7 +93,54 @@ pub struct DecisionRec {
     /// The measured costs it used and where each came from (absent in records written
     /// before it existed).
     #[serde(default)]
-    pub measured: Option<crate::measured::Measured>,
+    pub measured: Option<Measured>,
+}
+
+/// The measured costs one decision used, and where each came from (recorded with the
+/// decision, `ckpt show ID --json`: `decision.measured`; read by [`crate::measured`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// Bytes per second of a flush to the PFS.
+    pub pfs_put_bps: f64,
+    /// `agent` (its status file's `levels[]`), `restores` (this job's restores from the
+    /// PFS) or `setting` (`pfs_bandwidth`, nothing measured yet).
+    pub pfs_put_source: String,
+    /// Bytes per second of a restore from the PFS.
+    pub pfs_get_bps: f64,
+    /// As `pfs_put_source`.
+    pub pfs_get_source: String,
+    /// Whether the partner level was offered: a node daemon runs on this store with at
+    /// least one partner, and a partner copy time has been measured.
+    pub partner: bool,
+    /// Why the partner level was (not) offered.
+    pub partner_reason: String,
+    /// Smoothed partner copy bandwidth (close of a dataset's last file to its last
+    /// acknowledgement), bytes per second.
+    pub partner_bps: Option<f64>,
+    /// Smoothed bandwidth of fetches from partners at restart, bytes per second.
+    pub partner_get_bps: Option<f64>,
+    /// Whether the erasure level was offered: a node daemon runs on this store in an
+    /// erasure set, and an encode time has been measured.
+    #[serde(default)]
+    pub erasure: bool,
+    /// Why the erasure level was (not) offered.
+    #[serde(default)]
+    pub erasure_reason: String,
+    /// The set's level id (`erasure:set0`) and scheme (`xor`, `rs:2`).
+    #[serde(default)]
+    pub erasure_level: Option<String>,
+    /// The set's scheme.
+    #[serde(default)]
+    pub erasure_scheme: Option<String>,
+    /// Smoothed encode bandwidth (this node's part over close to header), bytes/s.
+    #[serde(default)]
+    pub erasure_bps: Option<f64>,
+    /// Smoothed bandwidth of this job's rebuilds from the set at restart, bytes/s.
+    #[serde(default)]
+    pub erasure_get_bps: Option<f64>,
+    /// Extra memory per node as a fraction of its part: `p / (N - p)`.
+    #[serde(default)]
+    pub erasure_memory: Option<f64>,
 }
 
 /// One dataset.

@@ -4,16 +4,16 @@
 //! restore, and the registry's levels, such as object storage, through the mover).
 //! Across nodes, restart_cluster.rs adds partner memory after the node store.
 
+use crate::costs::record_pfs_transfer;
 use crate::error::Result;
 use crate::filecrc::file_crc;
-use crate::ops::Datasets;
+use crate::handle::Datasets;
+use crate::jobwide::JobDataset;
+use crate::pfs_copies::pfs_has;
 use crate::record::{Dataset, State};
-use ckptfs_agent::dest::PosixDest;
-use ckptfs_agent::manifest;
 use ckptfs_level::Step;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 /// Where one file of a dataset can come from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -86,25 +86,6 @@ pub(crate) fn local_ok(ds: &Datasets, path: &str, size: u64, crc: u32) -> bool {
         }
         _ => false,
     }
-}
-
-/// Whether a drain destination's manifest lists `path` with exactly this size and CRC32C.
-pub fn pfs_has(dests: &[std::path::PathBuf], path: &str, size: u64, crc: u32) -> bool {
-    let io = PosixDest::new(None);
-    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
-    for d in dests {
-        let here = d.join(dir.trim_start_matches('/'));
-        if let Ok(ms) = manifest::load_all(&io, Path::new(&here)) {
-            if ms.iter().any(|m| {
-                m.files
-                    .get(name)
-                    .is_some_and(|e| e.store_path == path && e.size == size && e.crc32c == crc)
-            }) {
-                return true;
-            }
-        }
-    }
-    false
 }
 
 impl Datasets {
@@ -206,7 +187,7 @@ impl Datasets {
             restored.push((path.clone(), f.size));
         }
         if pfs_bytes > 0 {
-            let _ = crate::policy::record_pfs_transfer(self, pfs_bytes, t0.elapsed().as_secs_f64());
+            let _ = record_pfs_transfer(self, pfs_bytes, t0.elapsed().as_secs_f64());
         }
         Ok(restored)
     }
@@ -241,20 +222,9 @@ impl Datasets {
         Ok(out)
     }
 
-    /// Find the newest wholly recoverable dataset and bring its missing files back
-    /// (CRC32C checked against the manifest while copying, then against the dataset
-    /// record). Datasets that fail are skipped with the reason.
-    ///
-    /// Every rank of one job restart gets the same dataset (failure case D9): the first
-    /// rank's choice is recorded as a restart round and the later ranks adopt it
-    /// (crate::restart_round).
-    pub fn restart(&self) -> Result<Restart> {
-        self.restart_agreed()
-    }
-
-    /// The single-node search; `planned`: the restart round to record the choice in
-    /// (rounds are read again before anything is restored).
-    pub(crate) fn restart_single(&self, planned: Option<u64>) -> Result<Found> {
+    /// The single-node search; `recheck`: asked about the candidate dataset right before
+    /// anything is restored (the restart round's rule, failure case D9; None: no round).
+    pub(crate) fn restart_single(&self, recheck: Option<RecheckFn>) -> Result<Found> {
         let (all, _) = self.list()?;
         let mut skipped = Vec::new();
         for d in all.iter().rev() {
@@ -269,7 +239,7 @@ impl Datasets {
                     continue;
                 }
             };
-            let round = match planned.map(|p| self.recheck(p, d.id)).transpose()? {
+            let round = match recheck.map(|f| f(d.id)).transpose()? {
                 Some(Recheck::Adopt(m)) => return Ok(Found::Adopt(m, skipped)),
                 Some(Recheck::Go(r)) => Some(r),
                 None => None,
@@ -312,7 +282,7 @@ impl Datasets {
     /// to the levels the nodes reported (`ckpt list --cluster`): a level every node
     /// reaches (object storage, a shared directory) is asked here, by the listing
     /// node, rather than by each node's daemon.
-    pub fn refresh_job_levels(&self, d: &mut crate::JobDataset) {
+    pub fn refresh_job_levels(&self, d: &mut JobDataset) {
         for part in d.parts.values_mut() {
             for (path, f) in part.files.iter_mut() {
                 for step in self.order.beyond_partners() {
@@ -373,6 +343,11 @@ pub(crate) struct Merged {
     pub world: u32,
     pub max_id: u64,
 }
+
+/// Asked by a restart search about its candidate dataset (by id) before it restores
+/// anything: go on in a round, or adopt another rank's choice (the restart round's
+/// rule, `crate::restart_round`, handed down to the searches).
+pub(crate) type RecheckFn<'a> = &'a dyn Fn(u64) -> Result<Recheck>;
 
 /// What a restart search is told about the rounds.
 pub(crate) enum Recheck {

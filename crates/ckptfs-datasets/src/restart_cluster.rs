@@ -5,12 +5,13 @@
 //! CRC32C checked against the agreed record.
 
 use crate::completion::{JobNodes, Want};
-use crate::error::Result;
-use crate::jobwide::{judge, JobDataset, JobState};
-use crate::ops::Datasets;
+use crate::costs::{record_erasure_transfer, record_partner_transfer, record_pfs_transfer};
+use crate::error::{DatasetError, Result};
+use crate::handle::Datasets;
+use crate::jobwide::{judge, JobDataset, JobState, Views};
 use crate::record::{self, Dataset, NodePart, State};
 use crate::restart::{local_ok, Restart, Skipped, Source};
-use crate::restart::{Found, Recheck};
+use crate::restart::{Found, Recheck, RecheckFn};
 use ckptfs_level::Step;
 use std::collections::BTreeMap;
 
@@ -175,9 +176,9 @@ impl Datasets {
     }
 
     /// [`Datasets::restart`] across the job's nodes.
-    /// `planned`: the restart round to record the choice in (rounds are read again
-    /// before anything is restored; failure case D9).
-    pub(crate) fn restart_cluster(&self, nodes: &dyn JobNodes, planned: Option<u64>) -> Result<Found> {
+    /// `recheck`: asked about the candidate dataset right before anything is restored
+    /// (the restart round's rule, failure case D9; None: no round).
+    pub(crate) fn restart_cluster(&self, nodes: &dyn JobNodes, recheck: Option<RecheckFn>) -> Result<Found> {
         let (local, _) = self.list()?;
         let views = self.views(nodes, &local);
         let me = nodes.me().to_string();
@@ -216,7 +217,7 @@ impl Datasets {
             if let Some(e) = unreachable_error(&views, passed_over.as_ref()) {
                 return Err(e);
             }
-            let round = match planned.map(|p| self.recheck(p, id)).transpose()? {
+            let round = match recheck.map(|f| f(id)).transpose()? {
                 Some(Recheck::Adopt(m)) => return Ok(Found::Adopt(m, skipped)),
                 Some(Recheck::Go(r)) => Some(r),
                 None => None,
@@ -253,13 +254,13 @@ impl Datasets {
                 }
             }
             if pfs_bytes > 0 {
-                let _ = crate::policy::record_pfs_transfer(self, pfs_bytes, t0.elapsed().as_secs_f64());
+                let _ = record_pfs_transfer(self, pfs_bytes, t0.elapsed().as_secs_f64());
             }
             if partner_bytes > 0 {
-                let _ = crate::policy::record_partner_transfer(self, partner_bytes, partner_s);
+                let _ = record_partner_transfer(self, partner_bytes, partner_s);
             }
             if erasure_bytes > 0 {
-                let _ = crate::policy::record_erasure_transfer(self, erasure_bytes, erasure_s);
+                let _ = record_erasure_transfer(self, erasure_bytes, erasure_s);
             }
             let chosen = self.adopt_record(&local, &j, &part)?;
             return Ok(Found::Chosen(Box::new(Restart {
@@ -309,7 +310,7 @@ impl Datasets {
 /// passed over dataset `passed`, complete job-wide, for lack of files: the ranks that
 /// can ask every node may find it whole, so choosing an older one (or none) here would
 /// split the job. None when every node answered, or nothing was passed over.
-fn unreachable_error(views: &crate::Views, passed: Option<&(u64, String)>) -> Option<crate::DatasetError> {
+fn unreachable_error(views: &Views, passed: Option<&(u64, String)>) -> Option<DatasetError> {
     let (id, name) = passed?;
     let lost: Vec<String> = views
         .by_node
@@ -319,7 +320,7 @@ fn unreachable_error(views: &crate::Views, passed: Option<&(u64, String)>) -> Op
     if lost.is_empty() {
         return None;
     }
-    Some(crate::DatasetError::Unreachable {
+    Some(DatasetError::Unreachable {
         nodes: lost.join("; "),
         why: format!("dataset {id} ({name}) is complete but not wholly held by the nodes that answered"),
     })

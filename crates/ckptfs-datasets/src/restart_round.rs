@@ -25,47 +25,19 @@
 //!   faster ranks of this node deleted themselves). A round whose dataset has nothing
 //!   left on this node, or is no longer complete job-wide, is not adopted.
 
+use crate::completion::Want;
+use crate::costs::record_erasure_transfer;
 use crate::error::{DatasetError, Result};
+use crate::handle::Datasets;
 use crate::jobwide::{judge, JobState};
-use crate::ops::Datasets;
 use crate::record::{self, job_dir, NodePart, State};
 use crate::restart::{local_ok, Found, Merged, Recheck, Restart, Skipped, Source};
-use serde::{Deserialize, Serialize};
+use crate::rounds::rounds_path;
+pub use crate::rounds::{load_rounds, Round};
 use std::collections::BTreeMap;
 
 /// Rounds kept per node (the newest by number).
 const KEEP: usize = 16;
-
-/// One restart round as one node recorded it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Round {
-    /// Round number (one past the largest any node reported when it was opened).
-    pub round: u64,
-    /// The dataset chosen (0: none was recoverable).
-    pub id: u64,
-    /// Its name.
-    pub name: String,
-    /// Ranks of this node that restarted from it in this round.
-    pub ranks: Vec<String>,
-    /// Ranks expected (the job's `world`).
-    pub world: u32,
-    /// The largest dataset id any node knew when the round was opened.
-    pub max_id: u64,
-    /// When this node's entry was last changed (this node's clock; informative).
-    pub at_ns: u64,
-}
-
-fn rounds_path(job: &str) -> String {
-    format!("{}/restarts.json", job_dir(job))
-}
-
-/// This node's restart rounds of `job` (none when the file is missing or unreadable).
-pub fn load_rounds(store: &ckptfs_store::Store, job: &str) -> Vec<Round> {
-    record::read_file(store, &rounds_path(job))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Vec<Round>>(&b).ok())
-        .unwrap_or_default()
-}
 
 /// The newest round over every node's entries (None: no round yet). Two entries of one
 /// round naming different datasets (two first ranks searched at once and saw different
@@ -263,7 +235,7 @@ impl Datasets {
             }
             let partners = self.order.reads(&ckptfs_level::Step::Partner);
             if let (None, Some(nodes), true) = (&src, self.completion.job_nodes(), partners) {
-                let w = crate::Want {
+                let w = Want {
                     path: path.clone(),
                     size: f.size,
                     crc32c: f.crc32c,
@@ -283,10 +255,10 @@ impl Datasets {
             // The node's erasure set (issue 32): the whole part rebuilt at once, then
             // each file checked against the record.
             if let (None, Some(nodes)) = (&src, self.completion.job_nodes()) {
-                let wants: Vec<crate::Want> = part
+                let wants: Vec<Want> = part
                     .files
                     .iter()
-                    .map(|(p, f)| crate::Want {
+                    .map(|(p, f)| Want {
                         path: p.clone(),
                         size: f.size,
                         crc32c: f.crc32c,
@@ -300,7 +272,7 @@ impl Datasets {
                         let secs = t0.elapsed().as_secs_f64();
                         if secs > 1e-3 {
                             let bytes = part.files.values().map(|f| f.size).sum();
-                            let _ = crate::policy::record_erasure_transfer(self, bytes, secs);
+                            let _ = record_erasure_transfer(self, bytes, secs);
                         }
                         src = Some(s);
                     }
@@ -369,8 +341,14 @@ impl Datasets {
             .map(|d| (d.id, d.name.clone())))
     }
 
-    /// [`Datasets::restart`]: join the current restart round, or open the next one.
-    pub(crate) fn restart_agreed(&self) -> Result<Restart> {
+    /// Find the newest wholly recoverable dataset and bring its missing files back
+    /// (CRC32C checked against the manifest while copying, then against the dataset
+    /// record). Datasets that fail are skipped with the reason.
+    ///
+    /// Every rank of one job restart gets the same dataset (failure case D9): the first
+    /// rank's choice is recorded as a restart round and the later ranks adopt it (this
+    /// module's documentation): join the current restart round, or open the next one.
+    pub fn restart(&self) -> Result<Restart> {
         let rounds = self.all_rounds();
         let mut notes = Vec::new();
         if let Some(m) = self.joinable(&rounds)? {
@@ -388,9 +366,10 @@ impl Datasets {
         }
         let planned = rounds.iter().map(|r| r.1.round).max().unwrap_or(0) + 1;
         let max_id = self.known_max_id()?;
+        let recheck = |candidate| self.recheck(planned, candidate);
         let found = match self.completion.job_nodes() {
-            Some(nodes) => self.restart_cluster(nodes, Some(planned))?,
-            None => self.restart_single(Some(planned))?,
+            Some(nodes) => self.restart_cluster(nodes, Some(&recheck))?,
+            None => self.restart_single(Some(&recheck))?,
         };
         let mut r = match found {
             Found::Chosen(r) => *r,

@@ -110,6 +110,6 @@ fn a_rank_beginning_between_the_floor_and_the_records_is_joined() {
     drop(a);
     for n in [&na, &nb] {
         let _ = Store::destroy(n);
-        crate::ops::remove_lock(n);
+        crate::remove_lock(n);
     }
 }
