@@ -119,7 +119,7 @@ impl Encoder {
         }
         let (rs, block) = match scheme {
             Scheme::Rs(k) if len > 0 => {
-                if len % 2 != 0 {
+                if !len.is_multiple_of(2) {
                     return Err(ErasureError::Codec(format!(
                         "Reed-Solomon shards must have an even length, not {len}"
                     )));
