@@ -83,12 +83,25 @@ pub fn xor_into(dst: &mut [u8], src: &[u8]) {
     }
 }
 
+/// Bytes of each shard that one Reed-Solomon call works on. The crate copies every data
+/// shard into its work space and makes several passes over it; with a whole segment
+/// (megabytes) per call every pass goes to memory, with this much the work space of the
+/// sets used here (6 x 64 KiB for `rs:2` over 8, 8 x 64 KiB for `rs:3` over 8) stays in
+/// a core's L2 cache. A multiple of 64: the crate encodes every 64 bytes of a shard on
+/// their own (32 GF(2^16) elements, low bytes then high bytes; only a last piece
+/// shorter than 64 bytes is laid out differently, and it stays last), so cutting shards
+/// at multiples of 64 gives the same parity bytes as encoding them whole.
+pub const RS_BLOCK: usize = 64 << 10;
+
 /// A reusable encoder for one scheme and shard shape.
 pub struct Encoder {
     scheme: Scheme,
     data: usize,
     len: usize,
+    /// Reed-Solomon's encoder, set up for pieces of `block` bytes.
     rs: Option<ReedSolomonEncoder>,
+    /// The piece length `rs` is set up for (0: set it up again before use).
+    block: usize,
 }
 
 fn rs_err(e: reed_solomon_simd::Error) -> ErasureError {
@@ -104,19 +117,30 @@ impl Encoder {
                 "a stripe needs at least one data shard".into(),
             ));
         }
-        let rs = match scheme {
-            Scheme::Rs(k) if len > 0 => Some(ReedSolomonEncoder::new(data, k as usize, len).map_err(rs_err)?),
-            _ => None,
+        let (rs, block) = match scheme {
+            Scheme::Rs(k) if len > 0 => {
+                if !len.is_multiple_of(2) {
+                    return Err(ErasureError::Codec(format!(
+                        "Reed-Solomon shards must have an even length, not {len}"
+                    )));
+                }
+                let block = len.min(RS_BLOCK);
+                let rs = ReedSolomonEncoder::new(data, k as usize, block).map_err(rs_err)?;
+                (Some(rs), block)
+            }
+            _ => (None, 0),
         };
         Ok(Encoder {
             scheme,
             data,
             len,
             rs,
+            block,
         })
     }
 
     /// Parity of one stripe: `data` shards in, `parity` shards (each `len` bytes) out.
+    /// The parity vectors are overwritten (their allocations kept).
     pub fn encode(&mut self, data: &[&[u8]], parity: &mut [Vec<u8>]) -> Result<(), ErasureError> {
         if data.len() != self.data || parity.len() != self.scheme.parity() {
             return Err(ErasureError::Codec(format!(
@@ -130,30 +154,58 @@ impl Encoder {
         if data.iter().any(|d| d.len() != self.len) {
             return Err(ErasureError::Codec("data shards of unequal length".into()));
         }
+        // Every parity byte is written exactly once below (appended), none zeroed first.
         for p in parity.iter_mut() {
             p.clear();
-            p.resize(self.len, 0);
+            p.reserve(self.len);
         }
         if self.len == 0 {
             return Ok(());
         }
-        match (&mut self.rs, self.scheme) {
-            (None, _) => {
+        match self.scheme {
+            Scheme::Xor => {
                 let p = &mut parity[0];
-                p.copy_from_slice(data[0]);
+                p.extend_from_slice(data[0]);
                 for d in &data[1..] {
                     xor_into(p, d);
                 }
             }
-            (Some(rs), _) => {
-                for d in data {
-                    rs.add_original_shard(d).map_err(rs_err)?;
+            Scheme::Rs(k) => {
+                let r = self.encode_rs(k as usize, data, parity);
+                if r.is_err() {
+                    // Shards may have been added: set the encoder up again next time.
+                    self.block = 0;
+                    for p in parity.iter_mut() {
+                        p.clear();
+                    }
                 }
-                let out = rs.encode().map_err(rs_err)?;
-                for (p, r) in parity.iter_mut().zip(out.recovery_iter()) {
-                    p.copy_from_slice(r);
-                }
+                r?;
             }
+        }
+        Ok(())
+    }
+
+    /// Reed-Solomon parity of one stripe, [`RS_BLOCK`] bytes of every shard at a time
+    /// (the last piece shorter), appended to `parity`.
+    fn encode_rs(&mut self, k: usize, data: &[&[u8]], parity: &mut [Vec<u8>]) -> Result<(), ErasureError> {
+        let Some(rs) = self.rs.as_mut() else {
+            return Err(ErasureError::Codec("no Reed-Solomon encoder".into()));
+        };
+        let mut off = 0;
+        while off < self.len {
+            let n = RS_BLOCK.min(self.len - off);
+            if n != self.block {
+                rs.reset(self.data, k, n).map_err(rs_err)?;
+                self.block = n;
+            }
+            for d in data {
+                rs.add_original_shard(&d[off..off + n]).map_err(rs_err)?;
+            }
+            let out = rs.encode().map_err(rs_err)?;
+            for (p, r) in parity.iter_mut().zip(out.recovery_iter()) {
+                p.extend_from_slice(r);
+            }
+            off += n;
         }
         Ok(())
     }
@@ -344,6 +396,62 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Parity of a stripe from one `reed-solomon-simd` call over whole shards: what the
+    /// codec computed before it cut shards into pieces (what stores written then hold).
+    fn whole_shard_parity(data: &[Vec<u8>], k: usize) -> Vec<Vec<u8>> {
+        let mut rs = ReedSolomonEncoder::new(data.len(), k, data[0].len()).unwrap();
+        for d in data {
+            rs.add_original_shard(d).unwrap();
+        }
+        let out = rs.encode().unwrap();
+        out.recovery_iter().map(|r| r.to_vec()).collect()
+    }
+
+    #[test]
+    fn shards_cut_into_pieces_encode_as_whole_shards() {
+        let lens = [
+            2,
+            62,
+            64,
+            66,
+            4096,
+            RS_BLOCK - 64,
+            RS_BLOCK - 2,
+            RS_BLOCK,
+            RS_BLOCK + 2,
+            RS_BLOCK + 64,
+            RS_BLOCK + 126,
+            2 * RS_BLOCK,
+            2 * RS_BLOCK + 70,
+        ];
+        // High and low rate (more parity than data), one and several chunks of the crate.
+        for (data, k) in [(1, 1), (1, 3), (2, 3), (3, 2), (6, 2), (5, 3), (7, 1)] {
+            for len in lens {
+                let mut enc = Encoder::new(Scheme::Rs(k as u16), data, len).unwrap();
+                // Parity buffers of another length holding other bytes, and the same
+                // encoder twice: nothing of an earlier call may show.
+                let mut par = vec![vec![0xa5u8; len + 7]; k];
+                for round in 0..2u32 {
+                    let d: Vec<Vec<u8>> = (0..data).map(|i| bytes(len, round * 100 + i as u32)).collect();
+                    let refs: Vec<&[u8]> = d.iter().map(|v| v.as_slice()).collect();
+                    enc.encode(&refs, &mut par).unwrap();
+                    assert!(
+                        par == whole_shard_parity(&d, k),
+                        "{data}+{k}, shards of {len} bytes, round {round}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn odd_reed_solomon_shards_are_refused() {
+        for len in [1, 63, RS_BLOCK + 1, 2 * RS_BLOCK + 3] {
+            assert!(Encoder::new(Scheme::Rs(2), 3, len).is_err(), "{len}");
+        }
+        assert!(Encoder::new(Scheme::Xor, 3, 63).is_ok());
     }
 
     #[test]

@@ -143,16 +143,24 @@ fn in_process(a: &BenchArgs, part: usize) -> Result<Vec<SetFigure>> {
 
 fn print_codec(a: &BenchArgs, enc: &[EncodeFigure], sets: &[SetFigure]) {
     let gb = |b: f64| b / 1e9;
-    println!("encode on one core, parts of {} MiB:", a.part_mib);
-    println!("scheme  N  encode GB/s  memcpy GB/s  ratio  decode GB/s  sent/part  stored/part  (partner: 1.0 sent, 1.0 stored)");
+    println!(
+        "encode on one core, parts of {} MiB, best of {} (wall time; cpu: this thread's CPU time, \
+         which other processes' turns on a shared core do not count):",
+        a.part_mib,
+        a.reps.max(1)
+    );
+    println!("scheme  N  encode GB/s  memcpy GB/s  ratio  cpu: encode  memcpy  ratio  decode GB/s  sent/part  stored/part  (partner: 1.0 sent, 1.0 stored)");
     for e in enc {
         println!(
-            "{:<6} {:>2}  {:>11.2}  {:>11.2}  {:>5.2}  {:>11.2}  {:>9.2}  {:>11.2}",
+            "{:<6} {:>2}  {:>11.2}  {:>11.2}  {:>5.2}  {:>11.2}  {:>6.2}  {:>5.2}  {:>11.2}  {:>9.2}  {:>11.2}",
             e.scheme,
             e.members,
             gb(e.encode_bytes_per_s),
             gb(e.memcpy_bytes_per_s),
             e.ratio_to_memcpy,
+            gb(e.encode_cpu_bytes_per_s),
+            gb(e.memcpy_cpu_bytes_per_s),
+            e.ratio_to_memcpy_cpu,
             gb(e.decode_bytes_per_s),
             e.sent_per_part,
             e.stored_per_part
