@@ -55,8 +55,6 @@ ALLOWED_CIRCLES = {
     ("ckptfs-datasets", frozenset({"completion", "id_floor", "jobwide", "measured", "ops", "policy",
                                    "record", "restart", "restart_round"})):
         "the dataset operations and the job-wide rules call each other",
-    ("ckptfs-node", frozenset({"erasure", "shared"})):
-        "the erasure sets' state is part of the daemon's shared state, and their tasks take that state",
 }
 
 # `--use-only`: count `use` lines only (the check before round 3).
