@@ -9,7 +9,9 @@
 //! - a corrupted data chunk of a survivor's part (XOR over four): detected by its
 //!   CRC32C, never served (not by `get`, not into a rebuild), the rebuild that needs it
 //!   fails naming the lost member and the unreadable one, and the restart falls back to
-//!   the older dataset (E27).
+//!   the older dataset (E27);
+//! - `rs:2` over six: a member SIGKILLed during the encode (the gather schedule), then a
+//!   survivor SIGKILLed during a replacement's rebuild, which still completes (E28-E29).
 //!
 //! Needs root and iproute2: SKIPPED otherwise (a failure under
 //! `CKPTFS_REQUIRE_ROOT_TESTS=1`). Ports 47300-47301 inside the namespaces.
@@ -203,4 +205,81 @@ fn a_corrupted_data_chunk_of_a_survivor_is_never_served_and_the_rebuild_falls_ba
         assert!(c.get(i, &v1[i][0].0) == v1[i][0].1, "{} differs", v1[i][0].0);
     }
     assert!(!c.run(1, &["get", rank1, dst.to_str().unwrap()]).status.success());
+}
+
+/// How long a slowed encode or rebuild runs before a member is killed in its middle.
+const MIDWAY: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// Failure cases E28-E29 (docs/erasure.md), Reed-Solomon k = 2 over six nodes (its
+/// gather schedule, not the XOR ring of E24): node3's daemon SIGKILLed in the middle of
+/// the encode (its link slowed to 8 Mbit/s): nobody says the dataset is protected while
+/// it is down, and once it is back the set is encoded. Then node5 lost and replaced, its
+/// `restore --from-peers` slowed by its link, and a survivor's daemon (node2) SIGKILLed
+/// in its middle: `rs:2` has a shard to spare in every stripe, so the rebuild still
+/// completes, byte-identical; with node2 back the set is whole again.
+#[test]
+fn rs2_set_of_six_survives_a_member_killed_during_the_encode_and_one_during_a_rebuild() {
+    let Some(mut c) = Cluster::new("er4k", 6, "rs:2", PORT) else {
+        return;
+    };
+    c.sim.limit(2, Some(8_000_000)).unwrap();
+    let files = write_named(&c, "v1", 1, 1_000_000);
+    let key = format!("{}.1", c.job);
+    c.until("the leader to start encoding", || {
+        c.erasure_state(0, &key).is_some_and(|(s, _)| s == "encoding")
+    });
+    // E28.
+    c.kill_daemon(2);
+    for _ in 0..30 {
+        for i in [0, 1, 3, 4, 5] {
+            let st = c.erasure_state(i, &key);
+            assert!(
+                st.as_ref().is_none_or(|(s, _)| s != "protected"),
+                "{} says {st:?} with node3 killed mid-encode\n{}",
+                node(i),
+                c.logs()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    c.sim.limit(2, None).unwrap();
+    c.replace(2);
+    let epoch = wait_protected(&c, &key);
+
+    // E29.
+    c.lose(4);
+    c.replace(4);
+    c.sim.limit(4, Some(24_000_000)).unwrap();
+    let mut r = c.spawn_restore(4);
+    std::thread::sleep(MIDWAY);
+    assert!(
+        r.try_wait().unwrap().is_none(),
+        "the rebuild ended before a member could be killed in its middle"
+    );
+    c.kill_daemon(1);
+    let o = r.wait_with_output().unwrap();
+    let out = text(&o);
+    assert!(
+        o.status.success(),
+        "rs:2 lost a rebuild to one killed survivor: {out}\n{}",
+        c.logs()
+    );
+    // It could not compute its own parity shards again (node2's segments are in their
+    // stripes): the part is back, the leader encodes the set again.
+    assert!(
+        out.contains("its parity shards not: stripe") && out.contains("node2"),
+        "{out}"
+    );
+    c.sim.limit(4, None).unwrap();
+    for (p, b) in &files[4] {
+        assert!(c.get(4, p) == *b, "{p} on node5 differs after the rebuild: {out}");
+    }
+    // node2 back (its store kept): every member holds its share of one encoding again.
+    c.replace(1);
+    settled(&c, &key, epoch);
+    for (i, mine) in files.iter().enumerate() {
+        for (p, b) in mine {
+            assert!(c.get(i, p) == *b, "{p} on {} differs", node(i));
+        }
+    }
 }
