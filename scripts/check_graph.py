@@ -52,8 +52,6 @@ ALLOWED_CIRCLE_CRATES: set = set()
 # exactly as found: a circle that changes (a module joins or leaves) fails, so no new
 # one hides behind them. Delete an entry when its crate is split.
 ALLOWED_CIRCLES = {
-    ("ckptfs-node", frozenset({"erasure", "shared"})):
-        "the erasure sets' state is part of the daemon's shared state, and their tasks take that state",
 }
 
 # `--use-only`: count `use` lines only (the check before round 3).

@@ -36,6 +36,7 @@ mod copy_send;
 pub mod daemon;
 pub mod datasets;
 pub mod erasure;
+mod erasure_state;
 mod handler;
 pub mod job_files;
 pub mod levels;

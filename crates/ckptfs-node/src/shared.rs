@@ -49,7 +49,7 @@ pub struct NodeConfig {
     pub metrics: Option<crate::metrics::MetricsConfig>,
     /// This node's erasure set and the job whose complete datasets it protects (the
     /// cluster file's `[redundancy] erasure`); None: no erasure sets.
-    pub erasure: Option<crate::erasure::ErasureConfig>,
+    pub erasure: Option<ckptfs_partner::set_rebuild::ErasureConfig>,
 }
 
 /// Share of the store's memory that other nodes' copies may hold by default.
@@ -174,8 +174,9 @@ pub(crate) struct Shared {
     pub copies: tokio::runtime::Handle,
     /// Per-peer counters of the metrics (heartbeats missed, transfer errors).
     pub peer_metrics: crate::metrics::PeerCounters,
-    /// Erasure encodings running here and their states (erasure.rs).
-    pub erasure: crate::erasure::EraState,
+    /// Erasure encodings running here and their states (erasure_state.rs; the tasks that
+    /// use them are in erasure/).
+    pub erasure: crate::erasure_state::EraState,
 }
 
 impl Shared {
