@@ -47,8 +47,8 @@ pub enum Msg {
         generation: u64,
     },
     /// Bytes of the file at `offset`, with their CRC32C. Received: the data is still
-    /// pending on the connection; read it with [`Conn::chunk_data`] (or drop it with
-    /// [`Conn::skip_chunk`]) before the next message. Sent with [`Conn::send_chunk`].
+    /// pending on the connection; read it with [`blocking::Conn::chunk_data`] (or drop it with
+    /// [`blocking::Conn::skip_chunk`]) before the next message. Sent with [`blocking::Conn::send_chunk`].
     Chunk {
         /// Byte offset.
         offset: u64,
