@@ -209,7 +209,9 @@ impl Asker {
             .filter(|d| !d.is_zero())
             .ok_or_else(late)?;
         let r = match c.recv_within(left).map_err(|e| e.to_string())? {
-            Within::Msg(Msg::QueryReply(text)) => serde_json::from_str::<Reply>(&text).map_err(|e| e.to_string()),
+            Within::Msg(Msg::QueryReply(text)) => {
+                serde_json::from_str::<Reply>(&text).map_err(|e| e.to_string())
+            }
             Within::Msg(other) => Err(format!("answered {}", other.name())),
             Within::Closed => Err("closed the connection".into()),
             Within::Late => Err(late()),

@@ -265,6 +265,12 @@ impl NetShards<'_> {
         j: usize,
         parity: bool,
     ) -> std::result::Result<Vec<u8>, String> {
+        self.segment(h, i, s, j, parity).map_err(|e| e.to_string())
+    }
+
+    /// Segment `j` of stripe `s` (a parity shard or a data segment) from member `i`,
+    /// piece by piece, each checked against its CRC32C.
+    fn segment(&self, h: &Header, i: usize, s: usize, j: usize, parity: bool) -> Result<Vec<u8>> {
         let node = &h.members[i];
         let req = EraMsg::Read {
             set: h.set.clone(),
@@ -274,62 +280,58 @@ impl NetShards<'_> {
             row: j as u16,
             parity,
         };
-        let read = || -> Result<Vec<u8>> {
-            let mut c = member_conn(self.cluster, self.me, node, self.timeout)?;
-            era_send(&mut c, &req)?;
-            let mut out = vec![0u8; h.segment as usize];
-            let mut next = 0u64;
-            loop {
-                let m = match c.recv_within(self.timeout)? {
-                    Within::Msg(m) => Some(m),
-                    Within::Closed => None,
-                    Within::Late => return Err(err(format!("{node}: no answer in {:?}", self.timeout))),
-                };
-                match m {
-                    Some(Msg::Piece(p)) => {
-                        let kind = if parity { SegKind::Parity } else { SegKind::Data };
-                        if p.kind != kind
-                            || p.stripe as usize != s
-                            || p.row as usize != j
-                            || p.epoch != h.epoch
-                            || p.seg_size != h.segment
-                            || p.offset != next
-                            || p.len as u64 > PIECE
-                        {
-                            return Err(proto_err(node, "sent a piece that was not asked for"));
-                        }
-                        match c.recv()? {
-                            Some(Msg::Chunk { offset, len, .. }) if offset == p.offset && len == p.len => {}
-                            _ => return Err(proto_err(node, "announced a piece and sent something else")),
-                        }
-                        let end = (p.offset + p.len as u64) as usize;
-                        if !c.chunk_data(&mut out[p.offset as usize..end])? {
-                            return Err(proto_err(
-                                node,
-                                format!("a piece at {} failed its CRC32C check", p.offset),
-                            ));
-                        }
-                        next = end as u64;
+        let mut c = member_conn(self.cluster, self.me, node, self.timeout)?;
+        era_send(&mut c, &req)?;
+        let mut out = vec![0u8; h.segment as usize];
+        let mut next = 0u64;
+        loop {
+            let m = match c.recv_within(self.timeout)? {
+                Within::Msg(m) => Some(m),
+                Within::Closed => None,
+                Within::Late => return Err(err(format!("{node}: no answer in {:?}", self.timeout))),
+            };
+            match m {
+                Some(Msg::Piece(p)) => {
+                    let kind = if parity { SegKind::Parity } else { SegKind::Data };
+                    if p.kind != kind
+                        || p.stripe as usize != s
+                        || p.row as usize != j
+                        || p.epoch != h.epoch
+                        || p.seg_size != h.segment
+                        || p.offset != next
+                        || p.len as u64 > PIECE
+                    {
+                        return Err(proto_err(node, "sent a piece that was not asked for"));
                     }
-                    Some(Msg::Erasure(b)) => match proto::parse(&b).map_err(|e| proto_err(node, e))? {
-                        EraMsg::Done if next == h.segment => return Ok(out),
-                        EraMsg::Done => return Err(proto_err(node, "ended before the whole segment")),
-                        EraMsg::Fail { errno, message } => {
-                            return Err(NodeError::Refused {
-                                peer: node.clone(),
-                                what: message,
-                                errno,
-                            })
-                        }
-                        other => return Err(proto_err(node, format!("answered {other:?}"))),
-                    },
-                    Some(other) => return Err(proto_err(node, format!("answered {}", other.name()))),
-                    None => return Err(NodeError::Transport(format!("{node} closed the connection"))),
+                    match c.recv()? {
+                        Some(Msg::Chunk { offset, len, .. }) if offset == p.offset && len == p.len => {}
+                        _ => return Err(proto_err(node, "announced a piece and sent something else")),
+                    }
+                    let end = (p.offset + p.len as u64) as usize;
+                    if !c.chunk_data(&mut out[p.offset as usize..end])? {
+                        return Err(proto_err(
+                            node,
+                            format!("a piece at {} failed its CRC32C check", p.offset),
+                        ));
+                    }
+                    next = end as u64;
                 }
+                Some(Msg::Erasure(b)) => match proto::parse(&b).map_err(|e| proto_err(node, e))? {
+                    EraMsg::Done if next == h.segment => return Ok(out),
+                    EraMsg::Done => return Err(proto_err(node, "ended before the whole segment")),
+                    EraMsg::Fail { errno, message } => {
+                        return Err(NodeError::Refused {
+                            peer: node.clone(),
+                            what: message,
+                            errno,
+                        })
+                    }
+                    other => return Err(proto_err(node, format!("answered {other:?}"))),
+                },
+                Some(other) => return Err(proto_err(node, format!("answered {}", other.name()))),
+                None => return Err(NodeError::Transport(format!("{node} closed the connection"))),
             }
-        };
-        read()
-            .map_err(|e| e.to_string())
+        }
     }
 }
 
@@ -351,12 +353,7 @@ impl ckptfs_erasure::Shards for NetShards<'_> {
 pub type Survey = (BTreeMap<String, Vec<(String, u64)>>, BTreeMap<String, String>);
 
 /// Ask every survivor which encodings it holds its whole share of.
-pub fn survey(
-    cluster: &Cluster,
-    me: &str,
-    set: &RedSet,
-    timeout: Duration,
-) -> Survey {
+pub fn survey(cluster: &Cluster, me: &str, set: &RedSet, timeout: Duration) -> Survey {
     let mut listed = BTreeMap::new();
     let mut unreachable = BTreeMap::new();
     for m in set.members.iter().filter(|m| *m != me) {
@@ -525,11 +522,7 @@ pub fn rebuild_from_set(
             ));
             continue;
         }
-        let shards = NetShards {
-            cluster,
-            me,
-            timeout,
-        };
+        let shards = NetShards { cluster, me, timeout };
         let part = match ckptfs_erasure::rebuild_part(&h, x, &lost, &shards) {
             Ok(b) => b,
             Err(e) => {

@@ -149,7 +149,9 @@ impl Conn {
         let shorter = usual.is_none_or(|u| wait < u);
         let peer = self.wire.peer.clone();
         if shorter {
-            self.inner.set_read_timeout(Some(wait)).map_err(|e| terr(&peer, e))?;
+            self.inner
+                .set_read_timeout(Some(wait))
+                .map_err(|e| terr(&peer, e))?;
         }
         let r = self.inner.recv();
         if shorter {

@@ -497,9 +497,9 @@ impl Wire {
     fn landed(&self, r: tp::Result<()>) -> Result<bool> {
         match r {
             Ok(()) => Ok(true),
-            Err(TransportError::Frame(tp::FrameError::ChunkCrc { .. } | tp::FrameError::ChunkAuth { .. })) => {
-                Ok(false)
-            }
+            Err(TransportError::Frame(
+                tp::FrameError::ChunkCrc { .. } | tp::FrameError::ChunkAuth { .. },
+            )) => Ok(false),
             Err(e) => Err(terr(&self.peer, e)),
         }
     }

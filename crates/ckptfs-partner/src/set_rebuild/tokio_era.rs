@@ -63,4 +63,3 @@ pub async fn connect(cluster: &Cluster, me: &str, node: &str, timeout: Duration)
         .await
         .map_err(|_| NodeError::Transport(format!("connect to {node} ({addr}): timed out")))?
 }
-
