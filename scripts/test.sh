@@ -14,14 +14,17 @@
 # CKPTFS_TEST_JOBS=0 runs everything one after the other (lane 1, then lane 2).
 #
 # Side by side is safe because no two suites share anything one of them changes or
-# listens on: each has its own TCP ports on 127.0.0.1, below Linux's ephemeral ports
-# (cargo test: each test its own range, 17160-17440, 27150-27299, 27400-27499 and its
-# S3 servers' 44000-44999; tests/metrics 27700-27709; tests/slurm 17810-17815,
-# 27960-27963, 28000-28999; tests/scr-veloc 29000-29199; tests/python 30000-30999;
-# tests/s3 31000-31099), its own store, job, network namespace and /tmp names (the pid
-# in each), its own FUSE mount points (temporary directories); only tests/slurm runs
-# Slurm and munge, only tests/metrics Prometheus; the kernel's FUSE enable_uring is
-# changed only by lane 1, which holds the Slurm prolog's lock (/run/ckptfs-prolog.lock,
+# listens on: each has its own TCP ports on 127.0.0.1 (cargo test: each test its own
+# range in 17160-17440, 25000-26799 (its S3 servers 25000-25999), 27150-27299,
+# 27400-27499, and, checked free just before, datasets_cluster's 41000-41299,
+# erasure_peers' 46120-46159, ckptfs-partner's cluster_nodes' 47600-47699;
+# tests/metrics 27700-27709; tests/slurm 17810-17815, 27960-27963, 28000-28999;
+# tests/scr-veloc 29000-29199; tests/python 30000-30999; tests/s3 31000-31099), the
+# fixed ones below Linux's ephemeral ports (32768-60999) that any process may take;
+# its own store, job, network namespace and /tmp names (the pid in each) and FUSE
+# mount points (temporary directories); only tests/slurm runs Slurm and munge, only
+# tests/metrics Prometheus; the kernel's FUSE enable_uring is changed only by lane 1,
+# which holds the Slurm prolog's lock (/run/ckptfs-prolog.lock,
 # examples/slurm/prolog.sh) while it has it changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
