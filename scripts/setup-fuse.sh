@@ -38,14 +38,27 @@ fi
 
 # pjdfstest, the POSIX conformance suite (Rust port, crates.io) run by
 # tests/fuse/pjdfstest.sh, in the project-local .tools/ (about 1.5 min once; kept).
+# The binary is also kept outside the checkout, by version (CI clones afresh each run):
+# a fresh checkout copies it instead of building it again.
 root=$(cd "$(dirname "$0")/.." && pwd)
+pjd_version=0.2.2
+pjd_cache=${XDG_CACHE_HOME:-$HOME/.cache}/ckptfs/tools/pjdfstest-$pjd_version
+if [ ! -x "$root/.tools/bin/pjdfstest" ] && [ -x "$pjd_cache/pjdfstest" ]; then
+    mkdir -p "$root/.tools/bin"
+    cp "$pjd_cache/pjdfstest" "$root/.tools/bin/pjdfstest"
+fi
 if [ ! -x "$root/.tools/bin/pjdfstest" ] && command -v cargo >/dev/null 2>&1; then
     log=$(mktemp)
-    if ! cargo install --quiet --locked --root "$root/.tools" pjdfstest --version 0.2.2 >"$log" 2>&1; then
+    if ! cargo install --quiet --locked --root "$root/.tools" pjdfstest --version "$pjd_version" >"$log" 2>&1; then
         cat "$log" >&2
         rm -f "$log"
         echo "setup-fuse.sh: cargo install pjdfstest failed" >&2
         exit 1
     fi
     rm -f "$log"
+fi
+# Into the cache whole or not at all (setups of other checkouts may look meanwhile).
+if [ -x "$root/.tools/bin/pjdfstest" ] && [ ! -x "$pjd_cache/pjdfstest" ] &&
+    mkdir -p "${pjd_cache%/*}" && tmp=$(mktemp -d "${pjd_cache%/*}/.new.XXXXXX"); then
+    cp "$root/.tools/bin/pjdfstest" "$tmp"/ && chmod 755 "$tmp" && mv -T "$tmp" "$pjd_cache" 2>/dev/null || rm -rf "$tmp"
 fi

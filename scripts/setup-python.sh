@@ -34,17 +34,36 @@ if ! "$VPY" -c 'import torch' >/dev/null 2>&1; then
 fi
 
 stamp=.venv/.ckptfs-wheel.stamp
-sum=$(find crates/ckptfs-python crates/ckptfs-store crates/ckptfs-crc crates/ckptfs-settings crates/ckptfs-datasets \
-        crates/ckptfs-object crates/ckptfs-dirlevel \
-        crates/ckptfs-agent crates/ckptfs-policy crates/ckptfs-runtime crates/ckptfs-node crates/ckptfs-partner crates/ckptfs-cluster \
-        crates/ckptfs-transport crates/ckptfs-level python \
-        -path '*/target' -prune -o -path '*/__pycache__' -prune -o -type f -print0 \
-        | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+# The wheel's inputs: every path crate of crates/ckptfs-python's dependency tree (its own
+# workspace and lock file, from cargo metadata; all of crates/ if that cannot say), the
+# Python package, the toolchain and the interpreter.
+crates=$(cargo metadata --manifest-path crates/ckptfs-python/Cargo.toml --format-version 1 --offline 2>/dev/null |
+    "$VPY" -c 'import json, os, sys
+m = json.load(sys.stdin)
+print("\n".join(sorted(os.path.relpath(os.path.dirname(p["manifest_path"])) for p in m["packages"] if p["source"] is None)))' \
+    2>/dev/null) || crates=crates
+[ -n "$crates" ] || crates=crates
+sum=$( { find $crates python -path '*/target' -prune -o -path '*/__pycache__' -prune -o -type f -print0 |
+        sort -z | xargs -0 sha256sum; rustc -vV; "$VPY" -V; } | sha256sum | cut -d' ' -f1)
+# Built wheels are kept by that sum outside the checkout (CI clones afresh each run):
+# the same inputs give the wheel built before instead of another maturin build.
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/ckptfs/wheels/$sum
 if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ] || ! "$VPY" -c 'import ckptfs._native' >/dev/null 2>&1; then
-    echo "setup-python: building the ckptfs wheel (maturin)"
     rm -rf target/wheels-python
-    (cd python && PYO3_PYTHON="$OLDPWD/$VPY" CARGO_TARGET_DIR="$OLDPWD/target" \
-        ../.venv/bin/maturin build --release --quiet -i ../.venv/bin/python -o ../target/wheels-python)
+    if ls "$cache"/ckptfs-*.whl >/dev/null 2>&1; then
+        echo "setup-python: the ckptfs wheel of these sources, built before ($cache)"
+        mkdir -p target/wheels-python
+        cp "$cache"/ckptfs-*.whl target/wheels-python/
+    else
+        echo "setup-python: building the ckptfs wheel (maturin)"
+        (cd python && PYO3_PYTHON="$OLDPWD/$VPY" CARGO_TARGET_DIR="$OLDPWD/target" \
+            ../.venv/bin/maturin build --release --quiet -i ../.venv/bin/python -o ../target/wheels-python)
+    fi
     "$VPY" -m pip install -q --force-reinstall --no-deps target/wheels-python/ckptfs-*.whl
     echo "$sum" > "$stamp"
+fi
+# Into the cache whole or not at all (setups of other checkouts may look meanwhile).
+if [ ! -d "$cache" ] && ls target/wheels-python/ckptfs-*.whl >/dev/null 2>&1 &&
+    mkdir -p "${cache%/*}" && tmp=$(mktemp -d "${cache%/*}/.new.XXXXXX"); then
+    cp target/wheels-python/ckptfs-*.whl "$tmp"/ && chmod 755 "$tmp" && mv -T "$tmp" "$cache" 2>/dev/null || rm -rf "$tmp"
 fi

@@ -15,8 +15,15 @@ fi
 VERSITYGW_VERSION=${CKPTFS_VERSITYGW_VERSION:-v1.8.0}
 bin_dir=$PWD/.tools/s3/bin
 stamp=$bin_dir/.versitygw-version
+# The binary is also kept outside the checkout, by version (CI clones afresh each run):
+# a fresh checkout copies it instead of building it again.
+gw_cache=${XDG_CACHE_HOME:-$HOME/.cache}/ckptfs/tools/versitygw-$VERSITYGW_VERSION
 if [ -x "$bin_dir/versitygw" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$VERSITYGW_VERSION" ]; then
     :
+elif [ -x "$gw_cache/versitygw" ]; then
+    mkdir -p "$bin_dir"
+    cp "$gw_cache/versitygw" "$bin_dir/versitygw"
+    echo "$VERSITYGW_VERSION" >"$stamp"
 elif ! command -v go >/dev/null 2>&1; then
     echo "setup-s3: no Go toolchain: the S3 tests will be SKIPPED (install Go >= 1.22)" >&2
 else
@@ -30,6 +37,11 @@ else
     else
         echo "setup-s3: go install of versitygw failed: the S3 tests will be SKIPPED" >&2
     fi
+fi
+# Into the cache whole or not at all (setups of other checkouts may look meanwhile).
+if [ -x "$bin_dir/versitygw" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$VERSITYGW_VERSION" ] &&
+    [ ! -x "$gw_cache/versitygw" ] && mkdir -p "${gw_cache%/*}" && tmp=$(mktemp -d "${gw_cache%/*}/.new.XXXXXX"); then
+    cp "$bin_dir/versitygw" "$tmp"/ && chmod 755 "$tmp" && mv -T "$tmp" "$gw_cache" 2>/dev/null || rm -rf "$tmp"
 fi
 
 # Optional: the benchmark and the tests say so without it.

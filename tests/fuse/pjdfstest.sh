@@ -71,9 +71,15 @@ mkdir -m 755 "$work/tmpfs/plain" "$work/tmpfs/backend"
 "$bin" --store "$store" mount --io-uring off --log-file "$work/store.log" "$work/store" >/dev/null
 targets=(tmpfs crfs store)
 if [ -n "$uring_old" ]; then
+    # The kernel parameter is global: changed under the lock the Slurm node prolog
+    # (examples/slurm/prolog.sh) takes to set it, since scripts/test.sh runs the Slurm
+    # suite beside this one (the mount daemon does not keep the lock's descriptor).
+    exec 8>/run/ckptfs-prolog.lock
+    flock 8
     echo Y >"$uring_param"
-    "$bin" --store "$ring_store" mount --io-uring auto --log-file "$work/ring.log" "$work/ring" >/dev/null
+    "$bin" --store "$ring_store" mount --io-uring auto --log-file "$work/ring.log" "$work/ring" >/dev/null 8>&-
     echo "$uring_old" >"$uring_param"
+    exec 8>&-
     if ! grep -q "requests over io_uring" "$work/ring.log"; then
         echo "pjdfstest: the ring mount did not get io_uring from the kernel; its log:" >&2
         cat "$work/ring.log" >&2

@@ -7,7 +7,8 @@
 #
 #   bash tests/metrics/run.sh
 #
-# PORT: first of 10 free TCP ports on 127.0.0.1 (default 27700). Needs prometheus,
+# PORT: first of 10 free TCP ports on 127.0.0.1 (default 27700: 27700-27709 are this
+# suite's own, no other suite's, so that scripts/test.sh can run them side by side). Needs prometheus,
 # promtool and curl (scripts/setup-slurm.sh installs them); fails when they are missing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

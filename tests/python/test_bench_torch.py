@@ -19,7 +19,8 @@ def test_bench_torch_reports_every_row(tmp_path):
     exe = Path(os.environ.get("CKPTFS_BIN_DIR") or ROOT / "target" / "release") / "ckptfs"
     if not exe.is_file():
         pytest.skip(f"{exe} not built")
-    port = int(os.environ.get("CKPTFS_TEST_PORT", 27300 + 2 * (os.getpid() % 25))) + 50
+    # 30100-30199 (conftest.py: the suite's ports).
+    port = int(os.environ.get("CKPTFS_TEST_PORT", 30050 + 2 * (os.getpid() % 50))) + 50
     tag = f"{os.environ.get('CKPTFS_TEST_TAG', 'pytest')}-bt{os.getpid()}"
     r = subprocess.run(
         [str(exe), "bench", "torch", "--sizes", "4M", "--reps", "1", "--remote-max", "4M",
@@ -53,7 +54,8 @@ def test_bench_torch_two_nodes_reports_stalls_and_time_to_protected(tmp_path):
         if os.environ.get("CKPTFS_REQUIRE_ROOT_TESTS") == "1":
             pytest.fail(f"root test cannot run (CKPTFS_REQUIRE_ROOT_TESTS=1): {why}")
         pytest.skip(why)
-    port = int(os.environ.get("CKPTFS_TEST_PORT", 43600 + 2 * (os.getpid() % 100))) + 4
+    # 30700-30799 (conftest.py: the suite's ports).
+    port = int(os.environ.get("CKPTFS_TEST_PORT", 30696 + 2 * (os.getpid() % 48))) + 4
     tag = f"{os.environ.get('CKPTFS_NETNS_TAG', 'pyt')[:4]}"
     r = subprocess.run(
         [str(exe), "bench", "torch", "--nodes", "2", "--sizes", "8M", "--reps", "1", "--links", "1gbit",

@@ -34,8 +34,9 @@ from cluster_job import _resume_job, _save_job, whole_job  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = os.environ.get("CKPTFS_TEST_TAG", "pytest")
-# Two consecutive ports: CKPTFS_TEST_PORT, else one derived from the pid.
-PORT = int(os.environ.get("CKPTFS_TEST_PORT", 43200 + 2 * (os.getpid() % 100)))
+# Two consecutive ports: CKPTFS_TEST_PORT, else one derived from the pid in this test's
+# range 30200-30299 (conftest.py: the suite's ports).
+PORT = int(os.environ.get("CKPTFS_TEST_PORT", 30200 + 2 * (os.getpid() % 50)))
 
 
 def _ckptfs_bin():

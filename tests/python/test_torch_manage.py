@@ -172,7 +172,7 @@ def test_cluster_init_local_2_puts_each_node_in_its_own_rack(tmp_path):
     exe = Path(os.environ.get("CKPTFS_BIN_DIR") or Path(__file__).resolve().parents[2] / "target" / "release") / "ckptfs"
     if not exe.is_file():
         pytest.skip(f"{exe} not built")
-    r = subprocess.run([str(exe), "cluster", "init", "--local", "2", "--out", str(tmp_path / "c.toml"), "--port", "43990"],
+    r = subprocess.run([str(exe), "cluster", "init", "--local", "2", "--out", str(tmp_path / "c.toml"), "--port", "30400"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     plan = subprocess.run([str(exe), "cluster", "plan", "--cluster", str(tmp_path / "c.toml")],
@@ -196,7 +196,8 @@ def test_cluster_init_mem_sizes_every_nodes_store_unless_a_setting_says_otherwis
     exe = Path(os.environ.get("CKPTFS_BIN_DIR") or Path(__file__).resolve().parents[2] / "target" / "release") / "ckptfs"
     if not exe.is_file():
         pytest.skip(f"{exe} not built")
-    port = int(os.environ.get("CKPTFS_TEST_PORT", 43400 + 2 * (os.getpid() % 100)))
+    # 30300-30399 (conftest.py: the suite's ports).
+    port = int(os.environ.get("CKPTFS_TEST_PORT", 30300 + 2 * (os.getpid() % 50)))
     job = f"{os.environ.get('CKPTFS_TEST_TAG', 'pytest')}-mem-{os.getpid()}"
     env = dict(os.environ, CKPTFS_CHUNK_SIZE="64K", CKPTFS_JOB=job)
     for k in ("CKPTFS_MEM_SIZE", "CKPTFS_STORE", "CKPTFS_CLUSTER", "CKPTFS_NODE_ID", "CKPTFS_CONFIG", "CKPTFS_DEST"):

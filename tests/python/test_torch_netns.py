@@ -34,8 +34,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from netnodes import Nodes  # noqa: E402
 HERE = Path(__file__).resolve().parent
 TAG = os.environ.get("CKPTFS_NETNS_TAG", "pyt")[:4]
-PORT = int(os.environ.get("CKPTFS_TEST_PORT", 43400 + 2 * (os.getpid() % 100)))
-MASTER_PORT = PORT + 300
+# Ports inside the nodes' namespaces, in this test's range all the same (conftest.py:
+# the suite's ports): the daemons 30500-30599, torchrun's master 30600-30699.
+PORT = int(os.environ.get("CKPTFS_TEST_PORT", 30500 + 2 * (os.getpid() % 50)))
+MASTER_PORT = PORT + 100
 
 
 def _unavailable(why):

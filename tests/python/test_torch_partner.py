@@ -21,9 +21,9 @@ import ckptfs.torch as ct  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = os.environ.get("CKPTFS_TEST_TAG", "pytest")
-# Two consecutive ports: CKPTFS_TEST_PORT, else one derived from the pid (27300-27349
-# is this suite's range by default).
-PORT = int(os.environ.get("CKPTFS_TEST_PORT", 27300 + 2 * (os.getpid() % 25)))
+# Two consecutive ports: CKPTFS_TEST_PORT, else one derived from the pid in this test's
+# range 30000-30099 (conftest.py: the suite's ports).
+PORT = int(os.environ.get("CKPTFS_TEST_PORT", 30000 + 2 * (os.getpid() % 50)))
 
 
 def _ckptfs_bin():

@@ -8,7 +8,7 @@ server's data directory it is refused and the older checkpoint is loaded instead
 
 The server's binary: $VERSITYGW, else .tools/s3/bin/versitygw (scripts/setup-s3.sh);
 without it the test is skipped, unless CKPTFS_REQUIRE_SERVICES is set (CI), where it
-fails. Ports: $S3_LOCAL_PORTS (default 44000-44999); bucket: $S3_LOCAL_BUCKET (ckptfs)."""
+fails. Ports: $S3_LOCAL_PORTS (default 30900-30999, conftest.py); bucket: $S3_LOCAL_BUCKET (ckptfs)."""
 
 import os
 import subprocess
@@ -50,7 +50,7 @@ def s3(tmp_path):
     d = tmp_path / "s3"
     bucket = os.environ.get("S3_LOCAL_BUCKET", "ckptfs")
     env = dict(os.environ, VERSITYGW=str(binary), S3_LOCAL_BUCKET=bucket)
-    env.setdefault("S3_LOCAL_PORTS", "44000-44999")
+    env.setdefault("S3_LOCAL_PORTS", "30900-30999")
     r = subprocess.run(
         ["bash", str(ROOT / "scripts" / "s3-local.sh"), "start", str(d)],
         capture_output=True,

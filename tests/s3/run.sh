@@ -7,6 +7,7 @@
 #   bash tests/s3/run.sh
 #
 # Needs the server binary (bash scripts/setup-s3.sh); prints SKIPPED without Go.
+# Ports: the server on 127.0.0.1:31000-31099 (S3_LOCAL_PORTS), this suite's own.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${CKPTFS_BIN_DIR:-${CARGO_TARGET_DIR:-$PWD/target}/release}
@@ -38,7 +39,7 @@ cleanup() {
 trap cleanup EXIT
 
 # 1. The acceptance commands.
-eval "$(S3_LOCAL_PORTS=${S3_LOCAL_PORTS:-44000-44999} scripts/s3-local.sh start "$WORK/s3")"
+eval "$(S3_LOCAL_PORTS=${S3_LOCAL_PORTS:-31000-31099} scripts/s3-local.sh start "$WORK/s3")"
 [ -n "${AWS_ENDPOINT_URL:-}" ] && ok "server up at $AWS_ENDPOINT_URL" || bad "server did not start"
 head -c 1000 /dev/urandom >"$WORK/f"
 head -c $((20 << 20)) /dev/urandom >"$WORK/big"

@@ -8,6 +8,8 @@
 #
 #   tests/scr-veloc/run.sh
 #
+# Ports: the local clusters' node daemons on 127.0.0.1:29000-29199 (this suite's own).
+#
 # Library location: $CKPTFS_BIN_DIR if set (must hold libscr.so, libveloc_client.so,
 # libckptfs.so (loaded across nodes) and
 # the ckptfs binary), else ${CARGO_TARGET_DIR:-<repo>/target}/release after building.
@@ -255,7 +257,18 @@ cluster_case() { # NODES
     local n=$1 per=$((4 / $1)) dir="$out/c$1" c
     mkdir -p "$dir/pfs"
     c="$dir/c.toml"
-    local port=$((20000 + (RANDOM % 2000) * 10))
+    # This suite's own ports (29000-29199, disjoint from the other suites' so that
+    # scripts/test.sh can run them side by side): the first block of 10 with the
+    # daemons' $n ports free (a daemon left by a killed run keeps its block).
+    local port="" p q
+    for p in $(seq 29000 10 29190); do
+        for q in $(seq "$p" $((p + n - 1))); do
+            (exec 3<>"/dev/tcp/127.0.0.1/$q") 2>/dev/null && continue 2
+        done
+        port=$p
+        break
+    done
+    [[ -n "$port" ]] || { step "cluster $n nodes: $n free ports in 29000-29199" false; return; }
     step "cluster $n nodes: cluster init --local $n and $n node daemons" bash -c \
         "'$ckptfs' cluster init --local $n --out '$c' --port $port --job scrv$$ >/dev/null"
     local i

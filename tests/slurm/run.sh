@@ -24,8 +24,11 @@
 # Needs root (Slurm's daemons) and scripts/setup-slurm.sh's packages: fails otherwise;
 # case 4 needs versitygw (scripts/setup-s3.sh; VERSITYGW names another binary).
 # Starts the local cluster (5 nodes) if it is not running and stops it at the end if it
-# started it. Ports: SLURM_TEST_PORT (the daemons' first port; default: derived from
-# the job id), SLURM_TEST_METRICS_PORT (27960), S3_LOCAL_PORTS (scripts/s3-local.sh).
+# started it. Ports (this suite's own, disjoint from the other suites' so that
+# scripts/test.sh can run them side by side): the Slurm daemons 17810-17815
+# (scripts/slurm-local.sh), the job's node daemons 28000-28399 (each job submitted its
+# own 40; SLURM_TEST_PORT: one first port for every job), their metrics 27960-27963
+# (SLURM_TEST_METRICS_PORT), the S3 server 28900-28999 (S3_LOCAL_PORTS).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -38,6 +41,8 @@ CASES=" ${*:-1 2 3 4 5} "
 # would change which node ids they take or where they flush.
 unset CKPTFS_PREVIOUS_CLUSTER CKPTFS_FLUSH_S3
 want() { [[ "$CASES" == *" $1 "* ]]; }
+# Case 4's S3 server on this suite's ports (the object and Python suites have their own).
+export S3_LOCAL_PORTS=${S3_LOCAL_PORTS:-28900-28999}
 ok() { echo "ok: $*"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
 finish() { echo "tests/slurm: $passed passed, $failed failed ($(($(date +%s) - t0)) s)"; [ "$failed" -eq 0 ]; exit $?; }
@@ -77,6 +82,7 @@ cc -O2 -o "$WORK/heat" examples/heat/heat.c || { bad "build heat"; finish; }
 # reference STEPS: the field of an uninterrupted run to STEPS (512x512, a checkpoint every 10).
 reference() { [ -f "$WORK/ref.$1" ] || "$WORK/heat" 512 512 "$1" 10 "$WORK/refck.$1" "$WORK/ref.$1" >/dev/null; echo "$WORK/ref.$1"; }
 
+NSUBMIT=0
 # submit NAME [sbatch options] -- [VAR=value ...]: sbatch --wait the example job with
 # its own job directory; sets JOB, RC, OUT, JD. (Cases 1-4 name their nodes, c1-c4: the
 # cluster has a fifth node for case 5.)
@@ -88,7 +94,11 @@ submit() {
     JD=$WORK/$name
     mkdir -p "$JD"
     local exports="ALL,CKPTFS_JOBDIR=$JD/job"
-    [ -n "${SLURM_TEST_PORT:-}" ] && exports+=",CKPTFS_PORT=$SLURM_TEST_PORT"
+    # The job's node daemons on this suite's ports, not on the example's default (one
+    # derived from the job id, anywhere in 20000-59999: another suite's or an ephemeral
+    # port); each job its own 40 (a requeued job keeps them: the same environment).
+    exports+=",CKPTFS_PORT=${SLURM_TEST_PORT:-$((28000 + NSUBMIT % 10 * 40))}"
+    NSUBMIT=$((NSUBMIT + 1))
     for kv in "$@"; do exports+=",$kv"; done
     OUT=$JD/out.txt  # appended to across a requeue
     JOB=$(sbatch --parsable --open-mode=append --chdir="$ROOT" --output="$OUT" --export="$exports" "${opts[@]}" examples/slurm/ckptfs-job.sh)

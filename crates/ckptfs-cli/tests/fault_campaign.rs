@@ -95,7 +95,7 @@ impl Camp {
         let file = dir.path().join("c.toml");
         let base = match &sim {
             Some(_) => 41000,
-            None => ckptfs_testsupport::free_ports(41100..42000, 4),
+            None => ckptfs_testsupport::free_ports(26400..26800, 4),
         };
         let job = format!("camp{}", std::process::id());
         let o = Command::new(CKPTFS)

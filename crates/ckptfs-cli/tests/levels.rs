@@ -7,7 +7,7 @@
 //! the server binary the S3 tests print SKIPPED, unless CKPTFS_REQUIRE_SERVICES is set
 //! (CI), where they fail.
 //!
-//! The server's ports come from S3_LOCAL_PORTS (default 44000-44999), its bucket name
+//! The server's ports come from S3_LOCAL_PORTS (default 25000-25999), its bucket name
 //! from S3_LOCAL_BUCKET (default ckptfs), its binary from VERSITYGW (default
 //! .tools/s3/bin/versitygw).
 

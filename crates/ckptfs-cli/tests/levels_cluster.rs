@@ -33,7 +33,7 @@ fn preload_lib() -> PathBuf {
 
 impl Job {
     fn new(srv: &Server) -> Job {
-        let port = ckptfs_testsupport::free_ports(46300..46380, NODES as u16);
+        let port = ckptfs_testsupport::free_ports(26300..26380, NODES as u16);
         let job = Job {
             dir: tempfile::tempdir().unwrap(),
             daemons: (0..NODES).map(|_| None).collect(),

@@ -3,7 +3,8 @@
 //! `cargo build -p ckptfs-capi`, in the same profile), writes a file through
 //! `ckptfs_pool_*` into a pool of processes (manager, three benefactors) and reads it
 //! back; the file is then listed by `ckptfs pool ls` and read byte-identical by
-//! `ckptfs pool get`. Ports 46288-46291.
+//! `ckptfs pool get`. Ports 26288-26291 (below the
+//! ephemeral ports, which other suites' processes take meanwhile).
 
 mod pool_support;
 
@@ -27,7 +28,7 @@ fn lib_dir() -> PathBuf {
 fn a_c_program_writes_a_pool_file_through_the_c_api_and_the_pool_tools_read_it() {
     let lib = lib_dir();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let pool = Pool::start("pl3-pool-capi", 46288, "replicas = 2\n");
+    let pool = Pool::start("pl3-pool-capi", 26288, "replicas = 2\n");
     let prog = pool.path().join("capi_pool_test");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)

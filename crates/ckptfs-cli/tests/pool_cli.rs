@@ -39,8 +39,9 @@ fn pool_acceptance_commands_work_end_to_end() {
         .tempdir_in("/tmp")
         .unwrap();
     let d = dir.path();
-    // Ports 46284-46287: the manager at node1's port, node2..node4 lend at theirs.
-    let port = 46284u16;
+    // Ports 26284-26287 (below the ephemeral ports, which other suites' processes take
+    // meanwhile): the manager at node1's port, node2..node4 lend at theirs.
+    let port = 26284u16;
     run(
         d,
         &[

@@ -1,5 +1,5 @@
 //! `ckptfs mount --pool`: the aggregate memory pool as a FUSE file system over a pool of
-//! processes on 127.0.0.1 (manager, three benefactors; ports 46292-46295). Files written
+//! processes on 127.0.0.1 (manager, three benefactors; ports 26292-26295). Files written
 //! through the mount by ordinary file calls are listed by `ckptfs pool ls` and read
 //! byte-identical by `ckptfs pool get` and through the mount; a second version sends
 //! only its changed chunk; unlink removes; unsupported calls answer their documented
@@ -41,7 +41,7 @@ fn files_written_through_a_pool_mount_are_pool_files() {
         ckptfs_testsupport::skip_root_only("no /dev/fuse");
         return;
     }
-    let pool = Pool::start("pl3-pool-mount", 46292, "");
+    let pool = Pool::start("pl3-pool-mount", 26292, "");
     let mp = pool.path().join("mnt");
     std::fs::create_dir(&mp).unwrap();
     let log = pool.path().join("mount.log");

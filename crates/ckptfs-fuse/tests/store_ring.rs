@@ -21,18 +21,36 @@ fn zz_daemon_entry() {
     daemon_entry();
 }
 
-/// Sets the kernel parameter and puts the old value back on drop.
-struct Param(String);
+/// The lock the Slurm node prolog (examples/slurm/prolog.sh) holds while it sets the
+/// parameter: held here while the parameter is changed, so that a job of the Slurm
+/// suite starting meanwhile (scripts/test.sh runs the suites side by side) waits
+/// instead of turning the ring back on under the test.
+const PROLOG_LOCK: &str = "/run/ckptfs-prolog.lock";
+
+/// Sets the kernel parameter and puts the old value back on drop (the prolog's lock
+/// held until then).
+struct Param {
+    old: String,
+    _lock: std::fs::File,
+}
 impl Param {
     fn set(on: bool) -> Param {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(PROLOG_LOCK)
+            .unwrap();
+        lock.lock().unwrap();
         let old = std::fs::read_to_string(PARAM).unwrap().trim().to_string();
         std::fs::write(PARAM, if on { "Y" } else { "N" }).unwrap();
-        Param(old)
+        Param { old, _lock: lock }
     }
 }
 impl Drop for Param {
     fn drop(&mut self) {
-        let _ = std::fs::write(PARAM, &self.0);
+        // Before the lock is let go (fields drop after this).
+        let _ = std::fs::write(PARAM, &self.old);
     }
 }
 

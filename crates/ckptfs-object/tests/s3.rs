@@ -56,7 +56,7 @@ impl Server {
             .arg(root().join("scripts/s3-local.sh"))
             .arg(cmd)
             .arg(self.dir.path())
-            .env("S3_LOCAL_PORTS", "44000-44999")
+            .env("S3_LOCAL_PORTS", "25000-25999")
             .output()
             .unwrap();
         assert!(
@@ -436,11 +436,11 @@ fn throttle(upstream: &str, fail: i64) -> Throttle {
         .find_map(|i| {
             TcpListener::bind((
                 "127.0.0.1",
-                44000 + ((std::process::id() as u16 * 7 + i * 13) % 1000),
+                25000 + ((std::process::id() as u16 * 7 + i * 13) % 1000),
             ))
             .ok()
         })
-        .expect("a free port in 44000-44999");
+        .expect("a free port in 25000-25999");
     let addr = listener.local_addr().unwrap();
     let left = Arc::new(AtomicI64::new(fail));
     let answered_503 = Arc::new(AtomicU64::new(0));

@@ -46,7 +46,7 @@ impl Server {
             .env("S3_LOCAL_BUCKET", &bucket)
             .env(
                 "S3_LOCAL_PORTS",
-                std::env::var("S3_LOCAL_PORTS").unwrap_or_else(|_| "44000-44999".into()),
+                std::env::var("S3_LOCAL_PORTS").unwrap_or_else(|_| "25000-25999".into()),
             )
             .output()
             .unwrap();
