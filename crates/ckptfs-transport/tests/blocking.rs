@@ -1,7 +1,8 @@
 //! The blocking client connection against the tokio server side: the same handshake
 //! (both protections), every message, chunk frames both ways (a damaged one refused with
 //! the connection still in step), a wrong key or an impostor server refused with
-//! EACCES, a peer that stops answering timing out with ETIMEDOUT.
+//! EACCES, a peer that stops answering timing out with ETIMEDOUT, and a connection with
+//! no read timeout waiting longer than its handshake's deadline for an answer.
 
 use ckptfs_cluster::{NodeKeys, Secret};
 use ckptfs_transport::{
@@ -326,4 +327,33 @@ fn a_peer_that_stops_answering_times_out_with_etimedout() {
     rt.block_on(srv).unwrap().unwrap();
     // Closed by the peer between frames: Closed.
     assert!(matches!(cl.recv(), Err(TransportError::Closed)));
+}
+
+/// With no read timeout, the connection waits as long as the answer takes: the
+/// handshake's deadline (set on the socket while it runs) does not stay in force. It did:
+/// a restore from a partner read "the end of the connection" when the holder took longer
+/// than what was left of the handshake's time to answer the next file's request.
+#[test]
+fn with_no_read_timeout_an_answer_slower_than_the_handshake_deadline_is_waited_for() {
+    let rt = rt();
+    let (l, addr) = listener(&rt);
+    let srv = serve_one(&rt, l, 6, cfg(), |mut s| async move {
+        let got = s.recv().await.unwrap();
+        // Longer than the client's whole handshake deadline.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        s.send(&got).await.unwrap();
+        assert!(matches!(s.recv().await, Err(TransportError::Closed)));
+    });
+    let c = ConnConfig {
+        read_timeout: None,
+        handshake_timeout: Duration::from_millis(1000),
+        ..cfg()
+    };
+    let mut cl = blocking::Conn::connect(&addr, &id("client"), "server", &keys("client", 6), &c).unwrap();
+    assert_eq!(cl.read_timeout(), None);
+    let q = Msg::Query { body: "{}".into() };
+    cl.send(&q).unwrap();
+    assert_eq!(cl.recv().unwrap(), q);
+    drop(cl);
+    rt.block_on(srv).unwrap().unwrap();
 }

@@ -353,12 +353,16 @@ impl Bed {
         }
         let out = c.output()?;
         if !out.status.success() {
+            // Both daemons' logs: the other side's often says why.
+            let logs: Vec<String> = (0..2)
+                .map(|n| format!("--- {}'s daemon:\n{}", Self::id(n), self.log_text(n)))
+                .collect();
             bail!(
                 "worker {} on {}: {}\n{}",
                 w.mode,
                 Self::id(i),
                 String::from_utf8_lossy(&out.stderr),
-                self.log_text(i)
+                logs.join("\n")
             );
         }
         let text = String::from_utf8_lossy(&out.stdout);
