@@ -16,8 +16,9 @@
 # Side by side is safe because no two suites share anything one of them changes or
 # listens on: each has its own TCP ports on 127.0.0.1 (cargo test: each test its own
 # range in 17160-17440, 25000-26799 (its S3 servers 25000-25999), 27150-27299,
-# 27400-27499, and, checked free just before, datasets_cluster's 41000-41299,
-# erasure_peers' 46120-46159, ckptfs-partner's cluster_nodes' 47100-47199, 47600-47699;
+# 27400-27499, and, checked free just before, datasets_cluster's 19000-19299,
+# erasure_peers' 19400-19439, ckptfs-partner's cluster_nodes' 19500-19699; the pool
+# tests' ports are the kernel's choice, bound and held from the start);
 # tests/metrics 27700-27709; tests/slurm 17810-17815, 27960-27963, 28000-28999;
 # tests/scr-veloc 29000-29199; tests/python 30000-30999; tests/s3 31000-31099), the
 # fixed ones below Linux's ephemeral ports (32768-60999) that any process may take;

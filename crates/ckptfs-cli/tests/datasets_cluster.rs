@@ -245,7 +245,7 @@ fn three_datasets(job: &Job) {
 /// daemons when they start, and keep it for the nodes replaced after them.
 #[test]
 fn dataset_ids_never_go_back_after_every_node_lost_its_memory() {
-    let mut job = new_job("ids", 41000);
+    let mut job = new_job("ids", 19000);
     for n in 0..NODES {
         job.start(n);
     }
@@ -267,7 +267,7 @@ fn dataset_ids_never_go_back_after_every_node_lost_its_memory() {
 /// the floor recorded in the destination keeps the ids going.
 #[test]
 fn dataset_ids_continue_from_the_pfs_after_every_node_lost_its_memory_at_once() {
-    let mut job = new_job("idp", 41100);
+    let mut job = new_job("idp", 19100);
     let dest = job.dir.path().join("pfs");
     std::fs::create_dir(&dest).unwrap();
     for n in 0..NODES {
@@ -307,7 +307,7 @@ fn dataset_ids_continue_from_the_pfs_after_every_node_lost_its_memory_at_once() 
 /// every rank, the replacement's first, chooses v3.
 #[test]
 fn a_replaced_node_and_a_rank_that_cannot_ask_every_node_agree_on_the_restart() {
-    let mut job = new_job("agree", 41200);
+    let mut job = new_job("agree", 19200);
     for n in 0..NODES {
         job.start(n);
     }

@@ -4,7 +4,7 @@
 //!
 //! Four nodes, sets of two (`set_size = 2`): the test plays the leader (and ring
 //! neighbour) of one set with that node's own credentials, so the daemon of the other
-//! member is driven piece by piece. Addresses in 127.0.0.1:46120-46159 (this suite's
+//! member is driven piece by piece. Addresses in 127.0.0.1:19400-19439 (this suite's
 //! ports).
 
 mod support;
@@ -17,11 +17,11 @@ use ckptfs_transport::{self as tp, ChunkHeader, Msg, SegKind, SegPiece};
 use std::time::Duration;
 use support::*;
 
-/// Four nodes on ports of this suite's range (46120-46159), bound and kept until the
+/// Four nodes on ports of this suite's range (19400-19439), bound and kept until the
 /// daemons (or the fake peers) take them: a fixed port lies in the kernel's range of
 /// ephemeral ports, where another connection of the run may hold it for a while.
 fn cluster(tag: &str) -> TestCluster {
-    let addrs = (0..4).map(|_| reserve_in(46120..46160)).collect();
+    let addrs = (0..4).map(|_| reserve_in(19400..19440)).collect();
     let job = format!("er3-{tag}-{}", std::process::id());
     let mut tc = TestCluster::with_job(&job, addrs, Scheme::Ring, 1).patient();
     tc.cluster.redundancy.erasure = Some(Erasure::Xor);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// Two nodes on loopback ports nothing listens on; node1's store created.
 fn setup(tag: &str) -> (ckptfs_cluster::Cluster, Store, tempfile::TempDir) {
-    let base = ckptfs_testsupport::free_ports(47600..47700, 2);
+    let base = ckptfs_testsupport::free_ports(19500..19600, 2);
     let job = format!("pm-{tag}-{}", std::process::id());
     let mut c = ckptfs_cluster::Cluster::local(2, &job, base).unwrap();
     let secret = ckptfs_cluster::Secret::generate().unwrap();
@@ -132,7 +132,7 @@ fn a_node_whose_daemon_does_not_answer_is_left_out_and_no_copy_comes_from_this_n
 /// never answer the handshake: silent daemons.
 #[test]
 fn silent_nodes_are_asked_at_once_each_tried_twice_within_the_timeouts() {
-    let base = ckptfs_testsupport::free_ports(47100..47200, 4);
+    let base = ckptfs_testsupport::free_ports(19600..19700, 4);
     let job = format!("nt2-silent-{}", std::process::id());
     let mut c = ckptfs_cluster::Cluster::local(4, &job, base).unwrap();
     let secret = ckptfs_cluster::Secret::generate().unwrap();
