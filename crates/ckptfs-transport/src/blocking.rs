@@ -156,16 +156,14 @@ impl Conn {
     }
 
     /// Socket timeouts for what is left until `deadline` (the handshake's).
-    fn until(&mut self, deadline: Instant) -> Result<()> {
+    fn until(&self, deadline: Instant) -> Result<()> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(TransportError::Timeout {
                 what: "connect and handshake",
             });
         }
-        // Through the cached setter: the connection's own read timeout, set after the
-        // handshake, must replace this deadline even when it is None (wait forever).
-        self.set_read_timeout(Some(left))?;
+        self.rd.get_ref().set_read_timeout(Some(at_least_1ms(left)))?;
         self.wr.set_write_timeout(Some(at_least_1ms(left)))?;
         Ok(())
     }

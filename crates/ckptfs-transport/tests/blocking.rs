@@ -330,9 +330,7 @@ fn a_peer_that_stops_answering_times_out_with_etimedout() {
 }
 
 /// With no read timeout, the connection waits as long as the answer takes: the
-/// handshake's deadline (set on the socket while it runs) does not stay in force. It did:
-/// a restore from a partner read "the end of the connection" when the holder took longer
-/// than what was left of the handshake's time to answer the next file's request.
+/// handshake's deadline (set on the socket while it runs) does not stay in force.
 #[test]
 fn with_no_read_timeout_an_answer_slower_than_the_handshake_deadline_is_waited_for() {
     let rt = rt();
@@ -350,7 +348,6 @@ fn with_no_read_timeout_an_answer_slower_than_the_handshake_deadline_is_waited_f
         ..cfg()
     };
     let mut cl = blocking::Conn::connect(&addr, &id("client"), "server", &keys("client", 6), &c).unwrap();
-    assert_eq!(cl.read_timeout(), None);
     let q = Msg::Query { body: "{}".into() };
     cl.send(&q).unwrap();
     assert_eq!(cl.recv().unwrap(), q);
