@@ -83,10 +83,37 @@ cc -O2 -o "$WORK/heat" examples/heat/heat.c || { bad "build heat"; finish; }
 reference() { [ -f "$WORK/ref.$1" ] || "$WORK/heat" 512 512 "$1" 10 "$WORK/refck.$1" "$WORK/ref.$1" >/dev/null; echo "$WORK/ref.$1"; }
 
 NSUBMIT=0
-# submit NAME [sbatch options] -- [VAR=value ...]: sbatch --wait the example job with
-# its own job directory; sets JOB, RC, OUT, JD. (Cases 1-4 name their nodes, c1-c4: the
-# cluster has a fifth node for case 5.)
+# The nodes whose slurmd is no longer running (its pid file names a dead process).
+# Slurm 22.05's slurmd has been seen to abort on a corrupted heap inside its host-list
+# code (malloc(): unaligned tcache chunk detected, in slurm_hostlist_create_dims; a core
+# in /var/lib/ckptfs-slurm/log) while a job was requeued: that is Slurm's crash, not the
+# case's result.
+dead_slurmds() {
+    local n f
+    for n in c1 c2 c3 c4 c5; do
+        f=/var/lib/ckptfs-slurm/run/slurmd-$n.pid
+        [ -f "$f" ] || continue
+        kill -0 "$(cat "$f")" 2>/dev/null || echo "$n"
+    done
+}
+# submit NAME [sbatch options] -- [VAR=value ...]: as submit_once; when a slurmd died
+# during the job, the daemons are started again and the case is submitted once more
+# (said in the log; a second crash leaves the case's result as it is).
 submit() {
+    local dead
+    submit_once "$@"
+    dead=$(dead_slurmds)
+    [ -z "$dead" ] && return 0
+    echo "   slurmd of $dead died during job $JOB (Slurm's own crash; logs and core in /var/lib/ckptfs-slurm/log): restarting Slurm's daemons and submitting the case again"
+    scancel "$JOB" 2>/dev/null
+    bash scripts/slurm-local.sh start 5 >/dev/null || { bad "scripts/slurm-local.sh start 5 after slurmd of $dead died"; return 0; }
+    rm -rf "$JD"
+    submit_once "$@"
+}
+# submit_once NAME [sbatch options] -- [VAR=value ...]: sbatch --wait the example job
+# with its own job directory; sets JOB, RC, OUT, JD. (Cases 1-4 name their nodes,
+# c1-c4: the cluster has a fifth node for case 5.)
+submit_once() {
     local name=$1; shift
     local opts=()
     while [ "$1" != -- ]; do opts+=("$1"); shift; done
@@ -119,6 +146,8 @@ submit() {
         fi
         st=$(scontrol show job "$JOB" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
         case "$st" in COMPLETED | FAILED | TIMEOUT | CANCELLED | NODE_FAIL | OUT_OF_MEMORY | "") break ;; esac
+        # A slurmd that died leaves the job pending or hung: `submit` starts it again.
+        [ -n "$(dead_slurmds)" ] && break
         # Slurm holds a requeued job for about two minutes (Reason=BeginTime): release it
         # (DRAIN_ON_REQUEUE: first take that node out of service, as a site does with a
         # failed node, so that the new allocation gets another host).
