@@ -63,35 +63,34 @@ pub(crate) fn save_costs(ds: &Datasets, c: &Costs) -> Result<()> {
     record::write_atomic(&ds.store, &costs_path(&ds.cfg.job), &b)
 }
 
-/// Record a PFS transfer (a restore) of `bytes` in `secs`.
-pub fn record_pfs_transfer(ds: &Datasets, bytes: u64, secs: f64) -> Result<()> {
+/// Fold a transfer of `bytes` in `secs` into the measured rate `rate` picks out.
+fn record_transfer(
+    ds: &Datasets,
+    bytes: u64,
+    secs: f64,
+    rate: fn(&mut Costs) -> &mut Option<f64>,
+) -> Result<()> {
     if bytes == 0 || secs <= 0.0 {
         return Ok(());
     }
     let _l = ds.lock()?;
     let mut c = load_costs(ds);
-    c.pfs_bps = smooth(c.pfs_bps, bytes as f64 / secs);
+    let r = rate(&mut c);
+    *r = smooth(*r, bytes as f64 / secs);
     save_costs(ds, &c)
+}
+
+/// Record a PFS transfer (a restore) of `bytes` in `secs`.
+pub fn record_pfs_transfer(ds: &Datasets, bytes: u64, secs: f64) -> Result<()> {
+    record_transfer(ds, bytes, secs, |c| &mut c.pfs_bps)
 }
 
 /// Record fetches of `bytes` from partners in `secs` (a restart).
 pub fn record_partner_transfer(ds: &Datasets, bytes: u64, secs: f64) -> Result<()> {
-    if bytes == 0 || secs <= 0.0 {
-        return Ok(());
-    }
-    let _l = ds.lock()?;
-    let mut c = load_costs(ds);
-    c.partner_get_bps = smooth(c.partner_get_bps, bytes as f64 / secs);
-    save_costs(ds, &c)
+    record_transfer(ds, bytes, secs, |c| &mut c.partner_get_bps)
 }
 
 /// Record a rebuild from the node's erasure set of `bytes` in `secs` (a restart).
 pub fn record_erasure_transfer(ds: &Datasets, bytes: u64, secs: f64) -> Result<()> {
-    if bytes == 0 || secs <= 0.0 {
-        return Ok(());
-    }
-    let _l = ds.lock()?;
-    let mut c = load_costs(ds);
-    c.erasure_get_bps = smooth(c.erasure_get_bps, bytes as f64 / secs);
-    save_costs(ds, &c)
+    record_transfer(ds, bytes, secs, |c| &mut c.erasure_get_bps)
 }
