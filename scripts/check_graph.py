@@ -43,10 +43,9 @@ ALLOWED_DEPS = {
     # enables (the `ckptfs policy` subcommands); a daemon using the policy links no clap.
     ("ckptfs-policy", "clap"): "optional, feature `cli`",
 }
-# What the C library may still link, and import circles still allowed, per crate.
-ALLOWED_IN_CAPI = {
-    "tokio",  # through ckptfs-partner only (the pool client is blocking); removed by the level split
-}
+# What the C library may still link (nothing: the pool and partner clients are blocking),
+# and import circles still allowed, per crate.
+ALLOWED_IN_CAPI: set = set()
 ALLOWED_CIRCLE_CRATES: set = set()
 # Circles known when inline paths (`crate::x::f()`) were first counted (round 3), each
 # exactly as found: a circle that changes (a module joins or leaves) fails, so no new

@@ -117,14 +117,16 @@ impl Copier {
         self.pace.absorb();
     }
 
-    /// Drop the connection to `peer` (the next copy connects afresh).
+    /// Drop the connection to `peer` (the next copy connects afresh). A level's
+    /// connection is a blocking socket (no runtime of its own): closing it does not
+    /// block the replicator's task.
     pub(crate) fn forget(&mut self, peer: &str) {
-        retire(self.partners.remove(peer).into_iter().collect());
+        self.partners.remove(peer);
     }
 
     /// Drop every connection.
     pub(crate) fn clear(&mut self) {
-        retire(self.partners.drain().map(|(_, l)| l).collect());
+        self.partners.clear();
     }
 
     /// The level of `peer`, connected.
@@ -169,27 +171,6 @@ impl Copier {
         tokio::task::spawn_blocking(move || copy_one(&shared2, &local, &to, &pace, &path, id, generation))
             .await
             .map_err(|e| NodeError::Transport(format!("the copy's thread: {e}")))?
-    }
-}
-
-impl Drop for Copier {
-    fn drop(&mut self) {
-        self.clear();
-    }
-}
-
-/// Drop partner levels off the async threads: a level owns a runtime, which must not be
-/// dropped where blocking is not allowed (the replicator's task).
-fn retire(levels: Vec<Arc<PartnerLevel>>) {
-    if levels.is_empty() {
-        return;
-    }
-    if let Err(e) = std::thread::Builder::new()
-        .name("partner-retire".into())
-        .stack_size(256 << 10)
-        .spawn(move || drop(levels))
-    {
-        tracing::warn!("cannot start a thread to close partner connections: {e}");
     }
 }
 

@@ -30,7 +30,8 @@
 
 use crate::error::{NodeError, Result};
 use crate::partner_level::PartnerLevel;
-use crate::peer::{Conn, Msg};
+use crate::peer::blocking::{Conn, Within};
+use crate::peer::Msg;
 use ckptfs_cluster::{Cluster, NodeKeys};
 use ckptfs_datasets::levels_record::LevelsView;
 use ckptfs_datasets::{Dataset, JobNodes, NodeRecords, Want};
@@ -40,8 +41,7 @@ use ckptfs_store::Store;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A question to another node's daemon.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -161,7 +161,7 @@ pub fn fill_levels(store: &Store, all: &mut [Dataset], dests: &[PathBuf]) {
     }
 }
 
-/// What a question to a peer needs (shared with the tasks that ask).
+/// What a question to a peer needs (shared with the threads that ask).
 struct Asker {
     cluster: Cluster,
     me: String,
@@ -174,20 +174,21 @@ impl Asker {
     /// Connect and authenticate. A refused connection fails at once (no daemon there);
     /// a slow one (a loaded node) is tried once more with twice the time before the
     /// node counts as lost.
-    async fn connect(&self, node: &str) -> std::result::Result<Conn, String> {
+    fn connect(&self, node: &str) -> std::result::Result<Conn, String> {
         let addr = self.cluster.node(node).map_err(|e| e.to_string())?.addr.clone();
+        // The transport's own bound on a connection and its handshake.
+        let shake = crate::peer::conn_config(&self.cluster).handshake_timeout;
         let mut wait = self.connect_timeout;
         for attempt in 0..2 {
-            match tokio::time::timeout(
-                wait,
-                Conn::connect(&addr, &self.me, node, &self.keys, &self.cluster),
-            )
-            .await
-            {
-                Ok(Ok(c)) => return Ok(c),
-                Ok(Err(e)) => return Err(format!("{addr}: {e}")),
-                Err(_) if attempt == 0 => wait *= 2,
-                Err(_) => {}
+            match Conn::dial(&addr, &self.me, node, &self.keys, &self.cluster, wait) {
+                Ok(c) => return Ok(c),
+                // Not connected within the wait: once more with twice the time.
+                Err(ckptfs_transport::TransportError::Timeout { .. }) if wait <= shake => {
+                    if attempt == 0 {
+                        wait *= 2;
+                    }
+                }
+                Err(e) => return Err(format!("{addr}: {}", crate::peer::dial_error(node, &addr, e))),
             }
         }
         Err(format!(
@@ -196,21 +197,25 @@ impl Asker {
         ))
     }
 
-    async fn ask(&self, node: &str, req: &Request) -> std::result::Result<Reply, String> {
-        let mut c = self.connect(node).await?;
+    fn ask(&self, node: &str, req: &Request) -> std::result::Result<Reply, String> {
+        let t0 = Instant::now();
+        let mut c = self.connect(node)?;
         let body = serde_json::to_string(req).map_err(|e| e.to_string())?;
-        let r = tokio::time::timeout(self.answer_timeout, async {
-            c.send(Msg::Query(body)).await.map_err(|e| e.to_string())?;
-            match c.recv().await.map_err(|e| e.to_string())? {
-                Some(Msg::QueryReply(text)) => {
-                    serde_json::from_str::<Reply>(&text).map_err(|e| e.to_string())
-                }
-                Some(other) => Err(format!("answered {}", other.name())),
-                None => Err("closed the connection".into()),
+        let late = || format!("no answer in {:?}", self.answer_timeout);
+        c.send(Msg::Query(body)).map_err(|e| e.to_string())?;
+        let left = self
+            .answer_timeout
+            .checked_sub(t0.elapsed())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(late)?;
+        let r = match c.recv_within(left).map_err(|e| e.to_string())? {
+            Within::Msg(Msg::QueryReply(text)) => {
+                serde_json::from_str::<Reply>(&text).map_err(|e| e.to_string())
             }
-        })
-        .await
-        .map_err(|_| format!("no answer in {:?}", self.answer_timeout))?;
+            Within::Msg(other) => Err(format!("answered {}", other.name())),
+            Within::Closed => Err("closed the connection".into()),
+            Within::Late => Err(late()),
+        };
         match r? {
             Reply::Error(e) => Err(e),
             ok => Ok(ok),
@@ -222,9 +227,8 @@ pub use crate::set_rebuild::SetRecovery;
 
 /// The other nodes of the job, asked through their daemons.
 pub struct ClusterNodes {
-    asker: Arc<Asker>,
+    asker: Asker,
     store: Store,
-    rt: tokio::runtime::Runtime,
     sets: Option<Box<dyn SetRecovery>>,
 }
 
@@ -236,20 +240,15 @@ impl ClusterNodes {
         let keys = cluster
             .node_keys(me)
             .map_err(|e| NodeError::Cluster(e.to_string()))?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| NodeError::io("start the runtime", e))?;
         Ok(ClusterNodes {
-            asker: Arc::new(Asker {
+            asker: Asker {
                 cluster,
                 me: me.to_string(),
                 keys,
                 connect_timeout,
                 answer_timeout: Duration::from_secs(300),
-            }),
+            },
             store,
-            rt,
             sets: Some(Box::new(crate::set_rebuild::ErasureSets)),
         })
     }
@@ -274,25 +273,32 @@ impl ClusterNodes {
         self.ask(&others, req)
     }
 
-    /// Ask `nodes` (never this one) the same question at once.
+    /// Ask `nodes` (never this one) the same question at once: one thread per node,
+    /// each within the connect and answer timeouts. A thread that cannot be started
+    /// leaves its node out, as does one that panicked.
     fn ask(&self, nodes: &[String], req: &Request) -> BTreeMap<String, std::result::Result<Reply, String>> {
-        let others: Vec<String> = nodes.iter().filter(|n| **n != self.asker.me).cloned().collect();
-        self.rt.block_on(async {
-            let mut set = tokio::task::JoinSet::new();
-            for n in others {
-                let (a, req) = (self.asker.clone(), req.clone());
-                set.spawn(async move {
-                    let r = a.ask(&n, &req).await;
-                    (n, r)
-                });
-            }
-            let mut out = BTreeMap::new();
-            while let Some(r) = set.join_next().await {
-                if let Ok((n, r)) = r {
-                    out.insert(n, r);
-                }
-            }
-            out
+        let others: Vec<&String> = nodes.iter().filter(|n| **n != self.asker.me).collect();
+        let asker = &self.asker;
+        std::thread::scope(|s| {
+            let asking: Vec<_> = others
+                .into_iter()
+                .filter_map(|n| {
+                    let t = std::thread::Builder::new()
+                        .name("ckptfs-ask".into())
+                        .spawn_scoped(s, move || asker.ask(n, req));
+                    match t {
+                        Ok(t) => Some((n, t)),
+                        Err(e) => {
+                            tracing::warn!("cannot start a thread to ask {n}: {e}");
+                            None
+                        }
+                    }
+                })
+                .collect();
+            asking
+                .into_iter()
+                .filter_map(|(n, t)| t.join().ok().map(|r| (n.clone(), r)))
+                .collect()
         })
     }
 }

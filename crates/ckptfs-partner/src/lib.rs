@@ -4,8 +4,18 @@
 //! Python, and the daemon itself when it asks its peers): this crate does not depend on
 //! the daemon (`ckptfs-node`), which depends on it.
 //!
-//! - [`peer`]: the node protocol's messages ([`peer::Msg`]) and an authenticated
-//!   connection to another daemon ([`peer::Conn`]) over [`ckptfs_transport`].
+//! The client is blocking: it speaks over the transport's blocking connection
+//! ([`peer::blocking::Conn`], a `std::net::TcpStream` of the calling thread) and starts
+//! no runtime, so what links it (the C library, Python) links no tokio. Questions to
+//! several nodes at once run on scoped threads that end with the call. The daemon's
+//! async connection on the transport's tokio side (`peer::Conn`, `peer::request`, and
+//! the erasure helpers `set_rebuild::{send_era, recv_era, ask, connect}`) is behind the
+//! cargo feature `tokio`, off by default, which only `ckptfs-node` enables; the frames
+//! on the wire are the same from both (the messages are translated once, [`peer`]).
+//!
+//! - [`peer`]: the node protocol's messages ([`peer::Msg`]) and authenticated
+//!   connections to another daemon over [`ckptfs_transport`]: [`peer::blocking::Conn`]
+//!   (the client's) and, with the feature `tokio`, `peer::Conn` (the daemon's).
 //! - [`partner_level`]: a partner's memory as a [`ckptfs_level::Level`]
 //!   ([`PartnerLevel`]), its listings bounded by [`ListBounds`] ([`list_bounds`]).
 //! - [`cluster`]: the dataset questions asked of other daemons ([`cluster::Request`],

@@ -24,18 +24,21 @@
 //! - `delete` = `Delete{path}` after a fresh listing showed the copy still has the
 //!   content given; `verify` = a `get` read to the end.
 //!
-//! The trait is synchronous and the daemon is tokio: the level owns a small
-//! current-thread runtime and runs each call with `block_on` on it. Call it from a
-//! plain thread or `spawn_blocking`, never from an async task. One request at a time per
-//! level (a mutex over its one connection); a reader or writer holds the connection
-//! until it is finished or dropped. A connection that fell out of step (an error in the
-//! middle of a copy) is dropped and the next call reconnects.
+//! The trait is synchronous, and so is the level: it speaks over the blocking peer
+//! connection ([`crate::peer::blocking`], a `std::net::TcpStream` of the calling
+//! thread; no runtime, so the C library links no tokio). The node daemon calls it from
+//! its blocking threads (`spawn_blocking`: the partner copies, restores), never from an
+//! async task. One request at a time per level (a mutex over its one connection); a
+//! reader or writer holds the connection until it is finished or dropped. A connection
+//! that fell out of step (an error in the middle of a copy) is dropped and the next call
+//! reconnects.
 
 use crate::copies::{check_rel_path, HeldFile};
 use crate::error::NodeError;
 pub use crate::list_bounds::ListBounds;
 use crate::list_bounds::PageCheck;
-use crate::peer::{request, Conn, Msg};
+use crate::peer::blocking::{request, Conn};
+use crate::peer::Msg;
 use ckptfs_cluster::{Cluster, NodeKeys};
 use ckptfs_level::crc::crc_combine;
 use ckptfs_level::{
@@ -64,7 +67,6 @@ pub struct PartnerLevel {
     addr: String,
     cluster: Cluster,
     keys: NodeKeys,
-    rt: tokio::runtime::Runtime,
     conn: Mutex<Slot>,
     known: Mutex<Option<BTreeMap<String, Stored>>>,
     connect_timeout: Duration,
@@ -123,17 +125,12 @@ impl PartnerLevel {
         cluster
             .node(me)
             .map_err(|e| backend(NodeError::Cluster(e.to_string())))?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| LevelError::io("start a runtime for partner", peer, e))?;
         Ok(PartnerLevel {
             me: me.to_string(),
             peer: peer.to_string(),
             addr,
             cluster: cluster.clone(),
             keys,
-            rt,
             conn: Mutex::new(None),
             known: Mutex::new(None),
             connect_timeout: Duration::from_secs(15),
@@ -169,20 +166,14 @@ impl PartnerLevel {
     fn slot(&self) -> Result<MutexGuard<'_, Slot>, LevelError> {
         let mut g = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
-            let c = self.rt.block_on(async {
-                match tokio::time::timeout(
-                    self.connect_timeout,
-                    Conn::connect(&self.addr, &self.me, &self.peer, &self.keys, &self.cluster),
-                )
-                .await
-                {
-                    Ok(r) => r,
-                    Err(_) => Err(NodeError::Transport(format!(
-                        "connect to {} ({}): timed out",
-                        self.peer, self.addr
-                    ))),
-                }
-            });
+            let c = Conn::connect(
+                &self.addr,
+                &self.me,
+                &self.peer,
+                &self.keys,
+                &self.cluster,
+                self.connect_timeout,
+            );
             *g = Some(c.map_err(backend)?);
         }
         Ok(g)
@@ -190,16 +181,10 @@ impl PartnerLevel {
 
     /// Run one exchange on the connection; on an error other than a refusal (after which
     /// the peer is still in step) the connection is dropped.
-    fn exchange<T>(
-        &self,
-        f: impl for<'c> FnOnce(
-            &'c mut Conn,
-        )
-            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, NodeError>> + 'c>>,
-    ) -> Result<T, LevelError> {
+    fn exchange<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T, NodeError>) -> Result<T, LevelError> {
         let mut g = self.slot()?;
         let c = g.as_mut().expect("connected");
-        let r = self.rt.block_on(f(c));
+        let r = f(c);
         if let Err(e) = &r {
             if !matches!(e, NodeError::Refused { .. }) {
                 *g = None;
@@ -215,34 +200,31 @@ impl PartnerLevel {
     fn listing(&self) -> Result<BTreeMap<String, Stored>, LevelError> {
         let bounds = self.bounds;
         let files = self.exchange(move |c| {
-            Box::pin(async move {
-                let mut pages = PageCheck::new(c.peer(), bounds);
-                loop {
-                    c.send(Msg::List {
-                        after: pages.after().to_string(),
-                    })
-                    .await?;
-                    match c.recv().await? {
-                        Some(Msg::Listing { files, more }) => {
-                            if pages.take(files, more)? {
-                                return Ok(pages.into_files());
-                            }
-                        }
-                        Some(other) => {
-                            return Err(NodeError::Protocol {
-                                peer: c.peer().to_string(),
-                                what: format!("expected a listing, got {}", other.name()),
-                            })
-                        }
-                        None => {
-                            return Err(NodeError::Transport(format!(
-                                "{} closed the connection",
-                                c.peer()
-                            )))
+            let mut pages = PageCheck::new(c.peer(), bounds);
+            loop {
+                c.send(Msg::List {
+                    after: pages.after().to_string(),
+                })?;
+                match c.recv()? {
+                    Some(Msg::Listing { files, more }) => {
+                        if pages.take(files, more)? {
+                            return Ok(pages.into_files());
                         }
                     }
+                    Some(other) => {
+                        return Err(NodeError::Protocol {
+                            peer: c.peer().to_string(),
+                            what: format!("expected a listing, got {}", other.name()),
+                        })
+                    }
+                    None => {
+                        return Err(NodeError::Transport(format!(
+                            "{} closed the connection",
+                            c.peer()
+                        )))
+                    }
                 }
-            })
+            }
         })?;
         // A path that would leave the store's application namespace is never offered.
         let map: BTreeMap<String, Stored> = files
@@ -268,11 +250,11 @@ impl PartnerLevel {
         let listed = self.stat(path)?;
         let mut g = self.slot()?;
         let c = g.as_mut().expect("connected");
-        let p = path.to_string();
-        let r = self.rt.block_on(async {
-            c.send(Msg::Get { path: p.clone() }).await?;
-            c.recv().await
-        });
+        let r = c
+            .send(Msg::Get {
+                path: path.to_string(),
+            })
+            .and_then(|()| c.recv());
         let begin = match r {
             Ok(Some(Msg::PutBegin {
                 path: got,
@@ -391,7 +373,7 @@ impl Level for PartnerLevel {
             mtime_ns,
             generation: src.version.serial,
         };
-        if let Err(e) = self.rt.block_on(request(c, begin)) {
+        if let Err(e) = request(c, begin) {
             // A refusal (ENOSPC: the partner is full) leaves the connection in step.
             if !matches!(e, NodeError::Refused { .. }) {
                 *g = None;
@@ -433,18 +415,14 @@ impl Level for PartnerLevel {
             Some(s) if s.version.same_content(want) => {}
             _ => return Ok(false),
         }
-        let p = path.to_string();
-        self.exchange(move |c| {
-            Box::pin(async move {
-                request(
-                    c,
-                    Msg::Delete {
-                        path: p,
-                        generation: u64::MAX,
-                    },
-                )
-                .await
-            })
+        self.exchange(|c| {
+            request(
+                c,
+                Msg::Delete {
+                    path: path.to_string(),
+                    generation: u64::MAX,
+                },
+            )
         })?;
         self.remember(path, None);
         Ok(true)
@@ -486,7 +464,7 @@ impl PartnerReader<'_> {
         }
         let want = (size - i * cs).min(cs);
         let c = self.g.as_mut().expect("connected while reading");
-        let (offset, crc, len) = match self.lvl.rt.block_on(c.recv()) {
+        let (offset, crc, len) = match c.recv() {
             Ok(Some(Msg::Chunk { offset, crc, len })) => (offset, crc, len),
             Ok(other) => {
                 let got = other
@@ -510,7 +488,7 @@ impl PartnerReader<'_> {
     fn chunk_to_buf(&mut self, i: u64, crc: u32, len: u32) -> Result<(), LevelError> {
         self.buf.resize(len as usize, 0);
         let c = self.g.as_mut().expect("connected while reading");
-        match self.lvl.rt.block_on(c.chunk_data(&mut self.buf)) {
+        match c.chunk_data(&mut self.buf) {
             Ok(true) => {}
             // The holder's bytes do not match the CRC it recorded when it received the
             // copy (or they were damaged on the wire): never handed on.
@@ -542,7 +520,7 @@ impl PartnerReader<'_> {
             return Err(self.protocol(format!("end of the copy read at {} of {size} bytes", self.next)));
         }
         let c = self.g.as_mut().expect("connected while reading");
-        match self.lvl.rt.block_on(c.recv()) {
+        match c.recv() {
             Ok(Some(Msg::PutEnd)) => self.done = true,
             Ok(other) => {
                 let got = other
@@ -585,11 +563,10 @@ impl ChunkReader for PartnerReader<'_> {
         };
         // Straight from the socket into the writer's memory (a store: the file's own
         // chunks), the CRC32C taken as the bytes land; no buffer in between.
-        let (g, rt) = (&mut self.g, &self.lvl.rt);
+        let g = &mut self.g;
         let landed = writer.land(off, len as usize, &mut |l| {
             let c = g.as_mut().expect("connected while reading");
-            rt.block_on(c.chunk_into(&mut crate::copies::Sink(l)))
-                .map_err(backend)
+            c.chunk_into(&mut crate::copies::Sink(l)).map_err(backend)
         });
         match landed {
             None => {
@@ -644,10 +621,7 @@ impl PartnerWriter<'_> {
         }
         let c = self.g.as_mut().expect("connected while writing");
         let crc = crc32c(&self.buf);
-        self.lvl
-            .rt
-            .block_on(c.send_chunk_buf(self.sent, crc, &self.buf))
-            .map_err(backend)?;
+        c.send_chunk_buf(self.sent, crc, &self.buf).map_err(backend)?;
         self.crc = crc_combine(self.crc, crc, self.buf.len() as u64);
         self.sent += self.buf.len() as u64;
         self.buf.clear();
@@ -678,9 +652,7 @@ impl ChunkWriter for PartnerWriter<'_> {
             // are, with the CRC32C the source recorded for them.
             let crc = crate::parts_send::crc_of(&self.src, off, total, parts);
             let c = self.g.as_mut().expect("connected while writing");
-            self.lvl
-                .rt
-                .block_on(c.send_chunk(off, crc, &crate::parts_send::Parts(parts)))
+            c.send_chunk(off, crc, &crate::parts_send::Parts(parts))
                 .map_err(backend)?;
             self.crc = crc_combine(self.crc, crc, total);
             self.sent += total;
@@ -711,10 +683,7 @@ impl ChunkWriter for PartnerWriter<'_> {
             return Err(LevelError::Changed(self.path.clone()));
         }
         let c = self.g.as_mut().expect("connected while writing");
-        let r = self.lvl.rt.block_on(async {
-            c.send(Msg::PutEnd).await?;
-            c.recv().await
-        });
+        let r = c.send(Msg::PutEnd).and_then(|()| c.recv());
         let peer = self.lvl.peer.clone();
         match r {
             Ok(Some(Msg::Ack)) => self.done = true,

@@ -4,8 +4,20 @@
 //! A library crate's code, so `ckptfs ckpt`, the C API and Python rebuild without the
 //! daemon crate; the daemon (crate `ckptfs-node`, `erasure/`) serves the survivors'
 //! side and runs the encodings (docs/erasure.md).
+//!
+//! The rebuild client speaks over the blocking peer connection
+//! ([`crate::peer::blocking`]: no runtime, the members asked one after the other as
+//! before, each answer within the rebuild's timeout). The daemon's async helpers on its
+//! tokio connection (`send_era`, `recv_era`, `ask`, `connect`) are behind the
+//! feature `tokio`, which only the daemon enables.
 
-use crate::peer::{Conn, Msg};
+#[cfg(feature = "tokio")]
+mod tokio_era;
+#[cfg(feature = "tokio")]
+pub use tokio_era::{ask, connect, recv_era, send_era};
+
+use crate::peer::blocking::{Conn, Within};
+use crate::peer::Msg;
 use crate::{NodeError, Result};
 use ckptfs_cluster::Cluster;
 use ckptfs_datasets::Want;
@@ -84,43 +96,58 @@ pub fn proto_err(peer: &str, what: impl std::fmt::Display) -> NodeError {
     }
 }
 
-/// Send one erasure message.
-pub async fn send_era(conn: &mut Conn, m: &EraMsg) -> Result<()> {
+/// Send one erasure message (the client's blocking connection).
+fn era_send(conn: &mut Conn, m: &EraMsg) -> Result<()> {
     let body = proto::encode(m).map_err(err)?;
-    conn.send(Msg::Erasure(body)).await
+    conn.send(Msg::Erasure(body))
 }
 
-/// Receive one erasure message (a refusal or another kind of message is an error).
-pub async fn recv_era(conn: &mut Conn) -> Result<EraMsg> {
+/// Receive one erasure message within `timeout` (a refusal, another kind of message or
+/// nothing in time is an error).
+fn era_recv(conn: &mut Conn, timeout: Duration) -> Result<EraMsg> {
     let peer = conn.peer().to_string();
-    match conn.recv().await? {
-        Some(Msg::Erasure(body)) => proto::parse(&body).map_err(|e| proto_err(&peer, e)),
-        Some(Msg::Nack { errno, message }) => Err(NodeError::Refused {
+    match conn.recv_within(timeout)? {
+        Within::Msg(Msg::Erasure(body)) => proto::parse(&body).map_err(|e| proto_err(&peer, e)),
+        Within::Msg(Msg::Nack { errno, message }) => Err(NodeError::Refused {
             peer,
             what: message,
             errno,
         }),
-        Some(other) => Err(proto_err(
+        Within::Msg(other) => Err(proto_err(
             &peer,
             format!("expected an erasure message, got {}", other.name()),
         )),
-        None => Err(NodeError::Transport(format!("{peer} closed the connection"))),
+        Within::Closed => Err(NodeError::Transport(format!("{peer} closed the connection"))),
+        Within::Late => Err(NodeError::Transport(format!("{peer}: no answer in {timeout:?}"))),
     }
 }
 
-/// The answer to a request, or the peer's refusal as an error.
-pub async fn ask(conn: &mut Conn, m: &EraMsg, timeout: Duration) -> Result<EraMsg> {
+/// The answer to a request, or the peer's refusal as an error (the client's blocking
+/// connection; the daemon's is [`ask`]).
+fn era_ask(conn: &mut Conn, m: &EraMsg, timeout: Duration) -> Result<EraMsg> {
     let peer = conn.peer().to_string();
-    send_era(conn, m).await?;
-    match tokio::time::timeout(timeout, recv_era(conn)).await {
-        Ok(Ok(EraMsg::Fail { errno, message })) => Err(NodeError::Refused {
+    era_send(conn, m)?;
+    match era_recv(conn, timeout)? {
+        EraMsg::Fail { errno, message } => Err(NodeError::Refused {
             peer,
             what: message,
             errno,
         }),
-        Ok(r) => r,
-        Err(_) => Err(NodeError::Transport(format!("{peer}: no answer in {timeout:?}"))),
+        ok => Ok(ok),
     }
+}
+
+/// The client's blocking connection to member `node` of the set, within `timeout`.
+fn member_conn(cluster: &Cluster, me: &str, node: &str, timeout: Duration) -> Result<Conn> {
+    let addr = cluster
+        .node(node)
+        .map_err(|e| NodeError::Cluster(e.to_string()))?
+        .addr
+        .clone();
+    let keys = cluster
+        .node_keys(me)
+        .map_err(|e| NodeError::Cluster(e.to_string()))?;
+    Conn::connect(&addr, me, node, &keys, cluster, timeout)
 }
 
 /// The store as a level.
@@ -224,7 +251,6 @@ pub struct SetRebuildReport {
 
 /// The survivors' segments and shards, read over the network during a rebuild.
 pub struct NetShards<'a> {
-    rt: &'a tokio::runtime::Runtime,
     cluster: &'a Cluster,
     me: &'a str,
     timeout: Duration,
@@ -239,6 +265,12 @@ impl NetShards<'_> {
         j: usize,
         parity: bool,
     ) -> std::result::Result<Vec<u8>, String> {
+        self.segment(h, i, s, j, parity).map_err(|e| e.to_string())
+    }
+
+    /// Segment `j` of stripe `s` (a parity shard or a data segment) from member `i`,
+    /// piece by piece, each checked against its CRC32C.
+    fn segment(&self, h: &Header, i: usize, s: usize, j: usize, parity: bool) -> Result<Vec<u8>> {
         let node = &h.members[i];
         let req = EraMsg::Read {
             set: h.set.clone(),
@@ -248,63 +280,58 @@ impl NetShards<'_> {
             row: j as u16,
             parity,
         };
-        self.rt
-            .block_on(async {
-                let mut c = connect(self.cluster, self.me, node, self.timeout).await?;
-                send_era(&mut c, &req).await?;
-                let mut out = vec![0u8; h.segment as usize];
-                let mut next = 0u64;
-                loop {
-                    let m = tokio::time::timeout(self.timeout, c.recv())
-                        .await
-                        .map_err(|_| err(format!("{node}: no answer in {:?}", self.timeout)))??;
-                    match m {
-                        Some(Msg::Piece(p)) => {
-                            let kind = if parity { SegKind::Parity } else { SegKind::Data };
-                            if p.kind != kind
-                                || p.stripe as usize != s
-                                || p.row as usize != j
-                                || p.epoch != h.epoch
-                                || p.seg_size != h.segment
-                                || p.offset != next
-                                || p.len as u64 > PIECE
-                            {
-                                return Err(proto_err(node, "sent a piece that was not asked for"));
-                            }
-                            match c.recv().await? {
-                                Some(Msg::Chunk { offset, len, .. })
-                                    if offset == p.offset && len == p.len => {}
-                                _ => {
-                                    return Err(proto_err(node, "announced a piece and sent something else"))
-                                }
-                            }
-                            let end = (p.offset + p.len as u64) as usize;
-                            if !c.chunk_data(&mut out[p.offset as usize..end]).await? {
-                                return Err(proto_err(
-                                    node,
-                                    format!("a piece at {} failed its CRC32C check", p.offset),
-                                ));
-                            }
-                            next = end as u64;
-                        }
-                        Some(Msg::Erasure(b)) => match proto::parse(&b).map_err(|e| proto_err(node, e))? {
-                            EraMsg::Done if next == h.segment => return Ok(out),
-                            EraMsg::Done => return Err(proto_err(node, "ended before the whole segment")),
-                            EraMsg::Fail { errno, message } => {
-                                return Err(NodeError::Refused {
-                                    peer: node.clone(),
-                                    what: message,
-                                    errno,
-                                })
-                            }
-                            other => return Err(proto_err(node, format!("answered {other:?}"))),
-                        },
-                        Some(other) => return Err(proto_err(node, format!("answered {}", other.name()))),
-                        None => return Err(NodeError::Transport(format!("{node} closed the connection"))),
+        let mut c = member_conn(self.cluster, self.me, node, self.timeout)?;
+        era_send(&mut c, &req)?;
+        let mut out = vec![0u8; h.segment as usize];
+        let mut next = 0u64;
+        loop {
+            let m = match c.recv_within(self.timeout)? {
+                Within::Msg(m) => Some(m),
+                Within::Closed => None,
+                Within::Late => return Err(err(format!("{node}: no answer in {:?}", self.timeout))),
+            };
+            match m {
+                Some(Msg::Piece(p)) => {
+                    let kind = if parity { SegKind::Parity } else { SegKind::Data };
+                    if p.kind != kind
+                        || p.stripe as usize != s
+                        || p.row as usize != j
+                        || p.epoch != h.epoch
+                        || p.seg_size != h.segment
+                        || p.offset != next
+                        || p.len as u64 > PIECE
+                    {
+                        return Err(proto_err(node, "sent a piece that was not asked for"));
                     }
+                    match c.recv()? {
+                        Some(Msg::Chunk { offset, len, .. }) if offset == p.offset && len == p.len => {}
+                        _ => return Err(proto_err(node, "announced a piece and sent something else")),
+                    }
+                    let end = (p.offset + p.len as u64) as usize;
+                    if !c.chunk_data(&mut out[p.offset as usize..end])? {
+                        return Err(proto_err(
+                            node,
+                            format!("a piece at {} failed its CRC32C check", p.offset),
+                        ));
+                    }
+                    next = end as u64;
                 }
-            })
-            .map_err(|e| e.to_string())
+                Some(Msg::Erasure(b)) => match proto::parse(&b).map_err(|e| proto_err(node, e))? {
+                    EraMsg::Done if next == h.segment => return Ok(out),
+                    EraMsg::Done => return Err(proto_err(node, "ended before the whole segment")),
+                    EraMsg::Fail { errno, message } => {
+                        return Err(NodeError::Refused {
+                            peer: node.clone(),
+                            what: message,
+                            errno,
+                        })
+                    }
+                    other => return Err(proto_err(node, format!("answered {other:?}"))),
+                },
+                Some(other) => return Err(proto_err(node, format!("answered {}", other.name()))),
+                None => return Err(NodeError::Transport(format!("{node} closed the connection"))),
+            }
+        }
     }
 }
 
@@ -320,47 +347,24 @@ impl ckptfs_erasure::Shards for NetShards<'_> {
     }
 }
 
-/// An authenticated connection to member `node` of the set.
-pub async fn connect(cluster: &Cluster, me: &str, node: &str, timeout: Duration) -> Result<Conn> {
-    let addr = cluster
-        .node(node)
-        .map_err(|e| NodeError::Cluster(e.to_string()))?
-        .addr
-        .clone();
-    let keys = cluster
-        .node_keys(me)
-        .map_err(|e| NodeError::Cluster(e.to_string()))?;
-    tokio::time::timeout(timeout, Conn::connect(&addr, me, node, &keys, cluster))
-        .await
-        .map_err(|_| NodeError::Transport(format!("connect to {node} ({addr}): timed out")))?
-}
-
 /// Ask every other member of `set` which encodings it holds its whole share of.
 /// Per member, the encodings it listed; per member not reached, why.
 /// Per member, the encodings it holds (dataset, epoch); and the members that did not answer.
 pub type Survey = (BTreeMap<String, Vec<(String, u64)>>, BTreeMap<String, String>);
 
 /// Ask every survivor which encodings it holds its whole share of.
-pub fn survey(
-    rt: &tokio::runtime::Runtime,
-    cluster: &Cluster,
-    me: &str,
-    set: &RedSet,
-    timeout: Duration,
-) -> Survey {
+pub fn survey(cluster: &Cluster, me: &str, set: &RedSet, timeout: Duration) -> Survey {
     let mut listed = BTreeMap::new();
     let mut unreachable = BTreeMap::new();
     for m in set.members.iter().filter(|m| *m != me) {
-        let r = rt.block_on(async {
-            let mut c = connect(cluster, me, m, timeout).await?;
-            ask(
+        let r = member_conn(cluster, me, m, timeout).and_then(|mut c| {
+            era_ask(
                 &mut c,
                 &EraMsg::Headers {
                     set: set.name.clone(),
                 },
                 timeout,
             )
-            .await
         });
         match r {
             Ok(EraMsg::Listed { datasets }) => {
@@ -381,7 +385,6 @@ pub fn survey(
 /// their whole share of it (this node's own share judged by `store`).
 /// Whether one dataset can be rebuilt from what the survivors hold, and from which header.
 pub fn judge_key(
-    rt: &tokio::runtime::Runtime,
     cluster: &Cluster,
     me: &str,
     set: &RedSet,
@@ -407,9 +410,8 @@ pub fn judge_key(
     let mut ask_order = holders.clone();
     ask_order.sort_by_key(|m| m.as_str() == me);
     for m in &ask_order {
-        let r = rt.block_on(async {
-            let mut c = connect(cluster, me, m, timeout).await?;
-            ask(
+        let r = member_conn(cluster, me, m, timeout).and_then(|mut c| {
+            era_ask(
                 &mut c,
                 &EraMsg::HeaderOf {
                     set: set.name.clone(),
@@ -417,7 +419,6 @@ pub fn judge_key(
                 },
                 timeout,
             )
-            .await
         });
         match r {
             Ok(EraMsg::Head { header: h })
@@ -438,8 +439,8 @@ pub fn judge_key(
 }
 
 /// Rebuild this node's part of every encoding of its set it lacks (or only of `only`,
-/// a dataset key), from the survivors: see the module documentation. Call from a plain
-/// thread (it runs its own runtime).
+/// a dataset key), from the survivors: see the module documentation. Blocking (the
+/// client's connections, no runtime): call it from a plain thread or `spawn_blocking`.
 pub fn rebuild_from_set(
     cluster: &Cluster,
     me: &str,
@@ -454,16 +455,12 @@ pub fn rebuild_from_set(
         return Ok(SetRebuildReport::default());
     };
     let timeout = Duration::from_secs(30);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| NodeError::io("start the runtime", e))?;
     let level = level_of(store)?;
     let mut rep = SetRebuildReport {
         level: format!("erasure:{}", set.name),
         ..Default::default()
     };
-    let (listed, unreachable) = survey(&rt, cluster, me, &set, timeout);
+    let (listed, unreachable) = survey(cluster, me, &set, timeout);
     rep.unreachable = unreachable;
     let mut keys: Vec<String> = listed.values().flatten().map(|(d, _)| d.clone()).collect();
     keys.sort();
@@ -491,7 +488,7 @@ pub fn rebuild_from_set(
     let mover = Mover::default();
     for key in keys {
         let t0 = Instant::now();
-        let (h, mut lost) = match judge_key(&rt, cluster, me, &set, &key, &listed, timeout) {
+        let (h, mut lost) = match judge_key(cluster, me, &set, &key, &listed, timeout) {
             Ok(x) => x,
             Err(e) => {
                 rep.failed.push((key, e));
@@ -525,12 +522,7 @@ pub fn rebuild_from_set(
             ));
             continue;
         }
-        let shards = NetShards {
-            rt: &rt,
-            cluster,
-            me,
-            timeout,
-        };
+        let shards = NetShards { cluster, me, timeout };
         let part = match ckptfs_erasure::rebuild_part(&h, x, &lost, &shards) {
             Ok(b) => b,
             Err(e) => {
@@ -625,10 +617,6 @@ pub fn set_can_rebuild(
         .map_err(|e| e.to_string())?;
     let set = plan.set_of(owner).ok_or("the owner is in no set")?.clone();
     let timeout = Duration::from_secs(10);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
     // Ask every member; this node's own share (when it is one) is judged here, from its
     // store.
     let mut listed = BTreeMap::new();
@@ -637,22 +625,20 @@ pub fn set_can_rebuild(
             listed.insert(m.clone(), whole_shares(store, &set.name, me));
             continue;
         }
-        let r = rt.block_on(async {
-            let mut c = connect(cluster, me, m, timeout).await?;
-            ask(
+        let r = member_conn(cluster, me, m, timeout).and_then(|mut c| {
+            era_ask(
                 &mut c,
                 &EraMsg::Headers {
                     set: set.name.clone(),
                 },
                 timeout,
             )
-            .await
         });
         if let Ok(EraMsg::Listed { datasets }) = r {
             listed.insert(m.clone(), datasets);
         }
     }
-    let (h, lost) = judge_key(&rt, cluster, me, &set, key, &listed, timeout)?;
+    let (h, lost) = judge_key(cluster, me, &set, key, &listed, timeout)?;
     let i = h.index_of(owner).ok_or("the owner is not in the header")?;
     let recorded: BTreeMap<&str, (u64, u32)> = h.parts[i]
         .files

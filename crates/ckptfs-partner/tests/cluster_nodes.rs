@@ -127,3 +127,52 @@ fn a_node_whose_daemon_does_not_answer_is_left_out_and_no_copy_comes_from_this_n
     assert!(nodes.fetch(&s, "node2", "/ckpt/a").is_err(), "node2 is down");
     let _ = Store::destroy(s.name());
 }
+
+/// Four nodes; node2-node4 accept TCP connections (listeners bound on their ports) but
+/// never answer the handshake: silent daemons.
+#[test]
+fn silent_nodes_are_asked_at_once_each_tried_twice_within_the_timeouts() {
+    let base = ckptfs_testsupport::free_ports(19600..19700, 4);
+    let job = format!("nt2-silent-{}", std::process::id());
+    let mut c = ckptfs_cluster::Cluster::local(4, &job, base).unwrap();
+    let secret = ckptfs_cluster::Secret::generate().unwrap();
+    c.secret = Some(secret.expose().iter().map(|b| format!("{b:02x}")).collect());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, c.to_toml()).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let c = ckptfs_cluster::Cluster::load(&file).unwrap();
+    let _silent: Vec<std::net::TcpListener> = c.nodes[1..]
+        .iter()
+        .map(|n| std::net::TcpListener::bind(n.addr.as_str()).unwrap())
+        .collect();
+    let name = c.nodes[0].store.clone();
+    let _ = Store::destroy(&name);
+    let mut o = StoreOptions::named(&name);
+    o.mem_size = Some(8 << 20);
+    o.chunk_size = Some(64 << 10);
+    let s = Store::create(&o).unwrap();
+    let wait = Duration::from_millis(400);
+    let nodes = ClusterNodes::new(c, "node1", s.clone(), wait).unwrap();
+    let t0 = std::time::Instant::now();
+    let got = nodes.records("j");
+    let took = t0.elapsed();
+    // Each node: the wait, then twice the wait (1.2 s); one after the other would be 3.6 s.
+    assert!(
+        took >= 3 * wait,
+        "answered after {took:?}, before the two attempts ran out"
+    );
+    assert!(
+        took < 6 * wait,
+        "three silent nodes took {took:?}: not asked at once"
+    );
+    assert_eq!(
+        got.keys().cloned().collect::<Vec<_>>(),
+        ["node2", "node3", "node4"]
+    );
+    for (n, r) in &got {
+        let e = r.as_ref().expect_err("a silent node has no records");
+        assert!(e.contains("no answer in 400ms and then 800ms"), "{n}: {e}");
+    }
+    let _ = Store::destroy(s.name());
+}

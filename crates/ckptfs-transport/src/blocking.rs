@@ -23,13 +23,14 @@
 //! ```
 
 use crate::config::{ConnConfig, Identity};
-use crate::frame::{ChunkHeader, Msg, MsgType, CHUNK_FIXED, HEADER_LEN};
+use crate::frame::{encode_head, ChunkHeader, Msg, MsgType, CHUNK_FIXED, HEADER_LEN};
 use crate::proto::{self, ClientHandshake, Opener, Refused};
 use crate::seal::{Dir, TAG_LEN};
-use crate::{Result, TransportError};
+use crate::{ChunkData, ChunkSink, FrameError, Result, TransportError};
 use ckptfs_cluster::NodeKeys;
-use std::io::{BufReader, IoSlice, Read, Write};
+use std::io::{BufRead, BufReader, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// An authenticated connection to a peer, read and written by the calling thread.
@@ -43,6 +44,8 @@ pub struct Conn {
     pending_head: [u8; HEADER_LEN + CHUNK_FIXED],
     peer_id: String,
     peer_addr: Option<SocketAddr>,
+    /// The read timeout in force (the socket's).
+    read_timeout: Option<Duration>,
 }
 
 /// An I/O error as the transport reports it: a socket timeout is a [`TransportError::Timeout`].
@@ -109,6 +112,7 @@ impl Conn {
             pending_head: [0; HEADER_LEN + CHUNK_FIXED],
             peer_id: "?".into(),
             peer_addr,
+            read_timeout: None,
         };
         let r: std::result::Result<(Dir, Dir), Refused> = (|| {
             c.until(deadline)?;
@@ -149,10 +153,25 @@ impl Conn {
         c.opener.limit = None;
         c.opener.open = Some(open);
         c.seal = Some(seal);
-        c.rd.get_ref()
-            .set_read_timeout(cfg.read_timeout.map(at_least_1ms))?;
+        c.set_read_timeout(cfg.read_timeout)?;
         c.wr.set_write_timeout(Some(at_least_1ms(cfg.write_timeout)))?;
         Ok(c)
+    }
+
+    /// The longest wait of every read from now on (None: wait forever); a read that
+    /// waited longer fails with [`TransportError::Timeout`].
+    pub fn set_read_timeout(&mut self, t: Option<Duration>) -> Result<()> {
+        let t = t.map(at_least_1ms);
+        if t != self.read_timeout {
+            self.rd.get_ref().set_read_timeout(t)?;
+            self.read_timeout = t;
+        }
+        Ok(())
+    }
+
+    /// The read timeout in force.
+    pub fn read_timeout(&self) -> Option<Duration> {
+        self.read_timeout
     }
 
     /// Socket timeouts for what is left until `deadline` (the handshake's).
@@ -209,6 +228,45 @@ impl Conn {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(io_err("a chunk write")(e)),
             }
+        }
+        Ok(())
+    }
+
+    /// Sends a chunk frame whose data writes itself to the socket ([`ChunkData`]: the
+    /// store's `writev` from its mapping), as the tokio connection's `send_chunk_from`:
+    /// the tag computed first over the data where it lies ([`ChunkData::visit`]), the
+    /// header in the same system call as the first data bytes, so the data never passes
+    /// through a buffer of this process. An encrypted connection copies the data into a
+    /// buffer and sends that ([`Conn::send_chunk`]).
+    pub fn send_chunk_from(&mut self, hdr: &ChunkHeader, data: &dyn ChunkData) -> Result<()> {
+        proto::check_len(hdr, data.len())?;
+        if self.seal.as_ref().is_some_and(Dir::encrypted) {
+            let mut buf = Vec::with_capacity(data.len());
+            data.visit(&mut |b| buf.extend_from_slice(b))?;
+            return self.send_chunk(hdr, &buf);
+        }
+        let head = encode_head(&Msg::Chunk(*hdr))?;
+        let tag = match self.seal.as_mut() {
+            Some(seal) => {
+                let mut m = seal.mac();
+                m.update(&head);
+                data.visit(&mut |b| m.update(b))?;
+                Some(m.tag())
+            }
+            None => None,
+        };
+        let total = head.len() + data.len();
+        let mut at = 0;
+        while at < total {
+            match data.write_to(self.wr.as_fd(), &head, at) {
+                Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err("a chunk write")(e)),
+            }
+        }
+        if let Some(tag) = tag {
+            self.wr.write_all(&tag).map_err(io_err("a frame tag"))?;
         }
         Ok(())
     }
@@ -291,6 +349,72 @@ impl Conn {
         let tag = self.read_tag()?;
         self.pending = None;
         self.opener.chunk_data(&c, &self.pending_head, buf, tag.as_ref())
+    }
+
+    /// Reads the pending chunk's data straight into `sink` (what the read-ahead holds by
+    /// a copy, the rest by reads from the socket into the sink), checks its tag over the
+    /// landed bytes and the CRC32C the sink computed as they landed, as the tokio
+    /// connection's `recv_chunk_into` (the same `SO_RCVLOWAT` marks while the chunk
+    /// arrives). An encrypted connection lands the data in a buffer first, decrypts it
+    /// there and hands it to the sink. On [`FrameError::ChunkCrc`] or
+    /// [`FrameError::ChunkAuth`] the connection is still in step (the data was consumed)
+    /// and the sink must not be published.
+    pub fn recv_chunk_into(&mut self, sink: &mut dyn ChunkSink) -> Result<()> {
+        let c = self
+            .pending
+            .ok_or_else(|| TransportError::Protocol("no chunk data is pending".into()))?;
+        let len = c.len as usize;
+        if self.opener.encrypted() {
+            let mut buf = vec![0u8; len];
+            self.recv_chunk_data(&mut buf)?;
+            sink.put(&buf);
+            return Ok(());
+        }
+        let buffered = self.rd.buffer();
+        let k = buffered.len().min(len);
+        sink.put(&buffered[..k]);
+        self.rd.consume(k);
+        let mut at = k;
+        let mut mark = 1;
+        let mut r = Ok(());
+        while at < len {
+            let want = (len - at).min(crate::lowat::LOWAT_MAX);
+            if want != mark && crate::lowat::on() {
+                crate::lowat::set(self.rd.get_ref().as_fd(), want);
+                mark = want;
+            }
+            match sink.read_from(self.rd.get_ref().as_fd()) {
+                Ok(0) => {
+                    r = Err(TransportError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+                    break;
+                }
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    r = Err(io_err("chunk data")(e));
+                    break;
+                }
+            }
+        }
+        if mark != 1 {
+            crate::lowat::set(self.rd.get_ref().as_fd(), 1);
+        }
+        r?;
+        if let Some(tag) = self.read_tag()? {
+            let head = self.pending_head;
+            let mut m = self.opener.open.as_mut().expect("tagged").mac();
+            m.update(&head);
+            sink.visit(&mut |b| m.update(b));
+            if !m.matches(&tag) {
+                self.pending = None;
+                return Err(FrameError::ChunkAuth { index: c.index }.into());
+            }
+        }
+        self.pending = None;
+        if sink.crc() != c.crc32c {
+            return Err(FrameError::ChunkCrc { index: c.index }.into());
+        }
+        Ok(())
     }
 
     /// Reads and drops the pending chunk's data (its tag still checked).

@@ -15,12 +15,6 @@ use tokio::io::{AsyncBufRead, AsyncReadExt, AsyncWriteExt, BufReader, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
-/// `CKPTFS_NO_RCVLOWAT=1` leaves `SO_RCVLOWAT` at 1 (for A/B measurements).
-fn lowat_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| ckptfs_settings::job::rcvlowat(&|k| std::env::var(k).ok()))
-}
-
 /// Read a chunk's bytes `at..len` from `stream` with `read(at)` (one non-blocking read
 /// at that offset, `WouldBlock` when nothing is there), waking only for large pieces:
 /// the socket's `SO_RCVLOWAT` is the rest of the chunk (at most `LOWAT_MAX`; never more
@@ -36,7 +30,7 @@ async fn read_rest(
     let r = timed(timeout, "chunk data", async {
         while at < len {
             let want = (len - at).min(crate::lowat::LOWAT_MAX);
-            if want != mark && lowat_on() {
+            if want != mark && crate::lowat::on() {
                 crate::lowat::set(stream.as_fd(), want);
                 mark = want;
             }

@@ -99,7 +99,6 @@ mod conn;
 pub mod frame;
 #[cfg(feature = "tokio")]
 mod handshake;
-#[cfg(feature = "tokio")]
 mod lowat;
 mod proto;
 #[cfg(feature = "tokio")]

@@ -7,9 +7,17 @@
 //! at the rest of the chunk (at most [`LOWAT_MAX`]) it wakes for large pieces. The
 //! kernel grows the receive buffer to twice the mark (up to `tcp_rmem[2]`), so the
 //! sender is never blocked below it, and the mark never exceeds the bytes still due for
-//! this chunk, which the sender sends in one piece: readiness always comes.
+//! this chunk, which the sender sends in one piece: readiness always comes. The
+//! blocking connection sets the same marks: a blocking read then returns once the mark
+//! is reached (or its timeout passed), not for every few dozen KiB.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// `CKPTFS_NO_RCVLOWAT=1` leaves `SO_RCVLOWAT` at 1 (for A/B measurements).
+pub(crate) fn on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| ckptfs_settings::job::rcvlowat(&|k| std::env::var(k).ok()))
+}
 
 /// Largest low-water mark set (a quarter of a default chunk).
 pub(crate) const LOWAT_MAX: usize = 1 << 20;

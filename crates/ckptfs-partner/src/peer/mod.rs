@@ -2,13 +2,29 @@
 //! node protocol uses, on top of the authenticated transport ([`ckptfs_transport`]). Store paths are absolute
 //! here (`/ckpt/a`) and relative on the wire (`ckpt/a`, checked by the transport's
 //! decoder); the source node of a copy is always this side's authenticated id.
+//!
+//! The messages and their translation to and from the transport's frames are written
+//! once (this module); two connections carry them with the same bytes on the wire:
+//!
+//! - [`blocking::Conn`]: the client's, on the transport's blocking connection (a
+//!   `std::net::TcpStream`, no runtime): [`crate::PartnerLevel`], [`crate::ClusterNodes`]
+//!   and the erasure rebuild client, so the C library, Python and the CLI's dataset
+//!   commands link no tokio;
+//! - `Conn` (feature `tokio`, which only the node daemon enables): the daemon's, on the
+//!   transport's tokio connection (its server side, heartbeats, the erasure encodings).
 
 use crate::copies::HeldFile;
 use crate::error::{NodeError, Result};
-use ckptfs_cluster::{Cluster, NodeKeys};
-use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Identity, Protection, TransportError};
+use ckptfs_cluster::Cluster;
+use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Protection, TransportError};
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+pub mod blocking;
+#[cfg(feature = "tokio")]
+mod tokio_conn;
+#[cfg(feature = "tokio")]
+pub use tokio_conn::{request, Conn};
 
 /// A request or answer between node daemons.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +47,8 @@ pub enum Msg {
         generation: u64,
     },
     /// Bytes of the file at `offset`, with their CRC32C. Received: the data is still
-    /// pending on the connection; read it with [`Conn::chunk_data`] (or drop it with
-    /// [`Conn::skip_chunk`]) before the next message. Sent with [`Conn::send_chunk`].
+    /// pending on the connection; read it with [`blocking::Conn::chunk_data`] (or drop it with
+    /// [`blocking::Conn::skip_chunk`]) before the next message. Sent with [`blocking::Conn::send_chunk`].
     Chunk {
         /// Byte offset.
         offset: u64,
@@ -156,6 +172,12 @@ fn terr(peer: &str, e: TransportError) -> NodeError {
     }
 }
 
+/// The error of a connection to node `peer` at `addr` that failed (as the connections
+/// report it).
+pub(crate) fn dial_error(peer: &str, addr: &str, e: TransportError) -> NodeError {
+    terr(&format!("{peer} ({addr})"), e)
+}
+
 fn wire(path: &str) -> String {
     path.trim_start_matches('/').to_string()
 }
@@ -184,9 +206,11 @@ pub fn conn_config(cluster: &Cluster) -> ConnConfig {
     }
 }
 
-/// An authenticated connection to another node daemon.
-pub struct Conn {
-    inner: tp::Conn,
+/// A connection's side of the message translation: who the two ends are and the copy
+/// in progress (the chunks sent or received since its PutBegin, and its size), shared
+/// by both connections so their frames are the same.
+#[derive(Debug)]
+struct Wire {
     peer: String,
     me: String,
     /// The accepting side (a copy's source node is the peer) or the connecting side (a
@@ -198,62 +222,16 @@ pub struct Conn {
     seq: u64,
 }
 
-impl Conn {
-    fn wrap(inner: tp::Conn, me: &str, server: bool) -> Conn {
-        Conn {
-            peer: inner.peer_id().to_string(),
-            inner,
+impl Wire {
+    fn new(peer: &str, me: &str, server: bool) -> Wire {
+        Wire {
+            peer: peer.to_string(),
             me: me.to_string(),
             server,
             chunks: 0,
             size: 0,
             seq: 0,
         }
-    }
-
-    /// Connect to the daemon of node `peer` at `addr` as node `me` of `cluster` (with
-    /// `me`'s credentials `keys`); a server that cannot prove it is `peer` is refused.
-    pub async fn connect(
-        addr: &str,
-        me: &str,
-        peer: &str,
-        keys: &NodeKeys,
-        cluster: &Cluster,
-    ) -> Result<Conn> {
-        let id = Identity {
-            node_id: me.to_string(),
-            job: cluster.job.clone(),
-        };
-        let inner = tp::connect(addr, &id, peer, keys, &conn_config(cluster))
-            .await
-            .map_err(|e| terr(&format!("{peer} ({addr})"), e))?;
-        Ok(Conn::wrap(inner, me, false))
-    }
-
-    /// Authenticate an accepted stream (the server side).
-    pub async fn accept(
-        stream: tokio::net::TcpStream,
-        me: &str,
-        keys: &NodeKeys,
-        cluster: &Cluster,
-    ) -> Result<Conn> {
-        let id = Identity {
-            node_id: me.to_string(),
-            job: cluster.job.clone(),
-        };
-        let addr = stream
-            .peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| "?".into());
-        let inner = tp::accept(stream, &id, keys, &conn_config(cluster))
-            .await
-            .map_err(|e| terr(&addr, e))?;
-        Ok(Conn::wrap(inner, me, true))
-    }
-
-    /// The peer's authenticated node id.
-    pub fn peer(&self) -> &str {
-        &self.peer
     }
 
     /// Whose files the copies on this connection are: the peer's when it connected to
@@ -266,8 +244,20 @@ impl Conn {
         }
     }
 
-    /// Send one message.
-    pub async fn send(&mut self, m: Msg) -> Result<()> {
+    /// The header of the next chunk sent, at `offset`, `len` bytes with CRC32C `crc`.
+    fn next_chunk(&mut self, offset: u64, len: usize, crc: u32) -> ChunkHeader {
+        let hdr = ChunkHeader {
+            index: self.chunks,
+            offset,
+            len: len as u32,
+            crc32c: crc,
+        };
+        self.chunks += 1;
+        hdr
+    }
+
+    /// The transport's frame of message `m` (not a Chunk: a chunk goes with its data).
+    fn encode(&mut self, m: Msg) -> Result<tp::Msg> {
         let peer = self.peer.clone();
         let t = match m {
             Msg::Heartbeat => {
@@ -365,86 +355,13 @@ impl Conn {
                 seg_size: p.seg_size,
             }),
         };
-        self.inner.send(&t).await.map_err(|e| terr(&peer, e))
+        Ok(t)
     }
 
-    /// Send the chunk at `offset` whose data writes itself to the socket (the store's
-    /// zero-copy [`ckptfs_store::netio::WireSource`]), with the CRC32C the store recorded.
-    pub async fn send_chunk(&mut self, offset: u64, crc: u32, data: &dyn tp::ChunkData) -> Result<()> {
-        let hdr = ChunkHeader {
-            index: self.chunks,
-            offset,
-            len: data.len() as u32,
-            crc32c: crc,
-        };
-        self.chunks += 1;
+    /// A received frame as a message; None when the peer said Bye. Messages naming
+    /// another source node than the authenticated peer are refused.
+    fn decode(&mut self, m: tp::Msg) -> Result<Option<Msg>> {
         let peer = self.peer.clone();
-        self.inner
-            .send_chunk_from(&hdr, data)
-            .await
-            .map_err(|e| terr(&peer, e))
-    }
-
-    /// Send the chunk at `offset` from a buffer (its CRC32C computed by the caller).
-    pub async fn send_chunk_buf(&mut self, offset: u64, crc: u32, data: &[u8]) -> Result<()> {
-        let hdr = ChunkHeader {
-            index: self.chunks,
-            offset,
-            len: data.len() as u32,
-            crc32c: crc,
-        };
-        self.chunks += 1;
-        let peer = self.peer.clone();
-        self.inner
-            .send_chunk(&hdr, data)
-            .await
-            .map_err(|e| terr(&peer, e))
-    }
-
-    /// Read the pending chunk's data into `buf` (exactly its length); true when it
-    /// matches its CRC32C, false when it does not (the data was consumed: the connection
-    /// is still in step, the receiver asks for it again).
-    pub async fn chunk_data(&mut self, buf: &mut [u8]) -> Result<bool> {
-        match self.inner.recv_chunk_data(buf).await {
-            Ok(()) => Ok(true),
-            Err(TransportError::Frame(
-                tp::FrameError::ChunkCrc { .. } | tp::FrameError::ChunkAuth { .. },
-            )) => Ok(false),
-            Err(e) => Err(terr(&self.peer.clone(), e)),
-        }
-    }
-
-    /// Read the pending chunk's data straight into `sink` (a store [`Landing`] in a
-    /// file's chunks); true when it matches its CRC32C, false when it does not (consumed:
-    /// the connection is still in step).
-    ///
-    /// [`Landing`]: ckptfs_store::netin::Landing
-    pub async fn chunk_into(&mut self, sink: &mut (dyn tp::ChunkSink + Send)) -> Result<bool> {
-        match self.inner.recv_chunk_into(sink).await {
-            Ok(()) => Ok(true),
-            Err(TransportError::Frame(
-                tp::FrameError::ChunkCrc { .. } | tp::FrameError::ChunkAuth { .. },
-            )) => Ok(false),
-            Err(e) => Err(terr(&self.peer.clone(), e)),
-        }
-    }
-
-    /// Read and drop the pending chunk's data.
-    pub async fn skip_chunk(&mut self) -> Result<()> {
-        let peer = self.peer.clone();
-        self.inner.skip_chunk_data().await.map_err(|e| terr(&peer, e))
-    }
-
-    /// Receive one message; None when the peer closed the connection (or said Bye).
-    /// Messages naming another source node than the authenticated peer are refused.
-    pub async fn recv(&mut self) -> Result<Option<Msg>> {
-        let peer = self.peer.clone();
-        let m = match self.inner.recv().await {
-            Ok(m) => m,
-            // Closed, or silent for the read timeout (an idle connection): its end.
-            Err(TransportError::Closed) | Err(TransportError::Timeout { .. }) => return Ok(None),
-            Err(e) => return Err(terr(&peer, e)),
-        };
         let own = |src: &str| -> Result<()> {
             if src == peer {
                 Ok(())
@@ -565,25 +482,43 @@ impl Conn {
             }
         }))
     }
+
+    /// A receive's error: closed, or silent for the read timeout (an idle connection),
+    /// is the connection's end (None); anything else an error.
+    fn ended(&self, e: TransportError) -> Result<Option<Msg>> {
+        match e {
+            TransportError::Closed | TransportError::Timeout { .. } => Ok(None),
+            e => Err(terr(&self.peer, e)),
+        }
+    }
+
+    /// A chunk's data read: true when it matches its CRC32C, false when it does not (the
+    /// data was consumed: the connection is still in step).
+    fn landed(&self, r: tp::Result<()>) -> Result<bool> {
+        match r {
+            Ok(()) => Ok(true),
+            Err(TransportError::Frame(
+                tp::FrameError::ChunkCrc { .. } | tp::FrameError::ChunkAuth { .. },
+            )) => Ok(false),
+            Err(e) => Err(terr(&self.peer, e)),
+        }
+    }
 }
 
-/// Send a request and wait for its Ack; a Nack is an error.
-pub async fn request(conn: &mut Conn, m: Msg) -> Result<(), NodeError> {
-    conn.send(m).await?;
-    match conn.recv().await? {
+/// The answer to a request: an Ack is Ok, a Nack the peer's refusal, anything else
+/// (or the end of the connection) an error.
+fn acked(peer: &str, got: Option<Msg>) -> Result<()> {
+    match got {
         Some(Msg::Ack) => Ok(()),
         Some(Msg::Nack { errno, message }) => Err(NodeError::Refused {
-            peer: conn.peer().to_string(),
+            peer: peer.to_string(),
             what: message,
             errno,
         }),
         Some(other) => Err(NodeError::Protocol {
-            peer: conn.peer().to_string(),
+            peer: peer.to_string(),
             what: format!("expected an acknowledgement, got {}", other.name()),
         }),
-        None => Err(NodeError::Transport(format!(
-            "{} closed the connection",
-            conn.peer()
-        ))),
+        None => Err(NodeError::Transport(format!("{peer} closed the connection"))),
     }
 }
