@@ -213,15 +213,18 @@ impl Conn {
         self.read_timeout
     }
 
-    /// Socket timeouts for what is left until `deadline` (the handshake's).
-    fn until(&self, deadline: Instant) -> Result<()> {
+    /// Socket timeouts for what is left until `deadline` (the handshake's). The read
+    /// timeout goes through [`Conn::set_read_timeout`], so that the value it caches is
+    /// the socket's: the handshake's deadline never stays on the socket when the
+    /// connection's own read timeout is None.
+    fn until(&mut self, deadline: Instant) -> Result<()> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(TransportError::Timeout {
                 what: "connect and handshake",
             });
         }
-        self.rd.get_ref().set_read_timeout(Some(at_least_1ms(left)))?;
+        self.set_read_timeout(Some(left))?;
         self.wr.set_write_timeout(Some(at_least_1ms(left)))?;
         Ok(())
     }

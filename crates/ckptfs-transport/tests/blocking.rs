@@ -2,7 +2,8 @@
 //! (both protections), every message, chunk frames both ways (a damaged one refused with
 //! the connection still in step), a wrong key or an impostor server refused with
 //! EACCES, a peer that stops answering timing out with ETIMEDOUT, a chunk whose data
-//! comes in two parts landing as soon as the second arrives (not at the read timeout).
+//! comes in two parts landing as soon as the second arrives (not at the read timeout),
+//! no read timeout meaning none after the handshake's deadline.
 
 use ckptfs_cluster::{NodeKeys, Secret};
 use ckptfs_transport::frame::encode_frame;
@@ -443,5 +444,28 @@ fn a_chunk_whose_second_half_comes_later_lands_without_waiting_for_the_timeout()
     assert!(matches!(e, TransportError::Timeout { .. }), "{e}");
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     tx.send(()).unwrap();
+    rt.block_on(srv).unwrap().unwrap();
+}
+
+#[test]
+fn without_a_read_timeout_an_answer_later_than_the_handshake_deadline_is_waited_for() {
+    // The handshake sets the socket's timeouts to what is left of its deadline; with no
+    // read timeout configured, none may stay behind on the socket.
+    let rt = rt();
+    let (l, addr) = listener(&rt);
+    let srv = serve_one(&rt, l, 7, cfg(), |mut s| async move {
+        assert!(matches!(s.recv().await.unwrap(), Msg::Query { .. }));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        s.send(&Msg::QueryReply { body: "{}".into() }).await.unwrap();
+    });
+    let c = ConnConfig {
+        read_timeout: None,
+        handshake_timeout: Duration::from_secs(1),
+        ..cfg()
+    };
+    let mut cl = blocking::Conn::connect(&addr, &id("client"), "server", &keys("client", 7), &c).unwrap();
+    assert_eq!(cl.read_timeout(), None);
+    cl.send(&Msg::Query { body: "{}".into() }).unwrap();
+    assert!(matches!(cl.recv().unwrap(), Msg::QueryReply { .. }));
     rt.block_on(srv).unwrap().unwrap();
 }
