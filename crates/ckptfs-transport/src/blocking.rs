@@ -48,6 +48,45 @@ pub struct Conn {
     read_timeout: Option<Duration>,
 }
 
+/// The socket while chunk data lands in a sink ([`Conn::land_rest`]): non-blocking,
+/// its `SO_RCVLOWAT` mark raised; both undone when dropped, on every return (errors
+/// included), so that the frames after the chunk are read with blocking reads under a
+/// mark of 1 (a mark left above a small answer would hold its read until the timeout).
+struct ChunkReads<'a> {
+    sock: &'a TcpStream,
+    mark: usize,
+}
+
+impl<'a> ChunkReads<'a> {
+    fn start(sock: &'a TcpStream) -> Result<ChunkReads<'a>> {
+        sock.set_nonblocking(true)?;
+        Ok(ChunkReads { sock, mark: 1 })
+    }
+
+    fn fd(&self) -> std::os::fd::BorrowedFd<'a> {
+        self.sock.as_fd()
+    }
+
+    /// Raise (or lower) the mark to `want` bytes, unless `CKPTFS_NO_RCVLOWAT` says not to.
+    fn mark(&mut self, want: usize) {
+        if want != self.mark && crate::lowat::on() {
+            crate::lowat::set(self.fd(), want);
+            self.mark = want;
+        }
+    }
+}
+
+impl Drop for ChunkReads<'_> {
+    fn drop(&mut self) {
+        if self.mark != 1 {
+            crate::lowat::set(self.fd(), 1);
+        }
+        // Failing, the next blocking read answers WouldBlock: a timeout, and the
+        // connection is dropped.
+        let _ = self.sock.set_nonblocking(false);
+    }
+}
+
 /// An I/O error as the transport reports it: a socket timeout is a [`TransportError::Timeout`].
 fn io_err(what: &'static str) -> impl Fn(std::io::Error) -> TransportError {
     move |e| match e.kind() {
@@ -174,15 +213,18 @@ impl Conn {
         self.read_timeout
     }
 
-    /// Socket timeouts for what is left until `deadline` (the handshake's).
-    fn until(&self, deadline: Instant) -> Result<()> {
+    /// Socket timeouts for what is left until `deadline` (the handshake's). The read
+    /// timeout goes through [`Conn::set_read_timeout`], so that the value it caches is
+    /// the socket's: the handshake's deadline never stays on the socket when the
+    /// connection's own read timeout is None.
+    fn until(&mut self, deadline: Instant) -> Result<()> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(TransportError::Timeout {
                 what: "connect and handshake",
             });
         }
-        self.rd.get_ref().set_read_timeout(Some(at_least_1ms(left)))?;
+        self.set_read_timeout(Some(left))?;
         self.wr.set_write_timeout(Some(at_least_1ms(left)))?;
         Ok(())
     }
@@ -352,11 +394,11 @@ impl Conn {
     }
 
     /// Reads the pending chunk's data straight into `sink` (what the read-ahead holds by
-    /// a copy, the rest by reads from the socket into the sink), checks its tag over the
-    /// landed bytes and the CRC32C the sink computed as they landed, as the tokio
-    /// connection's `recv_chunk_into` (the same `SO_RCVLOWAT` marks while the chunk
-    /// arrives). An encrypted connection lands the data in a buffer first, decrypts it
-    /// there and hands it to the sink. On [`FrameError::ChunkCrc`] or
+    /// a copy, the rest by reads from the socket into the sink, [`Conn::land_rest`]),
+    /// checks its tag over the landed bytes and the CRC32C the sink computed as they
+    /// landed, as the tokio connection's `recv_chunk_into` (the same `SO_RCVLOWAT` marks
+    /// while the chunk arrives). An encrypted connection lands the data in a buffer
+    /// first, decrypts it there and hands it to the sink. On [`FrameError::ChunkCrc`] or
     /// [`FrameError::ChunkAuth`] the connection is still in step (the data was consumed)
     /// and the sink must not be published.
     pub fn recv_chunk_into(&mut self, sink: &mut dyn ChunkSink) -> Result<()> {
@@ -374,32 +416,7 @@ impl Conn {
         let k = buffered.len().min(len);
         sink.put(&buffered[..k]);
         self.rd.consume(k);
-        let mut at = k;
-        let mut mark = 1;
-        let mut r = Ok(());
-        while at < len {
-            let want = (len - at).min(crate::lowat::LOWAT_MAX);
-            if want != mark && crate::lowat::on() {
-                crate::lowat::set(self.rd.get_ref().as_fd(), want);
-                mark = want;
-            }
-            match sink.read_from(self.rd.get_ref().as_fd()) {
-                Ok(0) => {
-                    r = Err(TransportError::Io(std::io::ErrorKind::UnexpectedEof.into()));
-                    break;
-                }
-                Ok(n) => at += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    r = Err(io_err("chunk data")(e));
-                    break;
-                }
-            }
-        }
-        if mark != 1 {
-            crate::lowat::set(self.rd.get_ref().as_fd(), 1);
-        }
-        r?;
+        self.land_rest(k, len, sink)?;
         if let Some(tag) = self.read_tag()? {
             let head = self.pending_head;
             let mut m = self.opener.open.as_mut().expect("tagged").mac();
@@ -413,6 +430,41 @@ impl Conn {
         self.pending = None;
         if sink.crc() != c.crc32c {
             return Err(FrameError::ChunkCrc { index: c.index }.into());
+        }
+        Ok(())
+    }
+
+    /// Lands a chunk's bytes `at..len` from the socket into `sink` as the tokio
+    /// connection does: wait until the socket is readable (`poll`, which honours the
+    /// `SO_RCVLOWAT` mark, the rest of the chunk but at most `LOWAT_MAX`), then one
+    /// non-blocking read of what is there. Never a blocking read under a mark: such a
+    /// read copies what is queued and then sleeps until a whole mark more has arrived
+    /// (the kernel wakes a sleeping reader only once the mark is queued beyond what it
+    /// already copied), which the last chunk of an answer never brings, its sender
+    /// waiting for the next request: the read waited for its timeout. Each wait is at
+    /// most the read timeout. The socket is non-blocking and its mark raised only
+    /// within this call ([`ChunkReads`], undone on every return).
+    fn land_rest(&mut self, mut at: usize, len: usize, sink: &mut dyn ChunkSink) -> Result<()> {
+        if at >= len {
+            return Ok(());
+        }
+        let timeout = self.read_timeout;
+        let mut socket = ChunkReads::start(self.rd.get_ref())?;
+        while at < len {
+            socket.mark((len - at).min(crate::lowat::LOWAT_MAX));
+            if !crate::lowat::wait_readable(socket.fd(), timeout).map_err(io_err("chunk data"))? {
+                return Err(TransportError::Timeout { what: "chunk data" });
+            }
+            match sink.read_from(socket.fd()) {
+                Ok(0) => return Err(TransportError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+                Ok(n) => at += n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(io_err("chunk data")(e)),
+            }
         }
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! `SO_RCVLOWAT` on a connection while chunk data arrives: the only unsafe of this crate
-//! (one `setsockopt`; no crate of the workspace wraps this option).
+//! (one `setsockopt`, one `poll`; no crate of the workspace wraps this option).
 //!
 //! A socket becomes readable for epoll (and so for tokio) as soon as one byte is queued.
 //! While a 1 MiB chunk streams in, the receiving task was then woken for every few dozen
@@ -8,10 +8,15 @@
 //! kernel grows the receive buffer to twice the mark (up to `tcp_rmem[2]`), so the
 //! sender is never blocked below it, and the mark never exceeds the bytes still due for
 //! this chunk, which the sender sends in one piece: readiness always comes. The
-//! blocking connection sets the same marks: a blocking read then returns once the mark
-//! is reached (or its timeout passed), not for every few dozen KiB.
+//! blocking connection sets the same marks and reads the same way: it waits for
+//! readiness ([`wait_readable`], `poll`), then reads what is there without blocking.
+//! A blocking read under a mark would not do: a read that finds part of the mark queued
+//! copies it and sleeps, and the kernel wakes it only once a whole mark more is queued
+//! beyond what it copied, which the end of a chunk followed by nothing (the last of an
+//! answer) never brings: the read sleeps until its timeout.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::{Duration, Instant};
 
 /// `CKPTFS_NO_RCVLOWAT=1` leaves `SO_RCVLOWAT` at 1 (for A/B measurements).
 pub(crate) fn on() -> bool {
@@ -37,4 +42,42 @@ pub(crate) fn set(fd: BorrowedFd<'_>, bytes: usize) {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
+}
+
+/// Wait until `fd` is readable, at most `timeout` (None: no limit): for a TCP socket,
+/// until its queue holds the `SO_RCVLOWAT` mark, or the peer closed, or an error is
+/// pending (the next read reports those). False when the time ran out.
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> std::io::Result<bool> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        let ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(false);
+                }
+                // Rounded up: never give up before the deadline.
+                left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int
+            }
+        };
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one pollfd we own, for a descriptor we borrow (open for the
+        // call); nfds is 1, the length of what we pass.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        match r {
+            0 => return Ok(false),
+            r if r > 0 => return Ok(true),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
 }

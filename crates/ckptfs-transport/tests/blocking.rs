@@ -1,15 +1,19 @@
 //! The blocking client connection against the tokio server side: the same handshake
 //! (both protections), every message, chunk frames both ways (a damaged one refused with
 //! the connection still in step), a wrong key or an impostor server refused with
-//! EACCES, a peer that stops answering timing out with ETIMEDOUT, and a connection with
-//! no read timeout waiting longer than its handshake's deadline for an answer.
+//! EACCES, a peer that stops answering timing out with ETIMEDOUT, a connection with
+//! no read timeout waiting longer than its handshake's deadline for an answer, and a
+//! chunk whose data comes in two parts landing as soon as the second arrives (not at
+//! the read timeout).
 
 use ckptfs_cluster::{NodeKeys, Secret};
+use ckptfs_transport::frame::encode_frame;
 use ckptfs_transport::{
     accept, blocking, ChunkHeader, ConnConfig, FrameError, Identity, ListEntry, Msg, Nack, Protection,
     PutBegin, PutEnd, TransportError, REFUSAL,
 };
 use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 const NODES: [&str; 3] = ["client", "server", "node1"];
@@ -329,28 +333,140 @@ fn a_peer_that_stops_answering_times_out_with_etimedout() {
     assert!(matches!(cl.recv(), Err(TransportError::Closed)));
 }
 
-/// With no read timeout, the connection waits as long as the answer takes: the
-/// handshake's deadline (set on the socket while it runs) does not stay in force.
+/// A sink into a Vec, reading with plain `read` (what the store's landing does with
+/// `readv`).
+struct VecSink {
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl ckptfs_transport::ChunkSink for VecSink {
+    fn put(&mut self, data: &[u8]) {
+        self.buf[self.at..self.at + data.len()].copy_from_slice(data);
+        self.at += data.len();
+    }
+    fn read_from(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize> {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor stays open for the call (borrowed); the File is not
+        // dropped (ManuallyDrop), so it does not close it.
+        let mut f = std::mem::ManuallyDrop::new(unsafe {
+            <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd.as_raw_fd())
+        });
+        let n = f.read(&mut self.buf[self.at..])?;
+        self.at += n;
+        Ok(n)
+    }
+    fn crc(&self) -> u32 {
+        ckptfs_transport::crc32c(&self.buf[..self.at])
+    }
+    fn visit(&self, f: &mut dyn FnMut(&[u8])) {
+        f(&self.buf[..self.at])
+    }
+}
+
 #[test]
-fn with_no_read_timeout_an_answer_slower_than_the_handshake_deadline_is_waited_for() {
+fn a_chunk_whose_second_half_comes_later_lands_without_waiting_for_the_timeout() {
+    // The client raises SO_RCVLOWAT to the rest of the chunk. A blocking read that found
+    // the first half queued copied it and slept until a whole mark more had arrived,
+    // which the second half (the last bytes the server sends before it waits for the
+    // next request) never is: the chunk landed only at the read timeout (the restore
+    // from a partner that waited 30 s for its last file).
     let rt = rt();
     let (l, addr) = listener(&rt);
-    let srv = serve_one(&rt, l, 6, cfg(), |mut s| async move {
-        let got = s.recv().await.unwrap();
-        // Longer than the client's whole handshake deadline.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        s.send(&got).await.unwrap();
-        assert!(matches!(s.recv().await, Err(TransportError::Closed)));
+    let data = pattern(1 << 20, 3);
+    let data2 = data.clone();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+    let srv = serve_one(&rt, l, 6, cfg(), move |s| async move {
+        let mut raw = s.into_raw().unwrap();
+        let chunk = |raw: &mut ckptfs_transport::RawConn, i: u64| {
+            raw.seal(&encode_frame(&Msg::Chunk(ChunkHeader::for_data(i, 0, &data2)), &data2).unwrap())
+        };
+        let wait = |rx: std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>| {
+            tokio::task::spawn_blocking(move || rx.lock().unwrap().recv().unwrap())
+        };
+        // A chunk in two halves 300 ms apart, then nothing until the client has it.
+        let f = chunk(&mut raw, 1);
+        let half = f.len() / 2;
+        raw.stream().write_all(&f[..half]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        raw.stream().write_all(&f[half..]).await.unwrap();
+        wait(rx.clone()).await.unwrap();
+        // A small answer 200 ms later: read at once (the mark is 1 again, the socket
+        // blocking again).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let hb = raw.seal(&encode_frame(&Msg::Heartbeat { seq: 9, unix_ms: 1 }, &[]).unwrap());
+        raw.stream().write_all(&hb).await.unwrap();
+        // Half a chunk, then silence: the client times out.
+        let f = chunk(&mut raw, 2);
+        raw.stream().write_all(&f[..f.len() / 2]).await.unwrap();
+        wait(rx).await.unwrap();
     });
     let c = ConnConfig {
-        read_timeout: None,
-        handshake_timeout: Duration::from_millis(1000),
+        read_timeout: Some(Duration::from_secs(4)),
         ..cfg()
     };
     let mut cl = blocking::Conn::connect(&addr, &id("client"), "server", &keys("client", 6), &c).unwrap();
-    let q = Msg::Query { body: "{}".into() };
-    cl.send(&q).unwrap();
-    assert_eq!(cl.recv().unwrap(), q);
-    drop(cl);
+    let Msg::Chunk(h) = cl.recv().unwrap() else {
+        panic!("not a chunk")
+    };
+    let t = Instant::now();
+    let mut sink = VecSink {
+        buf: vec![0u8; h.len as usize],
+        at: 0,
+    };
+    cl.recv_chunk_into(&mut sink).unwrap();
+    let took = t.elapsed();
+    assert!(sink.buf == data, "the chunk differs");
+    assert!(
+        took < Duration::from_secs(2),
+        "the chunk landed after {took:?}: the read waited for its timeout"
+    );
+    tx.send(()).unwrap();
+    let t = Instant::now();
+    assert!(matches!(cl.recv().unwrap(), Msg::Heartbeat { seq: 9, .. }));
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "a small answer read after {took:?}"
+    );
+    // A chunk cut short: the read timeout, once.
+    cl.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let Msg::Chunk(h) = cl.recv().unwrap() else {
+        panic!("not a chunk")
+    };
+    let mut sink = VecSink {
+        buf: vec![0u8; h.len as usize],
+        at: 0,
+    };
+    let t = Instant::now();
+    let e = cl.recv_chunk_into(&mut sink).unwrap_err();
+    assert!(matches!(e, TransportError::Timeout { .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    tx.send(()).unwrap();
+    rt.block_on(srv).unwrap().unwrap();
+}
+
+#[test]
+fn without_a_read_timeout_an_answer_later_than_the_handshake_deadline_is_waited_for() {
+    // The handshake sets the socket's timeouts to what is left of its deadline; with no
+    // read timeout configured, none may stay behind on the socket.
+    let rt = rt();
+    let (l, addr) = listener(&rt);
+    let srv = serve_one(&rt, l, 7, cfg(), |mut s| async move {
+        assert!(matches!(s.recv().await.unwrap(), Msg::Query { .. }));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        s.send(&Msg::QueryReply { body: "{}".into() }).await.unwrap();
+    });
+    let c = ConnConfig {
+        read_timeout: None,
+        handshake_timeout: Duration::from_secs(1),
+        ..cfg()
+    };
+    let mut cl = blocking::Conn::connect(&addr, &id("client"), "server", &keys("client", 7), &c).unwrap();
+    assert_eq!(cl.read_timeout(), None);
+    cl.send(&Msg::Query { body: "{}".into() }).unwrap();
+    assert!(matches!(cl.recv().unwrap(), Msg::QueryReply { .. }));
     rt.block_on(srv).unwrap().unwrap();
 }
