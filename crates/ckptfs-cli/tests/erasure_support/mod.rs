@@ -326,9 +326,12 @@ pub fn all_restart(c: &Cluster, order: &[usize], pfs: Option<&str>, want: &str, 
     }
 }
 
+/// Each node's files of a dataset: (path, bytes).
+pub type Parts = Vec<Vec<(String, Vec<u8>)>>;
+
 /// Dataset `v1` written ([`write_dataset`]) and protected by the set: its files, its
 /// key and the epoch of its encoding.
-pub fn protected_v1(c: &Cluster) -> (Vec<Vec<(String, Vec<u8>)>>, String, u64) {
+pub fn protected_v1(c: &Cluster) -> (Parts, String, u64) {
     let files = write_dataset(c);
     let key = format!("{}.1", c.job);
     let epoch = wait_protected(c, &key);
@@ -346,7 +349,7 @@ pub fn failed_restore(c: &Cluster, i: usize, what: &str) -> String {
 
 /// A PFS directory (`DIR/pfs`, its path returned) holding dataset `v0` (the job's
 /// first, [`write_named`] with `unit`), drained there by every node; and `v0`'s files.
-pub fn v0_on_pfs(c: &Cluster, unit: usize) -> (String, Vec<Vec<(String, Vec<u8>)>>) {
+pub fn v0_on_pfs(c: &Cluster, unit: usize) -> (String, Parts) {
     let pfs = c.dir.path().join("pfs");
     std::fs::create_dir_all(&pfs).unwrap();
     let pfs_s = pfs.to_str().unwrap().to_string();
@@ -381,7 +384,7 @@ pub fn rebuild_with_a_survivor_killed(c: &mut Cluster, lost: usize, survivor: us
 /// slowed to 8 Mbit/s, node3's daemon SIGKILLed once the leader encodes it: for 3 s no
 /// other member may say the dataset is protected (no header was committed anywhere).
 /// Then node3's link and daemon (its store kept) are back. `v1`'s files and its key.
-pub fn encode_with_node3_killed(c: &mut Cluster, unit: usize) -> (Vec<Vec<(String, Vec<u8>)>>, String) {
+pub fn encode_with_node3_killed(c: &mut Cluster, unit: usize) -> (Parts, String) {
     c.sim.limit(2, Some(8_000_000)).unwrap();
     let files = write_named(c, "v1", 1, unit);
     let key = format!("{}.1", c.job);
