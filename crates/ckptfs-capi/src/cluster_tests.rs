@@ -50,13 +50,8 @@ fn cluster2() -> Cluster2 {
     let mut c = ckptfs_cluster::Cluster::local(2, &job, base).unwrap();
     c.nodes[1].domains.insert("rack".into(), "r2".into());
     c.heartbeat_ms = 200;
-    let secret = ckptfs_cluster::Secret::generate().unwrap();
-    c.secret = Some(secret.expose().iter().map(|b| format!("{b:02x}")).collect());
-    let dir = tempfile::tempdir().unwrap();
+    let (c, dir) = ckptfs_testsupport::secret_cluster(c);
     let file = dir.path().join("cluster.toml");
-    std::fs::write(&file, c.to_toml()).unwrap();
-    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let c = ckptfs_cluster::Cluster::load(&file).unwrap();
     let stores: Vec<String> = c.nodes.iter().map(|n| n.store.clone()).collect();
     for s in &stores {
         let _ = Store::destroy(s);

@@ -7,9 +7,12 @@
 //! of what each level holds says is wholly recoverable, and its files must read back
 //! byte-identical on every node; then the job resumes.
 
+mod nodes_support;
+
+use nodes_support::{node, preload_lib, spawn_logged, stdout_ok, RESTART_PRINTS};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -41,10 +44,6 @@ struct Job {
     dir: tempfile::TempDir,
     job: String,
     daemons: Vec<Option<Child>>,
-}
-
-fn node(i: usize) -> String {
-    format!("node{}", i + 1)
 }
 
 fn node_of(rank: usize) -> usize {
@@ -84,26 +83,13 @@ impl Job {
     }
 
     fn ok(&self, n: usize, rank: usize, args: &[&str]) -> String {
-        let o = self.run(n, rank, args);
-        assert!(
-            o.status.success(),
-            "ckptfs {args:?} on {} failed: {}{}",
-            node(n),
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8(o.stdout).unwrap()
+        let what = format!("ckptfs {args:?} on {} failed", node(n));
+        stdout_ok(self.run(n, rank, args), &what, "")
     }
 
     fn start(&mut self, n: usize) {
         let log = std::fs::File::create(self.dir.path().join(format!("{}.log", node(n)))).unwrap();
-        let child = self
-            .cmd(n, 0, &["node"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.daemons[n] = Some(child);
+        self.daemons[n] = Some(spawn_logged(self.cmd(n, 0, &["node"]), log));
         poll(&format!("{}'s daemon", node(n)), || {
             self.run(n, 0, &["node", "status", "--json"]).status.success()
                 && std::net::TcpStream::connect(self.addr(n)).is_ok()
@@ -348,21 +334,10 @@ fn a_replaced_node_and_a_rank_that_cannot_ask_every_node_agree_on_the_restart() 
             .success());
     }
     let restart = |r: usize, timeout_ms: &str| {
-        job.cmd(
-            node_of(r),
-            r,
-            &[
-                "run",
-                "--restart",
-                "--",
-                "sh",
-                "-c",
-                "printf '%s' \"${CKPTFS_RESTART:-<none>}\"",
-            ],
-        )
-        .env("CKPTFS_NODE_TIMEOUT_MS", timeout_ms)
-        .output()
-        .unwrap()
+        job.cmd(node_of(r), r, &RESTART_PRINTS)
+            .env("CKPTFS_NODE_TIMEOUT_MS", timeout_ms)
+            .output()
+            .unwrap()
     };
     let o = restart(0, "300");
     for &n in &stopped {
@@ -385,16 +360,6 @@ fn a_replaced_node_and_a_rank_that_cannot_ask_every_node_agree_on_the_restart() 
         chosen.insert(String::from_utf8_lossy(&o.stdout).to_string());
     }
     assert_eq!(chosen, BTreeSet::from(["v3".to_string()]));
-}
-
-/// The shim `ckptfs run` loads (next to the binary, else the release build's).
-fn preload_lib() -> PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_ckptfs"));
-    let here = bin.with_file_name("libckptfs_preload.so");
-    if here.is_file() {
-        return here;
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/libckptfs_preload.so")
 }
 
 fn poll(what: &str, mut f: impl FnMut() -> bool) {
@@ -621,18 +586,7 @@ fn four_nodes_two_ranks_restart_from_the_newest_wholly_recoverable_dataset() {
         let (certain, possible) = expected(&model, &held);
         let mut chosen = BTreeSet::new();
         for r in 0..RANKS {
-            let o = job.run(
-                node_of(r),
-                r,
-                &[
-                    "run",
-                    "--restart",
-                    "--",
-                    "sh",
-                    "-c",
-                    "printf '%s' \"${CKPTFS_RESTART:-<none>}\"",
-                ],
-            );
+            let o = job.run(node_of(r), r, &RESTART_PRINTS);
             assert!(o.status.success(), "{o:?}");
             let got = String::from_utf8_lossy(&o.stdout).to_string();
             let err = String::from_utf8_lossy(&o.stderr).to_string();

@@ -26,11 +26,11 @@
 //! simulated cluster is `erasure_support`.
 
 mod erasure_support;
+mod nodes_support;
 
 use erasure_support::*;
 use serde_json::Value;
 use std::process::Stdio;
-use std::time::Duration;
 
 const PORT: u16 = 46150;
 
@@ -39,9 +39,7 @@ fn xor_set_of_four_rebuilds_a_lost_node_refuses_a_flipped_parity_byte_and_names_
     let Some(mut c) = Cluster::new("er3x", 4, "xor", PORT) else {
         return;
     };
-    let files = write_dataset(&c);
-    let key = format!("{}.1", c.job);
-    let epoch = wait_protected(&c, &key);
+    let (files, key, epoch) = protected_v1(&c);
     // The files' levels: the set, no partner copy (the set's parity replaces it).
     let list = c.ok(2, &["ckpt", "list"]);
     assert!(list.contains("local,erasure"), "{list}");
@@ -58,22 +56,8 @@ fn xor_set_of_four_rebuilds_a_lost_node_refuses_a_flipped_parity_byte_and_names_
     // from the set, byte-identical.
     c.lose(2);
     c.replace(2);
-    let mut chosen = std::collections::BTreeSet::new();
-    for i in [2, 0, 1, 3] {
-        let o = c.restart(i);
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert!(o.status.success(), "{}: {err}\n{}", node(i), c.logs());
-        if i == 2 {
-            assert!(err.contains("from erasure:set0"), "{err}");
-        }
-        chosen.insert(String::from_utf8_lossy(&o.stdout).to_string());
-    }
-    assert_eq!(chosen, ["v1".to_string()].into());
-    for (i, mine) in files.iter().enumerate() {
-        for (p, b) in mine {
-            assert!(c.get(i, p) == *b, "{p} on {} differs", node(i));
-        }
-    }
+    all_restart(&c, &[2, 0, 1, 3], None, "v1", &[2]);
+    all_back(&c, &files, &(0..c.n).collect::<Vec<_>>());
     // The set is whole again: node3's parity shard computed again at the same epoch (or,
     // had the leader found node3 without its share first, a newer encoding of the set).
     let epoch = settled(&c, &key, epoch);
@@ -85,29 +69,14 @@ fn xor_set_of_four_rebuilds_a_lost_node_refuses_a_flipped_parity_byte_and_names_
     c.flip(1, &shard);
     c.lose(3);
     c.replace(3);
-    let o = c.run(3, &["restore", "--from-peers"]);
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(
-        !o.status.success(),
-        "a rebuild used a damaged parity shard: {out}"
-    );
+    let out = failed_restore(&c, 3, "a rebuild used a damaged parity shard");
     assert!(out.contains("unreadable: node2"), "{out}");
     assert!(out.contains("node4"), "{out}");
 
     // 3. Two nodes lost at once (node1 and node4): more than XOR tolerates, named.
     c.lose(0);
     c.replace(0);
-    let o = c.run(0, &["restore", "--from-peers"]);
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(!o.status.success(), "{out}");
+    let out = failed_restore(&c, 0, "a restore without enough members succeeded");
     assert!(
         out.contains("2 member(s) lost (node1, node4), the scheme tolerates 1"),
         "{out}"
@@ -128,36 +97,17 @@ fn rs2_set_of_six_rebuilds_two_nodes_of_different_racks_lost_at_once() {
     let Some(mut c) = Cluster::new("er3r", 6, "rs:2", PORT) else {
         return;
     };
-    let files = write_dataset(&c);
-    let key = format!("{}.1", c.job);
-    let epoch = wait_protected(&c, &key);
+    let (files, key, epoch) = protected_v1(&c);
     c.lose(1);
     c.lose(4);
     c.replace(1);
     c.replace(4);
-    let mut chosen = std::collections::BTreeSet::new();
-    for i in [1, 4, 0, 2, 3, 5] {
-        let o = c.restart(i);
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert!(o.status.success(), "{}: {err}\n{}", node(i), c.logs());
-        if i == 1 || i == 4 {
-            assert!(err.contains("from erasure:set0"), "{}: {err}", node(i));
-        }
-        chosen.insert(String::from_utf8_lossy(&o.stdout).to_string());
-    }
-    assert_eq!(chosen, ["v1".to_string()].into());
-    for (i, mine) in files.iter().enumerate() {
-        for (p, b) in mine {
-            assert!(c.get(i, p) == *b, "{p} on {} differs", node(i));
-        }
-    }
+    all_restart(&c, &[1, 4, 0, 2, 3, 5], None, "v1", &[1, 4]);
+    all_back(&c, &files, &(0..c.n).collect::<Vec<_>>());
     // Encoded again: every member protected at one newer epoch.
     let e = settled(&c, &key, epoch + 1);
     assert!(e > epoch);
 }
-
-/// How long the slowed rebuild runs before something is killed in its middle.
-const MIDWAY: Duration = Duration::from_millis(1500);
 
 /// Failure cases E21-E23 (docs/erasure.md): a member SIGKILLed during a rebuild (a
 /// survivor serving it, then the replacement rebuilding), and more members lost than XOR
@@ -167,14 +117,8 @@ fn a_member_killed_during_a_rebuild_leaves_nothing_half_rebuilt_and_two_lost_fal
     let Some(mut c) = Cluster::new("e3k", 4, "xor", PORT) else {
         return;
     };
-    let pfs = c.dir.path().join("pfs");
-    std::fs::create_dir_all(&pfs).unwrap();
-    let pfs_s = pfs.to_str().unwrap().to_string();
     // v0 (small) is drained to the PFS by every node; v1 (parts of 2-8 MB) is not.
-    let v0 = write_named(&c, "v0", 1, 40_000);
-    for i in 0..c.n {
-        c.ok(i, &["agent", "--once", "--dest", &pfs_s]);
-    }
+    let (pfs_s, v0) = v0_on_pfs(&c, 40_000);
     let v1 = write_named(&c, "v1", 2, 2_000_000);
     let key1 = format!("{}.2", c.job);
     let epoch = wait_protected(&c, &key1);
@@ -245,22 +189,8 @@ fn a_member_killed_during_a_rebuild_leaves_nothing_half_rebuilt_and_two_lost_fal
     // E21. node3 lost again; `restore --from-peers` rebuilds over the slowed link, and
     // node2's daemon, a survivor serving it, is SIGKILLed in the middle: the rebuild
     // fails naming node2, and node3's file of v1 is neither served nor listed.
-    c.lose(2);
-    c.replace(2);
-    c.sim.limit(2, Some(24_000_000)).unwrap();
-    let mut r = c.spawn_restore(2);
-    std::thread::sleep(MIDWAY);
-    assert!(
-        r.try_wait().unwrap().is_none(),
-        "the rebuild ended before a member could be killed in its middle"
-    );
-    c.kill_daemon(1);
-    let o = r.wait_with_output().unwrap();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let o = rebuild_with_a_survivor_killed(&mut c, 2, 1);
+    let out = text(&o);
     assert!(!o.status.success(), "a rebuild without node2 succeeded: {out}");
     assert!(out.contains("node2"), "{out}");
     assert!(
@@ -285,28 +215,13 @@ fn a_member_killed_during_a_rebuild_leaves_nothing_half_rebuilt_and_two_lost_fal
     c.lose(3);
     c.replace(1);
     c.replace(3);
-    let o = c.run(1, &["restore", "--from-peers"]);
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(!o.status.success(), "{out}");
+    let out = failed_restore(&c, 1, "a restore without enough members succeeded");
     assert!(
         out.contains("2 member(s) lost (node2, node4), the scheme tolerates 1"),
         "{out}"
     );
-    for i in [1, 3, 0, 2] {
-        let o = c.restart_from(i, Some(&pfs_s));
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert!(o.status.success(), "{}: {err}\n{}", node(i), c.logs());
-        assert_eq!(String::from_utf8_lossy(&o.stdout), "v0", "{}: {err}", node(i));
-    }
-    for (i, mine) in v0.iter().enumerate() {
-        for (p, b) in mine {
-            assert!(c.get(i, p) == *b, "{p} on {} differs", node(i));
-        }
-    }
+    all_restart(&c, &[1, 3, 0, 2], Some(&pfs_s), "v0", &[]);
+    all_back(&c, &v0, &(0..c.n).collect::<Vec<_>>());
     // The lost members' files of v1 were not made up from anything.
     assert!(!c.has(1, "/ckpt/v1/rank1"));
     assert!(!c.has(3, "/ckpt/v1/rank3"));
@@ -322,28 +237,8 @@ fn a_member_killed_during_the_encode_leaves_no_set_that_looks_protected() {
     let Some(mut c) = Cluster::new("e3e", 4, "xor", PORT) else {
         return;
     };
-    c.sim.limit(2, Some(8_000_000)).unwrap();
-    let files = write_named(&c, "v1", 1, 2_000_000);
-    let key = format!("{}.1", c.job);
-    c.until("the leader to start encoding", || {
-        c.erasure_state(0, &key).is_some_and(|(s, _)| s == "encoding")
-    });
-    c.kill_daemon(2);
     // While node3 is down, nobody may say protected (no header was committed anywhere).
-    for _ in 0..30 {
-        for i in [0, 1, 3] {
-            let st = c.erasure_state(i, &key);
-            assert!(
-                st.as_ref().is_none_or(|(s, _)| s != "protected"),
-                "{} says {st:?} with node3 killed mid-encode\n{}",
-                node(i),
-                c.logs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    c.sim.limit(2, None).unwrap();
-    c.replace(2);
+    let (files, key) = encode_with_node3_killed(&mut c, 2_000_000);
     wait_protected(&c, &key);
     // The encoding made after the interruption protects the set: node2 lost, rebuilt.
     c.lose(1);

@@ -17,33 +17,11 @@
 //! `CKPTFS_REQUIRE_ROOT_TESTS=1`). Ports 47300-47301 inside the namespaces.
 
 mod erasure_support;
+mod nodes_support;
 
 use erasure_support::*;
 
 const PORT: u16 = 47300;
-
-/// Every file of `files` on its node byte-identical (an empty file served empty).
-fn all_back(c: &Cluster, files: &[Vec<(String, Vec<u8>)>], nodes: &[usize]) {
-    for &i in nodes {
-        for (p, b) in &files[i] {
-            assert!(c.get(i, p) == *b, "{p} on {} differs", node(i));
-        }
-    }
-}
-
-/// Every rank's `run --restart` (in the order `order`) chooses `want`; node `i`'s
-/// stderr for each rank in `rebuilt` says its files came from the set.
-fn all_restart(c: &Cluster, order: &[usize], pfs: Option<&str>, want: &str, rebuilt: &[usize]) {
-    for &i in order {
-        let o = c.restart_from(i, pfs);
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert!(o.status.success(), "{}: {err}\n{}", node(i), c.logs());
-        assert_eq!(String::from_utf8_lossy(&o.stdout), want, "{}: {err}", node(i));
-        if rebuilt.contains(&i) {
-            assert!(err.contains("from erasure:set0"), "{}: {err}", node(i));
-        }
-    }
-}
 
 /// Failure cases E25-E26 (docs/erasure.md): Reed-Solomon k = 2 over eight nodes (two
 /// per rack), parts from 0 to ~170 KB: node3 with an empty file beside its checkpoint,
@@ -57,14 +35,8 @@ fn rs2_set_of_eight_rebuilds_two_lost_racks_apart_and_falls_back_when_three_are_
         return;
     };
     assert_eq!(c.n, 8);
-    let pfs = c.dir.path().join("pfs");
-    std::fs::create_dir_all(&pfs).unwrap();
-    let pfs_s = pfs.to_str().unwrap().to_string();
     // v0 (small) is drained to the PFS by every node.
-    let v0 = write_named(&c, "v0", 1, 3_000);
-    for i in 0..c.n {
-        c.ok(i, &["agent", "--once", "--dest", &pfs_s]);
-    }
+    let (pfs_s, v0) = v0_on_pfs(&c, 3_000);
     // v1: unequal parts, an empty file, a member with no files.
     let seeded = ckptfs_testsupport::seeded_bytes;
     let mut v1: Vec<Vec<(String, Vec<u8>)>> = (0..c.n)
@@ -111,9 +83,7 @@ fn rs2_set_of_eight_rebuilds_two_lost_racks_apart_and_falls_back_when_three_are_
     for i in [0, 3, 5] {
         c.replace(i);
     }
-    let o = c.run(0, &["restore", "--from-peers"]);
-    let out = text(&o);
-    assert!(!o.status.success(), "{out}");
+    let out = failed_restore(&c, 0, "a restore without enough members succeeded");
     assert!(
         out.contains("3 member(s) lost (node1, node4, node6), the scheme tolerates 2"),
         "{out}"
@@ -138,13 +108,7 @@ fn a_corrupted_data_chunk_of_a_survivor_is_never_served_and_the_rebuild_falls_ba
     let Some(mut c) = Cluster::new("er4d", 4, "xor", PORT) else {
         return;
     };
-    let pfs = c.dir.path().join("pfs");
-    std::fs::create_dir_all(&pfs).unwrap();
-    let pfs_s = pfs.to_str().unwrap().to_string();
-    let v0 = write_named(&c, "v0", 1, 5_000);
-    for i in 0..c.n {
-        c.ok(i, &["agent", "--once", "--dest", &pfs_s]);
-    }
+    let (pfs_s, v0) = v0_on_pfs(&c, 5_000);
     let v1 = write_named(&c, "v1", 2, 100_000);
     let key = format!("{}.2", c.job);
     wait_protected(&c, &key);
@@ -162,12 +126,7 @@ fn a_corrupted_data_chunk_of_a_survivor_is_never_served_and_the_rebuild_falls_ba
     // node4 lost: the rebuild cannot use node2's segment and fails, naming both.
     c.lose(3);
     c.replace(3);
-    let o = c.run(3, &["restore", "--from-peers"]);
-    let out = text(&o);
-    assert!(
-        !o.status.success(),
-        "a rebuild used a corrupted data chunk: {out}"
-    );
+    let out = failed_restore(&c, 3, "a rebuild used a corrupted data chunk");
     assert!(
         out.contains("1 member(s) lost (node4), the scheme tolerates 1; unreadable: node2"),
         "{out}"
@@ -189,26 +148,14 @@ fn a_corrupted_data_chunk_of_a_survivor_is_never_served_and_the_rebuild_falls_ba
         err.contains("unreadable: node2"),
         "the reason is not given: {err}"
     );
-    for i in [0, 1, 2] {
-        let o = c.restart_from(i, Some(&pfs_s));
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert!(o.status.success(), "{}: {err}\n{}", node(i), c.logs());
-        assert_eq!(String::from_utf8_lossy(&o.stdout), "v0", "{}: {err}", node(i));
-    }
-    for (i, mine) in v0.iter().enumerate() {
-        for (p, b) in mine {
-            assert!(c.get(i, p) == *b, "{p} on {} differs", node(i));
-        }
-    }
+    all_restart(&c, &[0, 1, 2], Some(&pfs_s), "v0", &[]);
+    all_back(&c, &v0, &(0..c.n).collect::<Vec<_>>());
     // What is served of v1 is what was written; node2's damaged file still is not.
     for i in [0, 2] {
         assert!(c.get(i, &v1[i][0].0) == v1[i][0].1, "{} differs", v1[i][0].0);
     }
     assert!(!c.run(1, &["get", rank1, dst.to_str().unwrap()]).status.success());
 }
-
-/// How long a slowed encode or rebuild runs before a member is killed in its middle.
-const MIDWAY: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// Failure cases E28-E29 (docs/erasure.md), Reed-Solomon k = 2 over six nodes (its
 /// gather schedule, not the XOR ring of E24): node3's daemon SIGKILLed in the middle of
@@ -222,42 +169,12 @@ fn rs2_set_of_six_survives_a_member_killed_during_the_encode_and_one_during_a_re
     let Some(mut c) = Cluster::new("er4k", 6, "rs:2", PORT) else {
         return;
     };
-    c.sim.limit(2, Some(8_000_000)).unwrap();
-    let files = write_named(&c, "v1", 1, 1_000_000);
-    let key = format!("{}.1", c.job);
-    c.until("the leader to start encoding", || {
-        c.erasure_state(0, &key).is_some_and(|(s, _)| s == "encoding")
-    });
     // E28.
-    c.kill_daemon(2);
-    for _ in 0..30 {
-        for i in [0, 1, 3, 4, 5] {
-            let st = c.erasure_state(i, &key);
-            assert!(
-                st.as_ref().is_none_or(|(s, _)| s != "protected"),
-                "{} says {st:?} with node3 killed mid-encode\n{}",
-                node(i),
-                c.logs()
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    c.sim.limit(2, None).unwrap();
-    c.replace(2);
+    let (files, key) = encode_with_node3_killed(&mut c, 1_000_000);
     let epoch = wait_protected(&c, &key);
 
     // E29.
-    c.lose(4);
-    c.replace(4);
-    c.sim.limit(4, Some(24_000_000)).unwrap();
-    let mut r = c.spawn_restore(4);
-    std::thread::sleep(MIDWAY);
-    assert!(
-        r.try_wait().unwrap().is_none(),
-        "the rebuild ended before a member could be killed in its middle"
-    );
-    c.kill_daemon(1);
-    let o = r.wait_with_output().unwrap();
+    let o = rebuild_with_a_survivor_killed(&mut c, 4, 1);
     let out = text(&o);
     assert!(
         o.status.success(),
@@ -277,9 +194,5 @@ fn rs2_set_of_six_survives_a_member_killed_during_the_encode_and_one_during_a_re
     // node2 back (its store kept): every member holds its share of one encoding again.
     c.replace(1);
     settled(&c, &key, epoch);
-    for (i, mine) in files.iter().enumerate() {
-        for (p, b) in mine {
-            assert!(c.get(i, p) == *b, "{p} on {} differs", node(i));
-        }
-    }
+    all_back(&c, &files, &(0..c.n).collect::<Vec<_>>());
 }

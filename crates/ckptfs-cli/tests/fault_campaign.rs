@@ -20,12 +20,14 @@
 //! campaign. The summary (faults injected by type, violations) is printed as one JSON
 //! line starting with `campaign:`.
 
+mod nodes_support;
+
+use nodes_support::{cluster_init, named, node, on_namespaces, stdout_ok, CKPTFS};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const CKPTFS: &str = env!("CARGO_BIN_EXE_ckptfs");
 const N: usize = 4;
 /// Port of every daemon inside its namespace.
 const NETNS_PORT: u16 = 41050;
@@ -43,10 +45,6 @@ impl Rng {
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
-}
-
-fn node(i: usize) -> String {
-    format!("node{}", i + 1)
 }
 
 /// FNV-1a: versions are remembered by hash.
@@ -70,18 +68,7 @@ struct Camp {
 impl Camp {
     fn new() -> Camp {
         let sim = match ckptfs_netsim::available() {
-            Ok(()) => Some(
-                ckptfs_netsim::Sim::new(
-                    N,
-                    ckptfs_netsim::SimOptions {
-                        tag: "camp".into(),
-                        shm_size: "256m".into(),
-                        hostnames: Some((0..N).map(node).collect()),
-                        ..Default::default()
-                    },
-                )
-                .expect("simulated nodes"),
-            ),
+            Ok(()) => Some(ckptfs_netsim::Sim::new(N, named("camp", N, "256m")).expect("simulated nodes")),
             Err(why) => {
                 assert!(
                     std::env::var("CKPTFS_REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
@@ -98,31 +85,10 @@ impl Camp {
             None => ckptfs_testsupport::free_ports(26400..26800, 4),
         };
         let job = format!("camp{}", std::process::id());
-        let o = Command::new(CKPTFS)
-            .args(["cluster", "init", "--local", "4", "--out"])
-            .arg(&file)
-            .args([
-                "--heartbeat-ms",
-                "200",
-                "--port",
-                &base.to_string(),
-                "--job",
-                &job,
-            ])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{o:?}");
+        cluster_init(&file, N, base, &["--heartbeat-ms", "200", "--job", &job]);
         if let Some(sim) = &sim {
-            let mut text = std::fs::read_to_string(&file).unwrap();
-            for (i, n) in sim.nodes().iter().enumerate() {
-                text = text.replace(
-                    &format!("\"127.0.0.1:{}\"", base as usize + i),
-                    &format!("\"{}:{NETNS_PORT}\"", n.ip),
-                );
-            }
             // The pool manager's address (unused here) moves to node1's address too.
-            text = text.replace("\"127.0.0.1:", &format!("\"{}:", sim.nodes()[0].ip));
-            assert!(!text.contains("127.0.0.1"), "{text}");
+            let text = on_namespaces(&file, sim, base, NETNS_PORT, base + 100);
             std::fs::write(&file, text).unwrap();
         }
         let c = ckptfs_cluster::Cluster::load(&file).unwrap();
@@ -187,15 +153,7 @@ impl Camp {
     }
 
     fn ok(&self, i: usize, args: &[&str]) -> String {
-        let o = self.run(i, args);
-        assert!(
-            o.status.success(),
-            "{} ckptfs {args:?}: {}{}",
-            node(i),
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8(o.stdout).unwrap()
+        stdout_ok(self.run(i, args), &format!("{} ckptfs {args:?}", node(i)), "")
     }
 
     fn log(&self, i: usize) -> PathBuf {

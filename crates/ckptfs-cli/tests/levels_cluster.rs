@@ -7,10 +7,12 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+mod nodes_support;
 mod s3_support;
+use nodes_support::{node, spawn_logged, stdout_ok};
 use s3_support::{data, Server};
 
 const NODES: usize = 2;
@@ -19,10 +21,6 @@ struct Job {
     dir: tempfile::TempDir,
     daemons: Vec<Option<Child>>,
     s3: Vec<(String, String)>,
-}
-
-fn node(i: usize) -> String {
-    format!("node{}", i + 1)
 }
 
 /// The shim `ckptfs run` loads (next to the binary, else the release build's).
@@ -79,26 +77,13 @@ impl Job {
     }
 
     fn ok(&self, n: usize, args: &[&str]) -> String {
-        let o = self.run(n, args);
-        assert!(
-            o.status.success(),
-            "ckptfs {args:?} on {} failed: {}{}",
-            node(n),
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8(o.stdout).unwrap()
+        let what = format!("ckptfs {args:?} on {} failed", node(n));
+        stdout_ok(self.run(n, args), &what, "")
     }
 
     fn start(&mut self, n: usize) {
         let log = std::fs::File::create(self.dir.path().join(format!("{}.log", node(n)))).unwrap();
-        let child = self
-            .cmd(n, &["node"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.daemons[n] = Some(child);
+        self.daemons[n] = Some(spawn_logged(self.cmd(n, &["node"]), log));
         let t = Instant::now();
         while !self.run(n, &["node", "status", "--json"]).status.success() {
             assert!(

@@ -5,70 +5,29 @@
 //! partner byte for byte; a whole rack lost likewise. Needs root and iproute2: SKIPPED
 //! otherwise.
 
-use ckptfs_netsim::{available, Sim, SimOptions};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::time::Duration;
+mod nodes_support;
 
-const CKPTFS: &str = env!("CARGO_BIN_EXE_ckptfs");
+use nodes_support::{cluster_init, named, node, on_namespaces, simulated, Nodes, CKPTFS};
+use std::path::Path;
+use std::process::Stdio;
+
 const PORT: u16 = 7460;
 
-struct Cluster {
-    sim: Sim,
-    dir: tempfile::TempDir,
-    file: PathBuf,
-    daemons: Vec<Option<Child>>,
-}
+/// The four nodes.
+type Cluster = Nodes;
 
 impl Cluster {
     /// Four nodes, node1/node2 in rack r1, node3/node4 in rack r2, ring, k = 1.
-    fn new() -> Option<Cluster> {
-        if let Err(why) = available() {
-            ckptfs_testsupport::skip_root_only(why);
-            return None;
-        }
-        let sim = Sim::new(
-            4,
-            SimOptions {
-                tag: "hn2".into(),
-                shm_size: "256m".into(),
-                hostnames: Some((1..=4).map(|i| format!("node{i}")).collect()),
-                ..Default::default()
-            },
-        )
-        .expect("simulated nodes");
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("c.toml");
-        let job = sim.prefix().to_string();
+    fn four() -> Option<Cluster> {
+        let sim = simulated(4, named("hn2", 4, "256m"))?;
+        let mut c = Nodes::new(sim, tempfile::tempdir().unwrap());
+        let job = c.sim.prefix().to_string();
         // The cluster file `cluster init` writes (and its secret), with the nodes'
-        // namespace addresses: every daemon listens on the same port of its own address.
-        let out = std::process::Command::new(CKPTFS)
-            .args(["cluster", "init", "--local", "4", "--out"])
-            .arg(&file)
-            .args(["--port", "17340", "--job", &job])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let mut text = std::fs::read_to_string(&file).unwrap();
-        for (i, n) in sim.nodes().iter().enumerate() {
-            text = text.replace(
-                &format!("\"127.0.0.1:{}\"", 17340 + i),
-                &format!("\"{}:{PORT}\"", n.ip),
-            );
-        }
-        // The pool manager's address `cluster init` names (port + 100), on node1 too.
-        text = text.replace(
-            "\"127.0.0.1:17440\"",
-            &format!("\"{}:{}\"", sim.node(0).ip, PORT + 100),
-        );
-        assert!(!text.contains("127.0.0.1"), "{text}");
-        std::fs::write(&file, text).unwrap();
-        let mut c = Cluster {
-            sim,
-            dir,
-            file,
-            daemons: (0..4).map(|_| None).collect(),
-        };
+        // namespace addresses: every daemon listens on the same port of its own address;
+        // the pool manager's address `cluster init` names (port + 100) is node1's too.
+        cluster_init(&c.file, 4, 17340, &["--job", &job]);
+        let text = on_namespaces(&c.file, &c.sim, 17340, PORT, PORT + 100);
+        std::fs::write(&c.file, text).unwrap();
         for i in 0..4 {
             c.start(i);
         }
@@ -80,33 +39,14 @@ impl Cluster {
         Some(c)
     }
 
-    fn id(i: usize) -> String {
-        format!("node{}", i + 1)
-    }
-
     fn cmd(&self, i: usize, args: &[&str]) -> std::process::Command {
-        let mut c = self.sim.node(i).command(CKPTFS);
-        c.arg("--cluster")
-            .arg(&self.file)
-            .args(["--node-id", &Self::id(i)])
-            .args(args)
-            .env("CKPTFS_MEM_SIZE", "64M")
-            .env_remove("CKPTFS_STORE")
-            .env_remove("CKPTFS_CLUSTER")
-            .env_remove("CKPTFS_NODE_ID");
+        let mut c = self.command(i, args);
+        c.env("CKPTFS_MEM_SIZE", "64M");
         c
     }
 
     fn ckptfs(&self, i: usize, args: &[&str]) -> String {
-        let out = self.cmd(i, args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "node{} ckptfs {args:?}: {}\n{}",
-            i + 1,
-            String::from_utf8_lossy(&out.stderr),
-            self.logs()
-        );
-        String::from_utf8(out.stdout).unwrap()
+        self.stdout_of(i, args, self.cmd(i, args))
     }
 
     fn ckptfs_ok(&self, i: usize, args: &[&str]) -> bool {
@@ -118,48 +58,15 @@ impl Cluster {
     }
 
     fn start(&mut self, i: usize) {
-        let log = std::fs::File::create(self.log(i)).unwrap();
-        let child = self
-            .cmd(i, &["node"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.daemons[i] = Some(child);
-    }
-
-    fn log(&self, i: usize) -> PathBuf {
-        self.dir.path().join(format!("{}.log", Self::id(i)))
-    }
-
-    fn logs(&self) -> String {
-        (0..4)
-            .map(|i| {
-                format!(
-                    "--- {} log\n{}",
-                    Self::id(i),
-                    std::fs::read_to_string(self.log(i)).unwrap_or_default()
-                )
-            })
-            .collect()
-    }
-
-    /// Poll (generously: the machine may be loaded) until `ok`.
-    fn until(&self, what: &str, ok: impl Fn() -> bool) {
-        for _ in 0..1200 {
-            if ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("timed out waiting for {what}\n{}", self.logs());
+        let cmd = self.cmd(i, &["node"]);
+        self.daemons.start(i, cmd);
     }
 
     /// Node `i` is lost: daemon and every process SIGKILLed, /dev/shm gone, link down;
     /// then it comes back empty (a replacement).
     fn lose_and_replace(&mut self, i: usize) {
         self.sim.kill_node(i).unwrap();
-        if let Some(mut d) = self.daemons[i].take() {
+        if let Some(mut d) = self.daemons.take(i) {
             d.wait().unwrap();
         }
         self.sim.revive(i).unwrap();
@@ -169,7 +76,7 @@ impl Cluster {
         let out = self.ckptfs(i, &["cluster", "plan", "--json"]);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let nodes = v["plan"]["nodes"].as_array().unwrap();
-        let me = nodes.iter().find(|n| n["id"] == Self::id(i).as_str()).unwrap();
+        let me = nodes.iter().find(|n| n["id"] == node(i).as_str()).unwrap();
         me["partners"][0].as_str().unwrap().to_string()
     }
 
@@ -184,15 +91,6 @@ impl Cluster {
         let _ = std::fs::remove_file(&dst);
         self.ckptfs(i, &["get", path, dst.to_str().unwrap()]);
         std::fs::read(&dst).unwrap()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for d in self.daemons.iter_mut().flatten() {
-            let _ = d.kill();
-            let _ = d.wait();
-        }
     }
 }
 
@@ -222,7 +120,7 @@ fn file_name(p: &str) -> &str {
 
 #[test]
 fn node_lost_in_its_namespace_restores_every_file_from_its_partner_byte_identical() {
-    let Some(mut c) = Cluster::new() else { return };
+    let Some(mut c) = Cluster::four() else { return };
     // Each node has its own /dev/shm: the node stores are on their own nodes only.
     for i in 0..4 {
         let l = shm_listing(&c, i);
@@ -262,7 +160,7 @@ fn node_lost_in_its_namespace_restores_every_file_from_its_partner_byte_identica
 
 #[test]
 fn whole_rack_lost_in_namespaces_every_checkpoint_comes_back_from_the_other_rack() {
-    let Some(mut c) = Cluster::new() else { return };
+    let Some(mut c) = Cluster::four() else { return };
     let files: Vec<(usize, String, Vec<u8>)> = (0..2)
         .map(|i| {
             (
@@ -286,7 +184,7 @@ fn whole_rack_lost_in_namespaces_every_checkpoint_comes_back_from_the_other_rack
     c.sim.kill_node(0).unwrap();
     c.sim.kill_node(1).unwrap();
     for i in 0..2 {
-        if let Some(mut d) = c.daemons[i].take() {
+        if let Some(mut d) = c.daemons.take(i) {
             d.wait().unwrap();
         }
         c.sim.revive(i).unwrap();
@@ -300,7 +198,7 @@ fn whole_rack_lost_in_namespaces_every_checkpoint_comes_back_from_the_other_rack
 
 #[test]
 fn bench_partner_runs_between_two_simulated_nodes_and_reports_every_case() {
-    if let Err(why) = available() {
+    if let Err(why) = ckptfs_netsim::available() {
         ckptfs_testsupport::skip_root_only(why);
         return;
     }

@@ -7,75 +7,36 @@
 //! node loses nothing and its copies are made again. Needs root and iproute2:
 //! SKIPPED otherwise, and FAILS instead when CKPTFS_REQUIRE_ROOT_TESTS=1.
 
-use ckptfs_netsim::{available, Sim, SimOptions};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+mod nodes_support;
+
+use ckptfs_netsim::SimOptions;
+use nodes_support::{cluster_init, on_namespaces, simulated, Nodes};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-const CKPTFS: &str = env!("CARGO_BIN_EXE_ckptfs");
 /// Ports inside the nodes' namespaces: nodes 46296, the manager 46297 (node1),
 /// benefactors 46298 (offset 2).
 const PORT: u16 = 46296;
 
-struct Pool {
-    sim: Sim,
-    dir: tempfile::TempDir,
-    file: PathBuf,
-    kids: Vec<Option<Child>>,
-}
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        for c in self.kids.iter_mut().flatten() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+/// The seven nodes.
+type Pool = Nodes;
 
 impl Pool {
-    fn cmd(&self, i: usize, args: &[&str]) -> std::process::Command {
-        let mut c = self.sim.node(i).command(CKPTFS);
-        c.arg("--cluster")
-            .arg(&self.file)
-            .args(["--node-id", &format!("node{}", i + 1)])
-            .args(args)
-            .env_remove("CKPTFS_CLUSTER")
-            .env_remove("CKPTFS_NODE_ID")
-            .env_remove("CKPTFS_STORE");
-        c
-    }
-
     fn run(&self, i: usize, args: &[&str]) -> String {
-        let out = self.cmd(i, args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "node{} ckptfs {args:?}: {}",
-            i + 1,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        self.stdout_of(i, args, self.command(i, args))
     }
 
     fn spawn(&mut self, i: usize, args: &[&str]) {
-        let log = std::fs::File::create(self.dir.path().join(format!("node{}.log", i + 1))).unwrap();
-        let child = self
-            .cmd(i, args)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.kids[i] = Some(child);
+        let cmd = self.command(i, args);
+        self.daemons.start(i, cmd);
     }
 
     fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.kids[i].take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.daemons.kill(i);
     }
 
-    fn until(&self, what: &str, ok: impl Fn() -> bool) {
+    /// Poll until `ok`, for at most 30 s.
+    fn within_30s(&self, what: &str, ok: impl Fn() -> bool) {
         let t0 = Instant::now();
         while !ok() {
             assert!(t0.elapsed() < Duration::from_secs(30), "timed out: {what}");
@@ -84,7 +45,7 @@ impl Pool {
     }
 
     fn alive(&self) -> usize {
-        let out = self.cmd(5, &["pool", "status", "--json"]).output().unwrap();
+        let out = self.command(5, &["pool", "status", "--json"]).output().unwrap();
         if !out.status.success() {
             return 0;
         }
@@ -98,14 +59,7 @@ impl Pool {
 }
 
 fn start(extra: &str) -> Option<Pool> {
-    if let Err(why) = available() {
-        if std::env::var("CKPTFS_REQUIRE_ROOT_TESTS").is_ok_and(|v| v == "1") {
-            panic!("CKPTFS_REQUIRE_ROOT_TESTS=1 but simulated nodes are unavailable: {why}");
-        }
-        eprintln!("SKIPPED: {why}");
-        return None;
-    }
-    let sim = Sim::new(
+    let sim = simulated(
         7,
         SimOptions {
             tag: "pl3pool".into(),
@@ -113,49 +67,26 @@ fn start(extra: &str) -> Option<Pool> {
             subnet: [10, 131, 7],
             hostnames: None,
         },
-    )
-    .expect("simulated nodes");
+    )?;
     let dir = tempfile::Builder::new()
         .prefix("pl3-pool-netns")
         .tempdir_in("/tmp")
         .unwrap();
-    let file = dir.path().join("c.toml");
-    let out = std::process::Command::new(CKPTFS)
-        .args(["cluster", "init", "--local", "7", "--out"])
-        .arg(&file)
-        .args(["--port", "46200", "--job", sim.prefix()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut text = std::fs::read_to_string(&file).unwrap();
-    for (i, n) in sim.nodes().iter().enumerate() {
-        text = text.replace(
-            &format!("\"127.0.0.1:{}\"", 46200 + i),
-            &format!("\"{}:{PORT}\"", n.ip),
-        );
-    }
-    text = text.replace(
-        "\"127.0.0.1:46300\"",
-        &format!("\"{}:{}\"", sim.node(0).ip, PORT + 1),
-    );
+    let mut p = Nodes::new(sim, dir);
+    let job = p.sim.prefix().to_string();
+    cluster_init(&p.file, 7, 46200, &["--job", &job]);
+    let mut text = on_namespaces(&p.file, &p.sim, 46200, PORT, PORT + 1);
     text = text.replace("benefactor_port_offset = 200", "benefactor_port_offset = 2");
     text = text
         .replace("refresh_ms = 1000", "refresh_ms = 200")
         .replace("death_ms = 5000", "death_ms = 1500");
-    assert!(!text.contains("127.0.0.1"), "{text}");
     text.push_str(extra);
-    std::fs::write(&file, text).unwrap();
-    let mut p = Pool {
-        sim,
-        dir,
-        file,
-        kids: (0..7).map(|_| None).collect(),
-    };
+    std::fs::write(&p.file, text).unwrap();
     p.spawn(0, &["pool", "manager"]);
     for i in 1..=4 {
         p.spawn(i, &["pool", "benefactor", "--mem", "32M"]);
     }
-    p.until("4 benefactors alive", || p.alive() == 4);
+    p.within_30s("4 benefactors alive", || p.alive() == 4);
     Some(p)
 }
 
@@ -192,11 +123,11 @@ fn a_pool_of_simulated_nodes_survives_a_lost_benefactor_and_a_manager_restart() 
 
     // The manager killed: a clear error; restarted: the file is back.
     p.kill(0);
-    let e = p.cmd(6, &["pool", "ls"]).output().unwrap();
+    let e = p.command(6, &["pool", "ls"]).output().unwrap();
     assert!(!e.status.success());
     assert!(String::from_utf8_lossy(&e.stderr).contains("unreachable"));
     p.spawn(0, &["pool", "manager"]);
-    p.until("benefactors re-registered", || p.alive() == 4);
+    p.within_30s("benefactors re-registered", || p.alive() == 4);
     std::fs::remove_file(&out).unwrap();
     p.run(6, &["pool", "get", "/j/a", out.to_str().unwrap()]);
     assert_eq!(std::fs::read(&out).unwrap(), data);
@@ -205,9 +136,9 @@ fn a_pool_of_simulated_nodes_survives_a_lost_benefactor_and_a_manager_restart() 
     let ls: serde_json::Value = serde_json::from_str(&p.run(6, &["pool", "ls", "--json"])).unwrap();
     let holder = ls[0]["chunks"][0]["node"].as_str().unwrap().to_string();
     let i: usize = holder.trim_start_matches("node").parse::<usize>().unwrap() - 1;
-    p.kids[i].take();
+    p.daemons.take(i);
     p.sim.kill_node(i).unwrap();
-    p.until("holder dead", || p.alive() == 3);
+    p.within_30s("holder dead", || p.alive() == 3);
     let ls: serde_json::Value = serde_json::from_str(&p.run(6, &["pool", "ls", "--json"])).unwrap();
     let st = ls[0]["state"].as_str().unwrap().to_string();
     assert!(st == "lost" || st == "degraded", "{st}");
@@ -217,7 +148,7 @@ fn a_pool_of_simulated_nodes_survives_a_lost_benefactor_and_a_manager_restart() 
         // meanwhile, comes whole from the drained chunk files.
         let x = d.join("x");
         let e = p
-            .cmd(6, &["pool", "get", "/j/a", x.to_str().unwrap()])
+            .command(6, &["pool", "get", "/j/a", x.to_str().unwrap()])
             .output()
             .unwrap();
         if e.status.success() {
@@ -257,7 +188,7 @@ fn with_two_replicas_a_lost_node_loses_nothing_and_its_copies_are_made_again() {
     let ls: serde_json::Value = serde_json::from_str(&p.run(6, &["pool", "ls", "--json"])).unwrap();
     let victim = ls[0]["chunks"][0]["node"].as_str().unwrap().to_string();
     let i: usize = victim.trim_start_matches("node").parse::<usize>().unwrap() - 1;
-    p.kids[i].take();
+    p.daemons.take(i);
     p.sim.kill_node(i).unwrap();
     // Everything reads back on node7, at once (the other copies).
     let out = d.join("back.dat");
@@ -268,8 +199,8 @@ fn with_two_replicas_a_lost_node_loses_nothing_and_its_copies_are_made_again() {
     }
     // The manager makes the lost copies again: every chunk back to two live holders,
     // none of them the lost node.
-    p.until("re-replicated", || {
-        let Ok(o) = p.cmd(6, &["pool", "ls", "--json"]).output() else {
+    p.within_30s("re-replicated", || {
+        let Ok(o) = p.command(6, &["pool", "ls", "--json"]).output() else {
             return false;
         };
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(&o.stdout) else {

@@ -173,14 +173,7 @@ pub fn read_from_node(
             format!("{}: {} bytes, more than a read brings", req.path, req.size),
         ));
     }
-    let addr = cluster
-        .node(node)
-        .map_err(|e| NodeError::Cluster(e.to_string()))?
-        .addr
-        .clone();
-    let keys = cluster
-        .node_keys(me)
-        .map_err(|e| NodeError::Cluster(e.to_string()))?;
+    let (addr, keys) = ckptfs_partner::peer::dial_target(cluster, me, node)?;
     let body = serde_json::to_string(req).map_err(|e| err(node, e))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -102,32 +102,27 @@ fn era_send(conn: &mut Conn, m: &EraMsg) -> Result<()> {
     conn.send(Msg::Erasure(body))
 }
 
-/// Receive one erasure message within `timeout` (a refusal, another kind of message or
-/// nothing in time is an error).
-fn era_recv(conn: &mut Conn, timeout: Duration) -> Result<EraMsg> {
-    let peer = conn.peer().to_string();
-    match conn.recv_within(timeout)? {
-        Within::Msg(Msg::Erasure(body)) => proto::parse(&body).map_err(|e| proto_err(&peer, e)),
-        Within::Msg(Msg::Nack { errno, message }) => Err(NodeError::Refused {
+/// An erasure message out of what a receive brought (None: the connection ended); a
+/// refusal or another kind of message is an error. Both connections' receives.
+fn era_of(peer: String, got: Option<Msg>) -> Result<EraMsg> {
+    match got {
+        Some(Msg::Erasure(body)) => proto::parse(&body).map_err(|e| proto_err(&peer, e)),
+        Some(Msg::Nack { errno, message }) => Err(NodeError::Refused {
             peer,
             what: message,
             errno,
         }),
-        Within::Msg(other) => Err(proto_err(
+        Some(other) => Err(proto_err(
             &peer,
             format!("expected an erasure message, got {}", other.name()),
         )),
-        Within::Closed => Err(NodeError::Transport(format!("{peer} closed the connection"))),
-        Within::Late => Err(NodeError::Transport(format!("{peer}: no answer in {timeout:?}"))),
+        None => Err(NodeError::Transport(format!("{peer} closed the connection"))),
     }
 }
 
-/// The answer to a request, or the peer's refusal as an error (the client's blocking
-/// connection; the daemon's is [`ask`]).
-fn era_ask(conn: &mut Conn, m: &EraMsg, timeout: Duration) -> Result<EraMsg> {
-    let peer = conn.peer().to_string();
-    era_send(conn, m)?;
-    match era_recv(conn, timeout)? {
+/// An answer that says Fail as the peer's refusal (both connections' requests).
+fn refused_on_fail(peer: String, answer: EraMsg) -> Result<EraMsg> {
+    match answer {
         EraMsg::Fail { errno, message } => Err(NodeError::Refused {
             peer,
             what: message,
@@ -137,16 +132,28 @@ fn era_ask(conn: &mut Conn, m: &EraMsg, timeout: Duration) -> Result<EraMsg> {
     }
 }
 
+/// Receive one erasure message within `timeout` (a refusal, another kind of message or
+/// nothing in time is an error).
+fn era_recv(conn: &mut Conn, timeout: Duration) -> Result<EraMsg> {
+    let peer = conn.peer().to_string();
+    match conn.recv_within(timeout)? {
+        Within::Msg(m) => era_of(peer, Some(m)),
+        Within::Closed => era_of(peer, None),
+        Within::Late => Err(NodeError::Transport(format!("{peer}: no answer in {timeout:?}"))),
+    }
+}
+
+/// The answer to a request, or the peer's refusal as an error (the client's blocking
+/// connection; the daemon's is [`ask`]).
+fn era_ask(conn: &mut Conn, m: &EraMsg, timeout: Duration) -> Result<EraMsg> {
+    let peer = conn.peer().to_string();
+    era_send(conn, m)?;
+    refused_on_fail(peer, era_recv(conn, timeout)?)
+}
+
 /// The client's blocking connection to member `node` of the set, within `timeout`.
 fn member_conn(cluster: &Cluster, me: &str, node: &str, timeout: Duration) -> Result<Conn> {
-    let addr = cluster
-        .node(node)
-        .map_err(|e| NodeError::Cluster(e.to_string()))?
-        .addr
-        .clone();
-    let keys = cluster
-        .node_keys(me)
-        .map_err(|e| NodeError::Cluster(e.to_string()))?;
+    let (addr, keys) = crate::peer::dial_target(cluster, me, node)?;
     Conn::connect(&addr, me, node, &keys, cluster, timeout)
 }
 

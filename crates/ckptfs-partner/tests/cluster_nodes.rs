@@ -12,14 +12,7 @@ use std::time::Duration;
 fn setup(tag: &str) -> (ckptfs_cluster::Cluster, Store, tempfile::TempDir) {
     let base = ckptfs_testsupport::free_ports(19500..19600, 2);
     let job = format!("pm-{tag}-{}", std::process::id());
-    let mut c = ckptfs_cluster::Cluster::local(2, &job, base).unwrap();
-    let secret = ckptfs_cluster::Secret::generate().unwrap();
-    c.secret = Some(secret.expose().iter().map(|b| format!("{b:02x}")).collect());
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("cluster.toml");
-    std::fs::write(&file, c.to_toml()).unwrap();
-    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let c = ckptfs_cluster::Cluster::load(&file).unwrap();
+    let (c, dir) = ckptfs_testsupport::secret_cluster(ckptfs_cluster::Cluster::local(2, &job, base).unwrap());
     let name = c.nodes[0].store.clone();
     let _ = Store::destroy(&name);
     let mut o = StoreOptions::named(&name);
@@ -134,14 +127,8 @@ fn a_node_whose_daemon_does_not_answer_is_left_out_and_no_copy_comes_from_this_n
 fn silent_nodes_are_asked_at_once_each_tried_twice_within_the_timeouts() {
     let base = ckptfs_testsupport::free_ports(19600..19700, 4);
     let job = format!("nt2-silent-{}", std::process::id());
-    let mut c = ckptfs_cluster::Cluster::local(4, &job, base).unwrap();
-    let secret = ckptfs_cluster::Secret::generate().unwrap();
-    c.secret = Some(secret.expose().iter().map(|b| format!("{b:02x}")).collect());
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("cluster.toml");
-    std::fs::write(&file, c.to_toml()).unwrap();
-    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let c = ckptfs_cluster::Cluster::load(&file).unwrap();
+    let (c, _dir) =
+        ckptfs_testsupport::secret_cluster(ckptfs_cluster::Cluster::local(4, &job, base).unwrap());
     let _silent: Vec<std::net::TcpListener> = c.nodes[1..]
         .iter()
         .map(|n| std::net::TcpListener::bind(n.addr.as_str()).unwrap())

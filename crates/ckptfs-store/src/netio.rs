@@ -13,8 +13,10 @@
 //! catches; the sender re-checks the chunk list before it ends the copy. No Rust
 //! reference to the shared bytes is ever made here (see [`crate::region_io`]).
 
-use crate::checksum::{crc32c, crc32c_append, crc32c_append_zeros};
+use crate::checksum::{crc32c_append, crc32c_append_zeros};
+use crate::region_io::{writev_from, RegionIo, RegionSlice};
 use crate::store::{ChunkInfo, ChunkLocation, Store};
+use ckptfs_level::IoPart;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
@@ -65,8 +67,8 @@ pub enum NotSendable {
 /// (and its mapping) alive.
 pub struct WireSource {
     store: Store,
-    base: usize,
-    region_len: u64,
+    /// The data region, read only through bounds-checked ranges.
+    region: RegionIo,
     chunks: Vec<WireChunk>,
     /// The segment file, read-only, when it could be opened and is the mapped one:
     /// memory chunks then go out by `sendfile` (the socket references the pages, no
@@ -167,8 +169,7 @@ impl WireSource {
         }
         Ok(WireSource {
             store: store.clone(),
-            base: region.base as usize,
-            region_len: region.len,
+            region: RegionIo::new(store),
             chunks,
             seg_file: if sendfile_wanted() {
                 open_segment(store)
@@ -203,27 +204,23 @@ impl WireSource {
         if at >= total {
             return Ok(0);
         }
-        let mut iov: Vec<libc::iovec> = Vec::with_capacity(8);
-        if at < head.len() {
-            iov.push(libc::iovec {
-                iov_base: head[at..].as_ptr() as *mut libc::c_void,
-                iov_len: head.len() - at,
-            });
-        }
+        // What is left of the header, then the chunk's bytes from `pos` on.
+        let head_left = &head[at.min(head.len())..];
         let pos = at.saturating_sub(head.len());
+        let mut mem = None;
         if pos < c.written {
             match c.src {
                 Src::Mem(_, off) if self.seg_file.is_some() => {
                     let file = self.seg_file.as_ref().expect("checked");
-                    if at < head.len() {
+                    if !head_left.is_empty() {
                         // The header alone, held back to leave with the data (MSG_MORE).
                         // SAFETY: the header slice is valid for the call; the kernel only
                         // reads it.
                         let r = unsafe {
                             libc::send(
                                 fd.as_raw_fd(),
-                                head[at..].as_ptr() as *const libc::c_void,
-                                head.len() - at,
+                                head_left.as_ptr() as *const libc::c_void,
+                                head_left.len(),
                                 libc::MSG_MORE | libc::MSG_NOSIGNAL,
                             )
                         };
@@ -252,17 +249,12 @@ impl WireSource {
                         // while the kernel copies them.
                         self.store.seg.populate(id);
                     }
-                    // Inside the region: `off + written <= region_len` was checked in `new`.
-                    debug_assert!(off + c.written as u64 <= self.region_len);
-                    iov.push(libc::iovec {
-                        iov_base: (self.base + off as usize + pos) as *mut libc::c_void,
-                        iov_len: c.written - pos,
-                    });
+                    mem = Some(self.mem(off + pos as u64, c.written - pos)?);
                 }
                 Src::Spill(off) => {
-                    if !iov.is_empty() {
+                    if !head_left.is_empty() {
                         // The header first; the data follows by sendfile.
-                        return writev(fd, &iov);
+                        return writev_from(fd, head_left, &[], 0);
                     }
                     let spill = self.store.seg.spill().expect("checked in new");
                     let mut o = (off + pos as u64) as libc::off_t;
@@ -281,16 +273,29 @@ impl WireSource {
                 Src::Hole => unreachable!("a hole has nothing written"),
             }
         }
+        let mut parts: Vec<IoPart<'_>> = Vec::with_capacity(8);
+        if let Some(m) = &mem {
+            parts.push(IoPart::Shared(m));
+        }
+        // At most MAX_IOV pieces in all, the header's counted.
+        let head_piece = usize::from(!head_left.is_empty());
         let mut z = pos.max(c.written);
-        while z < c.len && iov.len() < MAX_IOV {
+        while z < c.len && parts.len() + head_piece < MAX_IOV {
             let k = (c.len - z).min(ZEROS.len());
-            iov.push(libc::iovec {
-                iov_base: ZEROS.as_ptr() as *mut libc::c_void,
-                iov_len: k,
-            });
+            parts.push(IoPart::Buf(&ZEROS[..k]));
             z += k;
         }
-        writev(fd, &iov)
+        writev_from(fd, head_left, &parts, 0)
+    }
+
+    /// `len` bytes of the data region at `off` (inside it: checked in `new`).
+    fn mem(&self, off: u64, len: usize) -> io::Result<RegionSlice<'_>> {
+        self.region.slice(off, len).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{len} bytes at {off} are outside the data region"),
+            )
+        })
     }
 
     /// Hand chunk `i`'s bytes as they are now to `f`, in order, 64 KiB at a time, each
@@ -307,19 +312,7 @@ impl WireSource {
         while pos < c.written {
             let k = (c.written - pos).min(STEP);
             match c.src {
-                Src::Mem(_, off) => {
-                    // SAFETY: the source range is inside the live mapping (checked in
-                    // `new`; `self.store` keeps it mapped) and is read through a raw
-                    // pointer only; `buf` is a distinct private buffer of at least `k`
-                    // bytes, so the two cannot overlap.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            (self.base + off as usize + pos) as *const u8,
-                            buf.as_mut_ptr(),
-                            k,
-                        )
-                    };
-                }
+                Src::Mem(_, off) => self.mem(off + pos as u64, k)?.copy_to(&mut buf[..k]),
                 Src::Spill(off) => {
                     let spill = self.store.seg.spill().expect("checked in new");
                     spill.read_exact_at(&mut buf[..k], off + pos as u64)?;
@@ -348,14 +341,7 @@ impl WireSource {
                 if c.written == 0 {
                     0
                 } else {
-                    // SAFETY: the range is inside the live mapping (checked in `new`; the
-                    // store kept by `self` keeps it mapped). The view lives only for this
-                    // pure checksum and never leaves this function: a concurrent write
-                    // gives a CRC that does not match, which callers treat as a mismatch.
-                    let view = unsafe {
-                        std::slice::from_raw_parts((self.base + off as usize) as *const u8, c.written)
-                    };
-                    crc32c(view)
+                    self.mem(off, c.written)?.crc32c()
                 }
             }
             Src::Spill(off) => {
@@ -369,25 +355,10 @@ impl WireSource {
     }
 }
 
-fn writev(fd: BorrowedFd<'_>, iov: &[libc::iovec]) -> io::Result<usize> {
-    if iov.is_empty() {
-        return Ok(0);
-    }
-    // SAFETY: every iovec points into memory that outlives the call: the caller's header
-    // slice, the static zero page, or a bounds-checked range of the store mapping kept
-    // alive by the `WireSource`; the kernel only reads from them. `iov.len()` is at most
-    // MAX_IOV + 2, far below UIO_MAXIOV.
-    let r = unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checksum::crc32c;
     use crate::{OpenFlags, StoreOptions};
     use std::io::Read;
     use std::os::fd::AsFd;

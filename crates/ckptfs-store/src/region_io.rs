@@ -15,8 +15,9 @@
 //! - [`RegionSlice::copy_to`] copies it into a caller buffer;
 //! - [`pwritev_all`] writes region ranges, caller buffers and zeros to a descriptor
 //!   with `pwritev` (the kernel reads the pages; `O_DIRECT` DMA from them);
-//! - [`writev_from`] sends a chunk's pieces after a header to a socket with `writev`
-//!   (the zero-copy send of a partner copy);
+//! - [`writev_from`] sends a chunk's pieces after a header to a socket with `writev`, the
+//!   store's one `writev` (the zero-copy send of a partner copy, and of the memory chunks
+//!   and zeros of a [`crate::netio::WireSource`]);
 //! - [`RegionSlice::populate`] and [`RegionIo::populate_write_all`] pre-fault pages.
 //!
 //! Later kernel paths (`sendfile`/`splice` from the segment descriptor, RDMA

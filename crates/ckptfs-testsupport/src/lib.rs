@@ -105,6 +105,21 @@ pub fn free_ports(range: std::ops::Range<u16>, n: u16) -> u16 {
         .unwrap_or_else(|| panic!("no {n} consecutive free ports in {start}-{}", end - 1))
 }
 
+/// Cluster map `c` with a fresh shared secret, written to a `cluster.toml` of mode 0600 in
+/// a new temporary directory and loaded back from it, as a daemon loads its map: the map
+/// and the directory (keep it while the file is used).
+pub fn secret_cluster(mut c: ckptfs_cluster::Cluster) -> (ckptfs_cluster::Cluster, tempfile::TempDir) {
+    let secret = ckptfs_cluster::Secret::generate().expect("a random secret");
+    c.secret = Some(secret.expose().iter().map(|b| format!("{b:02x}")).collect());
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, c.to_toml()).expect("write the cluster file");
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("make the cluster file 0600");
+    let c = ckptfs_cluster::Cluster::load(&file).expect("load the cluster file");
+    (c, dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,12 +23,12 @@
 //! ```
 
 use crate::config::{ConnConfig, Identity};
-use crate::frame::{encode_head, ChunkHeader, Msg, MsgType, CHUNK_FIXED, HEADER_LEN};
-use crate::proto::{self, ClientHandshake, Opener, Refused};
+use crate::frame::{ChunkHeader, Msg, MsgType, CHUNK_FIXED, HEADER_LEN};
+use crate::proto::{self, ChunkFrom, ClientHandshake, Opener, Pending, Refused};
 use crate::seal::{Dir, TAG_LEN};
-use crate::{ChunkData, ChunkSink, FrameError, Result, TransportError};
+use crate::{ChunkData, ChunkSink, Result, TransportError};
 use ckptfs_cluster::NodeKeys;
-use std::io::{BufRead, BufReader, IoSlice, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -40,8 +40,7 @@ pub struct Conn {
     wr: TcpStream,
     opener: Opener,
     seal: Option<Dir>,
-    pending: Option<ChunkHeader>,
-    pending_head: [u8; HEADER_LEN + CHUNK_FIXED],
+    pending: Pending,
     peer_id: String,
     peer_addr: Option<SocketAddr>,
     /// The read timeout in force (the socket's).
@@ -147,8 +146,7 @@ impl Conn {
             wr,
             opener: Opener::new(cfg),
             seal: None,
-            pending: None,
-            pending_head: [0; HEADER_LEN + CHUNK_FIXED],
+            pending: Pending::new(),
             peer_id: "?".into(),
             peer_addr,
             read_timeout: None,
@@ -256,20 +254,8 @@ impl Conn {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut off = 0;
         while off < total {
-            let mut bufs = Vec::with_capacity(3);
-            let mut at = 0;
-            for p in parts {
-                if off < at + p.len() {
-                    bufs.push(IoSlice::new(&p[off.saturating_sub(at)..]));
-                }
-                at += p.len();
-            }
-            match self.wr.write_vectored(&bufs) {
-                Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
-                Ok(n) => off += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_err("a chunk write")(e)),
-            }
+            let r = self.wr.write_vectored(&proto::unwritten(&parts, off));
+            proto::advance(r, &mut off, ErrorKind::WriteZero, false).map_err(io_err("a chunk write"))?;
         }
         Ok(())
     }
@@ -281,31 +267,15 @@ impl Conn {
     /// through a buffer of this process. An encrypted connection copies the data into a
     /// buffer and sends that ([`Conn::send_chunk`]).
     pub fn send_chunk_from(&mut self, hdr: &ChunkHeader, data: &dyn ChunkData) -> Result<()> {
-        proto::check_len(hdr, data.len())?;
-        if self.seal.as_ref().is_some_and(Dir::encrypted) {
-            let mut buf = Vec::with_capacity(data.len());
-            data.visit(&mut |b| buf.extend_from_slice(b))?;
-            return self.send_chunk(hdr, &buf);
-        }
-        let head = encode_head(&Msg::Chunk(*hdr))?;
-        let tag = match self.seal.as_mut() {
-            Some(seal) => {
-                let mut m = seal.mac();
-                m.update(&head);
-                data.visit(&mut |b| m.update(b))?;
-                Some(m.tag())
-            }
-            None => None,
+        let (head, tag) = match proto::chunk_from(self.seal.as_mut(), hdr, data)? {
+            ChunkFrom::Copied(buf) => return self.send_chunk(hdr, &buf),
+            ChunkFrom::InPlace { head, tag } => (head, tag),
         };
         let total = head.len() + data.len();
         let mut at = 0;
         while at < total {
-            match data.write_to(self.wr.as_fd(), &head, at) {
-                Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
-                Ok(n) => at += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_err("a chunk write")(e)),
-            }
+            let r = data.write_to(self.wr.as_fd(), &head, at);
+            proto::advance(r, &mut at, ErrorKind::WriteZero, false).map_err(io_err("a chunk write"))?;
         }
         if let Some(tag) = tag {
             self.wr.write_all(&tag).map_err(io_err("a frame tag"))?;
@@ -331,12 +301,7 @@ impl Conn {
     /// Error is [`TransportError::Peer`]; every frame's tag is checked before its payload
     /// is decoded.
     pub fn recv(&mut self) -> Result<Msg> {
-        if let Some(c) = self.pending {
-            return Err(TransportError::Protocol(format!(
-                "the data of chunk {} was not read before the next message",
-                c.index
-            )));
-        }
+        self.pending.none()?;
         let mut hb = [0u8; HEADER_LEN];
         // The first byte tells a clean close (EOF between frames) from a cut frame.
         let n = loop {
@@ -353,10 +318,7 @@ impl Conn {
         if hdr.kind == MsgType::Chunk {
             let mut fixed = [0u8; CHUNK_FIXED];
             self.read_exact(&mut fixed, "a chunk header")?;
-            let (c, head) = self.opener.chunk(&hb, &hdr, &fixed)?;
-            self.pending_head = head;
-            self.pending = Some(c);
-            return Ok(Msg::Chunk(c));
+            return Ok(self.pending.arrived(self.opener.chunk(&hb, &hdr, &fixed)?));
         }
         // hdr.len is bounded by the header checks (at most MAX_CONTROL for control frames).
         let mut payload = vec![0u8; hdr.len as usize];
@@ -367,7 +329,7 @@ impl Conn {
 
     /// The header of the chunk whose data is still unread, if any.
     pub fn pending_chunk(&self) -> Option<ChunkHeader> {
-        self.pending
+        self.pending.chunk
     }
 
     /// Reads the pending chunk's data into `buf` (exactly its length; what the read-ahead
@@ -375,36 +337,24 @@ impl Conn {
     /// CRC32C. On [`crate::FrameError::ChunkCrc`] or [`crate::FrameError::ChunkAuth`]
     /// the connection is still in step.
     pub fn recv_chunk_data(&mut self, buf: &mut [u8]) -> Result<()> {
-        let c = self
-            .pending
-            .ok_or_else(|| TransportError::Protocol("no chunk data is pending".into()))?;
-        if buf.len() != c.len as usize {
-            return Err(TransportError::Protocol(format!(
-                "buffer of {} bytes for chunk {} of {} bytes",
-                buf.len(),
-                c.index,
-                c.len
-            )));
-        }
+        let c = self.pending.due_into(buf.len())?;
         // BufReader hands a read larger than its buffer straight to the socket.
         self.read_exact(buf, "chunk data")?;
         let tag = self.read_tag()?;
-        self.pending = None;
-        self.opener.chunk_data(&c, &self.pending_head, buf, tag.as_ref())
+        self.pending.chunk = None;
+        self.opener.chunk_data(&c, &self.pending.head, buf, tag.as_ref())
     }
 
     /// Reads the pending chunk's data straight into `sink` (what the read-ahead holds by
-    /// a copy, the rest by reads from the socket into the sink, [`Conn::land_rest`]),
+    /// a copy, the rest by reads from the socket into the sink, `Conn::land_rest`),
     /// checks its tag over the landed bytes and the CRC32C the sink computed as they
     /// landed, as the tokio connection's `recv_chunk_into` (the same `SO_RCVLOWAT` marks
     /// while the chunk arrives). An encrypted connection lands the data in a buffer
-    /// first, decrypts it there and hands it to the sink. On [`FrameError::ChunkCrc`] or
-    /// [`FrameError::ChunkAuth`] the connection is still in step (the data was consumed)
+    /// first, decrypts it there and hands it to the sink. On [`crate::FrameError::ChunkCrc`] or
+    /// [`crate::FrameError::ChunkAuth`] the connection is still in step (the data was consumed)
     /// and the sink must not be published.
     pub fn recv_chunk_into(&mut self, sink: &mut dyn ChunkSink) -> Result<()> {
-        let c = self
-            .pending
-            .ok_or_else(|| TransportError::Protocol("no chunk data is pending".into()))?;
+        let c = self.pending.due()?;
         let len = c.len as usize;
         if self.opener.encrypted() {
             let mut buf = vec![0u8; len];
@@ -417,21 +367,9 @@ impl Conn {
         sink.put(&buffered[..k]);
         self.rd.consume(k);
         self.land_rest(k, len, sink)?;
-        if let Some(tag) = self.read_tag()? {
-            let head = self.pending_head;
-            let mut m = self.opener.open.as_mut().expect("tagged").mac();
-            m.update(&head);
-            sink.visit(&mut |b| m.update(b));
-            if !m.matches(&tag) {
-                self.pending = None;
-                return Err(FrameError::ChunkAuth { index: c.index }.into());
-            }
-        }
-        self.pending = None;
-        if sink.crc() != c.crc32c {
-            return Err(FrameError::ChunkCrc { index: c.index }.into());
-        }
-        Ok(())
+        let tag = self.read_tag()?;
+        self.pending.chunk = None;
+        self.opener.landed(&c, &self.pending.head, sink, tag.as_ref())
     }
 
     /// Lands a chunk's bytes `at..len` from the socket into `sink` as the tokio
@@ -455,23 +393,15 @@ impl Conn {
             if !crate::lowat::wait_readable(socket.fd(), timeout).map_err(io_err("chunk data"))? {
                 return Err(TransportError::Timeout { what: "chunk data" });
             }
-            match sink.read_from(socket.fd()) {
-                Ok(0) => return Err(TransportError::Io(std::io::ErrorKind::UnexpectedEof.into())),
-                Ok(n) => at += n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                    ) => {}
-                Err(e) => return Err(io_err("chunk data")(e)),
-            }
+            let r = sink.read_from(socket.fd());
+            proto::advance(r, &mut at, ErrorKind::UnexpectedEof, true).map_err(io_err("chunk data"))?;
         }
         Ok(())
     }
 
     /// Reads and drops the pending chunk's data (its tag still checked).
     pub fn skip_chunk_data(&mut self) -> Result<()> {
-        let Some(c) = self.pending else {
+        let Some(c) = self.pending.chunk else {
             return Ok(());
         };
         let mut buf = vec![0u8; c.len as usize];

@@ -2,11 +2,11 @@
 //! written with one `writev` and read straight into the caller's buffer.
 
 use crate::config::ConnConfig;
-use crate::frame::{encode_head, ChunkHeader, Msg, MsgType, CHUNK_FIXED, HEADER_LEN};
-use crate::proto::{self, Opener};
+use crate::frame::{ChunkHeader, Msg, MsgType, CHUNK_FIXED, HEADER_LEN};
+use crate::proto::{self, ChunkFrom, Opener, Pending};
 use crate::seal::{Dir, TAG_LEN};
 use crate::{ChunkData, ChunkSink, FrameError, Result, TransportError};
-use std::io::IoSlice;
+use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -35,13 +35,7 @@ async fn read_rest(
                 mark = want;
             }
             stream.readable().await?;
-            match read(at) {
-                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => at += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+            proto::advance(read(at), &mut at, ErrorKind::UnexpectedEof, true)?;
         }
         Ok(())
     })
@@ -56,9 +50,8 @@ async fn read_rest(
 #[derive(Debug)]
 pub struct ConnReader {
     rd: BufReader<OwnedReadHalf>,
-    pending: Option<ChunkHeader>,
-    /// The pending chunk's header and fixed part (the start of what its tag covers).
-    pending_head: [u8; HEADER_LEN + CHUNK_FIXED],
+    /// The chunk whose data is unread.
+    pending: Pending,
     /// The frame checks (tags once authenticated, bounds).
     opener: Opener,
     read_timeout: Option<Duration>,
@@ -107,10 +100,14 @@ impl ConnReader {
         (self.rd, self.opener.open)
     }
 
-    async fn read_tag(&mut self) -> Result<[u8; TAG_LEN]> {
+    /// The frame's tag, once the connection tags its frames.
+    async fn read_tag(&mut self) -> Result<Option<[u8; TAG_LEN]>> {
+        if !self.opener.tagged() {
+            return Ok(None);
+        }
         let mut t = [0u8; TAG_LEN];
         timed(self.read_timeout, "a frame tag", self.rd.read_exact(&mut t)).await?;
-        Ok(t)
+        Ok(Some(t))
     }
 
     /// Receives the next message. A `Msg::Chunk` leaves its data unread: call
@@ -119,12 +116,7 @@ impl ConnReader {
     /// every frame's tag is checked before its payload is decoded; a frame whose tag
     /// fails ends the connection ([`FrameError::BadTag`]).
     pub async fn recv(&mut self) -> Result<Msg> {
-        if let Some(c) = self.pending {
-            return Err(TransportError::Protocol(format!(
-                "the data of chunk {} was not read before the next message",
-                c.index
-            )));
-        }
+        self.pending.none()?;
         let mut hb = [0u8; HEADER_LEN];
         // The first byte tells a clean close (EOF between frames) from a cut frame.
         let n = timed(self.read_timeout, "the next frame", self.rd.read(&mut hb[..1])).await?;
@@ -146,10 +138,7 @@ impl ConnReader {
                 self.rd.read_exact(&mut fixed),
             )
             .await?;
-            let (c, head) = self.opener.chunk(&hb, &hdr, &fixed)?;
-            self.pending_head = head;
-            self.pending = Some(c);
-            return Ok(Msg::Chunk(c));
+            return Ok(self.pending.arrived(self.opener.chunk(&hb, &hdr, &fixed)?));
         }
         // hdr.len is bounded by the header checks (at most MAX_CONTROL for control frames).
         let mut payload = vec![0u8; hdr.len as usize];
@@ -159,27 +148,21 @@ impl ConnReader {
             self.rd.read_exact(&mut payload),
         )
         .await?;
-        let tag = match self.opener.tagged() {
-            true => Some(self.read_tag().await?),
-            false => None,
-        };
+        let tag = self.read_tag().await?;
         self.opener.control(&hb, hdr.kind, &mut payload, tag.as_ref())
     }
 
     /// The header of the chunk whose data is still unread, if any.
     pub fn pending_chunk(&self) -> Option<ChunkHeader> {
-        self.pending
+        self.pending.chunk
     }
 
     /// Checks the tag of the pending chunk whose data is in `buf` (decrypting it in
     /// place when the connection is encrypted), then its CRC32C.
     async fn finish_chunk(&mut self, c: ChunkHeader, buf: &mut [u8]) -> Result<()> {
-        let tag = match self.opener.tagged() {
-            true => Some(self.read_tag().await?),
-            false => None,
-        };
-        self.pending = None;
-        self.opener.chunk_data(&c, &self.pending_head, buf, tag.as_ref())
+        let tag = self.read_tag().await?;
+        self.pending.chunk = None;
+        self.opener.chunk_data(&c, &self.pending.head, buf, tag.as_ref())
     }
 
     /// Reads the pending chunk's data into `buf` (exactly its length), checks its tag
@@ -187,17 +170,7 @@ impl ConnReader {
     /// [`FrameError::ChunkAuth`] the connection is still in step (the data was
     /// consumed): the receiver may Nack and ask for the chunk again.
     pub async fn recv_chunk_data(&mut self, buf: &mut [u8]) -> Result<()> {
-        let c = self
-            .pending
-            .ok_or_else(|| TransportError::Protocol("no chunk data is pending".into()))?;
-        if buf.len() != c.len as usize {
-            return Err(TransportError::Protocol(format!(
-                "buffer of {} bytes for chunk {} of {} bytes",
-                buf.len(),
-                c.index,
-                c.len
-            )));
-        }
+        let c = self.pending.due_into(buf.len())?;
         self.read_data(buf).await?;
         self.finish_chunk(c, buf).await
     }
@@ -225,9 +198,7 @@ impl ConnReader {
     /// [`FrameError::ChunkCrc`] or [`FrameError::ChunkAuth`] the connection is still in
     /// step (the data was consumed) and the sink must not be published.
     pub async fn recv_chunk_into(&mut self, sink: &mut (dyn ChunkSink + Send)) -> Result<()> {
-        let c = self
-            .pending
-            .ok_or_else(|| TransportError::Protocol("no chunk data is pending".into()))?;
+        let c = self.pending.due()?;
         let len = c.len as usize;
         if self.opener.encrypted() {
             let mut buf = vec![0u8; len];
@@ -245,28 +216,15 @@ impl ConnReader {
             stream.try_io(Interest::READABLE, || sink.read_from(stream.as_fd()))
         })
         .await?;
-        if self.opener.tagged() {
-            let tag = self.read_tag().await?;
-            let head = self.pending_head;
-            let mut m = self.opener.open.as_mut().expect("checked").mac();
-            m.update(&head);
-            sink.visit(&mut |b| m.update(b));
-            if !m.matches(&tag) {
-                self.pending = None;
-                return Err(FrameError::ChunkAuth { index: c.index }.into());
-            }
-        }
-        self.pending = None;
-        if sink.crc() != c.crc32c {
-            return Err(FrameError::ChunkCrc { index: c.index }.into());
-        }
-        Ok(())
+        let tag = self.read_tag().await?;
+        self.pending.chunk = None;
+        self.opener.landed(&c, &self.pending.head, sink, tag.as_ref())
     }
 
     /// Reads and drops the pending chunk's data (its tag still checked: a frame is never
     /// taken unchecked, even to be dropped).
     pub async fn skip_chunk_data(&mut self) -> Result<()> {
-        let Some(c) = self.pending else {
+        let Some(c) = self.pending.chunk else {
             return Ok(());
         };
         if self.opener.encrypted() {
@@ -280,7 +238,7 @@ impl ConnReader {
         let mut mac = match (&mut self.opener.open, c) {
             (Some(o), _) => {
                 let mut m = o.mac();
-                m.update(&self.pending_head);
+                m.update(&self.pending.head);
                 Some(m)
             }
             (None, _) => None,
@@ -300,9 +258,8 @@ impl ConnReader {
             }
             left -= k as u64;
         }
-        self.pending = None;
-        if let Some(m) = mac {
-            let tag = self.read_tag().await?;
+        self.pending.chunk = None;
+        if let (Some(m), Some(tag)) = (mac, self.read_tag().await?) {
             if !m.matches(&tag) {
                 return Err(FrameError::ChunkAuth { index: c.index }.into());
             }
@@ -356,20 +313,8 @@ impl ConnWriter {
             let total: usize = parts.iter().map(|p| p.len()).sum();
             let mut off = 0;
             while off < total {
-                // The parts from `off` on, as slices.
-                let mut bufs = Vec::with_capacity(3);
-                let mut at = 0;
-                for p in parts {
-                    if off < at + p.len() {
-                        bufs.push(IoSlice::new(&p[off.saturating_sub(at)..]));
-                    }
-                    at += p.len();
-                }
-                let n = wr.write_vectored(&bufs).await?;
-                if n == 0 {
-                    return Err(std::io::ErrorKind::WriteZero.into());
-                }
-                off += n;
+                let r = wr.write_vectored(&proto::unwritten(&parts, off)).await;
+                proto::advance(r, &mut off, ErrorKind::WriteZero, false)?;
             }
             Ok(())
         })
@@ -383,21 +328,9 @@ impl ConnWriter {
     /// call as the first data bytes where the source allows. An encrypted connection
     /// copies the data into a buffer and sends that ([`ConnWriter::send_chunk`]).
     pub async fn send_chunk_from(&mut self, hdr: &ChunkHeader, data: &dyn ChunkData) -> Result<()> {
-        proto::check_len(hdr, data.len())?;
-        if self.seal.as_ref().is_some_and(Dir::encrypted) {
-            let mut buf = Vec::with_capacity(data.len());
-            data.visit(&mut |b| buf.extend_from_slice(b))?;
-            return self.send_chunk(hdr, &buf).await;
-        }
-        let head = encode_head(&Msg::Chunk(*hdr))?;
-        let tag = match self.seal.as_mut() {
-            Some(seal) => {
-                let mut m = seal.mac();
-                m.update(&head);
-                data.visit(&mut |b| m.update(b))?;
-                Some(m.tag())
-            }
-            None => None,
+        let (head, tag) = match proto::chunk_from(self.seal.as_mut(), hdr, data)? {
+            ChunkFrom::Copied(buf) => return self.send_chunk(hdr, &buf).await,
+            ChunkFrom::InPlace { head, tag } => (head, tag),
         };
         let stream: &TcpStream = self.wr.as_ref();
         timed(Some(self.write_timeout), "a chunk write", async move {
@@ -405,13 +338,8 @@ impl ConnWriter {
             let mut at = 0;
             while at < total {
                 stream.writable().await?;
-                match stream.try_io(Interest::WRITABLE, || data.write_to(stream.as_fd(), &head, at)) {
-                    Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                    Ok(n) => at += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
+                let r = stream.try_io(Interest::WRITABLE, || data.write_to(stream.as_fd(), &head, at));
+                proto::advance(r, &mut at, ErrorKind::WriteZero, true)?;
             }
             Ok(())
         })
@@ -503,8 +431,7 @@ impl Conn {
                 // from the socket straight into its destination (what the buffer
                 // already holds of it is copied).
                 rd: BufReader::with_capacity(16 << 10, r),
-                pending: None,
-                pending_head: [0; HEADER_LEN + CHUNK_FIXED],
+                pending: Pending::new(),
                 opener: Opener::new(cfg),
                 read_timeout: Some(cfg.handshake_timeout),
                 peer_id: unknown.clone(),

@@ -11,8 +11,9 @@ use crate::frame::{
     Msg, MsgType, CHUNK_FIXED, HEADER_LEN, NONCE_LEN,
 };
 use crate::seal::{Dir, TAG_LEN};
-use crate::{FrameError, Result, TransportError};
+use crate::{ChunkData, ChunkSink, FrameError, Result, TransportError};
 use ckptfs_cluster::{NodeKeys, PairKey};
+use std::io::IoSlice;
 
 /// The state of one direction's reading that the frame checks need.
 #[derive(Debug)]
@@ -79,15 +80,7 @@ impl Opener {
     ) -> Result<Msg> {
         if let Some(open) = self.open.as_mut() {
             let tag = tag.ok_or_else(|| TransportError::Protocol("a frame without its tag".into()))?;
-            let ok = if open.encrypted() {
-                open.decrypt(hb, payload, tag)
-            } else {
-                let mut m = open.mac();
-                m.update(hb);
-                m.update(payload);
-                m.matches(tag)
-            };
-            if !ok {
+            if !opened(open, hb, payload, tag) {
                 return Err(FrameError::BadTag { kind }.into());
             }
         }
@@ -124,22 +117,146 @@ impl Opener {
     ) -> Result<()> {
         if let Some(open) = self.open.as_mut() {
             let tag = tag.ok_or_else(|| TransportError::Protocol("a chunk without its tag".into()))?;
-            let ok = if open.encrypted() {
-                open.decrypt(head, buf, tag)
-            } else {
-                let mut m = open.mac();
-                m.update(head);
-                m.update(buf);
-                m.matches(tag)
-            };
-            if !ok {
+            if !opened(open, head, buf, tag) {
                 return Err(FrameError::ChunkAuth { index: c.index }.into());
             }
         }
-        if crate::crc32c(buf) != c.crc32c {
-            return Err(FrameError::ChunkCrc { index: c.index }.into());
+        crc_checked(c, crate::crc32c(buf))
+    }
+
+    /// A chunk's data landed in `sink` (never encrypted: an encrypted chunk lands in a
+    /// buffer, [`Opener::chunk_data`]): its tag checked over the landed bytes
+    /// ([`ChunkSink::visit`]), then the CRC32C the sink computed as they landed. Either
+    /// failure leaves the connection in step; the sink must not be published then.
+    pub fn landed(
+        &mut self,
+        c: &ChunkHeader,
+        head: &[u8; HEADER_LEN + CHUNK_FIXED],
+        sink: &dyn ChunkSink,
+        tag: Option<&[u8; TAG_LEN]>,
+    ) -> Result<()> {
+        if let Some(open) = self.open.as_mut() {
+            let tag = tag.ok_or_else(|| TransportError::Protocol("a chunk without its tag".into()))?;
+            let mut m = open.mac();
+            m.update(head);
+            sink.visit(&mut |b| m.update(b));
+            if !m.matches(tag) {
+                return Err(FrameError::ChunkAuth { index: c.index }.into());
+            }
         }
-        Ok(())
+        crc_checked(c, sink.crc())
+    }
+}
+
+/// Whether a frame's `body` read after `head` carries `tag` (an encrypted body decrypted
+/// in place).
+fn opened(open: &mut Dir, head: &[u8], body: &mut [u8], tag: &[u8; TAG_LEN]) -> bool {
+    if open.encrypted() {
+        open.decrypt(head, body, tag)
+    } else {
+        let mut m = open.mac();
+        m.update(head);
+        m.update(body);
+        m.matches(tag)
+    }
+}
+
+/// Refuses chunk data whose CRC32C (`crc`) is not the one its header announced.
+fn crc_checked(c: &ChunkHeader, crc: u32) -> Result<()> {
+    if crc != c.crc32c {
+        return Err(FrameError::ChunkCrc { index: c.index }.into());
+    }
+    Ok(())
+}
+
+/// The chunk whose data is still unread on a connection (its data follows its header
+/// and is read by a separate call), and the bytes its tag starts with.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    /// The chunk's header, while its data is unread.
+    pub chunk: Option<ChunkHeader>,
+    /// Its frame header and fixed part (the start of what its tag covers).
+    pub head: [u8; HEADER_LEN + CHUNK_FIXED],
+}
+
+impl Pending {
+    pub fn new() -> Pending {
+        Pending {
+            chunk: None,
+            head: [0; HEADER_LEN + CHUNK_FIXED],
+        }
+    }
+
+    /// Refuses the next message while a chunk's data is unread.
+    pub fn none(&self) -> Result<()> {
+        match self.chunk {
+            Some(c) => Err(TransportError::Protocol(format!(
+                "the data of chunk {} was not read before the next message",
+                c.index
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// A chunk's header read ([`Opener::chunk`]): its data is due next.
+    pub fn arrived(&mut self, (c, head): (ChunkHeader, [u8; HEADER_LEN + CHUNK_FIXED])) -> Msg {
+        self.head = head;
+        self.chunk = Some(c);
+        Msg::Chunk(c)
+    }
+
+    /// The chunk whose data is due (an error when none is).
+    pub fn due(&self) -> Result<ChunkHeader> {
+        self.chunk
+            .ok_or_else(|| TransportError::Protocol("no chunk data is pending".into()))
+    }
+
+    /// The chunk whose data is due, into a buffer of `len` bytes (exactly its length).
+    pub fn due_into(&self, len: usize) -> Result<ChunkHeader> {
+        let c = self.due()?;
+        if len != c.len as usize {
+            return Err(TransportError::Protocol(format!(
+                "buffer of {} bytes for chunk {} of {} bytes",
+                len, c.index, c.len
+            )));
+        }
+        Ok(c)
+    }
+}
+
+/// What is left to write of `parts` after the first `off` bytes, as slices for one
+/// vectored write.
+pub(crate) fn unwritten<'a>(parts: &[&'a [u8]], off: usize) -> Vec<IoSlice<'a>> {
+    let mut bufs = Vec::with_capacity(parts.len());
+    let mut at = 0;
+    for p in parts {
+        if off < at + p.len() {
+            bufs.push(IoSlice::new(&p[off.saturating_sub(at)..]));
+        }
+        at += p.len();
+    }
+    bufs
+}
+
+/// One read or write of a loop that moves a frame's bytes, folded into the count `at`
+/// of bytes moved: none moved (`Ok(0)`, the stream's end) is an error of kind `zero`; an
+/// interrupted call, and with `nonblocking` a socket that had nothing (`WouldBlock`),
+/// moved nothing and is tried again; any other error is returned.
+pub(crate) fn advance(
+    r: std::io::Result<usize>,
+    at: &mut usize,
+    zero: std::io::ErrorKind,
+    nonblocking: bool,
+) -> std::io::Result<()> {
+    match r {
+        Ok(0) => Err(zero.into()),
+        Ok(n) => {
+            *at += n;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
+        Err(e) if nonblocking && e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -210,6 +327,43 @@ pub(crate) fn seal_chunk(seal: Option<&mut Dir>, hdr: &ChunkHeader, data: &[u8])
         }
     };
     Ok(SealedChunk { head, sealed, tag })
+}
+
+/// A chunk frame whose data writes itself to the socket ([`ChunkData`]), ready to go.
+pub(crate) enum ChunkFrom {
+    /// An encrypted connection: the data copied out (to send as a buffer, sealed there).
+    Copied(Vec<u8>),
+    /// The frame's head, then the data from where it lies, then the tag (computed
+    /// over the data where it lies, [`ChunkData::visit`]) if the connection tags.
+    InPlace {
+        head: Vec<u8>,
+        tag: Option<[u8; TAG_LEN]>,
+    },
+}
+
+/// Prepares a chunk frame over `data` that writes itself to the socket.
+pub(crate) fn chunk_from(
+    seal: Option<&mut Dir>,
+    hdr: &ChunkHeader,
+    data: &dyn ChunkData,
+) -> Result<ChunkFrom> {
+    check_len(hdr, data.len())?;
+    if seal.as_ref().is_some_and(|s| s.encrypted()) {
+        let mut buf = Vec::with_capacity(data.len());
+        data.visit(&mut |b| buf.extend_from_slice(b))?;
+        return Ok(ChunkFrom::Copied(buf));
+    }
+    let head = encode_head(&Msg::Chunk(*hdr))?;
+    let tag = match seal {
+        Some(seal) => {
+            let mut m = seal.mac();
+            m.update(&head);
+            data.visit(&mut |b| m.update(b))?;
+            Some(m.tag())
+        }
+        None => None,
+    };
+    Ok(ChunkFrom::InPlace { head, tag })
 }
 
 /// A handshake step that failed: the error, and what to tell the peer first (an Error

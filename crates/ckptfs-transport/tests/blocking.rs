@@ -6,6 +6,8 @@
 //! chunk whose data comes in two parts landing as soon as the second arrives (not at
 //! the read timeout).
 
+mod support;
+
 use ckptfs_cluster::{NodeKeys, Secret};
 use ckptfs_transport::frame::encode_frame;
 use ckptfs_transport::{
@@ -13,6 +15,7 @@ use ckptfs_transport::{
     PutBegin, PutEnd, TransportError, REFUSAL,
 };
 use std::time::{Duration, Instant};
+use support::{cfg, VecSink};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
@@ -22,16 +25,6 @@ fn id(n: &str) -> Identity {
     Identity {
         node_id: n.into(),
         job: "ntjob".into(),
-    }
-}
-
-fn cfg() -> ConnConfig {
-    ConnConfig {
-        // Generous: the machine is loaded; only the timeout tests wait for one.
-        read_timeout: Some(Duration::from_secs(60)),
-        write_timeout: Duration::from_secs(60),
-        handshake_timeout: Duration::from_secs(60),
-        ..ConnConfig::default()
     }
 }
 
@@ -331,38 +324,6 @@ fn a_peer_that_stops_answering_times_out_with_etimedout() {
     rt.block_on(srv).unwrap().unwrap();
     // Closed by the peer between frames: Closed.
     assert!(matches!(cl.recv(), Err(TransportError::Closed)));
-}
-
-/// A sink into a Vec, reading with plain `read` (what the store's landing does with
-/// `readv`).
-struct VecSink {
-    buf: Vec<u8>,
-    at: usize,
-}
-
-impl ckptfs_transport::ChunkSink for VecSink {
-    fn put(&mut self, data: &[u8]) {
-        self.buf[self.at..self.at + data.len()].copy_from_slice(data);
-        self.at += data.len();
-    }
-    fn read_from(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize> {
-        use std::io::Read;
-        use std::os::fd::AsRawFd;
-        // SAFETY: the descriptor stays open for the call (borrowed); the File is not
-        // dropped (ManuallyDrop), so it does not close it.
-        let mut f = std::mem::ManuallyDrop::new(unsafe {
-            <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd.as_raw_fd())
-        });
-        let n = f.read(&mut self.buf[self.at..])?;
-        self.at += n;
-        Ok(n)
-    }
-    fn crc(&self) -> u32 {
-        ckptfs_transport::crc32c(&self.buf[..self.at])
-    }
-    fn visit(&self, f: &mut dyn FnMut(&[u8])) {
-        f(&self.buf[..self.at])
-    }
 }
 
 #[test]

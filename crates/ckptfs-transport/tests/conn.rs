@@ -4,6 +4,8 @@
 //! into the caller's buffer, frames changed on the way, and hostile peers after
 //! authentication.
 
+mod support;
+
 use ckptfs_cluster::{pair_key, NodeKeys, Secret};
 use ckptfs_transport::auth::{self, Role, Transcript};
 use ckptfs_transport::frame::{decode_frame, encode_frame, encode_header, Hello, MsgType, DEFAULT_MAX_CHUNK};
@@ -12,6 +14,7 @@ use ckptfs_transport::{
     PutBegin, PutEnd, RawConn, TransportError, REFUSAL,
 };
 use std::time::Duration;
+use support::{cfg, VecSink};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -21,16 +24,6 @@ fn id(n: &str) -> Identity {
     Identity {
         node_id: n.into(),
         job: "hcjob".into(),
-    }
-}
-
-fn cfg() -> ConnConfig {
-    ConnConfig {
-        // Generous: the machine is loaded; no test waits for a timeout to pass.
-        read_timeout: Some(Duration::from_secs(60)),
-        write_timeout: Duration::from_secs(60),
-        handshake_timeout: Duration::from_secs(60),
-        ..ConnConfig::default()
     }
 }
 
@@ -725,39 +718,6 @@ async fn a_refusal_with_a_long_reason_reaches_the_client_during_the_handshake() 
         "{e}"
     );
     server.await.unwrap();
-}
-
-/// A sink into a Vec, reading with plain `read` (what the store's landing does with
-/// `readv`).
-struct VecSink {
-    buf: Vec<u8>,
-    at: usize,
-}
-
-impl ckptfs_transport::ChunkSink for VecSink {
-    fn put(&mut self, data: &[u8]) {
-        self.buf[self.at..self.at + data.len()].copy_from_slice(data);
-        self.at += data.len();
-    }
-    fn read_from(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize> {
-        use std::io::Read;
-        use std::os::fd::AsRawFd;
-        // A second File on the same descriptor, never closed (ManuallyDrop).
-        // SAFETY: the descriptor stays open for the call (borrowed); the File is not
-        // dropped, so it does not close it.
-        let mut f = std::mem::ManuallyDrop::new(unsafe {
-            <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd.as_raw_fd())
-        });
-        let n = f.read(&mut self.buf[self.at..])?;
-        self.at += n;
-        Ok(n)
-    }
-    fn crc(&self) -> u32 {
-        ckptfs_transport::crc32c(&self.buf[..self.at])
-    }
-    fn visit(&self, f: &mut dyn FnMut(&[u8])) {
-        f(&self.buf[..self.at])
-    }
 }
 
 #[tokio::test]

@@ -6,39 +6,32 @@
 //!
 //! Needs root and iproute2: [`Cluster::new`] answers None after
 //! `ckptfs_testsupport::skip_root_only` (which fails the test under
-//! `CKPTFS_REQUIRE_ROOT_TESTS=1`, as in CI).
+//! `CKPTFS_REQUIRE_ROOT_TESTS=1`, as in CI). The nodes, their cluster file and daemons
+//! are `nodes_support`'s (declared by each test file beside this module).
 
 #![allow(dead_code)]
 
-use ckptfs_netsim::{available, Sim, SimOptions};
+pub use crate::nodes_support::node;
+use crate::nodes_support::{
+    cluster_init, named, on_namespaces, preload_lib, simulated, stdout_ok, Nodes, RESTART_PRINTS,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
 
-pub const CKPTFS: &str = env!("CARGO_BIN_EXE_ckptfs");
-
+/// `n` simulated nodes in one erasure set, their daemons running (the [`Nodes`] they
+/// are: `c.sim`, `c.dir`, `c.file`).
 pub struct Cluster {
     pub n: usize,
-    pub sim: Sim,
-    pub dir: tempfile::TempDir,
-    pub file: PathBuf,
+    pub nodes: Nodes,
     pub job: String,
-    daemons: Vec<Option<Child>>,
 }
 
-pub fn node(i: usize) -> String {
-    format!("node{}", i + 1)
-}
-
-/// The shim `ckptfs run` loads (next to the binary, else the release build's).
-pub fn preload_lib() -> PathBuf {
-    let bin = Path::new(CKPTFS);
-    let here = bin.with_file_name("libckptfs_preload.so");
-    if here.is_file() {
-        return here;
+impl std::ops::Deref for Cluster {
+    type Target = Nodes;
+    fn deref(&self) -> &Nodes {
+        &self.nodes
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/libckptfs_preload.so")
 }
 
 impl Cluster {
@@ -47,63 +40,30 @@ impl Cluster {
     /// its namespace (the set's cluster port `port + 1` on node1). None (after
     /// [`ckptfs_testsupport::skip_root_only`]) when namespaces are not available.
     pub fn new(tag: &str, n: usize, redundancy: &str, port: u16) -> Option<Cluster> {
-        if let Err(why) = available() {
-            ckptfs_testsupport::skip_root_only(why);
-            return None;
-        }
-        let sim = Sim::new(
-            n,
-            SimOptions {
-                tag: tag.into(),
-                shm_size: "256m".into(),
-                hostnames: Some((0..n).map(node).collect()),
-                ..Default::default()
-            },
-        )
-        .expect("simulated nodes");
+        let sim = simulated(n, named(tag, n, "256m"))?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("{tag}-netns"))
             .tempdir()
             .unwrap();
-        let file = dir.path().join("c.toml");
+        let nodes = Nodes::new(sim, dir);
         let job = format!("j{}", std::process::id());
-        let out = Command::new(CKPTFS)
-            .args([
-                "cluster",
-                "init",
-                "--local",
-                &n.to_string(),
-                "--redundancy",
-                redundancy,
-            ])
-            .args(["--set-size", &n.to_string(), "--out"])
-            .arg(&file)
-            .args(["--port", "17340", "--job", sim.prefix(), "--heartbeat-ms", "200"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let mut text = std::fs::read_to_string(&file).unwrap();
-        for (i, n) in sim.nodes().iter().enumerate() {
-            text = text.replace(
-                &format!("\"127.0.0.1:{}\"", 17340 + i),
-                &format!("\"{}:{port}\"", n.ip),
-            );
-        }
-        text = text.replace(
-            "\"127.0.0.1:17440\"",
-            &format!("\"{}:{}\"", sim.node(0).ip, port + 1),
-        );
-        assert!(!text.contains("127.0.0.1"), "{text}");
+        let n_s = n.to_string();
+        let job_s = nodes.sim.prefix().to_string();
+        let args = [
+            "--redundancy",
+            redundancy,
+            "--set-size",
+            &n_s,
+            "--job",
+            &job_s,
+            "--heartbeat-ms",
+            "200",
+        ];
+        cluster_init(&nodes.file, n, 17340, &args);
+        let text = on_namespaces(&nodes.file, &nodes.sim, 17340, port, port + 1);
         assert!(text.contains(&format!("erasure = \"{redundancy}\"")), "{text}");
-        std::fs::write(&file, text).unwrap();
-        let mut c = Cluster {
-            n,
-            sim,
-            dir,
-            file,
-            job,
-            daemons: (0..n).map(|_| None).collect(),
-        };
+        std::fs::write(&nodes.file, text).unwrap();
+        let mut c = Cluster { n, nodes, job };
         for i in 0..n {
             c.start(i);
         }
@@ -116,17 +76,13 @@ impl Cluster {
     }
 
     pub fn cmd(&self, i: usize, args: &[&str]) -> Command {
-        let mut c = self.sim.node(i).command(CKPTFS);
+        let mut c = self.command(i, args);
         for (k, _) in std::env::vars() {
             if k.starts_with("CKPTFS_") && k != "CKPTFS_REQUIRE_ROOT_TESTS" {
                 c.env_remove(k);
             }
         }
-        c.arg("--cluster")
-            .arg(&self.file)
-            .args(["--node-id", &node(i)])
-            .args(args)
-            .env("CKPTFS_MEM_SIZE", "64M")
+        c.env("CKPTFS_MEM_SIZE", "64M")
             .env("CKPTFS_JOB", &self.job)
             .env("CKPTFS_RANK", i.to_string())
             .env("CKPTFS_NRANKS", self.n.to_string())
@@ -141,60 +97,20 @@ impl Cluster {
     }
 
     pub fn ok(&self, i: usize, args: &[&str]) -> String {
-        let o = self.run(i, args);
-        assert!(
-            o.status.success(),
-            "{} ckptfs {args:?}: {}{}\n{}",
-            node(i),
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr),
-            self.logs()
-        );
-        String::from_utf8(o.stdout).unwrap()
+        let what = format!("{} ckptfs {args:?}", node(i));
+        stdout_ok(self.run(i, args), &what, &format!("\n{}", self.logs()))
     }
 
     pub fn start(&mut self, i: usize) {
-        let log = std::fs::File::create(self.log(i)).unwrap();
-        let child = self
-            .cmd(i, &["node"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.daemons[i] = Some(child);
-    }
-
-    pub fn log(&self, i: usize) -> PathBuf {
-        self.dir.path().join(format!("{}.log", node(i)))
-    }
-
-    pub fn logs(&self) -> String {
-        (0..self.n)
-            .map(|i| {
-                format!(
-                    "--- {} log\n{}",
-                    node(i),
-                    std::fs::read_to_string(self.log(i)).unwrap_or_default()
-                )
-            })
-            .collect()
-    }
-
-    pub fn until(&self, what: &str, ok: impl Fn() -> bool) {
-        for _ in 0..1200 {
-            if ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("timed out waiting for {what}\n{}", self.logs());
+        let cmd = self.cmd(i, &["node"]);
+        self.nodes.daemons.start(i, cmd);
     }
 
     /// Node `i` lost (every process SIGKILLed, /dev/shm gone, link down), then back
     /// empty with its daemon (a replacement).
     pub fn lose(&mut self, i: usize) {
         self.sim.kill_node(i).unwrap();
-        if let Some(mut d) = self.daemons[i].take() {
+        if let Some(mut d) = self.nodes.daemons.take(i) {
             d.wait().unwrap();
         }
         self.sim.revive(i).unwrap();
@@ -238,7 +154,7 @@ impl Cluster {
 
     /// Only node `i`'s daemon SIGKILLed (its store, link and other processes stay).
     pub fn kill_daemon(&mut self, i: usize) {
-        if let Some(mut d) = self.daemons[i].take() {
+        if let Some(mut d) = self.nodes.daemons.take(i) {
             d.kill().unwrap();
             d.wait().unwrap();
         }
@@ -267,7 +183,7 @@ impl Cluster {
     }
 
     pub fn daemon_pid(&self, i: usize) -> u32 {
-        self.daemons[i].as_ref().unwrap().id()
+        self.daemons.pid(i)
     }
 
     /// Flip one byte of `path` in node `i`'s store, beneath its recorded CRC32C (byte 9
@@ -306,17 +222,7 @@ impl Cluster {
     /// `ckptfs run --restart` on node `i` printing the dataset it chose (`<none>`), with
     /// `CKPTFS_DEST` set to `pfs` when given.
     pub fn restart_from(&self, i: usize, pfs: Option<&str>) -> Output {
-        let mut c = self.cmd(
-            i,
-            &[
-                "run",
-                "--restart",
-                "--",
-                "sh",
-                "-c",
-                "printf '%s' \"${CKPTFS_RESTART:-<none>}\"",
-            ],
-        );
+        let mut c = self.cmd(i, &RESTART_PRINTS);
         if let Some(p) = pfs {
             c.env("CKPTFS_DEST", p);
         }
@@ -331,15 +237,6 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for d in self.daemons.iter_mut().flatten() {
-            let _ = d.kill();
-            let _ = d.wait();
-        }
-    }
 }
 
 /// One rank per node writes dataset `v1`: parts of unequal sizes, node4 with two files.
@@ -404,4 +301,110 @@ pub fn settled(c: &Cluster, key: &str, since: u64) -> u64 {
 
 pub fn wait_protected(c: &Cluster, key: &str) -> u64 {
     settled(c, key, 1)
+}
+
+/// Every file of `files` on its node byte-identical (an empty file served empty).
+pub fn all_back(c: &Cluster, files: &[Vec<(String, Vec<u8>)>], nodes: &[usize]) {
+    for &i in nodes {
+        for (p, b) in &files[i] {
+            assert!(c.get(i, p) == *b, "{p} on {} differs", node(i));
+        }
+    }
+}
+
+/// Every rank's `run --restart` (in the order `order`) chooses `want`; node `i`'s
+/// stderr for each rank in `rebuilt` says its files came from the set.
+pub fn all_restart(c: &Cluster, order: &[usize], pfs: Option<&str>, want: &str, rebuilt: &[usize]) {
+    for &i in order {
+        let o = c.restart_from(i, pfs);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{}: {err}\n{}", node(i), c.logs());
+        assert_eq!(String::from_utf8_lossy(&o.stdout), want, "{}: {err}", node(i));
+        if rebuilt.contains(&i) {
+            assert!(err.contains("from erasure:set0"), "{}: {err}", node(i));
+        }
+    }
+}
+
+/// Each node's files of a dataset: (path, bytes).
+pub type Parts = Vec<Vec<(String, Vec<u8>)>>;
+
+/// Dataset `v1` written ([`write_dataset`]) and protected by the set: its files, its
+/// key and the epoch of its encoding.
+pub fn protected_v1(c: &Cluster) -> (Parts, String, u64) {
+    let files = write_dataset(c);
+    let key = format!("{}.1", c.job);
+    let epoch = wait_protected(c, &key);
+    (files, key, epoch)
+}
+
+/// `restore --from-peers` on node `i`, which must fail (else the failure says `what`):
+/// its stdout and stderr.
+pub fn failed_restore(c: &Cluster, i: usize, what: &str) -> String {
+    let o = c.run(i, &["restore", "--from-peers"]);
+    let out = text(&o);
+    assert!(!o.status.success(), "{what}: {out}");
+    out
+}
+
+/// A PFS directory (`DIR/pfs`, its path returned) holding dataset `v0` (the job's
+/// first, [`write_named`] with `unit`), drained there by every node; and `v0`'s files.
+pub fn v0_on_pfs(c: &Cluster, unit: usize) -> (String, Parts) {
+    let pfs = c.dir.path().join("pfs");
+    std::fs::create_dir_all(&pfs).unwrap();
+    let pfs_s = pfs.to_str().unwrap().to_string();
+    let v0 = write_named(c, "v0", 1, unit);
+    for i in 0..c.n {
+        c.ok(i, &["agent", "--once", "--dest", &pfs_s]);
+    }
+    (pfs_s, v0)
+}
+
+/// How long a slowed encode or rebuild runs before a member is killed in its middle.
+pub const MIDWAY: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// Node `lost` lost and replaced; its `restore --from-peers` over its link slowed to
+/// 24 Mbit/s, and the daemon of `survivor`, serving it, SIGKILLed in its middle: the
+/// restore's output (its link left slowed).
+pub fn rebuild_with_a_survivor_killed(c: &mut Cluster, lost: usize, survivor: usize) -> Output {
+    c.lose(lost);
+    c.replace(lost);
+    c.sim.limit(lost, Some(24_000_000)).unwrap();
+    let mut r = c.spawn_restore(lost);
+    std::thread::sleep(MIDWAY);
+    assert!(
+        r.try_wait().unwrap().is_none(),
+        "the rebuild ended before a member could be killed in its middle"
+    );
+    c.kill_daemon(survivor);
+    r.wait_with_output().unwrap()
+}
+
+/// Dataset `v1` (the job's first, [`write_named`] with `unit`) written with node3's link
+/// slowed to 8 Mbit/s, node3's daemon SIGKILLed once the leader encodes it: for 3 s no
+/// other member may say the dataset is protected (no header was committed anywhere).
+/// Then node3's link and daemon (its store kept) are back. `v1`'s files and its key.
+pub fn encode_with_node3_killed(c: &mut Cluster, unit: usize) -> (Parts, String) {
+    c.sim.limit(2, Some(8_000_000)).unwrap();
+    let files = write_named(c, "v1", 1, unit);
+    let key = format!("{}.1", c.job);
+    c.until("the leader to start encoding", || {
+        c.erasure_state(0, &key).is_some_and(|(s, _)| s == "encoding")
+    });
+    c.kill_daemon(2);
+    for _ in 0..30 {
+        for i in (0..c.n).filter(|&i| i != 2) {
+            let st = c.erasure_state(i, &key);
+            assert!(
+                st.as_ref().is_none_or(|(s, _)| s != "protected"),
+                "{} says {st:?} with node3 killed mid-encode\n{}",
+                node(i),
+                c.logs()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    c.sim.limit(2, None).unwrap();
+    c.replace(2);
+    (files, key)
 }

@@ -12,10 +12,10 @@
 //! connection: [`Conn::recv`] answers None, as the tokio connection does), every write
 //! at most its write timeout; [`Conn::recv_within`] waits less for one answer.
 
-use super::{acked, conn_config, terr, Msg, Wire};
+use super::{acked, conn_config, identity, terr, Msg, Wire};
 use crate::error::{NodeError, Result};
 use ckptfs_cluster::{Cluster, NodeKeys};
-use ckptfs_transport::{self as tp, Identity, TransportError};
+use ckptfs_transport::{self as tp, TransportError};
 use std::time::Duration;
 
 /// An authenticated connection to another node daemon, used by the calling thread.
@@ -70,13 +70,9 @@ impl Conn {
         cluster: &Cluster,
         timeout: Duration,
     ) -> tp::Result<Conn> {
-        let id = Identity {
-            node_id: me.to_string(),
-            job: cluster.job.clone(),
-        };
         let mut cfg = conn_config(cluster);
         cfg.handshake_timeout = cfg.handshake_timeout.min(timeout);
-        let inner = tp::blocking::Conn::connect(addr, &id, peer, keys, &cfg)?;
+        let inner = tp::blocking::Conn::connect(addr, &identity(me, cluster), peer, keys, &cfg)?;
         Ok(Conn {
             wire: Wire::new(inner.peer_id(), me, false),
             inner,

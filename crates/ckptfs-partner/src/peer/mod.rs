@@ -15,8 +15,8 @@
 
 use crate::copies::HeldFile;
 use crate::error::{NodeError, Result};
-use ckptfs_cluster::Cluster;
-use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Protection, TransportError};
+use ckptfs_cluster::{Cluster, NodeKeys};
+use ckptfs_transport::{self as tp, ChunkHeader, ConnConfig, Identity, Protection, TransportError};
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -134,6 +134,38 @@ pub struct Piece {
     pub seg_size: u64,
 }
 
+/// A [`Piece`] and the transport's `SegPiece` hold the same fields but the sender: moved
+/// across, named once for both directions (`$extra`: the target's other fields).
+macro_rules! piece_fields {
+    ($from:expr, $To:path { $($extra:ident: $val:expr),* }) => {{
+        let p = $from;
+        $To {
+            $($extra: $val,)*
+            set: p.set,
+            dataset: p.dataset,
+            epoch: p.epoch,
+            stripe: p.stripe,
+            row: p.row,
+            kind: p.kind,
+            offset: p.offset,
+            len: p.len,
+            seg_size: p.seg_size,
+        }
+    }};
+}
+
+impl Piece {
+    /// The transport's frame of this piece, sent by node `src_node`.
+    fn on_wire(self, src_node: String) -> tp::SegPiece {
+        piece_fields!(self, tp::SegPiece { src_node: src_node })
+    }
+
+    /// A received piece without its sender (checked by the caller).
+    fn from_wire(p: tp::SegPiece) -> Piece {
+        piece_fields!(p, Piece {})
+    }
+}
+
 impl Msg {
     /// Name for log lines.
     pub fn name(&self) -> &'static str {
@@ -184,6 +216,27 @@ fn wire(path: &str) -> String {
 
 fn store_path(path: &str) -> String {
     format!("/{path}")
+}
+
+/// Where node `node` of `cluster` listens, and the credentials node `me` dials it with.
+pub fn dial_target(cluster: &Cluster, me: &str, node: &str) -> Result<(String, NodeKeys)> {
+    let addr = cluster
+        .node(node)
+        .map_err(|e| NodeError::Cluster(e.to_string()))?
+        .addr
+        .clone();
+    let keys = cluster
+        .node_keys(me)
+        .map_err(|e| NodeError::Cluster(e.to_string()))?;
+    Ok((addr, keys))
+}
+
+/// Node `me` of `cluster` as it introduces itself on a connection.
+fn identity(me: &str, cluster: &Cluster) -> Identity {
+    Identity {
+        node_id: me.to_string(),
+        job: cluster.job.clone(),
+    }
 }
 
 /// Connection settings for a daemon of `cluster`: only its nodes are accepted, frames
@@ -342,18 +395,7 @@ impl Wire {
             Msg::Query(body) => tp::Msg::Query { body },
             Msg::QueryReply(body) => tp::Msg::QueryReply { body },
             Msg::Erasure(body) => tp::Msg::Erasure { body },
-            Msg::Piece(p) => tp::Msg::SegPiece(tp::SegPiece {
-                src_node: self.me.clone(),
-                set: p.set,
-                dataset: p.dataset,
-                epoch: p.epoch,
-                stripe: p.stripe,
-                row: p.row,
-                kind: p.kind,
-                offset: p.offset,
-                len: p.len,
-                seg_size: p.seg_size,
-            }),
+            Msg::Piece(p) => tp::Msg::SegPiece(p.on_wire(self.me.clone())),
         };
         Ok(t)
     }
@@ -462,17 +504,7 @@ impl Wire {
             // A node may only send its own pieces (issue 32: peer security of #29).
             tp::Msg::SegPiece(p) => {
                 own(&p.src_node)?;
-                Msg::Piece(Piece {
-                    set: p.set,
-                    dataset: p.dataset,
-                    epoch: p.epoch,
-                    stripe: p.stripe,
-                    row: p.row,
-                    kind: p.kind,
-                    offset: p.offset,
-                    len: p.len,
-                    seg_size: p.seg_size,
-                })
+                Msg::Piece(Piece::from_wire(p))
             }
             other => {
                 return Err(NodeError::Protocol {

@@ -2,10 +2,10 @@
 //! transport's tokio connection, for the daemon's server side, its heartbeats and
 //! partner-copy bookkeeping and the erasure sets' encodings.
 
-use super::{acked, conn_config, terr, Msg, Wire};
+use super::{acked, conn_config, identity, terr, Msg, Wire};
 use crate::error::{NodeError, Result};
 use ckptfs_cluster::{Cluster, NodeKeys};
-use ckptfs_transport::{self as tp, Identity};
+use ckptfs_transport as tp;
 
 /// An authenticated connection to another node daemon (async).
 pub struct Conn {
@@ -30,11 +30,7 @@ impl Conn {
         keys: &NodeKeys,
         cluster: &Cluster,
     ) -> Result<Conn> {
-        let id = Identity {
-            node_id: me.to_string(),
-            job: cluster.job.clone(),
-        };
-        let inner = tp::connect(addr, &id, peer, keys, &conn_config(cluster))
+        let inner = tp::connect(addr, &identity(me, cluster), peer, keys, &conn_config(cluster))
             .await
             .map_err(|e| super::dial_error(peer, addr, e))?;
         Ok(Conn::wrap(inner, me, false))
@@ -47,15 +43,11 @@ impl Conn {
         keys: &NodeKeys,
         cluster: &Cluster,
     ) -> Result<Conn> {
-        let id = Identity {
-            node_id: me.to_string(),
-            job: cluster.job.clone(),
-        };
         let addr = stream
             .peer_addr()
             .map(|a| a.to_string())
             .unwrap_or_else(|_| "?".into());
-        let inner = tp::accept(stream, &id, keys, &conn_config(cluster))
+        let inner = tp::accept(stream, &identity(me, cluster), keys, &conn_config(cluster))
             .await
             .map_err(|e| terr(&addr, e))?;
         Ok(Conn::wrap(inner, me, true))

@@ -3,7 +3,7 @@
 //! The client's rebuild speaks the same messages over the blocking connection
 //! ([`super`]).
 
-use super::{err, proto_err};
+use super::{era_of, err, refused_on_fail};
 use crate::peer::{Conn, Msg};
 use crate::{NodeError, Result};
 use ckptfs_cluster::Cluster;
@@ -19,19 +19,7 @@ pub async fn send_era(conn: &mut Conn, m: &EraMsg) -> Result<()> {
 /// Receive one erasure message (a refusal or another kind of message is an error).
 pub async fn recv_era(conn: &mut Conn) -> Result<EraMsg> {
     let peer = conn.peer().to_string();
-    match conn.recv().await? {
-        Some(Msg::Erasure(body)) => proto::parse(&body).map_err(|e| proto_err(&peer, e)),
-        Some(Msg::Nack { errno, message }) => Err(NodeError::Refused {
-            peer,
-            what: message,
-            errno,
-        }),
-        Some(other) => Err(proto_err(
-            &peer,
-            format!("expected an erasure message, got {}", other.name()),
-        )),
-        None => Err(NodeError::Transport(format!("{peer} closed the connection"))),
-    }
+    era_of(peer, conn.recv().await?)
 }
 
 /// The answer to a request, or the peer's refusal as an error.
@@ -39,11 +27,7 @@ pub async fn ask(conn: &mut Conn, m: &EraMsg, timeout: Duration) -> Result<EraMs
     let peer = conn.peer().to_string();
     send_era(conn, m).await?;
     match tokio::time::timeout(timeout, recv_era(conn)).await {
-        Ok(Ok(EraMsg::Fail { errno, message })) => Err(NodeError::Refused {
-            peer,
-            what: message,
-            errno,
-        }),
+        Ok(Ok(answer)) => refused_on_fail(peer, answer),
         Ok(r) => r,
         Err(_) => Err(NodeError::Transport(format!("{peer}: no answer in {timeout:?}"))),
     }
@@ -51,14 +35,7 @@ pub async fn ask(conn: &mut Conn, m: &EraMsg, timeout: Duration) -> Result<EraMs
 
 /// An authenticated connection to member `node` of the set.
 pub async fn connect(cluster: &Cluster, me: &str, node: &str, timeout: Duration) -> Result<Conn> {
-    let addr = cluster
-        .node(node)
-        .map_err(|e| NodeError::Cluster(e.to_string()))?
-        .addr
-        .clone();
-    let keys = cluster
-        .node_keys(me)
-        .map_err(|e| NodeError::Cluster(e.to_string()))?;
+    let (addr, keys) = crate::peer::dial_target(cluster, me, node)?;
     tokio::time::timeout(timeout, Conn::connect(&addr, me, node, &keys, cluster))
         .await
         .map_err(|_| NodeError::Transport(format!("connect to {node} ({addr}): timed out")))?
