@@ -93,6 +93,16 @@ pub fn xor_into(dst: &mut [u8], src: &[u8]) {
 /// at multiples of 64 gives the same parity bytes as encoding them whole.
 pub const RS_BLOCK: usize = 64 << 10;
 
+/// Bytes of each shard that one Reed-Solomon *decode* call works on. Larger than
+/// [`RS_BLOCK`]: every decode call of the crate first evaluates the erasure locator
+/// over the whole field (65 536 elements, `eval_poly`), a fixed cost of its own that
+/// pieces of 64 KiB pay 256 times per 16 MiB shard (it then took most of a decode's
+/// time, in the profile of `bench erasure`); whole shards of megabytes instead stream
+/// the decoder's work space (a power of two of shards) through memory on each of its
+/// passes. 512 KiB: the work space of `rs:2` over 6 (8 shards) is 4 MiB, in L3. A
+/// multiple of 64, for the same reason as [`RS_BLOCK`].
+pub const RS_DECODE_BLOCK: usize = 512 << 10;
+
 /// A reusable encoder for one scheme and shard shape.
 pub struct Encoder {
     scheme: Scheme,
@@ -223,10 +233,10 @@ pub fn decode(
 }
 
 /// A reusable decoder for one scheme and stripe shape: Reed-Solomon's work buffers are
-/// allocated once, for pieces of [`RS_BLOCK`] bytes, and kept across stripes (making
-/// them costs more than decoding a stripe of a few MiB; whole shards of megabytes per
-/// call made every pass of the decoder go to memory, pieces keep its work space in a
-/// core's L2 cache, as for [`Encoder`]).
+/// allocated once, for pieces of [`RS_DECODE_BLOCK`] bytes, and kept across stripes
+/// (making them costs more than decoding a stripe of a few MiB; whole shards of
+/// megabytes per call made every pass of the decoder go to memory, pieces keep its
+/// work space in cache, as for [`Encoder`]).
 pub struct Decoder {
     scheme: Scheme,
     data: usize,
@@ -337,10 +347,10 @@ impl Decoder {
 }
 
 impl Decoder {
-    /// Reed-Solomon: the missing data shards `gone` of one stripe, [`RS_BLOCK`] bytes of
-    /// every shard at a time (the last piece shorter), appended to `out` (one vector per
-    /// index of `gone`). Cut at multiples of 64 bytes like the encoder's pieces, so each
-    /// piece decodes as the whole shards would.
+    /// Reed-Solomon: the missing data shards `gone` of one stripe, [`RS_DECODE_BLOCK`]
+    /// bytes of every shard at a time (the last piece shorter), appended to `out` (one
+    /// vector per index of `gone`). Cut at multiples of 64 bytes like the encoder's
+    /// pieces, so each piece decodes as the whole shards would.
     fn decode_rs(
         &mut self,
         k: usize,
@@ -351,7 +361,7 @@ impl Decoder {
         let (data, len) = (self.data, self.len);
         let mut off = 0;
         while off < len {
-            let n = RS_BLOCK.min(len - off);
+            let n = RS_DECODE_BLOCK.min(len - off);
             let dec = match &mut self.rs {
                 Some(d) => {
                     if n != self.block {
@@ -492,13 +502,18 @@ mod tests {
         }
     }
 
-    /// Shards longer than one decoder piece (several [`RS_BLOCK`]s and a shorter last
-    /// piece), one decoder reused across stripes with different losses and lengths
-    /// change: every lost data shard comes back byte-identical, parity recomputed too.
+    /// Shards longer than one decoder piece (several [`RS_DECODE_BLOCK`]s and a shorter
+    /// last piece), one decoder reused across stripes with different losses: every
+    /// lost data shard comes back byte-identical, parity recomputed too.
     #[test]
     fn one_decoder_rebuilds_long_shards_piece_by_piece() {
         for (data, k) in [(4usize, 2usize), (6, 2), (5, 3), (1, 2)] {
-            for len in [RS_BLOCK - 64, RS_BLOCK + 2, 2 * RS_BLOCK + 70, 3 * RS_BLOCK] {
+            for len in [
+                RS_BLOCK + 2,
+                RS_DECODE_BLOCK - 64,
+                RS_DECODE_BLOCK + 2,
+                2 * RS_DECODE_BLOCK + 70,
+            ] {
                 let scheme = Scheme::Rs(k as u16);
                 let mut dec = Decoder::new(scheme, data, len);
                 for round in 0..3u32 {
