@@ -54,7 +54,7 @@ pub const PIECE: u64 = 1 << 20;
 
 /// Rounds (piece offsets) of Reed-Solomon data a member may have sent beyond the last
 /// round its loop finished (module doc, "Reed-Solomon").
-pub const RS_WINDOW: usize = 4;
+pub const RS_WINDOW: usize = 8;
 
 /// What a member does at one step of every piece.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
