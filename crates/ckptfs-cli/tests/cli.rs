@@ -728,3 +728,29 @@ fn destroy_removes_the_stores_agent_and_dataset_files_from_the_runtime_directory
     run(&["destroy"]);
     assert_eq!(left(), Vec::<String>::new(), "left in {}", rt.display());
 }
+
+/// `bench erasure --schemes` names only what it can measure: an unknown scheme is
+/// refused by name before any simulated node is set up (no root needed to see it).
+#[test]
+fn bench_erasure_refuses_an_unknown_scheme() {
+    for bad in ["xor,rs:x", "partner,mirror", "rs:0"] {
+        let o = bin()
+            .args([
+                "bench",
+                "erasure",
+                "--no-codec",
+                "--links",
+                "1gbit",
+                "--schemes",
+                bad,
+            ])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{bad}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("--schemes") && err.contains("is not xor, rs:K or partner"),
+            "{bad}: {err}"
+        );
+    }
+}

@@ -85,8 +85,16 @@ fn sum(v: &[serde_json::Value], key: &str) -> u64 {
     v.iter().filter_map(|x| x[key].as_u64()).sum()
 }
 
-/// One link setting: the wire, then xor and rs:2 sets, then partner copies.
-pub fn one_link(bed: &mut Bed, link: &str, rate: Option<u64>, part: u64, reps: usize) -> Result<LinkRun> {
+/// One link setting: the wire, then the erasure schemes of `schemes` (`xor`, `rs:K`) in
+/// their order, then partner copies (and the PFS restore) when `schemes` names `partner`.
+pub fn one_link(
+    bed: &mut Bed,
+    link: &str,
+    rate: Option<u64>,
+    part: u64,
+    reps: usize,
+    schemes: &[String],
+) -> Result<LinkRun> {
     bed.limit(rate)?;
     let n = bed.n as f64;
     let mut wire = Vec::new();
@@ -99,7 +107,7 @@ pub fn one_link(bed: &mut Bed, link: &str, rate: Option<u64>, part: u64, reps: u
         wire.push(s);
     }
     let mut raws = Vec::new();
-    for scheme in ["xor", "rs:2"] {
+    for scheme in schemes.iter().map(String::as_str).filter(|s| *s != "partner") {
         progress(link, &format!("{scheme}: starting {} daemons", bed.n));
         bed.configure(scheme)?;
         // Files of no dataset get partner copies even with erasure sets: an open
@@ -155,6 +163,60 @@ pub fn one_link(bed: &mut Bed, link: &str, rate: Option<u64>, part: u64, reps: u
             restore,
         });
     }
+    let mut pfs_restore = Vec::new();
+    if schemes.iter().any(|s| s == "partner") {
+        let (raw, pfs) = partner(bed, link, part, reps)?;
+        raws.push(raw);
+        pfs_restore = pfs;
+    }
+    // The baseline of the ratios: the partner copies (none measured: ratios 0).
+    let base = raws.last().filter(|r| r.scheme == "partner").map(|r| {
+        (
+            median(&r.protect),
+            r.sent_per_part,
+            r.memory_per_part,
+            median(&r.restore),
+        )
+    });
+    let (bp, bs, bm, br) = base.unwrap_or((0.0, 0.0, 0.0, 0.0));
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let rows = raws
+        .into_iter()
+        .map(|r| {
+            let (p, s) = (median(&r.protect), median(&r.restore));
+            SchemeRow {
+                scheme: r.scheme,
+                protect_s: p,
+                protect_vs_partner: ratio(p, bp),
+                leader_encode_s: (!r.encode.is_empty()).then(|| median(&r.encode)),
+                protect_all_s: r.protect,
+                sent_per_part: r.sent_per_part,
+                sent_vs_partner: ratio(r.sent_per_part, bs),
+                copies_sent_per_part: r.copies_sent_per_part,
+                memory_per_part: r.memory_per_part,
+                memory_vs_partner: ratio(r.memory_per_part, bm),
+                restore_s: s,
+                restore_vs_partner: ratio(s, br),
+                restore_all_s: r.restore,
+            }
+        })
+        .collect();
+    Ok(LinkRun {
+        link: link.into(),
+        rate_bit_s: rate,
+        part_bytes: part,
+        wire_s: median(&wire),
+        wire_all_s: wire,
+        rows,
+        pfs_restore_s: median(&pfs_restore),
+        pfs_restore_all_s: pfs_restore,
+    })
+}
+
+/// Partner copies on the link (the baseline), then the PFS restore: their row, and the
+/// PFS restore's seconds.
+fn partner(bed: &mut Bed, link: &str, part: u64, reps: usize) -> Result<(Raw, Vec<f64>)> {
+    let n = bed.n as f64;
     progress(link, &format!("partner copies: starting {} daemons", bed.n));
     bed.configure("partner:1")?;
     std::thread::sleep(std::time::Duration::from_millis(800));
@@ -208,7 +270,7 @@ pub fn one_link(bed: &mut Bed, link: &str, rate: Option<u64>, part: u64, reps: u
         );
         pfs_restore.push(s);
     }
-    raws.push(Raw {
+    let raw = Raw {
         scheme: "partner".into(),
         protect,
         encode: Vec::new(),
@@ -216,48 +278,8 @@ pub fn one_link(bed: &mut Bed, link: &str, rate: Option<u64>, part: u64, reps: u
         copies_sent_per_part: 0.0,
         memory_per_part: memory as f64 / n / part as f64,
         restore,
-    });
-    let base = raws.last().map(|r| {
-        (
-            median(&r.protect),
-            r.sent_per_part,
-            r.memory_per_part,
-            median(&r.restore),
-        )
-    });
-    let (bp, bs, bm, br) = base.unwrap_or((1.0, 1.0, 1.0, 1.0));
-    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-    let rows = raws
-        .into_iter()
-        .map(|r| {
-            let (p, s) = (median(&r.protect), median(&r.restore));
-            SchemeRow {
-                scheme: r.scheme,
-                protect_s: p,
-                protect_vs_partner: ratio(p, bp),
-                leader_encode_s: (!r.encode.is_empty()).then(|| median(&r.encode)),
-                protect_all_s: r.protect,
-                sent_per_part: r.sent_per_part,
-                sent_vs_partner: ratio(r.sent_per_part, bs),
-                copies_sent_per_part: r.copies_sent_per_part,
-                memory_per_part: r.memory_per_part,
-                memory_vs_partner: ratio(r.memory_per_part, bm),
-                restore_s: s,
-                restore_vs_partner: ratio(s, br),
-                restore_all_s: r.restore,
-            }
-        })
-        .collect();
-    Ok(LinkRun {
-        link: link.into(),
-        rate_bit_s: rate,
-        part_bytes: part,
-        wire_s: median(&wire),
-        wire_all_s: wire,
-        rows,
-        pfs_restore_s: median(&pfs_restore),
-        pfs_restore_all_s: pfs_restore,
-    })
+    };
+    Ok((raw, pfs_restore))
 }
 
 /// The table of one link.

@@ -49,6 +49,11 @@ pub struct BenchArgs {
     /// Skip the codec and the in-process set (only the simulated nodes of `--links`).
     #[arg(long)]
     pub no_codec: bool,
+    /// What `--links` measures, comma-separated, in order: erasure schemes (`xor`,
+    /// `rs:K`) and `partner` (the partner copies every ratio is taken against, and the
+    /// PFS restore); without `partner` the ratio columns show 0.
+    #[arg(long, value_name = "LIST", default_value = "xor,rs:2,partner")]
+    pub schemes: String,
 }
 
 /// Runs the benchmark.
@@ -81,12 +86,25 @@ pub fn run(a: BenchArgs) -> Result<i32> {
             anyhow::bail!("--nodes must be at least 3 (rs:2) and --node-part-mib positive");
         }
         let node_part = a.node_part_mib << 20;
+        let schemes: Vec<String> = a.schemes.split(',').map(|s| s.trim().to_string()).collect();
+        for s in &schemes {
+            if s != "partner" && Scheme::parse(s).is_none() {
+                anyhow::bail!("--schemes: {s:?} is not xor, rs:K or partner");
+            }
+        }
         // The part, parity or a partner copy of it, and a new version during a rebuild
         // or a partner copy's replacement.
         let mem = 3 * node_part + (64 << 20);
         let mut bed = nodes::Bed::new(a.nodes, mem)?;
         for (label, rate) in &links {
-            runs.push(links::one_link(&mut bed, label, *rate, node_part, a.reps.max(1))?);
+            runs.push(links::one_link(
+                &mut bed,
+                label,
+                *rate,
+                node_part,
+                a.reps.max(1),
+                &schemes,
+            )?);
         }
     }
     if a.json {

@@ -77,9 +77,12 @@ fn my_part(store: &Store, me: &str, want: &[WantFile]) -> Result<PartRecord> {
     member::part_record(&level, me, want).map_err(|e| err(format!("part of {me}: {e}")))
 }
 
+mod gather;
 mod leader;
 mod ring_member;
 mod serve;
+#[allow(unused_imports)]
+use gather::*;
 pub use leader::*;
 #[allow(unused_imports)]
 use ring_member::*;
