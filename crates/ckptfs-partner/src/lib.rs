@@ -20,8 +20,8 @@
 //!   ([`PartnerLevel`]), its listings bounded by [`ListBounds`] ([`list_bounds`]).
 //! - [`cluster`]: the dataset questions asked of other daemons ([`cluster::Request`],
 //!   [`cluster::Reply`]) and [`ClusterNodes`], the job's other nodes as
-//!   [`ckptfs_datasets::JobNodes`], whose set levels are [`set_levels`]'s.
-//! - [`set_levels`]: the registry of set levels ([`ckptfs_level::SetProtection`]) a
+//!   [`ckptfs_datasets::JobNodes`], whose set levels are [`set_levels()`]'s.
+//! - [`mod@set_levels`]: the registry of set levels ([`ckptfs_level::SetProtection`]) a
 //!   cluster file gives, in read order: [`partner_set::PartnerCopies`] (the partner
 //!   copies; also the replacement's restore from peers), then each erasure set
 //!   ([`erasure_set::ClusterErasureSet`], over [`set_rebuild`]).

@@ -394,7 +394,7 @@ impl Conn {
     }
 
     /// Reads the pending chunk's data straight into `sink` (what the read-ahead holds by
-    /// a copy, the rest by reads from the socket into the sink, [`Conn::land_rest`]),
+    /// a copy, the rest by reads from the socket into the sink, `Conn::land_rest`),
     /// checks its tag over the landed bytes and the CRC32C the sink computed as they
     /// landed, as the tokio connection's `recv_chunk_into` (the same `SO_RCVLOWAT` marks
     /// while the chunk arrives). An encrypted connection lands the data in a buffer
