@@ -155,7 +155,9 @@ class Datasets:
         ``dataset_partner_copies`` applies it (what ``ckptfs ls -l`` and ``ckpt list``
         show): ``{"chosen": ["local", "partner"], "short": "partner", "policy": {"level",
         "reason"}, "node_local_by_choice": False, "partner_copies": "complete", "note":
-        ...}``."""
+        ...}``; in cluster mode under a cluster file whose ``[redundancy]`` names an
+        erasure scheme, the erasure set's (``"partner_copies": "erasure"``), as the CLI
+        says."""
         return json.loads(self._d.protection(json.dumps(record)))
 
     def show(self, id: int) -> Record:

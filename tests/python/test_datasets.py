@@ -184,3 +184,36 @@ def test_reader_restores_a_shard_lost_from_the_store_from_the_pfs(store_name, tm
     dst = _zeros()
     dcp.load(dst, storage_reader=reader)
     assert torch.equal(dst["w"], _state(2)["w"]) and int(dst["step"]) == 2
+
+
+def test_protection_under_a_cluster_file_with_erasure_sets_is_the_sets(store, tmp_path, monkeypatch):
+    """A complete dataset's protection as Python lists it follows the cluster file as the
+    CLI's does (one library function): partner copies by default, the erasure sets when
+    its ``[redundancy]`` names a scheme (no daemon needed: nothing is asked)."""
+    exe = _ckptfs_bin()
+    job = f"sl-prot-{os.getpid()}"
+    ds = _ds(store, rank=0, world=1)
+    i = ds.begin("step1")
+    store.write_bytes("/ck/1/rank0", b"one" * 1000)
+    rec = ds.complete(i)
+    assert ds.protection(rec)["partner_copies"] == "complete", ds.protection(rec)
+    for k in ("CKPTFS_STORE", "CKPTFS_CLUSTER", "CKPTFS_NODE_ID", "CKPTFS_CONFIG", "CKPTFS_DEST"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("CKPTFS_CHUNK_SIZE", "64K")
+    monkeypatch.setenv("CKPTFS_MEM_SIZE", "8M")
+    for redundancy, port, mode in (("partner:1", 26810, "complete"), ("xor", 26820, "erasure")):
+        cfile = tmp_path / f"{redundancy.replace(':', '')}.toml"
+        r = subprocess.run([exe, "cluster", "init", "--local", "3", "--redundancy", redundancy, "--out", str(cfile),
+                            "--port", str(port), "--job", job], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        monkeypatch.setenv("CKPTFS_CLUSTER", str(cfile))
+        monkeypatch.setenv("CKPTFS_NODE_ID", "node1")
+        try:
+            cds = cd.Datasets(None, job=job)
+            p = cds.protection(rec)
+            assert p["partner_copies"] == mode, (redundancy, p)
+            assert ("partner" in p["chosen"]) == (mode == "complete"), (redundancy, p)
+            assert p["short"] == ("partner" if mode == "complete" else "erasure"), (redundancy, p)
+            del cds
+        finally:
+            ckptfs.destroy(f"{job}.node1")

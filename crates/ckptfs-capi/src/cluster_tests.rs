@@ -263,7 +263,19 @@ fn c_calls_judge_job_wide_through_the_daemons_and_ranks_agree_on_the_restart() {
     )
     .unwrap();
     use ckptfs_datasets::JobNodes;
-    assert!(!node2.holds_copy("node1", &w), "no copy on node2");
+    // Node2's partner copies (its first set level; the cluster has two nodes, so only
+    // node2's own store is looked at) hold no copy of it.
+    let partner = node2.set_levels().remove(0);
+    let pf = ckptfs_level::PartFile {
+        path: w.path.clone(),
+        size: w.size,
+        crc32c: w.crc32c,
+    };
+    assert_eq!(
+        partner.locate("j.3", "node1", std::slice::from_ref(&pf)),
+        Ok(vec![None]),
+        "no copy on node2"
+    );
     assert_eq!(
         node2
             .holders("node1", std::slice::from_ref(&w), &["node1".into()])

@@ -395,57 +395,52 @@ pub fn multi_level_restore(
     for step in &order.steps {
         match step {
             Step::Local => {}
+            // The set levels (partner copies, erasure sets, ...), in their order, each
+            // asked for everything of this node's it protects; no kind named here.
             Step::Partner if peers => {
                 let (cluster, node) = ctx.cluster_node().context("restore from peers")?;
-                let r = ckptfs_node::restore_from_peers_blocking(cluster, node, store, prefix)?;
-                rep.restored.extend(r.restored.into_iter().map(|f| RestoredFile {
-                    path: f.path,
-                    size: f.size,
-                    level: "partner".into(),
-                    from: f.from,
-                }));
-                rep.present.extend(r.present);
-                for s in &r.superseded {
-                    eprintln!(
-                        "ckptfs: {} on {} is an older version (copy generation {}, the newest is {}): not taken",
-                        crate::text::esc(&s.path),
-                        s.holder,
-                        s.generation,
-                        s.newest
-                    );
-                }
-                rep.unreachable
-                    .extend(r.unreachable.into_iter().map(|(n, e)| format!("peer {n} ({e})")));
-                pending.extend(r.failed.into_iter().map(|f| NotRestored {
-                    path: f.path,
-                    error: f.error,
-                }));
-                // Erasure sets (issue 32): this node's parts the survivors of its set
-                // rebuild (every CRC checked), for what the partners did not bring back.
-                let e = ckptfs_node::rebuild_from_set(cluster, node, store, None)?;
-                for p in e.rebuilt {
-                    for (path, size) in p.files {
-                        if !rep.restored.iter().any(|r| r.path == path) {
+                let timeout = ckptfs_settings::job::node_timeout(&|k| std::env::var(k).ok())
+                    .map_err(anyhow::Error::msg)?;
+                let into = ckptfs_store::level::StoreLevel::new(store).context("the store as a level")?;
+                for level in ckptfs_node::set_levels(cluster, node, store, timeout)? {
+                    if !order.reads_set_kind(&level.id().kind) {
+                        continue;
+                    }
+                    let r = match level.recover_member(node, prefix, &into) {
+                        Ok(r) => r,
+                        // A scheme that recovers by dataset only has no step here.
+                        Err(e) if e.errno() == libc::ENOTSUP => continue,
+                        Err(e) => return Err(e).with_context(|| format!("restore from {}", level.id())),
+                    };
+                    for f in r.restored {
+                        if !rep.restored.iter().any(|x| x.path == f.path) {
                             rep.restored.push(RestoredFile {
-                                path,
-                                size,
-                                level: "erasure".into(),
-                                from: p.level.clone(),
+                                path: f.path,
+                                size: f.size,
+                                level: f.level.kind.clone(),
+                                from: f.from,
                             });
                         }
                     }
-                }
-                for (dataset, why) in e.failed {
-                    rep.failed.push(NotRestored {
-                        path: format!("dataset {dataset} ({})", e.level),
-                        error: why,
-                    });
-                }
-                for (n, why) in e.unreachable {
-                    let s = format!("peer {n} ({why})");
-                    if !rep.unreachable.contains(&s) {
-                        rep.unreachable.push(s);
+                    for p in r.present {
+                        if !rep.present.contains(&p) {
+                            rep.present.push(p);
+                        }
                     }
+                    for n in &r.notes {
+                        eprintln!("ckptfs: {}", crate::text::esc(n));
+                    }
+                    for (n, why) in r.unreachable {
+                        let s = format!("peer {n} ({why})");
+                        if !rep.unreachable.contains(&s) {
+                            rep.unreachable.push(s);
+                        }
+                    }
+                    pending.extend(
+                        r.failed
+                            .into_iter()
+                            .map(|(path, error)| NotRestored { path, error }),
+                    );
                 }
             }
             Step::Pfs => {

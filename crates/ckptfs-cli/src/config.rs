@@ -269,16 +269,13 @@ impl Ctx {
         }
     }
 
-    /// `mode`, or erasure sets when the cluster file names a scheme (issue 32: complete
-    /// datasets then get the set's parity instead of partner copies).
+    /// `mode` under this command's cluster file (`ckptfs_node::protection_mode`, as
+    /// Python's listing: erasure sets when the file names a scheme, issue 32).
     pub fn protection_mode(
         &self,
         mode: ckptfs_datasets::protection::PartnerCopies,
     ) -> ckptfs_datasets::protection::PartnerCopies {
-        match &self.cluster {
-            Some(c) if c.redundancy.erasure.is_some() => ckptfs_datasets::protection::PartnerCopies::Erasure,
-            _ => mode,
-        }
+        ckptfs_node::protection_mode(self.cluster.as_ref(), mode)
     }
 
     /// The cluster file and this node's id, or an error naming what is missing.

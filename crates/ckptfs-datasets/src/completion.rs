@@ -86,9 +86,10 @@ pub trait JobNodes: Send + Sync {
     /// be asked: unreachable, refused).
     fn records(&self, job: &str) -> std::collections::BTreeMap<String, NodeRecords>;
     /// For each node of `ask` (this node excluded), which of `files` of node `owner` it
-    /// holds with exactly this content (size and CRC32C): the owner's own store when
-    /// asking the owner, a partner copy when asking any other node. Nodes that cannot be
-    /// asked are left out.
+    /// holds with exactly this content (size and CRC32C). Asked of the owner only, for
+    /// its own store (a restart's `local` level of another node's part): copies on other
+    /// nodes are the set levels' ([`JobNodes::set_levels`]). Nodes that cannot be asked
+    /// are left out.
     fn holders(
         &self,
         owner: &str,
@@ -98,8 +99,6 @@ pub trait JobNodes: Send + Sync {
     /// Set the levels of this node's own records' files as this node sees them now
     /// (local, partner, pfs), the same way its daemon answers other nodes.
     fn fill_levels(&self, local: &mut [Dataset], dests: &[std::path::PathBuf]);
-    /// Whether this node holds a partner copy of `owner`'s file with exactly this content.
-    fn holds_copy(&self, owner: &str, file: &Want) -> bool;
     /// Every other node's restart rounds of `job` (failure case D9); nodes that cannot
     /// be asked, or whose daemon does not know the question, are left out.
     fn restarts(&self, job: &str) -> std::collections::BTreeMap<String, Vec<Round>> {
@@ -124,32 +123,11 @@ pub trait JobNodes: Send + Sync {
     fn raise_floor(&self, job: &str, next_id: u64) {
         let _ = (job, next_id);
     }
-    /// Whether `owner`'s part `files` of dataset `id` of `job` can be rebuilt by the
-    /// owner's erasure set (a header of the set records exactly these files, and no
-    /// more members are lost than the scheme tolerates): the set's level id, or why
-    /// not. No erasure sets: never.
-    fn erasure_source(
-        &self,
-        job: &str,
-        id: u64,
-        owner: &str,
-        files: &[Want],
-    ) -> std::result::Result<String, String> {
-        let _ = (job, id, owner, files);
-        Err("no erasure sets".into())
+    /// The set-level protections ([`ckptfs_level::SetProtection`]: partner copies,
+    /// erasure sets, ...) a part of this job's datasets can be recovered from, in read
+    /// order. A restart asks each in turn, by its level id, never by kind
+    /// (`ckptfs_partner::set_levels` gives the cluster file's). None: no set level.
+    fn set_levels(&self) -> Vec<std::sync::Arc<dyn ckptfs_level::SetProtection>> {
+        Vec::new()
     }
-    /// Rebuild this node's part of dataset `id` of `job` into `store` from its erasure
-    /// set (every CRC checked end to end).
-    fn erasure_rebuild(
-        &self,
-        store: &ckptfs_store::Store,
-        job: &str,
-        id: u64,
-    ) -> std::result::Result<(), String> {
-        let _ = (store, job, id);
-        Err("no erasure sets".into())
-    }
-    /// Bring this node's file `path` back into `store` from the partner copy on node
-    /// `from` (CRC32C checked per chunk); its size.
-    fn fetch(&self, store: &ckptfs_store::Store, from: &str, path: &str) -> std::result::Result<u64, String>;
 }

@@ -80,17 +80,21 @@ fn record_transfer(
     save_costs(ds, &c)
 }
 
+/// Record a transfer of `bytes` in `secs` that brought files back from the level of
+/// kind `kind` (a [`ckptfs_level::LevelId`]'s kind: `pfs`, a restore; `partner`, fetches
+/// from partners; `erasure`, a rebuild from the node's set) into the measured rate the
+/// costs file keeps for it. A kind it keeps none for is not recorded (Ok).
+pub fn record_level_transfer(ds: &Datasets, kind: &str, bytes: u64, secs: f64) -> Result<()> {
+    let rate: fn(&mut Costs) -> &mut Option<f64> = match kind {
+        "pfs" => |c| &mut c.pfs_bps,
+        "partner" => |c| &mut c.partner_get_bps,
+        "erasure" => |c| &mut c.erasure_get_bps,
+        _ => return Ok(()),
+    };
+    record_transfer(ds, bytes, secs, rate)
+}
+
 /// Record a PFS transfer (a restore) of `bytes` in `secs`.
 pub fn record_pfs_transfer(ds: &Datasets, bytes: u64, secs: f64) -> Result<()> {
-    record_transfer(ds, bytes, secs, |c| &mut c.pfs_bps)
-}
-
-/// Record fetches of `bytes` from partners in `secs` (a restart).
-pub fn record_partner_transfer(ds: &Datasets, bytes: u64, secs: f64) -> Result<()> {
-    record_transfer(ds, bytes, secs, |c| &mut c.partner_get_bps)
-}
-
-/// Record a rebuild from the node's erasure set of `bytes` in `secs` (a restart).
-pub fn record_erasure_transfer(ds: &Datasets, bytes: u64, secs: f64) -> Result<()> {
-    record_transfer(ds, bytes, secs, |c| &mut c.erasure_get_bps)
+    record_level_transfer(ds, "pfs", bytes, secs)
 }

@@ -52,6 +52,8 @@ pub mod restart_round;
 mod retention;
 mod rounds;
 #[cfg(test)]
+mod set_levels_tests;
+#[cfg(test)]
 mod two_nodes_tests;
 
 pub use completion::{Agreement, Completion, JobNodes, NodeRecords, SingleNode, Want};

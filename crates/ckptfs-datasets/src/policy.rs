@@ -18,9 +18,7 @@
 //!   P(fail | no alarm) = (1 - recall) * pi / (1 - recall * pi / precision).
 //! - Every decision is recorded with its inputs and reason ([`crate::DecisionRec`]).
 
-pub use crate::costs::{
-    load_costs, record_erasure_transfer, record_partner_transfer, record_pfs_transfer, Costs, SMOOTH,
-};
+pub use crate::costs::{load_costs, record_level_transfer, record_pfs_transfer, Costs, SMOOTH};
 pub use crate::decide::{alarm_set, counters, decision_input, effective_predictor, set_alarm};
 use crate::error::{DatasetError, Result};
 use crate::handle::Datasets;

@@ -2,7 +2,8 @@
 //! node can see: its own store first, then the steps of the read order (the settings'
 //! `[levels]` section: the drain destinations' PFS manifests via the agent's checked
 //! restore, and the registry's levels, such as object storage, through the mover).
-//! Across nodes, restart_cluster.rs adds partner memory after the node store.
+//! Across nodes, restart_cluster.rs adds the set levels (partner copies, erasure sets:
+//! `JobNodes::set_levels`) after the node store.
 
 use crate::costs::record_pfs_transfer;
 use crate::error::Result;
@@ -22,24 +23,19 @@ pub enum Source {
     Local,
     /// A drain destination's manifest lists the exact content (size and CRC32C).
     Pfs,
-    /// The node named holds a partner copy with the exact content.
-    Partner(String),
-    /// The node's erasure set (its level id, `erasure:set0`) can rebuild the node's
-    /// part with the exact content (issue 32).
-    Erasure(String),
-    /// A level of the read order's registry (its id: `s3:bucket/prefix`, `pfs:/dir`)
-    /// lists the exact content (size and CRC32C).
+    /// A level holds or can bring back the exact content, by its id: an instance of a
+    /// set level (`partner:node2` for a copy on node2, `erasure:set0` for the node's
+    /// erasure set; `JobNodes::set_levels`) or a level of the read order's registry
+    /// (`s3:bucket/prefix`, `pfs:/dir`).
     Level(String),
 }
 
 impl Source {
-    /// `local`, `partner:NODE`, `pfs` or the level id.
+    /// `local`, `pfs` or the level id (`partner:NODE`, `erasure:SET`, ...).
     pub fn label(&self) -> String {
         match self {
             Source::Local => "local".into(),
             Source::Pfs => "pfs".into(),
-            Source::Partner(n) => format!("partner:{n}"),
-            Source::Erasure(l) => l.clone(),
             Source::Level(id) => id.clone(),
         }
     }
@@ -149,8 +145,7 @@ impl Datasets {
                     .map(|_| ())
                     .map_err(|e| format!("from {id}: {e}"))
             }
-            // Brought back by their own steps (the partners' memory, the node's erasure set).
-            Source::Local | Source::Partner(_) | Source::Erasure(_) => Ok(()),
+            Source::Local => Ok(()),
         }
     }
 
@@ -166,7 +161,7 @@ impl Datasets {
         let mut restored = Vec::new();
         let (mut pfs_bytes, t0) = (0, std::time::Instant::now());
         for (path, src) in srcs {
-            if matches!(src, Source::Local | Source::Partner(_)) {
+            if *src == Source::Local {
                 continue;
             }
             let f = &d.files[path];

@@ -1,24 +1,39 @@
 //! Restart across nodes: the newest dataset complete job-wide whose every node's part
 //! can be wholly recovered, judged by every rank from the same answers (the nodes'
 //! records and which node holds which file), and this node's files brought back from
-//! the fastest level: its own store, then a partner's memory, then the PFS, each file's
-//! CRC32C checked against the agreed record.
+//! the fastest level: its own store, then the set levels (`JobNodes::set_levels`:
+//! partner copies, erasure sets, asked by level id), then the PFS and the registry,
+//! each file's CRC32C checked against the agreed record.
 
 use crate::completion::{JobNodes, Want};
-use crate::costs::{record_erasure_transfer, record_partner_transfer, record_pfs_transfer};
+use crate::costs::{record_level_transfer, record_pfs_transfer};
 use crate::error::{DatasetError, Result};
 use crate::handle::Datasets;
 use crate::jobwide::{judge, JobDataset, JobState, Views};
 use crate::record::{self, Dataset, NodePart, State};
 use crate::restart::{local_ok, Restart, Skipped, Source};
 use crate::restart::{Found, Recheck, RecheckFn};
-use ckptfs_level::Step;
+use ckptfs_level::{dataset_key, LevelId, PartFile, SetProtection};
+use ckptfs_store::level::StoreLevel;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 impl Datasets {
+    /// The set levels the read order reads, in their order ([`JobNodes::set_levels`];
+    /// [`ckptfs_level::ReadOrder::reads_set_kind`] says which kinds are read).
+    pub(crate) fn set_levels_read(&self, nodes: &dyn JobNodes) -> Vec<Arc<dyn SetProtection>> {
+        nodes
+            .set_levels()
+            .into_iter()
+            .filter(|l| self.order.reads_set_kind(&l.id().kind))
+            .collect()
+    }
+
     /// Where each file of `owner`'s part can come from, fastest first, or the reason one
     /// cannot. `owner`'s own store counts as `Local` (for this node: checked here; for
-    /// another: as that node's daemon answers).
+    /// another: as that node's daemon answers); then each set level in read order is
+    /// asked, once, for the files still without a source (the level instance it names
+    /// is the source: `partner:node3`, `erasure:set0`); then the PFS and the registry.
     pub(crate) fn part_sources(
         &self,
         nodes: &dyn JobNodes,
@@ -27,85 +42,78 @@ impl Datasets {
         id: u64,
     ) -> std::result::Result<Vec<(String, Source)>, String> {
         let me = nodes.me();
-        let wants: Vec<Want> = part
+        let files: Vec<PartFile> = part
             .files
             .iter()
-            .map(|(p, f)| Want {
+            .map(|(p, f)| PartFile {
                 path: p.clone(),
                 size: f.size,
                 crc32c: f.crc32c,
             })
             .collect();
         // Ask the other nodes only for what this node cannot see itself.
-        let local: Vec<bool> = if owner == me {
-            wants
+        let mut srcs: Vec<Option<Source>> = if owner == me {
+            files
                 .iter()
-                .map(|w| local_ok(self, &w.path, w.size, w.crc32c))
+                .map(|f| local_ok(self, &f.path, f.size, f.crc32c).then_some(Source::Local))
                 .collect()
         } else {
-            vec![false; wants.len()]
-        };
-        // The owner's own store first; partners only for what it lacks (each answer
-        // reads the files for their CRC32C).
-        let mut holders: BTreeMap<String, Vec<bool>> = BTreeMap::new();
-        if owner != me {
-            holders.extend(nodes.holders(owner, &wants, &[owner.to_string()]));
-        }
-        let owner_has = |k: usize| holders.get(owner).and_then(|v| v.get(k)).copied() == Some(true);
-        let missing: Vec<usize> = (0..wants.len()).filter(|&k| !local[k] && !owner_has(k)).collect();
-        if !missing.is_empty() {
-            let sub: Vec<Want> = missing.iter().map(|&k| wants[k].clone()).collect();
-            let others: Vec<String> = nodes
-                .nodes()
-                .into_iter()
-                .filter(|n| n != me && n != owner)
+            // The owner's own store first (each answer reads the files for their CRC32C).
+            let wants: Vec<Want> = files
+                .iter()
+                .map(|f| Want {
+                    path: f.path.clone(),
+                    size: f.size,
+                    crc32c: f.crc32c,
+                })
                 .collect();
-            for (n, v) in nodes.holders(owner, &sub, &others) {
-                let mut full = vec![false; wants.len()];
-                for (j, &k) in missing.iter().enumerate() {
-                    full[k] = v.get(j).copied().unwrap_or(false);
+            let has = nodes
+                .holders(owner, &wants, &[owner.to_string()])
+                .remove(owner)
+                .unwrap_or_default();
+            (0..files.len())
+                .map(|k| (has.get(k).copied() == Some(true)).then_some(Source::Local))
+                .collect()
+        };
+        // The set levels, each asked once for the files no faster level has.
+        let key = dataset_key(&self.cfg.job, id);
+        let mut asked = String::new();
+        for level in self.set_levels_read(nodes) {
+            let missing: Vec<usize> = (0..files.len()).filter(|&k| srcs[k].is_none()).collect();
+            if missing.is_empty() {
+                break;
+            }
+            if !level.members().iter().any(|m| m == owner) {
+                continue;
+            }
+            let sub: Vec<PartFile> = missing.iter().map(|&k| files[k].clone()).collect();
+            match level.locate(&key, owner, &sub) {
+                Ok(found) => {
+                    asked.push_str(&format!(", {}", level.id()));
+                    for (j, &k) in missing.iter().enumerate() {
+                        if let Some(Some(l)) = found.get(j) {
+                            srcs[k] = Some(Source::Level(l.to_string()));
+                        }
+                    }
                 }
-                holders.insert(n, full);
+                Err(e) => asked.push_str(&format!(", {}: {e}", level.id())),
             }
         }
         let mut out = Vec::new();
-        // The owner's erasure set, asked once, for the files no copy holds (issue 32).
-        let mut erasure: Option<std::result::Result<String, String>> = None;
-        // Partner copies are read where the `[levels]` order lists `partner`.
-        let partners = self.order.reads(&Step::Partner);
-        for (k, w) in wants.iter().enumerate() {
-            let held_by = |n: &str| holders.get(n).and_then(|v| v.get(k)).copied() == Some(true);
-            let src = if local[k] || (owner != me && held_by(owner)) {
-                Source::Local
-            } else if let Some(n) = holders
-                .keys()
-                .find(|n| partners && n.as_str() != owner && held_by(n))
-            {
-                Source::Partner(n.clone())
-            } else if partners && owner != me && nodes.holds_copy(owner, w) {
-                Source::Partner(me.to_string())
-            } else if let Ok(l) = erasure
-                .get_or_insert_with(|| nodes.erasure_source(&self.cfg.job, id, owner, &wants))
-                .as_ref()
-            {
-                Source::Erasure(l.clone())
-            } else if let Some(src) = self.held_beyond(&w.path, w.size, w.crc32c) {
-                src
-            } else {
-                return Err(format!(
-                    "file {} of node {owner} ({} bytes, crc32c {:08x}) is damaged or lost on every level (local{}{}{})",
-                    w.path,
-                    w.size,
-                    w.crc32c,
-                    if partners { ", partner" } else { "" },
-                    match &erasure {
-                        Some(Err(e)) if e != "no erasure sets" => format!(", erasure: {e}"),
-                        _ => String::new(),
-                    },
-                    self.beyond_names()
-                ));
+        for (f, src) in files.iter().zip(srcs) {
+            let src = match src.or_else(|| self.held_beyond(&f.path, f.size, f.crc32c)) {
+                Some(s) => s,
+                None => {
+                    return Err(format!(
+                        "file {} of node {owner} ({} bytes, crc32c {:08x}) is damaged or lost on every level (local{asked}{})",
+                        f.path,
+                        f.size,
+                        f.crc32c,
+                        self.beyond_names()
+                    ))
+                }
             };
-            out.push((w.path.clone(), src));
+            out.push((f.path.clone(), src));
         }
         Ok(out)
     }
@@ -138,7 +146,10 @@ impl Datasets {
         }
     }
 
-    /// Bring one of this node's files back from `src`; the reason when it fails.
+    /// Bring one of this node's files back from `src`: the bytes a set level wrote
+    /// (with the kind of its level id, for the measured costs), or the reason it failed.
+    /// A file already back with the dataset's content is kept (a set level may bring a
+    /// whole part back at once: its other files are then back too).
     pub(crate) fn bring_back(
         &self,
         nodes: &dyn JobNodes,
@@ -147,31 +158,51 @@ impl Datasets {
         size: u64,
         crc: u32,
         src: &Source,
-    ) -> Option<String> {
+    ) -> std::result::Result<Option<(String, u64)>, String> {
+        let mut wrote = None;
         let r = match src {
-            Source::Local => return None,
-            Source::Partner(n) => nodes
-                .fetch(&self.store, n, path)
-                .map(|_| ())
-                .map_err(|e| format!("from the partner copy on {n}: {e}")),
-            // The whole part at once (a file already back is kept: the fastest level).
-            Source::Erasure(_) if local_ok(self, path, size, crc) => Ok(()),
-            Source::Erasure(l) => nodes
-                .erasure_rebuild(&self.store, &self.cfg.job, id)
-                .map_err(|e| format!("from {l}: {e}")),
-            Source::Pfs | Source::Level(_) => self.fetch_beyond(path, src),
+            Source::Local => return Ok(None),
+            _ if local_ok(self, path, size, crc) => return Ok(None),
+            Source::Level(l) => match LevelId::parse(l).and_then(|lid| {
+                let level = self.set_levels_read(nodes).into_iter().find(|s| s.covers(&lid))?;
+                Some((lid, level))
+            }) {
+                Some((lid, level)) => {
+                    let file = PartFile {
+                        path: path.to_string(),
+                        size,
+                        crc32c: crc,
+                    };
+                    StoreLevel::new(&self.store)
+                        .map_err(|e| format!("the store as a level: {e}"))
+                        .and_then(|into| {
+                            level
+                                .recover_files(
+                                    &dataset_key(&self.cfg.job, id),
+                                    nodes.me(),
+                                    std::slice::from_ref(&file),
+                                    &lid,
+                                    &into,
+                                )
+                                .map_err(|e| format!("from {l}: {e}"))
+                        })
+                        .map(|r| wrote = Some((lid.kind.clone(), r.bytes)))
+                }
+                None => self.fetch_beyond(path, src),
+            },
+            Source::Pfs => self.fetch_beyond(path, src),
         };
         match r {
-            Err(e) => Some(format!("file {path}: restore {e}")),
+            Err(e) => Err(format!("file {path}: restore {e}")),
             Ok(()) if !local_ok(self, path, size, crc) => {
                 // Not the dataset's bytes: do not leave them under its name.
                 let _ = self.store.unlink(path);
-                Some(format!(
+                Err(format!(
                     "file {path}: the bytes brought back ({}) do not match the dataset's checksum",
                     src.label()
                 ))
             }
-            Ok(()) => None,
+            Ok(()) => Ok(wrote),
         }
     }
 
@@ -229,22 +260,22 @@ impl Datasets {
             let t0 = std::time::Instant::now();
             let mut restored = Vec::new();
             let mut pfs_bytes = 0;
-            let (mut partner_bytes, mut partner_s) = (0, 0.0);
-            let (mut erasure_bytes, mut erasure_s) = (0, 0.0);
+            // Per set level kind: bytes it wrote and seconds taken.
+            let mut by_kind: BTreeMap<String, (u64, f64)> = BTreeMap::new();
             for (path, src) in &mine {
                 let f = &part.files[path];
                 let t1 = std::time::Instant::now();
-                if let Some(reason) = self.bring_back(nodes, id, path, f.size, f.crc32c, src) {
-                    skipped.push(skip(reason));
-                    continue 'ids;
-                }
-                if matches!(src, Source::Partner(_)) {
-                    partner_bytes += f.size;
-                    partner_s += t1.elapsed().as_secs_f64();
-                }
-                if matches!(src, Source::Erasure(_)) {
-                    erasure_bytes += f.size;
-                    erasure_s += t1.elapsed().as_secs_f64();
+                match self.bring_back(nodes, id, path, f.size, f.crc32c, src) {
+                    Err(reason) => {
+                        skipped.push(skip(reason));
+                        continue 'ids;
+                    }
+                    Ok(Some((kind, bytes))) => {
+                        let e = by_kind.entry(kind).or_default();
+                        e.0 += bytes;
+                        e.1 += t1.elapsed().as_secs_f64();
+                    }
+                    Ok(None) => {}
                 }
                 if *src != Source::Local {
                     restored.push((path.clone(), f.size));
@@ -256,11 +287,8 @@ impl Datasets {
             if pfs_bytes > 0 {
                 let _ = record_pfs_transfer(self, pfs_bytes, t0.elapsed().as_secs_f64());
             }
-            if partner_bytes > 0 {
-                let _ = record_partner_transfer(self, partner_bytes, partner_s);
-            }
-            if erasure_bytes > 0 {
-                let _ = record_erasure_transfer(self, erasure_bytes, erasure_s);
+            for (kind, (bytes, secs)) in by_kind {
+                let _ = record_level_transfer(self, &kind, bytes, secs);
             }
             let chosen = self.adopt_record(&local, &j, &part)?;
             return Ok(Found::Chosen(Box::new(Restart {

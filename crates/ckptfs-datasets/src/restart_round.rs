@@ -25,8 +25,7 @@
 //!   faster ranks of this node deleted themselves). A round whose dataset has nothing
 //!   left on this node, or is no longer complete job-wide, is not adopted.
 
-use crate::completion::Want;
-use crate::costs::record_erasure_transfer;
+use crate::costs::record_level_transfer;
 use crate::error::{DatasetError, Result};
 use crate::handle::Datasets;
 use crate::jobwide::{judge, JobState};
@@ -233,48 +232,34 @@ impl Datasets {
             if local_ok(self, path, f.size, f.crc32c) {
                 src = Some(Source::Local);
             }
-            let partners = self.order.reads(&ckptfs_level::Step::Partner);
-            if let (None, Some(nodes), true) = (&src, self.completion.job_nodes(), partners) {
-                let w = Want {
+            // The set levels in read order (partner copies, erasure sets, ...): the
+            // first that names a source for the file and brings it back (a level that
+            // rebuilds the whole part brings the part's other files back with it).
+            if let (None, Some(nodes)) = (&src, self.completion.job_nodes()) {
+                let key = ckptfs_level::dataset_key(&self.cfg.job, m.id);
+                let file = ckptfs_level::PartFile {
                     path: path.clone(),
                     size: f.size,
                     crc32c: f.crc32c,
                 };
-                let others: Vec<String> = nodes.nodes().into_iter().filter(|n| *n != me).collect();
-                for (n, v) in nodes.holders(&me, std::slice::from_ref(&w), &others) {
-                    if v.first() == Some(&true)
-                        && self
-                            .bring_back(nodes, m.id, path, f.size, f.crc32c, &Source::Partner(n.clone()))
-                            .is_none()
-                    {
-                        src = Some(Source::Partner(n));
-                        break;
+                for level in self.set_levels_read(nodes) {
+                    if !level.members().contains(&me) {
+                        continue;
                     }
-                }
-            }
-            // The node's erasure set (issue 32): the whole part rebuilt at once, then
-            // each file checked against the record.
-            if let (None, Some(nodes)) = (&src, self.completion.job_nodes()) {
-                let wants: Vec<Want> = part
-                    .files
-                    .iter()
-                    .map(|(p, f)| Want {
-                        path: p.clone(),
-                        size: f.size,
-                        crc32c: f.crc32c,
-                    })
-                    .collect();
-                if let Ok(l) = nodes.erasure_source(&self.cfg.job, m.id, &me, &wants) {
-                    let s = Source::Erasure(l);
+                    let Ok(found) = level.locate(&key, &me, std::slice::from_ref(&file)) else {
+                        continue;
+                    };
+                    let Some(Some(l)) = found.into_iter().next() else {
+                        continue;
+                    };
+                    let s = Source::Level(l.to_string());
                     let t0 = std::time::Instant::now();
-                    if self.bring_back(nodes, m.id, path, f.size, f.crc32c, &s).is_none() {
-                        // The whole part comes back at once: its first file times it.
-                        let secs = t0.elapsed().as_secs_f64();
-                        if secs > 1e-3 {
-                            let bytes = part.files.values().map(|f| f.size).sum();
-                            let _ = record_erasure_transfer(self, bytes, secs);
+                    if let Ok(wrote) = self.bring_back(nodes, m.id, path, f.size, f.crc32c, &s) {
+                        if let Some((kind, bytes)) = wrote {
+                            let _ = record_level_transfer(self, &kind, bytes, t0.elapsed().as_secs_f64());
                         }
                         src = Some(s);
+                        break;
                     }
                 }
             }

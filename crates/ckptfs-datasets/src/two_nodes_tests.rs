@@ -38,9 +38,6 @@ impl JobNodes for Peer {
         BTreeMap::new()
     }
     fn fill_levels(&self, _: &mut [Dataset], _: &[std::path::PathBuf]) {}
-    fn holds_copy(&self, _: &str, _: &Want) -> bool {
-        false
-    }
     fn floors(&self, job: &str) -> BTreeMap<String, u64> {
         if let Some(hook) = self.on_floors.lock().unwrap().take() {
             hook();
@@ -49,9 +46,6 @@ impl JobNodes for Peer {
     }
     fn raise_floor(&self, job: &str, next_id: u64) {
         let _ = crate::id_floor::raise(&self.other_store, job, next_id);
-    }
-    fn fetch(&self, _: &Store, _: &str, _: &str) -> Result<u64, String> {
-        Err("no copies here".into())
     }
 }
 

@@ -29,8 +29,8 @@ use crate::layout::{FileRecord, Header, Layout, MAX_HEADER};
 use crate::ErasureError;
 use ckptfs_level::mem::{stored_of, BufReader};
 use ckptfs_level::{
-    CostMeter, IoPart, Level, LevelError, LevelId, MoveOptions, Mover, Part, Recovered, SetProtection,
-    SetState,
+    CostMeter, IoPart, Level, LevelError, LevelId, MoveOptions, Mover, Part, PartFile, Recovered,
+    SetProtection, SetState,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -434,6 +434,39 @@ impl SetProtection for ErasureSet {
             }
             Err(st) => st,
         })
+    }
+
+    /// The set's id for each file its newest usable encoding records with this size
+    /// and CRC32C in `member`'s part; Err naming the lost members when too many are.
+    fn locate(
+        &self,
+        dataset: &str,
+        member: &str,
+        files: &[PartFile],
+    ) -> Result<Vec<Option<LevelId>>, String> {
+        let x = self.index(member).map_err(|e| e.to_string())?;
+        let h = match self.usable(dataset) {
+            Ok((h, _, _)) => h,
+            Err(SetState::Lost(names)) => {
+                return Err(ErasureError::TooManyLost {
+                    set: self.name.clone(),
+                    lost: names,
+                    unreadable: Vec::new(),
+                    tolerates: self.scheme.parity(),
+                }
+                .to_string())
+            }
+            Err(st) => return Err(format!("{dataset} on set {}: {st:?}", self.name)),
+        };
+        let recorded: BTreeMap<&str, (u64, u32)> = h.parts[x]
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), (f.size, f.crc32c)))
+            .collect();
+        Ok(files
+            .iter()
+            .map(|f| (recorded.get(f.path.as_str()) == Some(&(f.size, f.crc32c))).then(|| self.id()))
+            .collect())
     }
 
     fn recover(&self, dataset: &str, member: &str, into: &dyn Level) -> Result<Recovered, LevelError> {

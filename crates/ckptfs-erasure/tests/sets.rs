@@ -5,8 +5,8 @@ use ckptfs_dirlevel::DirLevel;
 use ckptfs_erasure::{ErasureError, ErasureSet, Scheme};
 use ckptfs_level::conformance::{get_bytes, put_bytes};
 use ckptfs_level::{
-    ChunkReader, ChunkWriter, CostMeter, Level, LevelError, LevelKind, Part, SetProtection, SetState, Stored,
-    Version,
+    ChunkReader, ChunkWriter, CostMeter, Level, LevelError, LevelId, LevelKind, Part, PartFile,
+    SetProtection, SetState, Stored, Version,
 };
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
@@ -236,6 +236,60 @@ fn k_plus_one_lost_is_reported_by_name() {
         .recover(DS, "node1", &DirLevel::new(t.path().join("x")).unwrap())
         .unwrap_err();
     assert!(e.to_string().contains("node1, node4, node5"), "{e}");
+}
+
+/// The restore side through the trait alone: `locate` names the set for each file its
+/// encoding records with that size and CRC32C (None for other content), `recover_files`
+/// brings them back byte-identical from the id `locate` gave and refuses another id,
+/// and too many lost members are named.
+#[test]
+fn locate_names_the_set_and_recover_files_brings_the_located_files_back() {
+    let t = tmp();
+    let c = Cluster::new(t.path(), Scheme::Xor, &[vec![5000], vec![9000, 12], vec![700]]);
+    c.protect();
+    c.lose(1);
+    let lvl = DirLevel::new(c.level_dir(1)).unwrap();
+    let files: Vec<PartFile> = c.files[1]
+        .iter()
+        .map(|(p, _)| {
+            let s = lvl.stat(p).unwrap().unwrap();
+            PartFile {
+                path: p.clone(),
+                size: s.version.size,
+                crc32c: s.version.crc32c.unwrap(),
+            }
+        })
+        .collect();
+    let mut asked = files.clone();
+    asked.push(PartFile {
+        crc32c: files[0].crc32c ^ 1,
+        ..files[0].clone()
+    });
+    let id = LevelId::new("erasure", "set0");
+    assert_eq!(
+        c.set.locate(DS, "node2", &asked).unwrap(),
+        vec![Some(id.clone()), Some(id.clone()), None]
+    );
+    assert!(c.set.covers(&id) && !c.set.covers(&LevelId::new("erasure", "set1")));
+    let into = DirLevel::new(t.path().join("back")).unwrap();
+    let e = c
+        .set
+        .recover_files(DS, "node2", &files, &LevelId::new("erasure", "set1"), &into)
+        .unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL, "{e}");
+    let r = c.set.recover_files(DS, "node2", &files, &id, &into).unwrap();
+    assert_eq!(r.bytes, 9012);
+    for (p, b) in &c.files[1] {
+        assert_eq!(&get_bytes(&into, p).unwrap(), b, "{p}");
+    }
+    // A whole-member recovery needs a list of datasets this set does not keep.
+    assert_eq!(
+        c.set.recover_member("node2", "/", &into).unwrap_err().errno(),
+        libc::ENOTSUP
+    );
+    c.lose(0);
+    let e = c.set.locate(DS, "node2", &files).unwrap_err();
+    assert!(e.contains("node1, node2"), "{e}");
 }
 
 #[test]

@@ -51,7 +51,9 @@ pub use id::LevelId;
 pub use mover::{Job, MoveOptions, Moved, Mover, Progress};
 pub use order::{open_levels, ReadOrder, Step};
 pub use piece::{crc32c_of, IoPart, SharedBytes};
-pub use protection::{Part, Recovered, SetProtection, SetState};
+pub use protection::{
+    dataset_key, MemberFile, MemberRecovery, Part, PartFile, Recovered, SetProtection, SetState,
+};
 pub use registry::{Holders, Holding, LevelFactory, Registry};
 
 use std::os::fd::BorrowedFd;

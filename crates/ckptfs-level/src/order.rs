@@ -25,6 +25,19 @@ pub enum Step {
     Level(LevelId),
 }
 
+impl Step {
+    /// The settings' name of a built-in step (`local`, `partner`, `pfs`); None for a
+    /// registry level.
+    pub fn builtin_name(&self) -> Option<&'static str> {
+        match self {
+            Step::Local => Some("local"),
+            Step::Partner => Some("partner"),
+            Step::Pfs => Some("pfs"),
+            Step::Level(_) => None,
+        }
+    }
+}
+
 /// The levels to read, in order, with the registry holding the opened ones.
 #[derive(Debug, Clone)]
 pub struct ReadOrder {
@@ -56,6 +69,19 @@ impl ReadOrder {
         self.steps
             .iter()
             .filter(|s| !matches!(s, Step::Local | Step::Partner))
+    }
+
+    /// Whether the set levels of kind `kind` (the kind of a
+    /// [`crate::SetProtection::id`]) are read. A kind the settings name as a built-in
+    /// step (`partner`) is read only where the order lists it; any other set level
+    /// (none can be listed) is read at the set levels' place, right after the node
+    /// store: where `partner` stands when it is listed.
+    pub fn reads_set_kind(&self, kind: &str) -> bool {
+        if ckptfs_settings::levels::BUILTIN.contains(&kind) {
+            self.steps.iter().any(|s| s.builtin_name() == Some(kind))
+        } else {
+            true
+        }
     }
 
     /// The opened level of a [`Step::Level`].
@@ -125,6 +151,10 @@ mod tests {
         assert_eq!(o.registry.levels().len(), 0);
         let o = open_levels(&settings("local,pfs"), &[], &BTreeMap::new()).unwrap();
         assert!(!o.reads(&Step::Partner) && o.reads(&Step::Pfs));
+        // Set levels: a kind with a built-in step only where it is listed, any other
+        // kind at the set levels' place.
+        assert!(!o.reads_set_kind("partner") && o.reads_set_kind("mirror"));
+        assert!(ReadOrder::default().reads_set_kind("partner"));
         let e = open_levels(&settings("local,tape:lib1"), &[], &BTreeMap::new())
             .unwrap_err()
             .to_string();

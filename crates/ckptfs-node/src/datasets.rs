@@ -1,11 +1,10 @@
 //! Datasets across nodes, the daemon's side: it answers other nodes' dataset questions
 //! ([`Request`], [`Reply`]; the client that asks them, [`ClusterNodes`], is in
-//! `ckptfs-partner`, with the erasure sets' recovery, [`ErasureSets`], installed in it by
-//! default) and exchanges id floors with its peers.
+//! `ckptfs-partner`, with the set levels it recovers from, `ckptfs_partner::set_levels`)
+//! and exchanges id floors with its peers.
 
-pub use ckptfs_partner::cluster::{fill_levels, holds, records, ClusterNodes, Reply, Request, SetRecovery};
+pub use ckptfs_partner::cluster::{fill_levels, holds, records, ClusterNodes, Reply, Request};
 use ckptfs_partner::peer::Msg;
-pub use ckptfs_partner::set_rebuild::ErasureSets;
 use ckptfs_store::Store;
 use std::path::PathBuf;
 use std::sync::Arc;

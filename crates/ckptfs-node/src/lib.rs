@@ -13,8 +13,8 @@
 //! - [`replicate`](crate::daemon): partner copies out, chunk by chunk with CRC32C, one
 //!   file at a time (bounded memory), bandwidth cap; deletes and rewrites follow.
 //! - [`datasets`]: the daemon's answers to other nodes' dataset questions and the id
-//!   floor exchange (the erasure sets' restart step is the client's:
-//!   `ckptfs_partner::set_rebuild::ErasureSets`).
+//!   floor exchange (the set levels a restart recovers from are the client's:
+//!   `ckptfs_partner::set_levels`).
 //!
 //! The client side (the peer messages and connection, a partner's memory as a
 //! [`ckptfs_level::Level`] ([`PartnerLevel`]), the dataset questions and
@@ -53,6 +53,7 @@ pub mod source;
 mod throttle;
 
 pub use ckptfs_agent::sys::Priority;
+pub use ckptfs_partner::{protection_mode, set_levels};
 pub use ckptfs_partner::{ListBounds, PartnerLevel};
 pub use ckptfs_partner::{NodeError, Result};
 pub use daemon::{run, run_blocking, NodeSummary};

@@ -20,7 +20,11 @@
 //!   ([`PartnerLevel`]), its listings bounded by [`ListBounds`] ([`list_bounds`]).
 //! - [`cluster`]: the dataset questions asked of other daemons ([`cluster::Request`],
 //!   [`cluster::Reply`]) and [`ClusterNodes`], the job's other nodes as
-//!   [`ckptfs_datasets::JobNodes`]; set-level recovery plugs in as a [`SetRecovery`].
+//!   [`ckptfs_datasets::JobNodes`], whose set levels are [`set_levels()`]'s.
+//! - [`mod@set_levels`]: the registry of set levels ([`ckptfs_level::SetProtection`]) a
+//!   cluster file gives, in read order: [`partner_set::PartnerCopies`] (the partner
+//!   copies; also the replacement's restore from peers), then each erasure set
+//!   ([`erasure_set::ClusterErasureSet`], over [`set_rebuild`]).
 //! - [`copies`]: where partner copies sit in a holder's store, the checks of what a peer
 //!   names, the listing of complete copies.
 //! - [`holds`], [`unrecorded`]: the answers a node gives about its own store (also asked
@@ -30,19 +34,24 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod ask;
 pub mod cluster;
 pub mod copies;
+pub mod erasure_set;
 mod error;
 pub mod holds;
 pub mod list_bounds;
 pub mod partner_level;
+pub mod partner_set;
 mod parts_send;
 pub mod peer;
 pub mod runtime_files;
+pub mod set_levels;
 pub mod set_rebuild;
 pub mod unrecorded;
 
-pub use cluster::{ClusterNodes, SetRecovery};
+pub use cluster::ClusterNodes;
 pub use error::{NodeError, Result};
 pub use list_bounds::ListBounds;
 pub use partner_level::PartnerLevel;
+pub use set_levels::{protection_mode, set_levels};

@@ -1,6 +1,6 @@
 //! Erasure sets from a client's side: the settings of a member (`ErasureConfig`), the
 //! headers a store keeps, and the rebuild of a lost member's part from the survivors
-//! ([`rebuild_from_set`], [`set_can_rebuild`]) and its restart step ([`ErasureSets`]).
+//! ([`rebuild_from_set`], [`set_can_rebuild`]); as a set level, [`crate::erasure_set`].
 //! A library crate's code, so `ckptfs ckpt`, the C API and Python rebuild without the
 //! daemon crate; the daemon (crate `ckptfs-node`, `erasure/`) serves the survivors'
 //! side and runs the encodings (docs/erasure.md).
@@ -20,7 +20,6 @@ use crate::peer::blocking::{Conn, Within};
 use crate::peer::Msg;
 use crate::{NodeError, Result};
 use ckptfs_cluster::Cluster;
-use ckptfs_datasets::Want;
 use ckptfs_erasure::member;
 use ckptfs_erasure::proto::{self, EraMsg};
 use ckptfs_erasure::ring::PIECE;
@@ -671,80 +670,4 @@ pub fn set_can_rebuild(
         .to_string());
     }
     Ok(format!("erasure:{}", set.name))
-}
-
-/// Set-level protection a restart can recover a lost node's part of a dataset from
-/// (erasure sets: the parts of a dataset protected across a set of nodes together).
-/// [`crate::ClusterNodes`] asks the cluster's erasure sets ([`ErasureSets`])
-/// unless another is installed ([`crate::ClusterNodes::with_sets`]); a cluster without sets
-/// answers "no erasure sets".
-pub trait SetRecovery: Send + Sync {
-    /// Whether the set `me` belongs to can rebuild `owner`'s part (`files`) of dataset
-    /// `id` of `job`: the set's level id, or why not.
-    #[allow(clippy::too_many_arguments)]
-    fn can_rebuild(
-        &self,
-        cluster: &Cluster,
-        me: &str,
-        store: &Store,
-        job: &str,
-        id: u64,
-        owner: &str,
-        files: &[Want],
-    ) -> std::result::Result<String, String>;
-
-    /// Rebuild this node's part of dataset `id` of `job` into `store` from the
-    /// survivors of its set.
-    fn rebuild(
-        &self,
-        cluster: &Cluster,
-        me: &str,
-        store: &Store,
-        job: &str,
-        id: u64,
-    ) -> std::result::Result<(), String>;
-}
-
-/// The erasure sets of the cluster as a restart's set step ([`rebuild_from_set`]; the survivors' side is
-/// served by the node daemons).
-pub struct ErasureSets;
-
-impl SetRecovery for ErasureSets {
-    fn can_rebuild(
-        &self,
-        cluster: &Cluster,
-        me: &str,
-        store: &Store,
-        job: &str,
-        id: u64,
-        owner: &str,
-        files: &[Want],
-    ) -> std::result::Result<String, String> {
-        ckptfs_erasure::cluster_sets(cluster)
-            .ok_or("no erasure sets")?
-            .map_err(|e| e.to_string())?;
-        let want: Vec<(String, u64, u32)> =
-            files.iter().map(|w| (w.path.clone(), w.size, w.crc32c)).collect();
-        set_can_rebuild(cluster, me, store, owner, &dataset_key(job, id), &want)
-    }
-
-    fn rebuild(
-        &self,
-        cluster: &Cluster,
-        me: &str,
-        store: &Store,
-        job: &str,
-        id: u64,
-    ) -> std::result::Result<(), String> {
-        ckptfs_erasure::cluster_sets(cluster)
-            .ok_or("no erasure sets")?
-            .map_err(|e| e.to_string())?;
-        let key = dataset_key(job, id);
-        let rep = rebuild_from_set(cluster, me, store, Some(&key)).map_err(|e| e.to_string())?;
-        match rep.failed.into_iter().find(|(d, _)| *d == key) {
-            Some((_, why)) => Err(why),
-            None if rep.rebuilt.iter().any(|r| r.dataset == key) || rep.present.contains(&key) => Ok(()),
-            None => Err(format!("{} rebuilt nothing of {key}", rep.level)),
-        }
-    }
 }

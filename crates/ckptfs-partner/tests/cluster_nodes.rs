@@ -1,11 +1,13 @@
 //! `ClusterNodes` without a daemon crate: a node whose daemon does not answer is left
-//! out of a question, and the restart's set step is the cluster's erasure sets ("no
-//! erasure sets" when its file names none) or whatever `SetRecovery` is installed. No daemon runs here (nothing binds the peer's port).
+//! out of a question, and the restart's set levels are the cluster file's (partner
+//! copies, then its erasure sets) or whatever set levels are installed. No daemon runs
+//! here (nothing binds the peer's port).
 
 use ckptfs_datasets::{JobNodes, Want};
-use ckptfs_partner::{ClusterNodes, SetRecovery};
+use ckptfs_level::{LevelId, PartFile, SetProtection};
+use ckptfs_partner::ClusterNodes;
 use ckptfs_store::{Store, StoreOptions};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Two nodes on loopback ports nothing listens on; node1's store created.
@@ -29,77 +31,49 @@ fn want() -> Vec<Want> {
     }]
 }
 
-/// Records what it was asked.
-#[derive(Default)]
-struct Fake(Arc<Mutex<Vec<String>>>);
-
-impl SetRecovery for Fake {
-    fn can_rebuild(
-        &self,
-        _cluster: &ckptfs_cluster::Cluster,
-        me: &str,
-        _store: &Store,
-        job: &str,
-        id: u64,
-        owner: &str,
-        files: &[Want],
-    ) -> Result<String, String> {
-        self.0
-            .lock()
-            .unwrap()
-            .push(format!("can {me} {job} {id} {owner} {}", files[0].path));
-        Ok("erasure:fake".into())
-    }
-
-    fn rebuild(
-        &self,
-        _cluster: &ckptfs_cluster::Cluster,
-        me: &str,
-        store: &Store,
-        job: &str,
-        id: u64,
-    ) -> Result<(), String> {
-        self.0
-            .lock()
-            .unwrap()
-            .push(format!("rebuild {me} {} {job} {id}", store.name()));
-        Err("nothing to rebuild from".into())
-    }
+fn parts() -> Vec<PartFile> {
+    vec![PartFile {
+        path: "/ckpt/a".into(),
+        size: 5,
+        crc32c: 7,
+    }]
 }
 
+fn ids(levels: &[Arc<dyn SetProtection>]) -> Vec<String> {
+    levels.iter().map(|l| l.id().to_string()).collect()
+}
+
+/// The registry of set levels is the cluster file's: partner copies alone without
+/// erasure sets; with `[redundancy] erasure`, each set of the plan after them, by id.
 #[test]
-fn a_cluster_without_erasure_sets_answers_no_erasure_sets() {
+fn the_set_levels_are_partner_copies_then_the_cluster_files_erasure_sets() {
     let (c, s, _dir) = setup("nosets");
-    let nodes = ClusterNodes::new(c, "node1", s.clone(), Duration::from_millis(500)).unwrap();
+    let nodes = ClusterNodes::new(c.clone(), "node1", s.clone(), Duration::from_millis(500)).unwrap();
+    assert_eq!(ids(&nodes.set_levels()), vec!["partner".to_string()]);
+    let mut three = ckptfs_cluster::Cluster::local(3, "sl-three", 26800).unwrap();
+    three.secret = c.secret.clone();
+    three.redundancy.erasure = Some(ckptfs_cluster::Erasure::Xor);
+    three.redundancy.set_size = 3;
+    let levels = ckptfs_partner::set_levels(&three, "node1", &s, Duration::from_millis(500)).unwrap();
     assert_eq!(
-        nodes.erasure_source("j", 3, "node2", &want()),
-        Err("no erasure sets".into())
+        ids(&levels),
+        vec!["partner".to_string(), "erasure:set0".to_string()]
     );
-    assert_eq!(nodes.erasure_rebuild(&s, "j", 3), Err("no erasure sets".into()));
+    assert_eq!(levels[1].members(), vec!["node1", "node2", "node3"]);
+    assert_eq!(levels[1].tolerates(), 1);
     let _ = Store::destroy(s.name());
 }
 
+/// Set levels installed in place of the cluster file's are the ones a restart asks.
 #[test]
-fn an_installed_set_recovery_is_asked_with_the_dataset_and_its_answer_kept() {
+fn installed_set_levels_replace_the_cluster_files() {
     let (c, s, _dir) = setup("sets");
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    let nodes = ClusterNodes::new(c, "node1", s.clone(), Duration::from_millis(500))
-        .unwrap()
-        .with_sets(Box::new(Fake(asked.clone())));
+    let nodes = ClusterNodes::new(c, "node1", s.clone(), Duration::from_millis(500)).unwrap();
+    let partner = nodes.set_levels().remove(0);
+    let nodes = nodes.with_set_levels(vec![partner.clone(), partner]);
     assert_eq!(
-        nodes.erasure_source("j", 3, "node2", &want()),
-        Ok("erasure:fake".into())
-    );
-    assert_eq!(
-        nodes.erasure_rebuild(&s, "j", 4),
-        Err("nothing to rebuild from".into())
-    );
-    assert_eq!(
-        *asked.lock().unwrap(),
-        vec![
-            "can node1 j 3 node2 /ckpt/a".to_string(),
-            format!("rebuild node1 {} j 4", s.name())
-        ]
+        ids(&nodes.set_levels()),
+        vec!["partner".to_string(), "partner".to_string()]
     );
     let _ = Store::destroy(s.name());
 }
@@ -112,12 +86,28 @@ fn a_node_whose_daemon_does_not_answer_is_left_out_and_no_copy_comes_from_this_n
     // node2 has no daemon: the connection is refused, it is left out of the answer.
     assert!(nodes.holders("node1", &want(), &["node2".into()]).is_empty());
     assert!(nodes.records("j").get("node2").is_some_and(|r| r.is_err()));
-    assert!(!nodes.holds_copy("node2", &want()[0]), "no partner copy here");
+    // Partner copies as a set level: node2 cannot be asked and this store holds no copy
+    // of node2's file, so none is located; this node's own file comes from no copy here.
+    let partner = nodes.set_levels().remove(0);
+    assert_eq!(partner.locate("j.3", "node2", &parts()).unwrap(), vec![None]);
+    let into = ckptfs_store::level::StoreLevel::new(&s).unwrap();
+    let own = partner
+        .recover_files("j.3", "node1", &parts(), &LevelId::new("partner", "node1"), &into)
+        .unwrap_err();
     assert!(
-        nodes.fetch(&s, "node1", "/ckpt/a").is_err(),
-        "no copy of its own files"
+        own.to_string().contains("no partner copy of its own files"),
+        "{own}"
     );
-    assert!(nodes.fetch(&s, "node2", "/ckpt/a").is_err(), "node2 is down");
+    assert!(
+        partner
+            .recover_files("j.3", "node1", &parts(), &LevelId::new("partner", "node2"), &into)
+            .is_err(),
+        "node2 is down"
+    );
+    let theirs = partner
+        .recover_files("j.3", "node2", &parts(), &LevelId::new("partner", "node1"), &into)
+        .unwrap_err();
+    assert_eq!(theirs.errno(), libc::EINVAL, "{theirs}");
     let _ = Store::destroy(s.name());
 }
 

@@ -5,6 +5,7 @@
 //! `python/ckptfs/datasets.py` parses them into dicts.
 
 use crate::store::{resolve_settings, PyStore};
+use ckptfs_datasets::protection::PartnerCopies;
 use ckptfs_datasets::{Config, Dataset, DatasetError, Datasets, State};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
@@ -27,6 +28,9 @@ pub struct PyDatasets {
     ds: Datasets,
     /// `(cluster file, node)` in cluster mode.
     cluster: Option<(String, String)>,
+    /// The protection a complete dataset gets beyond its node under the cluster file
+    /// (`ckptfs_partner::protection_mode`, as `ckptfs ls -l` and `ckpt list`).
+    mode: ckptfs_datasets::protection::PartnerCopies,
 }
 
 /// Whether dataset name `name` is `prefix` or below it (`/run1` holds `/run1/step5`).
@@ -51,6 +55,7 @@ const FACTORIES: [&dyn ckptfs_level::LevelFactory; 3] = [
     &ckptfs_agent::PfsFactory,
     &ckptfs_dirlevel::DirFactory,
 ];
+
 
 #[pymethods]
 impl PyDatasets {
@@ -108,14 +113,17 @@ impl PyDatasets {
             .allow_threads(|| ckptfs_level::open_levels(&settings.levels, &FACTORIES, &extra))
             .map_err(|e| PyOSError::new_err((e.errno(), format!("setting levels.order: {e}"))))?;
         let Some((file, node)) = crate::cluster::cluster_of(&env) else {
+            let mode = ckptfs_partner::protection_mode(None, PartnerCopies::of(&cfg));
             return Ok(PyDatasets {
                 ds: Datasets::single_node(store.store.clone(), cfg).with_levels(order),
                 cluster: None,
+                mode,
             });
         };
         // Cluster mode: completeness, ids and restart are job-wide (the other nodes'
         // daemons are asked), as for `ckptfs ckpt` and the C API.
         let cluster = crate::cluster::load(&file, &node)?;
+        let mode = ckptfs_partner::protection_mode(Some(&cluster), PartnerCopies::of(&cfg));
         cfg.node = node.clone();
         let timeout = crate::cluster::node_timeout(&env);
         let st = store.store.clone();
@@ -125,6 +133,7 @@ impl PyDatasets {
         Ok(PyDatasets {
             ds: Datasets::new(store.store.clone(), cfg, Box::new(nodes)).with_levels(order),
             cluster: Some((file, node)),
+            mode,
         })
     }
 
@@ -155,14 +164,14 @@ impl PyDatasets {
     }
 
     /// The protection dataset record `record` (JSON) gets beyond this node: the level
-    /// policy's choice as this configuration's `dataset_partner_copies` applies it
-    /// (`ckptfs_datasets::protection`, what `ckptfs ls -l` and `ckpt list` show), as
-    /// JSON: `chosen short policy node_local_by_choice partner_copies note ...`.
+    /// policy's choice as this configuration's `dataset_partner_copies` applies it under
+    /// the cluster file (erasure sets when it names a scheme; `ckptfs_datasets::protection`
+    /// and `ckptfs_partner::protection_mode`, what `ckptfs ls -l` and `ckpt list` show),
+    /// as JSON: `chosen short policy node_local_by_choice partner_copies note ...`.
     fn protection(&self, record: String) -> PyResult<String> {
         let d: Dataset =
             serde_json::from_str(&record).map_err(|e| crate::einval(format!("not a dataset record: {e}")))?;
-        let mode = ckptfs_datasets::protection::PartnerCopies::of(self.ds.config());
-        json(&ckptfs_datasets::protection::of(&d, mode))
+        json(&ckptfs_datasets::protection::of(&d, self.mode))
     }
 
     /// The job id.

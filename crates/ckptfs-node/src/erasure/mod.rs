@@ -43,8 +43,8 @@ use ckptfs_level::Mover;
 use ckptfs_partner::peer::{Conn, Msg, Piece};
 pub use ckptfs_partner::set_rebuild::{
     ask, connect, dataset_key, err, judge_key, level_of, local_headers, proto_err, rebuild_from_set,
-    record_levels, recv_era, send_era, set_can_rebuild, survey, whole_shares, ErasureConfig, ErasureSets,
-    NetShards, RebuiltPart, SetRebuildReport, Survey,
+    record_levels, recv_era, send_era, set_can_rebuild, survey, whole_shares, ErasureConfig, NetShards,
+    RebuiltPart, SetRebuildReport, Survey,
 };
 use ckptfs_partner::{NodeError, Result};
 use ckptfs_store::Store;
