@@ -70,6 +70,16 @@ pub struct Want {
     pub crc32c: u32,
 }
 
+impl From<&ckptfs_level::PartFile> for Want {
+    fn from(f: &ckptfs_level::PartFile) -> Want {
+        Want {
+            path: f.path.clone(),
+            size: f.size,
+            crc32c: f.crc32c,
+        }
+    }
+}
+
 /// Another node's answer to "your records of this job".
 pub type NodeRecords = std::result::Result<Vec<Dataset>, String>;
 

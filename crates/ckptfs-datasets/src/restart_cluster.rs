@@ -59,14 +59,7 @@ impl Datasets {
                 .collect()
         } else {
             // The owner's own store first (each answer reads the files for their CRC32C).
-            let wants: Vec<Want> = files
-                .iter()
-                .map(|f| Want {
-                    path: f.path.clone(),
-                    size: f.size,
-                    crc32c: f.crc32c,
-                })
-                .collect();
+            let wants: Vec<Want> = files.iter().map(Want::from).collect();
             let has = nodes
                 .holders(owner, &wants, &[owner.to_string()])
                 .remove(owner)

@@ -98,14 +98,7 @@ impl SetProtection for PartnerCopies {
         files: &[PartFile],
     ) -> Result<Vec<Option<LevelId>>, String> {
         let me = self.asker.me.as_str();
-        let wants: Vec<Want> = files
-            .iter()
-            .map(|f| Want {
-                path: f.path.clone(),
-                size: f.size,
-                crc32c: f.crc32c,
-            })
-            .collect();
+        let wants: Vec<Want> = files.iter().map(Want::from).collect();
         let others: Vec<String> = self
             .members()
             .into_iter()

@@ -5,49 +5,13 @@
 use super::*;
 use tokio::sync::Semaphore;
 
-/// Outgoing pieces to one member, in order, on a connection of their own.
-pub(super) struct Outgoing {
-    tx: mpsc::Sender<(Piece, Vec<u8>)>,
-    task: tokio::task::JoinHandle<Result<()>>,
-}
-
-pub(super) async fn open_outgoing(shared: &Arc<Shared>, plan: &Header, to: &str) -> Result<Outgoing> {
-    let mut conn = shared.connect(to).await?;
-    send_era(
-        &mut conn,
-        &EraMsg::Ring {
-            set: plan.set.clone(),
-            dataset: plan.dataset.clone(),
-            epoch: plan.epoch,
-        },
-    )
-    .await?;
-    let (tx, mut rx) = mpsc::channel::<(Piece, Vec<u8>)>(2);
-    let mut throttle = crate::throttle::Throttle::new(shared.cfg.max_bw);
-    let sh = shared.clone();
-    let task = tokio::spawn(async move {
-        while let Some((p, data)) = rx.recv().await {
-            let (off, crc) = (p.offset, ckptfs_transport::crc32c(&data));
-            conn.send(Msg::Piece(p)).await?;
-            conn.send_chunk_buf(off, crc, &data).await?;
-            throttle.sent(data.len()).await;
-            sh.erasure.status.lock().expect("erasure status").bytes_sent += data.len() as u64;
-        }
-        send_era(&mut conn, &EraMsg::Done).await
-    });
-    Ok(Outgoing { tx, task })
-}
-
 /// Close every outgoing connection (its `done` after the pieces queued) and wait for
 /// them: the first error, if any.
 async fn close_all(out: BTreeMap<usize, Outgoing>) -> Result<()> {
     let mut sent = Ok(());
     for (_, o) in out {
-        drop(o.tx);
-        match o.task.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => sent = Err(e),
-            Err(e) => sent = Err(err(e.to_string())),
+        if let Err(e) = o.close().await {
+            sent = Err(e);
         }
     }
     sent

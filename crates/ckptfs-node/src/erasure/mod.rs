@@ -79,11 +79,13 @@ fn my_part(store: &Store, me: &str, want: &[WantFile]) -> Result<PartRecord> {
 
 mod gather;
 mod leader;
+mod outgoing;
 mod ring_member;
 mod serve;
 #[allow(unused_imports)]
 use gather::*;
 pub use leader::*;
+use outgoing::*;
 #[allow(unused_imports)]
 use ring_member::*;
 pub(crate) use serve::*;

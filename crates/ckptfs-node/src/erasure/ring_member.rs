@@ -105,30 +105,8 @@ pub(super) async fn ring_steps(
 ) -> Result<Vec<Vec<u8>>> {
     let succ = plan.members[ring::successor(n, i)].clone();
     let pred = plan.members[ring::predecessor(n, i)].clone();
-    let mut conn = shared.connect(&succ).await?;
-    send_era(
-        &mut conn,
-        &EraMsg::Ring {
-            set: plan.set.clone(),
-            dataset: plan.dataset.clone(),
-            epoch: plan.epoch,
-        },
-    )
-    .await?;
     // The sender: pieces go out in order, two in flight at most (ring.rs: no deadlock).
-    let (out_tx, mut out_rx) = mpsc::channel::<(Piece, Vec<u8>)>(2);
-    let mut throttle = crate::throttle::Throttle::new(shared.cfg.max_bw);
-    let sh = shared.clone();
-    let sender = tokio::spawn(async move {
-        while let Some((p, data)) = out_rx.recv().await {
-            let (off, crc) = (p.offset, ckptfs_transport::crc32c(&data));
-            conn.send(Msg::Piece(p)).await?;
-            conn.send_chunk_buf(off, crc, &data).await?;
-            throttle.sent(data.len()).await;
-            sh.erasure.status.lock().expect("erasure status").bytes_sent += data.len() as u64;
-        }
-        send_era(&mut conn, &EraMsg::Done).await
-    });
+    let out = open_outgoing(shared, plan, &succ).await?;
     let level = level_of(&shared.store)?;
     let steps = ring::steps(n, i);
     let mut parity = vec![0u8; plan.segment as usize];
@@ -150,7 +128,7 @@ pub(super) async fn ring_steps(
                     Step::Send(s) => {
                         let mut b = vec![0u8; len as usize];
                         member::read_segment(&level, plan, i, s, off, &mut b).map_err(err)?;
-                        out_tx
+                        out.tx
                             .send((piece(s, off, len), b))
                             .await
                             .map_err(|_| err(format!("the connection to {succ} ended")))?;
@@ -171,7 +149,7 @@ pub(super) async fn ring_steps(
                             let mut own = vec![0u8; len as usize];
                             member::read_segment(&level, plan, i, s, off, &mut own).map_err(err)?;
                             ckptfs_erasure::codec::xor_into(&mut b, &own);
-                            out_tx
+                            out.tx
                                 .send((piece(s, off, len), b))
                                 .await
                                 .map_err(|_| err(format!("the connection to {succ} ended")))?;
@@ -185,8 +163,7 @@ pub(super) async fn ring_steps(
         Ok::<(), NodeError>(())
     };
     let r = run.await;
-    drop(out_tx);
-    let sent = sender.await.map_err(|e| err(e.to_string()))?;
+    let sent = out.close().await;
     r?;
     sent?;
     Ok(vec![parity])
