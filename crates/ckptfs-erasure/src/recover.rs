@@ -7,7 +7,7 @@ use crate::layout::{Header, PartRecord};
 use crate::set::{parity_path, read_all, read_range, ErasureSet, Rebuilt};
 use crate::ErasureError;
 use ckptfs_level::mem::BufReader;
-use ckptfs_level::{CostMeter, Level, LevelError, Part, Recovered, SetState};
+use ckptfs_level::{CostMeter, Level, LevelError, Part, Recovered};
 
 impl ErasureSet {
     /// Rebuild member `x`'s whole part of `h` from the survivors' levels (see
@@ -46,23 +46,7 @@ impl ErasureSet {
     /// Rebuild every lost member of `dataset` into its member's current level (see
     /// [`ErasureSet::replace`]), verify every CRC, then encode the set again.
     pub fn rebuild(&self, dataset: &str) -> Result<Rebuilt, ErasureError> {
-        let (h, lost) = match self.usable(dataset) {
-            Ok((h, lost, _)) => (h, lost),
-            Err(SetState::Lost(names)) => {
-                return Err(ErasureError::TooManyLost {
-                    set: self.name.clone(),
-                    lost: names,
-                    unreadable: Vec::new(),
-                    tolerates: self.scheme.parity(),
-                })
-            }
-            Err(st) => {
-                return Err(ErasureError::NotProtected(format!(
-                    "{dataset} on set {}: {st:?}",
-                    self.name
-                )))
-            }
-        };
+        let (h, lost) = self.usable_or_err(dataset)?;
         let levels = self.levels();
         let mut done = Rebuilt::default();
         let mut parts: Vec<Vec<u8>> = Vec::new();
@@ -96,23 +80,7 @@ impl ErasureSet {
     /// either way, and the whole part against its recorded CRC32C).
     pub fn part_of(&self, dataset: &str, member: &str) -> Result<(PartRecord, Vec<u8>), ErasureError> {
         let x = self.index(member)?;
-        let (h, lost) = match self.usable(dataset) {
-            Ok((h, lost, _)) => (h, lost),
-            Err(SetState::Lost(names)) => {
-                return Err(ErasureError::TooManyLost {
-                    set: self.name.clone(),
-                    lost: names,
-                    unreadable: Vec::new(),
-                    tolerates: self.scheme.parity(),
-                })
-            }
-            Err(st) => {
-                return Err(ErasureError::NotProtected(format!(
-                    "{dataset} on set {}: {st:?}",
-                    self.name
-                )))
-            }
-        };
+        let (h, lost) = self.usable_or_err(dataset)?;
         let rec = h.parts[x].clone();
         let part = if lost.contains(&x) {
             self.rebuild_part(&h, x, &lost)?

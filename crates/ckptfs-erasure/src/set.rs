@@ -358,6 +358,23 @@ impl ErasureSet {
     pub(crate) fn names(&self, idx: &[usize]) -> Vec<String> {
         idx.iter().map(|&i| self.members[i].clone()).collect()
     }
+    /// [`ErasureSet::usable`] as an error a caller can return: too many members lost
+    /// (named), or not protected (the state said).
+    pub(crate) fn usable_or_err(&self, dataset: &str) -> Result<(Header, Vec<usize>), ErasureError> {
+        match self.usable(dataset) {
+            Ok((h, lost, _)) => Ok((h, lost)),
+            Err(SetState::Lost(names)) => Err(ErasureError::TooManyLost {
+                set: self.name.clone(),
+                lost: names,
+                unreadable: Vec::new(),
+                tolerates: self.scheme.parity(),
+            }),
+            Err(st) => Err(ErasureError::NotProtected(format!(
+                "{dataset} on set {}: {st:?}",
+                self.name
+            ))),
+        }
+    }
 
     /// The header of the newest encoding of `dataset` that can be used, with its lost
     /// members; `Err` with the state when none can.
@@ -445,19 +462,10 @@ impl SetProtection for ErasureSet {
         files: &[PartFile],
     ) -> Result<Vec<Option<LevelId>>, String> {
         let x = self.index(member).map_err(|e| e.to_string())?;
-        let h = match self.usable(dataset) {
-            Ok((h, _, _)) => h,
-            Err(SetState::Lost(names)) => {
-                return Err(ErasureError::TooManyLost {
-                    set: self.name.clone(),
-                    lost: names,
-                    unreadable: Vec::new(),
-                    tolerates: self.scheme.parity(),
-                }
-                .to_string())
-            }
-            Err(st) => return Err(format!("{dataset} on set {}: {st:?}", self.name)),
-        };
+        let (h, _) = self.usable_or_err(dataset).map_err(|e| match e {
+            ErasureError::NotProtected(why) => why,
+            e => e.to_string(),
+        })?;
         let recorded: BTreeMap<&str, (u64, u32)> = h.parts[x]
             .files
             .iter()
@@ -471,23 +479,7 @@ impl SetProtection for ErasureSet {
 
     fn recover(&self, dataset: &str, member: &str, into: &dyn Level) -> Result<Recovered, LevelError> {
         let x = self.index(member).map_err(le)?;
-        let (h, lost) = match self.usable(dataset) {
-            Ok((h, lost, _)) => (h, lost),
-            Err(SetState::Lost(names)) => {
-                return Err(le(ErasureError::TooManyLost {
-                    set: self.name.clone(),
-                    lost: names,
-                    unreadable: Vec::new(),
-                    tolerates: self.scheme.parity(),
-                }))
-            }
-            Err(st) => {
-                return Err(le(ErasureError::NotProtected(format!(
-                    "{dataset} on set {}: {st:?}",
-                    self.name
-                ))))
-            }
-        };
+        let (h, lost) = self.usable_or_err(dataset).map_err(le)?;
         if !lost.contains(&x) {
             // Its part is whole where it is: copy it.
             let from = self.levels()[x].clone();

@@ -147,12 +147,7 @@ pub trait SetProtection: Send + Sync {
         from: &LevelId,
         into: &dyn Level,
     ) -> Result<Recovered, LevelError> {
-        if !self.covers(from) {
-            return Err(LevelError::backend(
-                libc::EINVAL,
-                std::io::Error::other(format!("{} does not serve {from}", self.id())),
-            ));
-        }
+        self.serves(from)?;
         let r = self.recover(dataset, member, into)?;
         for f in files {
             let back = r
@@ -179,6 +174,18 @@ pub trait SetProtection: Send + Sync {
         Err(LevelError::backend(
             libc::ENOTSUP,
             std::io::Error::other(format!("{} recovers by dataset only", self.id())),
+        ))
+    }
+
+    /// EINVAL unless `from` is an instance of this set level ([`SetProtection::covers`]):
+    /// the first check of every `recover_files`.
+    fn serves(&self, from: &LevelId) -> Result<(), LevelError> {
+        if self.covers(from) {
+            return Ok(());
+        }
+        Err(LevelError::backend(
+            libc::EINVAL,
+            std::io::Error::other(format!("{} does not serve {from}", self.id())),
         ))
     }
 

@@ -204,12 +204,7 @@ impl SetProtection for ClusterErasureSet {
         from: &LevelId,
         into: &dyn Level,
     ) -> Result<Recovered, LevelError> {
-        if !self.covers(from) {
-            return Err(Self::refuse(
-                libc::EINVAL,
-                format!("{} does not serve {from}", self.id()),
-            ));
-        }
+        self.serves(from)?;
         self.check_target(member, into)?;
         let bytes = self.rebuild_one(dataset)?;
         let mut out = Recovered {
