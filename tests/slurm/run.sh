@@ -131,7 +131,7 @@ submit_once() {
     JOB=$(sbatch --parsable --open-mode=append --chdir="$ROOT" --output="$OUT" --export="$exports" "${opts[@]}" examples/slurm/ckptfs-job.sh)
     echo "$JOB" >>"$WORK/jobs"
     # --wait through a requeue: poll until the job has left the queue for good.
-    local signaled=0 scraped=0
+    local signaled=0 scraped=0 held_since=
     for _ in $(seq 1 600); do
         # WARN_WHEN_COMPUTING=1: Slurm's warning (USR1 to the batch shell) once the job
         # computes after its checkpoints. (--signal=B:USR1@T alone may come up to a
@@ -151,7 +151,13 @@ submit_once() {
         # Slurm holds a requeued job for about two minutes (Reason=BeginTime): release it
         # (DRAIN_ON_REQUEUE: first take that node out of service, as a site does with a
         # failed node, so that the new allocation gets another host).
+        # Not in the second the run was requeued: slurmd refuses a credential issued in
+        # the same second as its revocation of the run before ("Job credential revoked",
+        # the job then fails), which is why Slurm itself holds the job: wait 2 s first.
         if [ "$st" = PENDING ] && scontrol show job "$JOB" | grep -q 'Reason=BeginTime'; then
+            [ -n "${held_since:-}" ] || held_since=$SECONDS
+        fi
+        if [ "$st" = PENDING ] && [ $((SECONDS - ${held_since:-SECONDS})) -ge 2 ] && scontrol show job "$JOB" | grep -q 'Reason=BeginTime'; then
             if [ -n "${DRAIN_ON_REQUEUE:-}" ] && [ -z "${DRAINED:-}" ]; then
                 scontrol update nodename="$DRAIN_ON_REQUEUE" state=drain reason=ckptfs-test-lost && DRAINED=$DRAIN_ON_REQUEUE
                 # The first run excluded the spare node; the requeued job may take it.
